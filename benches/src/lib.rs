@@ -1,0 +1,1 @@
+//! Benchmarks live here (a later issue fills this crate).

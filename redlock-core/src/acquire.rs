@@ -1,0 +1,510 @@
+//! Acquiring a lock: attempts, quorum decision, release on failure, retries.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand_core::Rng;
+
+use crate::extend::Extension;
+use crate::quorum::{Round, Tally, remaining, valid_until};
+use crate::release::Release;
+use crate::{
+    AcquireError, AttemptId, Command, ExtendError, Key, LockValue, NodeErrorKind, NodeVote,
+    Reply, Request, Response, Settings, Ttl, Votes,
+};
+
+/// How many attempts an [`Acquisition`] may make.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Attempts {
+    /// One attempt, no retry (a `try_lock`).
+    Once,
+    /// The first attempt and up to [`RetryConfig::count`](crate::RetryConfig::count)
+    /// retries, within the acquire deadline if one is set.
+    Retry,
+}
+
+/// What an [`Acquisition`] reports, drained with [`Acquisition::poll_event`].
+#[derive(Debug)]
+#[must_use = "an acquired lock is held on the nodes until it is released or expires"]
+pub enum AcquireEvent {
+    /// The lock is ours. Last event.
+    Acquired(Lock),
+    /// An attempt failed and another will start at `retry_at`. Its release
+    /// requests are already queued.
+    AttemptFailed {
+        /// Why the attempt failed.
+        error: AcquireError,
+        /// When the next attempt starts.
+        retry_at: Instant,
+    },
+    /// No lock; no more attempts. Last event. Its release requests are queued.
+    Failed(AcquireError),
+}
+
+#[derive(Debug)]
+enum State {
+    Attempting { round: Round, value: LockValue },
+    Waiting { until: Instant },
+    Done,
+}
+
+/// One blocking or non-blocking acquire of one resource, as a state machine.
+///
+/// # Calling order
+///
+/// 1. [`Acquisition::new`] starts the first attempt at `now`.
+/// 2. Drain [`poll_request`](Self::poll_request) and send every request (the
+///    first attempt's are N script calls, one per node, to send concurrently).
+/// 3. Feed each answer to [`handle_reply`](Self::handle_reply), in any order;
+///    at [`poll_timeout`](Self::poll_timeout) call
+///    [`handle_timeout`](Self::handle_timeout).
+/// 4. After each `handle_*`, drain `poll_request` again (a failed attempt queues
+///    its releases, a retry its new requests) and [`poll_event`](Self::poll_event).
+/// 5. Stop after [`AcquireEvent::Acquired`] or [`AcquireEvent::Failed`].
+///    Requests still queued then are releases that must be sent.
+///
+/// If the caller gives up early (a cancelled future), it calls
+/// [`abandon`](Self::abandon) and sends the release requests it queues.
+///
+/// The decision comes as soon as it is certain: a quorum of yes votes with
+/// validity left, or enough no votes and failures that a quorum is impossible.
+/// Replies from earlier attempts and replies after the decision are ignored.
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// use rand::{SeedableRng, rngs::StdRng};
+/// use redlock_core::{AcquireEvent, Acquisition, Attempts, Config, Reply, Response};
+///
+/// let settings = std::sync::Arc::new(Config::new(["a", "b", "c"]).validate().unwrap());
+/// let start = Instant::now(); // the adapter's clock; tests use any Instant
+/// let mut acquire = Acquisition::new(
+///     settings.clone(), b"report", settings.default_ttl(), Attempts::Once, start, StdRng::seed_from_u64(1),
+/// );
+/// let requests: Vec<_> = std::iter::from_fn(|| acquire.poll_request()).collect();
+/// assert_eq!(requests.len(), 3);
+/// // Two of three nodes say yes after 1 ms: the lock is ours, no need to wait for the third.
+/// let now = start + Duration::from_millis(1);
+/// acquire.handle_reply(Reply::to(&requests[0], Ok(Response::Int(1))), now);
+/// acquire.handle_reply(Reply::to(&requests[2], Ok(Response::Int(1))), now);
+/// match acquire.poll_event() {
+///     Some(AcquireEvent::Acquired(lock)) => {
+///         // validity = 10 s TTL - 1 ms elapsed - (100 ms + 2 ms) drift
+///         assert_eq!(lock.validity(now), Duration::from_millis(9_897));
+///     }
+///     other => panic!("expected the lock, got {other:?}"),
+/// }
+/// ```
+#[derive(Debug)]
+pub struct Acquisition<R> {
+    settings: Arc<Settings>,
+    key: Key,
+    ttl: Ttl,
+    drift: Duration,
+    node_timeout: Duration,
+    rng: R,
+    max_attempts: u32,
+    attempts: u32,
+    deadline: Option<Instant>,
+    state: State,
+    requests: VecDeque<Request>,
+    events: VecDeque<AcquireEvent>,
+    last_error: Option<AcquireError>,
+}
+
+impl<R: Rng> Acquisition<R> {
+    /// Starts the first attempt at `now`. `rng` supplies the lock values and the
+    /// retry jitter: a CSPRNG in production, a seeded one in tests.
+    pub fn new(
+        settings: Arc<Settings>,
+        resource: &[u8],
+        ttl: Ttl,
+        attempts: Attempts,
+        now: Instant,
+        rng: R,
+    ) -> Self {
+        let max_attempts = match attempts {
+            Attempts::Once => 1,
+            Attempts::Retry => settings.retry().count.saturating_add(1),
+        };
+        let deadline = match attempts {
+            Attempts::Once => None,
+            Attempts::Retry => settings.acquire_deadline().map(|d| now + d),
+        };
+        let mut this = Self {
+            key: settings.key(resource),
+            drift: settings.drift(ttl),
+            node_timeout: settings.node_timeout_for(ttl),
+            settings,
+            ttl,
+            rng,
+            max_attempts,
+            attempts: 0,
+            deadline,
+            state: State::Done,
+            requests: VecDeque::new(),
+            events: VecDeque::new(),
+            last_error: None,
+        };
+        this.start_attempt(now);
+        this
+    }
+
+    /// The key being locked.
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+
+    /// Attempts started so far.
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    /// The id of the attempt in flight, if one is.
+    pub fn current_attempt(&self) -> Option<AttemptId> {
+        match &self.state {
+            State::Attempting { round, .. } => Some(round.attempt),
+            _ => None,
+        }
+    }
+
+    /// True once the final event is queued: no more attempts will start.
+    pub fn is_done(&self) -> bool {
+        matches!(self.state, State::Done)
+    }
+
+    /// The next request to send, if any.
+    pub fn poll_request(&mut self) -> Option<Request> {
+        self.requests.pop_front()
+    }
+
+    /// The next event, if any.
+    pub fn poll_event(&mut self) -> Option<AcquireEvent> {
+        self.events.pop_front()
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) must be called next:
+    /// the per-node timeout of the attempt in flight, the end of a retry wait,
+    /// or the overall deadline, whichever comes first. `None` when done.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let own = match &self.state {
+            State::Attempting { round, .. } => round.deadline,
+            State::Waiting { until } => *until,
+            State::Done => return None,
+        };
+        Some(match self.deadline {
+            Some(deadline) => own.min(deadline),
+            None => own,
+        })
+    }
+
+    /// Feeds one node's answer. Answers from other attempts, unknown nodes or
+    /// nodes that already answered are ignored.
+    pub fn handle_reply(&mut self, reply: Reply, now: Instant) {
+        let State::Attempting { round, .. } = &mut self.state else {
+            return;
+        };
+        let vote = interpret(Command::Acquire { ttl: self.ttl }, reply.result);
+        if round.record(reply.attempt, reply.node, vote) {
+            self.decide(now);
+        }
+    }
+
+    /// Advances time: times out silent nodes, starts the next attempt after a
+    /// retry wait, or gives up at the overall deadline.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if let Some(deadline) = self.deadline
+            && now >= deadline
+            && !self.is_done()
+        {
+            self.give_up_at_deadline(now);
+            return;
+        }
+        match &mut self.state {
+            State::Attempting { round, .. } if now >= round.deadline => {
+                round.expire();
+                self.decide(now);
+            }
+            State::Waiting { until } if now >= *until => self.start_attempt(now),
+            _ => {}
+        }
+    }
+
+    /// Gives up: queues a release of the attempt in flight (if any) on every
+    /// node and ends with no event. Call it when the caller stops driving this
+    /// acquisition before its final event, then send the queued requests: an
+    /// attempt in flight may already hold some nodes.
+    pub fn abandon(&mut self, now: Instant) {
+        if let State::Attempting { round, value } = std::mem::replace(&mut self.state, State::Done)
+        {
+            self.queue_releases(&round, &value, now);
+        }
+    }
+
+    fn start_attempt(&mut self, now: Instant) {
+        self.attempts += 1;
+        let attempt = AttemptId(u64::from(self.attempts));
+        let value = LockValue::random(&mut self.rng, self.settings.value_len());
+        let round = Round::new(attempt, self.settings.node_names(), now, self.node_timeout);
+        let command = Command::Acquire { ttl: self.ttl };
+        for node in round.nodes() {
+            self.requests.push_back(Request {
+                attempt,
+                node,
+                key: self.key.clone(),
+                value: value.clone(),
+                command,
+                deadline: round.deadline,
+            });
+        }
+        self.state = State::Attempting { round, value };
+    }
+
+    fn decide(&mut self, now: Instant) {
+        let State::Attempting { round, .. } = &self.state else {
+            return;
+        };
+        let error = match round.tally() {
+            Tally::Open => return,
+            Tally::Won => {
+                let until = valid_until(round.started, self.ttl, self.drift);
+                if let Some(until) = until.filter(|&until| remaining(until, now).is_some()) {
+                    let State::Attempting { round, value } =
+                        std::mem::replace(&mut self.state, State::Done)
+                    else {
+                        unreachable!("matched Attempting above");
+                    };
+                    let lock = Lock {
+                        settings: self.settings.clone(),
+                        key: self.key.clone(),
+                        value,
+                        ttl: self.ttl,
+                        acquired_at: round.started,
+                        valid_until: until,
+                        votes: round.votes(now),
+                        next_attempt: 0,
+                        extensions: 0,
+                    };
+                    self.events.push_back(AcquireEvent::Acquired(lock));
+                    return;
+                }
+                AcquireError::ValidityExhausted {
+                    votes: round.votes(now),
+                    ttl: self.ttl.as_duration(),
+                    attempts: self.attempts,
+                }
+            }
+            Tally::Lost if round.failures_rule_out_quorum() => AcquireError::NoQuorum {
+                votes: round.votes(now),
+                attempts: self.attempts,
+            },
+            Tally::Lost => AcquireError::Held {
+                votes: round.votes(now),
+                attempts: self.attempts,
+            },
+        };
+        self.fail_attempt(error, now);
+    }
+
+    fn fail_attempt(&mut self, error: AcquireError, now: Instant) {
+        let State::Attempting { round, value } = std::mem::replace(&mut self.state, State::Done)
+        else {
+            return;
+        };
+        // Release everywhere, also where the node seemed to say no or timed
+        // out: a reply can be lost after the node set the key.
+        self.queue_releases(&round, &value, now);
+        if self.attempts < self.max_attempts {
+            let until = now + crate::retry_delay(&self.settings.retry(), &mut self.rng);
+            if self.deadline.is_none_or(|deadline| until < deadline) {
+                self.state = State::Waiting { until };
+                self.events.push_back(AcquireEvent::AttemptFailed {
+                    error: error.clone(),
+                    retry_at: until,
+                });
+                self.last_error = Some(error);
+                return;
+            }
+            self.last_error = Some(error);
+            let error = self.deadline_error();
+            self.events.push_back(AcquireEvent::Failed(error));
+            return;
+        }
+        self.events.push_back(AcquireEvent::Failed(error));
+    }
+
+    fn give_up_at_deadline(&mut self, now: Instant) {
+        if let State::Attempting { round, value } = std::mem::replace(&mut self.state, State::Done)
+        {
+            self.queue_releases(&round, &value, now);
+        }
+        let error = self.deadline_error();
+        self.events.push_back(AcquireEvent::Failed(error));
+    }
+
+    fn deadline_error(&mut self) -> AcquireError {
+        AcquireError::DeadlineExceeded {
+            deadline: self.settings.acquire_deadline().unwrap_or_default(),
+            attempts: self.attempts,
+            last: self.last_error.take().map(Box::new),
+        }
+    }
+
+    fn queue_releases(&mut self, round: &Round, value: &LockValue, now: Instant) {
+        for node in round.nodes() {
+            self.requests.push_back(Request {
+                attempt: round.attempt,
+                node,
+                key: self.key.clone(),
+                value: value.clone(),
+                command: Command::Release,
+                deadline: now + self.node_timeout,
+            });
+        }
+    }
+}
+
+/// Reads a node's answer to a command as a vote. Anything a script never
+/// returns becomes a protocol error, so garbage is never counted as a yes.
+pub(crate) fn interpret(command: Command, result: Result<Response, crate::NodeError>) -> NodeVote {
+    let response = match result {
+        Ok(response) => response,
+        Err(error) => return NodeVote::Failed(error),
+    };
+    let vote = match (command, &response) {
+        (Command::Acquire { .. }, Response::Int(1)) => Some(NodeVote::Granted),
+        (Command::Acquire { .. }, Response::Data(holder)) => {
+            Some(NodeVote::HeldByOther(Some(holder.clone())))
+        }
+        (Command::Extend { .. }, Response::Int(1)) => Some(NodeVote::Granted),
+        (Command::Extend { .. }, Response::Int(2)) => Some(NodeVote::Restored),
+        (Command::Extend { .. } | Command::Release, Response::Int(0)) => {
+            Some(NodeVote::HeldByOther(None))
+        }
+        (Command::Release, Response::Int(1)) => Some(NodeVote::Granted),
+        (Command::Release, Response::Int(-1)) => Some(NodeVote::Missing),
+        _ => None,
+    };
+    vote.unwrap_or_else(|| {
+        NodeVote::Failed(crate::NodeError::new(
+            NodeErrorKind::Protocol,
+            format!(
+                "the {} script never returns {response:?}; is this a Redis server?",
+                command.name()
+            ),
+        ))
+    })
+}
+
+/// A lock held on a quorum of nodes, as the core sees it: no I/O, just the key,
+/// our value and how long the lock stays valid.
+///
+/// Made by an [`Acquisition`]. Extend it with [`Lock::extend`] and release it
+/// with [`Lock::release`], each a state machine driven like the acquisition.
+#[derive(Debug, Clone)]
+pub struct Lock {
+    settings: Arc<Settings>,
+    key: Key,
+    value: LockValue,
+    ttl: Ttl,
+    acquired_at: Instant,
+    valid_until: Instant,
+    votes: Votes,
+    next_attempt: u64,
+    extensions: u64,
+}
+
+impl Lock {
+    /// The locked key.
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+
+    /// Our value on the nodes.
+    pub fn value(&self) -> &LockValue {
+        &self.value
+    }
+
+    /// The TTL of the last successful acquire or extend.
+    pub fn ttl(&self) -> Ttl {
+        self.ttl
+    }
+
+    /// The start of the round that acquired the lock.
+    pub fn acquired_at(&self) -> Instant {
+        self.acquired_at
+    }
+
+    /// The instant the validity ends: start of the last successful round plus
+    /// TTL minus drift.
+    pub fn valid_until(&self) -> Instant {
+        self.valid_until
+    }
+
+    /// Validity left at `now`; zero once expired. Never more than the truth as
+    /// far as this client's clock can tell.
+    pub fn validity(&self, now: Instant) -> Duration {
+        remaining(self.valid_until, now).unwrap_or_default()
+    }
+
+    /// Whether any validity is left at `now`.
+    pub fn is_valid(&self, now: Instant) -> bool {
+        remaining(self.valid_until, now).is_some()
+    }
+
+    /// The votes of the acquiring round.
+    pub fn votes(&self) -> &Votes {
+        &self.votes
+    }
+
+    /// Successful extensions so far.
+    pub fn extensions(&self) -> u64 {
+        self.extensions
+    }
+
+    /// The settings this lock was taken with.
+    pub fn settings(&self) -> &Arc<Settings> {
+        &self.settings
+    }
+
+    fn next_attempt(&mut self) -> AttemptId {
+        self.next_attempt += 1;
+        // Acquire attempts count from 1; extend and release rounds of a lock
+        // use the upper half so the ids never collide in one log.
+        AttemptId((1 << 63) | self.next_attempt)
+    }
+
+    /// Starts extending the lock to `ttl` from `now`.
+    ///
+    /// Fails at once with [`ExtendError::Expired`] when no validity is left:
+    /// an expired lock may already belong to someone else.
+    pub fn extend(&mut self, ttl: Ttl, now: Instant) -> Result<Extension, ExtendError> {
+        if !self.is_valid(now) {
+            return Err(ExtendError::Expired {
+                expired_for: now.saturating_duration_since(self.valid_until),
+                votes: None,
+            });
+        }
+        let attempt = self.next_attempt();
+        Ok(Extension::new(self, attempt, ttl, now))
+    }
+
+    /// Records a successful extension.
+    pub fn apply(&mut self, extended: &crate::Extended) {
+        self.valid_until = extended.valid_until;
+        self.ttl = extended.ttl;
+        self.extensions += 1;
+    }
+
+    /// Starts releasing the lock on every node at `now`.
+    pub fn release(&mut self, now: Instant) -> Release {
+        let attempt = self.next_attempt();
+        Release::new(
+            &self.settings,
+            self.key.clone(),
+            self.value.clone(),
+            attempt,
+            now,
+        )
+    }
+}

@@ -1,0 +1,339 @@
+//! Options, their defaults, and the one place they are validated.
+//!
+//! [`Config`] is a plain struct with public fields and a [`Default`]. Nothing in
+//! it is trusted until [`Config::validate`] turns it into [`Settings`], which every
+//! state machine of this crate takes. A bad value is therefore a [`ConfigError`]
+//! at build time, never a panic or a surprising lock later.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::time::Duration;
+
+use crate::error::ConfigError;
+
+/// Redis expires keys with millisecond precision, and the spec adds one more
+/// millisecond as a floor: this is the fixed part of the clock drift allowance.
+pub const FIXED_DRIFT: Duration = Duration::from_millis(2);
+
+/// The largest TTL accepted, in milliseconds.
+///
+/// Redis rejects a `PX` whose absolute expiry (now in Unix milliseconds plus the
+/// TTL) does not fit in a signed 64-bit integer, and an `Instant` must be able to
+/// hold `start + ttl`. Half of `i64::MAX` leaves room for both for millions of
+/// years, so nothing past validation needs to check for overflow.
+pub const MAX_TTL_MS: u64 = (i64::MAX / 2) as u64;
+
+/// Unguessable values need enough entropy; 16 bytes is the floor we accept.
+pub const MIN_VALUE_LEN: usize = 16;
+/// Values are sent on every request; beyond this they only cost bandwidth.
+pub const MAX_VALUE_LEN: usize = 256;
+
+/// Everything that can be configured, before validation.
+///
+/// ```
+/// use std::time::Duration;
+/// use redlock_core::Config;
+///
+/// let settings = Config {
+///     servers: vec!["a:6379".into(), "b:6379".into(), "c:6379".into()],
+///     ttl: Duration::from_secs(5),
+///     ..Config::default()
+/// }
+/// .validate()
+/// .expect("a valid configuration");
+/// assert_eq!(settings.quorum(), 2);
+/// // The per-node timeout is derived from the TTL: 1% of it, between 10 and 50 ms.
+/// assert_eq!(settings.node_timeout(), Duration::from_millis(50));
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// One name per independent Redis master, used to tell nodes apart in errors
+    /// and logs, and to reject duplicates. The adapter passes a canonical form
+    /// (host, port, database) without credentials.
+    ///
+    /// Use an odd number: with an even N the quorum N/2+1 tolerates no more
+    /// failures than N-1 nodes would, so the extra node is wasted.
+    pub servers: Vec<String>,
+    /// How long a lock is held on each node unless released or extended
+    /// (`PX` in milliseconds; sub-millisecond parts are dropped). Default 10 s.
+    pub ttl: Duration,
+    /// Share of the TTL allowed for clock drift between the client and the nodes,
+    /// in `[0, 1)`. Default 0.01, as in the reference implementations. The
+    /// validity of a lock is `ttl - elapsed - (ttl * drift_factor + 2 ms)`.
+    pub drift_factor: f64,
+    /// How long one node may take to answer before it counts as failed. `None`
+    /// derives it from the TTL: 1% of it, clamped to `[10 ms, 50 ms]`, and never
+    /// more than half the TTL. Must be non-zero and below the TTL.
+    pub node_timeout: Option<Duration>,
+    /// How a blocking acquire retries after a failed attempt.
+    pub retry: RetryConfig,
+    /// An upper bound on a whole blocking acquire, retries included. `None`: only
+    /// the retry count bounds it.
+    pub acquire_deadline: Option<Duration>,
+    /// Random bytes in each lock value (sent hex-encoded). Default 20, as the
+    /// spec suggests; at least 16.
+    pub value_len: usize,
+    /// Prepended to every resource name to form the Redis key, to keep locks in
+    /// their own namespace (for example `b"lock:"`). Default empty.
+    pub key_prefix: Vec<u8>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            servers: Vec::new(),
+            ttl: Duration::from_secs(10),
+            drift_factor: 0.01,
+            node_timeout: None,
+            retry: RetryConfig::default(),
+            acquire_deadline: None,
+            value_len: 20,
+            key_prefix: Vec::new(),
+        }
+    }
+}
+
+/// The retry schedule of a blocking acquire.
+///
+/// After a failed attempt the client waits `delay + uniform(0, jitter)` before
+/// the next one, so that competing clients fall out of step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetryConfig {
+    /// Attempts after the first one. Default 10.
+    pub count: u32,
+    /// The fixed part of the wait between attempts. Default 50 ms.
+    pub delay: Duration,
+    /// The random part of the wait between attempts. Default 150 ms, so waits are
+    /// spread over 50..200 ms as in the reference clients.
+    pub jitter: Duration,
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        Self {
+            count: 10,
+            delay: Duration::from_millis(50),
+            jitter: Duration::from_millis(150),
+        }
+    }
+}
+
+impl Config {
+    /// A configuration for these servers with every other option at its default.
+    pub fn new<I, S>(servers: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self {
+            servers: servers.into_iter().map(Into::into).collect(),
+            ..Self::default()
+        }
+    }
+
+    /// Checks every option once and returns the settings the state machines use.
+    pub fn validate(self) -> Result<Settings, ConfigError> {
+        if self.servers.is_empty() {
+            return Err(ConfigError::NoServers);
+        }
+        let mut seen = BTreeSet::new();
+        for server in &self.servers {
+            if !seen.insert(server.as_str()) {
+                return Err(ConfigError::DuplicateServer {
+                    server: server.clone(),
+                });
+            }
+        }
+        if !(0.0..1.0).contains(&self.drift_factor) || self.drift_factor.is_nan() {
+            return Err(ConfigError::DriftFactor {
+                factor: self.drift_factor,
+            });
+        }
+        if !(MIN_VALUE_LEN..=MAX_VALUE_LEN).contains(&self.value_len) {
+            return Err(ConfigError::ValueLength {
+                len: self.value_len,
+            });
+        }
+        if let Some(deadline) = self.acquire_deadline
+            && deadline.is_zero()
+        {
+            return Err(ConfigError::ZeroDeadline);
+        }
+        let mut settings = Settings {
+            nodes: self.servers.into(),
+            ttl: Ttl(0),
+            drift_factor: self.drift_factor,
+            node_timeout: Duration::ZERO,
+            explicit_node_timeout: self.node_timeout,
+            retry: self.retry,
+            acquire_deadline: self.acquire_deadline,
+            value_len: self.value_len,
+            key_prefix: self.key_prefix.into(),
+        };
+        settings.node_timeout = match self.node_timeout {
+            Some(timeout) => timeout,
+            None => derived_node_timeout(self.ttl),
+        };
+        settings.ttl = settings.ttl(self.ttl)?;
+        Ok(settings)
+    }
+}
+
+fn derived_node_timeout(ttl: Duration) -> Duration {
+    (ttl / 100)
+        .clamp(Duration::from_millis(10), Duration::from_millis(50))
+        .min(ttl / 2)
+}
+
+/// A TTL checked against the settings: whole milliseconds, positive validity
+/// after drift, longer than the per-node timeout, within what Redis accepts.
+///
+/// Made by [`Settings::ttl`] (or taken from [`Settings::default_ttl`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Ttl(u64);
+
+impl Ttl {
+    /// The TTL in milliseconds, as sent to Redis.
+    pub fn as_millis(self) -> u64 {
+        self.0
+    }
+
+    /// The TTL as a duration.
+    pub fn as_duration(self) -> Duration {
+        Duration::from_millis(self.0)
+    }
+}
+
+impl fmt::Display for Ttl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ms", self.0)
+    }
+}
+
+/// Validated configuration, shared (behind an `Arc`) by every state machine.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    nodes: std::sync::Arc<[String]>,
+    ttl: Ttl,
+    drift_factor: f64,
+    node_timeout: Duration,
+    explicit_node_timeout: Option<Duration>,
+    retry: RetryConfig,
+    acquire_deadline: Option<Duration>,
+    value_len: usize,
+    key_prefix: std::sync::Arc<[u8]>,
+}
+
+impl Settings {
+    /// The node names, in the order that [`NodeId`](crate::NodeId) indexes.
+    pub fn nodes(&self) -> &[String] {
+        &self.nodes
+    }
+
+    pub(crate) fn node_names(&self) -> std::sync::Arc<[String]> {
+        self.nodes.clone()
+    }
+
+    /// Number of nodes, N.
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Votes needed to hold a lock: N/2 + 1.
+    pub fn quorum(&self) -> usize {
+        crate::quorum::quorum(self.nodes.len())
+    }
+
+    /// The TTL used when a call does not name one.
+    pub fn default_ttl(&self) -> Ttl {
+        self.ttl
+    }
+
+    /// The per-node timeout: how long one node may take before it counts as failed.
+    pub fn node_timeout(&self) -> Duration {
+        self.node_timeout
+    }
+
+    /// The drift factor (share of the TTL set aside for clock drift).
+    pub fn drift_factor(&self) -> f64 {
+        self.drift_factor
+    }
+
+    /// The drift allowance for a TTL: `ttl * drift_factor + 2 ms`.
+    pub fn drift(&self, ttl: Ttl) -> Duration {
+        crate::quorum::drift(ttl, self.drift_factor)
+    }
+
+    /// The retry schedule of blocking acquires.
+    pub fn retry(&self) -> RetryConfig {
+        self.retry
+    }
+
+    /// The overall bound on a blocking acquire, if any.
+    pub fn acquire_deadline(&self) -> Option<Duration> {
+        self.acquire_deadline
+    }
+
+    /// Random bytes per lock value.
+    pub fn value_len(&self) -> usize {
+        self.value_len
+    }
+
+    /// The prefix of every key.
+    pub fn key_prefix(&self) -> &[u8] {
+        &self.key_prefix
+    }
+
+    /// The Redis key of a resource: the prefix followed by the resource name.
+    pub fn key(&self, resource: &[u8]) -> crate::Key {
+        let mut key = Vec::with_capacity(self.key_prefix.len() + resource.len());
+        key.extend_from_slice(&self.key_prefix);
+        key.extend_from_slice(resource);
+        crate::Key::from(key)
+    }
+
+    /// Validates a TTL for use with these settings.
+    ///
+    /// Rejected: zero, one so small that drift leaves no validity, one not longer
+    /// than the per-node timeout, one beyond [`MAX_TTL_MS`].
+    pub fn ttl(&self, ttl: Duration) -> Result<Ttl, ConfigError> {
+        let millis = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        if millis == 0 {
+            return Err(ConfigError::ZeroTtl);
+        }
+        if millis > MAX_TTL_MS {
+            return Err(ConfigError::TtlTooLarge { ttl });
+        }
+        let checked = Ttl(millis);
+        let drift = self.drift(checked);
+        if drift >= checked.as_duration() {
+            return Err(ConfigError::TtlBelowDrift { ttl, drift });
+        }
+        // With a derived timeout, a per-call TTL shorter than the default one
+        // gets its own derived timeout rather than an error.
+        let timeout = match self.explicit_node_timeout {
+            Some(timeout) => timeout,
+            None => self.node_timeout.min(derived_node_timeout(checked.as_duration())),
+        };
+        if timeout.is_zero() {
+            return Err(ConfigError::ZeroNodeTimeout);
+        }
+        if timeout >= checked.as_duration() {
+            return Err(ConfigError::NodeTimeoutNotBelowTtl {
+                node_timeout: timeout,
+                ttl,
+            });
+        }
+        Ok(checked)
+    }
+
+    /// The per-node timeout for requests carrying this TTL.
+    pub fn node_timeout_for(&self, ttl: Ttl) -> Duration {
+        match self.explicit_node_timeout {
+            Some(timeout) => timeout,
+            None => self
+                .node_timeout
+                .min(derived_node_timeout(ttl.as_duration())),
+        }
+    }
+}

@@ -1,0 +1,127 @@
+//! Redlock as pure logic: the distributed lock held on a majority of N
+//! independent Redis masters, with no sockets, no clock and no OS randomness.
+//!
+//! This crate decides; the caller does the I/O. Every input carries the time
+//! (`now: Instant`) and randomness comes from an RNG the caller hands in, so the
+//! same inputs always give the same decisions: tests run thousands of schedules
+//! in virtual time, and an adapter such as `redlock-tokio` stays thin.
+//!
+//! ```text
+//!              poll_request()                     send to node i
+//!   ┌──────────────┐ ───────────▶ Request ───────────────▶ ┌──────────┐
+//!   │ Acquisition  │                                        │ adapter  │──▶ N Redis masters
+//!   │ Extension    │ ◀─────────── Reply  ◀──────────────── │ (I/O,    │◀──
+//!   │ Release      │ handle_reply(reply, now)              │  clock)  │
+//!   └──────────────┘ handle_timeout(now) at poll_timeout()  └──────────┘
+//!          │ poll_event() / poll_outcome()
+//!          ▼
+//!   Lock (key, value, valid_until) or a typed error with every node's vote
+//! ```
+//!
+//! # The algorithm
+//!
+//! 1. Take the start time (the caller's monotonic `now`).
+//! 2. Ask all N nodes at once to set the key to a fresh random value with the
+//!    TTL, if absent ([`scripts::ACQUIRE`]). Each node gets a timeout far below
+//!    the TTL ([`Settings::node_timeout`]).
+//! 3. The lock is ours once a quorum (N/2+1) said yes **and** validity is left:
+//!    `validity = TTL - elapsed - drift`, with `drift = TTL * 0.01 + 2 ms`.
+//!    The decision comes as soon as it is certain either way.
+//! 4. Otherwise release on **every** node (a reply may be lost after the node set
+//!    the key) and retry after a random delay, up to the retry count or deadline.
+//!
+//! Extending ([`Lock::extend`]) and releasing ([`Lock::release`]) run the same
+//! kind of round with their own scripts.
+//!
+//! # Driving it by hand
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::time::{Duration, Instant};
+//! use rand::{SeedableRng, rngs::StdRng};
+//! use redlock_core::*;
+//!
+//! let settings = Arc::new(Config::new(["n1", "n2", "n3", "n4", "n5"]).validate()?);
+//! let t0 = Instant::now();
+//! let rng = StdRng::seed_from_u64(42); // a CSPRNG from the OS in production
+//! let mut acquire = Acquisition::new(
+//!     settings.clone(), b"invoice-42", settings.default_ttl(), Attempts::Retry, t0, rng,
+//! );
+//!
+//! // Send these five requests concurrently; here the nodes answer in turn.
+//! let requests: Vec<Request> = std::iter::from_fn(|| acquire.poll_request()).collect();
+//! assert!(requests.iter().all(|r| r.command == Command::Acquire { ttl: settings.default_ttl() }));
+//! let t1 = t0 + Duration::from_millis(2);
+//! for request in &requests[..2] {
+//!     acquire.handle_reply(Reply::to(request, Ok(Response::Int(1))), t1);
+//! }
+//! // Node 3 is held by someone else: still no decision, a quorum is possible.
+//! acquire.handle_reply(Reply::to(&requests[2], Ok(Response::Data(b"f00d".to_vec()))), t1);
+//! assert!(acquire.poll_event().is_none());
+//! // Node 4 says yes: three of five.
+//! acquire.handle_reply(Reply::to(&requests[3], Ok(Response::Int(1))), t1);
+//! let Some(AcquireEvent::Acquired(mut lock)) = acquire.poll_event() else { panic!() };
+//! assert!(lock.validity(t1) > Duration::from_millis(9_800));
+//!
+//! // Node 5's late answer is ignored. Later, release everywhere:
+//! let t2 = t1 + Duration::from_secs(1);
+//! let mut release = lock.release(t2);
+//! let requests: Vec<Request> = std::iter::from_fn(|| release.poll_request()).collect();
+//! for request in &requests {
+//!     let answer = if request.node.0 == 2 { 0 } else { 1 }; // 0: not our value there
+//!     release.handle_reply(Reply::to(request, Ok(Response::Int(answer))), t2);
+//! }
+//! let report = release.poll_outcome().expect("all nodes answered");
+//! assert_eq!((report.released(), report.not_held(), report.failed()), (4, 1, 0));
+//! # Ok::<(), ConfigError>(())
+//! ```
+//!
+//! # What Redlock guarantees, and what it does not
+//!
+//! While its assumptions hold, at most one client holds a lock at any moment
+//! (**safety**), a lock whose holder crashed frees itself after at most one TTL
+//! (**deadlock freedom**), and clients can lock and unlock while a majority of
+//! nodes is up (**fault tolerance**). The assumptions:
+//!
+//! - **Bounded clock drift.** Nodes and client measure time at nearly the same
+//!   rate (within the drift factor). A node whose clock jumps forward expires
+//!   keys early and can let two clients each see a majority.
+//! - **Bounded pauses.** The validity is a promise about the client's own clock.
+//!   A client paused (GC, swap, SIGSTOP) after the decision can wake up believing
+//!   it still holds an expired lock. Check [`Lock::validity`] right before each
+//!   step of work, and keep steps short compared to the TTL.
+//! - **Nodes keep their data.** A node that restarts empty forgets our key; run
+//!   Redis with AOF and `appendfsync always`, or keep a crashed node down for
+//!   longer than the longest TTL before it rejoins.
+//! - **No fencing by default.** A lock does not stop a paused holder's late
+//!   writes by itself. The protected resource must check a fencing token for
+//!   that; the lock value is unique per acquisition and can serve as a
+//!   compare-and-set token where the resource supports it.
+//!
+//! An even number of nodes works but wastes one: 4 nodes tolerate one failure,
+//! as 3 do.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+mod acquire;
+mod config;
+mod error;
+mod extend;
+mod quorum;
+mod release;
+mod retry;
+pub mod scripts;
+mod types;
+mod wire;
+
+pub use acquire::{AcquireEvent, Acquisition, Attempts, Lock};
+pub use config::{
+    Config, FIXED_DRIFT, MAX_TTL_MS, MAX_VALUE_LEN, MIN_VALUE_LEN, RetryConfig, Settings, Ttl,
+};
+pub use error::{AcquireError, ConfigError, ExtendError};
+pub use extend::{Extended, Extension};
+pub use quorum::{NodeVote, Votes, drift, quorum, remaining, valid_until};
+pub use release::{Release, ReleaseReport};
+pub use retry::retry_delay;
+pub use types::{AttemptId, Key, LockValue, NodeId};
+pub use wire::{Command, NodeError, NodeErrorKind, Reply, Request, Response};

@@ -1,0 +1,303 @@
+//! Quorum size, validity arithmetic, and the tally of one round of votes.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::config::FIXED_DRIFT;
+use crate::error::Millis;
+use crate::{AttemptId, NodeError, NodeId, Ttl};
+
+/// Votes needed among `nodes` nodes: a strict majority, N/2 + 1.
+///
+/// ```
+/// assert_eq!(redlock_core::quorum(1), 1);
+/// assert_eq!(redlock_core::quorum(4), 3);
+/// assert_eq!(redlock_core::quorum(5), 3);
+/// ```
+pub fn quorum(nodes: usize) -> usize {
+    nodes / 2 + 1
+}
+
+/// The clock drift allowance for a TTL: `ttl * factor + 2 ms`, rounded up to
+/// whole microseconds so that it never errs on the generous side.
+pub fn drift(ttl: Ttl, factor: f64) -> Duration {
+    let scaled = (ttl.as_millis() as f64 * factor * 1000.0).ceil();
+    Duration::from_micros(scaled as u64) + FIXED_DRIFT
+}
+
+/// When a lock set at `start` stops being valid: `start + ttl - drift`.
+///
+/// `None` when drift eats the whole TTL. Settings validation rejects such TTLs,
+/// so callers only see `None` with hand-made values.
+pub fn valid_until(start: Instant, ttl: Ttl, drift: Duration) -> Option<Instant> {
+    let usable = ttl.as_duration().checked_sub(drift)?;
+    if usable.is_zero() {
+        return None;
+    }
+    start.checked_add(usable)
+}
+
+/// The validity left at `now`: `valid_until - now`, or `None` once it is zero
+/// or less. A lock with no validity left is never handed out.
+pub fn remaining(valid_until: Instant, now: Instant) -> Option<Duration> {
+    let left = valid_until.checked_duration_since(now)?;
+    (!left.is_zero()).then_some(left)
+}
+
+/// How one node voted in a round.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NodeVote {
+    /// No answer yet (the round was decided before this node answered).
+    Pending,
+    /// The node did what was asked: set, extended or deleted our key.
+    Granted,
+    /// Extend only: our key was missing (the node restarted empty or expired it
+    /// early) and was set again. Counts as a yes.
+    Restored,
+    /// The key is held by another value, which the node returned when it could.
+    HeldByOther(Option<Vec<u8>>),
+    /// Release only: the key was already gone.
+    Missing,
+    /// The node failed or timed out.
+    Failed(NodeError),
+}
+
+impl NodeVote {
+    fn is_yes(&self) -> bool {
+        matches!(self, NodeVote::Granted | NodeVote::Restored)
+    }
+}
+
+impl fmt::Display for NodeVote {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NodeVote::Pending => f.write_str("no answer yet"),
+            NodeVote::Granted => f.write_str("granted"),
+            NodeVote::Restored => f.write_str("granted (key was missing and was set again)"),
+            NodeVote::HeldByOther(Some(value)) => write!(
+                f,
+                "held by another owner ({})",
+                crate::Key::from(value.as_slice())
+            ),
+            NodeVote::HeldByOther(None) => f.write_str("held by another owner"),
+            NodeVote::Missing => f.write_str("key already gone"),
+            NodeVote::Failed(error) => write!(f, "{error}"),
+        }
+    }
+}
+
+/// Every node's vote in one round, with the node names, for errors and logs.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Votes {
+    names: Arc<[String]>,
+    votes: Vec<NodeVote>,
+    attempt: AttemptId,
+    elapsed: Duration,
+}
+
+impl Votes {
+    /// The votes, indexed like the nodes.
+    pub fn votes(&self) -> &[NodeVote] {
+        &self.votes
+    }
+
+    /// `(node name, vote)` pairs in node order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &NodeVote)> {
+        self.names.iter().map(String::as_str).zip(&self.votes)
+    }
+
+    /// The vote of one node.
+    pub fn get(&self, node: NodeId) -> Option<&NodeVote> {
+        self.votes.get(node.0)
+    }
+
+    /// The round these votes belong to.
+    pub fn attempt(&self) -> AttemptId {
+        self.attempt
+    }
+
+    /// Time from the start of the round to its decision.
+    pub fn elapsed(&self) -> Duration {
+        self.elapsed
+    }
+
+    /// Nodes that said yes.
+    pub fn granted(&self) -> usize {
+        self.votes.iter().filter(|v| v.is_yes()).count()
+    }
+
+    /// Nodes that answered that another value holds the key.
+    pub fn held_by_other(&self) -> usize {
+        self.votes
+            .iter()
+            .filter(|v| matches!(v, NodeVote::HeldByOther(_)))
+            .count()
+    }
+
+    /// Nodes that failed or timed out.
+    pub fn failed(&self) -> usize {
+        self.votes
+            .iter()
+            .filter(|v| matches!(v, NodeVote::Failed(_)))
+            .count()
+    }
+
+    /// Names of the nodes that failed or timed out, with their errors.
+    pub fn failures(&self) -> impl Iterator<Item = (&str, &NodeError)> {
+        self.iter().filter_map(|(name, vote)| match vote {
+            NodeVote::Failed(error) => Some((name, error)),
+            _ => None,
+        })
+    }
+
+    /// Names of the nodes that reported another holder.
+    pub fn holders(&self) -> impl Iterator<Item = &str> {
+        self.iter()
+            .filter(|(_, vote)| matches!(vote, NodeVote::HeldByOther(_)))
+            .map(|(name, _)| name)
+    }
+}
+
+impl fmt::Display for Votes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} of {} nodes granted (quorum {}) in {} [",
+            self.granted(),
+            self.votes.len(),
+            quorum(self.votes.len()),
+            Millis(self.elapsed)
+        )?;
+        for (i, (name, vote)) in self.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{name}: {vote}")?;
+        }
+        f.write_str("]")
+    }
+}
+
+impl fmt::Debug for Votes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Votes({self})")
+    }
+}
+
+/// Where a round stands after a vote.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Tally {
+    /// Neither outcome is certain yet.
+    Open,
+    /// A quorum said yes.
+    Won,
+    /// Too many nodes said no or failed for a quorum to be possible.
+    Lost,
+}
+
+/// One fan-out to every node and the votes that came back.
+#[derive(Clone, Debug)]
+pub(crate) struct Round {
+    pub(crate) attempt: AttemptId,
+    pub(crate) started: Instant,
+    pub(crate) deadline: Instant,
+    timeout: Duration,
+    names: Arc<[String]>,
+    votes: Vec<NodeVote>,
+    answered: usize,
+}
+
+impl Round {
+    pub(crate) fn new(
+        attempt: AttemptId,
+        names: Arc<[String]>,
+        started: Instant,
+        timeout: Duration,
+    ) -> Self {
+        let votes = vec![NodeVote::Pending; names.len()];
+        Self {
+            attempt,
+            started,
+            // Validation bounds the timeout far below any Instant overflow.
+            deadline: started + timeout,
+            timeout,
+            names,
+            votes,
+            answered: 0,
+        }
+    }
+
+    pub(crate) fn nodes(&self) -> impl Iterator<Item = NodeId> + use<> {
+        (0..self.votes.len()).map(NodeId)
+    }
+
+    /// Records a vote. Returns false (and records nothing) for a reply from
+    /// another round, an unknown node, or a node that already answered.
+    pub(crate) fn record(&mut self, attempt: AttemptId, node: NodeId, vote: NodeVote) -> bool {
+        if attempt != self.attempt {
+            return false;
+        }
+        match self.votes.get_mut(node.0) {
+            Some(slot @ NodeVote::Pending) => {
+                *slot = vote;
+                self.answered += 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Marks every node that has not answered as timed out.
+    pub(crate) fn expire(&mut self) {
+        for slot in &mut self.votes {
+            if matches!(slot, NodeVote::Pending) {
+                *slot = NodeVote::Failed(NodeError::timeout(self.timeout));
+                self.answered += 1;
+            }
+        }
+    }
+
+    pub(crate) fn all_answered(&self) -> bool {
+        self.answered == self.votes.len()
+    }
+
+    pub(crate) fn tally(&self) -> Tally {
+        let n = self.votes.len();
+        let q = quorum(n);
+        let yes = self.votes.iter().filter(|v| v.is_yes()).count();
+        let no = self
+            .votes
+            .iter()
+            .filter(|v| !v.is_yes() && !matches!(v, NodeVote::Pending))
+            .count();
+        if yes >= q {
+            Tally::Won
+        } else if n - no < q {
+            Tally::Lost
+        } else {
+            Tally::Open
+        }
+    }
+
+    /// Whether node failures alone (not other holders) rule out a quorum.
+    pub(crate) fn failures_rule_out_quorum(&self) -> bool {
+        let n = self.votes.len();
+        let failed = self
+            .votes
+            .iter()
+            .filter(|v| matches!(v, NodeVote::Failed(_)))
+            .count();
+        n - failed < quorum(n)
+    }
+
+    pub(crate) fn votes(&self, now: Instant) -> Votes {
+        Votes {
+            names: self.names.clone(),
+            votes: self.votes.clone(),
+            attempt: self.attempt,
+            elapsed: now.saturating_duration_since(self.started),
+        }
+    }
+}

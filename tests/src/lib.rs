@@ -1,0 +1,1 @@
+//! Test harness for real `redis-server` processes.
