@@ -10,8 +10,8 @@ use crate::extend::Extension;
 use crate::quorum::{Round, Tally, remaining, valid_until};
 use crate::release::Release;
 use crate::{
-    AcquireError, AttemptId, Command, ExtendError, Key, LockValue, NodeErrorKind, NodeVote,
-    Reply, Request, Response, Settings, Ttl, Votes,
+    AcquireError, AttemptId, Command, ExtendError, Key, LockValue, NodeErrorKind, NodeVote, Reply,
+    Request, Response, Settings, Ttl, Votes,
 };
 
 /// How many attempts an [`Acquisition`] may make.
@@ -243,7 +243,9 @@ impl<R: Rng> Acquisition<R> {
 
     fn start_attempt(&mut self, now: Instant) {
         self.attempts += 1;
-        let attempt = AttemptId(u64::from(self.attempts));
+        // Random ids: a late reply to any earlier round, of this machine or of
+        // another one the caller routes to us by mistake, is never counted.
+        let attempt = AttemptId(self.rng.next_u64());
         let value = LockValue::random(&mut self.rng, self.settings.value_len());
         let round = Round::new(attempt, self.settings.node_names(), now, self.node_timeout);
         let command = Command::Acquire { ttl: self.ttl };
@@ -282,7 +284,7 @@ impl<R: Rng> Acquisition<R> {
                         acquired_at: round.started,
                         valid_until: until,
                         votes: round.votes(now),
-                        next_attempt: 0,
+                        next_attempt: self.rng.next_u64(),
                         extensions: 0,
                     };
                     self.events.push_back(AcquireEvent::Acquired(lock));
@@ -468,10 +470,9 @@ impl Lock {
     }
 
     fn next_attempt(&mut self) -> AttemptId {
-        self.next_attempt += 1;
-        // Acquire attempts count from 1; extend and release rounds of a lock
-        // use the upper half so the ids never collide in one log.
-        AttemptId((1 << 63) | self.next_attempt)
+        // Starts at a random id drawn at acquisition, like attempt ids.
+        self.next_attempt = self.next_attempt.wrapping_add(1);
+        AttemptId(self.next_attempt)
     }
 
     /// Starts extending the lock to `ttl` from `now`.

@@ -313,7 +313,9 @@ impl Settings {
         // gets its own derived timeout rather than an error.
         let timeout = match self.explicit_node_timeout {
             Some(timeout) => timeout,
-            None => self.node_timeout.min(derived_node_timeout(checked.as_duration())),
+            None => self
+                .node_timeout
+                .min(derived_node_timeout(checked.as_duration())),
         };
         if timeout.is_zero() {
             return Err(ConfigError::ZeroNodeTimeout);

@@ -14,7 +14,7 @@ pub(crate) struct Millis(pub(crate) Duration);
 impl fmt::Display for Millis {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let micros = self.0.as_micros();
-        if micros % 1000 == 0 {
+        if micros.is_multiple_of(1000) {
             write!(f, "{} ms", micros / 1000)
         } else {
             write!(f, "{:.3} ms", micros as f64 / 1000.0)
@@ -29,7 +29,9 @@ impl fmt::Display for Millis {
 #[non_exhaustive]
 pub enum ConfigError {
     /// The server list is empty.
-    #[error("no servers given: Redlock needs at least one Redis master (an odd number, such as 3 or 5)")]
+    #[error(
+        "no servers given: Redlock needs at least one Redis master (an odd number, such as 3 or 5)"
+    )]
     NoServers,
     /// The same server appears twice; it would count twice towards the quorum.
     #[error("server {server} is listed twice: each master may count only once towards the quorum")]
@@ -41,7 +43,10 @@ pub enum ConfigError {
     #[error("the TTL is zero: a lock must live for at least a few milliseconds")]
     ZeroTtl,
     /// The TTL does not fit Redis' `PX` argument.
-    #[error("the TTL {ttl:?} is too large for Redis (at most {} ms)", crate::config::MAX_TTL_MS)]
+    #[error(
+        "the TTL {ttl:?} is too large for Redis (at most {} ms)",
+        crate::config::MAX_TTL_MS
+    )]
     TtlTooLarge {
         /// The TTL asked for.
         ttl: Duration,
@@ -55,7 +60,9 @@ pub enum ConfigError {
         drift: Duration,
     },
     /// The drift factor is outside `[0, 1)`.
-    #[error("the drift factor {factor} is outside [0, 1): it is the share of the TTL set aside for clock drift")]
+    #[error(
+        "the drift factor {factor} is outside [0, 1): it is the share of the TTL set aside for clock drift"
+    )]
     DriftFactor {
         /// The factor given.
         factor: f64,
@@ -72,7 +79,11 @@ pub enum ConfigError {
         ttl: Duration,
     },
     /// The value length is outside the accepted range.
-    #[error("a lock value of {len} random bytes is outside {}..={}: too short is guessable, too long is waste", crate::config::MIN_VALUE_LEN, crate::config::MAX_VALUE_LEN)]
+    #[error(
+        "a lock value of {len} random bytes is outside {}..={}: too short is guessable, too long is waste",
+        crate::config::MIN_VALUE_LEN,
+        crate::config::MAX_VALUE_LEN
+    )]
     ValueLength {
         /// The length given.
         len: usize,

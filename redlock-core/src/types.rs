@@ -17,6 +17,9 @@ impl fmt::Display for NodeId {
 
 /// Tags every request of one round (one fan-out to all nodes).
 ///
+/// Ids are drawn from the caller's RNG, so they are unique across state
+/// machines as well as across the rounds of one.
+///
 /// A reply carries the id of the request it answers; a state machine counts it
 /// only if the id is the one of its current round, so a late reply from an
 /// earlier round can never be taken for a vote.
@@ -25,7 +28,7 @@ pub struct AttemptId(pub u64);
 
 impl fmt::Display for AttemptId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "attempt {}", self.0)
+        write!(f, "round {:016x}", self.0)
     }
 }
 

@@ -1,0 +1,154 @@
+//! Configuration is validated once, into typed errors with clear messages.
+
+use std::time::Duration;
+
+use proptest::prelude::*;
+use redlock_core::{Config, ConfigError, MAX_TTL_MS};
+
+fn servers(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("10.0.0.{i}:6379")).collect()
+}
+
+fn with(f: impl FnOnce(&mut Config)) -> Result<redlock_core::Settings, ConfigError> {
+    let mut config = Config::new(servers(3));
+    f(&mut config);
+    config.validate()
+}
+
+#[test]
+fn bad_configurations_are_typed_errors() {
+    assert_eq!(
+        with(|c| c.servers.clear()).unwrap_err(),
+        ConfigError::NoServers
+    );
+    let duplicate = with(|c| c.servers.push("10.0.0.1:6379".into())).unwrap_err();
+    assert!(
+        matches!(duplicate, ConfigError::DuplicateServer { ref server } if server == "10.0.0.1:6379")
+    );
+    assert_eq!(
+        with(|c| c.ttl = Duration::ZERO).unwrap_err(),
+        ConfigError::ZeroTtl
+    );
+    assert_eq!(
+        with(|c| c.ttl = Duration::from_micros(999)).unwrap_err(),
+        ConfigError::ZeroTtl
+    );
+    assert!(matches!(
+        with(|c| c.ttl = Duration::from_millis(MAX_TTL_MS + 1)).unwrap_err(),
+        ConfigError::TtlTooLarge { .. }
+    ));
+    assert!(matches!(
+        with(|c| c.ttl = Duration::MAX).unwrap_err(),
+        ConfigError::TtlTooLarge { .. }
+    ));
+    // 2 ms TTL: the fixed 2 ms of drift leaves nothing.
+    assert!(matches!(
+        with(|c| c.ttl = Duration::from_millis(2)).unwrap_err(),
+        ConfigError::TtlBelowDrift { .. }
+    ));
+    for factor in [-0.1, 1.0, 2.0, f64::NAN, f64::INFINITY] {
+        assert!(
+            matches!(
+                with(|c| c.drift_factor = factor).unwrap_err(),
+                ConfigError::DriftFactor { .. }
+            ),
+            "{factor}"
+        );
+    }
+    assert_eq!(
+        with(|c| c.node_timeout = Some(Duration::ZERO)).unwrap_err(),
+        ConfigError::ZeroNodeTimeout
+    );
+    assert!(matches!(
+        with(|c| c.node_timeout = Some(Duration::from_secs(10))).unwrap_err(),
+        ConfigError::NodeTimeoutNotBelowTtl { .. }
+    ));
+    assert!(matches!(
+        with(|c| c.value_len = 8).unwrap_err(),
+        ConfigError::ValueLength { len: 8 }
+    ));
+    assert_eq!(
+        with(|c| c.acquire_deadline = Some(Duration::ZERO)).unwrap_err(),
+        ConfigError::ZeroDeadline
+    );
+}
+
+#[test]
+fn messages_explain_themselves() {
+    let message = with(|c| c.servers.push("10.0.0.0:6379".into()))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.contains("10.0.0.0:6379") && message.contains("twice"),
+        "{message}"
+    );
+    let message = with(|c| c.ttl = Duration::from_millis(2))
+        .unwrap_err()
+        .to_string();
+    assert!(message.contains("no validity"), "{message}");
+}
+
+#[test]
+fn defaults_follow_the_spec() {
+    let settings = Config::new(servers(5)).validate().unwrap();
+    assert_eq!(settings.quorum(), 3);
+    assert_eq!(settings.default_ttl().as_millis(), 10_000);
+    assert_eq!(
+        settings.drift(settings.default_ttl()),
+        Duration::from_millis(102)
+    );
+    assert_eq!(settings.node_timeout(), Duration::from_millis(50));
+    assert_eq!(settings.value_len(), 20);
+    // Even N works (and wastes a node): quorum 3 of 4.
+    assert_eq!(Config::new(servers(4)).validate().unwrap().quorum(), 3);
+    // Short TTLs get a short per-node timeout rather than an error.
+    let short = with(|c| c.ttl = Duration::from_millis(300)).unwrap();
+    assert_eq!(short.node_timeout(), Duration::from_millis(10));
+    let tiny = with(|c| c.ttl = Duration::from_millis(5)).unwrap();
+    assert_eq!(tiny.node_timeout(), Duration::from_micros(2500));
+}
+
+#[test]
+fn per_call_ttls_are_checked_too() {
+    let settings = Config::new(servers(3)).validate().unwrap();
+    assert!(settings.ttl(Duration::from_secs(60)).is_ok());
+    assert_eq!(
+        settings.ttl(Duration::ZERO).unwrap_err(),
+        ConfigError::ZeroTtl
+    );
+    let fixed = with(|c| c.node_timeout = Some(Duration::from_millis(40))).unwrap();
+    assert!(matches!(
+        fixed.ttl(Duration::from_millis(30)).unwrap_err(),
+        ConfigError::NodeTimeoutNotBelowTtl { .. }
+    ));
+    // A shorter per-call TTL with a derived timeout gets a shorter timeout.
+    let ttl = settings.ttl(Duration::from_millis(100)).unwrap();
+    assert_eq!(settings.node_timeout_for(ttl), Duration::from_millis(10));
+}
+
+proptest! {
+    /// Validation never panics, and whatever it accepts has positive validity
+    /// and a per-node timeout strictly between zero and the TTL.
+    #[test]
+    fn accepted_settings_are_usable(
+        n in 0usize..8,
+        ttl_ms in 0u64..100_000,
+        factor in -0.5f64..1.5,
+        timeout_ms in proptest::option::of(0u64..200_000),
+    ) {
+        let config = Config {
+            servers: servers(n),
+            ttl: Duration::from_millis(ttl_ms),
+            drift_factor: factor,
+            node_timeout: timeout_ms.map(Duration::from_millis),
+            ..Config::default()
+        };
+        if let Ok(settings) = config.validate() {
+            let ttl = settings.default_ttl();
+            prop_assert!(settings.drift(ttl) < ttl.as_duration());
+            let timeout = settings.node_timeout_for(ttl);
+            prop_assert!(!timeout.is_zero() && timeout < ttl.as_duration());
+            prop_assert!(n >= 1);
+        }
+    }
+}

@@ -1,0 +1,412 @@
+//! Edges of the acquire, extend and release state machines, driven by hand in
+//! virtual time.
+
+mod sim;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use redlock_core::{
+    AcquireError, AcquireEvent, Acquisition, AttemptId, Attempts, Command, ExtendError, Lock,
+    NodeError, NodeErrorKind, NodeVote, Reply, Request, Response, Settings,
+};
+
+const MS: Duration = Duration::from_millis(1);
+
+fn start(settings: &Arc<Settings>, attempts: Attempts, t0: Instant) -> Acquisition<StdRng> {
+    Acquisition::new(
+        Arc::clone(settings),
+        b"edge",
+        settings.default_ttl(),
+        attempts,
+        t0,
+        StdRng::seed_from_u64(5),
+    )
+}
+
+fn drain(acquire: &mut Acquisition<StdRng>) -> Vec<Request> {
+    std::iter::from_fn(|| acquire.poll_request()).collect()
+}
+
+fn yes(request: &Request) -> Reply {
+    Reply::to(request, Ok(Response::Int(1)))
+}
+
+fn acquired(settings: &Arc<Settings>, t0: Instant) -> Lock {
+    let mut acquire = start(settings, Attempts::Once, t0);
+    for request in drain(&mut acquire) {
+        acquire.handle_reply(yes(&request), t0 + MS);
+    }
+    match acquire.poll_event() {
+        Some(AcquireEvent::Acquired(lock)) => lock,
+        other => panic!("expected a lock, got {other:?}"),
+    }
+}
+
+#[test]
+fn validity_exactly_zero_is_not_a_lock() {
+    // TTL 1000 ms, drift 10 + 2 ms: validity ends 988 ms after the start. Make
+    // the node timeout long enough that the quorum can arrive that late.
+    let settings = Arc::new(
+        redlock_core::Config {
+            servers: vec!["a".into()],
+            ttl: Duration::from_secs(1),
+            node_timeout: Some(Duration::from_millis(999)),
+            ..Default::default()
+        }
+        .validate()
+        .unwrap(),
+    );
+    let t0 = Instant::now();
+    for (at, expect_lock) in [(987, true), (988, false), (989, false)] {
+        let mut acquire = start(&settings, Attempts::Once, t0);
+        let request = drain(&mut acquire).remove(0);
+        acquire.handle_reply(yes(&request), t0 + at * MS);
+        match acquire.poll_event() {
+            Some(AcquireEvent::Acquired(lock)) => {
+                assert!(
+                    expect_lock,
+                    "{at} ms: a lock with no validity was handed out"
+                );
+                assert_eq!(lock.validity(t0 + at * MS), MS);
+                assert!(!lock.is_valid(t0 + 988 * MS));
+            }
+            Some(AcquireEvent::Failed(AcquireError::ValidityExhausted { .. })) => {
+                assert!(!expect_lock, "{at} ms: the lock should still have 1 ms");
+                // The node said yes: our key must be released there.
+                let releases = drain(&mut acquire);
+                assert_eq!(releases.len(), 1);
+                assert_eq!(releases[0].command, Command::Release);
+                assert_eq!(releases[0].value, request.value);
+            }
+            other => panic!("{at} ms: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn replies_after_the_decision_are_ignored() {
+    let settings = sim::settings(3, Duration::from_secs(1), 20 * MS);
+    let t0 = Instant::now();
+    let mut acquire = start(&settings, Attempts::Once, t0);
+    let requests = drain(&mut acquire);
+    acquire.handle_reply(yes(&requests[0]), t0 + MS);
+    acquire.handle_reply(yes(&requests[1]), t0 + MS);
+    assert!(matches!(
+        acquire.poll_event(),
+        Some(AcquireEvent::Acquired(_))
+    ));
+    acquire.handle_reply(
+        Reply::to(&requests[2], Ok(Response::Data(b"x".to_vec()))),
+        t0 + 2 * MS,
+    );
+    acquire.handle_timeout(t0 + Duration::from_secs(5));
+    assert!(acquire.poll_event().is_none());
+    assert!(acquire.poll_request().is_none());
+}
+
+#[test]
+fn replies_from_an_old_attempt_are_not_votes() {
+    let settings = sim::settings(3, Duration::from_secs(1), 20 * MS);
+    let t0 = Instant::now();
+    let mut acquire = start(&settings, Attempts::Retry, t0);
+    let first = drain(&mut acquire);
+    // Attempt 1: two nodes held by another owner -> fails, retry scheduled.
+    for request in &first[..2] {
+        acquire.handle_reply(
+            Reply::to(request, Ok(Response::Data(b"other".to_vec()))),
+            t0 + MS,
+        );
+    }
+    let Some(AcquireEvent::AttemptFailed { retry_at, .. }) = acquire.poll_event() else {
+        panic!("expected a retry");
+    };
+    let releases = drain(&mut acquire);
+    assert_eq!(
+        releases.len(),
+        3,
+        "release on every node, also those that said no"
+    );
+    acquire.handle_timeout(retry_at);
+    let second = drain(&mut acquire);
+    assert_eq!(second.len(), 3);
+    assert_ne!(second[0].attempt, first[0].attempt);
+    assert_ne!(
+        second[0].value, first[0].value,
+        "every attempt has a fresh value"
+    );
+    // Late yes votes from attempt 1 must not count for attempt 2.
+    for request in &first {
+        acquire.handle_reply(yes(request), retry_at + MS);
+    }
+    assert!(acquire.poll_event().is_none());
+    // A made-up attempt id is ignored too.
+    let forged = Reply {
+        attempt: AttemptId(0xdead),
+        ..yes(&second[0])
+    };
+    acquire.handle_reply(forged, retry_at + MS);
+    assert!(acquire.poll_event().is_none());
+    acquire.handle_reply(yes(&second[0]), retry_at + MS);
+    acquire.handle_reply(yes(&second[1]), retry_at + MS);
+    assert!(matches!(
+        acquire.poll_event(),
+        Some(AcquireEvent::Acquired(_))
+    ));
+    assert_eq!(acquire.attempts(), 2);
+}
+
+#[test]
+fn every_node_timing_out_is_no_quorum_within_one_timeout() {
+    let settings = sim::settings(5, Duration::from_secs(10), 50 * MS);
+    let t0 = Instant::now();
+    let mut acquire = start(&settings, Attempts::Once, t0);
+    let requests = drain(&mut acquire);
+    assert!(requests.iter().all(|r| r.deadline == t0 + 50 * MS));
+    assert_eq!(acquire.poll_timeout(), Some(t0 + 50 * MS));
+    acquire.handle_timeout(t0 + 49 * MS);
+    assert!(acquire.poll_event().is_none(), "not before the timeout");
+    acquire.handle_timeout(t0 + 50 * MS);
+    let Some(AcquireEvent::Failed(error)) = acquire.poll_event() else {
+        panic!("expected a failure");
+    };
+    let AcquireError::NoQuorum { votes, .. } = &error else {
+        panic!("expected NoQuorum, got {error}");
+    };
+    assert_eq!(votes.failed(), 5);
+    assert!(
+        votes
+            .failures()
+            .all(|(_, e)| e.kind == NodeErrorKind::Timeout)
+    );
+    let message = error.to_string();
+    assert!(
+        message.contains("sim-0") && message.contains("timed out"),
+        "{message}"
+    );
+    assert_eq!(
+        drain(&mut acquire).len(),
+        5,
+        "timed-out nodes are released too"
+    );
+    assert!(acquire.is_done());
+}
+
+#[test]
+fn failures_and_holders_are_told_apart() {
+    let settings = sim::settings(5, Duration::from_secs(1), 20 * MS);
+    let t0 = Instant::now();
+    let down =
+        |r: &Request| Reply::to(r, Err(NodeError::new(NodeErrorKind::Connection, "refused")));
+    let held = |r: &Request| Reply::to(r, Ok(Response::Data(b"other".to_vec())));
+    // Three nodes down: no quorum whoever holds the lock.
+    let mut acquire = start(&settings, Attempts::Once, t0);
+    let requests = drain(&mut acquire);
+    for request in &requests[1..4] {
+        acquire.handle_reply(down(request), t0);
+    }
+    let Some(AcquireEvent::Failed(error)) = acquire.poll_event() else {
+        panic!()
+    };
+    assert!(matches!(error, AcquireError::NoQuorum { .. }), "{error}");
+    assert!(!error.is_held_by_other());
+    // Two down and one held: contention made the difference.
+    let mut acquire = start(&settings, Attempts::Once, t0);
+    let requests = drain(&mut acquire);
+    acquire.handle_reply(held(&requests[0]), t0);
+    acquire.handle_reply(down(&requests[1]), t0);
+    acquire.handle_reply(down(&requests[2]), t0);
+    let Some(AcquireEvent::Failed(error)) = acquire.poll_event() else {
+        panic!()
+    };
+    assert!(error.is_held_by_other(), "{error}");
+}
+
+#[test]
+fn garbage_is_a_protocol_error_not_a_vote() {
+    let settings = sim::settings(1, Duration::from_secs(1), 20 * MS);
+    let t0 = Instant::now();
+    for garbage in [
+        Response::Int(7),
+        Response::Nil,
+        Response::Other("OK".into()),
+        Response::Int(0),
+    ] {
+        let mut acquire = start(&settings, Attempts::Once, t0);
+        let request = drain(&mut acquire).remove(0);
+        acquire.handle_reply(Reply::to(&request, Ok(garbage.clone())), t0 + MS);
+        let Some(AcquireEvent::Failed(error)) = acquire.poll_event() else {
+            panic!()
+        };
+        let vote = &error.votes().unwrap().votes()[0];
+        assert!(
+            matches!(vote, NodeVote::Failed(e) if e.kind == NodeErrorKind::Protocol),
+            "{garbage:?} -> {vote:?}"
+        );
+    }
+}
+
+#[test]
+fn single_node_cluster() {
+    let settings = sim::settings(1, Duration::from_secs(1), 20 * MS);
+    assert_eq!(settings.quorum(), 1);
+    let t0 = Instant::now();
+    let lock = acquired(&settings, t0);
+    assert_eq!(lock.votes().granted(), 1);
+    let mut acquire = start(&settings, Attempts::Once, t0);
+    let request = drain(&mut acquire).remove(0);
+    acquire.handle_reply(
+        Reply::to(&request, Ok(Response::Data(b"x".to_vec()))),
+        t0 + MS,
+    );
+    assert!(matches!(
+        acquire.poll_event(),
+        Some(AcquireEvent::Failed(AcquireError::Held { .. }))
+    ));
+}
+
+#[test]
+fn retries_stop_at_the_count_and_the_deadline() {
+    let base = redlock_core::Config {
+        servers: vec!["a".into(), "b".into(), "c".into()],
+        ttl: Duration::from_secs(1),
+        node_timeout: Some(10 * MS),
+        retry: redlock_core::RetryConfig {
+            count: 2,
+            delay: 100 * MS,
+            jitter: Duration::ZERO,
+        },
+        ..Default::default()
+    };
+    let t0 = Instant::now();
+    let run = |settings: Arc<Settings>| {
+        let mut acquire = start(&settings, Attempts::Retry, t0);
+        let mut now = t0;
+        loop {
+            drain(&mut acquire);
+            match acquire.poll_event() {
+                Some(AcquireEvent::Failed(error)) => return (error, now),
+                Some(_) => {}
+                None => {
+                    now = acquire.poll_timeout().expect("a timer while not done");
+                    acquire.handle_timeout(now);
+                }
+            }
+        }
+    };
+    let (error, at) = run(Arc::new(base.clone().validate().unwrap()));
+    assert!(
+        matches!(error, AcquireError::NoQuorum { attempts: 3, .. }),
+        "{error}"
+    );
+    assert_eq!(at, t0 + 3 * 10 * MS + 2 * 100 * MS);
+    // With a 150 ms deadline, the second retry would start after it: give up early.
+    let (error, at) = run(Arc::new(
+        redlock_core::Config {
+            acquire_deadline: Some(150 * MS),
+            ..base
+        }
+        .validate()
+        .unwrap(),
+    ));
+    let AcquireError::DeadlineExceeded { attempts, last, .. } = &error else {
+        panic!("{error}")
+    };
+    assert_eq!(*attempts, 2);
+    assert!(matches!(
+        last.as_deref(),
+        Some(AcquireError::NoQuorum { .. })
+    ));
+    assert_eq!(at, t0 + 10 * MS + 100 * MS + 10 * MS);
+}
+
+#[test]
+fn abandon_releases_everywhere() {
+    let settings = sim::settings(3, Duration::from_secs(1), 20 * MS);
+    let t0 = Instant::now();
+    let mut acquire = start(&settings, Attempts::Retry, t0);
+    let requests = drain(&mut acquire);
+    acquire.handle_reply(yes(&requests[0]), t0 + MS);
+    acquire.abandon(t0 + 2 * MS);
+    let releases = drain(&mut acquire);
+    assert_eq!(releases.len(), 3);
+    assert!(
+        releases
+            .iter()
+            .all(|r| r.command == Command::Release && r.value == requests[0].value)
+    );
+    assert!(acquire.is_done());
+    assert!(acquire.poll_event().is_none());
+}
+
+#[test]
+fn extend_counts_only_while_valid() {
+    let settings = sim::settings(3, Duration::from_secs(1), 20 * MS);
+    let t0 = Instant::now();
+    let mut lock = acquired(&settings, t0);
+    let ttl = lock.ttl();
+    // Expired before starting: refused at once.
+    let late = lock.valid_until() + MS;
+    assert!(matches!(
+        lock.extend(ttl, late),
+        Err(ExtendError::Expired { .. })
+    ));
+    // Started in time, but the quorum arrives after the validity ended.
+    let edge = lock.valid_until() - MS;
+    let mut ext = lock.extend(ttl, edge).unwrap();
+    let requests: Vec<_> = std::iter::from_fn(|| ext.poll_request()).collect();
+    assert_eq!(ext.poll_timeout(), Some(lock.valid_until()));
+    for request in &requests {
+        ext.handle_reply(Reply::to(request, Ok(Response::Int(1))), edge + 2 * MS);
+    }
+    assert!(matches!(
+        ext.poll_outcome(),
+        Some(Err(ExtendError::Expired { .. }))
+    ));
+    // In time: succeeds, a missing key is restored, validity starts from the round.
+    let now = t0 + 500 * MS;
+    let mut ext = lock.extend(ttl, now).unwrap();
+    let requests: Vec<_> = std::iter::from_fn(|| ext.poll_request()).collect();
+    ext.handle_reply(Reply::to(&requests[0], Ok(Response::Int(1))), now + MS);
+    ext.handle_reply(Reply::to(&requests[1], Ok(Response::Int(2))), now + MS);
+    let extended = ext.poll_outcome().unwrap().unwrap();
+    assert_eq!(extended.restored, 1);
+    assert_eq!(extended.valid_until, now + 988 * MS);
+    lock.apply(&extended);
+    assert_eq!(lock.validity(now + MS), 987 * MS);
+    assert_eq!(lock.extensions(), 1);
+    // Lost to another owner on a quorum.
+    let mut ext = lock.extend(ttl, now + 10 * MS).unwrap();
+    let requests: Vec<_> = std::iter::from_fn(|| ext.poll_request()).collect();
+    for request in &requests[..2] {
+        ext.handle_reply(Reply::to(request, Ok(Response::Int(0))), now + 11 * MS);
+    }
+    assert!(matches!(
+        ext.poll_outcome(),
+        Some(Err(ExtendError::Lost { .. }))
+    ));
+}
+
+#[test]
+fn releasing_an_expired_lock_is_prompt_and_clear() {
+    let settings = sim::settings(3, Duration::from_secs(1), 20 * MS);
+    let t0 = Instant::now();
+    let mut lock = acquired(&settings, t0);
+    let later = t0 + Duration::from_secs(30);
+    let mut release = lock.release(later);
+    let requests: Vec<_> = std::iter::from_fn(|| release.poll_request()).collect();
+    release.handle_reply(Reply::to(&requests[0], Ok(Response::Int(-1))), later);
+    release.handle_reply(Reply::to(&requests[1], Ok(Response::Int(0))), later);
+    // Node 3 is down and never answers: the report comes at one node timeout.
+    assert_eq!(release.poll_timeout(), Some(later + 20 * MS));
+    release.handle_timeout(later + 20 * MS);
+    let report = release.poll_outcome().unwrap();
+    assert_eq!(
+        (report.released(), report.not_held(), report.failed()),
+        (0, 2, 1)
+    );
+    assert!(!report.is_complete());
+    assert!(report.to_string().contains("sim-2: timed out"), "{report}");
+}

@@ -1,0 +1,799 @@
+//! A deterministic simulation of N Redis masters and several Redlock clients.
+//!
+//! Everything runs in virtual time: a seeded RNG decides latencies, losses,
+//! pauses, crashes and how long each client holds its lock. Nodes expire keys in
+//! their own (drifting) time and run the same scripts the real nodes run,
+//! re-implemented here from the contracts in `redlock_core::scripts`. Links keep
+//! FIFO order per (client, node), like one TCP connection.
+//!
+//! Every granted lock is recorded as a hold: from the moment the client learned
+//! it holds the lock to the earlier of its release and the end of its validity
+//! (true time). The checker then reports every pair of overlapping holds of one
+//! key: with faults inside Redlock's model there must be none.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use redlock_core::{
+    AcquireEvent, Acquisition, Attempts, Command, Config, Extension, Lock, NodeError,
+    NodeErrorKind, Release, Reply, Request, Response, RetryConfig, Settings,
+};
+
+/// What a simulated run looks like.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    pub nodes: usize,
+    pub clients: usize,
+    pub keys: usize,
+    pub ttl: Duration,
+    /// Simulated time during which clients start new acquisitions.
+    pub duration: Duration,
+    /// One-way latency, uniform in this range.
+    pub latency: (Duration, Duration),
+    /// Chance that a request, or separately its reply, is lost.
+    pub loss: f64,
+    /// Each node's clock runs at `1 + r` with `|r| <= clock_rate_bound`.
+    pub clock_rate_bound: f64,
+    /// Node crashes per run (each at a random time on a random node).
+    pub crashes: usize,
+    /// How long a crashed node stays down before it restarts, empty.
+    pub restart_delay: Duration,
+    /// Node pauses per run (SIGSTOP-like: requests wait, clock goes on).
+    pub pauses: usize,
+    pub pause_length: (Duration, Duration),
+    /// Clock jumps forward per run (out of model when large).
+    pub clock_jumps: usize,
+    pub clock_jump: Duration,
+    /// Whether holders extend their lock when they hold it longer than its validity.
+    pub extend: bool,
+    /// Whether clients retry (`lock`) or try once (`try_lock`).
+    pub retry: bool,
+    /// How long a holder plans to hold, as a share of the TTL (uniform).
+    pub hold_share: (f64, f64),
+    /// Pause between a client's operations.
+    pub think: (Duration, Duration),
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        Self {
+            nodes: 5,
+            clients: 4,
+            keys: 1,
+            ttl: Duration::from_millis(200),
+            duration: Duration::from_secs(3),
+            latency: (Duration::from_micros(100), Duration::from_millis(3)),
+            loss: 0.02,
+            clock_rate_bound: 0.004,
+            crashes: 1,
+            restart_delay: Duration::from_millis(500),
+            pauses: 2,
+            pause_length: (Duration::from_millis(5), Duration::from_millis(150)),
+            clock_jumps: 0,
+            clock_jump: Duration::ZERO,
+            extend: true,
+            retry: true,
+            hold_share: (0.05, 1.6),
+            think: (Duration::ZERO, Duration::from_millis(20)),
+        }
+    }
+}
+
+/// One granted lock: when its holder held it, in true time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hold {
+    pub client: usize,
+    pub key: usize,
+    pub start: Duration,
+    pub end: Duration,
+}
+
+/// What a run produced.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub holds: Vec<Hold>,
+    pub acquire_failures: usize,
+    pub extensions: usize,
+    pub failed_extensions: usize,
+    pub releases: usize,
+}
+
+impl Outcome {
+    /// Pairs of holds of one key by different acquisitions whose windows overlap.
+    pub fn overlaps(&self) -> Vec<(Hold, Hold)> {
+        check_overlaps(&self.holds)
+    }
+}
+
+/// The checker: sorts the holds of each key by start and reports every hold that
+/// starts before an earlier one ended.
+pub fn check_overlaps(holds: &[Hold]) -> Vec<(Hold, Hold)> {
+    let mut by_key: HashMap<usize, Vec<Hold>> = HashMap::new();
+    for hold in holds {
+        by_key.entry(hold.key).or_default().push(*hold);
+    }
+    let mut found = Vec::new();
+    for (_, mut list) in by_key {
+        list.sort_by_key(|h| (h.start, h.end));
+        // The latest end seen so far, and its hold: any later start before it overlaps.
+        let mut latest: Option<Hold> = None;
+        for hold in list {
+            if hold.end <= hold.start {
+                continue;
+            }
+            if let Some(prev) = latest {
+                if hold.start < prev.end {
+                    found.push((prev, hold));
+                }
+                if hold.end > prev.end {
+                    latest = Some(hold);
+                }
+            } else {
+                latest = Some(hold);
+            }
+        }
+    }
+    found
+}
+
+#[derive(Debug)]
+enum Event {
+    /// A request reaches its node.
+    Deliver {
+        client: usize,
+        request: Request,
+        drop_reply: bool,
+    },
+    /// A reply reaches its client.
+    Answer {
+        client: usize,
+        reply: Reply,
+    },
+    /// A client's timer (stale when `generation` is old).
+    Timer {
+        client: usize,
+        generation: u64,
+    },
+    Crash {
+        node: usize,
+    },
+    Restart {
+        node: usize,
+    },
+    Pause {
+        node: usize,
+        until: Duration,
+    },
+    Resume {
+        node: usize,
+    },
+    Jump {
+        node: usize,
+        by: Duration,
+    },
+}
+
+struct Scheduled {
+    at: Duration,
+    seq: u64,
+    event: Event,
+}
+
+impl PartialEq for Scheduled {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+impl Eq for Scheduled {}
+impl PartialOrd for Scheduled {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Scheduled {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.at, self.seq).cmp(&(other.at, other.seq))
+    }
+}
+
+struct Entry {
+    value: Vec<u8>,
+    /// Expiry in node time (microseconds).
+    expires: f64,
+}
+
+struct Node {
+    rate: f64,
+    jump: f64,
+    up: bool,
+    paused: bool,
+    waiting: VecDeque<(usize, Request, bool)>,
+    data: HashMap<Vec<u8>, Entry>,
+}
+
+impl Node {
+    fn clock(&self, now: Duration) -> f64 {
+        now.as_micros() as f64 * (1.0 + self.rate) + self.jump
+    }
+
+    /// Runs one script the way Redis would, from the contracts in `scripts`.
+    fn run(&mut self, now: Duration, request: &Request) -> Response {
+        let clock = self.clock(now);
+        let key = request.key.as_bytes().to_vec();
+        if self.data.get(&key).is_some_and(|e| e.expires <= clock) {
+            self.data.remove(&key);
+        }
+        let ours = request.value.as_bytes();
+        let held = self.data.get(&key).map(|e| e.value.clone());
+        let set = |data: &mut HashMap<Vec<u8>, Entry>, ttl: redlock_core::Ttl| {
+            data.insert(
+                key.clone(),
+                Entry {
+                    value: ours.to_vec(),
+                    expires: clock + ttl.as_millis() as f64 * 1000.0,
+                },
+            );
+        };
+        match request.command {
+            Command::Acquire { ttl } => match held {
+                Some(value) => Response::Data(value),
+                None => {
+                    set(&mut self.data, ttl);
+                    Response::Int(1)
+                }
+            },
+            Command::Extend { ttl } => match held {
+                Some(value) if value == ours => {
+                    set(&mut self.data, ttl);
+                    Response::Int(1)
+                }
+                Some(_) => Response::Int(0),
+                None => {
+                    set(&mut self.data, ttl);
+                    Response::Int(2)
+                }
+            },
+            Command::Release => match held {
+                Some(value) if value == ours => {
+                    self.data.remove(&key);
+                    Response::Int(1)
+                }
+                Some(_) => Response::Int(0),
+                None => Response::Int(-1),
+            },
+            other => panic!("the simulation does not know {other:?}"),
+        }
+    }
+}
+
+enum ClientState {
+    Idle,
+    Acquiring {
+        key: usize,
+        machine: Acquisition<StdRng>,
+    },
+    Holding {
+        key: usize,
+        lock: Lock,
+        hold: usize,
+        release_at: Duration,
+        extension: Option<Extension>,
+    },
+    Releasing {
+        machine: Release,
+    },
+}
+
+struct Client {
+    state: ClientState,
+    generation: u64,
+    /// Last delivery time per node link, to keep links FIFO.
+    link_out: Vec<Duration>,
+    link_in: Vec<Duration>,
+}
+
+/// The simulated world.
+pub struct World {
+    cfg: SimConfig,
+    rng: StdRng,
+    base: Instant,
+    now: Duration,
+    seq: u64,
+    queue: BinaryHeap<Reverse<Scheduled>>,
+    nodes: Vec<Node>,
+    clients: Vec<Client>,
+    settings: Arc<Settings>,
+    outcome: Outcome,
+}
+
+/// Settings for a simulated cluster of `nodes` with this TTL.
+pub fn settings(nodes: usize, ttl: Duration, node_timeout: Duration) -> Arc<Settings> {
+    let config = Config {
+        servers: (0..nodes).map(|i| format!("sim-{i}")).collect(),
+        ttl,
+        node_timeout: Some(node_timeout),
+        retry: RetryConfig {
+            count: 3,
+            delay: Duration::from_millis(5),
+            jitter: Duration::from_millis(30),
+        },
+        ..Config::default()
+    };
+    Arc::new(config.validate().expect("valid simulation settings"))
+}
+
+/// Runs one seeded schedule to the end and returns what happened.
+pub fn run(seed: u64, cfg: &SimConfig) -> Outcome {
+    let mut world = World::new(seed, cfg.clone());
+    world.run();
+    world.outcome
+}
+
+impl World {
+    fn new(seed: u64, cfg: SimConfig) -> Self {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let nodes = (0..cfg.nodes)
+            .map(|_| Node {
+                rate: if cfg.clock_rate_bound > 0.0 {
+                    rng.random_range(-cfg.clock_rate_bound..=cfg.clock_rate_bound)
+                } else {
+                    0.0
+                },
+                jump: 0.0,
+                up: true,
+                paused: false,
+                waiting: VecDeque::new(),
+                data: HashMap::new(),
+            })
+            .collect();
+        let clients = (0..cfg.clients)
+            .map(|_| Client {
+                state: ClientState::Idle,
+                generation: 0,
+                link_out: vec![Duration::ZERO; cfg.nodes],
+                link_in: vec![Duration::ZERO; cfg.nodes],
+            })
+            .collect();
+        // A per-node timeout well above the worst round trip, far below the TTL.
+        let node_timeout = (cfg.latency.1 * 3).min(cfg.ttl / 4);
+        let settings = settings(cfg.nodes, cfg.ttl, node_timeout);
+        let mut world = Self {
+            rng,
+            base: Instant::now(),
+            now: Duration::ZERO,
+            seq: 0,
+            queue: BinaryHeap::new(),
+            nodes,
+            clients,
+            settings,
+            outcome: Outcome::default(),
+            cfg,
+        };
+        world.schedule_faults();
+        for client in 0..world.clients.len() {
+            let start = world.uniform(world.cfg.think);
+            world.arm(client, start);
+        }
+        world
+    }
+
+    fn uniform(&mut self, (low, high): (Duration, Duration)) -> Duration {
+        if high <= low {
+            return low;
+        }
+        Duration::from_micros(
+            self.rng
+                .random_range(low.as_micros() as u64..=high.as_micros() as u64),
+        )
+    }
+
+    fn push(&mut self, at: Duration, event: Event) {
+        self.seq += 1;
+        self.queue.push(Reverse(Scheduled {
+            at,
+            seq: self.seq,
+            event,
+        }));
+    }
+
+    fn instant(&self, at: Duration) -> Instant {
+        self.base + at
+    }
+
+    fn since_base(&self, at: Instant) -> Duration {
+        at.saturating_duration_since(self.base)
+    }
+
+    fn schedule_faults(&mut self) {
+        let span = (Duration::ZERO, self.cfg.duration);
+        for _ in 0..self.cfg.crashes {
+            let at = self.uniform(span);
+            let node = self.rng.random_range(0..self.cfg.nodes);
+            // The restart is scheduled when the crash happens (a crash of a
+            // node that is already down does nothing).
+            self.push(at, Event::Crash { node });
+        }
+        for _ in 0..self.cfg.pauses {
+            let at = self.uniform(span);
+            let node = self.rng.random_range(0..self.cfg.nodes);
+            let length = self.uniform(self.cfg.pause_length);
+            self.push(
+                at,
+                Event::Pause {
+                    node,
+                    until: at + length,
+                },
+            );
+        }
+        for _ in 0..self.cfg.clock_jumps {
+            let at = self.uniform(span);
+            let node = self.rng.random_range(0..self.cfg.nodes);
+            let by = self.cfg.clock_jump;
+            self.push(at, Event::Jump { node, by });
+        }
+    }
+
+    /// Sets the client's single timer to `at` (earlier timers become stale).
+    fn arm(&mut self, client: usize, at: Duration) {
+        let c = &mut self.clients[client];
+        c.generation += 1;
+        let generation = c.generation;
+        self.push(at, Event::Timer { client, generation });
+    }
+
+    fn run(&mut self) {
+        // Bounded: the horizon leaves time for the last holds and releases.
+        let horizon = self.cfg.duration + self.cfg.ttl * 4 + Duration::from_secs(1);
+        while let Some(Reverse(next)) = self.queue.pop() {
+            if next.at > horizon {
+                break;
+            }
+            self.now = next.at;
+            self.handle(next.event);
+        }
+        // Close holds still open at the horizon at their validity end (already set).
+    }
+
+    fn handle(&mut self, event: Event) {
+        match event {
+            Event::Deliver {
+                client,
+                request,
+                drop_reply,
+            } => self.deliver(client, request, drop_reply),
+            Event::Answer { client, reply } => self.on_reply(client, reply),
+            Event::Timer { client, generation } => {
+                if self.clients[client].generation == generation {
+                    self.on_timer(client);
+                }
+            }
+            Event::Crash { node } if !self.nodes[node].up => {}
+            Event::Crash { node } => {
+                let delay = self.cfg.restart_delay;
+                self.push(self.now + delay, Event::Restart { node });
+                if std::env::var_os("SIM_TRACE").is_some() {
+                    eprintln!("{:?} node {node} crashes", self.now);
+                }
+                let n = &mut self.nodes[node];
+                n.up = false;
+                n.paused = false;
+                n.waiting.clear();
+                // No persistence: a crash loses every key.
+                n.data.clear();
+            }
+            Event::Restart { node } => {
+                if std::env::var_os("SIM_TRACE").is_some() {
+                    eprintln!("{:?} node {node} restarts", self.now);
+                }
+                let n = &mut self.nodes[node];
+                n.up = true;
+                n.data.clear();
+            }
+            Event::Pause { node, until } => {
+                if self.nodes[node].up && !self.nodes[node].paused {
+                    self.nodes[node].paused = true;
+                    self.push(until, Event::Resume { node });
+                }
+            }
+            Event::Resume { node } => {
+                let n = &mut self.nodes[node];
+                n.paused = false;
+                let waiting: Vec<_> = n.waiting.drain(..).collect();
+                for (client, request, drop_reply) in waiting {
+                    self.process(client, request, drop_reply);
+                }
+            }
+            Event::Jump { node, by } => {
+                self.nodes[node].jump += by.as_micros() as f64;
+            }
+        }
+    }
+
+    fn deliver(&mut self, client: usize, request: Request, drop_reply: bool) {
+        let node = &mut self.nodes[request.node.0];
+        if !node.up {
+            // A down node refuses the connection: the client hears so quickly.
+            let reply = Reply::to(
+                &request,
+                Err(NodeError::new(
+                    NodeErrorKind::Connection,
+                    "connection refused",
+                )),
+            );
+            self.answer(client, request.node.0, reply, false);
+            return;
+        }
+        if node.paused {
+            node.waiting.push_back((client, request, drop_reply));
+            return;
+        }
+        self.process(client, request, drop_reply);
+    }
+
+    fn process(&mut self, client: usize, request: Request, drop_reply: bool) {
+        let now = self.now;
+        let response = self.nodes[request.node.0].run(now, &request);
+        if std::env::var_os("SIM_TRACE").is_some() {
+            eprintln!(
+                "{:?} node {} <- client {client} {} {} => {response:?} (drop reply: {drop_reply})",
+                now,
+                request.node.0,
+                request.command.name(),
+                request.value
+            );
+        }
+        let reply = Reply::to(&request, Ok(response));
+        self.answer(client, request.node.0, reply, drop_reply);
+    }
+
+    fn answer(&mut self, client: usize, node: usize, reply: Reply, drop_reply: bool) {
+        if drop_reply {
+            return;
+        }
+        let latency = self.uniform(self.cfg.latency);
+        let at = (self.now + latency).max(self.clients[client].link_in[node]);
+        self.clients[client].link_in[node] = at;
+        self.push(at, Event::Answer { client, reply });
+    }
+
+    fn send(&mut self, client: usize, request: Request) {
+        let node = request.node.0;
+        let lose_request = self.rng.random_bool(self.cfg.loss);
+        let drop_reply = self.rng.random_bool(self.cfg.loss);
+        if lose_request {
+            return;
+        }
+        let latency = self.uniform(self.cfg.latency);
+        let at = (self.now + latency).max(self.clients[client].link_out[node]);
+        self.clients[client].link_out[node] = at;
+        self.push(
+            at,
+            Event::Deliver {
+                client,
+                request,
+                drop_reply,
+            },
+        );
+    }
+
+    fn on_reply(&mut self, client: usize, reply: Reply) {
+        let now = self.instant(self.now);
+        match &mut self.clients[client].state {
+            ClientState::Acquiring { machine, .. } => machine.handle_reply(reply, now),
+            ClientState::Holding {
+                extension: Some(ext),
+                ..
+            } => ext.handle_reply(reply, now),
+            ClientState::Releasing { machine } => machine.handle_reply(reply, now),
+            _ => {}
+        }
+        self.step(client);
+    }
+
+    fn on_timer(&mut self, client: usize) {
+        let now = self.instant(self.now);
+        let cfg_duration = self.cfg.duration;
+        match &mut self.clients[client].state {
+            ClientState::Idle => {
+                if self.now < cfg_duration {
+                    self.start_acquire(client);
+                }
+                return;
+            }
+            ClientState::Acquiring { machine, .. } => machine.handle_timeout(now),
+            ClientState::Holding { extension, .. } => {
+                if let Some(ext) = extension {
+                    ext.handle_timeout(now);
+                }
+            }
+            ClientState::Releasing { machine } => machine.handle_timeout(now),
+        }
+        self.step(client);
+    }
+
+    fn start_acquire(&mut self, client: usize) {
+        let key = self.rng.random_range(0..self.cfg.keys);
+        let seed = self.rng.random();
+        let attempts = if self.cfg.retry {
+            Attempts::Retry
+        } else {
+            Attempts::Once
+        };
+        let machine = Acquisition::new(
+            self.settings.clone(),
+            format!("key-{key}").as_bytes(),
+            self.settings.default_ttl(),
+            attempts,
+            self.instant(self.now),
+            StdRng::seed_from_u64(seed),
+        );
+        self.clients[client].state = ClientState::Acquiring { key, machine };
+        self.step(client);
+    }
+
+    /// Drains the client's state machine: sends requests, handles events,
+    /// moves between states, and re-arms the timer.
+    fn step(&mut self, client: usize) {
+        let now_instant = self.instant(self.now);
+        let mut outgoing = Vec::new();
+        let mut next = Next::Stay(None);
+        match &mut self.clients[client].state {
+            ClientState::Idle => {}
+            ClientState::Acquiring { key, machine } => {
+                outgoing.extend(std::iter::from_fn(|| machine.poll_request()));
+                let key = *key;
+                next = Next::Stay(machine.poll_timeout());
+                while let Some(event) = machine.poll_event() {
+                    match event {
+                        AcquireEvent::Acquired(lock) => next = Next::Hold(key, lock),
+                        AcquireEvent::AttemptFailed { .. } => {}
+                        AcquireEvent::Failed(_) => next = Next::Idle { failed: true },
+                    }
+                }
+            }
+            ClientState::Holding {
+                lock,
+                hold,
+                release_at,
+                extension,
+                ..
+            } => {
+                if let Some(ext) = extension {
+                    outgoing.extend(std::iter::from_fn(|| ext.poll_request()));
+                    if let Some(result) = ext.poll_outcome() {
+                        match result {
+                            Ok(extended) => {
+                                lock.apply(&extended);
+                                self.outcome.extensions += 1;
+                                let end = self.base.elapsed_since_base(lock.valid_until());
+                                self.outcome.holds[*hold].end = end;
+                            }
+                            Err(_) => self.outcome.failed_extensions += 1,
+                        }
+                        *extension = None;
+                    }
+                }
+                let release_at_instant = self.base + *release_at;
+                let valid_until = lock.valid_until();
+                if now_instant >= release_at_instant || now_instant >= valid_until {
+                    // Done with the work, or the lock ran out: stop and release.
+                    let hold_end = &mut self.outcome.holds[*hold].end;
+                    *hold_end = (*hold_end).min(self.now);
+                    self.outcome.releases += 1;
+                    next = Next::Release(lock.release(now_instant));
+                } else {
+                    if extension.is_none() && self.cfg.extend {
+                        let left = lock.validity(now_instant);
+                        if left <= lock.ttl().as_duration() / 2 {
+                            let ttl = lock.ttl();
+                            match lock.extend(ttl, now_instant) {
+                                Ok(mut ext) => {
+                                    outgoing.extend(std::iter::from_fn(|| ext.poll_request()));
+                                    *extension = Some(ext);
+                                }
+                                Err(_) => self.outcome.failed_extensions += 1,
+                            }
+                        }
+                    }
+                    let mut wake = release_at_instant.min(valid_until);
+                    if let Some(ext) = extension {
+                        wake = wake.min(ext.poll_timeout().unwrap_or(wake));
+                    } else if self.cfg.extend {
+                        // Wake when half the TTL of validity is left, to extend.
+                        let half = lock.ttl().as_duration() / 2;
+                        if let Some(at) = valid_until.checked_sub(half)
+                            && at > now_instant
+                        {
+                            wake = wake.min(at);
+                        }
+                    }
+                    next = Next::Stay(Some(wake));
+                }
+            }
+            ClientState::Releasing { machine } => {
+                outgoing.extend(std::iter::from_fn(|| machine.poll_request()));
+                next = match machine.poll_outcome() {
+                    Some(_) => Next::Idle { failed: false },
+                    None => Next::Stay(machine.poll_timeout()),
+                };
+            }
+        }
+        for request in outgoing {
+            self.send(client, request);
+        }
+        match next {
+            Next::Hold(key, lock) => {
+                let start = self.now;
+                if std::env::var_os("SIM_TRACE").is_some() {
+                    eprintln!(
+                        "{:?} client {client} holds {} until {:?}: {}",
+                        self.now,
+                        lock.value(),
+                        self.since_base(lock.valid_until()),
+                        lock.votes()
+                    );
+                }
+                let end = self.since_base(lock.valid_until());
+                self.outcome.holds.push(Hold {
+                    client,
+                    key,
+                    start,
+                    end,
+                });
+                let hold = self.outcome.holds.len() - 1;
+                let share = self
+                    .rng
+                    .random_range(self.cfg.hold_share.0..=self.cfg.hold_share.1);
+                let release_at = self.now + self.cfg.ttl.mul_f64(share);
+                self.clients[client].state = ClientState::Holding {
+                    key,
+                    lock,
+                    hold,
+                    release_at,
+                    extension: None,
+                };
+                self.step(client);
+            }
+            Next::Release(machine) => {
+                self.clients[client].state = ClientState::Releasing { machine };
+                self.step(client);
+            }
+            Next::Idle { failed } => {
+                if failed {
+                    self.outcome.acquire_failures += 1;
+                }
+                self.clients[client].state = ClientState::Idle;
+                let think = self.uniform(self.cfg.think);
+                self.arm(client, self.now + think);
+            }
+            Next::Stay(Some(at)) => {
+                let at = self.since_base(at).max(self.now);
+                self.arm(client, at);
+            }
+            Next::Stay(None) => {}
+        }
+    }
+}
+
+enum Next {
+    Stay(Option<Instant>),
+    Hold(usize, Lock),
+    Release(Release),
+    Idle { failed: bool },
+}
+
+trait SinceBase {
+    fn elapsed_since_base(&self, at: Instant) -> Duration;
+}
+
+impl SinceBase for Instant {
+    fn elapsed_since_base(&self, at: Instant) -> Duration {
+        at.saturating_duration_since(*self)
+    }
+}
