@@ -111,3 +111,77 @@ fn decision_comes_as_soon_as_it_is_certain() {
         }
     }
 }
+
+mod decision_properties {
+    use super::*;
+    use proptest::prelude::*;
+    use redlock_core::{NodeError, NodeErrorKind};
+
+    fn answer(kind: u8) -> Result<Response, NodeError> {
+        match kind {
+            0 => Ok(Response::Int(1)),
+            1 => Ok(Response::Data(b"other".to_vec())),
+            2 => Err(NodeError::new(NodeErrorKind::Connection, "refused")),
+            _ => Ok(Response::Other("garbage".into())),
+        }
+    }
+
+    proptest! {
+        /// Whatever the answers and their order: the lock is granted exactly
+        /// when a quorum said yes before the timeout, and a failure always
+        /// queues a release for every node.
+        #[test]
+        fn granted_iff_quorum_of_yes(
+            n in prop::sample::select(vec![1usize, 3, 5, 7]),
+            kinds in prop::collection::vec(0u8..4, 7),
+            order in Just(()).prop_perturb(|_, mut rng| {
+                let mut idx: Vec<usize> = (0..7).collect();
+                for i in (1..idx.len()).rev() {
+                    idx.swap(i, (rng.next_u32() as usize) % (i + 1));
+                }
+                idx
+            }),
+            answered in 0usize..=7,
+        ) {
+            let settings = sim::settings(n, Duration::from_secs(1), Duration::from_millis(20));
+            let t0 = Instant::now();
+            let mut acquire = Acquisition::new(
+                settings.clone(), b"prop", settings.default_ttl(), Attempts::Once, t0, StdRng::seed_from_u64(3),
+            );
+            let requests: Vec<Request> = std::iter::from_fn(|| acquire.poll_request()).collect();
+            let order: Vec<usize> = order.into_iter().filter(|&i| i < n).collect();
+            let mut yes = 0;
+            let mut event = None;
+            for &i in order.iter().take(answered) {
+                if kinds[i] == 0 {
+                    yes += 1;
+                }
+                acquire.handle_reply(Reply::to(&requests[i], answer(kinds[i])), t0 + Duration::from_millis(1));
+                event = acquire.poll_event();
+                if event.is_some() {
+                    break;
+                }
+            }
+            if event.is_none() {
+                // Nodes that did not answer time out.
+                acquire.handle_timeout(t0 + Duration::from_millis(20));
+                event = acquire.poll_event();
+            }
+            let releases: Vec<Request> = std::iter::from_fn(|| acquire.poll_request()).collect();
+            match event {
+                Some(AcquireEvent::Acquired(lock)) => {
+                    prop_assert!(yes >= quorum(n));
+                    prop_assert!(lock.votes().granted() >= quorum(n));
+                    prop_assert!(releases.is_empty());
+                }
+                Some(AcquireEvent::Failed(_)) => {
+                    prop_assert!(yes < quorum(n));
+                    prop_assert_eq!(releases.len(), n);
+                    prop_assert!(releases.iter().all(|r| r.command == Command::Release));
+                }
+                other => prop_assert!(false, "no decision: {:?}", other),
+            }
+            prop_assert!(acquire.is_done());
+        }
+    }
+}
