@@ -1,1 +1,149 @@
-//! Placeholder: filled by the adapter work.
+//! Redlock for Tokio: a distributed lock held on a majority of N independent
+//! Redis masters.
+//!
+//! This crate is the I/O half of the pair: it owns one connection per node,
+//! sends each round of script calls to all nodes at once, applies the
+//! per-node timeout and feeds the answers to the state machines of
+//! [`redlock_core`], which make every decision (quorum, validity, retries).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use redlock_tokio::Redlock;
+//!
+//! # async fn demo() -> Result<(), redlock_tokio::Error> {
+//! let redlock = Redlock::connect([
+//!     "redis://127.0.0.1:7001",
+//!     "redis://127.0.0.1:7002",
+//!     "redis://127.0.0.1:7003",
+//! ])
+//! .await?;
+//!
+//! // Lock, work while validity is left, release.
+//! let mut guard = redlock.lock("invoice-42").await?;
+//! assert!(guard.validity() > Duration::from_secs(9)); // 10 s TTL by default
+//! guard.extend(Duration::from_secs(10)).await?;
+//! let report = guard.release().await;
+//! println!("{report}");
+//!
+//! // Or let the lock be kept alive while a future runs, which is cancelled
+//! // if the lock is lost.
+//! let total = redlock
+//!     .with_lock("report", |lost| async move {
+//!         // ... long work; `lost.cancelled()` fires if the lock is lost ...
+//!         42
+//!     })
+//!     .await?;
+//! # let _ = total;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Connections
+//!
+//! - One long-lived multiplexed connection per node, shared by every lock
+//!   and every clone of the [`Redlock`] handle; requests to one node are
+//!   executed in the order they were sent.
+//! - The three Lua scripts are loaded (`SCRIPT LOAD`) on every connection,
+//!   so each operation is one `EVALSHA` per node. A node that answers
+//!   `NOSCRIPT` (it restarted) gets the script loaded again and the call
+//!   retried once.
+//! - The per-node timeout comes from the core's settings; redis' own
+//!   response timeout is switched off.
+//! - [`Builder::build`] connects to all nodes in parallel. A node that
+//!   cannot be reached does **not** fail the build (Redlock works with a
+//!   majority): it is reconnected in the background with backoff (50 ms
+//!   doubling to 2 s), and until then requests to it fail at once, counting
+//!   as that node's failure. A node that **rejects the credentials** does
+//!   fail the build with [`Error::Auth`]: that is a configuration error.
+//! - Connections and background tasks live on the Tokio runtime that made
+//!   them. A client used on another runtime after its first one shut down
+//!   finds its connections closed: the first request to each node fails,
+//!   and the node is reconnected on the current runtime.
+//! - URLs: `redis://[user:password@]host[:port][/db]`, `rediss://` for TLS
+//!   (feature `tls`, on by default: rustls with the webpki roots; a
+//!   `#insecure` fragment skips certificate checks). Nodes are named by
+//!   `host:port/db` in errors and logs; passwords never appear in errors,
+//!   `Debug` output or logs.
+//!
+//! # Dropping and cancelling
+//!
+//! - Every future here is cancel-safe. A dropped [`Redlock::lock`] or
+//!   [`Redlock::try_lock`] releases, in a background task, whatever its
+//!   attempt in flight may have set on the nodes.
+//! - A [`LockGuard`] or [`KeepAliveGuard`] dropped without `release`
+//!   releases the lock in a background task on the current Tokio runtime.
+//!   Dropped outside a runtime nothing can be sent, and the key stays until
+//!   its TTL expires.
+//! - Nobody waits for slow nodes: an acquire or extend returns as soon as
+//!   the core decides, and the requests still in flight then complete in the
+//!   background (so the slow nodes get the lock or the new TTL too).
+//!   Releases of failed attempts also go out in the background. Every
+//!   request is queued on its node's connection the moment the core emits
+//!   it, so a release always runs after the acquire it undoes.
+//!
+//! # Guarantees and limits
+//!
+//! While a majority of nodes is up, at most one client holds a lock at any
+//! moment, as long as Redlock's assumptions hold (see [`redlock_core`]):
+//!
+//! - **Bounded clock drift and pauses.** The validity is measured on this
+//!   client's monotonic clock; a client paused (GC, swap, SIGSTOP) past its
+//!   validity may resume believing it still holds the lock. Check
+//!   [`LockGuard::validity`] before each step, keep steps short compared to
+//!   the TTL, or use [`Redlock::with_lock`], which cancels the work the
+//!   moment the lock is lost.
+//! - **Nodes keep their data.** A node that restarts empty forgets the key;
+//!   run Redis with AOF and `appendfsync always`, or keep a crashed node down
+//!   for longer than the longest TTL.
+//! - **No fencing.** Nothing stops a holder that lost its lock from writing
+//!   late. Where the protected resource can compare values, use the lock
+//!   value ([`LockGuard::value`]) as a compare-and-set token.
+//! - **Unguessable values.** Each acquisition writes 20 random bytes (hex)
+//!   from a CSPRNG (rand's `StdRng`, seeded from its OS-seeded thread-local
+//!   generator); only the holder of that value can extend or release.
+//! - **Independent masters.** The URLs must point at N independent
+//!   masters, not at replicas of one another.
+#![forbid(unsafe_code)]
+
+mod client;
+mod driver;
+mod error;
+mod guard;
+mod node;
+mod server;
+
+pub use client::{Builder, DEFAULT_CONNECT_TIMEOUT, Redlock};
+pub use error::{Error, LossReason};
+pub use guard::{KeepAlive, KeepAliveGuard, LockGuard};
+
+/// The core crate, re-exported: configuration, errors and votes.
+pub use redlock_core as core;
+pub use redlock_core::{
+    AcquireError, ConfigError, ExtendError, Key, LockValue, NodeError, NodeErrorKind, NodeVote,
+    ReleaseReport, RetryConfig, Settings, Votes,
+};
+pub use tokio_util::sync::CancellationToken;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync_clone<T: Send + Sync + Clone>() {}
+    fn assert_send<T: Send>(_: &T) {}
+
+    #[test]
+    fn handles_are_send_and_sync() {
+        assert_send_sync_clone::<Redlock>();
+        assert_send_sync_clone::<Error>();
+    }
+
+    #[allow(dead_code, clippy::diverging_sub_expression, unreachable_code)]
+    fn futures_are_send(redlock: Redlock, guard: LockGuard, kept: KeepAliveGuard) {
+        assert_send(&redlock.lock("r"));
+        assert_send(&redlock.try_lock_with_ttl(b"r", std::time::Duration::from_secs(1)));
+        assert_send(&redlock.release_value("r", &LockValue::from_string("v")));
+        assert_send(&redlock.with_lock("r", |_| async { 1 }));
+        assert_send(&kept.release());
+        assert_send(&guard.release());
+    }
+}

@@ -1,1 +1,60 @@
 //! Test harness for real `redis-server` processes.
+//!
+//! Redlock's promises are about independent Redis masters that crash, stall
+//! and come back, so the integration tests run against real servers and break
+//! them on purpose. This crate starts those servers and a few fake ones:
+//!
+//! - [`RedisNode`]: one `redis-server` on a free `127.0.0.1` port, with no
+//!   persistence and its own data dir. It can be [killed](RedisNode::kill)
+//!   (`SIGKILL`), [paused](RedisNode::pause) (`SIGSTOP`) and
+//!   [resumed](RedisNode::resume), and [restarted](RedisNode::restart) on the
+//!   same port with no data, as a crashed master without persistence would.
+//!   It carries a small synchronous client for assertions
+//!   ([`get`](RedisNode::get), [`pttl`](RedisNode::pttl),
+//!   [`commandstats`](RedisNode::commandstats), ...).
+//! - [`RedisCluster`]: N independent nodes started in parallel.
+//! - [`GarbageServer`]: answers with bytes that are not RESP.
+//! - [`SilentServer`]: accepts connections and never answers.
+//!
+//! ```
+//! use redlock_tests::RedisCluster;
+//!
+//! let cluster = RedisCluster::start(3);
+//! cluster.node(0).set("resource", "value");
+//! assert_eq!(cluster.node(0).get("resource").as_deref(), Some(&b"value"[..]));
+//!
+//! // A crashed master without persistence comes back empty, on the same port.
+//! let port = cluster.node(0).port();
+//! cluster.node(0).restart();
+//! assert_eq!(cluster.node(0).port(), port);
+//! assert!(!cluster.node(0).exists("resource"));
+//! ```
+//!
+//! # Requirements
+//!
+//! `redis-server` on `PATH` (or named by `$REDIS_SERVER_BIN`). `make test` runs
+//! `scripts/ensure-deps.sh`, which installs it on Debian when missing.
+//!
+//! # Cleanup
+//!
+//! Servers are killed and their data dirs removed when their handle is
+//! dropped, including while a test panics. A test process that is itself
+//! killed (for example by nextest's timeout) cannot run its `Drop`s, so:
+//!
+//! - every data dir, `<harness_root>/<test pid>-<n>/`, holds a `redis.pid`
+//!   file and is the server's working directory;
+//! - the first server started by a later test process kills the servers of
+//!   data dirs whose test process is gone;
+//! - `make test` finishes with `scripts/kill-harness-redis.sh`, which kills
+//!   any `redis-server` whose working directory is under the harness root.
+//!
+//! Only processes named `redis-server` whose working directory is a harness
+//! data dir are ever signalled; other Redis servers on the machine are left
+//! alone. See [`harness_root`] for where the root is.
+
+mod harness;
+
+pub use harness::{
+    CLIENT_TIMEOUT, GARBAGE_REPLY, GarbageServer, HARNESS_DIR_ENV, NodeOptions, REDIS_SERVER_ENV,
+    RedisCluster, RedisNode, STARTUP_TIMEOUT, SilentServer, harness_root,
+};

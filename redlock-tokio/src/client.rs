@@ -1,0 +1,541 @@
+//! The cheap-to-clone client handle and its builder.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use redlock_core::{
+    AcquireEvent, Acquisition, AttemptId, Attempts, Command, Config, LockValue, NodeErrorKind,
+    Release, ReleaseReport, RetryConfig, Settings,
+};
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, debug, info, info_span};
+
+use crate::driver::{complete_in_background, drive, send, spawn_releases};
+use crate::guard::{KeepAlive, LockGuard};
+use crate::node::Node;
+use crate::server::{Server, redact};
+use crate::{Error, LossReason};
+
+/// The default for [`Builder::connect_timeout`].
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// A Redlock client over N independent Redis masters.
+///
+/// Cheap to clone (one `Arc`); clones share the connections. Make one per
+/// process with [`Redlock::connect`] or [`Redlock::builder`] and pass clones
+/// around.
+#[derive(Clone)]
+pub struct Redlock {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    settings: Arc<Settings>,
+    nodes: Arc<[Arc<Node>]>,
+}
+
+impl fmt::Debug for Redlock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Redlock")
+            .field("nodes", &self.inner.nodes)
+            .field("settings", &self.inner.settings)
+            .finish()
+    }
+}
+
+impl Redlock {
+    /// Connects to these servers with every option at its default
+    /// (10 s TTL, 10 retries 50..200 ms apart).
+    ///
+    /// Same as `Redlock::builder(urls).build()`; see [`Builder::build`] for
+    /// what fails the build and what does not.
+    pub async fn connect<I, S>(urls: I) -> Result<Self, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Self::builder(urls).build().await
+    }
+
+    /// A builder for these servers: `redis://[user:password@]host[:port][/db]`,
+    /// or `rediss://...` for TLS, one URL per independent master.
+    pub fn builder<I, S>(urls: I) -> Builder
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Builder::new(
+            urls.into_iter()
+                .map(|url| Source::Url(url.as_ref().to_owned()))
+                .collect(),
+        )
+    }
+
+    /// The validated settings (node names, quorum, TTL, timeouts, ...).
+    pub fn settings(&self) -> &Settings {
+        &self.inner.settings
+    }
+
+    /// The nodes' canonical addresses (`host:port/db`), in the order the
+    /// votes in errors use.
+    pub fn nodes(&self) -> &[String] {
+        self.inner.settings.nodes()
+    }
+
+    /// How many nodes have a connection up right now.
+    pub fn connected_nodes(&self) -> usize {
+        self.inner.nodes.iter().filter(|n| n.is_connected()).count()
+    }
+
+    pub(crate) fn node_handles(&self) -> &Arc<[Arc<Node>]> {
+        &self.inner.nodes
+    }
+
+    /// One attempt to acquire the lock on `resource` with the default TTL.
+    ///
+    /// Fails at once when another owner holds it
+    /// ([`Error::is_held_by_other`]) or when too few nodes answer.
+    ///
+    /// Cancel-safe: dropping the future releases whatever the attempt may
+    /// have set on the nodes, in the background.
+    pub async fn try_lock(&self, resource: impl AsRef<[u8]>) -> Result<LockGuard, Error> {
+        self.acquire(resource.as_ref(), None, Attempts::Once).await
+    }
+
+    /// [`try_lock`](Self::try_lock) with a TTL for this lock.
+    pub async fn try_lock_with_ttl(
+        &self,
+        resource: impl AsRef<[u8]>,
+        ttl: Duration,
+    ) -> Result<LockGuard, Error> {
+        self.acquire(resource.as_ref(), Some(ttl), Attempts::Once)
+            .await
+    }
+
+    /// Acquires the lock on `resource` with the default TTL, retrying after
+    /// a random delay as configured, until the retry count or the acquire
+    /// deadline runs out.
+    ///
+    /// Cancel-safe: dropping the future (for example in
+    /// `tokio::time::timeout`) releases whatever the attempt in flight may
+    /// have set on the nodes, in the background.
+    pub async fn lock(&self, resource: impl AsRef<[u8]>) -> Result<LockGuard, Error> {
+        self.acquire(resource.as_ref(), None, Attempts::Retry).await
+    }
+
+    /// [`lock`](Self::lock) with a TTL for this lock.
+    pub async fn lock_with_ttl(
+        &self,
+        resource: impl AsRef<[u8]>,
+        ttl: Duration,
+    ) -> Result<LockGuard, Error> {
+        self.acquire(resource.as_ref(), Some(ttl), Attempts::Retry)
+            .await
+    }
+
+    /// Runs `work` while holding the lock on `resource`, kept alive with
+    /// [`KeepAlive::default`], and releases it at the end.
+    ///
+    /// `work` gets a token that is cancelled the moment the lock is lost. If
+    /// that happens, the `work` future is dropped (cancelled at its current
+    /// `.await`) and the result is [`Error::LockLost`]. The lock is released
+    /// in every case before this returns (or in the background if this
+    /// future is itself dropped).
+    ///
+    /// Dropping `work` stops it only at an `.await`: code between two
+    /// awaits, or a blocking call, runs to its next `.await` first. Check
+    /// the token (or keep steps short) in long synchronous sections.
+    pub async fn with_lock<F, Fut, T>(
+        &self,
+        resource: impl AsRef<[u8]>,
+        work: F,
+    ) -> Result<T, Error>
+    where
+        F: FnOnce(CancellationToken) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        self.with_lock_kept_alive(resource, KeepAlive::default(), work)
+            .await
+    }
+
+    /// [`with_lock`](Self::with_lock) with other keep-alive options.
+    pub async fn with_lock_kept_alive<F, Fut, T>(
+        &self,
+        resource: impl AsRef<[u8]>,
+        keep_alive: KeepAlive,
+        work: F,
+    ) -> Result<T, Error>
+    where
+        F: FnOnce(CancellationToken) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let guard = self.lock(resource).await?;
+        let key = guard.key().clone();
+        let kept = guard.keep_alive(keep_alive);
+        let token = kept.lost_token();
+        let outcome: Result<T, LossReason> = tokio::select! {
+            biased;
+            reason = kept.lost() => Err(reason),
+            value = work(token) => Ok(value),
+        };
+        let report = kept.release().await;
+        debug!(key = %key, report = %report, "released after with_lock");
+        outcome.map_err(|reason| Error::LockLost { key, reason })
+    }
+
+    /// Releases `value` on `resource` on every node: for a lock taken
+    /// elsewhere (another process, a [`LockGuard::forget`]ed guard) whose
+    /// value is known. Only that value is deleted; a key held by another
+    /// value is left alone.
+    pub async fn release_value(
+        &self,
+        resource: impl AsRef<[u8]>,
+        value: &LockValue,
+    ) -> ReleaseReport {
+        let settings = self.settings();
+        let key = settings.key(resource.as_ref());
+        let span = info_span!("redlock.release", resource = %key);
+        let mut release = Release::new(settings, key, value.clone(), AttemptId(0), Instant::now());
+        async {
+            let report = drive(&mut release, &self.inner.nodes).await;
+            info!(report = %report, "released");
+            report
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn acquire(
+        &self,
+        resource: &[u8],
+        ttl: Option<Duration>,
+        attempts: Attempts,
+    ) -> Result<LockGuard, Error> {
+        let settings = &self.inner.settings;
+        let ttl = match ttl {
+            Some(ttl) => settings.ttl(ttl)?,
+            None => settings.default_ttl(),
+        };
+        let key = settings.key(resource);
+        let span = info_span!(
+            "redlock.acquire",
+            resource = %key,
+            ttl_ms = ttl.as_millis(),
+            retry = matches!(attempts, Attempts::Retry),
+        );
+        let rng = StdRng::from_rng(&mut rand::rng());
+        let acquisition = Acquisition::new(
+            Arc::clone(settings),
+            resource,
+            ttl,
+            attempts,
+            Instant::now(),
+            rng,
+        );
+        let mut run = AcquireRun {
+            nodes: Arc::clone(&self.inner.nodes),
+            acquisition,
+            finished: false,
+        };
+        let lock = run.run().instrument(span).await?;
+        Ok(LockGuard::new(self.clone(), resource.into(), lock))
+    }
+}
+
+/// An acquisition being driven. Dropping it before the final event abandons
+/// the attempt in flight and sends its releases in the background.
+struct AcquireRun {
+    nodes: Arc<[Arc<Node>]>,
+    acquisition: Acquisition<StdRng>,
+    finished: bool,
+}
+
+impl AcquireRun {
+    async fn run(&mut self) -> Result<redlock_core::Lock, Error> {
+        let mut in_flight = FuturesUnordered::new();
+        loop {
+            let mut releases = Vec::new();
+            while let Some(request) = self.acquisition.poll_request() {
+                if request.command == Command::Release {
+                    releases.push(request);
+                } else {
+                    in_flight.push(send(&self.nodes, request));
+                }
+            }
+            spawn_releases(&self.nodes, releases);
+            while let Some(event) = self.acquisition.poll_event() {
+                match event {
+                    AcquireEvent::Acquired(lock) => {
+                        self.finished = true;
+                        // The lock is ours: let the slow nodes be locked too,
+                        // without making the caller wait for them.
+                        complete_in_background(std::mem::take(&mut in_flight));
+                        info!(
+                            attempts = self.acquisition.attempts(),
+                            validity_ms = lock.validity(Instant::now()).as_millis() as u64,
+                            votes = %lock.votes(),
+                            "lock acquired"
+                        );
+                        return Ok(lock);
+                    }
+                    AcquireEvent::AttemptFailed { error, retry_at } => {
+                        debug!(
+                            error = %error,
+                            retry_in_ms = retry_at.saturating_duration_since(Instant::now()).as_millis() as u64,
+                            "attempt failed; retrying"
+                        );
+                    }
+                    AcquireEvent::Failed(error) => {
+                        self.finished = true;
+                        info!(error = %error, "lock not acquired");
+                        return Err(error.into());
+                    }
+                }
+            }
+            let Some(at) = self.acquisition.poll_timeout() else {
+                // Without a final event the acquisition is attempting or
+                // waiting, and both have a timeout.
+                panic!("an unfinished acquisition has no timeout");
+            };
+            tokio::select! {
+                Some(reply) = in_flight.next(), if !in_flight.is_empty() => {
+                    if let Some(reply) = reply {
+                        self.acquisition.handle_reply(reply, Instant::now());
+                    }
+                }
+                () = tokio::time::sleep_until(tokio::time::Instant::from_std(at)) => {
+                    self.acquisition.handle_timeout(Instant::now());
+                }
+            }
+        }
+    }
+}
+
+impl Drop for AcquireRun {
+    fn drop(&mut self) {
+        if !self.finished {
+            debug!(key = %self.acquisition.key(), "acquire cancelled; releasing the attempt in flight");
+            self.acquisition.abandon(Instant::now());
+        }
+        // After the decision (or the abandon) only releases are queued.
+        let releases: Vec<_> = std::iter::from_fn(|| self.acquisition.poll_request()).collect();
+        spawn_releases(&self.nodes, releases);
+    }
+}
+
+enum Source {
+    Url(String),
+    Client(Box<redis::Client>),
+}
+
+/// Options for a [`Redlock`] client, made by [`Redlock::builder`] or
+/// [`Builder::from_clients`].
+///
+/// Every option of the core's [`Config`] has a setter; the defaults are the
+/// core's. [`build`](Self::build) validates them all at once.
+pub struct Builder {
+    sources: Vec<Source>,
+    config: Config,
+    connect_timeout: Duration,
+}
+
+impl fmt::Debug for Builder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let servers: Vec<String> = self
+            .sources
+            .iter()
+            .map(|source| match source {
+                Source::Url(url) => redact(url),
+                Source::Client(client) => {
+                    crate::server::canonical_name(client.get_connection_info())
+                }
+            })
+            .collect();
+        f.debug_struct("Builder")
+            .field("servers", &servers)
+            .field("config", &self.config)
+            .field("connect_timeout", &self.connect_timeout)
+            .finish()
+    }
+}
+
+impl Builder {
+    fn new(sources: Vec<Source>) -> Self {
+        Self {
+            sources,
+            config: Config::default(),
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+        }
+    }
+
+    /// A builder for clients made elsewhere (custom TLS certificates, RESP3,
+    /// ...). Each must point at its own independent master.
+    pub fn from_clients(clients: impl IntoIterator<Item = redis::Client>) -> Self {
+        Self::new(
+            clients
+                .into_iter()
+                .map(|client| Source::Client(Box::new(client)))
+                .collect(),
+        )
+    }
+
+    /// How long a lock lives on each node unless released or extended.
+    /// Default 10 s.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.config.ttl = ttl;
+        self
+    }
+
+    /// Share of the TTL set aside for clock drift, in `[0, 1)`. Default 0.01.
+    pub fn drift_factor(mut self, factor: f64) -> Self {
+        self.config.drift_factor = factor;
+        self
+    }
+
+    /// How long one node may take to answer. Default: 1% of the TTL, between
+    /// 10 and 50 ms.
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.config.node_timeout = Some(timeout);
+        self
+    }
+
+    /// Attempts after the first one in [`Redlock::lock`]. Default 10.
+    pub fn retry_count(mut self, count: u32) -> Self {
+        self.config.retry.count = count;
+        self
+    }
+
+    /// The fixed part of the wait between attempts. Default 50 ms.
+    pub fn retry_delay(mut self, delay: Duration) -> Self {
+        self.config.retry.delay = delay;
+        self
+    }
+
+    /// The random part of the wait between attempts. Default 150 ms.
+    pub fn retry_jitter(mut self, jitter: Duration) -> Self {
+        self.config.retry.jitter = jitter;
+        self
+    }
+
+    /// The whole retry schedule at once.
+    pub fn retry(mut self, retry: RetryConfig) -> Self {
+        self.config.retry = retry;
+        self
+    }
+
+    /// An upper bound on a whole [`Redlock::lock`], retries included.
+    /// Default: none, only the retry count bounds it.
+    pub fn acquire_deadline(mut self, deadline: Duration) -> Self {
+        self.config.acquire_deadline = Some(deadline);
+        self
+    }
+
+    /// Random bytes per lock value (16..=256). Default 20.
+    pub fn value_len(mut self, len: usize) -> Self {
+        self.config.value_len = len;
+        self
+    }
+
+    /// Prepended to every resource name to form its key, for example
+    /// `"lock:"`. Default empty.
+    pub fn key_prefix(mut self, prefix: impl Into<Vec<u8>>) -> Self {
+        self.config.key_prefix = prefix.into();
+        self
+    }
+
+    /// How long connecting to one node (TCP, TLS, authentication, loading
+    /// the scripts) may take, at build and on every reconnection.
+    /// Default [`DEFAULT_CONNECT_TIMEOUT`] (1 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Validates the options and connects to every node in parallel.
+    ///
+    /// Fails with:
+    /// - [`Error::Config`] for an option that cannot work, an unparsable URL
+    ///   (reported with its password redacted) or two URLs for the same
+    ///   server and database ([`ConfigError::DuplicateServer`](redlock_core::ConfigError::DuplicateServer));
+    ///   nothing is connected then;
+    /// - [`Error::Auth`] when a server rejects the credentials: that is a
+    ///   configuration error, and waiting will not fix it.
+    ///
+    /// A node that cannot be reached (refused, timed out, not a Redis
+    /// server) does **not** fail the build: Redlock works while a majority
+    /// is up. It is reconnected in the background with backoff, and counts
+    /// as a failed node until then. The build waits at most the
+    /// [connect timeout](Self::connect_timeout).
+    pub async fn build(self) -> Result<Redlock, Error> {
+        let mut servers = Vec::with_capacity(self.sources.len());
+        for source in self.sources {
+            servers.push(match source {
+                Source::Url(url) => Server::from_url(&url)?,
+                Source::Client(client) => Server::from_client(*client),
+            });
+        }
+        let config = Config {
+            servers: servers.iter().map(|s| s.name.clone()).collect(),
+            ..self.config
+        };
+        let settings = Arc::new(config.validate()?);
+        if servers.iter().any(Server::is_tls) {
+            install_crypto_provider();
+        }
+        let nodes: Arc<[Arc<Node>]> = servers
+            .into_iter()
+            .map(|server| Arc::new(Node::new(server.name, server.client, self.connect_timeout)))
+            .collect();
+        let results = futures::future::join_all(nodes.iter().map(|node| node.connect())).await;
+        let mut auth_failure = None;
+        for (node, result) in nodes.iter().zip(results) {
+            match &result {
+                Ok(_) => debug!(node = node.name(), "connected"),
+                Err(error) if error.kind == NodeErrorKind::Auth => {
+                    auth_failure.get_or_insert_with(|| Error::Auth {
+                        server: node.name().to_owned(),
+                        error: error.clone(),
+                    });
+                }
+                Err(error) => tracing::warn!(
+                    node = node.name(),
+                    error = %error,
+                    "node unreachable at build; reconnecting in the background"
+                ),
+            }
+            if auth_failure.is_none() {
+                node.set_initial(result);
+            }
+        }
+        if let Some(error) = auth_failure {
+            // Dropping the nodes ends any reconnection task already started.
+            return Err(error);
+        }
+        let client = Redlock {
+            inner: Arc::new(Inner { settings, nodes }),
+        };
+        info!(
+            nodes = client.nodes().len(),
+            connected = client.connected_nodes(),
+            quorum = client.settings().quorum(),
+            "redlock client ready"
+        );
+        Ok(client)
+    }
+}
+
+#[cfg(feature = "tls")]
+fn install_crypto_provider() {
+    // redis builds its rustls configuration from the process-wide default
+    // provider. Install ring unless the application installed one already.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+#[cfg(not(feature = "tls"))]
+fn install_crypto_provider() {}

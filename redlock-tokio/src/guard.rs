@@ -1,0 +1,503 @@
+//! The lock guard: validity, extend, release, auto-extension.
+
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use redlock_core::{ExtendError, Key, Lock, LockValue, ReleaseReport, Votes};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use crate::driver::drive;
+use crate::{Error, LossReason, Redlock};
+
+/// A lock held on a quorum of nodes.
+///
+/// Check [`validity`](Self::validity) (or [`is_valid`](Self::is_valid))
+/// before each step of work: the lock is only ours while validity is left.
+/// End it with [`release`](Self::release), which waits for the nodes and
+/// reports what each did.
+///
+/// Dropping the guard without releasing releases the lock in a background
+/// task on the current Tokio runtime (on every node, since any of them may
+/// hold our value). Dropped outside a runtime, nothing can be sent: the key
+/// then stays on the nodes until its TTL expires.
+#[must_use = "dropping the guard releases the lock at once"]
+pub struct LockGuard {
+    client: Redlock,
+    resource: Arc<[u8]>,
+    /// `None` only once released, forgotten or handed to a keep-alive.
+    lock: Option<Lock>,
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut s = f.debug_struct("LockGuard");
+        if let Some(lock) = &self.lock {
+            s.field("key", lock.key())
+                .field("ttl", &lock.ttl())
+                .field("validity", &lock.validity(Instant::now()))
+                .field("extensions", &lock.extensions());
+        }
+        s.finish_non_exhaustive()
+    }
+}
+
+impl LockGuard {
+    pub(crate) fn new(client: Redlock, resource: Arc<[u8]>, lock: Lock) -> Self {
+        Self {
+            client,
+            resource,
+            lock: Some(lock),
+        }
+    }
+
+    fn core(&self) -> &Lock {
+        // Every method that takes the lock out consumes the guard.
+        self.lock
+            .as_ref()
+            .expect("a live guard always holds its lock")
+    }
+
+    /// The resource name, as given to `lock`.
+    pub fn resource(&self) -> &[u8] {
+        &self.resource
+    }
+
+    /// The Redis key: the key prefix followed by the resource name.
+    pub fn key(&self) -> &Key {
+        self.core().key()
+    }
+
+    /// Our unique value on the nodes. Whoever knows it can release the lock
+    /// ([`Redlock::release_value`]).
+    pub fn value(&self) -> &LockValue {
+        self.core().value()
+    }
+
+    /// Validity left now: the lock is ours for this long at most, as far as
+    /// this client's clock can tell. Zero once expired.
+    pub fn validity(&self) -> Duration {
+        self.core().validity(Instant::now())
+    }
+
+    /// Whether any validity is left now.
+    pub fn is_valid(&self) -> bool {
+        self.core().is_valid(Instant::now())
+    }
+
+    /// The instant the validity ends.
+    pub fn valid_until(&self) -> Instant {
+        self.core().valid_until()
+    }
+
+    /// The TTL of the last acquire or extend.
+    pub fn ttl(&self) -> Duration {
+        self.core().ttl().as_duration()
+    }
+
+    /// Successful extensions so far.
+    pub fn extensions(&self) -> u64 {
+        self.core().extensions()
+    }
+
+    /// The votes of the round that acquired the lock.
+    pub fn votes(&self) -> &Votes {
+        self.core().votes()
+    }
+
+    /// Extends the lock to `ttl` from now, on a quorum of nodes, and returns
+    /// the new validity.
+    ///
+    /// Fails with [`ExtendError::Expired`] when no validity is left (someone
+    /// else may hold the lock by now), [`ExtendError::Lost`] when another
+    /// owner holds it, and [`ExtendError::NoQuorum`] when too few nodes
+    /// answered. After a failure, treat the lock as lost; the guard still
+    /// releases on drop. Cancel-safe: a dropped extension changes nothing
+    /// here.
+    pub async fn extend(&mut self, ttl: Duration) -> Result<Duration, Error> {
+        let ttl = self.client.settings().ttl(ttl)?;
+        let nodes = Arc::clone(self.client.node_handles());
+        let lock = self
+            .lock
+            .as_mut()
+            .expect("a live guard always holds its lock");
+        let span = info_span!("redlock.extend", resource = %lock.key(), ttl_ms = ttl.as_millis());
+        let mut extension = lock.extend(ttl, Instant::now()).inspect_err(|error| {
+            span.in_scope(|| info!(error = %error, "lock not extended"));
+        })?;
+        let outcome = drive(&mut extension, &nodes).instrument(span.clone()).await;
+        span.in_scope(|| match outcome {
+            Ok(extended) => {
+                lock.apply(&extended);
+                let validity = lock.validity(Instant::now());
+                info!(validity_ms = validity.as_millis() as u64, votes = %extended.votes, "lock extended");
+                Ok(validity)
+            }
+            Err(error) => {
+                info!(error = %error, "lock not extended");
+                Err(error.into())
+            }
+        })
+    }
+
+    /// Releases the lock on every node and reports what each did. Ends
+    /// within one per-node timeout, also when nodes are down or the lock
+    /// has expired. Only our value is ever deleted.
+    ///
+    /// Cancel-safe: if this future is dropped, the release continues in the
+    /// background.
+    pub async fn release(mut self) -> ReleaseReport {
+        let lock = self
+            .lock
+            .as_mut()
+            .expect("a live guard always holds its lock");
+        let report = release_lock(&self.client, lock).await;
+        // Only now: a release cancelled above is redone by `Drop`.
+        self.lock = None;
+        report
+    }
+
+    /// Stops tracking the lock without releasing it and returns its value:
+    /// the key stays on the nodes until it expires or someone releases the
+    /// value with [`Redlock::release_value`].
+    pub fn forget(mut self) -> LockValue {
+        let lock = self
+            .lock
+            .take()
+            .expect("a live guard always holds its lock");
+        lock.value().clone()
+    }
+
+    /// Keeps the lock alive in a background task: it is extended to its TTL
+    /// whenever the validity left drops to
+    /// [`KeepAlive::extend_when_left`] of the TTL, until
+    /// [`KeepAlive::max_extensions`], a failed extension, or release.
+    ///
+    /// Watch [`KeepAliveGuard::lost`] or [`KeepAliveGuard::lost_token`]: they
+    /// fire the moment the lock can no longer be counted on.
+    ///
+    /// # Panics
+    /// Outside a Tokio runtime, like `tokio::spawn`.
+    pub fn keep_alive(mut self, options: KeepAlive) -> KeepAliveGuard {
+        let lock = self
+            .lock
+            .take()
+            .expect("a live guard always holds its lock");
+        let key = lock.key().clone();
+        let value = lock.value().clone();
+        let shared = Arc::new(Shared {
+            state: Mutex::new(Kept { lock, loss: None }),
+            lost: CancellationToken::new(),
+        });
+        let span = info_span!("redlock.keep_alive", resource = %key);
+        let task = tokio::spawn(
+            keep_alive(self.client.clone(), Arc::clone(&shared), options).instrument(span),
+        );
+        KeepAliveGuard {
+            client: self.client.clone(),
+            resource: Arc::clone(&self.resource),
+            key,
+            value,
+            shared,
+            task: Some(task),
+            released: false,
+        }
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if let Some(lock) = self.lock.take() {
+            spawn_release(self.client.clone(), lock, None);
+        }
+    }
+}
+
+/// Releases `lock` in the background, after `task` (a keep-alive whose
+/// extensions must not overtake the release) has stopped.
+fn spawn_release(client: Redlock, mut lock: Lock, task: Option<JoinHandle<()>>) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        warn!(
+            key = %lock.key(),
+            "lock dropped outside a Tokio runtime: it stays held until its TTL expires"
+        );
+        return;
+    };
+    debug!(key = %lock.key(), "lock dropped; releasing in the background");
+    runtime.spawn(async move {
+        if let Some(task) = task {
+            task.abort();
+            let _ = task.await;
+        }
+        release_lock(&client, &mut lock).await;
+    });
+}
+
+pub(crate) async fn release_lock(client: &Redlock, lock: &mut Lock) -> ReleaseReport {
+    let span = info_span!("redlock.release", resource = %lock.key());
+    let mut release = lock.release(Instant::now());
+    async {
+        let report = drive(&mut release, client.node_handles()).await;
+        info!(report = %report, "lock released");
+        report
+    }
+    .instrument(span)
+    .await
+}
+
+/// How a [`KeepAliveGuard`] extends its lock.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct KeepAlive {
+    /// Extend when the validity left drops to this share of the TTL.
+    /// Default 0.5: a 10 s lock is extended about every 5 s. Values are
+    /// clamped to `[0.05, 0.95]`; the lead is also at least two per-node
+    /// timeouts, so an extension has time to finish.
+    pub extend_when_left: f64,
+    /// Stop extending after this many extensions; the lock is then lost
+    /// when its validity runs out ([`LossReason::ExtensionLimit`]).
+    /// Default `None`: extend until released.
+    pub max_extensions: Option<u64>,
+}
+
+impl Default for KeepAlive {
+    fn default() -> Self {
+        Self {
+            extend_when_left: 0.5,
+            max_extensions: None,
+        }
+    }
+}
+
+struct Shared {
+    state: Mutex<Kept>,
+    lost: CancellationToken,
+}
+
+struct Kept {
+    lock: Lock,
+    loss: Option<LossReason>,
+}
+
+impl Shared {
+    fn with<R>(&self, f: impl FnOnce(&mut Kept) -> R) -> R {
+        // Every update is a single assignment or `Lock::apply`; a panic cannot
+        // leave the state half-written.
+        f(&mut self.state.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    fn lose(&self, reason: LossReason) {
+        warn!(reason = %reason, "lock lost");
+        self.with(|kept| kept.loss.get_or_insert(reason).clone());
+        self.lost.cancel();
+    }
+}
+
+/// A lock kept alive by a background task, made by
+/// [`LockGuard::keep_alive`].
+///
+/// The lock is lost when an extension fails for good (another owner, or
+/// validity ran out) or the extension limit is reached; then
+/// [`lost`](Self::lost) completes and [`lost_token`](Self::lost_token) is
+/// cancelled, at once. An extension that fails only because too few nodes
+/// answered is retried while validity is left, so the loss is signalled at
+/// the latest when the validity runs out.
+///
+/// Dropping it stops the extensions and releases the lock in the
+/// background, like [`LockGuard`].
+#[must_use = "dropping the guard releases the lock at once"]
+pub struct KeepAliveGuard {
+    client: Redlock,
+    resource: Arc<[u8]>,
+    key: Key,
+    value: LockValue,
+    shared: Arc<Shared>,
+    task: Option<JoinHandle<()>>,
+    released: bool,
+}
+
+impl fmt::Debug for KeepAliveGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeepAliveGuard")
+            .field("key", &self.key)
+            .field("validity", &self.validity())
+            .field("extensions", &self.extensions())
+            .field("loss", &self.loss())
+            .finish_non_exhaustive()
+    }
+}
+
+impl KeepAliveGuard {
+    /// The resource name, as given to `lock`.
+    pub fn resource(&self) -> &[u8] {
+        &self.resource
+    }
+
+    /// The Redis key.
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+
+    /// Our unique value on the nodes.
+    pub fn value(&self) -> &LockValue {
+        &self.value
+    }
+
+    /// Validity left now; zero once the lock is lost, even if the last
+    /// validity window has not ended.
+    pub fn validity(&self) -> Duration {
+        self.shared.with(|kept| match kept.loss {
+            Some(_) => Duration::ZERO,
+            None => kept.lock.validity(Instant::now()),
+        })
+    }
+
+    /// Whether validity is left and the lock is not lost.
+    pub fn is_valid(&self) -> bool {
+        !self.validity().is_zero()
+    }
+
+    /// Successful extensions so far.
+    pub fn extensions(&self) -> u64 {
+        self.shared.with(|kept| kept.lock.extensions())
+    }
+
+    /// Why the lock was lost, once it is.
+    pub fn loss(&self) -> Option<LossReason> {
+        self.shared.with(|kept| kept.loss.clone())
+    }
+
+    /// Whether the lock is lost.
+    pub fn is_lost(&self) -> bool {
+        self.shared.lost.is_cancelled()
+    }
+
+    /// Completes when the lock is lost, with the reason. Cancel-safe; may be
+    /// awaited any number of times.
+    pub async fn lost(&self) -> LossReason {
+        self.shared.lost.cancelled().await;
+        self.loss()
+            .expect("the loss reason is stored before the token is cancelled")
+    }
+
+    /// A token cancelled the moment the lock is lost, to hand to work that
+    /// should stop then (`token.cancelled().await`, or
+    /// `token.run_until_cancelled(work)`). Cancelling it yourself does not
+    /// affect the lock.
+    pub fn lost_token(&self) -> CancellationToken {
+        self.shared.lost.child_token()
+    }
+
+    /// Stops extending and releases the lock on every node.
+    ///
+    /// Cancel-safe: if this future is dropped, the release continues in the
+    /// background.
+    pub async fn release(mut self) -> ReleaseReport {
+        if let Some(task) = self.task.take() {
+            // Wait until the keep-alive has stopped, so that no extension
+            // (which may set a missing key again) is sent after the release.
+            task.abort();
+            let _ = task.await;
+        }
+        let mut lock = self.shared.with(|kept| kept.lock.clone());
+        let report = release_lock(&self.client, &mut lock).await;
+        self.released = true;
+        report
+    }
+}
+
+impl Drop for KeepAliveGuard {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        let lock = self.shared.with(|kept| kept.lock.clone());
+        spawn_release(self.client.clone(), lock, self.task.take());
+    }
+}
+
+/// The keep-alive loop: sleep until the extension is due, extend, repeat.
+async fn keep_alive(client: Redlock, shared: Arc<Shared>, options: KeepAlive) {
+    let share = if options.extend_when_left.is_finite() {
+        options.extend_when_left.clamp(0.05, 0.95)
+    } else {
+        KeepAlive::default().extend_when_left
+    };
+    loop {
+        let (valid_until, ttl, extensions) = shared.with(|kept| {
+            (
+                kept.lock.valid_until(),
+                kept.lock.ttl(),
+                kept.lock.extensions(),
+            )
+        });
+        if options.max_extensions.is_some_and(|max| extensions >= max) {
+            debug!(
+                extensions,
+                "extension limit reached; the lock ends with its validity"
+            );
+            tokio::time::sleep_until(valid_until.into()).await;
+            shared.lose(LossReason::ExtensionLimit { extensions });
+            return;
+        }
+        let settings = client.settings();
+        let node_timeout = settings.node_timeout_for(ttl);
+        // A freshly extended lock is valid for `span`; extending no later
+        // than 90% into it keeps the loop from spinning with large leads.
+        let span = ttl.as_duration().saturating_sub(settings.drift(ttl));
+        let lead = ttl
+            .as_duration()
+            .mul_f64(share)
+            .max(node_timeout * 2)
+            .min(span.mul_f64(0.9));
+        let due = valid_until.checked_sub(lead).unwrap_or(valid_until);
+        tokio::time::sleep_until(due.into()).await;
+        if let Err(error) = extend_until_done(&client, &shared, node_timeout).await {
+            shared.lose(LossReason::ExtendFailed(error));
+            return;
+        }
+    }
+}
+
+/// One extension to the lock's TTL; a round that failed only for lack of a
+/// quorum of answers is retried while validity is left.
+async fn extend_until_done(
+    client: &Redlock,
+    shared: &Shared,
+    node_timeout: Duration,
+) -> Result<(), ExtendError> {
+    let pause = node_timeout.max(Duration::from_millis(10));
+    loop {
+        let mut extension = shared.with(|kept| {
+            let ttl = kept.lock.ttl();
+            kept.lock.extend(ttl, Instant::now())
+        })?;
+        let span = info_span!("redlock.extend", attempt = extension.attempt().0);
+        let outcome = drive(&mut extension, client.node_handles())
+            .instrument(span.clone())
+            .await;
+        match outcome {
+            Ok(extended) => {
+                span.in_scope(|| {
+                    debug!(validity_ms = extended.validity.as_millis() as u64, votes = %extended.votes, "lock extended");
+                });
+                shared.with(|kept| kept.lock.apply(&extended));
+                return Ok(());
+            }
+            Err(error @ ExtendError::NoQuorum { .. }) => {
+                let valid_until = shared.with(|kept| kept.lock.valid_until());
+                let retry_at = Instant::now() + pause;
+                if retry_at >= valid_until {
+                    tokio::time::sleep_until(valid_until.into()).await;
+                    return Err(error);
+                }
+                span.in_scope(|| {
+                    warn!(error = %error, "extension failed; retrying while validity is left");
+                });
+                tokio::time::sleep_until(retry_at.into()).await;
+            }
+            Err(error) => return Err(error),
+        }
+    }
+}

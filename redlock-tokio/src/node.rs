@@ -1,0 +1,417 @@
+//! One Redis master: its long-lived connection, its scripts, and the mapping
+//! of redis replies and errors onto the core's `Response` and `NodeError`.
+//!
+//! Each node keeps one multiplexed connection that every request shares, so
+//! requests to one node are written in the order they are sent: a release
+//! sent after an acquire is executed after it. The connection is made (and
+//! the three scripts loaded) eagerly at build, and again in a background task
+//! with backoff whenever it breaks. While a node has no connection, requests
+//! to it fail at once with the last connection error, which the core counts
+//! as that node's failure; nothing waits for a reconnect.
+
+use std::fmt;
+use std::sync::{Arc, LazyLock, Mutex, PoisonError, Weak};
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, ErrorKind, RedisError, ServerErrorKind, Value};
+use redlock_core::{Command, NodeError, NodeErrorKind, Request, Response, scripts};
+use tokio::task::JoinHandle;
+use tracing::{debug, info, warn};
+
+/// First wait before reconnecting after a failed attempt; doubles each time.
+const RECONNECT_MIN: Duration = Duration::from_millis(50);
+/// Longest wait between reconnection attempts.
+const RECONNECT_MAX: Duration = Duration::from_secs(2);
+
+/// The three scripts with their SHA1, computed once.
+struct Script {
+    source: &'static str,
+    sha: String,
+}
+
+static SCRIPTS: LazyLock<[Script; 3]> = LazyLock::new(|| {
+    [scripts::ACQUIRE, scripts::EXTEND, scripts::RELEASE].map(|source| Script {
+        source,
+        sha: redis::Script::new(source).get_hash().to_owned(),
+    })
+});
+
+fn sha_of(source: &'static str) -> String {
+    SCRIPTS
+        .iter()
+        .find(|script| script.source == source)
+        .map(|script| script.sha.clone())
+        // A command added to the core later: hash its script on the fly.
+        .unwrap_or_else(|| redis::Script::new(source).get_hash().to_owned())
+}
+
+enum Link {
+    Up {
+        connection: MultiplexedConnection,
+        generation: u64,
+    },
+    Down {
+        error: NodeError,
+        /// The background reconnection, if one was started. It ends early
+        /// when its runtime shuts down; a finished one is started again.
+        reconnecting: Option<JoinHandle<()>>,
+    },
+}
+
+struct State {
+    link: Link,
+    generation: u64,
+}
+
+/// One Redis master.
+pub(crate) struct Node {
+    name: Arc<str>,
+    client: redis::Client,
+    connect_timeout: Duration,
+    state: Mutex<State>,
+}
+
+impl fmt::Debug for Node {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Node")
+            .field("name", &self.name)
+            .field("connected", &self.is_connected())
+            .finish()
+    }
+}
+
+impl Node {
+    pub(crate) fn new(name: String, client: redis::Client, connect_timeout: Duration) -> Self {
+        Self {
+            name: name.into(),
+            client,
+            connect_timeout,
+            state: Mutex::new(State {
+                link: Link::Down {
+                    error: NodeError::new(NodeErrorKind::Connection, "not connected yet"),
+                    reconnecting: None,
+                },
+                generation: 0,
+            }),
+        }
+    }
+
+    /// The canonical address, `host:port/db`.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether a connection is up (as far as the last request could tell).
+    pub(crate) fn is_connected(&self) -> bool {
+        matches!(self.lock_state().link, Link::Up { .. })
+    }
+
+    fn lock_state(&self) -> std::sync::MutexGuard<'_, State> {
+        // The state is a plain value replaced in one assignment: a panic
+        // elsewhere cannot leave it half-written.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Connects and loads the scripts, within the connect timeout.
+    pub(crate) async fn connect(&self) -> Result<MultiplexedConnection, NodeError> {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            // The core applies its own per-node timeout to every request.
+            .set_response_timeout(None);
+        let attempt = async {
+            let connection = self
+                .client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await
+                .map_err(|err| map_error(&err))?;
+            // Sent together on the multiplexed connection, so one round trip
+            // loads all three, and steady state is one EVALSHA per request.
+            // (Separate commands rather than a pipeline, whose errors lose
+            // their code, such as NOAUTH.)
+            let loads = SCRIPTS.iter().map(|script| {
+                let mut connection = connection.clone();
+                async move {
+                    redis::cmd("SCRIPT")
+                        .arg("LOAD")
+                        .arg(script.source)
+                        .query_async::<String>(&mut connection)
+                        .await
+                }
+            });
+            let shas: Vec<String> = futures::future::try_join_all(loads)
+                .await
+                .map_err(|err| map_error(&err))?;
+            let expected: Vec<&str> = SCRIPTS.iter().map(|s| s.sha.as_str()).collect();
+            if shas != expected {
+                return Err(NodeError::new(
+                    NodeErrorKind::Protocol,
+                    format!("SCRIPT LOAD returned {shas:?}, expected {expected:?}"),
+                ));
+            }
+            Ok(connection)
+        };
+        match tokio::time::timeout(self.connect_timeout, attempt).await {
+            Ok(result) => result,
+            Err(_) => Err(NodeError::new(
+                NodeErrorKind::Connection,
+                format!(
+                    "no working connection within the connect timeout of {} ms",
+                    self.connect_timeout.as_millis()
+                ),
+            )),
+        }
+    }
+
+    /// Records the outcome of the eager connection attempt made at build.
+    /// A failure starts the background reconnection.
+    pub(crate) fn set_initial(self: &Arc<Self>, result: Result<MultiplexedConnection, NodeError>) {
+        match result {
+            Ok(connection) => self.set_up(connection),
+            Err(error) => {
+                let mut state = self.lock_state();
+                let reconnecting = self.spawn_reconnect(Some(RECONNECT_MIN));
+                state.link = Link::Down {
+                    error,
+                    reconnecting,
+                };
+            }
+        }
+    }
+
+    fn set_up(&self, connection: MultiplexedConnection) {
+        let mut state = self.lock_state();
+        state.generation += 1;
+        state.link = Link::Up {
+            connection,
+            generation: state.generation,
+        };
+    }
+
+    /// The connection to use, or the reason there is none.
+    fn connection(self: &Arc<Self>) -> Result<(MultiplexedConnection, u64), NodeError> {
+        let mut state = self.lock_state();
+        match &mut state.link {
+            Link::Up {
+                connection,
+                generation,
+            } => Ok((connection.clone(), *generation)),
+            Link::Down {
+                error,
+                reconnecting,
+            } => {
+                let error = NodeError::new(
+                    error.kind,
+                    format!(
+                        "not connected, reconnecting in the background; last error: {}",
+                        error.detail
+                    ),
+                );
+                if reconnecting.as_ref().is_none_or(JoinHandle::is_finished) {
+                    // The reconnection task ended with its runtime (or never
+                    // started): start one on the caller's runtime.
+                    *reconnecting = self.spawn_reconnect(None);
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// Drops the connection of `generation` after an error that leaves it
+    /// unusable, and starts reconnecting.
+    fn connection_failed(self: &Arc<Self>, generation: u64, error: &NodeError) {
+        let mut state = self.lock_state();
+        if matches!(state.link, Link::Up { generation: g, .. } if g == generation) {
+            warn!(node = %self.name, error = %error, "connection lost; reconnecting in the background");
+            let reconnecting = self.spawn_reconnect(None);
+            state.link = Link::Down {
+                error: error.clone(),
+                reconnecting,
+            };
+        }
+    }
+
+    /// Starts the reconnection loop on the current Tokio runtime, if any.
+    fn spawn_reconnect(self: &Arc<Self>, first_delay: Option<Duration>) -> Option<JoinHandle<()>> {
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        Some(runtime.spawn(reconnect(Arc::downgrade(self), first_delay)))
+    }
+
+    /// Runs one request: `EVALSHA` of its script, and on `NOSCRIPT` (the node
+    /// restarted and lost its script cache) `SCRIPT LOAD` and one retry.
+    ///
+    /// No timeout here: the caller applies the request's deadline.
+    pub(crate) async fn execute(
+        self: &Arc<Self>,
+        request: &Request,
+    ) -> Result<Response, NodeError> {
+        let (mut connection, generation) = self.connection()?;
+        let command = request.command;
+        let script = command.script();
+        let sha = sha_of(script);
+        let call = evalsha(&sha, request, command);
+        let result = match call.query_async::<Value>(&mut connection).await {
+            Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                debug!(node = %self.name, command = command.name(), "NOSCRIPT: loading the script and retrying once");
+                match redis::cmd("SCRIPT")
+                    .arg("LOAD")
+                    .arg(script)
+                    .query_async::<String>(&mut connection)
+                    .await
+                {
+                    Ok(_) => call.query_async::<Value>(&mut connection).await,
+                    Err(err) => Err(err),
+                }
+            }
+            other => other,
+        };
+        match result {
+            Ok(value) => Ok(map_value(value)),
+            Err(err) => {
+                let error = map_error(&err);
+                if err.is_unrecoverable_error() {
+                    self.connection_failed(generation, &error);
+                }
+                Err(error)
+            }
+        }
+    }
+}
+
+async fn reconnect(node: Weak<Node>, first_delay: Option<Duration>) {
+    let mut backoff = RECONNECT_MIN;
+    if let Some(delay) = first_delay {
+        tokio::time::sleep(jittered(delay)).await;
+    }
+    loop {
+        // Hold the node only while trying, so that dropping the client ends
+        // this task at its next wake-up.
+        let Some(strong) = node.upgrade() else {
+            return;
+        };
+        match strong.connect().await {
+            Ok(connection) => {
+                info!(node = %strong.name, "connected");
+                strong.set_up(connection);
+                return;
+            }
+            Err(error) => {
+                debug!(node = %strong.name, error = %error, retry_in_ms = backoff.as_millis() as u64, "reconnection failed");
+                let mut state = strong.lock_state();
+                if let Link::Down { error: last, .. } = &mut state.link {
+                    *last = error;
+                }
+            }
+        }
+        drop(strong);
+        tokio::time::sleep(jittered(backoff)).await;
+        backoff = (backoff * 2).min(RECONNECT_MAX);
+    }
+}
+
+/// `delay` minus up to a quarter, so that many clients do not reconnect in step.
+fn jittered(delay: Duration) -> Duration {
+    let quarter = u64::try_from(delay.as_micros() / 4).unwrap_or(u64::MAX);
+    delay - Duration::from_micros(rand::random_range(0..=quarter))
+}
+
+fn evalsha(sha: &str, request: &Request, command: Command) -> redis::Cmd {
+    let mut call = redis::cmd("EVALSHA");
+    call.arg(sha)
+        .arg(1)
+        .arg(request.key.as_bytes())
+        .arg(request.value.as_bytes());
+    if let Some(ttl) = command.ttl() {
+        call.arg(ttl.as_millis());
+    }
+    call
+}
+
+/// A script's return value as the core's `Response`.
+pub(crate) fn map_value(value: Value) -> Response {
+    match value {
+        Value::Int(n) => Response::Int(n),
+        Value::BulkString(bytes) => Response::Data(bytes),
+        Value::Nil => Response::Nil,
+        Value::Okay => Response::Other("status OK".to_owned()),
+        Value::SimpleString(text) => Response::Other(format!("status {text}")),
+        other => Response::Other(format!("{other:?}")),
+    }
+}
+
+/// A redis error as the core's `NodeError`, classified by what the caller can do.
+pub(crate) fn map_error(err: &RedisError) -> NodeError {
+    let code = err.code().unwrap_or_default();
+    let kind = match err.kind() {
+        ErrorKind::AuthenticationFailed => NodeErrorKind::Auth,
+        _ if matches!(code, "NOAUTH" | "WRONGPASS") => NodeErrorKind::Auth,
+        _ if code == "WRONGTYPE" => NodeErrorKind::WrongType,
+        ErrorKind::Parse | ErrorKind::UnexpectedReturnType => NodeErrorKind::Protocol,
+        ErrorKind::Server(_) | ErrorKind::Extension => NodeErrorKind::Server,
+        ErrorKind::Io => NodeErrorKind::Connection,
+        // Client-side errors (TLS setup, invalid configuration, ...): the node
+        // cannot be used through this connection.
+        _ => NodeErrorKind::Connection,
+    };
+    let detail = match (err.code(), err.detail()) {
+        (Some(code), Some(detail)) => format!("{code} {detail}"),
+        (Some(code), None) => code.to_owned(),
+        _ if kind == NodeErrorKind::Protocol => {
+            // Parse errors list every unexpected byte on lines of their own.
+            let text = err.to_string();
+            let first = text.lines().next().unwrap_or_default();
+            format!("{first} (is this a Redis server?)")
+        }
+        _ => err.to_string(),
+    };
+    NodeError::new(kind, detail)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shas_match_redis_script() {
+        for script in SCRIPTS.iter() {
+            assert_eq!(script.sha.len(), 40);
+            assert_eq!(sha_of(script.source), script.sha);
+        }
+    }
+
+    #[test]
+    fn values_map_to_responses() {
+        assert_eq!(map_value(Value::Int(1)), Response::Int(1));
+        assert_eq!(map_value(Value::Nil), Response::Nil);
+        assert_eq!(
+            map_value(Value::BulkString(b"abc".to_vec())),
+            Response::Data(b"abc".to_vec())
+        );
+        assert!(matches!(map_value(Value::Okay), Response::Other(_)));
+        assert!(matches!(
+            map_value(Value::Array(vec![])),
+            Response::Other(_)
+        ));
+    }
+
+    #[test]
+    fn errors_map_to_kinds() {
+        let io = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        assert_eq!(map_error(&io).kind, NodeErrorKind::Connection);
+        let auth = RedisError::from((
+            ErrorKind::AuthenticationFailed,
+            "Password authentication failed",
+        ));
+        assert_eq!(map_error(&auth).kind, NodeErrorKind::Auth);
+        let parse = RedisError::from((ErrorKind::Parse, "garbage"));
+        assert_eq!(map_error(&parse).kind, NodeErrorKind::Protocol);
+        let wrongtype =
+            redis::make_extension_error("WRONGTYPE".into(), Some("Operation against a key".into()));
+        assert_eq!(map_error(&wrongtype).kind, NodeErrorKind::WrongType);
+        let noauth =
+            redis::make_extension_error("NOAUTH".into(), Some("Authentication required.".into()));
+        assert_eq!(map_error(&noauth).kind, NodeErrorKind::Auth);
+        let oom = redis::make_extension_error("OOM".into(), Some("command not allowed".into()));
+        assert_eq!(map_error(&oom).kind, NodeErrorKind::Server);
+    }
+}

@@ -1,0 +1,177 @@
+//! Server addresses: parsing URLs, naming nodes, keeping passwords out of sight.
+//!
+//! A node's *name* is its canonical address `host:port/db` (or
+//! `unix:/path/db`). It is what the core sees in `Config::servers`, so two URLs
+//! for the same server and database (`redis://h:6379` and `redis://h:6379/0`)
+//! are rejected as duplicates, and it is what errors and logs print. It never
+//! carries credentials or TLS options.
+
+use redis::{ConnectionAddr, ConnectionInfo};
+use redlock_core::ConfigError;
+
+/// One parsed server: its canonical name and the redis client for it.
+pub(crate) struct Server {
+    pub(crate) name: String,
+    pub(crate) client: redis::Client,
+}
+
+impl Server {
+    /// Parses a `redis://`, `rediss://` (TLS), `valkey://`, `valkeys://` or
+    /// `redis+unix://` URL.
+    pub(crate) fn from_url(url: &str) -> Result<Self, ConfigError> {
+        let invalid = |reason: String| ConfigError::InvalidServer {
+            server: redact(url),
+            reason,
+        };
+        if redis::parse_redis_url(url).is_none() {
+            return Err(invalid(
+                "not a Redis URL: expected redis://[user:password@]host[:port][/db] \
+                 (or rediss:// for TLS)"
+                    .to_owned(),
+            ));
+        }
+        // The messages of redis' URL errors are fixed texts (no part of the
+        // URL), so they cannot leak a password.
+        let client = redis::Client::open(url).map_err(|err| invalid(describe(&err)))?;
+        Ok(Self::from_client(client))
+    }
+
+    /// Names a client built elsewhere.
+    pub(crate) fn from_client(client: redis::Client) -> Self {
+        Self {
+            name: canonical_name(client.get_connection_info()),
+            client,
+        }
+    }
+
+    /// Whether the connection uses TLS.
+    pub(crate) fn is_tls(&self) -> bool {
+        matches!(
+            self.client.get_connection_info().addr(),
+            ConnectionAddr::TcpTls { .. }
+        )
+    }
+}
+
+fn describe(err: &redis::RedisError) -> String {
+    match err.detail() {
+        Some(detail) => format!("{} ({detail})", err.category()),
+        None => err.to_string(),
+    }
+}
+
+/// `host:port/db`; IPv6 hosts in brackets; Unix sockets as `unix:path/db`.
+///
+/// Host names are compared lowercased, otherwise as written: no DNS
+/// lookup happens here, so `localhost` and `127.0.0.1` count as two servers.
+pub(crate) fn canonical_name(info: &ConnectionInfo) -> String {
+    let db = info.redis_settings().db();
+    match info.addr() {
+        ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+            // Host names are case-insensitive; the URL parser keeps the case
+            // of hosts in non-special schemes such as redis://.
+            let host = host.to_ascii_lowercase();
+            if host.contains(':') {
+                format!("[{host}]:{port}/{db}")
+            } else {
+                format!("{host}:{port}/{db}")
+            }
+        }
+        ConnectionAddr::Unix(path) => format!("unix:{}/{db}", path.display()),
+        // A future address kind: its Display has no credentials either.
+        other => format!("{other}/{db}"),
+    }
+}
+
+/// The URL with its password (and, when no username is separated from it,
+/// the whole user info) replaced by `***`.
+///
+/// Works on text that is not a valid URL too, since it is used to report
+/// URLs that failed to parse: everything between `://` and the last `@` is
+/// treated as user info, which may over-redact but never leaks.
+pub(crate) fn redact(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        // Not URL-shaped: a password could be anywhere in it.
+        return if url.contains('@') {
+            "*** (unparsable, redacted)".to_owned()
+        } else {
+            url.to_owned()
+        };
+    };
+    let rest_start = scheme_end + 3;
+    let rest = &url[rest_start..];
+    let Some(at) = rest.rfind('@') else {
+        return url.to_owned();
+    };
+    let user_info = &rest[..at];
+    let redacted_info = match user_info.find(':') {
+        Some(colon) => format!("{}:***", &user_info[..colon]),
+        None => "***".to_owned(),
+    };
+    format!("{}{}{}", &url[..rest_start], redacted_info, &rest[at..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn name(url: &str) -> String {
+        Server::from_url(url).map(|s| s.name).unwrap()
+    }
+
+    #[test]
+    fn canonical_names() {
+        assert_eq!(name("redis://localhost"), "localhost:6379/0");
+        assert_eq!(name("redis://localhost:6379/0"), "localhost:6379/0");
+        assert_eq!(name("redis://LocalHost:7001/3"), "localhost:7001/3");
+        assert_eq!(
+            name("redis://user:secret@10.0.0.1:7001/2"),
+            "10.0.0.1:7001/2"
+        );
+        assert_eq!(name("redis://:secret@[::1]:7001"), "[::1]:7001/0");
+        assert_eq!(
+            name("redis+unix:///tmp/redis.sock"),
+            "unix:/tmp/redis.sock/0"
+        );
+    }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn tls_urls_parse_to_the_same_name() {
+        let server = Server::from_url("rediss://user:secret@example.com:6380/1").unwrap();
+        assert_eq!(server.name, "example.com:6380/1");
+        assert!(server.is_tls());
+        let insecure = Server::from_url("rediss://example.com:6380/#insecure").unwrap();
+        assert_eq!(insecure.name, "example.com:6380/0");
+        assert!(!Server::from_url("redis://example.com").unwrap().is_tls());
+    }
+
+    #[test]
+    fn redaction() {
+        assert_eq!(redact("redis://h:1"), "redis://h:1");
+        assert_eq!(redact("redis://u:pw@h:1/0"), "redis://u:***@h:1/0");
+        assert_eq!(redact("redis://:pw@h:1"), "redis://:***@h:1");
+        assert_eq!(redact("redis://onlyuser@h"), "redis://***@h");
+        assert_eq!(redact("redis://u:p@ss/w@rd@h"), "redis://u:***@h");
+        assert_eq!(redact("u:pw@h"), "*** (unparsable, redacted)");
+    }
+
+    #[test]
+    fn invalid_urls_are_config_errors_without_the_password() {
+        for url in [
+            "http://u:hunter2@h:1",
+            "redis://u:hunter2@h:1/notadb",
+            "redis://u:hunter2@:1",
+            "nonsense hunter2@",
+            "redis://u:hunter2@h:99999",
+        ] {
+            let err = Server::from_url(url).err().unwrap();
+            let ConfigError::InvalidServer { server, reason } = &err else {
+                panic!("{url}: {err:?}");
+            };
+            assert!(!server.contains("hunter2"), "{server}");
+            assert!(!reason.contains("hunter2"), "{reason}");
+            assert!(!format!("{err} {err:?}").contains("hunter2"));
+        }
+    }
+}

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Installs what the test suite needs, when missing, on a Debian machine:
+# redis-server and redis-cli (apt), rustfmt and clippy (rustup), cargo-nextest.
+# Idempotent; prints nothing when everything is already there.
+set -euo pipefail
+
+CARGO="${CARGO:-cargo}"
+
+log() { printf 'ensure-deps: %s\n' "$*" >&2; }
+
+# Runs a command as root: directly when we are root, else through sudo.
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then
+        "$@"
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo "$@"
+    else
+        log "need root to run '$*', and sudo is not installed"
+        exit 1
+    fi
+}
+
+if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
+    if ! command -v apt-get >/dev/null 2>&1; then
+        log "redis-server/redis-cli missing and apt-get not available: install Redis >= 6 yourself"
+        exit 1
+    fi
+    log "installing redis-server and redis-tools"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        redis-server redis-tools >/dev/null
+fi
+
+# `cargo fmt` and `cargo clippy` are rustup components on a rustup toolchain.
+for component in rustfmt clippy; do
+    subcommand="${component/rustfmt/fmt}"
+    if ! "$CARGO" "$subcommand" --version >/dev/null 2>&1; then
+        if command -v rustup >/dev/null 2>&1; then
+            log "installing rustup component $component"
+            rustup component add "$component" >/dev/null
+        else
+            log "cargo $subcommand is missing and rustup is not available"
+            exit 1
+        fi
+    fi
+done
+
+if ! "$CARGO" nextest --version >/dev/null 2>&1; then
+    log "installing cargo-nextest"
+    "$CARGO" install cargo-nextest --locked --quiet
+fi

@@ -1,0 +1,13 @@
+//! Real `redis-server` processes and fake TCP servers for tests.
+//!
+//! See the [crate docs](crate) for an overview.
+
+mod cluster;
+mod fake_server;
+mod node;
+mod process;
+
+pub use cluster::RedisCluster;
+pub use fake_server::{GARBAGE_REPLY, GarbageServer, SilentServer};
+pub use node::{CLIENT_TIMEOUT, NodeOptions, RedisNode, STARTUP_TIMEOUT};
+pub use process::{HARNESS_DIR_ENV, REDIS_SERVER_ENV, harness_root};

@@ -1,0 +1,285 @@
+//! Extending by hand and keeping a lock alive: past the original TTL, not
+//! after expiry, and a loss signal that fires when extensions fail.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use redlock_core::ExtendError;
+use redlock_tests::RedisCluster;
+use redlock_tokio::{Error, KeepAlive, LossReason};
+use support::{SLACK, assert_absent, builder, client, eventually, timed};
+
+/// For 300 ms locks: a lead of half the TTL (150 ms) leaves room for two
+/// per-node timeouts of 50 ms.
+const SHORT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extend_keeps_the_lock_past_the_original_ttl() {
+    let cluster = RedisCluster::start(3);
+    let redlock = builder(&cluster)
+        .ttl(Duration::from_millis(600))
+        .build()
+        .await
+        .unwrap();
+    let other = client(&cluster).await;
+
+    let mut guard = redlock.lock("long").await.unwrap();
+    let acquired = Instant::now();
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let validity = guard.extend(Duration::from_secs(3)).await.unwrap();
+    assert!(validity > Duration::from_millis(2_500), "{validity:?}");
+    assert_eq!(guard.extensions(), 1);
+    assert_eq!(guard.ttl(), Duration::from_secs(3));
+
+    // Well past the original 600 ms.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(acquired.elapsed() > Duration::from_millis(800));
+    assert!(guard.is_valid());
+    assert!(guard.validity() > Duration::from_millis(1_500));
+    let err = other.try_lock("long").await.unwrap_err();
+    assert!(err.is_held_by_other(), "{err}");
+    for node in cluster.nodes() {
+        assert!(node.pttl("long") > 1_500, "{}", node.pttl("long"));
+    }
+    assert_eq!(guard.release().await.released(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extending_an_expired_lock_fails_and_sets_nothing() {
+    let cluster = RedisCluster::start(3);
+    let redlock = builder(&cluster)
+        .ttl(Duration::from_millis(300))
+        .node_timeout(SHORT_NODE_TIMEOUT)
+        .build()
+        .await
+        .unwrap();
+    let mut guard = redlock.lock("short").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(!guard.is_valid());
+    assert_eq!(guard.validity(), Duration::ZERO);
+
+    let err = guard.extend(Duration::from_secs(5)).await.unwrap_err();
+    assert!(
+        matches!(err, Error::Extend(ExtendError::Expired { .. })),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("expired"), "{err}");
+    // The expired key was not set again.
+    assert_absent(&cluster, "short");
+    let report = guard.release().await;
+    assert_eq!(report.released(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_holds_a_300ms_lock_through_a_2s_task() {
+    let cluster = RedisCluster::start(3);
+    let redlock = builder(&cluster)
+        .ttl(Duration::from_millis(300))
+        .node_timeout(SHORT_NODE_TIMEOUT)
+        .build()
+        .await
+        .unwrap();
+    let other = client(&cluster).await;
+
+    let kept = redlock
+        .lock("kept")
+        .await
+        .unwrap()
+        .keep_alive(KeepAlive::default());
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(2) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!kept.is_lost(), "{:?}", kept.loss());
+        assert!(kept.is_valid());
+        let err = other.try_lock("kept").await.unwrap_err();
+        assert!(err.is_held_by_other(), "{err}");
+    }
+    // About every 150 ms for 2 s.
+    assert!(kept.extensions() >= 8, "{} extensions", kept.extensions());
+    let report = kept.release().await;
+    assert_eq!(report.released(), 3);
+    assert_absent(&cluster, "kept");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_lock_keeps_a_300ms_lock_through_a_2s_task() {
+    let cluster = RedisCluster::start(3);
+    let redlock = builder(&cluster)
+        .ttl(Duration::from_millis(300))
+        .node_timeout(SHORT_NODE_TIMEOUT)
+        .build()
+        .await
+        .unwrap();
+    let other = client(&cluster).await;
+    let refused = redlock
+        .with_lock("task", |lost| async move {
+            let mut refused = 0;
+            for _ in 0..8 {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                assert!(!lost.is_cancelled());
+                if other.try_lock("task").await.unwrap_err().is_held_by_other() {
+                    refused += 1;
+                }
+            }
+            refused
+        })
+        .await
+        .unwrap();
+    assert_eq!(refused, 8);
+    assert_absent(&cluster, "task");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_loss_signal_fires_when_the_nodes_are_killed() {
+    let cluster = RedisCluster::start(3);
+    let ttl = Duration::from_millis(300);
+    let redlock = builder(&cluster)
+        .ttl(ttl)
+        .node_timeout(SHORT_NODE_TIMEOUT)
+        .build()
+        .await
+        .unwrap();
+    let kept = redlock
+        .lock("doomed")
+        .await
+        .unwrap()
+        .keep_alive(KeepAlive::default());
+    let token = kept.lost_token();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(!kept.is_lost());
+
+    for node in cluster.nodes() {
+        node.kill();
+    }
+    // Extensions now fail; the lock is lost at the latest when its validity
+    // (under one TTL) runs out.
+    let (reason, elapsed) = timed(tokio::time::timeout(Duration::from_secs(3), kept.lost())).await;
+    let reason = reason.expect("the loss is signalled");
+    assert!(elapsed < ttl + SLACK, "{elapsed:?}");
+    assert!(
+        matches!(
+            reason,
+            LossReason::ExtendFailed(ExtendError::NoQuorum { .. })
+        ),
+        "{reason:?}"
+    );
+    assert!(token.is_cancelled());
+    assert!(kept.is_lost());
+    assert!(!kept.is_valid());
+    let report = kept.release().await;
+    assert_eq!(report.failed(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_lock_cancels_the_work_and_reports_the_loss() {
+    let cluster = RedisCluster::start(3);
+    let redlock = builder(&cluster)
+        .ttl(Duration::from_millis(300))
+        .node_timeout(SHORT_NODE_TIMEOUT)
+        .build()
+        .await
+        .unwrap();
+    let finished = Arc::new(AtomicBool::new(false));
+    let work_finished = Arc::clone(&finished);
+    let run = redlock.with_lock("cancelled-work", |lost| async move {
+        tokio::select! {
+            () = lost.cancelled() => {}
+            () = tokio::time::sleep(Duration::from_secs(30)) => {}
+        }
+        // Never reached when the lock is lost: the future is dropped first.
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        work_finished.store(true, Ordering::SeqCst);
+    });
+    let kill = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        for node in cluster.nodes() {
+            node.kill();
+        }
+    };
+    let started = Instant::now();
+    let (result, ()) = tokio::join!(run, kill);
+    let err = result.unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert!(
+        matches!(
+            &err,
+            Error::LockLost { key, reason: LossReason::ExtendFailed(_) } if key.as_bytes() == b"cancelled-work"
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("lost the lock"), "{err}");
+    assert!(!finished.load(Ordering::SeqCst));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_loss_signal_fires_when_someone_else_takes_the_key() {
+    let cluster = RedisCluster::start(3);
+    let redlock = builder(&cluster)
+        .ttl(Duration::from_millis(400))
+        .build()
+        .await
+        .unwrap();
+    let kept = redlock
+        .lock("stolen")
+        .await
+        .unwrap()
+        .keep_alive(KeepAlive::default());
+    eventually("every node has the key", Duration::from_secs(2), || {
+        cluster.nodes().iter().all(|node| node.exists("stolen"))
+    })
+    .await;
+    // An operator (or a node that lost its data and a new holder) replaces
+    // our value on every node.
+    for node in cluster.nodes() {
+        node.set("stolen", "thief");
+    }
+    let reason = tokio::time::timeout(Duration::from_secs(2), kept.lost())
+        .await
+        .expect("the loss is signalled");
+    assert!(
+        matches!(reason, LossReason::ExtendFailed(ExtendError::Lost { .. })),
+        "{reason:?}"
+    );
+    let report = kept.release().await;
+    assert_eq!(report.not_held(), 3);
+    for node in cluster.nodes() {
+        assert_eq!(node.get("stolen").as_deref(), Some(&b"thief"[..]));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_stops_at_the_extension_limit() {
+    let cluster = RedisCluster::start(3);
+    let redlock = builder(&cluster)
+        .ttl(Duration::from_millis(300))
+        .node_timeout(SHORT_NODE_TIMEOUT)
+        .build()
+        .await
+        .unwrap();
+    let kept = redlock
+        .lock("bounded")
+        .await
+        .unwrap()
+        .keep_alive(KeepAlive {
+            extend_when_left: 0.5,
+            max_extensions: Some(2),
+        });
+    let (reason, elapsed) = timed(tokio::time::timeout(Duration::from_secs(3), kept.lost())).await;
+    assert_eq!(
+        reason.expect("lost at the limit"),
+        LossReason::ExtensionLimit { extensions: 2 }
+    );
+    // Two extensions about 150 ms apart, then one full validity.
+    assert!(elapsed > Duration::from_millis(500), "{elapsed:?}");
+    assert!(elapsed < Duration::from_millis(700) + SLACK, "{elapsed:?}");
+    assert_eq!(kept.extensions(), 2);
+    drop(kept);
+    // Dropped without release: released in the background (or expired).
+    eventually("the key is gone", Duration::from_secs(2), || {
+        cluster.nodes().iter().all(|node| !node.exists("bounded"))
+    })
+    .await;
+}

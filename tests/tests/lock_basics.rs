@@ -1,0 +1,282 @@
+//! The everyday path against three healthy masters: lock, refuse, release,
+//! validity, and that a release never deletes a value that is not ours.
+
+mod support;
+
+use std::time::Duration;
+
+use redlock_core::{AcquireError, ConfigError, NodeVote};
+use redlock_tests::RedisCluster;
+use redlock_tokio::{Error, LockValue, Redlock};
+use support::{assert_absent, builder, client, eventually, name};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn second_client_is_refused_until_the_first_releases() {
+    let cluster = RedisCluster::start(3);
+    let a = client(&cluster).await;
+    let b = client(&cluster).await;
+
+    let guard = a.try_lock("job").await.expect("a free lock");
+    // The decision came with a quorum; the third node may answer just after.
+    eventually("every node holds a's value", Duration::from_secs(2), || {
+        cluster
+            .nodes()
+            .iter()
+            .all(|node| node.get("job").as_deref() == Some(guard.value().as_bytes()))
+    })
+    .await;
+
+    let err = b.try_lock("job").await.expect_err("held by a");
+    assert!(err.is_held_by_other(), "{err}");
+    assert!(
+        matches!(err, Error::Acquire(AcquireError::Held { .. })),
+        "{err:?}"
+    );
+    // Two refusals out of three already rule out a quorum.
+    let votes = err.votes().expect("a round ran");
+    assert!(votes.held_by_other() >= 2, "{votes}");
+    let holders: Vec<&str> = votes.holders().collect();
+    for holder in &holders {
+        assert!(err.to_string().contains(holder), "{err}");
+        assert!(cluster.nodes().iter().any(|node| name(node) == *holder));
+    }
+
+    let report = guard.release().await;
+    assert_eq!(
+        (report.released(), report.not_held(), report.failed()),
+        (3, 0, 0)
+    );
+    assert_absent(&cluster, "job");
+
+    let guard = b.try_lock("job").await.expect("free again");
+    assert!(guard.votes().granted() >= 2);
+    guard.release().await;
+    assert_absent(&cluster, "job");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_retries_until_the_holder_releases() {
+    let cluster = RedisCluster::start(3);
+    let a = client(&cluster).await;
+    let b = builder(&cluster)
+        .retry_count(100)
+        .retry_delay(Duration::from_millis(10))
+        .retry_jitter(Duration::from_millis(20))
+        .build()
+        .await
+        .unwrap();
+
+    let guard = a.lock("queue").await.unwrap();
+    let holder = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        guard.release().await
+    });
+    let guard = b.lock("queue").await.expect("b gets it once a releases");
+    assert_eq!(holder.await.unwrap().released(), 3);
+    assert!(guard.votes().attempt().0 > 1, "b had to retry");
+    guard.release().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn validity_after_acquire_is_close_to_the_ttl() {
+    let cluster = RedisCluster::start(3);
+    let redlock = builder(&cluster)
+        .ttl(Duration::from_secs(1))
+        .build()
+        .await
+        .unwrap();
+    let guard = redlock.lock("v").await.unwrap();
+    let validity = guard.validity();
+    // 1 s - 12 ms drift - the time the round took.
+    assert!(validity > Duration::from_millis(900), "{validity:?}");
+    assert!(validity <= Duration::from_millis(988), "{validity:?}");
+    assert!(guard.is_valid());
+    assert_eq!(guard.ttl(), Duration::from_secs(1));
+    eventually(
+        "every node has the key with a TTL",
+        Duration::from_secs(2),
+        || {
+            cluster
+                .nodes()
+                .iter()
+                .all(|node| (1..=1000).contains(&node.pttl("v")))
+        },
+    )
+    .await;
+    guard.release().await;
+
+    // A per-call TTL.
+    let guard = redlock
+        .try_lock_with_ttl("v", Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(guard.validity() > Duration::from_millis(4_800));
+    eventually("every node has the 5 s TTL", Duration::from_secs(2), || {
+        cluster.nodes().iter().all(|node| node.pttl("v") > 4_000)
+    })
+    .await;
+    guard.release().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_never_deletes_a_value_that_is_not_ours() {
+    let cluster = RedisCluster::start(3);
+    let redlock = client(&cluster).await;
+
+    // Someone else's value on every node.
+    let guard = redlock.lock("shared").await.unwrap();
+    for node in cluster.nodes() {
+        node.set("shared", "someone-else");
+    }
+    let report = guard.release().await;
+    assert_eq!(
+        (report.released(), report.not_held(), report.failed()),
+        (0, 3, 0)
+    );
+    for node in cluster.nodes() {
+        assert_eq!(node.get("shared").as_deref(), Some(&b"someone-else"[..]));
+    }
+    for node in cluster.nodes() {
+        node.command(["DEL", "shared"]);
+    }
+
+    // On one node only.
+    let guard = redlock.lock("shared").await.unwrap();
+    cluster.node(1).set("shared", "someone-else");
+    let report = guard.release().await;
+    assert_eq!((report.released(), report.not_held()), (2, 1));
+    assert!(matches!(
+        report.votes().votes()[1],
+        NodeVote::HeldByOther(_)
+    ));
+    assert_eq!(
+        cluster.node(1).get("shared").as_deref(),
+        Some(&b"someone-else"[..])
+    );
+    assert!(!cluster.node(0).exists("shared"));
+
+    // Releasing a value by hand touches only that value.
+    let report = redlock
+        .release_value("shared", &LockValue::from_string("not-the-value"))
+        .await;
+    assert_eq!(report.released(), 0);
+    assert!(cluster.node(1).exists("shared"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bytes_resources_and_key_prefix() {
+    let cluster = RedisCluster::start(3);
+    let redlock = builder(&cluster).key_prefix("lock:").build().await.unwrap();
+    let resource: &[u8] = b"bin\xff\x00ary";
+    let guard = redlock.try_lock(resource).await.unwrap();
+    assert_eq!(guard.resource(), resource);
+    assert_eq!(guard.key().as_bytes(), b"lock:bin\xff\x00ary");
+    eventually(
+        "the prefixed key holds our value",
+        Duration::from_secs(2),
+        || cluster.node(2).get(b"lock:bin\xff\x00ary").as_deref() == Some(guard.value().as_bytes()),
+    )
+    .await;
+    // 20 random bytes, hex.
+    assert_eq!(guard.value().as_str().len(), 40);
+    assert!(!cluster.node(2).exists(resource));
+    guard.release().await;
+    assert_absent(&cluster, b"lock:bin\xff\x00ary");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_guard_releases_in_the_background() {
+    let cluster = RedisCluster::start(3);
+    let redlock = client(&cluster).await;
+    let guard = redlock.lock("dropped").await.unwrap();
+    drop(guard);
+    eventually(
+        "the dropped guard's key is deleted",
+        Duration::from_secs(3),
+        || cluster.nodes().iter().all(|node| !node.exists("dropped")),
+    )
+    .await;
+    // And the lock is free for someone else.
+    redlock.try_lock("dropped").await.unwrap().release().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forgotten_lock_stays_until_released_by_value() {
+    let cluster = RedisCluster::start(3);
+    let redlock = client(&cluster).await;
+    let value = redlock.lock("cli").await.unwrap().forget();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for node in cluster.nodes() {
+        assert_eq!(node.get("cli").as_deref(), Some(value.as_bytes()));
+    }
+    let err = redlock.try_lock("cli").await.unwrap_err();
+    assert!(err.is_held_by_other());
+
+    let report = redlock.release_value("cli", &value).await;
+    assert_eq!(report.released(), 3);
+    assert_absent(&cluster, "cli");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_lock_returns_the_work_output_and_releases() {
+    let cluster = RedisCluster::start(3);
+    let redlock = client(&cluster).await;
+    let other = client(&cluster).await;
+    let output = redlock
+        .with_lock("work", |lost| async move {
+            assert!(!lost.is_cancelled());
+            let err = other.try_lock("work").await.unwrap_err();
+            assert!(err.is_held_by_other());
+            42
+        })
+        .await
+        .unwrap();
+    assert_eq!(output, 42);
+    assert_absent(&cluster, "work");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configuration_errors_are_typed() {
+    // No server is contacted: validation comes first.
+    let err = Redlock::connect(["redis://127.0.0.1:1", "redis://127.0.0.1:1/0"])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Config(ConfigError::DuplicateServer { server }) if server == "127.0.0.1:1/0"),
+        "{err:?}"
+    );
+    let err = Redlock::connect(["redis://LOCALHOST:1", "redis://localhost:1"])
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        err,
+        Error::Config(ConfigError::DuplicateServer { .. })
+    ));
+    let none: [&str; 0] = [];
+    let err = Redlock::connect(none).await.unwrap_err();
+    assert!(matches!(err, Error::Config(ConfigError::NoServers)));
+    let err = Redlock::builder(["redis://127.0.0.1:1"])
+        .ttl(Duration::ZERO)
+        .build()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Config(ConfigError::ZeroTtl)));
+    let err = Redlock::builder(["redis://127.0.0.1:1"])
+        .drift_factor(1.5)
+        .build()
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        err,
+        Error::Config(ConfigError::DriftFactor { .. })
+    ));
+
+    let cluster = RedisCluster::start(1);
+    let redlock = client(&cluster).await;
+    let err = redlock
+        .try_lock_with_ttl("r", Duration::ZERO)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Config(ConfigError::ZeroTtl)));
+    assert!(err.to_string().starts_with("invalid configuration"));
+}

@@ -1,0 +1,204 @@
+//! Nodes killed, paused and restarted: a minority costs at most one per-node
+//! timeout, a majority gives a quick `NoQuorum` naming the nodes, and nodes
+//! that come back are reconnected in the background.
+
+mod support;
+
+use std::time::Duration;
+
+use redlock_core::{AcquireError, NodeErrorKind, NodeVote};
+use redlock_tests::RedisCluster;
+use redlock_tokio::Error;
+use support::{NODE_TIMEOUT, SLACK, assert_absent, builder, client, eventually, name, timed};
+
+/// Lock, extend and release with the nodes in `down` unavailable.
+async fn minority_down(cluster: &RedisCluster, down: &[usize], pause: bool) {
+    let redlock = client(cluster).await;
+    // Warm up: every connection is up and the scripts are loaded.
+    redlock.lock("warm").await.unwrap().release().await;
+    for &i in down {
+        if pause {
+            cluster.node(i).pause();
+        } else {
+            cluster.node(i).kill();
+        }
+    }
+
+    let (guard, elapsed) = timed(redlock.try_lock("minority")).await;
+    let mut guard = guard.expect("a majority is up");
+    assert!(elapsed < NODE_TIMEOUT + SLACK, "acquire took {elapsed:?}");
+    let granted = cluster.len() - down.len();
+    assert_eq!(guard.votes().granted(), granted, "{}", guard.votes());
+
+    let validity = guard.extend(Duration::from_secs(20)).await.unwrap();
+    assert!(validity > Duration::from_secs(19));
+
+    let (report, elapsed) = timed(guard.release()).await;
+    assert!(elapsed < NODE_TIMEOUT + SLACK, "release took {elapsed:?}");
+    assert_eq!(report.released(), granted, "{report}");
+    assert_eq!(report.failed(), down.len(), "{report}");
+    for (i, vote) in report.votes().votes().iter().enumerate() {
+        if down.contains(&i) {
+            let NodeVote::Failed(error) = vote else {
+                panic!("node {i}: {vote}");
+            };
+            let expected = if pause {
+                NodeErrorKind::Timeout
+            } else {
+                NodeErrorKind::Connection
+            };
+            assert_eq!(error.kind, expected, "{error}");
+        }
+    }
+
+    if pause {
+        // The paused nodes run the acquire, extend and release that queued
+        // up, in that order: nothing is left behind.
+        for &i in down {
+            cluster.node(i).resume();
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_absent(cluster, "minority");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_of_three_killed() {
+    minority_down(&RedisCluster::start(3), &[2], false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_of_three_paused() {
+    minority_down(&RedisCluster::start(3), &[0], true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_of_five_killed() {
+    minority_down(&RedisCluster::start(5), &[1, 3], false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_of_five_paused() {
+    minority_down(&RedisCluster::start(5), &[0, 4], true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn majority_killed_is_a_quick_no_quorum_naming_the_nodes() {
+    let cluster = RedisCluster::start(3);
+    let redlock = client(&cluster).await;
+    redlock.lock("warm").await.unwrap().release().await;
+    cluster.node(0).kill();
+    cluster.node(2).kill();
+
+    let (result, elapsed) = timed(redlock.try_lock("nq")).await;
+    let err = result.unwrap_err();
+    assert!(elapsed < NODE_TIMEOUT + SLACK, "{elapsed:?}");
+    assert!(
+        matches!(err, Error::Acquire(AcquireError::NoQuorum { .. })),
+        "{err:?}"
+    );
+    assert!(!err.is_held_by_other());
+    let message = err.to_string();
+    assert!(message.contains(&name(cluster.node(0))), "{message}");
+    assert!(message.contains(&name(cluster.node(2))), "{message}");
+    let failed: Vec<&str> = err.votes().unwrap().failures().map(|(n, _)| n).collect();
+    assert_eq!(failed, [name(cluster.node(0)), name(cluster.node(2))]);
+
+    // The node that said yes was released again.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!cluster.node(1).exists("nq"));
+
+    // With retries: every attempt fails the same way, within the retry budget.
+    let redlock = builder(&cluster)
+        .retry_count(2)
+        .retry_delay(Duration::from_millis(20))
+        .retry_jitter(Duration::from_millis(20))
+        .build()
+        .await
+        .unwrap();
+    let (result, elapsed) = timed(redlock.lock("nq")).await;
+    let err = result.unwrap_err();
+    assert_eq!(err.as_acquire().unwrap().attempts(), 3);
+    assert!(elapsed < Duration::from_millis(200) + SLACK, "{elapsed:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn majority_paused_is_no_quorum_after_one_node_timeout() {
+    let cluster = RedisCluster::start(3);
+    let redlock = client(&cluster).await;
+    redlock.lock("warm").await.unwrap().release().await;
+    cluster.node(1).pause();
+    cluster.node(2).pause();
+
+    let (result, elapsed) = timed(redlock.try_lock("stalled")).await;
+    let err = result.unwrap_err();
+    assert!(
+        elapsed >= NODE_TIMEOUT - Duration::from_millis(5),
+        "{elapsed:?}"
+    );
+    assert!(elapsed < NODE_TIMEOUT + SLACK, "{elapsed:?}");
+    let Error::Acquire(AcquireError::NoQuorum { votes, .. }) = &err else {
+        panic!("{err:?}");
+    };
+    let kinds: Vec<_> = votes.failures().map(|(_, e)| e.kind).collect();
+    assert_eq!(kinds, [NodeErrorKind::Timeout, NodeErrorKind::Timeout]);
+
+    // Once resumed, the queued acquire and release both run: no key left.
+    cluster.node(1).resume();
+    cluster.node(2).resume();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_absent(&cluster, "stalled");
+    redlock.try_lock("stalled").await.unwrap().release().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_down_at_build_is_connected_when_it_comes_back() {
+    let cluster = RedisCluster::start(3);
+    cluster.node(2).kill();
+    let redlock = client(&cluster).await;
+    assert_eq!(redlock.connected_nodes(), 2);
+
+    let guard = redlock.try_lock("late").await.expect("two of three are up");
+    assert_eq!(guard.votes().granted(), 2);
+    guard.release().await;
+
+    cluster.node(2).restart();
+    eventually("the node is reconnected", Duration::from_secs(5), || {
+        redlock.connected_nodes() == 3
+    })
+    .await;
+    let guard = redlock.try_lock("late").await.unwrap();
+    eventually(
+        "all three nodes hold the lock",
+        Duration::from_secs(2),
+        || cluster.node(2).get("late").as_deref() == Some(guard.value().as_bytes()),
+    )
+    .await;
+    guard.release().await;
+    assert_absent(&cluster, "late");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_node_is_reconnected_in_the_background() {
+    let cluster = RedisCluster::start(3);
+    let redlock = client(&cluster).await;
+    redlock.lock("warm").await.unwrap().release().await;
+
+    // Comes back empty on the same port: the old connection is broken.
+    cluster.node(0).restart();
+    let guard = redlock.try_lock("again").await.expect("two of three work");
+    guard.release().await;
+    eventually("the node is reconnected", Duration::from_secs(5), || {
+        redlock.connected_nodes() == 3
+    })
+    .await;
+    let guard = redlock.try_lock("again").await.unwrap();
+    eventually(
+        "the restarted node holds the lock",
+        Duration::from_secs(2),
+        || cluster.node(0).get("again").as_deref() == Some(guard.value().as_bytes()),
+    )
+    .await;
+    let report = guard.release().await;
+    assert_eq!(report.released(), 3, "{report}");
+}

@@ -1,0 +1,56 @@
+//! Clients and guards used across Tokio runtimes, or dropped outside one.
+
+mod support;
+
+use std::time::Duration;
+
+use redlock_tests::RedisCluster;
+use support::{builder, client, eventually};
+
+#[test]
+fn a_client_outlives_the_runtime_that_built_it() {
+    let cluster = RedisCluster::start(3);
+    let first = tokio::runtime::Runtime::new().unwrap();
+    let redlock = first.block_on(client(&cluster));
+    first.block_on(async { redlock.lock("rt").await.unwrap().release().await });
+    drop(first);
+
+    let second = tokio::runtime::Runtime::new().unwrap();
+    second.block_on(async {
+        // The connections ended with the first runtime: the first request
+        // finds out, and they are made again on this one.
+        if let Ok(guard) = redlock.try_lock("rt").await {
+            guard.release().await;
+        }
+        eventually(
+            "reconnected on the second runtime",
+            Duration::from_secs(5),
+            || redlock.connected_nodes() == 3,
+        )
+        .await;
+        let guard = redlock.try_lock("rt").await.unwrap();
+        assert_eq!(guard.release().await.released(), 3);
+    });
+}
+
+#[test]
+fn a_guard_dropped_outside_a_runtime_expires_at_its_ttl() {
+    let cluster = RedisCluster::start(3);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (redlock, guard) = runtime.block_on(async {
+        let redlock = builder(&cluster)
+            .ttl(Duration::from_millis(500))
+            .build()
+            .await
+            .unwrap();
+        let guard = redlock.lock("orphan").await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        (redlock, guard)
+    });
+    // No runtime here: nothing can be sent, and nothing panics.
+    drop(guard);
+    assert!(cluster.node(0).exists("orphan"));
+    std::thread::sleep(Duration::from_millis(600));
+    assert!(!cluster.node(0).exists("orphan"));
+    runtime.block_on(async { redlock.try_lock("orphan").await.unwrap().release().await });
+}

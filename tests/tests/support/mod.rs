@@ -1,0 +1,84 @@
+//! Helpers shared by the redlock integration tests.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use redlock_tests::{RedisCluster, RedisNode};
+use redlock_tokio::{Builder, Redlock};
+
+/// The per-node timeout of most tests: generous, so that a busy 2-core
+/// machine does not turn a slow answer into a failed vote.
+pub(crate) const NODE_TIMEOUT: Duration = Duration::from_millis(150);
+
+/// Extra time allowed on top of a computed bound, for a busy machine.
+pub(crate) const SLACK: Duration = Duration::from_millis(300);
+
+/// Logs to the test output with `RUST_LOG=redlock_tokio=debug`.
+pub(crate) fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}
+
+/// A builder for the cluster's nodes with the test node timeout.
+pub(crate) fn builder(cluster: &RedisCluster) -> Builder {
+    init_tracing();
+    Redlock::builder(cluster.urls()).node_timeout(NODE_TIMEOUT)
+}
+
+/// A client for the cluster's nodes with the test node timeout.
+pub(crate) async fn client(cluster: &RedisCluster) -> Redlock {
+    builder(cluster).build().await.expect("client builds")
+}
+
+/// Whether `key` exists on each node, in node order.
+pub(crate) fn presence(cluster: &RedisCluster, key: impl AsRef<[u8]>) -> Vec<bool> {
+    cluster
+        .nodes()
+        .iter()
+        .map(|node| node.exists(key.as_ref()))
+        .collect()
+}
+
+/// Asserts that `key` exists on no node.
+pub(crate) fn assert_absent(cluster: &RedisCluster, key: impl AsRef<[u8]>) {
+    let key = key.as_ref();
+    assert_eq!(
+        presence(cluster, key),
+        vec![false; cluster.len()],
+        "key {:?} left on some node",
+        String::from_utf8_lossy(key)
+    );
+}
+
+/// Polls `condition` every 20 ms until it holds or `within` passes.
+pub(crate) async fn eventually(what: &str, within: Duration, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    loop {
+        if condition() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "not within {within:?}: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Runs `future` and returns its output with the time it took.
+pub(crate) async fn timed<T>(future: impl Future<Output = T>) -> (T, Duration) {
+    let start = Instant::now();
+    let output = future.await;
+    (output, start.elapsed())
+}
+
+/// A port on 127.0.0.1 that nothing listens on (bound, then released).
+pub(crate) fn closed_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    listener.local_addr().expect("local addr").port()
+}
+
+/// The node's canonical name as the client reports it.
+pub(crate) fn name(node: &RedisNode) -> String {
+    format!("127.0.0.1:{}/0", node.port())
+}
