@@ -14,7 +14,7 @@ SHELL := bash
 # Prerequisites of `test` are steps in order, never run in parallel.
 .NOTPARALLEL:
 
-.PHONY: help demo test deps fmt-check clippy doc nextest doctest kill-harness-redis
+.PHONY: help demo test deps core-purity fmt-check clippy doc nextest doctest kill-harness-redis
 
 help: ## List targets
 	@awk 'BEGIN { FS = ":.*## " } /^[a-z-]+:.*## / { printf "  %-20s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -25,7 +25,7 @@ demo: deps ## Five local masters, contending workers, one master killed and one 
 	$(MAKE) --no-print-directory kill-harness-redis; \
 	exit $$status
 
-test: deps fmt-check clippy doc ## Everything CI checks: deps, fmt, clippy, docs, tests, doctests
+test: deps core-purity fmt-check clippy doc ## Everything CI checks: deps, fmt, clippy, docs, tests, doctests
 	@status=0; \
 	$(MAKE) --no-print-directory nextest doctest || status=$$?; \
 	$(MAKE) --no-print-directory kill-harness-redis; \
@@ -33,6 +33,9 @@ test: deps fmt-check clippy doc ## Everything CI checks: deps, fmt, clippy, docs
 
 deps: ## Install redis-server, redis-cli and cargo-nextest when missing
 	@CARGO="$(CARGO)" scripts/ensure-deps.sh
+
+core-purity: ## redlock-core has no runtime, Redis, socket, clock or OS-RNG dependency
+	@CARGO="$(CARGO)" scripts/check-core-purity.sh
 
 fmt-check: ## cargo fmt --check on the whole workspace
 	$(CARGO) fmt --all -- --check

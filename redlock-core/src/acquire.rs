@@ -44,9 +44,28 @@ pub enum AcquireEvent {
 
 #[derive(Debug)]
 enum State {
-    Attempting { round: Round, value: LockValue },
-    Waiting { until: Instant },
+    Attempting {
+        round: Round,
+        value: LockValue,
+        phase: Phase,
+    },
+    Waiting {
+        until: Instant,
+    },
     Done,
+}
+
+/// The rounds of one attempt.
+#[derive(Debug)]
+enum Phase {
+    /// Setting the key on the nodes (and, fenced, reading their counters).
+    Lock,
+    /// Fenced only: storing the token on a quorum before handing it out.
+    Fence {
+        token: u64,
+        lock_started: Instant,
+        lock_votes: Votes,
+    },
 }
 
 /// One blocking or non-blocking acquire of one resource, as a state machine.
@@ -106,6 +125,10 @@ pub struct Acquisition<R> {
     max_attempts: u32,
     attempts: u32,
     deadline: Option<Instant>,
+    /// The counter key when the lock is fenced.
+    fencing_key: Option<Key>,
+    /// Fencing counters the nodes returned in the current lock round.
+    counters: Vec<Option<u64>>,
     state: State,
     requests: VecDeque<Request>,
     events: VecDeque<AcquireEvent>,
@@ -123,6 +146,44 @@ impl<R: Rng> Acquisition<R> {
         now: Instant,
         rng: R,
     ) -> Self {
+        Self::start(settings, resource, ttl, attempts, false, now, rng)
+    }
+
+    /// Like [`new`](Self::new), for a lock that comes with a fencing token.
+    ///
+    /// Each attempt then takes two rounds. The first sets the key and reads
+    /// every node's fencing counter for the resource; the token is the largest
+    /// counter among the nodes that granted, plus one. The second stores
+    /// `max(counter, token)` on the nodes where the key is still ours
+    /// ([`scripts::STORE_TOKEN`](crate::scripts::STORE_TOKEN)), and the lock
+    /// is handed out only once a quorum stored it.
+    ///
+    /// Why tokens only grow: a later holder's quorum shares at least one node
+    /// with the quorum that stored this token, and it could set its key there
+    /// only after ours was gone, so after the store: it reads a counter of at
+    /// least this token and hands out a larger one. Like the lock itself this
+    /// assumes nodes keep their data: a node that restarts empty forgets its
+    /// counter (run Redis with AOF and `appendfsync always`).
+    pub fn fenced(
+        settings: Arc<Settings>,
+        resource: &[u8],
+        ttl: Ttl,
+        attempts: Attempts,
+        now: Instant,
+        rng: R,
+    ) -> Self {
+        Self::start(settings, resource, ttl, attempts, true, now, rng)
+    }
+
+    fn start(
+        settings: Arc<Settings>,
+        resource: &[u8],
+        ttl: Ttl,
+        attempts: Attempts,
+        fenced: bool,
+        now: Instant,
+        rng: R,
+    ) -> Self {
         let max_attempts = match attempts {
             Attempts::Once => 1,
             Attempts::Retry => settings.retry().count.saturating_add(1),
@@ -131,8 +192,11 @@ impl<R: Rng> Acquisition<R> {
             Attempts::Once => None,
             Attempts::Retry => settings.acquire_deadline().map(|d| now + d),
         };
+        let key = settings.key(resource);
         let mut this = Self {
-            key: settings.key(resource),
+            fencing_key: fenced.then(|| settings.fencing_key(&key)),
+            counters: Vec::new(),
+            key,
             drift: settings.drift(ttl),
             node_timeout: settings.node_timeout_for(ttl),
             settings,
@@ -201,11 +265,26 @@ impl<R: Rng> Acquisition<R> {
     /// Feeds one node's answer. Answers from other attempts, unknown nodes or
     /// nodes that already answered are ignored.
     pub fn handle_reply(&mut self, reply: Reply, now: Instant) {
-        let State::Attempting { round, .. } = &mut self.state else {
+        let State::Attempting { round, phase, .. } = &mut self.state else {
             return;
         };
-        let vote = interpret(Command::Acquire { ttl: self.ttl }, reply.result);
+        let command = match phase {
+            Phase::Lock if self.fencing_key.is_some() => Command::AcquireFenced { ttl: self.ttl },
+            Phase::Lock => Command::Acquire { ttl: self.ttl },
+            Phase::Fence { token, .. } => Command::StoreToken { token: *token },
+        };
+        let counter = match (&command, &reply.result) {
+            (Command::AcquireFenced { .. }, Ok(Response::Array(items))) => match items.as_slice() {
+                [Response::Int(1), Response::Int(counter)] => u64::try_from(*counter).ok(),
+                _ => None,
+            },
+            _ => None,
+        };
+        let vote = interpret(command, reply.result);
         if round.record(reply.attempt, reply.node, vote) {
+            if let Some(slot) = self.counters.get_mut(reply.node.0) {
+                *slot = counter;
+            }
             self.decide(now);
         }
     }
@@ -235,7 +314,8 @@ impl<R: Rng> Acquisition<R> {
     /// acquisition before its final event, then send the queued requests: an
     /// attempt in flight may already hold some nodes.
     pub fn abandon(&mut self, now: Instant) {
-        if let State::Attempting { round, value } = std::mem::replace(&mut self.state, State::Done)
+        if let State::Attempting { round, value, .. } =
+            std::mem::replace(&mut self.state, State::Done)
         {
             self.queue_releases(&round, &value, now);
         }
@@ -248,42 +328,106 @@ impl<R: Rng> Acquisition<R> {
         let attempt = AttemptId(self.rng.next_u64());
         let value = LockValue::random(&mut self.rng, self.settings.value_len());
         let round = Round::new(attempt, self.settings.node_names(), now, self.node_timeout);
-        let command = Command::Acquire { ttl: self.ttl };
+        let command = match self.fencing_key {
+            Some(_) => Command::AcquireFenced { ttl: self.ttl },
+            None => Command::Acquire { ttl: self.ttl },
+        };
+        self.counters = vec![None; round.nodes().len()];
+        self.send_round(&round, &value, command);
+        self.state = State::Attempting {
+            round,
+            value,
+            phase: Phase::Lock,
+        };
+    }
+
+    fn send_round(&mut self, round: &Round, value: &LockValue, command: Command) {
         for node in round.nodes() {
             self.requests.push_back(Request {
-                attempt,
+                attempt: round.attempt,
                 node,
                 key: self.key.clone(),
                 value: value.clone(),
+                fencing_key: self.fencing_key.clone(),
                 command,
                 deadline: round.deadline,
             });
         }
-        self.state = State::Attempting { round, value };
+    }
+
+    /// The lock round was won on a fenced lock: store the token on a quorum.
+    fn start_fence_round(&mut self, now: Instant) {
+        let State::Attempting { round, value, .. } =
+            std::mem::replace(&mut self.state, State::Done)
+        else {
+            unreachable!("only called while attempting");
+        };
+        let token = round
+            .nodes()
+            .filter(|node| round.granted(*node))
+            .filter_map(|node| self.counters[node.0])
+            .max()
+            .unwrap_or(0)
+            .saturating_add(1);
+        let fence = Round::new(
+            AttemptId(self.rng.next_u64()),
+            self.settings.node_names(),
+            now,
+            self.node_timeout,
+        );
+        self.send_round(&fence, &value, Command::StoreToken { token });
+        self.state = State::Attempting {
+            round: fence,
+            value,
+            phase: Phase::Fence {
+                token,
+                lock_started: round.started,
+                lock_votes: round.votes(now),
+            },
+        };
     }
 
     fn decide(&mut self, now: Instant) {
-        let State::Attempting { round, .. } = &self.state else {
+        let State::Attempting { round, phase, .. } = &self.state else {
             return;
         };
         let error = match round.tally() {
             Tally::Open => return,
             Tally::Won => {
-                let until = valid_until(round.started, self.ttl, self.drift);
+                // Validity always counts from the start of the lock round.
+                let started = match phase {
+                    Phase::Lock => round.started,
+                    Phase::Fence { lock_started, .. } => *lock_started,
+                };
+                let until = valid_until(started, self.ttl, self.drift);
                 if let Some(until) = until.filter(|&until| remaining(until, now).is_some()) {
-                    let State::Attempting { round, value } =
-                        std::mem::replace(&mut self.state, State::Done)
+                    if matches!(phase, Phase::Lock) && self.fencing_key.is_some() {
+                        self.start_fence_round(now);
+                        return;
+                    }
+                    let State::Attempting {
+                        round,
+                        value,
+                        phase,
+                    } = std::mem::replace(&mut self.state, State::Done)
                     else {
                         unreachable!("matched Attempting above");
+                    };
+                    let (votes, fencing_token) = match phase {
+                        Phase::Lock => (round.votes(now), None),
+                        Phase::Fence {
+                            token, lock_votes, ..
+                        } => (lock_votes, Some(token)),
                     };
                     let lock = Lock {
                         settings: self.settings.clone(),
                         key: self.key.clone(),
                         value,
                         ttl: self.ttl,
-                        acquired_at: round.started,
+                        acquired_at: started,
                         valid_until: until,
-                        votes: round.votes(now),
+                        votes,
+                        fencing_token,
                         next_attempt: self.rng.next_u64(),
                         extensions: 0,
                     };
@@ -309,7 +453,8 @@ impl<R: Rng> Acquisition<R> {
     }
 
     fn fail_attempt(&mut self, error: AcquireError, now: Instant) {
-        let State::Attempting { round, value } = std::mem::replace(&mut self.state, State::Done)
+        let State::Attempting { round, value, .. } =
+            std::mem::replace(&mut self.state, State::Done)
         else {
             return;
         };
@@ -336,7 +481,8 @@ impl<R: Rng> Acquisition<R> {
     }
 
     fn give_up_at_deadline(&mut self, now: Instant) {
-        if let State::Attempting { round, value } = std::mem::replace(&mut self.state, State::Done)
+        if let State::Attempting { round, value, .. } =
+            std::mem::replace(&mut self.state, State::Done)
         {
             self.queue_releases(&round, &value, now);
         }
@@ -359,6 +505,7 @@ impl<R: Rng> Acquisition<R> {
                 node,
                 key: self.key.clone(),
                 value: value.clone(),
+                fencing_key: None,
                 command: Command::Release,
                 deadline: now + self.node_timeout,
             });
@@ -375,9 +522,15 @@ pub(crate) fn interpret(command: Command, result: Result<Response, crate::NodeEr
     };
     let vote = match (command, &response) {
         (Command::Acquire { .. }, Response::Int(1)) => Some(NodeVote::Granted),
-        (Command::Acquire { .. }, Response::Data(holder)) => {
+        (Command::AcquireFenced { .. }, Response::Array(items)) if matches!(items.as_slice(), [Response::Int(1), Response::Int(c)] if *c >= 0) => {
+            Some(NodeVote::Granted)
+        }
+        (Command::Acquire { .. } | Command::AcquireFenced { .. }, Response::Data(holder)) => {
             Some(NodeVote::HeldByOther(Some(holder.clone())))
         }
+        (Command::StoreToken { .. }, Response::Int(1)) => Some(NodeVote::Granted),
+        (Command::StoreToken { .. }, Response::Int(0)) => Some(NodeVote::HeldByOther(None)),
+        (Command::StoreToken { .. }, Response::Int(-1)) => Some(NodeVote::Missing),
         (Command::Extend { .. }, Response::Int(1)) => Some(NodeVote::Granted),
         (Command::Extend { .. }, Response::Int(2)) => Some(NodeVote::Restored),
         (Command::Extend { .. } | Command::Release, Response::Int(0)) => {
@@ -412,6 +565,7 @@ pub struct Lock {
     acquired_at: Instant,
     valid_until: Instant,
     votes: Votes,
+    fencing_token: Option<u64>,
     next_attempt: u64,
     extensions: u64,
 }
@@ -459,6 +613,14 @@ impl Lock {
         &self.votes
     }
 
+    /// The fencing token, for a lock acquired with
+    /// [`Acquisition::fenced`]: larger than the token of every earlier holder
+    /// of this resource. Pass it to the protected resource with every write
+    /// (see [`scripts::CHECK_TOKEN`](crate::scripts::CHECK_TOKEN)).
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.fencing_token
+    }
+
     /// Successful extensions so far.
     pub fn extensions(&self) -> u64 {
         self.extensions
@@ -500,12 +662,15 @@ impl Lock {
     /// Starts releasing the lock on every node at `now`.
     pub fn release(&mut self, now: Instant) -> Release {
         let attempt = self.next_attempt();
-        Release::new(
+        // The same per-node timeout as the lock's own rounds: a short TTL has
+        // a short timeout, so releasing it is not slower than taking it.
+        Release::with_timeout(
             &self.settings,
             self.key.clone(),
             self.value.clone(),
             attempt,
             now,
+            self.settings.node_timeout_for(self.ttl),
         )
     }
 }

@@ -76,6 +76,9 @@ pub struct Config {
     /// Prepended to every resource name to form the Redis key, to keep locks in
     /// their own namespace (for example `b"lock:"`). Default empty.
     pub key_prefix: Vec<u8>,
+    /// Whether locks come with fencing tokens unless a call says otherwise
+    /// (see [`Acquisition::fenced`](crate::Acquisition::fenced)). Default false.
+    pub fencing: bool,
 }
 
 impl Default for Config {
@@ -89,6 +92,7 @@ impl Default for Config {
             acquire_deadline: None,
             value_len: 20,
             key_prefix: Vec::new(),
+            fencing: false,
         }
     }
 }
@@ -169,6 +173,7 @@ impl Config {
             acquire_deadline: self.acquire_deadline,
             value_len: self.value_len,
             key_prefix: self.key_prefix.into(),
+            fencing: self.fencing,
         };
         settings.node_timeout = match self.node_timeout {
             Some(timeout) => timeout,
@@ -222,9 +227,15 @@ pub struct Settings {
     acquire_deadline: Option<Duration>,
     value_len: usize,
     key_prefix: std::sync::Arc<[u8]>,
+    fencing: bool,
 }
 
 impl Settings {
+    /// Whether locks come with fencing tokens by default.
+    pub fn fencing(&self) -> bool {
+        self.fencing
+    }
+
     /// The node names, in the order that [`NodeId`](crate::NodeId) indexes.
     pub fn nodes(&self) -> &[String] {
         &self.nodes
@@ -290,6 +301,15 @@ impl Settings {
         key.extend_from_slice(&self.key_prefix);
         key.extend_from_slice(resource);
         crate::Key::from(key)
+    }
+
+    /// The key of a resource's fencing counter: the lock key followed by a NUL
+    /// byte and `fencing`. No resource name can produce it by accident unless it
+    /// contains that NUL byte, and it sorts next to its lock key.
+    pub fn fencing_key(&self, key: &crate::Key) -> crate::Key {
+        let mut bytes = key.as_bytes().to_vec();
+        bytes.extend_from_slice(b"\0fencing");
+        crate::Key::from(bytes)
     }
 
     /// Validates a TTL for use with these settings.

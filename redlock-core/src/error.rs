@@ -117,7 +117,7 @@ pub enum AcquireError {
         attempts: u32,
     },
     /// Too many nodes failed or timed out for a quorum, whoever holds the lock.
-    #[error("could not reach a quorum of nodes after {attempts} attempt(s): {}; {votes}", failures(.votes))]
+    #[error("no quorum: too many nodes failed to grant the lock after {attempts} attempt(s): {}; {votes}", failures(.votes))]
     NoQuorum {
         /// The last attempt's votes.
         votes: Votes,
@@ -199,7 +199,7 @@ pub enum ExtendError {
         votes: Votes,
     },
     /// Too many nodes failed or timed out to extend on a quorum.
-    #[error("could not extend on a quorum of nodes: {}; {votes}", failures(.votes))]
+    #[error("no quorum: too many nodes failed to extend the lock: {}; {votes}", failures(.votes))]
     NoQuorum {
         /// The votes.
         votes: Votes,

@@ -67,6 +67,7 @@ impl Extension {
                 node,
                 key: lock.key().clone(),
                 value: lock.value().clone(),
+                fencing_key: None,
                 command,
                 deadline: round.deadline,
             })

@@ -56,7 +56,9 @@ pub enum NodeVote {
     /// Extend only: our key was missing (the node restarted empty or expired it
     /// early) and was set again. Counts as a yes.
     Restored,
-    /// The key is held by another value, which the node returned when it could.
+    /// The key is held by another value. Acquire replies carry (up to 64 bytes
+    /// of) that value, for diagnostics; it is never printed, since whoever
+    /// knows a lock's value can release it.
     HeldByOther(Option<Vec<u8>>),
     /// Release only: the key was already gone.
     Missing,
@@ -76,12 +78,9 @@ impl fmt::Display for NodeVote {
             NodeVote::Pending => f.write_str("no answer yet"),
             NodeVote::Granted => f.write_str("granted"),
             NodeVote::Restored => f.write_str("granted (key was missing and was set again)"),
-            NodeVote::HeldByOther(Some(value)) => write!(
-                f,
-                "held by another owner ({})",
-                crate::Key::from(value.as_slice())
-            ),
-            NodeVote::HeldByOther(None) => f.write_str("held by another owner"),
+            // Never print the other owner's value: it is what releases its
+            // lock, and messages end up in logs.
+            NodeVote::HeldByOther(_) => f.write_str("held by another owner"),
             NodeVote::Missing => f.write_str("key already gone"),
             NodeVote::Failed(error) => write!(f, "{error}"),
         }
@@ -229,7 +228,7 @@ impl Round {
         }
     }
 
-    pub(crate) fn nodes(&self) -> impl Iterator<Item = NodeId> + use<> {
+    pub(crate) fn nodes(&self) -> impl ExactSizeIterator<Item = NodeId> + use<> {
         (0..self.votes.len()).map(NodeId)
     }
 
@@ -257,6 +256,10 @@ impl Round {
                 self.answered += 1;
             }
         }
+    }
+
+    pub(crate) fn granted(&self, node: NodeId) -> bool {
+        self.votes.get(node.0).is_some_and(NodeVote::is_yes)
     }
 
     pub(crate) fn all_answered(&self) -> bool {

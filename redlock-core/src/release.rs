@@ -74,7 +74,8 @@ pub struct Release {
 }
 
 impl Release {
-    /// Releases `value` on `key` on every node, starting at `now`.
+    /// Releases `value` on `key` on every node, starting at `now`, with the
+    /// default per-node timeout.
     pub fn new(
         settings: &Settings,
         key: Key,
@@ -82,7 +83,18 @@ impl Release {
         attempt: AttemptId,
         now: Instant,
     ) -> Self {
-        let round = Round::new(attempt, settings.node_names(), now, settings.node_timeout());
+        Self::with_timeout(settings, key, value, attempt, now, settings.node_timeout())
+    }
+
+    pub(crate) fn with_timeout(
+        settings: &Settings,
+        key: Key,
+        value: LockValue,
+        attempt: AttemptId,
+        now: Instant,
+        node_timeout: std::time::Duration,
+    ) -> Self {
+        let round = Round::new(attempt, settings.node_names(), now, node_timeout);
         let requests = round
             .nodes()
             .map(|node| Request {
@@ -90,6 +102,7 @@ impl Release {
                 node,
                 key: key.clone(),
                 value: value.clone(),
+                fencing_key: None,
                 command: Command::Release,
                 deadline: round.deadline,
             })

@@ -120,8 +120,12 @@ impl LockValue {
 }
 
 impl fmt::Debug for LockValue {
+    /// Only a prefix: whoever knows the whole value can release the lock, and
+    /// `Debug` output ends up in logs. [`Display`](fmt::Display) and
+    /// [`LockValue::as_str`] give the whole value when it is really needed.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "LockValue({})", self.0)
+        let prefix: String = self.0.chars().take(8).collect();
+        write!(f, "LockValue({prefix}…)")
     }
 }
 

@@ -8,9 +8,9 @@ use crate::{AttemptId, Key, LockValue, NodeId, Ttl, scripts};
 /// One script call to one node, emitted by a state machine's `poll_request`.
 ///
 /// The caller runs [`Command::script`] on node [`Request::node`] with
-/// `KEYS = [key]` and `ARGV = [value]` followed by [`Command::ttl`] when there
-/// is one, and feeds the result back as a [`Reply`] with the same `attempt`
-/// and `node`. It need not wait past `deadline`: the state machine counts a
+/// `KEYS = `[`Request::keys`] and `ARGV = [value]` followed by
+/// [`Request::argument`] when there is one, and feeds the result back as a
+/// [`Reply`] with the same `attempt` and `node`. It need not wait past `deadline`: the state machine counts a
 /// node that has not answered by then as timed out.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Request {
@@ -22,10 +22,40 @@ pub struct Request {
     pub key: Key,
     /// Our lock value.
     pub value: LockValue,
+    /// The resource's fencing counter, for the fencing commands.
+    pub fencing_key: Option<Key>,
     /// What to run.
     pub command: Command,
     /// When the state machine stops waiting for this node.
     pub deadline: Instant,
+}
+
+impl Request {
+    /// The script's `KEYS`: the lock key, then the fencing counter when the
+    /// command uses it.
+    pub fn keys(&self) -> impl ExactSizeIterator<Item = &[u8]> {
+        let fencing = match self.command {
+            Command::AcquireFenced { .. } | Command::StoreToken { .. } => self.fencing_key.as_ref(),
+            _ => None,
+        };
+        let count = 1 + usize::from(fencing.is_some());
+        [Some(&self.key), fencing]
+            .into_iter()
+            .take(count)
+            .map(|key| key.map_or(&[][..], Key::as_bytes))
+    }
+
+    /// The script's `ARGV[2]`, after the value: the TTL in milliseconds or the
+    /// fencing token.
+    pub fn argument(&self) -> Option<u64> {
+        match self.command {
+            Command::Acquire { ttl } | Command::AcquireFenced { ttl } | Command::Extend { ttl } => {
+                Some(ttl.as_millis())
+            }
+            Command::StoreToken { token } => Some(token),
+            Command::Release => None,
+        }
+    }
 }
 
 /// The operation a [`Request`] asks for. Each is one script in [`scripts`].
@@ -44,6 +74,18 @@ pub enum Command {
     },
     /// Delete our key ([`scripts::RELEASE`]).
     Release,
+    /// Set the key to our value if absent and read the node's fencing counter
+    /// ([`scripts::ACQUIRE_FENCED`]).
+    AcquireFenced {
+        /// The TTL to set.
+        ttl: Ttl,
+    },
+    /// Raise the node's fencing counter to the token where we hold the lock
+    /// ([`scripts::STORE_TOKEN`]).
+    StoreToken {
+        /// The fencing token.
+        token: u64,
+    },
 }
 
 impl Command {
@@ -53,16 +95,29 @@ impl Command {
             Command::Acquire { .. } => scripts::ACQUIRE,
             Command::Extend { .. } => scripts::EXTEND,
             Command::Release => scripts::RELEASE,
+            Command::AcquireFenced { .. } => scripts::ACQUIRE_FENCED,
+            Command::StoreToken { .. } => scripts::STORE_TOKEN,
         }
     }
 
     /// The TTL argument (`ARGV[2]`), for the commands that take one.
     pub fn ttl(&self) -> Option<Ttl> {
         match self {
-            Command::Acquire { ttl } | Command::Extend { ttl } => Some(*ttl),
-            Command::Release => None,
+            Command::Acquire { ttl } | Command::AcquireFenced { ttl } | Command::Extend { ttl } => {
+                Some(*ttl)
+            }
+            Command::Release | Command::StoreToken { .. } => None,
         }
     }
+
+    /// Every script a state machine may ask for, to load when connecting.
+    pub const SCRIPTS: [&'static str; 5] = [
+        scripts::ACQUIRE,
+        scripts::EXTEND,
+        scripts::RELEASE,
+        scripts::ACQUIRE_FENCED,
+        scripts::STORE_TOKEN,
+    ];
 
     /// A short name for logs: `acquire`, `extend`, `release`.
     pub fn name(&self) -> &'static str {
@@ -70,6 +125,8 @@ impl Command {
             Command::Acquire { .. } => "acquire",
             Command::Extend { .. } => "extend",
             Command::Release => "release",
+            Command::AcquireFenced { .. } => "acquire (fenced)",
+            Command::StoreToken { .. } => "store token",
         }
     }
 }
@@ -110,6 +167,8 @@ pub enum Response {
     Data(Vec<u8>),
     /// A nil reply.
     Nil,
+    /// An array reply.
+    Array(Vec<Response>),
     /// Anything else (a status, an array, ...), described for the error message.
     Other(String),
 }
@@ -120,6 +179,7 @@ impl fmt::Debug for Response {
             Response::Int(n) => write!(f, "Int({n})"),
             Response::Data(bytes) => write!(f, "Data({})", Key::from(bytes.as_slice())),
             Response::Nil => write!(f, "Nil"),
+            Response::Array(items) => f.debug_list().entries(items).finish(),
             Response::Other(text) => write!(f, "Other({text})"),
         }
     }

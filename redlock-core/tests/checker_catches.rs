@@ -30,24 +30,28 @@ fn checker_flags_a_hand_made_overlap() {
             key: 0,
             start: ms(0),
             end: ms(100),
+            token: None,
         },
         Hold {
             client: 1,
             key: 0,
             start: ms(100),
             end: ms(200),
+            token: None,
         },
         Hold {
             client: 2,
             key: 1,
             start: ms(150),
             end: ms(250),
+            token: None,
         },
         Hold {
             client: 3,
             key: 0,
             start: ms(199),
             end: ms(300),
+            token: None,
         },
     ];
     let found = check_overlaps(&holds);

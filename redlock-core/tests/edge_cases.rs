@@ -410,3 +410,27 @@ fn releasing_an_expired_lock_is_prompt_and_clear() {
     assert!(!report.is_complete());
     assert!(report.to_string().contains("sim-2: timed out"), "{report}");
 }
+
+#[test]
+fn messages_never_show_lock_values() {
+    // Whoever knows a lock's value can release it: keep values out of logs.
+    let settings = sim::settings(1, Duration::from_secs(1), 20 * MS);
+    let t0 = Instant::now();
+    let mut acquire = start(&settings, Attempts::Once, t0);
+    let request = drain(&mut acquire).remove(0);
+    let secret = b"s3cr3t-holder-value".to_vec();
+    acquire.handle_reply(Reply::to(&request, Ok(Response::Data(secret.clone()))), t0);
+    let Some(AcquireEvent::Failed(error)) = acquire.poll_event() else {
+        panic!()
+    };
+    assert_eq!(
+        error.votes().unwrap().votes()[0],
+        NodeVote::HeldByOther(Some(secret))
+    );
+    for text in [error.to_string(), format!("{error:?}")] {
+        assert!(!text.contains("s3cr3t"), "{text}");
+    }
+    let ours = request.value.as_str();
+    assert!(!format!("{:?}", request.value).contains(ours));
+    assert!(!format!("{request:?}").contains(ours));
+}

@@ -105,7 +105,32 @@ impl Redlock {
     /// Cancel-safe: dropping the future releases whatever the attempt may
     /// have set on the nodes, in the background.
     pub async fn try_lock(&self, resource: impl AsRef<[u8]>) -> Result<LockGuard, Error> {
-        self.acquire(resource.as_ref(), None, Attempts::Once).await
+        self.acquire(resource.as_ref(), LockOptions::new().once())
+            .await
+    }
+
+    /// Acquires the lock on `resource` with options for this call: TTL,
+    /// fencing token, one attempt or retries.
+    ///
+    /// ```no_run
+    /// # async fn demo(redlock: redlock_tokio::Redlock) -> Result<(), redlock_tokio::Error> {
+    /// use std::time::Duration;
+    /// use redlock_tokio::LockOptions;
+    ///
+    /// let guard = redlock
+    ///     .lock_with("ledger", LockOptions::new().ttl(Duration::from_secs(30)).fencing(true))
+    ///     .await?;
+    /// let token = guard.fencing_token().expect("asked for one");
+    /// // Send `token` with every write; the ledger rejects tokens lower than one it saw.
+    /// # let _ = token;
+    /// # Ok(()) }
+    /// ```
+    pub async fn lock_with(
+        &self,
+        resource: impl AsRef<[u8]>,
+        options: LockOptions,
+    ) -> Result<LockGuard, Error> {
+        self.acquire(resource.as_ref(), options).await
     }
 
     /// [`try_lock`](Self::try_lock) with a TTL for this lock.
@@ -114,7 +139,7 @@ impl Redlock {
         resource: impl AsRef<[u8]>,
         ttl: Duration,
     ) -> Result<LockGuard, Error> {
-        self.acquire(resource.as_ref(), Some(ttl), Attempts::Once)
+        self.acquire(resource.as_ref(), LockOptions::new().ttl(ttl).once())
             .await
     }
 
@@ -126,7 +151,7 @@ impl Redlock {
     /// `tokio::time::timeout`) releases whatever the attempt in flight may
     /// have set on the nodes, in the background.
     pub async fn lock(&self, resource: impl AsRef<[u8]>) -> Result<LockGuard, Error> {
-        self.acquire(resource.as_ref(), None, Attempts::Retry).await
+        self.acquire(resource.as_ref(), LockOptions::new()).await
     }
 
     /// [`lock`](Self::lock) with a TTL for this lock.
@@ -135,7 +160,7 @@ impl Redlock {
         resource: impl AsRef<[u8]>,
         ttl: Duration,
     ) -> Result<LockGuard, Error> {
-        self.acquire(resource.as_ref(), Some(ttl), Attempts::Retry)
+        self.acquire(resource.as_ref(), LockOptions::new().ttl(ttl))
             .await
     }
 
@@ -211,14 +236,11 @@ impl Redlock {
         .await
     }
 
-    async fn acquire(
-        &self,
-        resource: &[u8],
-        ttl: Option<Duration>,
-        attempts: Attempts,
-    ) -> Result<LockGuard, Error> {
+    async fn acquire(&self, resource: &[u8], options: LockOptions) -> Result<LockGuard, Error> {
         let settings = &self.inner.settings;
-        let ttl = match ttl {
+        let attempts = options.attempts;
+        let fenced = options.fencing.unwrap_or(settings.fencing());
+        let ttl = match options.ttl {
             Some(ttl) => settings.ttl(ttl)?,
             None => settings.default_ttl(),
         };
@@ -228,9 +250,15 @@ impl Redlock {
             resource = %key,
             ttl_ms = ttl.as_millis(),
             retry = matches!(attempts, Attempts::Retry),
+            fenced,
         );
         let rng = StdRng::from_rng(&mut rand::rng());
-        let acquisition = Acquisition::new(
+        let start = if fenced {
+            Acquisition::fenced
+        } else {
+            Acquisition::new
+        };
+        let acquisition = start(
             Arc::clone(settings),
             resource,
             ttl,
@@ -245,6 +273,52 @@ impl Redlock {
         };
         let lock = run.run().instrument(span).await?;
         Ok(LockGuard::new(self.clone(), resource.into(), lock))
+    }
+}
+
+/// Options of one acquire, for [`Redlock::lock_with`].
+#[derive(Clone, Copy, Debug)]
+pub struct LockOptions {
+    ttl: Option<Duration>,
+    fencing: Option<bool>,
+    attempts: Attempts,
+}
+
+impl Default for LockOptions {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl LockOptions {
+    /// The client's defaults: its TTL, its fencing choice, retries.
+    pub fn new() -> Self {
+        Self {
+            ttl: None,
+            fencing: None,
+            attempts: Attempts::Retry,
+        }
+    }
+
+    /// A TTL for this lock (validated like the client's).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// Whether this lock comes with a fencing token
+    /// ([`LockGuard::fencing_token`]); by default the client's
+    /// [`Builder::fencing`] choice. A fenced acquire costs one more round
+    /// trip per node and keeps a counter key per resource on every node.
+    pub fn fencing(mut self, fencing: bool) -> Self {
+        self.fencing = Some(fencing);
+        self
+    }
+
+    /// One attempt, no retry, as [`Redlock::try_lock`].
+    pub fn once(mut self) -> Self {
+        self.attempts = Attempts::Once;
+        self
     }
 }
 
@@ -446,6 +520,13 @@ impl Builder {
     /// `"lock:"`. Default empty.
     pub fn key_prefix(mut self, prefix: impl Into<Vec<u8>>) -> Self {
         self.config.key_prefix = prefix.into();
+        self
+    }
+
+    /// Whether locks come with fencing tokens unless
+    /// [`LockOptions::fencing`] says otherwise. Default false.
+    pub fn fencing(mut self, fencing: bool) -> Self {
+        self.config.fencing = fencing;
         self
     }
 

@@ -102,6 +102,17 @@ impl LockGuard {
         self.core().extensions()
     }
 
+    /// The fencing token, for a lock taken with fencing
+    /// ([`LockOptions::fencing`](crate::LockOptions::fencing)): larger than
+    /// the token of every earlier holder of this resource, and the same
+    /// after extensions. Send it with every write to the protected resource,
+    /// which should refuse a token lower than one it has seen
+    /// ([`scripts::CHECK_TOKEN`](redlock_core::scripts::CHECK_TOKEN) does
+    /// that for a resource kept in Redis).
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.core().fencing_token()
+    }
+
     /// The votes of the round that acquired the lock.
     pub fn votes(&self) -> &Votes {
         self.core().votes()
@@ -187,6 +198,7 @@ impl LockGuard {
             .expect("a live guard always holds its lock");
         let key = lock.key().clone();
         let value = lock.value().clone();
+        let fencing_token = lock.fencing_token();
         let shared = Arc::new(Shared {
             state: Mutex::new(Kept { lock, loss: None }),
             lost: CancellationToken::new(),
@@ -200,6 +212,7 @@ impl LockGuard {
             resource: Arc::clone(&self.resource),
             key,
             value,
+            fencing_token,
             shared,
             task: Some(task),
             released: false,
@@ -312,6 +325,7 @@ pub struct KeepAliveGuard {
     resource: Arc<[u8]>,
     key: Key,
     value: LockValue,
+    fencing_token: Option<u64>,
     shared: Arc<Shared>,
     task: Option<JoinHandle<()>>,
     released: bool,
@@ -356,6 +370,11 @@ impl KeepAliveGuard {
     /// Whether validity is left and the lock is not lost.
     pub fn is_valid(&self) -> bool {
         !self.validity().is_zero()
+    }
+
+    /// The fencing token, for a fenced lock; extensions keep it.
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.fencing_token
     }
 
     /// Successful extensions so far.

@@ -112,7 +112,7 @@ mod guard;
 mod node;
 mod server;
 
-pub use client::{Builder, DEFAULT_CONNECT_TIMEOUT, Redlock};
+pub use client::{Builder, DEFAULT_CONNECT_TIMEOUT, LockOptions, Redlock};
 pub use error::{Error, LossReason};
 pub use guard::{KeepAlive, KeepAliveGuard, LockGuard};
 

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ErrorKind, RedisError, ServerErrorKind, Value};
-use redlock_core::{Command, NodeError, NodeErrorKind, Request, Response, scripts};
+use redlock_core::{Command, NodeError, NodeErrorKind, Request, Response};
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
@@ -24,14 +24,14 @@ const RECONNECT_MIN: Duration = Duration::from_millis(50);
 /// Longest wait between reconnection attempts.
 const RECONNECT_MAX: Duration = Duration::from_secs(2);
 
-/// The three scripts with their SHA1, computed once.
+/// Every script the core may ask for, with its SHA1, computed once.
 struct Script {
     source: &'static str,
     sha: String,
 }
 
-static SCRIPTS: LazyLock<[Script; 3]> = LazyLock::new(|| {
-    [scripts::ACQUIRE, scripts::EXTEND, scripts::RELEASE].map(|source| Script {
+static SCRIPTS: LazyLock<[Script; Command::SCRIPTS.len()]> = LazyLock::new(|| {
+    Command::SCRIPTS.map(|source| Script {
         source,
         sha: redis::Script::new(source).get_hash().to_owned(),
     })
@@ -249,7 +249,7 @@ impl Node {
         let command = request.command;
         let script = command.script();
         let sha = sha_of(script);
-        let call = evalsha(&sha, request, command);
+        let call = evalsha(&sha, request);
         let result = match call.query_async::<Value>(&mut connection).await {
             Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 debug!(node = %self.name, command = command.name(), "NOSCRIPT: loading the script and retrying once");
@@ -315,14 +315,16 @@ fn jittered(delay: Duration) -> Duration {
     delay - Duration::from_micros(rand::random_range(0..=quarter))
 }
 
-fn evalsha(sha: &str, request: &Request, command: Command) -> redis::Cmd {
+fn evalsha(sha: &str, request: &Request) -> redis::Cmd {
     let mut call = redis::cmd("EVALSHA");
-    call.arg(sha)
-        .arg(1)
-        .arg(request.key.as_bytes())
-        .arg(request.value.as_bytes());
-    if let Some(ttl) = command.ttl() {
-        call.arg(ttl.as_millis());
+    let keys = request.keys();
+    call.arg(sha).arg(keys.len());
+    for key in keys {
+        call.arg(key);
+    }
+    call.arg(request.value.as_bytes());
+    if let Some(argument) = request.argument() {
+        call.arg(argument);
     }
     call
 }
@@ -333,6 +335,7 @@ pub(crate) fn map_value(value: Value) -> Response {
         Value::Int(n) => Response::Int(n),
         Value::BulkString(bytes) => Response::Data(bytes),
         Value::Nil => Response::Nil,
+        Value::Array(items) => Response::Array(items.into_iter().map(map_value).collect()),
         Value::Okay => Response::Other("status OK".to_owned()),
         Value::SimpleString(text) => Response::Other(format!("status {text}")),
         other => Response::Other(format!("{other:?}")),
@@ -388,10 +391,11 @@ mod tests {
             Response::Data(b"abc".to_vec())
         );
         assert!(matches!(map_value(Value::Okay), Response::Other(_)));
-        assert!(matches!(
-            map_value(Value::Array(vec![])),
-            Response::Other(_)
-        ));
+        assert_eq!(
+            map_value(Value::Array(vec![Value::Int(1), Value::Int(7)])),
+            Response::Array(vec![Response::Int(1), Response::Int(7)])
+        );
+        assert!(matches!(map_value(Value::Map(vec![])), Response::Other(_)));
     }
 
     #[test]

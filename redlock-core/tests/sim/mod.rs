@@ -11,7 +11,7 @@
 //! (true time). The checker then reports every pair of overlapping holds of one
 //! key: with faults inside Redlock's model there must be none.
 
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unreachable_pub, clippy::large_enum_variant)]
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -58,6 +58,10 @@ pub struct SimConfig {
     pub hold_share: (f64, f64),
     /// Pause between a client's operations.
     pub think: (Duration, Duration),
+    /// Whether clients take fenced locks (with fencing tokens).
+    pub fenced: bool,
+    /// Whether a crashed node keeps its data (AOF with fsync always).
+    pub persistent: bool,
 }
 
 impl Default for SimConfig {
@@ -81,6 +85,8 @@ impl Default for SimConfig {
             retry: true,
             hold_share: (0.05, 1.6),
             think: (Duration::ZERO, Duration::from_millis(20)),
+            fenced: false,
+            persistent: false,
         }
     }
 }
@@ -92,6 +98,7 @@ pub struct Hold {
     pub key: usize,
     pub start: Duration,
     pub end: Duration,
+    pub token: Option<u64>,
 }
 
 /// What a run produced.
@@ -108,6 +115,34 @@ impl Outcome {
     /// Pairs of holds of one key by different acquisitions whose windows overlap.
     pub fn overlaps(&self) -> Vec<(Hold, Hold)> {
         check_overlaps(&self.holds)
+    }
+
+    /// Pairs of holds of one key where the later one (by hand-out time) does
+    /// not have a strictly larger fencing token.
+    pub fn token_regressions(&self) -> Vec<(Hold, Hold)> {
+        let mut by_key: HashMap<usize, Vec<Hold>> = HashMap::new();
+        for hold in &self.holds {
+            by_key.entry(hold.key).or_default().push(*hold);
+        }
+        let mut found = Vec::new();
+        for (_, mut list) in by_key {
+            list.sort_by_key(|h| h.start);
+            let mut highest: Option<Hold> = None;
+            for hold in list {
+                let token = hold.token.expect("fenced holds carry a token");
+                if let Some(prev) = highest {
+                    if token <= prev.token.unwrap_or(0) {
+                        found.push((prev, hold));
+                    }
+                    if token > prev.token.unwrap_or(0) {
+                        highest = Some(hold);
+                    }
+                } else {
+                    highest = Some(hold);
+                }
+            }
+        }
+        found
     }
 }
 
@@ -208,6 +243,18 @@ struct Entry {
     expires: f64,
 }
 
+impl Node {
+    fn counter(&self, request: &Request) -> u64 {
+        let fence = request
+            .fencing_key
+            .as_ref()
+            .expect("fenced commands carry the counter key");
+        self.data.get(fence.as_bytes()).map_or(0, |e| {
+            std::str::from_utf8(&e.value).unwrap().parse().unwrap()
+        })
+    }
+}
+
 struct Node {
     rate: f64,
     jump: f64,
@@ -262,6 +309,32 @@ impl Node {
             Command::Release => match held {
                 Some(value) if value == ours => {
                     self.data.remove(&key);
+                    Response::Int(1)
+                }
+                Some(_) => Response::Int(0),
+                None => Response::Int(-1),
+            },
+            Command::AcquireFenced { ttl } => match held {
+                Some(value) => Response::Data(value),
+                None => {
+                    set(&mut self.data, ttl);
+                    Response::Array(vec![
+                        Response::Int(1),
+                        Response::Int(self.counter(request) as i64),
+                    ])
+                }
+            },
+            Command::StoreToken { token } => match held {
+                Some(value) if value == ours => {
+                    let counter = self.counter(request).max(token);
+                    let fence = request.fencing_key.as_ref().unwrap().as_bytes().to_vec();
+                    self.data.insert(
+                        fence,
+                        Entry {
+                            value: counter.to_string().into_bytes(),
+                            expires: f64::INFINITY,
+                        },
+                    );
                     Response::Int(1)
                 }
                 Some(_) => Response::Int(0),
@@ -484,8 +557,10 @@ impl World {
                 n.up = false;
                 n.paused = false;
                 n.waiting.clear();
-                // No persistence: a crash loses every key.
-                n.data.clear();
+                if !self.cfg.persistent {
+                    // No persistence: a crash loses every key.
+                    n.data.clear();
+                }
             }
             Event::Restart { node } => {
                 if std::env::var_os("SIM_TRACE").is_some() {
@@ -493,7 +568,9 @@ impl World {
                 }
                 let n = &mut self.nodes[node];
                 n.up = true;
-                n.data.clear();
+                if !self.cfg.persistent {
+                    n.data.clear();
+                }
             }
             Event::Pause { node, until } => {
                 if self.nodes[node].up && !self.nodes[node].paused {
@@ -625,7 +702,12 @@ impl World {
         } else {
             Attempts::Once
         };
-        let machine = Acquisition::new(
+        let start = if self.cfg.fenced {
+            Acquisition::fenced
+        } else {
+            Acquisition::new
+        };
+        let machine = start(
             self.settings.clone(),
             format!("key-{key}").as_bytes(),
             self.settings.default_ttl(),
@@ -745,6 +827,7 @@ impl World {
                     key,
                     start,
                     end,
+                    token: lock.fencing_token(),
                 });
                 let hold = self.outcome.holds.len() - 1;
                 let share = self
