@@ -10,9 +10,45 @@ use crate::extend::Extension;
 use crate::quorum::{Round, Tally, remaining, valid_until};
 use crate::release::Release;
 use crate::{
-    AcquireError, AttemptId, Command, ExtendError, Key, LockValue, NodeErrorKind, NodeVote, Reply,
-    Request, Response, Settings, Ttl, Votes,
+    AcquireError, AttemptId, Command, ConfigError, ExtendError, Key, LockKind, LockValue,
+    NodeErrorKind, NodeVote, Reply, Request, Response, Settings, Ttl, Votes,
 };
+
+/// What to lock, for [`Acquisition::with_spec`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LockSpec<'a> {
+    /// An exclusive lock on one resource.
+    Exclusive(&'a [u8]),
+    /// An exclusive lock with a fencing token ([`Acquisition::fenced`]).
+    Fenced(&'a [u8]),
+    /// A read lock: many readers at once, no writer.
+    ///
+    /// Policy: a writer that finds readers marks the lock as writer-waiting
+    /// on those nodes; new readers are then refused there until the writer
+    /// has its lock (or stops retrying and the mark expires, after the retry
+    /// interval plus two per-node timeouts). Readers already in finish
+    /// normally. So a stream of readers cannot starve a writer, and a writer
+    /// waits at most for the readers that came before it.
+    Read(&'a [u8]),
+    /// The write lock of a read-write lock: one writer, no reader.
+    Write(&'a [u8]),
+    /// A lock that `owner` may take again while holding it. Each acquisition
+    /// has its own value and must be released on its own; the lock is free
+    /// once every acquisition is released or expired. The owner id is what
+    /// makes acquisitions reentrant, so it must be unique per logical owner
+    /// (a job id, a UUID per worker): anyone who knows it can enter.
+    Reentrant {
+        /// The resource.
+        resource: &'a [u8],
+        /// The owner id.
+        owner: &'a str,
+    },
+    /// All of these resources at once, atomically on each node, or none.
+    /// Each resource's key is an ordinary exclusive lock key, so a
+    /// multi-resource lock excludes single locks on any of its resources.
+    Multi(&'a [&'a [u8]]),
+}
 
 /// How many attempts an [`Acquisition`] may make.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -125,8 +161,10 @@ pub struct Acquisition<R> {
     max_attempts: u32,
     attempts: u32,
     deadline: Option<Instant>,
-    /// The counter key when the lock is fenced.
-    fencing_key: Option<Key>,
+    /// The script keys, the lock key first.
+    keys: Arc<[Key]>,
+    kind: LockKind,
+    fenced: bool,
     /// Fencing counters the nodes returned in the current lock round.
     counters: Vec<Option<u64>>,
     state: State,
@@ -146,7 +184,15 @@ impl<R: Rng> Acquisition<R> {
         now: Instant,
         rng: R,
     ) -> Self {
-        Self::start(settings, resource, ttl, attempts, false, now, rng)
+        Self::with_spec(
+            settings,
+            LockSpec::Exclusive(resource),
+            ttl,
+            attempts,
+            now,
+            rng,
+        )
+        .expect("an exclusive lock on one resource is always a valid spec")
     }
 
     /// Like [`new`](Self::new), for a lock that comes with a fencing token.
@@ -172,18 +218,30 @@ impl<R: Rng> Acquisition<R> {
         now: Instant,
         rng: R,
     ) -> Self {
-        Self::start(settings, resource, ttl, attempts, true, now, rng)
+        Self::with_spec(
+            settings,
+            LockSpec::Fenced(resource),
+            ttl,
+            attempts,
+            now,
+            rng,
+        )
+        .expect("a fenced lock on one resource is always a valid spec")
     }
 
-    fn start(
+    /// Starts acquiring any kind of lock: read, write, reentrant,
+    /// multi-resource, exclusive, fenced. Fails only for a spec that cannot
+    /// work (a multi-resource lock of no resource, an empty owner id).
+    pub fn with_spec(
         settings: Arc<Settings>,
-        resource: &[u8],
+        spec: LockSpec<'_>,
         ttl: Ttl,
         attempts: Attempts,
-        fenced: bool,
         now: Instant,
         rng: R,
-    ) -> Self {
+    ) -> Result<Self, ConfigError> {
+        let (keys, kind) = settings.lock_keys(spec, ttl)?;
+        let fenced = matches!(spec, LockSpec::Fenced(_));
         let max_attempts = match attempts {
             Attempts::Once => 1,
             Attempts::Retry => settings.retry().count.saturating_add(1),
@@ -192,11 +250,12 @@ impl<R: Rng> Acquisition<R> {
             Attempts::Once => None,
             Attempts::Retry => settings.acquire_deadline().map(|d| now + d),
         };
-        let key = settings.key(resource);
         let mut this = Self {
-            fencing_key: fenced.then(|| settings.fencing_key(&key)),
+            key: keys[0].clone(),
+            keys,
+            kind,
+            fenced,
             counters: Vec::new(),
-            key,
             drift: settings.drift(ttl),
             node_timeout: settings.node_timeout_for(ttl),
             settings,
@@ -211,7 +270,7 @@ impl<R: Rng> Acquisition<R> {
             last_error: None,
         };
         this.start_attempt(now);
-        this
+        Ok(this)
     }
 
     /// The key being locked.
@@ -269,7 +328,7 @@ impl<R: Rng> Acquisition<R> {
             return;
         };
         let command = match phase {
-            Phase::Lock if self.fencing_key.is_some() => Command::AcquireFenced { ttl: self.ttl },
+            Phase::Lock if self.fenced => Command::AcquireFenced { ttl: self.ttl },
             Phase::Lock => Command::Acquire { ttl: self.ttl },
             Phase::Fence { token, .. } => Command::StoreToken { token: *token },
         };
@@ -328,9 +387,10 @@ impl<R: Rng> Acquisition<R> {
         let attempt = AttemptId(self.rng.next_u64());
         let value = LockValue::random(&mut self.rng, self.settings.value_len());
         let round = Round::new(attempt, self.settings.node_names(), now, self.node_timeout);
-        let command = match self.fencing_key {
-            Some(_) => Command::AcquireFenced { ttl: self.ttl },
-            None => Command::Acquire { ttl: self.ttl },
+        let command = if self.fenced {
+            Command::AcquireFenced { ttl: self.ttl }
+        } else {
+            Command::Acquire { ttl: self.ttl }
         };
         self.counters = vec![None; round.nodes().len()];
         self.send_round(&round, &value, command);
@@ -346,9 +406,9 @@ impl<R: Rng> Acquisition<R> {
             self.requests.push_back(Request {
                 attempt: round.attempt,
                 node,
-                key: self.key.clone(),
+                keys: self.keys.clone(),
                 value: value.clone(),
-                fencing_key: self.fencing_key.clone(),
+                kind: self.kind.clone(),
                 command,
                 deadline: round.deadline,
             });
@@ -401,7 +461,7 @@ impl<R: Rng> Acquisition<R> {
                 };
                 let until = valid_until(started, self.ttl, self.drift);
                 if let Some(until) = until.filter(|&until| remaining(until, now).is_some()) {
-                    if matches!(phase, Phase::Lock) && self.fencing_key.is_some() {
+                    if matches!(phase, Phase::Lock) && self.fenced {
                         self.start_fence_round(now);
                         return;
                     }
@@ -421,7 +481,8 @@ impl<R: Rng> Acquisition<R> {
                     };
                     let lock = Lock {
                         settings: self.settings.clone(),
-                        key: self.key.clone(),
+                        keys: self.keys.clone(),
+                        kind: self.kind.clone(),
                         value,
                         ttl: self.ttl,
                         acquired_at: started,
@@ -503,9 +564,9 @@ impl<R: Rng> Acquisition<R> {
             self.requests.push_back(Request {
                 attempt: round.attempt,
                 node,
-                key: self.key.clone(),
+                keys: self.keys.clone(),
                 value: value.clone(),
-                fencing_key: None,
+                kind: self.kind.clone(),
                 command: Command::Release,
                 deadline: now + self.node_timeout,
             });
@@ -559,7 +620,8 @@ pub(crate) fn interpret(command: Command, result: Result<Response, crate::NodeEr
 #[derive(Debug, Clone)]
 pub struct Lock {
     settings: Arc<Settings>,
-    key: Key,
+    keys: Arc<[Key]>,
+    kind: LockKind,
     value: LockValue,
     ttl: Ttl,
     acquired_at: Instant,
@@ -571,9 +633,20 @@ pub struct Lock {
 }
 
 impl Lock {
-    /// The locked key.
+    /// The locked key (the first one, for a multi-resource lock).
     pub fn key(&self) -> &Key {
-        &self.key
+        &self.keys[0]
+    }
+
+    /// Every key the lock's scripts use: the locked keys, then helper keys
+    /// (fencing counter, readers, writer-waiting mark).
+    pub fn keys(&self) -> &Arc<[Key]> {
+        &self.keys
+    }
+
+    /// The kind of lock.
+    pub fn kind(&self) -> &LockKind {
+        &self.kind
     }
 
     /// Our value on the nodes.
@@ -666,7 +739,8 @@ impl Lock {
         // a short timeout, so releasing it is not slower than taking it.
         Release::with_timeout(
             &self.settings,
-            self.key.clone(),
+            self.keys.clone(),
+            self.kind.clone(),
             self.value.clone(),
             attempt,
             now,

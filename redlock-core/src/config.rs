@@ -312,6 +312,76 @@ impl Settings {
         crate::Key::from(bytes)
     }
 
+    /// The script keys and lock kind for a spec (see
+    /// [`LockSpec`](crate::LockSpec)).
+    pub(crate) fn lock_keys(
+        &self,
+        spec: crate::LockSpec<'_>,
+        ttl: Ttl,
+    ) -> Result<(std::sync::Arc<[crate::Key]>, crate::LockKind), ConfigError> {
+        use crate::{LockKind, LockSpec};
+        let with_suffix = |key: &crate::Key, suffix: &[u8]| {
+            let mut bytes = key.as_bytes().to_vec();
+            bytes.extend_from_slice(suffix);
+            crate::Key::from(bytes)
+        };
+        Ok(match spec {
+            LockSpec::Exclusive(resource) => (vec![self.key(resource)].into(), LockKind::Exclusive),
+            LockSpec::Fenced(resource) => {
+                let key = self.key(resource);
+                let fencing = self.fencing_key(&key);
+                (vec![key, fencing].into(), LockKind::Exclusive)
+            }
+            LockSpec::Read(resource) | LockSpec::Write(resource) => {
+                let key = self.key(resource);
+                let keys = vec![
+                    with_suffix(&key, b"\0readers"),
+                    with_suffix(&key, b"\0writer-waiting"),
+                ];
+                let keys: std::sync::Arc<[crate::Key]> = std::iter::once(key).chain(keys).collect();
+                let kind = if matches!(spec, LockSpec::Read(_)) {
+                    LockKind::Read
+                } else {
+                    // Long enough to cover the writer's next retry.
+                    let node_timeout = self.node_timeout_for(ttl);
+                    let hold_off = self.retry.delay + self.retry.jitter + node_timeout * 2;
+                    let millis = u64::try_from(hold_off.as_millis())
+                        .unwrap_or(MAX_TTL_MS)
+                        .clamp(1, MAX_TTL_MS);
+                    LockKind::Write {
+                        readers_hold_off: Ttl(millis),
+                    }
+                };
+                (keys, kind)
+            }
+            LockSpec::Reentrant { resource, owner } => {
+                if owner.is_empty() {
+                    return Err(ConfigError::EmptyOwner);
+                }
+                (
+                    vec![self.key(resource)].into(),
+                    LockKind::Reentrant {
+                        owner: owner.into(),
+                    },
+                )
+            }
+            LockSpec::Multi(resources) => {
+                let mut keys: Vec<crate::Key> = resources
+                    .iter()
+                    .map(|resource| self.key(resource))
+                    .collect();
+                // Sorted and without repeats: one order on every node, and a
+                // resource named twice is locked once.
+                keys.sort();
+                keys.dedup();
+                if keys.is_empty() {
+                    return Err(ConfigError::NoResources);
+                }
+                (keys.into(), LockKind::Multi)
+            }
+        })
+    }
+
     /// Validates a TTL for use with these settings.
     ///
     /// Rejected: zero, one so small that drift leaves no validity, one not longer

@@ -91,6 +91,12 @@ pub enum ConfigError {
     /// The acquire deadline is zero.
     #[error("the acquire deadline is zero: no attempt could ever start")]
     ZeroDeadline,
+    /// A multi-resource lock names no resource.
+    #[error("a multi-resource lock needs at least one resource")]
+    NoResources,
+    /// A reentrant lock has an empty owner id.
+    #[error("a reentrant lock needs a non-empty owner id: it decides who may take the lock again")]
+    EmptyOwner,
     /// A server address could not be used (reported by adapters, which parse them).
     #[error("server {server}: {reason}")]
     InvalidServer {

@@ -65,9 +65,9 @@ impl Extension {
             .map(|node| Request {
                 attempt,
                 node,
-                key: lock.key().clone(),
+                keys: lock.keys().clone(),
                 value: lock.value().clone(),
-                fencing_key: None,
+                kind: lock.kind().clone(),
                 command,
                 deadline: round.deadline,
             })

@@ -114,7 +114,7 @@ pub mod scripts;
 mod types;
 mod wire;
 
-pub use acquire::{AcquireEvent, Acquisition, Attempts, Lock};
+pub use acquire::{AcquireEvent, Acquisition, Attempts, Lock, LockSpec};
 pub use config::{
     Config, FIXED_DRIFT, MAX_TTL_MS, MAX_VALUE_LEN, MIN_VALUE_LEN, RetryConfig, Settings, Ttl,
 };
@@ -124,4 +124,4 @@ pub use quorum::{NodeVote, Votes, drift, quorum, remaining, valid_until};
 pub use release::{Release, ReleaseReport};
 pub use retry::retry_delay;
 pub use types::{AttemptId, Key, LockValue, NodeId};
-pub use wire::{Command, NodeError, NodeErrorKind, Reply, Request, Response};
+pub use wire::{Argument, Command, LockKind, NodeError, NodeErrorKind, Reply, Request, Response};

@@ -5,7 +5,11 @@ use std::time::Instant;
 
 use crate::acquire::interpret;
 use crate::quorum::Round;
-use crate::{AttemptId, Command, Key, LockValue, NodeVote, Reply, Request, Settings, Votes};
+use std::sync::Arc;
+
+use crate::{
+    AttemptId, Command, Key, LockKind, LockValue, NodeVote, Reply, Request, Settings, Votes,
+};
 
 /// What a release did on each node.
 #[derive(Clone, Debug, PartialEq)]
@@ -83,12 +87,21 @@ impl Release {
         attempt: AttemptId,
         now: Instant,
     ) -> Self {
-        Self::with_timeout(settings, key, value, attempt, now, settings.node_timeout())
+        Self::with_timeout(
+            settings,
+            Arc::from([key]),
+            LockKind::Exclusive,
+            value,
+            attempt,
+            now,
+            settings.node_timeout(),
+        )
     }
 
     pub(crate) fn with_timeout(
         settings: &Settings,
-        key: Key,
+        keys: Arc<[Key]>,
+        kind: LockKind,
         value: LockValue,
         attempt: AttemptId,
         now: Instant,
@@ -100,9 +113,9 @@ impl Release {
             .map(|node| Request {
                 attempt,
                 node,
-                key: key.clone(),
+                keys: keys.clone(),
                 value: value.clone(),
-                fencing_key: None,
+                kind: kind.clone(),
                 command: Command::Release,
                 deadline: round.deadline,
             })

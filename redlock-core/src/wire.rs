@@ -1,29 +1,30 @@
 //! What the state machines ask the caller to send, and what the caller feeds back.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::{AttemptId, Key, LockValue, NodeId, Ttl, scripts};
 
 /// One script call to one node, emitted by a state machine's `poll_request`.
 ///
-/// The caller runs [`Command::script`] on node [`Request::node`] with
-/// `KEYS = `[`Request::keys`] and `ARGV = [value]` followed by
-/// [`Request::argument`] when there is one, and feeds the result back as a
-/// [`Reply`] with the same `attempt` and `node`. It need not wait past `deadline`: the state machine counts a
-/// node that has not answered by then as timed out.
+/// The caller runs [`Request::script`] on node [`Request::node`] with
+/// `KEYS = `[`Request::keys`] and `ARGV = `[`Request::arguments`], and feeds
+/// the result back as a [`Reply`] with the same `attempt` and `node`. It need
+/// not wait past `deadline`: the state machine counts a node that has not
+/// answered by then as timed out.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Request {
     /// The round this request belongs to; copy it into the reply.
     pub attempt: AttemptId,
     /// The node to send it to.
     pub node: NodeId,
-    /// The lock key.
-    pub key: Key,
+    /// The script's `KEYS`; the first is the lock key.
+    pub keys: Arc<[Key]>,
     /// Our lock value.
     pub value: LockValue,
-    /// The resource's fencing counter, for the fencing commands.
-    pub fencing_key: Option<Key>,
+    /// The kind of lock.
+    pub kind: LockKind,
     /// What to run.
     pub command: Command,
     /// When the state machine stops waiting for this node.
@@ -31,48 +32,124 @@ pub struct Request {
 }
 
 impl Request {
-    /// The script's `KEYS`: the lock key, then the fencing counter when the
-    /// command uses it.
-    pub fn keys(&self) -> impl ExactSizeIterator<Item = &[u8]> {
-        let fencing = match self.command {
-            Command::AcquireFenced { .. } | Command::StoreToken { .. } => self.fencing_key.as_ref(),
-            _ => None,
-        };
-        let count = 1 + usize::from(fencing.is_some());
-        [Some(&self.key), fencing]
-            .into_iter()
-            .take(count)
-            .map(|key| key.map_or(&[][..], Key::as_bytes))
+    /// The lock key (the first of [`keys`](Self::keys)).
+    pub fn key(&self) -> &Key {
+        &self.keys[0]
     }
 
-    /// The script's `ARGV[2]`, after the value: the TTL in milliseconds or the
-    /// fencing token.
-    pub fn argument(&self) -> Option<u64> {
-        match self.command {
+    /// The Lua source of the script to run.
+    pub fn script(&self) -> &'static str {
+        use Command::*;
+        match (&self.kind, self.command) {
+            (_, AcquireFenced { .. }) => scripts::ACQUIRE_FENCED,
+            (_, StoreToken { .. }) => scripts::STORE_TOKEN,
+            (LockKind::Exclusive, Acquire { .. }) => scripts::ACQUIRE,
+            (LockKind::Exclusive, Extend { .. }) => scripts::EXTEND,
+            (LockKind::Exclusive | LockKind::Write { .. }, Release) => scripts::RELEASE,
+            (LockKind::Read, Acquire { .. }) => scripts::READ_ACQUIRE,
+            (LockKind::Read, Extend { .. }) => scripts::READ_EXTEND,
+            (LockKind::Read, Release) => scripts::READ_RELEASE,
+            (LockKind::Write { .. }, Acquire { .. }) => scripts::WRITE_ACQUIRE,
+            (LockKind::Write { .. }, Extend { .. }) => scripts::WRITE_EXTEND,
+            (LockKind::Reentrant { .. }, Acquire { .. }) => scripts::REENTRANT_ACQUIRE,
+            (LockKind::Reentrant { .. }, Extend { .. }) => scripts::REENTRANT_EXTEND,
+            (LockKind::Reentrant { .. }, Release) => scripts::REENTRANT_RELEASE,
+            (LockKind::Multi, Acquire { .. }) => scripts::MULTI_ACQUIRE,
+            (LockKind::Multi, Extend { .. }) => scripts::MULTI_EXTEND,
+            (LockKind::Multi, Release) => scripts::MULTI_RELEASE,
+        }
+    }
+
+    /// The script's `ARGV`: our value; then the TTL in milliseconds (or the
+    /// fencing token, or `0` for a release); then, for a write lock's acquire,
+    /// how long readers are held off, and for a reentrant lock, the owner.
+    pub fn arguments(&self) -> impl Iterator<Item = Argument<'_>> {
+        let second = match self.command {
             Command::Acquire { ttl } | Command::AcquireFenced { ttl } | Command::Extend { ttl } => {
                 Some(ttl.as_millis())
             }
             Command::StoreToken { token } => Some(token),
             Command::Release => None,
+        };
+        let third = match (&self.kind, self.command) {
+            (LockKind::Write { readers_hold_off }, Command::Acquire { .. }) => {
+                Some(Argument::Int(readers_hold_off.as_millis()))
+            }
+            (LockKind::Reentrant { owner }, _) => Some(Argument::Bytes(owner.as_bytes())),
+            _ => None,
+        };
+        let second = match (second, &third) {
+            (Some(n), _) => Some(Argument::Int(n)),
+            (None, Some(_)) => Some(Argument::Int(0)),
+            (None, None) => None,
+        };
+        std::iter::once(Argument::Bytes(self.value.as_bytes()))
+            .chain(second)
+            .chain(third)
+    }
+}
+
+/// One script argument.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Argument<'a> {
+    /// Bytes, sent as they are.
+    Bytes(&'a [u8]),
+    /// An integer, sent in decimal.
+    Int(u64),
+}
+
+/// What a lock excludes, which decides the scripts and keys of its requests.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LockKind {
+    /// One holder at a time (the classic Redlock lock).
+    Exclusive,
+    /// One of many readers; excludes writers.
+    Read,
+    /// The writer of a read-write lock; excludes readers and other writers.
+    Write {
+        /// While we wait for readers to finish, new readers are refused for
+        /// this long (renewed by each of our attempts).
+        readers_hold_off: Ttl,
+    },
+    /// Held by an owner id that may take it again while holding it.
+    Reentrant {
+        /// The owner id.
+        owner: Arc<str>,
+    },
+    /// All of several resources at once, or none.
+    Multi,
+}
+
+impl LockKind {
+    /// A short name for logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            LockKind::Exclusive => "exclusive",
+            LockKind::Read => "read",
+            LockKind::Write { .. } => "write",
+            LockKind::Reentrant { .. } => "reentrant",
+            LockKind::Multi => "multi",
         }
     }
 }
 
-/// The operation a [`Request`] asks for. Each is one script in [`scripts`].
+/// The operation a [`Request`] asks for; with the [`LockKind`] it picks one
+/// script in [`scripts`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Command {
-    /// Set the key to our value if absent ([`scripts::ACQUIRE`]).
+    /// Take the lock on this node ([`scripts::ACQUIRE`] and its kin).
     Acquire {
         /// The TTL to set.
         ttl: Ttl,
     },
-    /// Reset the TTL of our key ([`scripts::EXTEND`]).
+    /// Reset the TTL of our lock ([`scripts::EXTEND`] and its kin).
     Extend {
         /// The new TTL.
         ttl: Ttl,
     },
-    /// Delete our key ([`scripts::RELEASE`]).
+    /// Remove our lock ([`scripts::RELEASE`] and its kin).
     Release,
     /// Set the key to our value if absent and read the node's fencing counter
     /// ([`scripts::ACQUIRE_FENCED`]).
@@ -89,18 +166,7 @@ pub enum Command {
 }
 
 impl Command {
-    /// The Lua source of the script to run.
-    pub fn script(&self) -> &'static str {
-        match self {
-            Command::Acquire { .. } => scripts::ACQUIRE,
-            Command::Extend { .. } => scripts::EXTEND,
-            Command::Release => scripts::RELEASE,
-            Command::AcquireFenced { .. } => scripts::ACQUIRE_FENCED,
-            Command::StoreToken { .. } => scripts::STORE_TOKEN,
-        }
-    }
-
-    /// The TTL argument (`ARGV[2]`), for the commands that take one.
+    /// The TTL argument, for the commands that take one.
     pub fn ttl(&self) -> Option<Ttl> {
         match self {
             Command::Acquire { ttl } | Command::AcquireFenced { ttl } | Command::Extend { ttl } => {
@@ -109,15 +175,6 @@ impl Command {
             Command::Release | Command::StoreToken { .. } => None,
         }
     }
-
-    /// Every script a state machine may ask for, to load when connecting.
-    pub const SCRIPTS: [&'static str; 5] = [
-        scripts::ACQUIRE,
-        scripts::EXTEND,
-        scripts::RELEASE,
-        scripts::ACQUIRE_FENCED,
-        scripts::STORE_TOKEN,
-    ];
 
     /// A short name for logs: `acquire`, `extend`, `release`.
     pub fn name(&self) -> &'static str {

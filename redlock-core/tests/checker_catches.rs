@@ -31,6 +31,7 @@ fn checker_flags_a_hand_made_overlap() {
             start: ms(0),
             end: ms(100),
             token: None,
+            group: None,
         },
         Hold {
             client: 1,
@@ -38,6 +39,7 @@ fn checker_flags_a_hand_made_overlap() {
             start: ms(100),
             end: ms(200),
             token: None,
+            group: None,
         },
         Hold {
             client: 2,
@@ -45,6 +47,7 @@ fn checker_flags_a_hand_made_overlap() {
             start: ms(150),
             end: ms(250),
             token: None,
+            group: None,
         },
         Hold {
             client: 3,
@@ -52,6 +55,7 @@ fn checker_flags_a_hand_made_overlap() {
             start: ms(199),
             end: ms(300),
             token: None,
+            group: None,
         },
     ];
     let found = check_overlaps(&holds);

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ErrorKind, RedisError, ServerErrorKind, Value};
-use redlock_core::{Command, NodeError, NodeErrorKind, Request, Response};
+use redlock_core::{Argument, NodeError, NodeErrorKind, Request, Response, scripts};
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
@@ -30,8 +30,8 @@ struct Script {
     sha: String,
 }
 
-static SCRIPTS: LazyLock<[Script; Command::SCRIPTS.len()]> = LazyLock::new(|| {
-    Command::SCRIPTS.map(|source| Script {
+static SCRIPTS: LazyLock<[Script; scripts::ALL.len()]> = LazyLock::new(|| {
+    scripts::ALL.map(|source| Script {
         source,
         sha: redis::Script::new(source).get_hash().to_owned(),
     })
@@ -247,7 +247,7 @@ impl Node {
     ) -> Result<Response, NodeError> {
         let (mut connection, generation) = self.connection()?;
         let command = request.command;
-        let script = command.script();
+        let script = request.script();
         let sha = sha_of(script);
         let call = evalsha(&sha, request);
         let result = match call.query_async::<Value>(&mut connection).await {
@@ -317,14 +317,15 @@ fn jittered(delay: Duration) -> Duration {
 
 fn evalsha(sha: &str, request: &Request) -> redis::Cmd {
     let mut call = redis::cmd("EVALSHA");
-    let keys = request.keys();
-    call.arg(sha).arg(keys.len());
-    for key in keys {
-        call.arg(key);
+    call.arg(sha).arg(request.keys.len());
+    for key in request.keys.iter() {
+        call.arg(key.as_bytes());
     }
-    call.arg(request.value.as_bytes());
-    if let Some(argument) = request.argument() {
-        call.arg(argument);
+    for argument in request.arguments() {
+        match argument {
+            Argument::Bytes(bytes) => call.arg(bytes),
+            Argument::Int(number) => call.arg(number),
+        };
     }
     call
 }

@@ -30,7 +30,7 @@ async fn one_evalsha_per_node_per_operation_in_steady_state() {
     for node in cluster.nodes() {
         assert_eq!(
             calls(node, "script|load") as usize,
-            redlock_core::Command::SCRIPTS.len(),
+            redlock_core::scripts::ALL.len(),
             "{:?}",
             node.commandstats()
         );
@@ -132,7 +132,7 @@ async fn a_reconnection_loads_the_scripts_again() {
     let loaded = script_calls(cluster.node(1));
     assert_eq!(
         loaded.get("script|load").map(|&n| n as usize),
-        Some(redlock_core::Command::SCRIPTS.len()),
+        Some(redlock_core::scripts::ALL.len()),
         "{loaded:?}"
     );
     cluster.node(1).reset_stats();

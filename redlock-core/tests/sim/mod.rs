@@ -18,11 +18,13 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod redis;
+
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use redlock_core::{
-    AcquireEvent, Acquisition, Attempts, Command, Config, Extension, Lock, NodeError,
-    NodeErrorKind, Release, Reply, Request, Response, RetryConfig, Settings,
+    AcquireEvent, Acquisition, Attempts, Config, Extension, Lock, LockSpec, NodeError,
+    NodeErrorKind, Release, Reply, Request, RetryConfig, Settings,
 };
 
 /// What a simulated run looks like.
@@ -62,6 +64,21 @@ pub struct SimConfig {
     pub fenced: bool,
     /// Whether a crashed node keeps its data (AOF with fsync always).
     pub persistent: bool,
+    /// Which kinds of lock the clients take.
+    pub kinds: Kinds,
+}
+
+/// The kinds of lock clients take in a run.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Kinds {
+    /// Exclusive locks (fenced when `SimConfig::fenced`).
+    Exclusive,
+    /// Read locks with this probability, write locks otherwise.
+    ReadWrite { read_share: f64 },
+    /// Reentrant locks; client `i` is owner `i % owners`.
+    Reentrant { owners: usize },
+    /// Multi-resource locks over 1..=3 of the keys, mixed with single ones.
+    Multi,
 }
 
 impl Default for SimConfig {
@@ -87,6 +104,7 @@ impl Default for SimConfig {
             think: (Duration::ZERO, Duration::from_millis(20)),
             fenced: false,
             persistent: false,
+            kinds: Kinds::Exclusive,
         }
     }
 }
@@ -99,7 +117,13 @@ pub struct Hold {
     pub start: Duration,
     pub end: Duration,
     pub token: Option<u64>,
+    /// Holds of one group may overlap (readers; one reentrant owner);
+    /// `None` excludes everyone.
+    pub group: Option<u64>,
 }
+
+/// The group of every reader: readers may overlap each other.
+pub const READERS: u64 = u64::MAX;
 
 /// What a run produced.
 #[derive(Debug, Default)]
@@ -156,22 +180,21 @@ pub fn check_overlaps(holds: &[Hold]) -> Vec<(Hold, Hold)> {
     let mut found = Vec::new();
     for (_, mut list) in by_key {
         list.sort_by_key(|h| (h.start, h.end));
-        // The latest end seen so far, and its hold: any later start before it overlaps.
-        let mut latest: Option<Hold> = None;
+        // Holds still open at the current start; each new hold is checked
+        // against them. Two holds conflict unless they share a group.
+        let mut open: Vec<Hold> = Vec::new();
         for hold in list {
             if hold.end <= hold.start {
                 continue;
             }
-            if let Some(prev) = latest {
-                if hold.start < prev.end {
-                    found.push((prev, hold));
+            open.retain(|o| o.end > hold.start);
+            for other in &open {
+                let shared = hold.group.is_some() && hold.group == other.group;
+                if !shared {
+                    found.push((*other, hold));
                 }
-                if hold.end > prev.end {
-                    latest = Some(hold);
-                }
-            } else {
-                latest = Some(hold);
             }
+            open.push(hold);
         }
     }
     found
@@ -237,31 +260,13 @@ impl Ord for Scheduled {
     }
 }
 
-struct Entry {
-    value: Vec<u8>,
-    /// Expiry in node time (microseconds).
-    expires: f64,
-}
-
-impl Node {
-    fn counter(&self, request: &Request) -> u64 {
-        let fence = request
-            .fencing_key
-            .as_ref()
-            .expect("fenced commands carry the counter key");
-        self.data.get(fence.as_bytes()).map_or(0, |e| {
-            std::str::from_utf8(&e.value).unwrap().parse().unwrap()
-        })
-    }
-}
-
 struct Node {
     rate: f64,
     jump: f64,
     up: bool,
     paused: bool,
     waiting: VecDeque<(usize, Request, bool)>,
-    data: HashMap<Vec<u8>, Entry>,
+    store: redis::Store,
 }
 
 impl Node {
@@ -270,91 +275,28 @@ impl Node {
     }
 
     /// Runs one script the way Redis would, from the contracts in `scripts`.
-    fn run(&mut self, now: Duration, request: &Request) -> Response {
+    fn run(&mut self, now: Duration, request: &Request) -> redlock_core::Response {
         let clock = self.clock(now);
-        let key = request.key.as_bytes().to_vec();
-        if self.data.get(&key).is_some_and(|e| e.expires <= clock) {
-            self.data.remove(&key);
-        }
-        let ours = request.value.as_bytes();
-        let held = self.data.get(&key).map(|e| e.value.clone());
-        let set = |data: &mut HashMap<Vec<u8>, Entry>, ttl: redlock_core::Ttl| {
-            data.insert(
-                key.clone(),
-                Entry {
-                    value: ours.to_vec(),
-                    expires: clock + ttl.as_millis() as f64 * 1000.0,
-                },
-            );
-        };
-        match request.command {
-            Command::Acquire { ttl } => match held {
-                Some(value) => Response::Data(value),
-                None => {
-                    set(&mut self.data, ttl);
-                    Response::Int(1)
-                }
-            },
-            Command::Extend { ttl } => match held {
-                Some(value) if value == ours => {
-                    set(&mut self.data, ttl);
-                    Response::Int(1)
-                }
-                Some(_) => Response::Int(0),
-                None => {
-                    set(&mut self.data, ttl);
-                    Response::Int(2)
-                }
-            },
-            Command::Release => match held {
-                Some(value) if value == ours => {
-                    self.data.remove(&key);
-                    Response::Int(1)
-                }
-                Some(_) => Response::Int(0),
-                None => Response::Int(-1),
-            },
-            Command::AcquireFenced { ttl } => match held {
-                Some(value) => Response::Data(value),
-                None => {
-                    set(&mut self.data, ttl);
-                    Response::Array(vec![
-                        Response::Int(1),
-                        Response::Int(self.counter(request) as i64),
-                    ])
-                }
-            },
-            Command::StoreToken { token } => match held {
-                Some(value) if value == ours => {
-                    let counter = self.counter(request).max(token);
-                    let fence = request.fencing_key.as_ref().unwrap().as_bytes().to_vec();
-                    self.data.insert(
-                        fence,
-                        Entry {
-                            value: counter.to_string().into_bytes(),
-                            expires: f64::INFINITY,
-                        },
-                    );
-                    Response::Int(1)
-                }
-                Some(_) => Response::Int(0),
-                None => Response::Int(-1),
-            },
-            other => panic!("the simulation does not know {other:?}"),
-        }
+        self.store.run(clock, request)
     }
+}
+
+/// What a client locks: resource indexes, and the group its holds share.
+#[derive(Clone, Debug)]
+struct Target {
+    keys: Vec<usize>,
+    group: Option<u64>,
 }
 
 enum ClientState {
     Idle,
     Acquiring {
-        key: usize,
+        target: Target,
         machine: Acquisition<StdRng>,
     },
     Holding {
-        key: usize,
         lock: Lock,
-        hold: usize,
+        holds: Vec<usize>,
         release_at: Duration,
         extension: Option<Extension>,
     },
@@ -422,7 +364,7 @@ impl World {
                 up: true,
                 paused: false,
                 waiting: VecDeque::new(),
-                data: HashMap::new(),
+                store: redis::Store::default(),
             })
             .collect();
         let clients = (0..cfg.clients)
@@ -559,7 +501,7 @@ impl World {
                 n.waiting.clear();
                 if !self.cfg.persistent {
                     // No persistence: a crash loses every key.
-                    n.data.clear();
+                    n.store.clear();
                 }
             }
             Event::Restart { node } => {
@@ -569,7 +511,7 @@ impl World {
                 let n = &mut self.nodes[node];
                 n.up = true;
                 if !self.cfg.persistent {
-                    n.data.clear();
+                    n.store.clear();
                 }
             }
             Event::Pause { node, until } => {
@@ -702,20 +644,92 @@ impl World {
         } else {
             Attempts::Once
         };
-        let start = if self.cfg.fenced {
-            Acquisition::fenced
-        } else {
-            Acquisition::new
+        let name = |key: usize| format!("key-{key}").into_bytes();
+        let single = name(key);
+        let owner;
+        let multi_names: Vec<Vec<u8>>;
+        let multi_refs: Vec<&[u8]>;
+        let (spec, target) = match self.cfg.kinds {
+            Kinds::Exclusive if self.cfg.fenced => (
+                LockSpec::Fenced(&single),
+                Target {
+                    keys: vec![key],
+                    group: None,
+                },
+            ),
+            Kinds::Exclusive => (
+                LockSpec::Exclusive(&single),
+                Target {
+                    keys: vec![key],
+                    group: None,
+                },
+            ),
+            Kinds::ReadWrite { read_share } => {
+                if self.rng.random_bool(read_share) {
+                    (
+                        LockSpec::Read(&single),
+                        Target {
+                            keys: vec![key],
+                            group: Some(READERS),
+                        },
+                    )
+                } else {
+                    (
+                        LockSpec::Write(&single),
+                        Target {
+                            keys: vec![key],
+                            group: None,
+                        },
+                    )
+                }
+            }
+            Kinds::Reentrant { owners } => {
+                let id = client % owners;
+                owner = format!("owner-{id}");
+                (
+                    LockSpec::Reentrant {
+                        resource: &single,
+                        owner: &owner,
+                    },
+                    Target {
+                        keys: vec![key],
+                        group: Some(id as u64),
+                    },
+                )
+            }
+            Kinds::Multi => {
+                let count = self.rng.random_range(1..=3.min(self.cfg.keys));
+                let mut keys: Vec<usize> = (0..count)
+                    .map(|_| self.rng.random_range(0..self.cfg.keys))
+                    .collect();
+                keys.sort_unstable();
+                keys.dedup();
+                multi_names = keys.iter().map(|&k| name(k)).collect();
+                multi_refs = multi_names.iter().map(Vec::as_slice).collect();
+                if keys.len() == 1 && self.rng.random_bool(0.5) {
+                    // Single exclusive locks on the same keys must exclude multi ones.
+                    (
+                        LockSpec::Exclusive(&single),
+                        Target {
+                            keys: vec![key],
+                            group: None,
+                        },
+                    )
+                } else {
+                    (LockSpec::Multi(&multi_refs), Target { keys, group: None })
+                }
+            }
         };
-        let machine = start(
+        let machine = Acquisition::with_spec(
             self.settings.clone(),
-            format!("key-{key}").as_bytes(),
+            spec,
             self.settings.default_ttl(),
             attempts,
             self.instant(self.now),
             StdRng::seed_from_u64(seed),
-        );
-        self.clients[client].state = ClientState::Acquiring { key, machine };
+        )
+        .expect("valid spec");
+        self.clients[client].state = ClientState::Acquiring { target, machine };
         self.step(client);
     }
 
@@ -727,13 +741,13 @@ impl World {
         let mut next = Next::Stay(None);
         match &mut self.clients[client].state {
             ClientState::Idle => {}
-            ClientState::Acquiring { key, machine } => {
+            ClientState::Acquiring { target, machine } => {
                 outgoing.extend(std::iter::from_fn(|| machine.poll_request()));
-                let key = *key;
+                let key = target.clone();
                 next = Next::Stay(machine.poll_timeout());
                 while let Some(event) = machine.poll_event() {
                     match event {
-                        AcquireEvent::Acquired(lock) => next = Next::Hold(key, lock),
+                        AcquireEvent::Acquired(lock) => next = Next::Hold(key.clone(), lock),
                         AcquireEvent::AttemptFailed { .. } => {}
                         AcquireEvent::Failed(_) => next = Next::Idle { failed: true },
                     }
@@ -741,10 +755,9 @@ impl World {
             }
             ClientState::Holding {
                 lock,
-                hold,
+                holds,
                 release_at,
                 extension,
-                ..
             } => {
                 if let Some(ext) = extension {
                     outgoing.extend(std::iter::from_fn(|| ext.poll_request()));
@@ -754,7 +767,9 @@ impl World {
                                 lock.apply(&extended);
                                 self.outcome.extensions += 1;
                                 let end = self.base.elapsed_since_base(lock.valid_until());
-                                self.outcome.holds[*hold].end = end;
+                                for &hold in holds.iter() {
+                                    self.outcome.holds[hold].end = end;
+                                }
                             }
                             Err(_) => self.outcome.failed_extensions += 1,
                         }
@@ -765,8 +780,10 @@ impl World {
                 let valid_until = lock.valid_until();
                 if now_instant >= release_at_instant || now_instant >= valid_until {
                     // Done with the work, or the lock ran out: stop and release.
-                    let hold_end = &mut self.outcome.holds[*hold].end;
-                    *hold_end = (*hold_end).min(self.now);
+                    for &hold in holds.iter() {
+                        let hold_end = &mut self.outcome.holds[hold].end;
+                        *hold_end = (*hold_end).min(self.now);
+                    }
                     self.outcome.releases += 1;
                     next = Next::Release(lock.release(now_instant));
                 } else {
@@ -822,22 +839,25 @@ impl World {
                     );
                 }
                 let end = self.since_base(lock.valid_until());
-                self.outcome.holds.push(Hold {
-                    client,
-                    key,
-                    start,
-                    end,
-                    token: lock.fencing_token(),
-                });
-                let hold = self.outcome.holds.len() - 1;
+                let mut holds = Vec::new();
+                for &resource in &key.keys {
+                    self.outcome.holds.push(Hold {
+                        client,
+                        key: resource,
+                        start,
+                        end,
+                        token: lock.fencing_token(),
+                        group: key.group,
+                    });
+                    holds.push(self.outcome.holds.len() - 1);
+                }
                 let share = self
                     .rng
                     .random_range(self.cfg.hold_share.0..=self.cfg.hold_share.1);
                 let release_at = self.now + self.cfg.ttl.mul_f64(share);
                 self.clients[client].state = ClientState::Holding {
-                    key,
                     lock,
-                    hold,
+                    holds,
                     release_at,
                     extension: None,
                 };
@@ -866,7 +886,7 @@ impl World {
 
 enum Next {
     Stay(Option<Instant>),
-    Hold(usize, Lock),
+    Hold(Target, Lock),
     Release(Release),
     Idle { failed: bool },
 }

@@ -1,0 +1,361 @@
+//! A simulated Redis master: keys with expiry in the node's own (drifting)
+//! time, and the scripts of `redlock_core::scripts` re-implemented from their
+//! documented contracts.
+
+use std::collections::{BTreeMap, HashMap};
+
+use redlock_core::{Command, LockKind, Request, Response};
+
+#[derive(Clone, Debug)]
+enum Val {
+    Str(Vec<u8>),
+    /// member -> expiry score in node milliseconds.
+    ZSet(BTreeMap<Vec<u8>, f64>),
+    Hash(BTreeMap<Vec<u8>, Vec<u8>>),
+}
+
+#[derive(Clone, Debug)]
+struct Entry {
+    val: Val,
+    /// Expiry in node microseconds (`f64::INFINITY`: none).
+    expires: f64,
+}
+
+/// The keys of one node.
+#[derive(Default, Debug)]
+pub struct Store {
+    data: HashMap<Vec<u8>, Entry>,
+}
+
+const MS: f64 = 1000.0;
+
+impl Store {
+    pub fn clear(&mut self) {
+        self.data.clear();
+    }
+
+    fn live(&mut self, key: &[u8], clock: f64) -> Option<&mut Entry> {
+        if self.data.get(key).is_some_and(|e| e.expires <= clock) {
+            self.data.remove(key);
+        }
+        self.data.get_mut(key)
+    }
+
+    fn get_str(&mut self, key: &[u8], clock: f64) -> Option<Vec<u8>> {
+        match self.live(key, clock) {
+            Some(Entry {
+                val: Val::Str(v), ..
+            }) => Some(v.clone()),
+            Some(_) => panic!("the simulation never puts another type at a string key"),
+            None => None,
+        }
+    }
+
+    fn set_str(&mut self, key: &[u8], value: &[u8], clock: f64, ttl_ms: u64) {
+        self.data.insert(
+            key.to_vec(),
+            Entry {
+                val: Val::Str(value.to_vec()),
+                expires: clock + ttl_ms as f64 * MS,
+            },
+        );
+    }
+
+    fn pexpire(&mut self, key: &[u8], clock: f64, ttl_ms: u64) {
+        if let Some(entry) = self.live(key, clock) {
+            entry.expires = clock + ttl_ms as f64 * MS;
+        }
+    }
+
+    fn del(&mut self, key: &[u8]) {
+        self.data.remove(key);
+    }
+
+    /// The readers set after removing expired members (as ZREMRANGEBYSCORE).
+    fn readers(&mut self, key: &[u8], clock: f64) -> BTreeMap<Vec<u8>, f64> {
+        let now_ms = (clock / MS).floor();
+        let mut set = match self.live(key, clock) {
+            Some(Entry {
+                val: Val::ZSet(set),
+                ..
+            }) => set.clone(),
+            Some(_) => panic!("readers key of another type"),
+            None => BTreeMap::new(),
+        };
+        set.retain(|_, score| *score > now_ms);
+        set
+    }
+
+    fn put_readers(&mut self, key: &[u8], set: BTreeMap<Vec<u8>, f64>) {
+        if set.is_empty() {
+            self.data.remove(key);
+            return;
+        }
+        let last = set.values().cloned().fold(f64::MIN, f64::max);
+        self.data.insert(
+            key.to_vec(),
+            Entry {
+                val: Val::ZSet(set),
+                expires: last * MS,
+            },
+        );
+    }
+
+    pub fn counter(&mut self, key: &[u8], clock: f64) -> u64 {
+        self.get_str(key, clock)
+            .map_or(0, |v| std::str::from_utf8(&v).unwrap().parse().unwrap())
+    }
+
+    /// Runs one request's script at node time `clock` (microseconds).
+    pub fn run(&mut self, clock: f64, request: &Request) -> Response {
+        let keys: Vec<&[u8]> = request.keys.iter().map(|k| k.as_bytes()).collect();
+        let ours = request.value.as_bytes();
+        let now_ms = (clock / MS).floor();
+        match (&request.kind, request.command) {
+            (_, Command::AcquireFenced { ttl }) => match self.get_str(keys[0], clock) {
+                Some(held) => Response::Data(held),
+                None => {
+                    self.set_str(keys[0], ours, clock, ttl.as_millis());
+                    let counter = self.counter(keys[1], clock) as i64;
+                    Response::Array(vec![Response::Int(1), Response::Int(counter)])
+                }
+            },
+            (_, Command::StoreToken { token }) => match self.get_str(keys[0], clock) {
+                Some(held) if held == ours => {
+                    let counter = self.counter(keys[1], clock).max(token);
+                    self.data.insert(
+                        keys[1].to_vec(),
+                        Entry {
+                            val: Val::Str(counter.to_string().into_bytes()),
+                            expires: f64::INFINITY,
+                        },
+                    );
+                    Response::Int(1)
+                }
+                Some(_) => Response::Int(0),
+                None => Response::Int(-1),
+            },
+            (LockKind::Exclusive, Command::Acquire { ttl }) => match self.get_str(keys[0], clock) {
+                Some(held) => Response::Data(held),
+                None => {
+                    self.set_str(keys[0], ours, clock, ttl.as_millis());
+                    Response::Int(1)
+                }
+            },
+            (LockKind::Exclusive, Command::Extend { ttl }) => match self.get_str(keys[0], clock) {
+                Some(held) if held == ours => {
+                    self.pexpire(keys[0], clock, ttl.as_millis());
+                    Response::Int(1)
+                }
+                Some(_) => Response::Int(0),
+                None => {
+                    self.set_str(keys[0], ours, clock, ttl.as_millis());
+                    Response::Int(2)
+                }
+            },
+            (LockKind::Exclusive | LockKind::Write { .. }, Command::Release) => {
+                match self.get_str(keys[0], clock) {
+                    Some(held) if held == ours => {
+                        self.del(keys[0]);
+                        Response::Int(1)
+                    }
+                    Some(_) => Response::Int(0),
+                    None => Response::Int(-1),
+                }
+            }
+            (LockKind::Read, Command::Acquire { ttl }) => {
+                if let Some(writer) = self.get_str(keys[0], clock) {
+                    return Response::Data(writer);
+                }
+                if self.get_str(keys[2], clock).is_some() {
+                    return Response::Data(b"writer-waiting".to_vec());
+                }
+                let mut set = self.readers(keys[1], clock);
+                set.insert(ours.to_vec(), now_ms + ttl.as_millis() as f64);
+                self.put_readers(keys[1], set);
+                Response::Int(1)
+            }
+            (LockKind::Read, Command::Extend { ttl }) => {
+                let mut set = self.readers(keys[1], clock);
+                let mut code = 1;
+                if !set.contains_key(ours) {
+                    if self.get_str(keys[0], clock).is_some() {
+                        self.put_readers(keys[1], set);
+                        return Response::Int(0);
+                    }
+                    code = 2;
+                }
+                set.insert(ours.to_vec(), now_ms + ttl.as_millis() as f64);
+                self.put_readers(keys[1], set);
+                Response::Int(code)
+            }
+            (LockKind::Read, Command::Release) => {
+                let mut set = self.readers(keys[1], clock);
+                let removed = set.remove(ours).is_some();
+                self.put_readers(keys[1], set);
+                Response::Int(if removed { 1 } else { -1 })
+            }
+            (LockKind::Write { readers_hold_off }, Command::Acquire { ttl }) => {
+                if let Some(writer) = self.get_str(keys[0], clock) {
+                    return Response::Data(writer);
+                }
+                let set = self.readers(keys[1], clock);
+                let busy = !set.is_empty();
+                self.put_readers(keys[1], set);
+                if busy {
+                    self.set_str(keys[2], ours, clock, readers_hold_off.as_millis());
+                    return Response::Data(b"readers".to_vec());
+                }
+                self.set_str(keys[0], ours, clock, ttl.as_millis());
+                self.del(keys[2]);
+                Response::Int(1)
+            }
+            (LockKind::Write { .. }, Command::Extend { ttl }) => {
+                match self.get_str(keys[0], clock) {
+                    Some(held) if held == ours => {
+                        self.pexpire(keys[0], clock, ttl.as_millis());
+                        return Response::Int(1);
+                    }
+                    Some(_) => return Response::Int(0),
+                    None => {}
+                }
+                let set = self.readers(keys[1], clock);
+                let busy = !set.is_empty();
+                self.put_readers(keys[1], set);
+                if busy {
+                    return Response::Int(0);
+                }
+                self.set_str(keys[0], ours, clock, ttl.as_millis());
+                Response::Int(2)
+            }
+            (LockKind::Reentrant { owner }, command) => {
+                self.reentrant(keys[0], ours, owner.as_bytes(), clock, command)
+            }
+            (LockKind::Multi, Command::Acquire { ttl }) => {
+                for key in &keys {
+                    if let Some(held) = self.get_str(key, clock) {
+                        return Response::Data(held);
+                    }
+                }
+                for key in &keys {
+                    self.set_str(key, ours, clock, ttl.as_millis());
+                }
+                Response::Int(1)
+            }
+            (LockKind::Multi, Command::Extend { ttl }) => {
+                for key in &keys {
+                    if self.get_str(key, clock).is_some_and(|held| held != ours) {
+                        return Response::Int(0);
+                    }
+                }
+                let mut code = 1;
+                for key in &keys {
+                    if self.get_str(key, clock).is_some() {
+                        self.pexpire(key, clock, ttl.as_millis());
+                    } else {
+                        self.set_str(key, ours, clock, ttl.as_millis());
+                        code = 2;
+                    }
+                }
+                Response::Int(code)
+            }
+            (LockKind::Multi, Command::Release) => {
+                let (mut released, mut others) = (0, 0);
+                for key in &keys {
+                    match self.get_str(key, clock) {
+                        Some(held) if held == ours => {
+                            self.del(key);
+                            released += 1;
+                        }
+                        Some(_) => others += 1,
+                        None => {}
+                    }
+                }
+                Response::Int(if released > 0 {
+                    1
+                } else if others > 0 {
+                    0
+                } else {
+                    -1
+                })
+            }
+            (kind, command) => panic!("the simulation does not know {command:?} on {kind:?}"),
+        }
+    }
+
+    fn reentrant(
+        &mut self,
+        key: &[u8],
+        ours: &[u8],
+        owner: &[u8],
+        clock: f64,
+        command: Command,
+    ) -> Response {
+        let entry = self.live(key, clock).cloned();
+        let fresh = |ttl_ms: u64| Entry {
+            val: Val::Hash(BTreeMap::from([
+                (b"owner".to_vec(), owner.to_vec()),
+                (ours.to_vec(), b"1".to_vec()),
+            ])),
+            expires: clock + ttl_ms as f64 * MS,
+        };
+        let Some(mut entry) = entry else {
+            return match command {
+                Command::Acquire { ttl } => {
+                    self.data.insert(key.to_vec(), fresh(ttl.as_millis()));
+                    Response::Int(1)
+                }
+                Command::Extend { ttl } => {
+                    self.data.insert(key.to_vec(), fresh(ttl.as_millis()));
+                    Response::Int(2)
+                }
+                _ => Response::Int(-1),
+            };
+        };
+        let Val::Hash(fields) = &mut entry.val else {
+            panic!("reentrant key of another type");
+        };
+        let holder = fields.get(b"owner".as_slice()).cloned().unwrap_or_default();
+        if holder != owner {
+            return match command {
+                Command::Acquire { .. } => Response::Data(holder),
+                _ => Response::Int(0),
+            };
+        }
+        let raise = |entry: &mut Entry, ttl_ms: u64| {
+            let until = clock + ttl_ms as f64 * MS;
+            if entry.expires < until {
+                entry.expires = until;
+            }
+        };
+        let response = match command {
+            Command::Acquire { ttl } => {
+                fields.insert(ours.to_vec(), b"1".to_vec());
+                raise(&mut entry, ttl.as_millis());
+                Response::Int(1)
+            }
+            Command::Extend { ttl } => {
+                let code = if fields.insert(ours.to_vec(), b"1".to_vec()).is_some() {
+                    1
+                } else {
+                    2
+                };
+                raise(&mut entry, ttl.as_millis());
+                Response::Int(code)
+            }
+            Command::Release => {
+                if fields.remove(ours).is_none() {
+                    return Response::Int(-1);
+                }
+                if fields.len() <= 1 {
+                    self.data.remove(key);
+                    return Response::Int(1);
+                }
+                Response::Int(1)
+            }
+            other => panic!("reentrant {other:?}"),
+        };
+        self.data.insert(key.to_vec(), entry);
+        response
+    }
+}
