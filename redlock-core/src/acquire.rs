@@ -78,12 +78,18 @@ pub enum AcquireEvent {
     Failed(AcquireError),
 }
 
+// One per acquisition, never in a collection: boxing would only add an
+// allocation per attempt.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 enum State {
     Attempting {
         round: Round,
         value: LockValue,
         phase: Phase,
+        /// For an extra attempt started by a release notice: the scheduled
+        /// retry it jumped ahead of, to wait for again if it fails.
+        scheduled: Option<Instant>,
     },
     Waiting {
         until: Instant,
@@ -159,7 +165,10 @@ pub struct Acquisition<R> {
     node_timeout: Duration,
     rng: R,
     max_attempts: u32,
+    /// Attempts started, extra ones after release notices included.
     attempts: u32,
+    /// Attempts that count against `max_attempts` (the first and the retries).
+    attempts_scheduled: u32,
     deadline: Option<Instant>,
     /// The script keys, the lock key first.
     keys: Arc<[Key]>,
@@ -263,19 +272,25 @@ impl<R: Rng> Acquisition<R> {
             rng,
             max_attempts,
             attempts: 0,
+            attempts_scheduled: 1,
             deadline,
             state: State::Done,
             requests: VecDeque::new(),
             events: VecDeque::new(),
             last_error: None,
         };
-        this.start_attempt(now);
+        this.start_attempt(now, None);
         Ok(this)
     }
 
-    /// The key being locked.
+    /// The key being locked (the first one, for a multi-resource lock).
     pub fn key(&self) -> &Key {
         &self.key
+    }
+
+    /// The kind of lock being acquired.
+    pub fn kind(&self) -> &LockKind {
+        &self.kind
     }
 
     /// Attempts started so far.
@@ -363,8 +378,29 @@ impl<R: Rng> Acquisition<R> {
                 round.expire();
                 self.decide(now);
             }
-            State::Waiting { until } if now >= *until => self.start_attempt(now),
+            State::Waiting { until } if now >= *until => {
+                self.attempts_scheduled += 1;
+                self.start_attempt(now, None);
+            }
             _ => {}
+        }
+    }
+
+    /// Tells the acquisition that a holder of the lock just released it (for
+    /// example a pub/sub message from a node's release script). While it
+    /// waits between attempts, it tries again at once instead of at the end
+    /// of the retry delay, so a released lock passes to a waiter in about one
+    /// round trip.
+    ///
+    /// Such an extra attempt does not use up the retry count: if it fails,
+    /// the acquisition goes back to waiting for the retry it had scheduled.
+    /// A notice while an attempt is in flight, or after the end, is ignored.
+    pub fn handle_release_notice(&mut self, now: Instant) {
+        if let State::Waiting { until } = self.state {
+            if self.deadline.is_some_and(|deadline| now >= deadline) {
+                return self.handle_timeout(now);
+            }
+            self.start_attempt(now, Some(until));
         }
     }
 
@@ -380,7 +416,7 @@ impl<R: Rng> Acquisition<R> {
         }
     }
 
-    fn start_attempt(&mut self, now: Instant) {
+    fn start_attempt(&mut self, now: Instant, scheduled: Option<Instant>) {
         self.attempts += 1;
         // Random ids: a late reply to any earlier round, of this machine or of
         // another one the caller routes to us by mistake, is never counted.
@@ -398,6 +434,7 @@ impl<R: Rng> Acquisition<R> {
             round,
             value,
             phase: Phase::Lock,
+            scheduled,
         };
     }
 
@@ -417,8 +454,12 @@ impl<R: Rng> Acquisition<R> {
 
     /// The lock round was won on a fenced lock: store the token on a quorum.
     fn start_fence_round(&mut self, now: Instant) {
-        let State::Attempting { round, value, .. } =
-            std::mem::replace(&mut self.state, State::Done)
+        let State::Attempting {
+            round,
+            value,
+            scheduled,
+            ..
+        } = std::mem::replace(&mut self.state, State::Done)
         else {
             unreachable!("only called while attempting");
         };
@@ -444,6 +485,7 @@ impl<R: Rng> Acquisition<R> {
                 lock_started: round.started,
                 lock_votes: round.votes(now),
             },
+            scheduled,
         };
     }
 
@@ -469,6 +511,7 @@ impl<R: Rng> Acquisition<R> {
                         round,
                         value,
                         phase,
+                        ..
                     } = std::mem::replace(&mut self.state, State::Done)
                     else {
                         unreachable!("matched Attempting above");
@@ -514,15 +557,30 @@ impl<R: Rng> Acquisition<R> {
     }
 
     fn fail_attempt(&mut self, error: AcquireError, now: Instant) {
-        let State::Attempting { round, value, .. } =
-            std::mem::replace(&mut self.state, State::Done)
+        let State::Attempting {
+            round,
+            value,
+            scheduled,
+            ..
+        } = std::mem::replace(&mut self.state, State::Done)
         else {
             return;
         };
         // Release everywhere, also where the node seemed to say no or timed
         // out: a reply can be lost after the node set the key.
         self.queue_releases(&round, &value, now);
-        if self.attempts < self.max_attempts {
+        if let Some(until) = scheduled.filter(|&until| until > now) {
+            // An extra attempt after a release notice: back to the retry
+            // that was scheduled anyway.
+            self.state = State::Waiting { until };
+            self.events.push_back(AcquireEvent::AttemptFailed {
+                error: error.clone(),
+                retry_at: until,
+            });
+            self.last_error = Some(error);
+            return;
+        }
+        if self.attempts_scheduled < self.max_attempts {
             let until = now + crate::retry_delay(&self.settings.retry(), &mut self.rng);
             if self.deadline.is_none_or(|deadline| until < deadline) {
                 self.state = State::Waiting { until };

@@ -382,6 +382,14 @@ impl Settings {
         })
     }
 
+    /// The pub/sub channel on which a node announces that the lock on `key`
+    /// was released: the key followed by a NUL byte and `released`.
+    pub fn release_channel(&self, key: &crate::Key) -> crate::Key {
+        let mut bytes = key.as_bytes().to_vec();
+        bytes.extend_from_slice(b"\0released");
+        crate::Key::from(bytes)
+    }
+
     /// Validates a TTL for use with these settings.
     ///
     /// Rejected: zero, one so small that drift leaves no validity, one not longer

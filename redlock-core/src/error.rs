@@ -91,6 +91,11 @@ pub enum ConfigError {
     /// The acquire deadline is zero.
     #[error("the acquire deadline is zero: no attempt could ever start")]
     ZeroDeadline,
+    /// Fencing tokens were asked for on a lock kind that has none.
+    #[error(
+        "fencing tokens exist for exclusive locks only, not for read, write, reentrant or multi-resource locks"
+    )]
+    FencingUnsupported,
     /// A multi-resource lock names no resource.
     #[error("a multi-resource lock needs at least one resource")]
     NoResources,

@@ -7,8 +7,12 @@
 //! adapter reports as [`NodeErrorKind::WrongType`](crate::NodeErrorKind::WrongType)
 //! instead of mistaking the key for someone else's lock.
 //!
-//! All three scripts take one key and only touch that key, so they also work
-//! where keys are routed by hash slot.
+//! Every release that frees a lock publishes an empty message on the channel
+//! `<key>\0released` ([`Settings::release_channel`](crate::Settings::release_channel)),
+//! so that blocked clients can try again at once
+//! ([`Acquisition::handle_release_notice`](crate::Acquisition::handle_release_notice))
+//! instead of sleeping out their retry delay. Publishing to a channel nobody
+//! listens to costs next to nothing.
 
 /// Acquire one node.
 ///
@@ -59,13 +63,15 @@ return 2
 /// - `ARGV[1]`: our lock value.
 ///
 /// Returns:
-/// - integer `1`: the key held our value and is deleted;
+/// - integer `1`: the key held our value and is deleted, and an empty
+///   message is published on `<key>\0released` for waiting clients;
 /// - integer `0`: the key is held by another value, left as it is;
 /// - integer `-1`: the key is absent (expired, or never set on this node);
 /// - error `WRONGTYPE ...`: the key exists and is not a string.
 pub const RELEASE: &str = r#"local held = redis.call('GET', KEYS[1])
 if held == ARGV[1] then
   redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', KEYS[1] .. '\0released', '')
   return 1
 end
 if held then
@@ -195,9 +201,11 @@ redis.call('PEXPIREAT', KEYS[2], last[2])
 return code
 "#;
 
-/// Release a read lock on one node: `1` when our entry was removed, `-1`
-/// when it was already gone. Other readers and writers are never touched.
+/// Release a read lock on one node: `1` when our entry was removed (and a
+/// message published on `<key>\0released`), `-1` when it was already gone.
+/// Other readers and writers are never touched.
 pub const READ_RELEASE: &str = r#"if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
+  redis.call('PUBLISH', KEYS[1] .. '\0released', '')
   return 1
 end
 return -1
@@ -312,7 +320,8 @@ return code
 "#;
 
 /// Release one acquisition of a reentrant lock: `1` removed (the key is
-/// deleted with the last acquisition), `-1` already gone, `0` another owner
+/// deleted with the last acquisition, and a message published on
+/// `<key>\0released`), `-1` already gone, `0` another owner
 /// holds the key (nothing changed).
 pub const REENTRANT_RELEASE: &str = r#"local kind = redis.call('TYPE', KEYS[1]).ok
 if kind == 'none' then
@@ -329,6 +338,7 @@ if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then
 end
 if redis.call('HLEN', KEYS[1]) <= 1 then
   redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', KEYS[1] .. '\0released', '')
 end
 return 1
 "#;
@@ -374,14 +384,15 @@ end
 return code
 "#;
 
-/// Release every key holding our value on one node: `1` when at least one
-/// was deleted, `0` when none was ours but some are held by others, `-1` when
+/// Release every key holding our value on one node (publishing on
+/// `<key>\0released` for each): `1` when at least one was deleted, `0` when none was ours but some are held by others, `-1` when
 /// all are gone. Keys held by others are never touched.
 pub const MULTI_RELEASE: &str = r#"local released, others = 0, 0
 for _, key in ipairs(KEYS) do
   local held = redis.call('GET', key)
   if held == ARGV[1] then
     redis.call('DEL', key)
+    redis.call('PUBLISH', key .. '\0released', '')
     released = released + 1
   elseif held then
     others = others + 1

@@ -434,3 +434,65 @@ fn messages_never_show_lock_values() {
     assert!(!format!("{:?}", request.value).contains(ours));
     assert!(!format!("{request:?}").contains(ours));
 }
+
+#[test]
+fn a_release_notice_brings_the_next_attempt_forward() {
+    let base = redlock_core::Config {
+        servers: vec!["a".into(), "b".into(), "c".into()],
+        ttl: Duration::from_secs(1),
+        node_timeout: Some(10 * MS),
+        retry: redlock_core::RetryConfig {
+            count: 1,
+            delay: 100 * MS,
+            jitter: Duration::ZERO,
+        },
+        ..Default::default()
+    };
+    let settings = Arc::new(base.validate().unwrap());
+    let t0 = Instant::now();
+    let held = |r: &Request| Reply::to(r, Ok(Response::Data(b"other".to_vec())));
+    let mut acquire = start(&settings, Attempts::Retry, t0);
+    for request in drain(&mut acquire) {
+        acquire.handle_reply(held(&request), t0 + MS);
+    }
+    let Some(AcquireEvent::AttemptFailed { retry_at, .. }) = acquire.poll_event() else {
+        panic!()
+    };
+    assert_eq!(retry_at, t0 + 101 * MS);
+    drain(&mut acquire); // the failed attempt's releases
+    // A notice 20 ms later: an extra attempt starts at once...
+    let notice = t0 + 21 * MS;
+    acquire.handle_release_notice(notice);
+    let extra = drain(&mut acquire);
+    assert_eq!(extra.len(), 3);
+    assert!(
+        extra
+            .iter()
+            .all(|r| matches!(r.command, Command::Acquire { .. }))
+    );
+    // ...and when someone else wins the race, it goes back to the scheduled
+    // retry, which still counts as the one retry allowed.
+    for request in &extra {
+        acquire.handle_reply(held(request), notice + MS);
+    }
+    let Some(AcquireEvent::AttemptFailed {
+        retry_at: again, ..
+    }) = acquire.poll_event()
+    else {
+        panic!("an extra attempt does not use up the retries")
+    };
+    assert_eq!(again, retry_at);
+    drain(&mut acquire);
+    acquire.handle_timeout(retry_at);
+    let last = drain(&mut acquire);
+    for request in &last[..2] {
+        acquire.handle_reply(yes(request), retry_at + MS);
+    }
+    let Some(AcquireEvent::Acquired(_)) = acquire.poll_event() else {
+        panic!()
+    };
+    assert_eq!(acquire.attempts(), 3);
+    // Notices while an attempt is in flight or after the end change nothing.
+    acquire.handle_release_notice(retry_at + 2 * MS);
+    assert!(acquire.poll_request().is_none());
+}

@@ -20,7 +20,7 @@ fn schedules() -> u64 {
     std::env::var("SIM_SCHEDULES")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(1000)
+        .unwrap_or(500)
 }
 
 fn assert_safe(name: &str, cfg: &SimConfig) {

@@ -10,8 +10,8 @@ use futures::stream::FuturesUnordered;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use redlock_core::{
-    AcquireEvent, Acquisition, AttemptId, Attempts, Command, Config, LockValue, NodeErrorKind,
-    Release, ReleaseReport, RetryConfig, Settings,
+    AcquireEvent, Acquisition, AttemptId, Attempts, Command, Config, ConfigError, LockSpec,
+    LockValue, NodeErrorKind, Release, ReleaseReport, RetryConfig, Settings,
 };
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span};
@@ -236,35 +236,101 @@ impl Redlock {
         .await
     }
 
-    async fn acquire(&self, resource: &[u8], options: LockOptions) -> Result<LockGuard, Error> {
+    /// A read lock on `resource`: many readers may hold it at once, and no
+    /// writer while they do. Retries per the client's policy.
+    ///
+    /// Writers are not starved: a writer that finds readers holds new readers
+    /// off while it retries, so it waits only for the readers already in (see
+    /// [`LockSpec::Read`]). Extend, keep-alive and release work as for a plain
+    /// lock; each reader has its own value, so one never releases another.
+    pub async fn read_lock(&self, resource: impl AsRef<[u8]>) -> Result<LockGuard, Error> {
+        self.lock_spec(LockSpec::Read(resource.as_ref()), LockOptions::new())
+            .await
+    }
+
+    /// The write lock of the read-write lock on `resource`: excludes readers
+    /// and other writers. Retries per the client's policy.
+    pub async fn write_lock(&self, resource: impl AsRef<[u8]>) -> Result<LockGuard, Error> {
+        self.lock_spec(LockSpec::Write(resource.as_ref()), LockOptions::new())
+            .await
+    }
+
+    /// A reentrant lock on `resource` for `owner`: the same owner id may take
+    /// it again while holding it (from any task or process), and each guard
+    /// releases only its own acquisition; the lock is free once all are
+    /// released or expired. Pass an explicit owner id (async tasks move
+    /// between threads, so there is no implicit "current owner"). The
+    /// acquisitions are recorded on the nodes, so they survive a client
+    /// restart only if the owner id does.
+    pub async fn lock_reentrant(
+        &self,
+        resource: impl AsRef<[u8]>,
+        owner: &str,
+    ) -> Result<LockGuard, Error> {
+        let spec = LockSpec::Reentrant {
+            resource: resource.as_ref(),
+            owner,
+        };
+        self.lock_spec(spec, LockOptions::new()).await
+    }
+
+    /// One lock over all of `resources`, taken atomically on each node, or
+    /// none of them. It excludes any other lock on any of the resources,
+    /// including single ones. Resources named twice are locked once.
+    pub async fn lock_all<R: AsRef<[u8]>>(&self, resources: &[R]) -> Result<LockGuard, Error> {
+        let names: Vec<&[u8]> = resources.iter().map(AsRef::as_ref).collect();
+        self.lock_spec(LockSpec::Multi(&names), LockOptions::new())
+            .await
+    }
+
+    /// Acquires any kind of lock ([`LockSpec`]) with options for this call.
+    /// The client's default fencing applies to exclusive locks only; asking
+    /// for fencing on another kind is a [`ConfigError::FencingUnsupported`].
+    pub async fn lock_spec(
+        &self,
+        spec: LockSpec<'_>,
+        options: LockOptions,
+    ) -> Result<LockGuard, Error> {
         let settings = &self.inner.settings;
+        let spec = match (spec, options.fencing) {
+            (LockSpec::Exclusive(resource), Some(true)) => LockSpec::Fenced(resource),
+            (LockSpec::Exclusive(resource), None) if settings.fencing() => {
+                LockSpec::Fenced(resource)
+            }
+            (LockSpec::Fenced(resource), Some(false)) => LockSpec::Exclusive(resource),
+            (LockSpec::Exclusive(_) | LockSpec::Fenced(_), _) | (_, None | Some(false)) => spec,
+            (_, Some(true)) => return Err(ConfigError::FencingUnsupported.into()),
+        };
         let attempts = options.attempts;
-        let fenced = options.fencing.unwrap_or(settings.fencing());
         let ttl = match options.ttl {
             Some(ttl) => settings.ttl(ttl)?,
             None => settings.default_ttl(),
         };
-        let key = settings.key(resource);
-        let span = info_span!(
-            "redlock.acquire",
-            resource = %key,
-            ttl_ms = ttl.as_millis(),
-            retry = matches!(attempts, Attempts::Retry),
-            fenced,
-        );
         let rng = StdRng::from_rng(&mut rand::rng());
-        let start = if fenced {
-            Acquisition::fenced
-        } else {
-            Acquisition::new
-        };
-        let acquisition = start(
+        let acquisition = Acquisition::with_spec(
             Arc::clone(settings),
-            resource,
+            spec,
             ttl,
             attempts,
             Instant::now(),
             rng,
+        )?;
+        let resource: Arc<[u8]> = match spec {
+            LockSpec::Exclusive(resource)
+            | LockSpec::Fenced(resource)
+            | LockSpec::Read(resource)
+            | LockSpec::Write(resource)
+            | LockSpec::Reentrant { resource, .. } => resource.into(),
+            LockSpec::Multi(resources) => resources.first().copied().unwrap_or_default().into(),
+            _ => acquisition.key().as_bytes().into(),
+        };
+        let span = info_span!(
+            "redlock.acquire",
+            resource = %acquisition.key(),
+            kind = acquisition.kind().name(),
+            ttl_ms = ttl.as_millis(),
+            retry = matches!(attempts, Attempts::Retry),
+            fenced = matches!(spec, LockSpec::Fenced(_)),
         );
         let mut run = AcquireRun {
             nodes: Arc::clone(&self.inner.nodes),
@@ -272,7 +338,11 @@ impl Redlock {
             finished: false,
         };
         let lock = run.run().instrument(span).await?;
-        Ok(LockGuard::new(self.clone(), resource.into(), lock))
+        Ok(LockGuard::new(self.clone(), resource, lock))
+    }
+
+    async fn acquire(&self, resource: &[u8], options: LockOptions) -> Result<LockGuard, Error> {
+        self.lock_spec(LockSpec::Exclusive(resource), options).await
     }
 }
 

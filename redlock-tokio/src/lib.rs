@@ -109,18 +109,20 @@ mod client;
 mod driver;
 mod error;
 mod guard;
+mod inspect;
 mod node;
 mod server;
 
 pub use client::{Builder, DEFAULT_CONNECT_TIMEOUT, LockOptions, Redlock};
 pub use error::{Error, LossReason};
 pub use guard::{KeepAlive, KeepAliveGuard, LockGuard};
+pub use inspect::{Holding, NodeInspection};
 
 /// The core crate, re-exported: configuration, errors and votes.
 pub use redlock_core as core;
 pub use redlock_core::{
-    AcquireError, ConfigError, ExtendError, Key, LockValue, NodeError, NodeErrorKind, NodeVote,
-    ReleaseReport, RetryConfig, Settings, Votes,
+    AcquireError, ConfigError, ExtendError, Key, LockKind, LockSpec, LockValue, NodeError,
+    NodeErrorKind, NodeVote, ReleaseReport, RetryConfig, Settings, Votes,
 };
 pub use tokio_util::sync::CancellationToken;
 
@@ -143,6 +145,7 @@ mod tests {
         assert_send(&redlock.try_lock_with_ttl(b"r", std::time::Duration::from_secs(1)));
         assert_send(&redlock.release_value("r", &LockValue::from_string("v")));
         assert_send(&redlock.with_lock("r", |_| async { 1 }));
+        assert_send(&redlock.inspect("r"));
         assert_send(&kept.release());
         assert_send(&guard.release());
     }

@@ -278,6 +278,28 @@ impl Node {
     }
 }
 
+impl Node {
+    /// Runs one command on this node's connection, as it is: no script
+    /// cache, no retry. For diagnostics ([`Redlock::inspect`](crate::Redlock::inspect)).
+    /// An error that leaves the connection unusable starts the
+    /// reconnection, as for [`execute`](Self::execute).
+    ///
+    /// No timeout here: the caller applies one.
+    pub(crate) async fn query(self: &Arc<Self>, command: &redis::Cmd) -> Result<Value, NodeError> {
+        let (mut connection, generation) = self.connection()?;
+        command
+            .query_async::<Value>(&mut connection)
+            .await
+            .map_err(|err| {
+                let error = map_error(&err);
+                if err.is_unrecoverable_error() {
+                    self.connection_failed(generation, &error);
+                }
+                error
+            })
+    }
+}
+
 async fn reconnect(node: Weak<Node>, first_delay: Option<Duration>) {
     let mut backoff = RECONNECT_MIN;
     if let Some(delay) = first_delay {

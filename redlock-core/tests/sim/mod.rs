@@ -66,6 +66,9 @@ pub struct SimConfig {
     pub persistent: bool,
     /// Which kinds of lock the clients take.
     pub kinds: Kinds,
+    /// Whether releases notify waiting clients (pub/sub), which then try
+    /// again at once.
+    pub notices: bool,
 }
 
 /// The kinds of lock clients take in a run.
@@ -105,6 +108,7 @@ impl Default for SimConfig {
             fenced: false,
             persistent: false,
             kinds: Kinds::Exclusive,
+            notices: true,
         }
     }
 }
@@ -212,6 +216,10 @@ enum Event {
     Answer {
         client: usize,
         reply: Reply,
+    },
+    /// A release notice (pub/sub message) reaches a client.
+    Notice {
+        client: usize,
     },
     /// A client's timer (stale when `generation` is old).
     Timer {
@@ -483,6 +491,12 @@ impl World {
                 drop_reply,
             } => self.deliver(client, request, drop_reply),
             Event::Answer { client, reply } => self.on_reply(client, reply),
+            Event::Notice { client } => {
+                if let ClientState::Acquiring { machine, .. } = &mut self.clients[client].state {
+                    machine.handle_release_notice(self.base + self.now);
+                    self.step(client);
+                }
+            }
             Event::Timer { client, generation } => {
                 if self.clients[client].generation == generation {
                     self.on_timer(client);
@@ -567,8 +581,19 @@ impl World {
                 request.value
             );
         }
+        let freed = request.command == redlock_core::Command::Release
+            && response == redlock_core::Response::Int(1);
         let reply = Reply::to(&request, Ok(response));
         self.answer(client, request.node.0, reply, drop_reply);
+        if freed && self.cfg.notices {
+            // Every client is subscribed; the message may be lost like any other.
+            for other in 0..self.clients.len() {
+                if !self.rng.random_bool(self.cfg.loss) {
+                    let at = self.now + self.uniform(self.cfg.latency);
+                    self.push(at, Event::Notice { client: other });
+                }
+            }
+        }
     }
 
     fn answer(&mut self, client: usize, node: usize, reply: Reply, drop_reply: bool) {
