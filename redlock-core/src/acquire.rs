@@ -569,16 +569,22 @@ impl<R: Rng> Acquisition<R> {
         // Release everywhere, also where the node seemed to say no or timed
         // out: a reply can be lost after the node set the key.
         self.queue_releases(&round, &value, now);
-        if let Some(until) = scheduled.filter(|&until| until > now) {
-            // An extra attempt after a release notice: back to the retry
-            // that was scheduled anyway.
-            self.state = State::Waiting { until };
-            self.events.push_back(AcquireEvent::AttemptFailed {
-                error: error.clone(),
-                retry_at: until,
-            });
-            self.last_error = Some(error);
-            return;
+        if let Some(until) = scheduled {
+            if until > now {
+                // An extra attempt after a release notice: back to the retry
+                // that was scheduled anyway.
+                self.state = State::Waiting { until };
+                self.events.push_back(AcquireEvent::AttemptFailed {
+                    error: error.clone(),
+                    retry_at: until,
+                });
+                self.last_error = Some(error);
+                return;
+            }
+            // The scheduled retry's time passed while the extra attempt ran:
+            // the extra attempt took its place and uses it up, so notices can
+            // never keep an acquisition retrying past its count.
+            self.attempts_scheduled += 1;
         }
         if self.attempts_scheduled < self.max_attempts {
             let until = now + crate::retry_delay(&self.settings.retry(), &mut self.rng);

@@ -496,3 +496,53 @@ fn a_release_notice_brings_the_next_attempt_forward() {
     acquire.handle_release_notice(retry_at + 2 * MS);
     assert!(acquire.poll_request().is_none());
 }
+
+#[test]
+fn notices_never_extend_the_retry_count() {
+    // Retry count 1: two counted attempts. Each wait, a notice arrives just
+    // before the scheduled retry and its extra attempt fails just after it:
+    // the extra attempt takes the retry's place and uses it up.
+    let settings = Arc::new(
+        redlock_core::Config {
+            servers: vec!["a".into(), "b".into(), "c".into()],
+            ttl: Duration::from_secs(1),
+            node_timeout: Some(10 * MS),
+            retry: redlock_core::RetryConfig {
+                count: 1,
+                delay: 100 * MS,
+                jitter: Duration::ZERO,
+            },
+            ..Default::default()
+        }
+        .validate()
+        .unwrap(),
+    );
+    let t0 = Instant::now();
+    let mut acquire = start(&settings, Attempts::Retry, t0);
+    let held = |r: &Request| Reply::to(r, Ok(Response::Data(b"other".to_vec())));
+    let mut now = t0;
+    for _ in 0..10 {
+        let requests: Vec<Request> = drain(&mut acquire)
+            .into_iter()
+            .filter(|r| r.command != Command::Release)
+            .collect();
+        for request in &requests {
+            acquire.handle_reply(held(request), now + MS);
+        }
+        now += MS;
+        match acquire.poll_event() {
+            Some(AcquireEvent::AttemptFailed { retry_at, .. }) => {
+                drain(&mut acquire);
+                now = retry_at - MS;
+                acquire.handle_release_notice(now);
+                now += 2 * MS;
+            }
+            Some(AcquireEvent::Failed(error)) => {
+                assert_eq!(error.attempts(), 2);
+                return;
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    panic!("notices kept the acquisition retrying past its count");
+}
