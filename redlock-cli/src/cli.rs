@@ -1,0 +1,247 @@
+//! The command line: subcommands, options and their help texts.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0        success (exec: the command exited 0)
+  1        exec: the lock is held by another owner (busy; see --busy-exit-code)
+  2        usage or configuration error (bad option, no servers, bad URL,
+           invalid TTL, even or duplicate servers, password rejected)
+  3        no quorum: too many Redis nodes down or too slow
+  4        exec: the lock was lost while the command ran; the command was stopped
+  126/127  exec: the command could not be executed / was not found
+  128+N    exec: the command died of signal N (or redlock got signal N before
+           the command started)
+  other    exec: the command's own exit code";
+
+/// A distributed flock(1): run a command while holding a Redlock on N
+/// independent Redis masters.
+#[derive(Debug, Parser)]
+#[command(name = "redlock", version, after_help = EXIT_CODES)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Run a command while holding the lock, and release it at the end.
+    ///
+    /// Takes the lock on KEY (one attempt, unless --wait), runs COMMAND with
+    /// the lock kept alive in the background, and releases the lock when
+    /// COMMAND exits, whatever happens. If the lock is lost while COMMAND
+    /// runs (another owner took it, or too many nodes failed until its
+    /// validity ran out), COMMAND's process group gets SIGTERM, then SIGKILL
+    /// after --kill-grace, and redlock exits with code 4.
+    ///
+    /// SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to redlock are forwarded to
+    /// COMMAND's process group; if COMMAND has not exited --kill-grace later,
+    /// it gets SIGKILL. The lock is released after COMMAND exits. Ctrl-Z
+    /// (SIGTSTP) stops COMMAND along with redlock; the lock is not extended
+    /// while stopped.
+    ///
+    /// COMMAND runs in its own process group (so it cannot read from the
+    /// terminal), with these variables set: REDLOCK_KEY (KEY as given),
+    /// REDLOCK_VALUE (this acquisition's unique value: it can release the
+    /// lock, keep it private) and, with --fencing, REDLOCK_FENCING_TOKEN.
+    ///
+    /// A lock is a promise with limits: if redlock itself is stopped with
+    /// SIGKILL or SIGSTOP, COMMAND goes on and the lock expires after --ttl.
+    /// Let COMMAND check REDLOCK_FENCING_TOKEN or REDLOCK_VALUE where the
+    /// protected resource can.
+    #[command(after_help = EXIT_CODES)]
+    Exec(ExecArgs),
+    /// Show who holds a lock: its value, time left and fencing counter on every node.
+    ///
+    /// Prints the value held on each node. Whoever knows a lock's value can
+    /// release it (`redlock release --value`): treat the output as
+    /// privileged. Exits 3 when fewer than a quorum of nodes answered.
+    #[command(after_help = EXIT_CODES)]
+    Status(StatusArgs),
+    /// Release a lock held by a known value, on every node.
+    ///
+    /// Deletes KEY only on the nodes where it still holds VALUE: a key held
+    /// by another value is never touched. For a lock whose holder died or
+    /// hung. Exits 0 once the value can no longer hold a quorum (nodes that
+    /// failed to answer may keep it until its TTL), 3 otherwise.
+    #[command(after_help = EXIT_CODES)]
+    Release(ReleaseArgs),
+}
+
+/// Options every subcommand takes.
+#[derive(Debug, Args)]
+pub(crate) struct Common {
+    /// The Redis masters, comma-separated or repeated:
+    /// `redis://[user:password@]host[:port][/db]`, `rediss://` for TLS. Use an
+    /// odd number of independent masters (no replicas of one another).
+    #[arg(
+        long,
+        short = 's',
+        env = "REDLOCK_SERVERS",
+        value_delimiter = ',',
+        value_name = "URL[,URL...]",
+        hide_env_values = true
+    )]
+    pub(crate) servers: Vec<String>,
+    /// Prepended to KEY to form the Redis key, for example "lock:".
+    #[arg(
+        long,
+        env = "REDLOCK_KEY_PREFIX",
+        default_value = "",
+        value_name = "PREFIX"
+    )]
+    pub(crate) key_prefix: String,
+    /// How long one node may take to answer. Default: 1% of the TTL,
+    /// between 10 ms and 50 ms.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub(crate) node_timeout: Option<Duration>,
+    /// How long connecting to one node may take.
+    #[arg(long, value_parser = parse_duration, default_value = "1s", value_name = "DURATION")]
+    pub(crate) connect_timeout: Duration,
+    /// Accept an even number of servers. An even N tolerates no more
+    /// failures than N-1: the extra server is wasted.
+    #[arg(long)]
+    pub(crate) allow_even: bool,
+    /// Machine-readable output: one JSON object per line (exec: per event,
+    /// on stderr, since stdout belongs to the command; status and release:
+    /// the result, on stdout).
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Print only errors (not progress, and not the busy message of exec).
+    #[arg(long, short = 'q')]
+    pub(crate) quiet: bool,
+    /// Log the client's requests and decisions on stderr (RUST_LOG overrides the filter).
+    #[arg(long, short = 'v')]
+    pub(crate) verbose: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ExecArgs {
+    #[command(flatten)]
+    pub(crate) common: Common,
+    /// How long the lock lives on each node unless extended. It is extended
+    /// in the background while COMMAND runs (at half its TTL), so this bounds
+    /// how long the lock outlives a redlock that was killed with SIGKILL.
+    #[arg(long, value_parser = parse_duration, default_value = "10s", value_name = "DURATION")]
+    pub(crate) ttl: Duration,
+    /// Wait for the lock if it is held (retrying every 50 to 200 ms), for at
+    /// most --deadline, or without limit (also while nodes are down).
+    /// Default: one attempt, and exit 1 at once if the lock is held, as
+    /// `flock -n` (the usual need of a cron job on several hosts: run once,
+    /// skip elsewhere).
+    #[arg(long, short = 'w', overrides_with = "no_wait")]
+    pub(crate) wait: bool,
+    /// One attempt: exit 1 at once if the lock is held (the default).
+    #[arg(long, overrides_with = "wait")]
+    pub(crate) no_wait: bool,
+    /// With --wait, give up (exit 1 if still held, 3 if nodes failed) after
+    /// this long. Implies --wait.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION", conflicts_with = "no_wait")]
+    pub(crate) deadline: Option<Duration>,
+    /// Take a fencing token with the lock (one more round trip) and export it
+    /// as REDLOCK_FENCING_TOKEN: larger than every earlier holder's token.
+    #[arg(long)]
+    pub(crate) fencing: bool,
+    /// How long COMMAND has between SIGTERM and SIGKILL, when the lock is
+    /// lost or redlock is told to stop.
+    #[arg(long, value_parser = parse_duration, default_value = "5s", value_name = "DURATION")]
+    pub(crate) kill_grace: Duration,
+    /// The exit code when the lock is held by another owner, as `flock -E`.
+    #[arg(long, short = 'E', default_value_t = 1, value_name = "CODE")]
+    pub(crate) busy_exit_code: u8,
+    /// The lock's name (the Redis key is the key prefix followed by it).
+    pub(crate) key: String,
+    /// The command to run and its arguments, after `--`.
+    #[arg(last = true, required = true, num_args = 1.., value_name = "COMMAND")]
+    pub(crate) command: Vec<OsString>,
+}
+
+impl ExecArgs {
+    /// Whether to retry while the lock is held.
+    pub(crate) fn waits(&self) -> bool {
+        (self.wait || self.deadline.is_some()) && !self.no_wait
+    }
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct StatusArgs {
+    #[command(flatten)]
+    pub(crate) common: Common,
+    /// The lock's name.
+    pub(crate) key: String,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ReleaseArgs {
+    #[command(flatten)]
+    pub(crate) common: Common,
+    /// The lock's name.
+    pub(crate) key: String,
+    /// The value to release, as `redlock status` shows it (or REDLOCK_VALUE
+    /// inside `redlock exec`).
+    #[arg(long, value_name = "VALUE")]
+    pub(crate) value: String,
+}
+
+/// `10s`, `500ms`, `2m`, `1h 30m`: humantime's syntax.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text.trim())
+        .map_err(|error| format!("{error} (expected a duration such as 10s, 500ms or 2m)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("ten").is_err());
+        assert!(parse_duration("10").is_err());
+    }
+
+    fn exec(args: &[&str]) -> ExecArgs {
+        let mut argv = vec!["redlock", "exec", "-s", "redis://a"];
+        argv.extend_from_slice(args);
+        match Cli::try_parse_from(argv).unwrap().command {
+            Command::Exec(exec) => exec,
+            other => panic!("not exec: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn waiting_is_opt_in() {
+        assert!(!exec(&["k", "--", "true"]).waits());
+        assert!(exec(&["--wait", "k", "--", "true"]).waits());
+        assert!(exec(&["--deadline", "3s", "k", "--", "true"]).waits());
+        assert!(!exec(&["--wait", "--no-wait", "k", "--", "true"]).waits());
+        assert!(exec(&["--no-wait", "--wait", "k", "--", "true"]).waits());
+    }
+
+    #[test]
+    fn the_command_comes_after_the_double_dash() {
+        let args = exec(&["k", "--", "sh", "-c", "exit 3"]);
+        assert_eq!(args.key, "k");
+        assert_eq!(args.command, ["sh", "-c", "exit 3"]);
+        let missing = Cli::try_parse_from(["redlock", "exec", "-s", "redis://a", "k"]);
+        assert!(missing.is_err());
+    }
+
+    #[test]
+    fn servers_split_on_commas_and_repeat() {
+        let args = exec(&["-s", "redis://b,redis://c", "k", "--", "true"]);
+        assert_eq!(args.common.servers, ["redis://a", "redis://b", "redis://c"]);
+    }
+}

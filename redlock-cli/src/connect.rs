@@ -1,0 +1,59 @@
+//! Building the client from the common options.
+
+use redlock_tokio::{Builder, Redlock};
+
+use crate::cli::Common;
+use crate::failure::Failure;
+
+/// The server URLs, checked for what the client cannot tell: none at all,
+/// empty entries, an even count.
+fn servers(common: &Common) -> Result<Vec<String>, Failure> {
+    let servers: Vec<String> = common
+        .servers
+        .iter()
+        .map(|server| server.trim().to_owned())
+        .collect();
+    if servers.iter().all(String::is_empty) {
+        return Err(Failure::usage(
+            "no servers: give --servers URL[,URL...] or set REDLOCK_SERVERS \
+             (redis://host:port, one per independent Redis master; 3 or 5 of them)",
+        ));
+    }
+    if servers.iter().any(String::is_empty) {
+        return Err(Failure::usage(
+            "an empty entry in the server list (two commas in a row, or a trailing comma?)",
+        ));
+    }
+    if servers.len().is_multiple_of(2) && !common.allow_even {
+        return Err(Failure::usage(format!(
+            "{} servers given: use an odd number of Redis masters (3, 5, ...). \
+             With {n} the quorum is {q}, which tolerates no more failed masters than {m} would; \
+             pass --allow-even to use them anyway",
+            servers.len(),
+            n = servers.len(),
+            q = servers.len() / 2 + 1,
+            m = servers.len() - 1,
+        )));
+    }
+    Ok(servers)
+}
+
+/// Validates the options and connects, with `configure` adding what the
+/// subcommand needs (TTL, retries). Nodes that are down do not fail this;
+/// they count as failed in the rounds that follow.
+pub(crate) async fn connect(
+    common: &Common,
+    configure: impl FnOnce(Builder) -> Builder,
+) -> Result<Redlock, Failure> {
+    let servers = servers(common)?;
+    let mut builder = Redlock::builder(&servers)
+        .key_prefix(common.key_prefix.as_bytes())
+        .connect_timeout(common.connect_timeout);
+    if let Some(timeout) = common.node_timeout {
+        builder = builder.node_timeout(timeout);
+    }
+    configure(builder)
+        .build()
+        .await
+        .map_err(|error| Failure::from_error(&error, crate::failure::BUSY))
+}

@@ -1,0 +1,489 @@
+//! `redlock exec`: run a command while holding the lock.
+//!
+//! The order of things, and why:
+//!
+//! 1. Signal handlers first, so that a SIGINT or SIGTERM while waiting for
+//!    the lock ends redlock cleanly (the attempt in flight is released)
+//!    instead of killing it mid-acquire.
+//! 2. Acquire (one attempt, or retries with `--wait`).
+//! 3. Hand the lock to a keep-alive task, then spawn the command in its own
+//!    process group, so that stopping it reaches the processes it started.
+//! 4. Supervise: the command's exit, the loss of the lock, and signals to
+//!    redlock. A loss or a signal sends SIGTERM (or the signal) to the group
+//!    and SIGKILL after the grace period.
+//! 5. Release on every node, whatever happened, then exit.
+
+use std::io;
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, killpg, raise};
+use nix::unistd::Pid;
+use redlock_tokio::{KeepAlive, KeepAliveGuard, LockOptions, ReleaseReport};
+use serde_json::json;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::time::Instant;
+
+use crate::cli::ExecArgs;
+use crate::connect::connect;
+use crate::failure::{self, Failure};
+use crate::output::{Human, Level, Output, command_line, millis, release_json, votes_json};
+
+pub(crate) async fn run(args: ExecArgs, output: &Output) -> u8 {
+    let code = match exec(&args, output).await {
+        Ok(code) => code,
+        Err(failure) => failure.report(output),
+    };
+    output.json_only(|| json!({ "event": "finished", "exit_code": code }));
+    code
+}
+
+async fn exec(args: &ExecArgs, output: &Output) -> Result<u8, Failure> {
+    let mut signals = Signals::new().map_err(|error| Failure {
+        code: failure::USAGE,
+        kind: "signals",
+        message: format!("cannot install signal handlers: {error}"),
+        nodes: None,
+    })?;
+    let waits = args.waits();
+    let redlock = connect(&args.common, |builder| {
+        let builder = builder.ttl(args.ttl);
+        if !waits {
+            return builder;
+        }
+        // Wait until acquired: the deadline, if any, is the bound.
+        let builder = builder.retry_count(u32::MAX);
+        match args.deadline {
+            Some(deadline) => builder.acquire_deadline(deadline),
+            None => builder,
+        }
+    })
+    .await?;
+    let key = args.key.as_str();
+    let shown = command_line(&args.command);
+
+    let mut options = LockOptions::new().ttl(args.ttl).fencing(args.fencing);
+    if !waits {
+        options = options.once();
+    }
+    if waits {
+        output.event(
+            Level::Progress,
+            || format!("waiting for lock {key}"),
+            || json!({ "event": "waiting", "key": key }),
+        );
+    }
+    let mut acquire = Box::pin(redlock.lock_with(key, options));
+    // Each turn handles one signal; the acquire itself is bounded by its
+    // attempts or deadline.
+    let acquired = loop {
+        tokio::select! {
+            result = &mut acquire => break Ok(result),
+            signal = signals.recv() => {
+                if signal == Signal::SIGTSTP {
+                    suspend(None, key, output);
+                    continue;
+                }
+                break Err(signal);
+            }
+        }
+    };
+    let acquired = match acquired {
+        Ok(result) => result,
+        Err(signal) => {
+            // Dropping the acquire sends the releases of its attempt in
+            // flight to background tasks; let them go out before the runtime
+            // (and its tasks) ends with this process.
+            drop(acquire);
+            tokio::time::sleep(redlock.settings().node_timeout() * 2).await;
+            output.event(
+                Level::Error,
+                || format!("got {signal} while waiting for lock {key}; not running: {shown}"),
+                || json!({ "event": "signal", "signal": signal.as_str(), "key": key, "forwarded": false }),
+            );
+            return Ok(failure::signal_exit_code(signal as i32));
+        }
+    };
+    let guard = match acquired {
+        Ok(guard) => guard,
+        Err(error) => {
+            let mut failure = Failure::from_error(&error, args.busy_exit_code);
+            if failure.is_busy() {
+                let holders: Vec<&str> = error
+                    .votes()
+                    .map(|votes| votes.holders().collect())
+                    .unwrap_or_default();
+                let still = match args.deadline {
+                    Some(deadline) if waits => {
+                        format!("still held after waiting {}", Human(deadline))
+                    }
+                    _ => "held".to_owned(),
+                };
+                failure.message = if holders.is_empty() {
+                    format!("lock {key} is {still} by another owner; not running: {shown}")
+                } else {
+                    format!(
+                        "lock {key} is {still} by another owner (on {}); not running: {shown}",
+                        holders.join(", ")
+                    )
+                };
+            } else {
+                let reason = error
+                    .as_acquire()
+                    .map_or_else(|| error.to_string(), ToString::to_string);
+                failure.message = format!("could not lock {key}: {reason}");
+            }
+            return Err(failure);
+        }
+    };
+
+    let votes = guard.votes().clone();
+    let validity = guard.validity();
+    let token = guard.fencing_token();
+    let value = guard.value().clone();
+    output.event(
+        Level::Progress,
+        || {
+            let fencing = token
+                .map(|token| format!(", fencing token {token}"))
+                .unwrap_or_default();
+            // The decision comes once a quorum said yes; the other nodes
+            // are still being asked.
+            let so_far = if votes.granted() < votes.votes().len() {
+                " so far"
+            } else {
+                ""
+            };
+            format!(
+                "locked {key} on {} of {} nodes{so_far}, validity {}{fencing}; running: {shown}",
+                votes.granted(),
+                votes.votes().len(),
+                Human(validity),
+            )
+        },
+        || {
+            json!({
+                "event": "locked",
+                "key": key,
+                "granted": votes.granted(),
+                "nodes_total": votes.votes().len(),
+                "quorum": redlock.settings().quorum(),
+                "ttl_ms": millis(args.ttl),
+                "validity_ms": millis(validity),
+                "fencing_token": token,
+                "command": args.command.iter().map(|arg| arg.to_string_lossy()).collect::<Vec<_>>(),
+                "nodes": votes_json(&votes),
+            })
+        },
+    );
+    let kept = guard.keep_alive(KeepAlive::default());
+
+    let mut command = tokio::process::Command::new(&args.command[0]);
+    command
+        .args(&args.command[1..])
+        .env("REDLOCK_KEY", key)
+        .env("REDLOCK_VALUE", value.as_str())
+        // Its own group, so that SIGTERM/SIGKILL reach what it started too.
+        .process_group(0);
+    match token {
+        Some(token) => command.env("REDLOCK_FENCING_TOKEN", token.to_string()),
+        // Not a token inherited from an outer redlock.
+        None => command.env_remove("REDLOCK_FENCING_TOKEN"),
+    };
+    let child = match command.spawn() {
+        Ok(child) => child,
+        Err(error) => {
+            let code = if error.kind() == io::ErrorKind::NotFound {
+                failure::NOT_FOUND
+            } else {
+                failure::CANNOT_EXECUTE
+            };
+            output.event(
+                Level::Error,
+                || format!("cannot run {shown}: {error}"),
+                || json!({ "event": "error", "kind": "spawn", "exit_code": code, "message": format!("cannot run {shown}: {error}") }),
+            );
+            release(kept, key, output).await;
+            return Ok(code);
+        }
+    };
+
+    let ending = supervise(child, &kept, &mut signals, args.kill_grace, key, output).await;
+    release(kept, key, output).await;
+    Ok(match ending {
+        Ending::Lost => failure::LOST,
+        Ending::Exited(status) => exit_code(status),
+        Ending::WaitFailed => u8::MAX,
+    })
+}
+
+/// How the supervision ended.
+enum Ending {
+    /// The command exited, with the lock held to the end.
+    Exited(ExitStatus),
+    /// The lock was lost; the command was stopped.
+    Lost,
+    /// The command's status could not be read (should not happen); it was
+    /// killed.
+    WaitFailed,
+}
+
+/// Waits for the command, stopping it when the lock is lost or redlock gets
+/// a signal.
+async fn supervise(
+    mut child: tokio::process::Child,
+    kept: &KeepAliveGuard,
+    signals: &mut Signals,
+    kill_grace: Duration,
+    key: &str,
+    output: &Output,
+) -> Ending {
+    // The child has not been waited for, so its pid (the group id) is
+    // still ours to signal. `id` is `None` only after a successful wait.
+    let group = child.id().and_then(|pid| i32::try_from(pid).ok());
+    let mut lost = false;
+    let mut kill_at: Option<Instant> = None;
+    let mut killed = false;
+    // Each turn handles one event; the loop ends when the command exits,
+    // which SIGKILL forces at the latest `kill_grace` after a loss or signal.
+    let status = loop {
+        tokio::select! {
+            // A loss first: a command that exits at the same moment may
+            // already have run without the lock.
+            reason = kept.lost(), if !lost => {
+                lost = true;
+                output.event(
+                    Level::Error,
+                    || format!(
+                        "lock {key} lost ({reason}); stopping the command (SIGTERM, SIGKILL after {})",
+                        Human(kill_grace)
+                    ),
+                    || json!({ "event": "lost", "key": key, "reason": reason.to_string() }),
+                );
+                signal_group(group, Signal::SIGTERM);
+                kill_at = Some(earliest(kill_at, Instant::now() + kill_grace));
+            }
+            status = child.wait() => break status,
+            signal = signals.recv() => {
+                if signal == Signal::SIGTSTP {
+                    suspend(group, key, output);
+                    continue;
+                }
+                output.event(
+                    Level::Error,
+                    || format!("got {signal}; passing it on to the command (SIGKILL after {})", Human(kill_grace)),
+                    || json!({ "event": "signal", "signal": signal.as_str(), "key": key, "forwarded": true }),
+                );
+                signal_group(group, signal);
+                kill_at = Some(earliest(kill_at, Instant::now() + kill_grace));
+            }
+            () = sleep_until(kill_at), if !killed => {
+                killed = true;
+                output.event(
+                    Level::Error,
+                    || format!("the command did not stop within {}; sending SIGKILL", Human(kill_grace)),
+                    || json!({ "event": "killed", "key": key }),
+                );
+                signal_group(group, Signal::SIGKILL);
+            }
+        }
+    };
+    // A loss noticed only now: the command may have finished after the
+    // lock could no longer be counted on.
+    let lost = lost || kept.is_lost();
+    if lost {
+        // What the command left behind must not go on without the lock.
+        signal_group(group, Signal::SIGKILL);
+    }
+    match status {
+        Ok(status) => {
+            output.event(
+                Level::Progress,
+                || format!("the command {}", describe(status)),
+                || json!({ "event": "exited", "code": status.code(), "signal": status.signal() }),
+            );
+            if lost {
+                Ending::Lost
+            } else {
+                Ending::Exited(status)
+            }
+        }
+        Err(error) => {
+            signal_group(group, Signal::SIGKILL);
+            output.event(
+                Level::Error,
+                || format!("cannot wait for the command: {error}"),
+                || json!({ "event": "error", "kind": "wait", "message": error.to_string() }),
+            );
+            Ending::WaitFailed
+        }
+    }
+}
+
+async fn release(kept: KeepAliveGuard, key: &str, output: &Output) -> ReleaseReport {
+    let report = kept.release().await;
+    let level = if report.is_complete() {
+        Level::Progress
+    } else {
+        Level::Error
+    };
+    output.event(
+        level,
+        || {
+            if report.is_complete() {
+                format!(
+                    "released {key} on {} of {} nodes",
+                    report.released(),
+                    report.votes().votes().len()
+                )
+            } else {
+                format!(
+                    "released {key} on {} of {} nodes; {} failed and keep it until its TTL: {report}",
+                    report.released(),
+                    report.votes().votes().len(),
+                    report.failed(),
+                )
+            }
+        },
+        || {
+            json!({
+                "event": "released",
+                "key": key,
+                "released": report.released(),
+                "not_held": report.not_held(),
+                "failed": report.failed(),
+                "nodes": release_json(report.votes()),
+            })
+        },
+    );
+    report
+}
+
+fn exit_code(status: ExitStatus) -> u8 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code).unwrap_or(u8::MAX),
+        (None, Some(signal)) => failure::signal_exit_code(signal),
+        // Neither an exit code nor a signal: treat as a failure.
+        (None, None) => u8::MAX,
+    }
+}
+
+fn describe(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exited with code {code}"),
+        (None, Some(signal)) => match Signal::try_from(signal) {
+            Ok(signal) => format!("was killed by {signal}"),
+            Err(_) => format!("was killed by signal {signal}"),
+        },
+        (None, None) => format!("ended: {status}"),
+    }
+}
+
+fn earliest(current: Option<Instant>, candidate: Instant) -> Instant {
+    current.map_or(candidate, |at| at.min(candidate))
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Ctrl-Z (SIGTSTP): stops the command's process group with SIGSTOP (which
+/// it cannot ignore), then redlock itself, and resumes the group when redlock
+/// is continued. A command left running while redlock is stopped would go on
+/// after the lock expired, since nothing extends it. After a long stop the
+/// lock is lost, which the keep-alive reports at once on resumption.
+fn suspend(group: Option<i32>, key: &str, output: &Output) {
+    output.event(
+        Level::Error,
+        || {
+            format!(
+                "suspended (SIGTSTP), with the command; lock {key} is not extended while stopped and may be lost"
+            )
+        },
+        || json!({ "event": "suspended", "key": key }),
+    );
+    signal_group(group, Signal::SIGSTOP);
+    // Returns once redlock is continued (SIGCONT).
+    if let Err(error) = raise(Signal::SIGSTOP) {
+        let _ = std::io::Write::write_all(
+            &mut std::io::stderr().lock(),
+            format!("redlock: cannot stop: {error}\n").as_bytes(),
+        );
+    }
+    signal_group(group, Signal::SIGCONT);
+    output.event(
+        Level::Progress,
+        || "continued".to_owned(),
+        || json!({ "event": "continued", "key": key }),
+    );
+}
+
+/// Sends `signal` to the command's process group. A group that is gone
+/// already is fine.
+fn signal_group(group: Option<i32>, signal: Signal) {
+    let Some(group) = group else { return };
+    match killpg(Pid::from_raw(group), signal) {
+        Ok(()) | Err(Errno::ESRCH) => {}
+        Err(error) => {
+            let _ = std::io::Write::write_all(
+                &mut std::io::stderr().lock(),
+                format!("redlock: cannot send {signal} to the command: {error}\n").as_bytes(),
+            );
+        }
+    }
+}
+
+/// The signals that stop redlock, caught so that they are passed on to the
+/// command and the lock is released, and Ctrl-Z, so that the command stops
+/// with redlock.
+struct Signals {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+    hangup: tokio::signal::unix::Signal,
+    quit: tokio::signal::unix::Signal,
+    stop: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> io::Result<Self> {
+        Ok(Self {
+            interrupt: signal(SignalKind::interrupt())?,
+            terminate: signal(SignalKind::terminate())?,
+            hangup: signal(SignalKind::hangup())?,
+            quit: signal(SignalKind::quit())?,
+            stop: signal(SignalKind::from_raw(Signal::SIGTSTP as i32))?,
+        })
+    }
+
+    /// The next signal. Cancel-safe.
+    async fn recv(&mut self) -> Signal {
+        tokio::select! {
+            Some(()) = self.interrupt.recv() => Signal::SIGINT,
+            Some(()) = self.terminate.recv() => Signal::SIGTERM,
+            Some(()) = self.hangup.recv() => Signal::SIGHUP,
+            Some(()) = self.quit.recv() => Signal::SIGQUIT,
+            Some(()) = self.stop.recv() => Signal::SIGTSTP,
+            // The streams end only with the runtime.
+            else => std::future::pending().await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_codes_follow_the_shell() {
+        assert_eq!(exit_code(ExitStatus::from_raw(0)), 0);
+        assert_eq!(exit_code(ExitStatus::from_raw(7 << 8)), 7);
+        // Killed by SIGTERM (15): 143.
+        assert_eq!(exit_code(ExitStatus::from_raw(15)), 143);
+        assert_eq!(describe(ExitStatus::from_raw(9)), "was killed by SIGKILL");
+    }
+}

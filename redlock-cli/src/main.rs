@@ -1,0 +1,76 @@
+//! `redlock`: a distributed `flock(1)` over N independent Redis masters.
+//!
+//! ```text
+//! redlock exec --servers redis://a,redis://b,redis://c --ttl 10s nightly-report -- ./report.sh
+//! redlock status --servers ... nightly-report
+//! redlock release --servers ... nightly-report --value 5f1c...
+//! ```
+//!
+//! `exec` takes the lock (one attempt unless `--wait`), runs the command
+//! while the lock is kept alive in the background, stops the command
+//! (SIGTERM, then SIGKILL) if the lock is lost, and releases the lock at the
+//! end in every case. `redlock --help` and `redlock exec --help` list the
+//! options and exit codes; `README-section.md` next to this crate explains
+//! the guarantees.
+//!
+//! The work is done by [`redlock_tokio`]; this crate only parses arguments,
+//! supervises the child process and reports.
+#![forbid(unsafe_code)]
+
+mod cli;
+mod connect;
+mod exec;
+mod failure;
+mod output;
+mod release;
+mod status;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::cli::{Cli, Command};
+use crate::output::{JsonTo, Output};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let (common, json_to) = match &cli.command {
+        // stdout belongs to the command.
+        Command::Exec(args) => (&args.common, JsonTo::Stderr),
+        Command::Status(args) => (&args.common, JsonTo::Stdout),
+        Command::Release(args) => (&args.common, JsonTo::Stdout),
+    };
+    let output = Output::new(common.json, json_to, common.quiet);
+    if common.verbose {
+        init_logging();
+    }
+    // One thread is plenty: a few connections, one child, one keep-alive.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("redlock: cannot start the async runtime: {error}");
+            return ExitCode::from(failure::USAGE);
+        }
+    };
+    let code = runtime.block_on(async {
+        match cli.command {
+            Command::Exec(args) => exec::run(args, &output).await,
+            Command::Status(args) => status::run(args, &output).await,
+            Command::Release(args) => release::run(args, &output).await,
+        }
+    });
+    ExitCode::from(code)
+}
+
+fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("redlock_tokio=debug,redlock_core=debug"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}

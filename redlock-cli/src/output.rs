@@ -1,0 +1,215 @@
+//! Messages in plain words or JSON lines, and where each goes.
+//!
+//! Plain messages go to stderr, prefixed with `redlock: `; stdout carries
+//! only results (`status`, `release`) or nothing at all (`exec`, whose
+//! stdout belongs to the command). With `--json`, every message is one JSON
+//! object on one line instead, with an `"event"` field: on stderr for
+//! `exec`, on stdout for the others.
+
+use std::fmt;
+use std::io::Write;
+use std::time::Duration;
+
+use redlock_tokio::{NodeVote, Votes};
+use serde_json::{Value, json};
+
+/// How much a plain message matters, for `--quiet`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Level {
+    /// Progress: hidden by `--quiet`.
+    Progress,
+    /// An expected refusal (the lock is busy): hidden by `--quiet`, as
+    /// `flock -n` is silent.
+    Busy,
+    /// Something went wrong: always shown.
+    Error,
+}
+
+/// Where JSON lines go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum JsonTo {
+    Stdout,
+    Stderr,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Output {
+    json: Option<JsonTo>,
+    quiet: bool,
+}
+
+impl Output {
+    pub(crate) fn new(json: bool, json_to: JsonTo, quiet: bool) -> Self {
+        Self {
+            json: json.then_some(json_to),
+            quiet,
+        }
+    }
+
+    /// A message: `text` in plain mode, `event` in JSON mode. Both are built
+    /// only when needed.
+    pub(crate) fn event(
+        &self,
+        level: Level,
+        text: impl FnOnce() -> String,
+        event: impl FnOnce() -> Value,
+    ) {
+        match self.json {
+            Some(to) => self.json_line(to, &event()),
+            None if self.quiet && level != Level::Error => {}
+            None => {
+                // A closed stderr must not turn into a panic or an exit code.
+                let _ = writeln!(std::io::stderr().lock(), "redlock: {}", text());
+            }
+        }
+    }
+
+    /// An event only worth a JSON line (plain mode says nothing).
+    pub(crate) fn json_only(&self, event: impl FnOnce() -> Value) {
+        if let Some(to) = self.json {
+            self.json_line(to, &event());
+        }
+    }
+
+    /// A result: `text` (any number of lines) on stdout in plain mode,
+    /// `event` in JSON mode. `--quiet` does not hide results.
+    pub(crate) fn result(&self, text: impl FnOnce() -> String, event: impl FnOnce() -> Value) {
+        match self.json {
+            Some(to) => self.json_line(to, &event()),
+            None => {
+                let _ = write!(std::io::stdout().lock(), "{}", text());
+            }
+        }
+    }
+
+    fn json_line(&self, to: JsonTo, event: &Value) {
+        let line = format!("{event}\n");
+        let _ = match to {
+            JsonTo::Stdout => std::io::stdout().lock().write_all(line.as_bytes()),
+            JsonTo::Stderr => std::io::stderr().lock().write_all(line.as_bytes()),
+        };
+    }
+}
+
+/// A duration for people: `9.9s`, `450ms`, `2m 5.0s`.
+pub(crate) struct Human(pub(crate) Duration);
+
+impl fmt::Display for Human {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let millis = self.0.as_millis();
+        if millis < 1000 {
+            write!(f, "{millis}ms")
+        } else if millis < 60_000 {
+            write!(f, "{:.1}s", self.0.as_secs_f64())
+        } else {
+            let secs = self.0.as_secs_f64();
+            let minutes = (secs / 60.0).floor();
+            write!(f, "{minutes:.0}m {:.1}s", secs - minutes * 60.0)
+        }
+    }
+}
+
+/// Milliseconds for JSON.
+pub(crate) fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Every node's vote, for JSON: `[{"node": ..., "vote": ..., "detail": ...}]`.
+/// Never contains another owner's value.
+pub(crate) fn votes_json(votes: &Votes) -> Value {
+    votes
+        .iter()
+        .map(|(node, vote)| {
+            json!({
+                "node": node,
+                "vote": vote_name(vote),
+                "detail": vote.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// Every node's part in a release, for JSON:
+/// `[{"node": ..., "result": "released" | "not_held" | "failed", "detail": ...}]`.
+pub(crate) fn release_json(votes: &Votes) -> Value {
+    votes
+        .iter()
+        .map(|(node, vote)| {
+            json!({
+                "node": node,
+                "result": match vote {
+                    NodeVote::Granted => "released",
+                    NodeVote::Missing | NodeVote::HeldByOther(_) => "not_held",
+                    NodeVote::Failed(_) => "failed",
+                    other => vote_name(other),
+                },
+                "detail": vote.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// A one-word name for a vote, stable for scripts.
+pub(crate) fn vote_name(vote: &NodeVote) -> &'static str {
+    match vote {
+        NodeVote::Pending => "pending",
+        NodeVote::Granted => "granted",
+        NodeVote::Restored => "restored",
+        NodeVote::HeldByOther(_) => "held_by_other",
+        NodeVote::Missing => "missing",
+        NodeVote::Failed(_) => "failed",
+        _ => "other",
+    }
+}
+
+/// The command line as a shell would show it: arguments with spaces or
+/// special characters in single quotes.
+pub(crate) fn command_line(args: &[std::ffi::OsString]) -> String {
+    args.iter()
+        .map(|arg| {
+            let arg = arg.to_string_lossy();
+            let plain = !arg.is_empty()
+                && arg.chars().all(|c| {
+                    c.is_ascii_alphanumeric()
+                        || matches!(c, '-' | '_' | '.' | '/' | ':' | '=' | ',' | '+' | '@')
+                });
+            if plain {
+                arg.into_owned()
+            } else {
+                format!("'{}'", arg.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Bytes as text: UTF-8 as it is, other bytes as `\xNN`.
+pub(crate) fn text_of(bytes: &[u8]) -> String {
+    redlock_tokio::Key::from(bytes).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_well() {
+        assert_eq!(Human(Duration::from_millis(450)).to_string(), "450ms");
+        assert_eq!(Human(Duration::from_millis(9_870)).to_string(), "9.9s");
+        assert_eq!(Human(Duration::from_millis(125_000)).to_string(), "2m 5.0s");
+    }
+
+    #[test]
+    fn command_lines_are_quoted() {
+        let args: Vec<std::ffi::OsString> = ["make", "deploy", "it's here", ""]
+            .into_iter()
+            .map(Into::into)
+            .collect();
+        assert_eq!(command_line(&args), r"make deploy 'it'\''s here' ''");
+    }
+
+    #[test]
+    fn binary_values_are_escaped() {
+        assert_eq!(text_of(b"ab\xffc"), r"ab\xffc");
+    }
+}

@@ -1,0 +1,84 @@
+//! `redlock release`: delete a known value's lock on every node.
+
+use std::fmt::Write as _;
+
+use redlock_tokio::{LockValue, NodeVote};
+use serde_json::json;
+
+use crate::cli::ReleaseArgs;
+use crate::connect::connect;
+use crate::failure::{self, Failure};
+use crate::output::{Output, release_json};
+
+pub(crate) async fn run(args: ReleaseArgs, output: &Output) -> u8 {
+    if args.value.is_empty() {
+        return Failure::usage(
+            "--value is empty: give the lock's value, as `redlock status` shows it",
+        )
+        .report(output);
+    }
+    let redlock = match connect(&args.common, |builder| builder).await {
+        Ok(redlock) => redlock,
+        Err(failure) => return failure.report(output),
+    };
+    let value = LockValue::from_string(args.value.as_str());
+    let report = redlock.release_value(&args.key, &value).await;
+    let quorum = redlock.settings().quorum();
+    let key = args.key.as_str();
+    let total = report.votes().votes().len();
+    // Nodes that failed may still hold the value until its TTL. Fewer than a
+    // quorum of them cannot hold the lock, so others can take it.
+    let freed = report.failed() < quorum;
+    output.result(
+        || {
+            let mut text = if report.released() == 0 && report.failed() == 0 {
+                format!("{key}: the value was not held on any node (expired, released, or never held); nothing deleted\n")
+            } else {
+                format!(
+                    "{key}: released on {} of {total} nodes, not held on {}, failed on {}\n",
+                    report.released(),
+                    report.not_held(),
+                    report.failed()
+                )
+            };
+            for (node, vote) in report.votes().iter() {
+                let what = match vote {
+                    NodeVote::Granted => "released".to_owned(),
+                    NodeVote::Missing => "not held (no such key)".to_owned(),
+                    NodeVote::HeldByOther(_) => {
+                        "not held (another value holds it; left alone)".to_owned()
+                    }
+                    NodeVote::Failed(error) => {
+                        format!("failed ({error}); the value may stay until its TTL")
+                    }
+                    other => other.to_string(),
+                };
+                let _ = writeln!(text, "  {node}: {what}");
+            }
+            if !freed {
+                let _ = writeln!(
+                    text,
+                    "too many nodes failed (quorum {quorum}): the value may still hold the lock until its TTL"
+                );
+            }
+            text
+        },
+        || {
+            json!({
+                "event": "released",
+                "key": key,
+                "released": report.released(),
+                "not_held": report.not_held(),
+                "failed": report.failed(),
+                "quorum": quorum,
+                "freed": freed,
+                "nodes": release_json(report.votes()),
+            })
+        },
+    );
+    if freed {
+        failure::SUCCESS
+    } else {
+        failure::NO_QUORUM
+    }
+}

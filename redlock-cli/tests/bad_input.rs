@@ -1,0 +1,133 @@
+//! Bad input exits 2 with a message that says what is wrong, never a panic;
+//! nodes that are down exit 3.
+
+mod support;
+
+use redlock_tests::RedisCluster;
+use support::{Scratch, redlock, redlock_on, run};
+
+/// Runs `redlock ARGS...` and asserts exit 2 with `message` on stderr.
+#[track_caller]
+fn rejects(args: &[&str], message: &str) {
+    let run = run(redlock().args(args));
+    run.assert_code(2);
+    assert!(
+        run.stderr.contains(message),
+        "expected {message:?} for {args:?}: {run:#?}"
+    );
+    assert_eq!(run.stdout, "", "{args:?}");
+}
+
+#[test]
+fn bad_input_is_a_usage_error() {
+    let one = "redis://127.0.0.1:1";
+    rejects(&["exec", "k", "--", "true"], "no servers");
+    rejects(&["status", "--servers", "", "k"], "no servers");
+    rejects(
+        &["exec", "-s", "http://example", "k", "--", "true"],
+        "not a Redis URL",
+    );
+    rejects(
+        &["exec", "-s", "redis://h:notaport", "k", "--", "true"],
+        "redis://h:notaport",
+    );
+    rejects(
+        &["exec", "-s", one, "--ttl", "0s", "k", "--", "true"],
+        "the TTL is zero",
+    );
+    rejects(
+        &["exec", "-s", one, "--ttl", "soon", "k", "--", "true"],
+        "expected a duration",
+    );
+    rejects(
+        &[
+            "exec",
+            "-s",
+            "redis://127.0.0.1:1,redis://127.0.0.1:2",
+            "k",
+            "--",
+            "true",
+        ],
+        "use an odd number",
+    );
+    rejects(
+        &[
+            "status",
+            "-s",
+            "redis://127.0.0.1:1,redis://127.0.0.1:1/0,redis://127.0.0.1:2",
+            "k",
+        ],
+        "listed twice",
+    );
+    rejects(
+        &[
+            "exec",
+            "-s",
+            "redis://127.0.0.1:1,,redis://127.0.0.1:2",
+            "k",
+            "--",
+            "true",
+        ],
+        "empty entry",
+    );
+    rejects(&["exec", "-s", one, "k"], "COMMAND");
+    rejects(
+        &[
+            "exec",
+            "-s",
+            one,
+            "--no-wait",
+            "--deadline",
+            "1s",
+            "k",
+            "--",
+            "true",
+        ],
+        "--deadline",
+    );
+    rejects(
+        &["release", "-s", one, "k", "--value", ""],
+        "--value is empty",
+    );
+    rejects(&["release", "-s", one, "k"], "--value");
+}
+
+#[test]
+fn json_errors_are_json() {
+    let run = run(redlock().args(["status", "--json", "-s", "http://example", "k"]));
+    run.assert_code(2);
+    let [error] = &run.stdout_json()[..] else {
+        panic!("one JSON object expected: {run:#?}");
+    };
+    assert_eq!(error["event"], "error");
+    assert_eq!(error["kind"], "config");
+    assert_eq!(error["exit_code"], 2);
+}
+
+#[test]
+fn servers_come_from_the_environment_too() {
+    let cluster = RedisCluster::start(3);
+    let run = run(redlock()
+        .args(["status", "k"])
+        .env("REDLOCK_SERVERS", cluster.urls().join(",")));
+    run.assert_code(0);
+    assert!(run.stdout.contains("free on every node"), "{run:#?}");
+}
+
+#[test]
+fn nodes_down_exit_3_without_running_the_command() {
+    let cluster = RedisCluster::start(3);
+    cluster.node(0).kill();
+    cluster.node(1).kill();
+    let scratch = Scratch::new("down");
+    let ran = scratch.path("ran");
+    let run =
+        run(redlock_on(&cluster, "exec").args(["k", "--", "touch", ran.to_str().expect("utf-8")]));
+    run.assert_code(3);
+    assert!(run.stderr.contains("no quorum"), "{run:#?}");
+    assert!(!ran.exists());
+    assert!(
+        !cluster.node(2).exists("k"),
+        "the partial lock was released"
+    );
+}

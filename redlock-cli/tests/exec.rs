@@ -1,0 +1,192 @@
+//! `redlock exec`: the command runs under the lock, which is released after;
+//! exit codes pass through; a held lock stops a second exec; signals.
+
+mod support;
+
+use std::time::Duration;
+
+use redlock_tests::RedisCluster;
+use support::{REDLOCK, Scratch, assert_absent, eventually, redlock_on, run, start, wait_for_lock};
+
+/// Clients connected to node 0, counting the one that asks.
+fn connected_clients(cluster: &RedisCluster) -> usize {
+    let info = cluster.node(0).command(["INFO", "clients"]);
+    let redis::Value::BulkString(info) = info else {
+        panic!("INFO answered {info:?}")
+    };
+    String::from_utf8_lossy(&info)
+        .lines()
+        .find_map(|line| line.strip_prefix("connected_clients:"))
+        .and_then(|count| count.trim().parse().ok())
+        .expect("connected_clients in INFO")
+}
+
+#[test]
+fn runs_the_command_under_the_lock_and_releases_it() {
+    let cluster = RedisCluster::start(3);
+    // The command prints its environment, then asks `redlock status` (with
+    // the servers from REDLOCK_SERVERS) who holds the lock.
+    let script = r#"echo "$REDLOCK_KEY|$REDLOCK_VALUE|$REDLOCK_FENCING_TOKEN"; "$REDLOCK_BIN" status --json deploy"#;
+    let run = run(redlock_on(&cluster, "exec")
+        .args([
+            "--ttl",
+            "5s",
+            "--fencing",
+            "deploy",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ])
+        .env("REDLOCK_SERVERS", cluster.urls().join(","))
+        .env("REDLOCK_BIN", REDLOCK)
+        // A token from an outer redlock must not leak through.
+        .env("REDLOCK_FENCING_TOKEN", "999"));
+    run.assert_code(0);
+
+    let mut lines = run.stdout.lines();
+    let env_line = lines.next().expect("the command's first line");
+    let [key, value, token] = env_line.split('|').collect::<Vec<_>>()[..] else {
+        panic!("unexpected line {env_line:?}");
+    };
+    assert_eq!(key, "deploy");
+    assert_eq!(value.len(), 40, "20 random bytes, hex: {value:?}");
+    assert!(value.chars().all(|c| c.is_ascii_hexdigit()));
+    let token: u64 = token.parse().expect("a numeric fencing token");
+    assert!(token >= 1);
+
+    let status: serde_json::Value =
+        serde_json::from_str(lines.next().expect("the status line")).expect("status JSON");
+    assert_eq!(status["state"], "held");
+    assert_eq!(status["holder"]["value"], value);
+    for node in status["nodes"].as_array().expect("nodes") {
+        assert_eq!(node["state"], "held", "{node}");
+        let pttl = node["pttl_ms"].as_u64().expect("a TTL");
+        assert!(pttl > 0 && pttl <= 5_000, "{node}");
+        assert_eq!(node["fencing_counter"].as_u64(), Some(token), "{node}");
+    }
+
+    // Plain words on stderr, released at the end.
+    assert!(run.stderr.contains("redlock: locked deploy on"), "{run:#?}");
+    assert!(
+        run.stderr.contains("released deploy on 3 of 3 nodes"),
+        "{run:#?}"
+    );
+    assert_absent(&cluster, "deploy");
+}
+
+#[test]
+fn json_events_go_to_stderr_and_stdout_stays_the_command_s() {
+    let cluster = RedisCluster::start(3);
+    let run =
+        run(redlock_on(&cluster, "exec").args(["--json", "report", "--", "echo", "the output"]));
+    run.assert_code(0);
+    assert_eq!(run.stdout, "the output\n");
+    let events = run.stderr_json();
+    let names: Vec<&str> = events
+        .iter()
+        .map(|event| event["event"].as_str().expect("an event name"))
+        .collect();
+    assert_eq!(names, ["locked", "exited", "released", "finished"]);
+    assert_eq!(events[0]["key"], "report");
+    assert!(events[0]["validity_ms"].as_u64().expect("validity") > 0);
+    assert_eq!(events[0]["fencing_token"], serde_json::Value::Null);
+    assert_eq!(events[1]["code"], 0);
+    assert_eq!(events[2]["released"], 3);
+    assert_eq!(events[3]["exit_code"], 0);
+    assert_absent(&cluster, "report");
+}
+
+#[test]
+fn the_command_s_exit_status_passes_through() {
+    let cluster = RedisCluster::start(3);
+    run(redlock_on(&cluster, "exec").args(["job", "--", "sh", "-c", "exit 7"])).assert_code(7);
+    assert_absent(&cluster, "job");
+    // Death by a signal reads as 128 + its number, as in a shell.
+    run(redlock_on(&cluster, "exec").args(["job", "--", "sh", "-c", "kill -TERM $$"]))
+        .assert_code(143);
+    assert_absent(&cluster, "job");
+    // A command that does not exist: 127, and the lock is released.
+    let missing = run(redlock_on(&cluster, "exec").args(["job", "--", "/nonexistent/command"]));
+    missing.assert_code(127);
+    assert!(missing.stderr.contains("cannot run"), "{missing:#?}");
+    assert_absent(&cluster, "job");
+}
+
+#[test]
+fn a_held_lock_is_busy_and_the_second_command_does_not_run() {
+    let cluster = RedisCluster::start(3);
+    let scratch = Scratch::new("busy");
+    let go = scratch.path("go");
+    // The first holder runs until the test creates `go` (at most 15 s).
+    let hold = format!(
+        "i=0; while [ ! -e '{}' ] && [ $i -lt 150 ]; do sleep 0.1; i=$((i+1)); done",
+        go.display()
+    );
+    let first = start(redlock_on(&cluster, "exec").args(["cron", "--", "sh", "-c", &hold]));
+    wait_for_lock(&cluster, "cron");
+
+    let ran = scratch.path("ran");
+    let touch = ["--", "touch", ran.to_str().expect("utf-8 path")];
+    let busy = run(redlock_on(&cluster, "exec")
+        .args(["--no-wait", "cron"])
+        .args(touch));
+    busy.assert_code(1);
+    assert!(busy.stderr.contains("held by another owner"), "{busy:#?}");
+    // Quiet: no message for the expected refusal; -E picks the code.
+    let quiet = run(redlock_on(&cluster, "exec")
+        .args(["-q", "-E", "75", "cron"])
+        .args(touch));
+    quiet.assert_code(75);
+    assert_eq!(quiet.stderr, "");
+    // Waiting with a deadline that passes: busy too.
+    let waited = run(redlock_on(&cluster, "exec")
+        .args(["--deadline", "300ms", "cron"])
+        .args(touch));
+    waited.assert_code(1);
+    assert!(waited.stderr.contains("still held"), "{waited:#?}");
+    assert!(!ran.exists(), "a busy exec ran its command");
+
+    // A waiter gets the lock once the first holder is done.
+    let waiter = start(
+        redlock_on(&cluster, "exec")
+            .args(["--wait", "--deadline", "15s", "cron"])
+            .args(touch),
+    );
+    std::fs::write(&go, b"").expect("create go");
+    first.wait().assert_code(0);
+    waiter.wait().assert_code(0);
+    assert!(ran.exists(), "the waiter did not run its command");
+    assert_absent(&cluster, "cron");
+}
+
+#[test]
+fn a_signal_to_redlock_reaches_the_command_and_the_lock_is_released() {
+    let cluster = RedisCluster::start(3);
+    let running = start(redlock_on(&cluster, "exec").args(["deploy", "--", "sleep", "30"]));
+    wait_for_lock(&cluster, "deploy");
+    running.signal("TERM");
+    let run = running.wait();
+    // sleep died of the forwarded SIGTERM.
+    run.assert_code(143);
+    assert!(run.elapsed < Duration::from_secs(15), "{run:#?}");
+    assert!(run.stderr.contains("got SIGTERM"), "{run:#?}");
+    assert_absent(&cluster, "deploy");
+
+    // Interrupted while waiting for a held lock: 130, nothing run, the
+    // holder's key untouched.
+    for node in cluster.nodes() {
+        node.command(["SET", "deploy", "someone-else", "PX", "20000"]);
+    }
+    let waiting = start(redlock_on(&cluster, "exec").args(["--wait", "deploy", "--", "true"]));
+    // Connected means its signal handlers are in place (they come first).
+    eventually("redlock connects", Duration::from_secs(10), || {
+        connected_clients(&cluster) >= 2
+    });
+    waiting.signal("INT");
+    let run = waiting.wait();
+    run.assert_code(130);
+    for node in cluster.nodes() {
+        assert_eq!(node.get("deploy").as_deref(), Some(&b"someone-else"[..]));
+    }
+}
