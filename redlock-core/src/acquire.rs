@@ -249,7 +249,11 @@ impl<R: Rng> Acquisition<R> {
         now: Instant,
         rng: R,
     ) -> Result<Self, ConfigError> {
-        let (keys, kind) = settings.lock_keys(spec, ttl)?;
+        let (keys, mut kind) = settings.lock_keys(spec, ttl)?;
+        if let (LockKind::Write { readers_hold_off }, Attempts::Once) = (&mut kind, attempts) {
+            // A writer that will not retry must not hold readers off.
+            *readers_hold_off = Ttl::NONE;
+        }
         let fenced = matches!(spec, LockSpec::Fenced(_));
         let max_attempts = match attempts {
             Attempts::Once => 1,
@@ -631,7 +635,7 @@ impl<R: Rng> Acquisition<R> {
                 keys: self.keys.clone(),
                 value: value.clone(),
                 kind: self.kind.clone(),
-                command: Command::Release,
+                command: Command::Withdraw,
                 deadline: now + self.node_timeout,
             });
         }
@@ -658,11 +662,11 @@ pub(crate) fn interpret(command: Command, result: Result<Response, crate::NodeEr
         (Command::StoreToken { .. }, Response::Int(-1)) => Some(NodeVote::Missing),
         (Command::Extend { .. }, Response::Int(1)) => Some(NodeVote::Granted),
         (Command::Extend { .. }, Response::Int(2)) => Some(NodeVote::Restored),
-        (Command::Extend { .. } | Command::Release, Response::Int(0)) => {
+        (Command::Extend { .. } | Command::Release | Command::Withdraw, Response::Int(0)) => {
             Some(NodeVote::HeldByOther(None))
         }
-        (Command::Release, Response::Int(1)) => Some(NodeVote::Granted),
-        (Command::Release, Response::Int(-1)) => Some(NodeVote::Missing),
+        (Command::Release | Command::Withdraw, Response::Int(1)) => Some(NodeVote::Granted),
+        (Command::Release | Command::Withdraw, Response::Int(-1)) => Some(NodeVote::Missing),
         _ => None,
     };
     vote.unwrap_or_else(|| {

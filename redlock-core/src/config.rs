@@ -198,6 +198,9 @@ fn derived_node_timeout(ttl: Duration) -> Duration {
 pub struct Ttl(u64);
 
 impl Ttl {
+    /// Zero: only for the readers hold-off of a writer that will not retry.
+    pub(crate) const NONE: Ttl = Ttl(0);
+
     /// The TTL in milliseconds, as sent to Redis.
     pub fn as_millis(self) -> u64 {
         self.0

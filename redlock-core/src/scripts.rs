@@ -7,7 +7,7 @@
 //! adapter reports as [`NodeErrorKind::WrongType`](crate::NodeErrorKind::WrongType)
 //! instead of mistaking the key for someone else's lock.
 //!
-//! Every release that frees a lock publishes an empty message on the channel
+//! Every release that frees a held lock publishes an empty message on the channel
 //! `<key>\0released` ([`Settings::release_channel`](crate::Settings::release_channel)),
 //! so that blocked clients can try again at once
 //! ([`Acquisition::handle_release_notice`](crate::Acquisition::handle_release_notice))
@@ -60,18 +60,23 @@ return 2
 /// Release our lock on one node (compare-and-delete).
 ///
 /// - `KEYS[1]`: the lock key.
-/// - `ARGV[1]`: our lock value.
+/// - `ARGV[1]`: our lock value. `ARGV[2]`: `1` to publish a release notice,
+///   `0` for the quiet clean-up of a failed attempt. (Every release script
+///   takes this flag in `ARGV[2]`.)
 ///
 /// Returns:
-/// - integer `1`: the key held our value and is deleted, and an empty
-///   message is published on `<key>\0released` for waiting clients;
+/// - integer `1`: the key held our value and is deleted, and (with `ARGV[2]`
+///   = `1`) an empty message is published on `<key>\0released` for waiting
+///   clients;
 /// - integer `0`: the key is held by another value, left as it is;
 /// - integer `-1`: the key is absent (expired, or never set on this node);
 /// - error `WRONGTYPE ...`: the key exists and is not a string.
 pub const RELEASE: &str = r#"local held = redis.call('GET', KEYS[1])
 if held == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', KEYS[1] .. '\0released', '')
+  if ARGV[2] == '1' then
+    redis.call('PUBLISH', KEYS[1] .. '\0released', '')
+  end
   return 1
 end
 if held then
@@ -205,7 +210,9 @@ return code
 /// message published on `<key>\0released`), `-1` when it was already gone.
 /// Other readers and writers are never touched.
 pub const READ_RELEASE: &str = r#"if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
-  redis.call('PUBLISH', KEYS[1] .. '\0released', '')
+  if ARGV[2] == '1' then
+    redis.call('PUBLISH', KEYS[1] .. '\0released', '')
+  end
   return 1
 end
 return -1
@@ -215,7 +222,8 @@ return -1
 ///
 /// - `ARGV[1]`: our value. `ARGV[2]`: the TTL in milliseconds. `ARGV[3]`: how
 ///   long new readers are held off while we wait for current readers, in
-///   milliseconds (a little more than our retry interval).
+///   milliseconds (a little more than our retry interval; `0` for a writer
+///   that will not retry, which then sets no mark).
 ///
 /// Returns integer `1` when the writer key is ours (and any writer-waiting
 /// mark is cleared); a bulk string when another writer holds it (its value,
@@ -229,7 +237,9 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 if redis.call('ZCARD', KEYS[2]) > 0 then
-  redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[3])
+  if tonumber(ARGV[3]) > 0 then
+    redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[3])
+  end
   return 'readers'
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
@@ -338,7 +348,9 @@ if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then
 end
 if redis.call('HLEN', KEYS[1]) <= 1 then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', KEYS[1] .. '\0released', '')
+  if ARGV[2] == '1' then
+    redis.call('PUBLISH', KEYS[1] .. '\0released', '')
+  end
 end
 return 1
 "#;
@@ -392,7 +404,9 @@ for _, key in ipairs(KEYS) do
   local held = redis.call('GET', key)
   if held == ARGV[1] then
     redis.call('DEL', key)
-    redis.call('PUBLISH', key .. '\0released', '')
+    if ARGV[2] == '1' then
+      redis.call('PUBLISH', key .. '\0released', '')
+    end
     released = released + 1
   elseif held then
     others = others + 1

@@ -45,31 +45,34 @@ impl Request {
             (_, StoreToken { .. }) => scripts::STORE_TOKEN,
             (LockKind::Exclusive, Acquire { .. }) => scripts::ACQUIRE,
             (LockKind::Exclusive, Extend { .. }) => scripts::EXTEND,
-            (LockKind::Exclusive | LockKind::Write { .. }, Release) => scripts::RELEASE,
+            (LockKind::Exclusive | LockKind::Write { .. }, Release | Withdraw) => scripts::RELEASE,
             (LockKind::Read, Acquire { .. }) => scripts::READ_ACQUIRE,
             (LockKind::Read, Extend { .. }) => scripts::READ_EXTEND,
-            (LockKind::Read, Release) => scripts::READ_RELEASE,
+            (LockKind::Read, Release | Withdraw) => scripts::READ_RELEASE,
             (LockKind::Write { .. }, Acquire { .. }) => scripts::WRITE_ACQUIRE,
             (LockKind::Write { .. }, Extend { .. }) => scripts::WRITE_EXTEND,
             (LockKind::Reentrant { .. }, Acquire { .. }) => scripts::REENTRANT_ACQUIRE,
             (LockKind::Reentrant { .. }, Extend { .. }) => scripts::REENTRANT_EXTEND,
-            (LockKind::Reentrant { .. }, Release) => scripts::REENTRANT_RELEASE,
+            (LockKind::Reentrant { .. }, Release | Withdraw) => scripts::REENTRANT_RELEASE,
             (LockKind::Multi, Acquire { .. }) => scripts::MULTI_ACQUIRE,
             (LockKind::Multi, Extend { .. }) => scripts::MULTI_EXTEND,
-            (LockKind::Multi, Release) => scripts::MULTI_RELEASE,
+            (LockKind::Multi, Release | Withdraw) => scripts::MULTI_RELEASE,
         }
     }
 
     /// The script's `ARGV`: our value; then the TTL in milliseconds (or the
-    /// fencing token, or `0` for a release); then, for a write lock's acquire,
-    /// how long readers are held off, and for a reentrant lock, the owner.
+    /// fencing token, or for a release whether to publish a release notice:
+    /// `1` for [`Command::Release`], `0` for [`Command::Withdraw`]); then, for
+    /// a write lock's acquire, how long readers are held off, and for a
+    /// reentrant lock, the owner.
     pub fn arguments(&self) -> impl Iterator<Item = Argument<'_>> {
         let second = match self.command {
             Command::Acquire { ttl } | Command::AcquireFenced { ttl } | Command::Extend { ttl } => {
                 Some(ttl.as_millis())
             }
             Command::StoreToken { token } => Some(token),
-            Command::Release => None,
+            Command::Release => Some(1),
+            Command::Withdraw => Some(0),
         };
         let third = match (&self.kind, self.command) {
             (LockKind::Write { readers_hold_off }, Command::Acquire { .. }) => {
@@ -149,8 +152,13 @@ pub enum Command {
         /// The new TTL.
         ttl: Ttl,
     },
-    /// Remove our lock ([`scripts::RELEASE`] and its kin).
+    /// Remove our lock and tell waiting clients ([`scripts::RELEASE`] and
+    /// its kin).
     Release,
+    /// Remove what a failed or abandoned attempt may have set, without a
+    /// release notice: nobody held the lock, so waking waiters would only
+    /// start a storm of attempts that fail while the real holder holds on.
+    Withdraw,
     /// Set the key to our value if absent and read the node's fencing counter
     /// ([`scripts::ACQUIRE_FENCED`]).
     AcquireFenced {
@@ -172,7 +180,7 @@ impl Command {
             Command::Acquire { ttl } | Command::AcquireFenced { ttl } | Command::Extend { ttl } => {
                 Some(*ttl)
             }
-            Command::Release | Command::StoreToken { .. } => None,
+            Command::Release | Command::Withdraw | Command::StoreToken { .. } => None,
         }
     }
 
@@ -182,6 +190,7 @@ impl Command {
             Command::Acquire { .. } => "acquire",
             Command::Extend { .. } => "extend",
             Command::Release => "release",
+            Command::Withdraw => "withdraw",
             Command::AcquireFenced { .. } => "acquire (fenced)",
             Command::StoreToken { .. } => "store token",
         }

@@ -78,7 +78,7 @@ fn validity_exactly_zero_is_not_a_lock() {
                 // The node said yes: our key must be released there.
                 let releases = drain(&mut acquire);
                 assert_eq!(releases.len(), 1);
-                assert_eq!(releases[0].command, Command::Release);
+                assert_eq!(releases[0].command, Command::Withdraw);
                 assert_eq!(releases[0].value, request.value);
             }
             other => panic!("{at} ms: {other:?}"),
@@ -335,7 +335,7 @@ fn abandon_releases_everywhere() {
     assert!(
         releases
             .iter()
-            .all(|r| r.command == Command::Release && r.value == requests[0].value)
+            .all(|r| r.command == Command::Withdraw && r.value == requests[0].value)
     );
     assert!(acquire.is_done());
     assert!(acquire.poll_event().is_none());
@@ -524,7 +524,7 @@ fn notices_never_extend_the_retry_count() {
     for _ in 0..10 {
         let requests: Vec<Request> = drain(&mut acquire)
             .into_iter()
-            .filter(|r| r.command != Command::Release)
+            .filter(|r| r.command != Command::Withdraw)
             .collect();
         for request in &requests {
             acquire.handle_reply(held(request), now + MS);

@@ -71,7 +71,7 @@ fn every_subset_of_held_nodes() {
                 // script compares values, so the other holder's keys survive.
                 assert_eq!(releases.len(), n);
                 assert!(releases.iter().all(
-                    |r| r.command == Command::Release && r.value.as_bytes() != b"someone-else"
+                    |r| r.command == Command::Withdraw && r.value.as_bytes() != b"someone-else"
                 ));
             }
         }
@@ -177,7 +177,7 @@ mod decision_properties {
                 Some(AcquireEvent::Failed(_)) => {
                     prop_assert!(yes < quorum(n));
                     prop_assert_eq!(releases.len(), n);
-                    prop_assert!(releases.iter().all(|r| r.command == Command::Release));
+                    prop_assert!(releases.iter().all(|r| r.command == Command::Withdraw));
                 }
                 other => prop_assert!(false, "no decision: {:?}", other),
             }

@@ -10,15 +10,16 @@ use futures::stream::FuturesUnordered;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use redlock_core::{
-    AcquireEvent, Acquisition, AttemptId, Attempts, Command, Config, ConfigError, LockSpec,
-    LockValue, NodeErrorKind, Release, ReleaseReport, RetryConfig, Settings,
+    AcquireEvent, Acquisition, AttemptId, Attempts, Command, Config, ConfigError, Key, LockKind,
+    LockSpec, LockValue, NodeErrorKind, Release, ReleaseReport, RetryConfig, Settings,
 };
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span};
 
-use crate::driver::{complete_in_background, drive, send, spawn_releases};
+use crate::driver::{Timer, complete_in_background, drive, send, spawn_releases};
 use crate::guard::{KeepAlive, LockGuard};
 use crate::node::Node;
+use crate::notices::{Notices, Waiter};
 use crate::server::{Server, redact};
 use crate::{Error, LossReason};
 
@@ -38,6 +39,8 @@ pub struct Redlock {
 struct Inner {
     settings: Arc<Settings>,
     nodes: Arc<[Arc<Node>]>,
+    /// Release notices for waiting acquires; `None` when switched off.
+    notices: Option<Arc<Notices>>,
 }
 
 impl fmt::Debug for Redlock {
@@ -91,6 +94,16 @@ impl Redlock {
     /// How many nodes have a connection up right now.
     pub fn connected_nodes(&self) -> usize {
         self.inner.nodes.iter().filter(|n| n.is_connected()).count()
+    }
+
+    /// How many nodes have a release-notice (pub/sub) connection up right
+    /// now: 0 until an acquire first had to wait, or with
+    /// [`Builder::release_notices`] off; at most one per node.
+    pub fn release_notice_connections(&self) -> usize {
+        self.inner
+            .notices
+            .as_ref()
+            .map_or(0, |notices| notices.connected())
     }
 
     pub(crate) fn node_handles(&self) -> &Arc<[Arc<Node>]> {
@@ -336,6 +349,11 @@ impl Redlock {
             nodes: Arc::clone(&self.inner.nodes),
             acquisition,
             finished: false,
+            notices: self.inner.notices.clone(),
+            settings: Arc::clone(settings),
+            waiter: None,
+            lock_keys: None,
+            attempt_started: Instant::now(),
         };
         let lock = run.run().instrument(span).await?;
         Ok(LockGuard::new(self.clone(), resource, lock))
@@ -398,17 +416,42 @@ struct AcquireRun {
     nodes: Arc<[Arc<Node>]>,
     acquisition: Acquisition<StdRng>,
     finished: bool,
+    /// The client's release notices, if on.
+    notices: Option<Arc<Notices>>,
+    /// For the names of the release channels.
+    settings: Arc<Settings>,
+    /// Registered for release notices once an attempt failed.
+    waiter: Option<Waiter>,
+    /// The locked keys (every one for a multi-resource lock), as the first
+    /// acquire request carried them.
+    lock_keys: Option<(Arc<[Key]>, bool)>,
+    /// When the latest attempt's requests were sent: a notice that came
+    /// before it was seen by that attempt.
+    attempt_started: Instant,
 }
 
 impl AcquireRun {
     async fn run(&mut self) -> Result<redlock_core::Lock, Error> {
         let mut in_flight = FuturesUnordered::new();
+        let mut timer = Timer::new();
         loop {
             let mut releases = Vec::new();
             while let Some(request) = self.acquisition.poll_request() {
-                if request.command == Command::Release {
+                if matches!(request.command, Command::Withdraw | Command::Release) {
                     releases.push(request);
                 } else {
+                    if self.notices.is_some()
+                        && matches!(
+                            request.command,
+                            Command::Acquire { .. } | Command::AcquireFenced { .. }
+                        )
+                    {
+                        self.attempt_started = Instant::now();
+                        if self.lock_keys.is_none() {
+                            let multi = request.kind == LockKind::Multi;
+                            self.lock_keys = Some((Arc::clone(&request.keys), multi));
+                        }
+                    }
                     in_flight.push(send(&self.nodes, request));
                 }
             }
@@ -434,6 +477,11 @@ impl AcquireRun {
                             retry_in_ms = retry_at.saturating_duration_since(Instant::now()).as_millis() as u64,
                             "attempt failed; retrying"
                         );
+                        // Only a release can help a lock held by someone
+                        // else; nodes that failed do not publish.
+                        if error.is_held_by_other() {
+                            self.listen_for_releases();
+                        }
                     }
                     AcquireEvent::Failed(error) => {
                         self.finished = true;
@@ -447,17 +495,66 @@ impl AcquireRun {
                 // waiting, and both have a timeout.
                 panic!("an unfinished acquisition has no timeout");
             };
+            // Between attempts (no attempt in flight), a release notice
+            // starts the next attempt early. One that comes during an
+            // attempt stays in the waiter until then.
+            let between_attempts =
+                self.waiter.is_some() && self.acquisition.current_attempt().is_none();
+            let sleep = timer.until(at);
             tokio::select! {
                 Some(reply) = in_flight.next(), if !in_flight.is_empty() => {
                     if let Some(reply) = reply {
                         self.acquisition.handle_reply(reply, Instant::now());
                     }
                 }
-                () = tokio::time::sleep_until(tokio::time::Instant::from_std(at)) => {
+                () = sleep => {
+                    timer.fired();
                     self.acquisition.handle_timeout(Instant::now());
+                }
+                changed = next_notice(&mut self.waiter), if between_attempts => {
+                    match &self.waiter {
+                        // Released after the last attempt started: that
+                        // attempt may have checked a node just before.
+                        Some(waiter) if changed && waiter.released_since(self.attempt_started) => {
+                            debug!("release notice; trying again now");
+                            self.acquisition.handle_release_notice(Instant::now());
+                        }
+                        Some(_) if changed => {}
+                        // Cannot happen (the waiter keeps its sender), but
+                        // never spin on it: fall back to the timer.
+                        _ => self.waiter = None,
+                    }
                 }
             }
         }
+    }
+
+    /// Registers for release notices on the lock's channels, once, after
+    /// the first attempt that found the lock held: an acquire that gets its
+    /// lock at once never touches pub/sub.
+    fn listen_for_releases(&mut self) {
+        let (Some(notices), None, Some((keys, multi))) =
+            (&self.notices, &self.waiter, &self.lock_keys)
+        else {
+            return;
+        };
+        let settings = &self.settings;
+        // A multi-resource release announces every key it frees; the other
+        // kinds announce their first key (the resource's own).
+        let count = if *multi { keys.len() } else { 1 };
+        let channels = keys[..count]
+            .iter()
+            .map(|key| settings.release_channel(key))
+            .collect();
+        self.waiter = Some(notices.wait_for(channels));
+    }
+}
+
+/// The next event of `waiter`'s channels; never completes without a waiter.
+async fn next_notice(waiter: &mut Option<Waiter>) -> bool {
+    match waiter {
+        Some(waiter) => waiter.changed().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -487,6 +584,7 @@ pub struct Builder {
     sources: Vec<Source>,
     config: Config,
     connect_timeout: Duration,
+    release_notices: bool,
 }
 
 impl fmt::Debug for Builder {
@@ -505,6 +603,7 @@ impl fmt::Debug for Builder {
             .field("servers", &servers)
             .field("config", &self.config)
             .field("connect_timeout", &self.connect_timeout)
+            .field("release_notices", &self.release_notices)
             .finish()
     }
 }
@@ -515,6 +614,7 @@ impl Builder {
             sources,
             config: Config::default(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            release_notices: true,
         }
     }
 
@@ -608,6 +708,21 @@ impl Builder {
         self
     }
 
+    /// Whether a waiting [`Redlock::lock`] listens for release notices
+    /// (pub/sub), so that it tries again the moment the lock is released
+    /// instead of at the end of its retry delay. Default true.
+    ///
+    /// Costs nothing until an acquire has to wait: then one pub/sub
+    /// connection per node is opened (and kept, shared by every waiting
+    /// acquire of the client and its clones), with one subscription per
+    /// resource waited on. A node whose pub/sub connection fails only sends
+    /// no notices; acquires never wait for it. See the crate docs,
+    /// "Waiting for a lock".
+    pub fn release_notices(mut self, on: bool) -> Self {
+        self.release_notices = on;
+        self
+    }
+
     /// Validates the options and connects to every node in parallel.
     ///
     /// Fails with:
@@ -639,6 +754,14 @@ impl Builder {
         if servers.iter().any(Server::is_tls) {
             install_crypto_provider();
         }
+        let notices = self.release_notices.then(|| {
+            Arc::new(Notices::new(
+                servers
+                    .iter()
+                    .map(|server| (server.name.clone(), server.client.clone())),
+                self.connect_timeout,
+            ))
+        });
         let nodes: Arc<[Arc<Node>]> = servers
             .into_iter()
             .map(|server| Arc::new(Node::new(server.name, server.client, self.connect_timeout)))
@@ -669,7 +792,11 @@ impl Builder {
             return Err(error);
         }
         let client = Redlock {
-            inner: Arc::new(Inner { settings, nodes }),
+            inner: Arc::new(Inner {
+                settings,
+                nodes,
+                notices,
+            }),
         };
         info!(
             nodes = client.nodes().len(),

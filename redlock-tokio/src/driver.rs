@@ -12,14 +12,16 @@ use futures::stream::FuturesUnordered;
 use redlock_core::{
     ExtendError, Extended, Extension, Release, ReleaseReport, Reply, Request, Response,
 };
-use tracing::{Instrument, debug, warn};
+use tracing::{Instrument, Level, debug, warn};
 
 use crate::node::Node;
 
 /// Sends one request to its node, at once: the request is queued on the
 /// node's connection before this returns. The returned future yields the
-/// reply, or `None` once the request's deadline passed (the state machine
-/// times the node out itself).
+/// node's reply, however late: deadlines are applied by the caller (the
+/// state machine times the node out itself at its
+/// [`poll_timeout`](RoundMachine::poll_timeout); requests left to complete
+/// in the background are bounded by [`Sent::deadline`]).
 ///
 /// Queuing here rather than at the first poll by the caller keeps every
 /// node's requests in the order the state machines emit them, whatever
@@ -28,65 +30,72 @@ use crate::node::Node;
 /// completes in the background and the release is sent by another task.
 /// (Dropping a queued request before it is written makes the connection
 /// skip it, which keeps that order too.)
+///
+/// No timer per request: a round's requests share one deadline, so one
+/// timer per round (in [`drive`] and the acquire loop) or per background
+/// batch is enough. Timers cost a lock on Tokio's timer wheel to register
+/// and another to cancel.
 pub(crate) fn send(nodes: &[Arc<Node>], request: Request) -> Sent {
     // The core only emits node ids below the node count it was built with,
     // which is the length of `nodes`.
     let node = Arc::clone(&nodes[request.node.0]);
+    let deadline = request.deadline;
     let mut future = Box::pin(async move {
-        let started = Instant::now();
-        let deadline = tokio::time::Instant::from_std(request.deadline);
+        // The clock is read for the log line only, when someone listens.
+        let started = tracing::enabled!(Level::DEBUG).then(Instant::now);
         // Unconstrained: Tokio's cooperative budget must not make the first
         // poll return before the request is queued.
-        let execute = tokio::task::unconstrained(node.execute(&request));
-        let result = tokio::time::timeout_at(deadline, execute).await;
-        let latency_us = started.elapsed().as_micros() as u64;
-        match result {
-            Ok(result) => {
-                debug!(
-                    node = node.name(),
-                    attempt = request.attempt.0,
-                    command = request.command.name(),
-                    latency_us,
-                    outcome = %Outcome(&result),
-                    "node answered"
-                );
-                Some(Reply::to(&request, result))
-            }
-            Err(_) => {
-                debug!(
-                    node = node.name(),
-                    attempt = request.attempt.0,
-                    command = request.command.name(),
-                    latency_us,
-                    "node timed out"
-                );
-                None
-            }
+        let result = tokio::task::unconstrained(node.execute(&request)).await;
+        if let Some(started) = started {
+            debug!(
+                node = node.name(),
+                attempt = request.attempt.0,
+                command = request.command.name(),
+                latency_us = started.elapsed().as_micros() as u64,
+                late = Instant::now() > request.deadline,
+                outcome = %Outcome(&result),
+                "node answered"
+            );
         }
+        Some(Reply::to(&request, result))
     });
     // The first poll queues the request (the connection's channel has room,
     // or the request waits its turn in the channel's fair queue). Its waker
     // does nothing: whoever owns the future next polls it again with theirs.
     let mut context = Context::from_waker(Waker::noop());
-    match future.as_mut().poll(&mut context) {
-        Poll::Ready(reply) => Sent::Done(Some(reply)),
-        Poll::Pending => Sent::Pending(future),
-    }
+    let state = match future.as_mut().poll(&mut context) {
+        Poll::Ready(reply) => SentState::Done(Some(reply)),
+        Poll::Pending => SentState::Pending(future),
+    };
+    Sent { deadline, state }
 }
 
 /// A request already sent: its reply, or the future that waits for it.
-pub(crate) enum Sent {
+pub(crate) struct Sent {
+    /// The request's deadline: past it, the reply no longer counts.
+    deadline: Instant,
+    state: SentState,
+}
+
+enum SentState {
     Done(Option<Option<Reply>>),
     Pending(Pin<Box<dyn Future<Output = Option<Reply>> + Send>>),
+}
+
+impl Sent {
+    /// The request's deadline.
+    pub(crate) fn deadline(&self) -> Instant {
+        self.deadline
+    }
 }
 
 impl Future for Sent {
     type Output = Option<Reply>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.get_mut() {
-            Sent::Done(reply) => Poll::Ready(reply.take().flatten()),
-            Sent::Pending(future) => future.as_mut().poll(cx),
+        match &mut self.get_mut().state {
+            SentState::Done(reply) => Poll::Ready(reply.take().flatten()),
+            SentState::Pending(future) => future.as_mut().poll(cx),
         }
     }
 }
@@ -166,6 +175,7 @@ impl RoundMachine for Release {
 /// success, and are dropped after a failure.
 pub(crate) async fn drive<M: RoundMachine>(machine: &mut M, nodes: &[Arc<Node>]) -> M::Outcome {
     let mut in_flight = FuturesUnordered::new();
+    let mut timer = Timer::new();
     loop {
         while let Some(request) = machine.poll_request() {
             in_flight.push(send(nodes, request));
@@ -181,28 +191,76 @@ pub(crate) async fn drive<M: RoundMachine>(machine: &mut M, nodes: &[Arc<Node>])
             // out, and the outcome was not out just above.
             panic!("a round without an outcome has no timeout");
         };
+        let sleep = timer.until(at);
         tokio::select! {
             Some(reply) = in_flight.next(), if !in_flight.is_empty() => {
                 if let Some(reply) = reply {
                     machine.handle_reply(reply, Instant::now());
                 }
             }
-            () = tokio::time::sleep_until(tokio::time::Instant::from_std(at)) => {
+            () = sleep => {
+                timer.fired();
                 machine.handle_timeout(Instant::now());
             }
         }
     }
 }
 
-/// Lets requests in flight complete in a background task (each ends by its
-/// deadline), so that slow nodes get the lock or the new TTL too. They are
-/// queued already ([`send`]), so a release sent next still runs after them.
-pub(crate) fn complete_in_background(in_flight: FuturesUnordered<Sent>) {
-    if in_flight.is_empty() {
-        return;
+/// One timer for a whole round, re-armed only when the state machine's
+/// [`poll_timeout`](RoundMachine::poll_timeout) changes, rather than a new
+/// one at every reply.
+pub(crate) struct Timer {
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+    armed: Option<Instant>,
+}
+
+impl Timer {
+    pub(crate) fn new() -> Self {
+        Self {
+            sleep: None,
+            armed: None,
+        }
     }
+
+    /// The timer, set to fire at `at`.
+    pub(crate) fn until(&mut self, at: Instant) -> Pin<&mut tokio::time::Sleep> {
+        let deadline = tokio::time::Instant::from_std(at);
+        let sleep = match &mut self.sleep {
+            Some(sleep) => {
+                if self.armed != Some(at) {
+                    sleep.as_mut().reset(deadline);
+                }
+                sleep
+            }
+            none => none.insert(Box::pin(tokio::time::sleep_until(deadline))),
+        };
+        self.armed = Some(at);
+        sleep.as_mut()
+    }
+
+    /// To be called when it fired: the next [`until`](Self::until) re-arms
+    /// it even for the same instant.
+    pub(crate) fn fired(&mut self) {
+        self.armed = None;
+    }
+}
+
+/// Lets requests in flight complete in a background task, so that slow
+/// nodes get the lock or the new TTL too. They are queued already
+/// ([`send`]), so a release sent next still runs after them. The task ends
+/// by the latest of their deadlines.
+pub(crate) fn complete_in_background(in_flight: FuturesUnordered<Sent>) {
+    let Some(deadline) = in_flight.iter().map(Sent::deadline).max() else {
+        return;
+    };
     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-        runtime.spawn(in_flight.for_each(|_| async {}).in_current_span());
+        let deadline = tokio::time::Instant::from_std(deadline);
+        runtime.spawn(
+            async move {
+                let _ = tokio::time::timeout_at(deadline, in_flight.for_each(|_| async {})).await;
+            }
+            .in_current_span(),
+        );
     }
 }
 
@@ -212,11 +270,12 @@ pub(crate) fn complete_in_background(in_flight: FuturesUnordered<Sent>) {
 ///
 /// The releases are queued from the task, not here, since this also runs in
 /// `Drop`, possibly while the runtime shuts down. Their order does not
-/// matter: whatever they undo was queued before them ([`send`]).
+/// matter: whatever they undo was queued before them ([`send`]). The task
+/// ends by the latest of their deadlines.
 pub(crate) fn spawn_releases(nodes: &Arc<[Arc<Node>]>, requests: Vec<Request>) {
-    if requests.is_empty() {
+    let Some(deadline) = requests.iter().map(|request| request.deadline).max() else {
         return;
-    }
+    };
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         warn!(
             requests = requests.len(),
@@ -225,13 +284,14 @@ pub(crate) fn spawn_releases(nodes: &Arc<[Arc<Node>]>, requests: Vec<Request>) {
         return;
     };
     let nodes = Arc::clone(nodes);
+    let deadline = tokio::time::Instant::from_std(deadline);
     runtime.spawn(
         async move {
             let sends: Vec<Sent> = requests
                 .into_iter()
                 .map(|request| send(&nodes, request))
                 .collect();
-            futures::future::join_all(sends).await;
+            let _ = tokio::time::timeout_at(deadline, futures::future::join_all(sends)).await;
         }
         .in_current_span(),
     );

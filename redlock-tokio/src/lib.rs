@@ -65,6 +65,43 @@
 //!   `host:port/db` in errors and logs; passwords never appear in errors,
 //!   `Debug` output or logs.
 //!
+//! # Waiting for a lock
+//!
+//! [`Redlock::lock`] (and every other acquire that retries) waits between
+//! attempts for its retry delay **or** for a release notice, whichever
+//! comes first. Every release that frees a lock publishes an empty message
+//! on the channel `<key>\0released` on each node
+//! ([`Settings::release_channel`]); an acquire that has to wait listens
+//! there and tries again within about one round trip of the release, so
+//! a long retry delay no longer means a long wait, and waiters need not
+//! hammer the nodes with short delays.
+//!
+//! - Nothing happens on the uncontended path: only an acquire with an
+//!   attempt that found the lock held by someone else registers for
+//!   notices (not one that failed because nodes are down).
+//! - The client opens **one pub/sub connection per node**, lazily, the first
+//!   time an acquire waits, and shares it among all waiting acquires (of
+//!   every clone). A channel is subscribed while at least one acquire waits
+//!   for it and unsubscribed when the last one leaves.
+//! - Notices only bring an attempt forward: the attempt still runs the
+//!   whole quorum round, and one started by a notice counts as a retry only
+//!   if it ends after the retry it jumped ahead of. Every release wakes
+//!   every waiter of that lock; one wins.
+//! - A release counts once it is heard from more nodes than a failed
+//!   attempt can free while someone else holds a quorum: N - quorum + 1
+//!   (2 of 3, 3 of 5). Failed attempts clean up with the same release
+//!   scripts, so their notices alone must not wake anyone: each would wake
+//!   every waiter, whose failing attempts would clean up in turn, a storm of
+//!   attempts for as long as the lock is held.
+//! - A pub/sub connection that is down, slow or paused never fails or slows
+//!   an acquire: that node just sends no notices, and the timer still runs.
+//!   It is reconnected in the background (with backoff) while someone
+//!   waits. A release missed that way (or heard from too few nodes, when
+//!   the holder held a bare quorum and one of those nodes is silent) costs
+//!   at most one retry delay.
+//! - Switch it off with [`Builder::release_notices`]`(false)`, for example
+//!   where pub/sub is disabled by ACL.
+//!
 //! # Dropping and cancelling
 //!
 //! - Every future here is cancel-safe. A dropped [`Redlock::lock`] or
@@ -111,6 +148,7 @@ mod error;
 mod guard;
 mod inspect;
 mod node;
+mod notices;
 mod server;
 
 pub use client::{Builder, DEFAULT_CONNECT_TIMEOUT, LockOptions, Redlock};

@@ -9,6 +9,7 @@
 //! to it fail at once with the last connection error, which the core counts
 //! as that node's failure; nothing waits for a reconnect.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::{Arc, LazyLock, Mutex, PoisonError, Weak};
 use std::time::Duration;
@@ -37,13 +38,15 @@ static SCRIPTS: LazyLock<[Script; scripts::ALL.len()]> = LazyLock::new(|| {
     })
 });
 
-fn sha_of(source: &'static str) -> String {
+fn sha_of(source: &'static str) -> Cow<'static, str> {
     SCRIPTS
         .iter()
-        .find(|script| script.source == source)
-        .map(|script| script.sha.clone())
+        // The core hands out its own constants: the pointer check is
+        // enough, and skips comparing the texts of a dozen scripts.
+        .find(|script| std::ptr::eq(script.source, source) || script.source == source)
+        .map(|script| Cow::Borrowed(script.sha.as_str()))
         // A command added to the core later: hash its script on the fly.
-        .unwrap_or_else(|| redis::Script::new(source).get_hash().to_owned())
+        .unwrap_or_else(|| Cow::Owned(redis::Script::new(source).get_hash().to_owned()))
 }
 
 enum Link {
@@ -338,8 +341,23 @@ fn jittered(delay: Duration) -> Duration {
 }
 
 fn evalsha(sha: &str, request: &Request) -> redis::Cmd {
-    let mut call = redis::cmd("EVALSHA");
-    call.arg(sha).arg(request.keys.len());
+    // Sized up front: growing the command's buffers argument by argument
+    // (reallocating at 8, 16, 32, ... bytes) cost more than all the rest of
+    // building it.
+    let arguments = request.arguments().count();
+    let bytes = "EVALSHA".len()
+        + sha.len()
+        + 3 // the key count
+        + request.keys.iter().map(|key| key.as_bytes().len()).sum::<usize>()
+        + request
+            .arguments()
+            .map(|argument| match argument {
+                Argument::Bytes(bytes) => bytes.len(),
+                Argument::Int(_) => 20,
+            })
+            .sum::<usize>();
+    let mut call = redis::Cmd::with_capacity(3 + request.keys.len() + arguments, bytes);
+    call.arg("EVALSHA").arg(sha).arg(request.keys.len());
     for key in request.keys.iter() {
         call.arg(key.as_bytes());
     }

@@ -153,16 +153,17 @@ impl Store {
                     Response::Int(2)
                 }
             },
-            (LockKind::Exclusive | LockKind::Write { .. }, Command::Release) => {
-                match self.get_str(keys[0], clock) {
-                    Some(held) if held == ours => {
-                        self.del(keys[0]);
-                        Response::Int(1)
-                    }
-                    Some(_) => Response::Int(0),
-                    None => Response::Int(-1),
+            (
+                LockKind::Exclusive | LockKind::Write { .. },
+                Command::Release | Command::Withdraw,
+            ) => match self.get_str(keys[0], clock) {
+                Some(held) if held == ours => {
+                    self.del(keys[0]);
+                    Response::Int(1)
                 }
-            }
+                Some(_) => Response::Int(0),
+                None => Response::Int(-1),
+            },
             (LockKind::Read, Command::Acquire { ttl }) => {
                 if let Some(writer) = self.get_str(keys[0], clock) {
                     return Response::Data(writer);
@@ -189,7 +190,7 @@ impl Store {
                 self.put_readers(keys[1], set);
                 Response::Int(code)
             }
-            (LockKind::Read, Command::Release) => {
+            (LockKind::Read, Command::Release | Command::Withdraw) => {
                 let mut set = self.readers(keys[1], clock);
                 let removed = set.remove(ours).is_some();
                 self.put_readers(keys[1], set);
@@ -203,7 +204,9 @@ impl Store {
                 let busy = !set.is_empty();
                 self.put_readers(keys[1], set);
                 if busy {
-                    self.set_str(keys[2], ours, clock, readers_hold_off.as_millis());
+                    if readers_hold_off.as_millis() > 0 {
+                        self.set_str(keys[2], ours, clock, readers_hold_off.as_millis());
+                    }
                     return Response::Data(b"readers".to_vec());
                 }
                 self.set_str(keys[0], ours, clock, ttl.as_millis());
@@ -259,7 +262,7 @@ impl Store {
                 }
                 Response::Int(code)
             }
-            (LockKind::Multi, Command::Release) => {
+            (LockKind::Multi, Command::Release | Command::Withdraw) => {
                 let (mut released, mut others) = (0, 0);
                 for key in &keys {
                     match self.get_str(key, clock) {
@@ -343,7 +346,7 @@ impl Store {
                 raise(&mut entry, ttl.as_millis());
                 Response::Int(code)
             }
-            Command::Release => {
+            Command::Release | Command::Withdraw => {
                 if fields.remove(ours).is_none() {
                     return Response::Int(-1);
                 }

@@ -1,0 +1,471 @@
+//! Waiting without hammering: a blocked acquire is woken by the release
+//! notice of any node, through one pub/sub connection per node shared by
+//! every waiter, and falls back to its retry timer when pub/sub is down.
+
+mod support;
+
+use std::time::Duration;
+
+use redis::Value;
+use redlock_core::LockSpec;
+use redlock_tests::{RedisCluster, RedisNode};
+use redlock_tokio::{LockGuard, LockOptions, Redlock};
+use support::{builder, client, eventually, timed};
+
+/// The retry delay of the waiters: a release heard through pub/sub gets
+/// them the lock long before it.
+const RETRY_DELAY: Duration = Duration::from_secs(2);
+
+/// When the holder releases.
+const HOLD: Duration = Duration::from_millis(300);
+
+/// A waiter that retries only every 2 s (no jitter).
+async fn slow_waiter(cluster: &RedisCluster, notices: bool) -> Redlock {
+    builder(cluster)
+        .retry_count(3)
+        .retry_delay(RETRY_DELAY)
+        .retry_jitter(Duration::ZERO)
+        .release_notices(notices)
+        .build()
+        .await
+        .unwrap()
+}
+
+/// Releases `guard` after [`HOLD`], in a task.
+fn release_later(guard: LockGuard) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        tokio::time::sleep(HOLD).await;
+        let report = guard.release().await;
+        assert!(report.released() >= 2, "{report}");
+    })
+}
+
+/// Pub/sub connections on `node` (`CLIENT LIST TYPE pubsub`).
+fn pubsub_clients(node: &RedisNode) -> usize {
+    match node.command(["CLIENT", "LIST", "TYPE", "pubsub"]) {
+        Value::BulkString(text) => String::from_utf8_lossy(&text)
+            .lines()
+            .filter(|line| !line.trim().is_empty())
+            .count(),
+        Value::VerbatimString { text, .. } => {
+            text.lines().filter(|line| !line.trim().is_empty()).count()
+        }
+        other => panic!("CLIENT LIST answered {other:?}"),
+    }
+}
+
+/// Subscribers of `resource`'s release channel on `node`.
+fn subscribers(node: &RedisNode, resource: &str) -> i64 {
+    let channel = [resource.as_bytes(), b"\0released"].concat();
+    match node.command([&b"PUBSUB"[..], b"NUMSUB", &channel]) {
+        Value::Array(items) => match items.as_slice() {
+            [_, Value::Int(count)] => *count,
+            other => panic!("PUBSUB NUMSUB answered {other:?}"),
+        },
+        other => panic!("PUBSUB NUMSUB answered {other:?}"),
+    }
+}
+
+fn assert_no_pubsub(cluster: &RedisCluster) {
+    for node in cluster.nodes() {
+        assert_eq!(pubsub_clients(node), 0, "{node}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_the_waiter_long_before_its_retry_delay() {
+    let cluster = RedisCluster::start(3);
+    let holder = client(&cluster).await;
+    let waiter = slow_waiter(&cluster, true).await;
+
+    let held = release_later(holder.lock("job").await.unwrap());
+    let (guard, took) = timed(waiter.lock("job")).await;
+    let guard = guard.expect("the waiter gets the lock once released");
+    held.await.unwrap();
+    assert!(
+        took >= HOLD - Duration::from_millis(50),
+        "it waited: {took:?}"
+    );
+    assert!(
+        took < Duration::from_millis(1_500),
+        "woken, not timed: {took:?}"
+    );
+    assert_eq!(waiter.release_notice_connections(), 3);
+    guard.release().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_notices_the_waiter_sleeps_out_its_retry_delay() {
+    let cluster = RedisCluster::start(3);
+    let holder = client(&cluster).await;
+    let waiter = slow_waiter(&cluster, false).await;
+
+    let held = release_later(holder.lock("job").await.unwrap());
+    let (guard, took) = timed(waiter.lock("job")).await;
+    let guard = guard.unwrap();
+    held.await.unwrap();
+    assert!(took >= RETRY_DELAY - Duration::from_millis(100), "{took:?}");
+    assert_eq!(waiter.release_notice_connections(), 0);
+    assert_no_pubsub(&cluster);
+    guard.release().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncontended_acquire_opens_no_pubsub_connection() {
+    let cluster = RedisCluster::start(3);
+    let redlock = client(&cluster).await;
+    for _ in 0..3 {
+        redlock.lock("free").await.unwrap().release().await;
+        redlock.read_lock("free").await.unwrap().release().await;
+        redlock.write_lock("free").await.unwrap().release().await;
+        let guard = redlock.lock_reentrant("free", "me").await.unwrap();
+        guard.release().await;
+        redlock.lock_all(&["x", "y"]).await.unwrap().release().await;
+    }
+    // A try_lock that fails never waits, so it does not listen either.
+    let held = redlock.lock("busy").await.unwrap();
+    assert!(redlock.try_lock("busy").await.is_err());
+    held.release().await;
+
+    assert_eq!(redlock.release_notice_connections(), 0);
+    assert_no_pubsub(&cluster);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_lock_kind_is_woken_by_the_release_it_waits_for() {
+    let cluster = RedisCluster::start(3);
+    let holder = client(&cluster).await;
+    let waiter = slow_waiter(&cluster, true).await;
+    let owner_b = LockSpec::Reentrant {
+        resource: b"re",
+        owner: "b",
+    };
+    // (what the holder takes, what the waiter wants)
+    let cases: [(LockSpec<'_>, LockSpec<'_>); 5] = [
+        (LockSpec::Write(b"rw1"), LockSpec::Read(b"rw1")),
+        (LockSpec::Read(b"rw2"), LockSpec::Write(b"rw2")),
+        (
+            LockSpec::Reentrant {
+                resource: b"re",
+                owner: "a",
+            },
+            owner_b,
+        ),
+        (
+            LockSpec::Exclusive(b"m2"),
+            LockSpec::Multi(&[&b"m1"[..], &b"m2"[..]]),
+        ),
+        (
+            LockSpec::Multi(&[&b"m3"[..], &b"m4"[..]]),
+            LockSpec::Exclusive(b"m4"),
+        ),
+    ];
+    for (held, wanted) in cases {
+        let guard = holder.lock_spec(held, LockOptions::new()).await.unwrap();
+        let release = release_later(guard);
+        let (guard, took) = timed(waiter.lock_spec(wanted, LockOptions::new())).await;
+        let guard = guard.unwrap_or_else(|err| panic!("{wanted:?}: {err}"));
+        release.await.unwrap();
+        assert!(
+            took < Duration::from_millis(1_500),
+            "{wanted:?} behind {held:?}: {took:?}"
+        );
+        guard.release().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_waiters_share_one_pubsub_connection_per_node() {
+    let cluster = RedisCluster::start(3);
+    let holder = client(&cluster).await;
+    let waiters = builder(&cluster)
+        .retry_count(5)
+        .retry_delay(RETRY_DELAY)
+        .retry_jitter(Duration::ZERO)
+        .build()
+        .await
+        .unwrap();
+    let resources = ["r0", "r1", "r2", "r3"];
+    let mut held = Vec::new();
+    for resource in resources {
+        held.push(holder.lock(resource).await.unwrap());
+    }
+    let tasks: Vec<_> = (0..20)
+        .map(|i| {
+            let waiters = waiters.clone();
+            tokio::spawn(async move {
+                let guard = waiters.lock(resources[i % 4]).await?;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                guard.release().await;
+                Ok::<_, redlock_tokio::Error>(())
+            })
+        })
+        .collect();
+
+    eventually(
+        "every resource subscribed once on every node",
+        Duration::from_secs(3),
+        || {
+            cluster
+                .nodes()
+                .iter()
+                .all(|node| resources.iter().all(|r| subscribers(node, r) == 1))
+        },
+    )
+    .await;
+    for node in cluster.nodes() {
+        assert_eq!(pubsub_clients(node), 1, "{node}");
+    }
+    assert_eq!(waiters.release_notice_connections(), 3);
+
+    let (results, took) = timed(async {
+        for guard in held {
+            guard.release().await;
+        }
+        let mut results = Vec::new();
+        for task in tasks {
+            results.push(task.await.unwrap());
+        }
+        results
+    })
+    .await;
+    for result in results {
+        result.expect("every waiter gets its turn");
+    }
+    // Five turns per resource, each a 10 ms hold, and no retry timer.
+    assert!(took < Duration::from_millis(1_500), "{took:?}");
+
+    // The last waiter of each channel unsubscribed it; the connections stay
+    // for the next wait (Redis no longer lists a connection without
+    // subscriptions as a pub/sub client).
+    eventually("channels unsubscribed", Duration::from_secs(3), || {
+        cluster
+            .nodes()
+            .iter()
+            .all(|node| resources.iter().all(|r| subscribers(node, r) == 0))
+    })
+    .await;
+    assert_eq!(waiters.release_notice_connections(), 3);
+    for node in cluster.nodes() {
+        assert!(pubsub_clients(node) <= 1, "{node}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_does_not_hammer_the_nodes() {
+    let cluster = RedisCluster::start(3);
+    let make = || {
+        builder(&cluster)
+            .retry_count(100)
+            .retry_delay(Duration::from_millis(200))
+            .retry_jitter(Duration::from_millis(100))
+            .build()
+    };
+    let holder = make().await.unwrap();
+    let guard = holder.lock("hot").await.unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..5 {
+        let waiter = make().await.unwrap();
+        tasks.push(tokio::spawn(async move {
+            let guard = waiter.lock("hot").await.unwrap();
+            tokio::time::sleep(HOLD).await;
+            guard.release().await;
+        }));
+    }
+    tokio::time::sleep(HOLD).await;
+    for node in cluster.nodes() {
+        node.reset_stats();
+    }
+    let ((), took) = timed(async {
+        guard.release().await;
+        for task in tasks {
+            task.await.unwrap();
+        }
+    })
+    .await;
+    let calls: u64 = cluster
+        .nodes()
+        .iter()
+        .map(|node| node.commandstats().get("evalsha").copied().unwrap_or(0))
+        .sum();
+    // Five 300 ms holds in turn. Waiting on the timer alone costs about a
+    // hundred script calls here (each attempt is one per node); clean-ups
+    // of failed attempts must not wake the waiters into a storm of
+    // thousands.
+    println!("5 waiters: {took:?}, {calls} script calls");
+    assert!(calls < 1_000, "{calls} script calls in {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_or_dead_node_does_not_hold_up_waiting() {
+    let cluster = RedisCluster::start(5);
+    cluster.node(4).kill();
+    cluster.node(3).pause();
+    let holder = client(&cluster).await;
+    let waiter = slow_waiter(&cluster, true).await;
+
+    let held = release_later(holder.lock("job").await.unwrap());
+    let (guard, took) = timed(waiter.lock("job")).await;
+    let guard = guard.expect("three of five nodes are enough");
+    held.await.unwrap();
+    assert!(took < Duration::from_millis(1_500), "{took:?}");
+    // Only the live nodes have a pub/sub connection.
+    assert_eq!(waiter.release_notice_connections(), 3);
+    guard.release().await;
+
+    // Node 3 comes back: its pub/sub connection is made at the next wait.
+    // Then node 2 stops while its pub/sub connection is up: nothing waits
+    // for it, and nodes 0, 1 and 3 still carry the lock and the notices.
+    // (The holder must hold node 3 too: a release heard from fewer than
+    // three of five nodes could be failed attempts cleaning up, and the
+    // waiter would wait for its timer instead.)
+    cluster.node(3).resume();
+    eventually(
+        "the holder reconnected node 3",
+        Duration::from_secs(5),
+        || holder.connected_nodes() == 4,
+    )
+    .await;
+    let guard = holder.lock("job").await.unwrap();
+    let waiting = tokio::spawn({
+        let waiter = waiter.clone();
+        async move { waiter.lock("job").await }
+    });
+    eventually("node 3 listens again", Duration::from_secs(5), || {
+        waiter.release_notice_connections() == 4 && subscribers(cluster.node(3), "job") == 1
+    })
+    .await;
+    cluster.node(2).pause();
+    let (result, took) = timed(async {
+        guard.release().await;
+        waiting.await.unwrap()
+    })
+    .await;
+    let guard = result.expect("nodes 0, 1 and 3 grant it");
+    assert!(took < Duration::from_millis(1_500), "{took:?}");
+    cluster.node(2).resume();
+    guard.release().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_pubsub_connection_is_replaced_while_someone_waits() {
+    let cluster = RedisCluster::start(3);
+    let holder = client(&cluster).await;
+    let waiter = slow_waiter(&cluster, true).await;
+
+    // Subscribe once, so that the connections exist.
+    let held = release_later(holder.lock("job").await.unwrap());
+    waiter.lock("job").await.unwrap().release().await;
+    held.await.unwrap();
+
+    let guard = holder.lock("job").await.unwrap();
+    let waiting = tokio::spawn({
+        let waiter = waiter.clone();
+        async move { waiter.lock("job").await }
+    });
+    eventually("subscribed everywhere", Duration::from_secs(2), || {
+        cluster
+            .nodes()
+            .iter()
+            .all(|node| subscribers(node, "job") == 1)
+    })
+    .await;
+    // The server drops the pub/sub connections of two nodes.
+    for node in &cluster.nodes()[..2] {
+        node.command(["CLIENT", "KILL", "TYPE", "pubsub"]);
+    }
+    eventually(
+        "resubscribed on new connections",
+        Duration::from_secs(3),
+        || {
+            cluster
+                .nodes()
+                .iter()
+                .all(|node| subscribers(node, "job") == 1 && pubsub_clients(node) == 1)
+        },
+    )
+    .await;
+    let (result, took) = timed(async {
+        guard.release().await;
+        waiting.await.unwrap()
+    })
+    .await;
+    result.expect("woken").release().await;
+    assert!(took < Duration::from_millis(1_500), "{took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_client_closes_its_pubsub_connections() {
+    let cluster = RedisCluster::start(3);
+    let holder = client(&cluster).await;
+    let waiter = slow_waiter(&cluster, true).await;
+    let guard = holder.lock("job").await.unwrap();
+    let waiting = tokio::spawn({
+        let waiter = waiter.clone();
+        async move { waiter.lock("job").await }
+    });
+    eventually("the waiter listens", Duration::from_secs(2), || {
+        cluster.nodes().iter().all(|node| pubsub_clients(node) == 1)
+    })
+    .await;
+    // Cancel the wait and drop every handle: nothing may keep a connection.
+    waiting.abort();
+    let _ = waiting.await;
+    guard.release().await;
+    drop((holder, waiter));
+    eventually(
+        "only the assertion connection is left",
+        Duration::from_secs(3),
+        || cluster.nodes().iter().all(|node| connections(node) == 1),
+    )
+    .await;
+}
+
+/// Connections on `node`, counting the one that asks.
+fn connections(node: &RedisNode) -> usize {
+    match node.command(["CLIENT", "LIST"]) {
+        Value::BulkString(text) => String::from_utf8_lossy(&text)
+            .lines()
+            .filter(|line| !line.trim().is_empty())
+            .count(),
+        Value::VerbatimString { text, .. } => {
+            text.lines().filter(|line| !line.trim().is_empty()).count()
+        }
+        other => panic!("CLIENT LIST answered {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_that_forbid_subscribe_leave_waiters_on_their_timer() {
+    let cluster = RedisCluster::start(3);
+    for node in cluster.nodes() {
+        node.command(["ACL", "SETUSER", "default", "-subscribe"]);
+    }
+    let holder = client(&cluster).await;
+    let waiter = slow_waiter(&cluster, true).await;
+    let received = |node: &RedisNode| -> u64 {
+        let Value::BulkString(info) = node.command(["INFO", "stats"]) else {
+            panic!("INFO answered something else");
+        };
+        String::from_utf8_lossy(&info)
+            .lines()
+            .find_map(|line| line.strip_prefix("total_connections_received:"))
+            .and_then(|n| n.trim().parse().ok())
+            .expect("total_connections_received")
+    };
+    let before: Vec<u64> = cluster.nodes().iter().map(received).collect();
+
+    let held = release_later(holder.lock("job").await.unwrap());
+    let (guard, took) = timed(waiter.lock("job")).await;
+    guard.expect("the timer still works").release().await;
+    held.await.unwrap();
+    assert!(took >= RETRY_DELAY - Duration::from_millis(100), "{took:?}");
+
+    // Each refused SUBSCRIBE drops the connection, and the next one comes
+    // after a growing backoff (50 ms doubling), not in a tight loop. The
+    // count includes the assertion connections of this test.
+    for (node, before) in cluster.nodes().iter().zip(before) {
+        let made = received(node) - before;
+        assert!(made <= 15, "{node}: {made} connections in {took:?}");
+    }
+}
