@@ -14,7 +14,7 @@ SHELL := bash
 # Prerequisites of `test` are steps in order, never run in parallel.
 .NOTPARALLEL:
 
-.PHONY: help demo test deps core-purity fmt-check clippy doc nextest doctest kill-harness-redis
+.PHONY: help demo bench bench-quick test deps core-purity fmt-check clippy doc nextest doctest kill-harness-redis chaos chaos-ci
 
 help: ## List targets
 	@awk 'BEGIN { FS = ":.*## " } /^[a-z-]+:.*## / { printf "  %-20s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -25,11 +25,45 @@ demo: deps ## Five local masters, contending workers, one master killed and one 
 	$(MAKE) --no-print-directory kill-harness-redis; \
 	exit $$status
 
-test: deps core-purity fmt-check clippy doc ## Everything CI checks: deps, fmt, clippy, docs, tests, doctests
+# Benchmarks (benches/): the core's micro-benchmarks, then this library against
+# rslock and raw SET NX PX on local masters the program starts itself. The
+# last line of either target is `bench summary: ...`. BENCH_ARGS is passed
+# to the program, for example BENCH_ARGS="--nodes 3" (1, 3, 5 or 7 masters).
+BENCH_ARGS ?=
+BENCH_QUICK_DIR ?= $(abspath $(or $(CARGO_TARGET_DIR),target))/bench-quick
+
+bench: deps ## Full benchmark run, a few minutes; tables and chart in benches/results/ (BENCH_ARGS="--nodes 3")
 	@status=0; \
-	$(MAKE) --no-print-directory nextest doctest || status=$$?; \
+	mkdir -p benches/results; \
+	$(CARGO) bench --profile release -p redlock-benches --bench core | tee benches/results/core.txt || status=$$?; \
+	BENCH_COMMAND="make bench$(if $(BENCH_ARGS), BENCH_ARGS='$(BENCH_ARGS)')" \
+		$(CARGO) run --release -p redlock-benches --bin redlock-bench -- $(BENCH_ARGS) || status=$$?; \
 	$(MAKE) --no-print-directory kill-harness-redis; \
 	exit $$status
+
+bench-quick: deps ## The same in a few seconds per scenario, as CI runs it; results in target/bench-quick/
+	@status=0; \
+	mkdir -p "$(BENCH_QUICK_DIR)"; \
+	$(CARGO) bench --profile release -p redlock-benches --bench core -- --sample-count 20 | tee "$(BENCH_QUICK_DIR)/core.txt" || status=$$?; \
+	BENCH_COMMAND="make bench-quick$(if $(BENCH_ARGS), BENCH_ARGS='$(BENCH_ARGS)')" \
+		$(CARGO) run --release -p redlock-benches --bin redlock-bench -- --quick --out "$(BENCH_QUICK_DIR)" $(BENCH_ARGS) || status=$$?; \
+	$(MAKE) --no-print-directory kill-harness-redis; \
+	exit $$status
+
+test: deps core-purity fmt-check clippy doc ## Everything CI checks: deps, fmt, clippy, docs, tests, doctests, chaos (CI schedule)
+	@status=0; \
+	$(MAKE) --no-print-directory nextest doctest chaos-ci || status=$$?; \
+	$(MAKE) --no-print-directory kill-harness-redis; \
+	exit $$status
+
+chaos: deps ## The whole chaos suite: process-level faults, plus compose faults where Docker runs (CHAOS_SEED=N replays)
+	@status=0; \
+	CARGO="$(CARGO)" scripts/chaos.sh full || status=$$?; \
+	$(MAKE) --no-print-directory kill-harness-redis; \
+	exit $$status
+
+chaos-ci: ## The chaos suite's shorter schedule, as `make test` runs it
+	@CARGO="$(CARGO)" scripts/chaos.sh ci
 
 deps: ## Install redis-server, redis-cli and cargo-nextest when missing
 	@CARGO="$(CARGO)" scripts/ensure-deps.sh

@@ -30,6 +30,14 @@
 //! assert!(!cluster.node(0).exists("resource"));
 //! ```
 //!
+//! # The chaos suite
+//!
+//! [`chaos`] runs worker **processes** against masters that are killed,
+//! paused, partitioned, slowed down, restarted empty and clock-jumped, and
+//! checks every hold they recorded for overlaps (`make chaos`; `make test`
+//! runs a shorter schedule). The `chaos` and `chaos-worker` binaries of this
+//! crate are its entry points; `scripts/chaos.sh` adds the compose part.
+//!
 //! # Requirements
 //!
 //! `redis-server` on `PATH` (or named by `$REDIS_SERVER_BIN`). `make test` runs
@@ -52,6 +60,7 @@
 //! data dir are ever signalled; other Redis servers on the machine are left
 //! alone. See [`harness_root`] for where the root is.
 
+pub mod chaos;
 mod harness;
 
 pub use harness::{

@@ -49,6 +49,12 @@ impl RedisCluster {
         Self { nodes }
     }
 
+    /// A cluster of nodes started elsewhere (for example with different
+    /// [`NodeOptions`] each).
+    pub fn from_nodes(nodes: Vec<RedisNode>) -> Self {
+        Self { nodes }
+    }
+
     /// All nodes, in start order.
     pub fn nodes(&self) -> &[RedisNode] {
         &self.nodes

@@ -40,6 +40,10 @@ pub struct NodeOptions {
     /// Extra `redis-server` arguments, appended after the harness's own, so
     /// they override them (for example `["--appendonly", "yes"]`).
     pub extra_args: Vec<String>,
+    /// Extra environment variables of the server process, on top of the
+    /// test's own (for example an `LD_PRELOAD` library that shifts the
+    /// server's wall clock; see the chaos suite).
+    pub env: Vec<(String, String)>,
 }
 
 /// A `redis-server` process on a free loopback port, killed when dropped.
@@ -424,6 +428,7 @@ fn launch(port: u16, dir: &Path, options: &NodeOptions) -> Result<Child, LaunchE
         command.arg("--requirepass").arg(password);
     }
     command.args(&options.extra_args);
+    command.envs(options.env.iter().map(|(name, value)| (name, value)));
     // The log goes to the data dir. Inherited stdout/stderr would also keep the
     // test's pipes open, which nextest reports as a leak.
     command

@@ -1,0 +1,128 @@
+//! The chaos suite: worker processes contend for locks while real faults
+//! hit real Redis masters; a checker then looks for overlapping holds.
+//!
+//! Run it with `make chaos` (everything, with the compose part where Docker
+//! runs) or `make chaos-ci` (the shorter schedule `make test` runs); both go
+//! through `scripts/chaos.sh`, which builds the image, starts and removes the
+//! compose project. Directly:
+//!
+//! ```text
+//! cargo run -p redlock-tests --bin chaos -- [--ci|--full] [--seed N]
+//!     [--no-process] [--compose PROJECT --ports 7101,7102,7103,7104,7105]
+//!     [--min-granted N] [--out DIR]
+//! ```
+//!
+//! `CHAOS_SEED` also sets the seed. The last line printed is
+//! `chaos summary: granted=N overlaps=K stale_writes_accepted=S in_model_faults=F out_of_model_violations_found=V`;
+//! the exit status is non-zero when a check failed.
+//!
+//! See [`redlock_tests::chaos`] for how it works.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use redlock_tests::chaos::suite::{self, ComposeSpec, Mode, Options};
+
+fn usage() -> ExitCode {
+    eprintln!(
+        "usage: chaos [--ci|--full] [--seed N] [--no-process] [--compose PROJECT --ports P1,..,P5] [--min-granted N] [--out DIR]"
+    );
+    ExitCode::from(2)
+}
+
+fn main() -> ExitCode {
+    let mut mode = Mode::Ci;
+    let mut seed: Option<u64> = std::env::var("CHAOS_SEED")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .and_then(|s| s.parse().ok());
+    let mut process = true;
+    let mut project = None;
+    let mut ports: Vec<u16> = Vec::new();
+    let mut min_granted = 10_000;
+    let mut out = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--ci" => mode = Mode::Ci,
+            "--full" => mode = Mode::Full,
+            "--no-process" => process = false,
+            "--seed" => match args.next().and_then(|s| s.parse().ok()) {
+                Some(s) => seed = Some(s),
+                None => return usage(),
+            },
+            "--compose" => project = args.next(),
+            "--ports" => {
+                match args.next().map(|p| {
+                    p.split(',')
+                        .map(str::parse)
+                        .collect::<Result<Vec<u16>, _>>()
+                }) {
+                    Some(Ok(p)) => ports = p,
+                    _ => return usage(),
+                }
+            }
+            "--min-granted" => match args.next().and_then(|s| s.parse().ok()) {
+                Some(n) => min_granted = n,
+                None => return usage(),
+            },
+            "--out" => out = args.next().map(PathBuf::from),
+            _ => return usage(),
+        }
+    }
+    let compose = match project {
+        Some(project) if ports.len() == 5 => Some(ComposeSpec { project, ports }),
+        Some(_) => return usage(),
+        None => None,
+    };
+    // A fresh seed unless one was given: printed, so any run can be replayed.
+    let seed = seed.unwrap_or_else(|| {
+        let nanos = redlock_tests::chaos::clock::mono_ns();
+        nanos ^ (u64::from(std::process::id()) << 32)
+    });
+    let exe = std::env::current_exe().expect("the suite's own path");
+    let worker_exe = exe.with_file_name("chaos-worker");
+    if !worker_exe.is_file() {
+        eprintln!(
+            "chaos: {} not found: build it with `cargo build -p redlock-tests --bins`",
+            worker_exe.display()
+        );
+        return ExitCode::FAILURE;
+    }
+    let out_dir = out.unwrap_or_else(|| {
+        exe.parent()
+            .and_then(|dir| dir.parent())
+            .map_or_else(|| PathBuf::from("target"), PathBuf::from)
+            .join("chaos")
+    });
+    let options = Options {
+        mode,
+        seed,
+        process,
+        compose,
+        out_dir,
+        worker_exe,
+        min_granted,
+    };
+    println!(
+        "chaos: seed {seed} (replay: CHAOS_SEED={seed}), {} mode, records in {}",
+        if mode == Mode::Ci { "CI" } else { "full" },
+        options.out_dir.display()
+    );
+    let started = Instant::now();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a Tokio runtime");
+    let report = runtime.block_on(suite::run(options.clone()));
+    println!("{}", suite::render(&report, &options, started.elapsed()));
+    // Background releases of the probe may still be in flight; do not wait.
+    runtime.shutdown_background();
+    if report.failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

@@ -1,0 +1,583 @@
+//! The checker: merges every worker's records with the fault log and says
+//! whether Redlock kept its promises.
+//!
+//! - **Safety**: two holds of one key (by different acquisitions) whose
+//!   windows overlap are a violation. Windows are on the host's monotonic
+//!   clock, shared by all worker processes.
+//! - **Fencing**: writes the resource rejected (a higher token had been
+//!   seen), writes sent after the writer's own hold had ended ("late") or
+//!   after a newer hold of the key had been granted ("superseded"), and
+//!   stale writes the resource accepted: a write applied after a write of a
+//!   hold granted later. A resource that checks tokens, fed monotonic
+//!   tokens, never accepts one.
+//! - **Liveness** per fault window: while a majority is up, locks keep being
+//!   granted; while a majority is down, no lock is granted, every acquire
+//!   of a fresh key fails with the no-quorum error, each within the
+//!   per-node timeout plus a margin, and the workers' acquires of contended
+//!   keys fail with no-quorum or, when the masters still up answered that
+//!   another owner holds the key, with held-by-other.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::clock::ms;
+use super::record::{Api, Attempt, Hold, Outcome, Record, Write};
+
+/// A hold, named by its worker and its number there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HoldId {
+    /// The worker process's id.
+    pub worker: u32,
+    /// The hold's number within the worker.
+    pub hold: u64,
+}
+
+impl HoldId {
+    fn of(hold: &Hold) -> Self {
+        Self {
+            worker: hold.worker,
+            hold: hold.hold,
+        }
+    }
+}
+
+/// Two holds of one key whose windows overlap.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Overlap {
+    /// The resource name.
+    pub key: String,
+    /// The hold that started first.
+    pub first: HoldId,
+    /// The hold that started while `first` was still held.
+    pub second: HoldId,
+    /// How long both were held at once, in ms.
+    pub overlap_ms: f64,
+}
+
+/// What the records of one scenario show.
+#[derive(Clone, Debug, Default)]
+pub struct Analysis {
+    /// Acquire calls, by outcome.
+    pub outcomes: BTreeMap<Outcome, usize>,
+    /// Granted locks.
+    pub holds: usize,
+    /// Pairs of overlapping holds.
+    pub overlaps: Vec<Overlap>,
+    /// Writes to the protected resource.
+    pub writes: usize,
+    /// Writes the resource rejected because it had seen a higher token.
+    pub fenced_writes_rejected: usize,
+    /// Writes sent after the writer's own hold had ended.
+    pub late_writes: usize,
+    /// Writes sent after a newer hold of the key had been granted: without
+    /// fencing, each of these would have clobbered the newer holder's work.
+    pub superseded_writes: usize,
+    /// Superseded writes the resource rejected.
+    pub superseded_writes_rejected: usize,
+    /// Writes the resource applied after it had applied a write of a hold
+    /// granted later (the resource's state went back to an older holder).
+    pub stale_writes_accepted: usize,
+    /// Holds whose process stalled (was stopped) for longer than the
+    /// validity it had.
+    pub paused_past_validity: usize,
+    /// Of those, the ones whose worker saw it had lost the lock.
+    pub paused_and_noticed: usize,
+    /// Holds whose worker noticed the loss (for any reason).
+    pub noticed_losses: usize,
+    /// Holds with at least one extension.
+    pub extended_holds: usize,
+    /// Holds under a keep-alive guard.
+    pub kept_alive_holds: usize,
+}
+
+impl Analysis {
+    /// Granted locks (a shorthand for `holds`).
+    pub fn granted(&self) -> usize {
+        self.holds
+    }
+
+    /// Acquire calls with this outcome.
+    pub fn count(&self, outcome: Outcome) -> usize {
+        self.outcomes.get(&outcome).copied().unwrap_or(0)
+    }
+}
+
+/// The records of one scenario, split by kind.
+#[derive(Clone, Debug, Default)]
+pub struct Records {
+    /// Every acquire call.
+    pub attempts: Vec<Attempt>,
+    /// Every granted lock.
+    pub holds: Vec<Hold>,
+    /// Every write to the protected resource.
+    pub writes: Vec<Write>,
+}
+
+impl FromIterator<Record> for Records {
+    fn from_iter<I: IntoIterator<Item = Record>>(iter: I) -> Self {
+        let mut records = Records::default();
+        for record in iter {
+            match record {
+                Record::Attempt(a) => records.attempts.push(a),
+                Record::Hold(h) => records.holds.push(h),
+                Record::Write(w) => records.writes.push(w),
+            }
+        }
+        records
+    }
+}
+
+impl Records {
+    /// The safety and fencing analysis.
+    pub fn analyze(&self) -> Analysis {
+        let mut analysis = Analysis {
+            holds: self.holds.len(),
+            overlaps: overlaps(&self.holds),
+            writes: self.writes.len(),
+            ..Analysis::default()
+        };
+        for attempt in &self.attempts {
+            *analysis.outcomes.entry(attempt.outcome).or_default() += 1;
+        }
+        for hold in &self.holds {
+            if hold.paused_past_validity {
+                analysis.paused_past_validity += 1;
+                // A kept-alive lock must also have had its loss signalled.
+                if hold.noticed_loss == Some(true) && (!hold.keep_alive || hold.loss.is_some()) {
+                    analysis.paused_and_noticed += 1;
+                }
+            }
+            if hold.noticed_loss == Some(true) {
+                analysis.noticed_losses += 1;
+            }
+            if hold.extensions > 0 {
+                analysis.extended_holds += 1;
+            }
+            if hold.keep_alive {
+                analysis.kept_alive_holds += 1;
+            }
+        }
+        self.analyze_writes(&mut analysis);
+        analysis
+    }
+
+    fn analyze_writes(&self, analysis: &mut Analysis) {
+        let by_id: HashMap<HoldId, &Hold> = self.holds.iter().map(|h| (HoldId::of(h), h)).collect();
+        let mut grants_by_key: HashMap<&str, Vec<u64>> = HashMap::new();
+        for hold in &self.holds {
+            grants_by_key
+                .entry(&hold.key)
+                .or_default()
+                .push(hold.granted_ns);
+        }
+        for grants in grants_by_key.values_mut() {
+            grants.sort_unstable();
+        }
+        for write in &self.writes {
+            if !write.accepted {
+                analysis.fenced_writes_rejected += 1;
+            }
+            let Some(hold) = by_id.get(&HoldId {
+                worker: write.worker,
+                hold: write.hold,
+            }) else {
+                continue;
+            };
+            if write.sent_ns >= hold.end_ns {
+                analysis.late_writes += 1;
+            }
+            // A hold of the same key granted after this one and before the write.
+            let grants = &grants_by_key[write.key.as_str()];
+            let newer = grants.partition_point(|&g| g <= hold.granted_ns);
+            if grants.get(newer).is_some_and(|&g| g < write.sent_ns) {
+                analysis.superseded_writes += 1;
+                if !write.accepted {
+                    analysis.superseded_writes_rejected += 1;
+                }
+            }
+        }
+        // Replay the resource: accepted writes in the order it applied them.
+        let mut applied: Vec<&Write> = self.writes.iter().filter(|w| w.accepted).collect();
+        applied.sort_by_key(|w| w.seq);
+        let mut newest: HashMap<&str, u64> = HashMap::new();
+        for write in applied {
+            let Some(hold) = by_id.get(&HoldId {
+                worker: write.worker,
+                hold: write.hold,
+            }) else {
+                continue;
+            };
+            let newest = newest.entry(&write.key).or_insert(0);
+            if hold.granted_ns < *newest {
+                analysis.stale_writes_accepted += 1;
+            } else {
+                *newest = hold.granted_ns;
+            }
+        }
+    }
+}
+
+/// Every hold that starts before an earlier-starting hold of the same key
+/// ended, paired with that earlier hold (the one ending last).
+pub fn overlaps(holds: &[Hold]) -> Vec<Overlap> {
+    let mut by_key: BTreeMap<&str, Vec<&Hold>> = BTreeMap::new();
+    for hold in holds {
+        by_key.entry(&hold.key).or_default().push(hold);
+    }
+    let mut found = Vec::new();
+    for (key, mut list) in by_key {
+        list.sort_by_key(|h| (h.granted_ns, h.end_ns));
+        let mut latest: Option<&Hold> = None;
+        for hold in list {
+            if hold.end_ns <= hold.granted_ns {
+                continue;
+            }
+            if let Some(prev) = latest {
+                if hold.granted_ns < prev.end_ns {
+                    found.push(Overlap {
+                        key: key.to_owned(),
+                        first: HoldId::of(prev),
+                        second: HoldId::of(hold),
+                        overlap_ms: ms(prev.end_ns.min(hold.end_ns) - hold.granted_ns),
+                    });
+                }
+                if hold.end_ns > prev.end_ns {
+                    latest = Some(hold);
+                }
+            } else {
+                latest = Some(hold);
+            }
+        }
+    }
+    found
+}
+
+/// One fault, from the moment it took effect to the moment it was undone.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Window {
+    /// What was done, for the report (`"pause node 3"`).
+    pub label: String,
+    /// The fault class (`"node_pause"`, `"majority_down"`, ...).
+    pub class: String,
+    /// Whether a majority of nodes stayed up and reachable.
+    pub majority_up: bool,
+    /// When the fault had taken effect.
+    pub start_ns: u64,
+    /// When it started being undone.
+    pub end_ns: u64,
+}
+
+/// Intervals (start, end) on the shared clock during which the machine did
+/// not run a thread that wanted to run for a long time (see
+/// [`LagMonitor`](super::suite::LagMonitor)): timings then measure the
+/// machine's load, not the client.
+pub type Stalls = [(u64, u64)];
+
+/// Nanoseconds of `stalls` inside `[start, end]`.
+pub fn stalled_ns(stalls: &Stalls, start: u64, end: u64) -> u64 {
+    stalls
+        .iter()
+        .map(|&(s, e)| e.min(end).saturating_sub(s.max(start)))
+        .sum()
+}
+
+/// What happened during one fault window.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WindowReport {
+    /// The window.
+    pub window: Window,
+    /// Locks granted to workers inside the window.
+    pub grants: usize,
+    /// Probe attempts (one `try_lock` on a fresh key) made entirely inside
+    /// it, while the machine was not stalled.
+    pub probes: usize,
+    /// Of those, the granted ones.
+    pub probes_granted: usize,
+    /// Of those, the ones that failed with the no-quorum error.
+    pub probes_no_quorum: usize,
+    /// The longest of those, in ms.
+    pub probe_max_ms: f64,
+    /// Probes left out because the machine stalled while they ran.
+    pub probes_disturbed: usize,
+    /// The longest probe including the disturbed ones, in ms.
+    pub probe_max_all_ms: f64,
+    /// Workers' acquire calls made entirely inside the window.
+    pub worker_attempts: usize,
+    /// Of those, the ones that failed with the no-quorum error.
+    pub worker_no_quorum: usize,
+    /// Of those, the ones that failed because the key was held by another
+    /// owner on enough of the masters still up (the decision can come
+    /// before the down masters' timeouts).
+    pub worker_held: usize,
+    /// The longest of the workers' single-attempt calls (`try_lock`) made
+    /// entirely inside the window, in ms.
+    pub worker_try_lock_max_ms: f64,
+    /// Grants to workers that are impossible with a majority down: granted
+    /// later than one per-node timeout (plus margin) into the window, so
+    /// their attempt started after the majority was gone.
+    pub grants_without_majority: usize,
+    /// How long the machine stalled during the window, in ms.
+    pub stalled_ms: f64,
+}
+
+/// The verdict on one window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Verdict {
+    /// The window kept its promise.
+    Held,
+    /// A majority was up but too little was granted while the machine
+    /// stalled for over a tenth of the window: no verdict on the client.
+    Starved,
+    /// The window broke its promise.
+    Failed,
+}
+
+impl WindowReport {
+    /// With a majority up: locks were granted to workers, and to probes
+    /// (when any ran; how many is reported, not judged: on a loaded 2-core
+    /// machine a healthy master can miss a 25 ms timeout). With a majority
+    /// down: no lock was granted after
+    /// the first per-node timeout, every probe failed with no-quorum within
+    /// `max_probe_ms`, and every worker call failed with no-quorum or
+    /// held-by-other. Probes during machine stalls do not count.
+    pub fn verdict(&self, max_probe_ms: f64) -> Verdict {
+        if self.window.majority_up {
+            if self.grants > 0 && (self.probes == 0 || self.probes_granted > 0) {
+                Verdict::Held
+            } else if self.stalled_ms * 10.0 > ms(self.window.end_ns - self.window.start_ns) {
+                Verdict::Starved
+            } else {
+                Verdict::Failed
+            }
+        } else if self.grants_without_majority == 0
+            && self.probes_no_quorum == self.probes
+            && self.worker_no_quorum + self.worker_held == self.worker_attempts
+            && self.probe_max_ms <= max_probe_ms
+        {
+            Verdict::Held
+        } else {
+            Verdict::Failed
+        }
+    }
+}
+
+/// Liveness per window. `probes` are the orchestrator's `try_lock` calls on
+/// fresh keys; `stalls` the machine's stalls; `decide_within_ns` the
+/// per-node timeout plus the margin.
+pub fn liveness(
+    windows: &[Window],
+    records: &Records,
+    probes: &[Attempt],
+    stalls: &Stalls,
+    decide_within_ns: u64,
+) -> Vec<WindowReport> {
+    let duration = |a: &Attempt| ms(a.end_ns.saturating_sub(a.start_ns));
+    windows
+        .iter()
+        .map(|window| {
+            let inside = |ns: u64| window.start_ns <= ns && ns <= window.end_ns;
+            let grants = records
+                .holds
+                .iter()
+                .filter(|h| inside(h.granted_ns))
+                .count();
+            let grants_without_majority = if window.majority_up {
+                0
+            } else {
+                records
+                    .holds
+                    .iter()
+                    .filter(|h| {
+                        h.granted_ns > window.start_ns + decide_within_ns
+                            && h.granted_ns <= window.end_ns
+                    })
+                    .count()
+            };
+            let attempts: Vec<&Attempt> = records
+                .attempts
+                .iter()
+                .filter(|a| inside(a.start_ns) && a.end_ns <= window.end_ns)
+                .collect();
+            let all_probes: Vec<&Attempt> = probes
+                .iter()
+                .filter(|p| inside(p.start_ns) && p.end_ns <= window.end_ns)
+                .collect();
+            let (probes, disturbed): (Vec<&Attempt>, Vec<&Attempt>) = all_probes
+                .iter()
+                .partition(|p| stalled_ns(stalls, p.start_ns, p.end_ns) == 0);
+            let count =
+                |list: &[&Attempt], outcome| list.iter().filter(|a| a.outcome == outcome).count();
+            WindowReport {
+                window: window.clone(),
+                grants,
+                probes: probes.len(),
+                probes_granted: count(&probes, Outcome::Granted),
+                probes_no_quorum: count(&probes, Outcome::NoQuorum),
+                probe_max_ms: probes.iter().map(|p| duration(p)).fold(0.0, f64::max),
+                probes_disturbed: disturbed.len(),
+                probe_max_all_ms: all_probes.iter().map(|p| duration(p)).fold(0.0, f64::max),
+                worker_attempts: attempts.len(),
+                worker_no_quorum: count(&attempts, Outcome::NoQuorum),
+                worker_held: count(&attempts, Outcome::Held),
+                worker_try_lock_max_ms: attempts
+                    .iter()
+                    .filter(|a| a.api == Api::TryLock)
+                    .map(|a| duration(a))
+                    .fold(0.0, f64::max),
+                grants_without_majority,
+                stalled_ms: ms(stalled_ns(stalls, window.start_ns, window.end_ns)),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chaos::record::TokenKind;
+
+    fn hold(worker: u32, n: u64, key: &str, granted: u64, end: u64) -> Hold {
+        Hold {
+            worker,
+            hold: n,
+            key: key.into(),
+            granted_ns: granted,
+            valid_until_ns: end,
+            end_ns: end,
+            released_ns: end,
+            fencing_token: None,
+            keep_alive: false,
+            extensions: 0,
+            longest_stall_ms: 0.0,
+            paused_past_validity: false,
+            noticed_loss: None,
+            loss: None,
+        }
+    }
+
+    fn write(worker: u32, n: u64, key: &str, sent: u64, accepted: bool, seq: u64) -> Write {
+        Write {
+            worker,
+            hold: n,
+            key: key.into(),
+            token: 0,
+            token_kind: TokenKind::GrantInstant,
+            sent_ns: sent,
+            done_ns: sent + 1,
+            believed_valid: true,
+            accepted,
+            seq,
+        }
+    }
+
+    #[test]
+    fn back_to_back_holds_do_not_overlap_but_nested_and_crossing_ones_do() {
+        let holds = vec![
+            hold(0, 0, "a", 0, 100),
+            hold(1, 0, "a", 100, 200), // starts exactly at the end: fine
+            hold(2, 0, "b", 50, 400),
+            hold(3, 0, "b", 100, 150), // nested in the previous
+            hold(4, 0, "b", 300, 500), // crosses the first "b"
+            hold(5, 0, "c", 10, 10),   // empty window: ignored
+            hold(6, 0, "c", 5, 20),
+        ];
+        let found = overlaps(&holds);
+        let pairs: Vec<(u32, u32)> = found
+            .iter()
+            .map(|o| (o.first.worker, o.second.worker))
+            .collect();
+        assert_eq!(pairs, vec![(2, 3), (2, 4)]);
+        assert!((found[1].overlap_ms - 100.0 / 1e6).abs() < 1e-12);
+    }
+
+    #[test]
+    fn late_superseded_and_stale_writes_are_told_apart() {
+        let records = Records {
+            attempts: vec![],
+            holds: vec![hold(0, 0, "k", 0, 100), hold(1, 0, "k", 200, 300)],
+            writes: vec![
+                write(0, 0, "k", 10, true, 1),   // in its hold
+                write(0, 0, "k", 150, true, 2),  // late, nobody newer yet
+                write(1, 0, "k", 210, true, 3),  // the new holder
+                write(0, 0, "k", 250, false, 4), // late and superseded: fenced
+                write(0, 0, "k", 260, true, 5),  // late, superseded, accepted: stale
+            ],
+        };
+        let analysis = records.analyze();
+        assert_eq!(analysis.late_writes, 3);
+        assert_eq!(analysis.superseded_writes, 2);
+        assert_eq!(analysis.superseded_writes_rejected, 1);
+        assert_eq!(analysis.fenced_writes_rejected, 1);
+        assert_eq!(analysis.stale_writes_accepted, 1);
+        assert!(analysis.overlaps.is_empty());
+    }
+
+    #[test]
+    fn liveness_with_and_without_a_majority() {
+        let probe = |start: u64, end: u64, outcome| Attempt {
+            worker: u32::MAX,
+            key: "p".into(),
+            api: Api::TryLock,
+            start_ns: start,
+            end_ns: end,
+            outcome,
+            error: None,
+        };
+        let windows = vec![
+            Window {
+                label: "pause node 1".into(),
+                class: "node_pause".into(),
+                majority_up: true,
+                start_ns: 1_000,
+                end_ns: 2_000,
+            },
+            Window {
+                label: "3 nodes down".into(),
+                class: "majority_down".into(),
+                majority_up: false,
+                start_ns: 3_000,
+                end_ns: 4_000,
+            },
+        ];
+        let records = Records {
+            holds: vec![hold(0, 0, "k", 1_500, 1_600), hold(0, 1, "k", 3_050, 3_060)],
+            ..Records::default()
+        };
+        let probes = vec![
+            probe(1_100, 1_200, Outcome::Granted),
+            probe(3_100, 3_130, Outcome::NoQuorum),
+            probe(3_500, 3_520, Outcome::NoQuorum),
+        ];
+        let reports = liveness(&windows, &records, &probes, &[], 100);
+        assert_eq!(reports[0].grants, 1);
+        assert_eq!(reports[0].verdict(1.0), Verdict::Held);
+        // The grant 50 ns in is within one node timeout: an attempt that
+        // started before the fault.
+        assert_eq!(reports[1].grants_without_majority, 0);
+        assert_eq!(reports[1].probes_no_quorum, 2);
+        assert_eq!(reports[1].verdict(1.0), Verdict::Held);
+        assert_eq!(reports[1].verdict(0.000_01), Verdict::Failed);
+        // A probe that ran while the machine stalled does not count.
+        let stalled = liveness(&windows, &records, &probes, &[(3_110, 3_120)], 100);
+        assert_eq!((stalled[1].probes, stalled[1].probes_disturbed), (1, 1));
+        assert!((stalled[1].stalled_ms - 10.0 / 1e6).abs() < 1e-12);
+        let late = Records {
+            holds: vec![hold(0, 0, "k", 3_500, 3_600)],
+            ..Records::default()
+        };
+        assert_eq!(
+            liveness(&windows, &late, &probes, &[], 100)[1].verdict(1.0),
+            Verdict::Failed
+        );
+        // Nothing granted with a majority up: a failure, unless the machine
+        // stalled for over a tenth of the window.
+        let none = Records::default();
+        assert_eq!(
+            liveness(&windows, &none, &probes, &[], 100)[0].verdict(1.0),
+            Verdict::Failed
+        );
+        assert_eq!(
+            liveness(&windows, &none, &probes, &[(1_000, 1_200)], 100)[0].verdict(1.0),
+            Verdict::Starved
+        );
+    }
+}

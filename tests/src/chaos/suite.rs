@@ -1,0 +1,1019 @@
+//! The chaos suite: its scenarios, the seeded fault schedule, the report.
+//!
+//! Scenarios, each with its own worker processes and its own namespace in
+//! the protected resource:
+//!
+//! - **mixed** (in model), on local processes and on compose containers:
+//!   four worker processes contend for four keys while a seeded schedule
+//!   runs every in-model fault class in turn: a master killed and restarted
+//!   empty only after longer than the TTL; a master paused; a master
+//!   partitioned (healed with its connections kept or reset); latency and
+//!   packet loss on one master; a majority of masters down (killed, paused or
+//!   partitioned); a worker process stopped (SIGSTOP) past its validity while
+//!   it holds a lock. A probe acquires a fresh key every 20 ms to measure
+//!   liveness and the no-quorum timing.
+//! - **sharp** scenarios, one fault each, with two workers and a long hold:
+//!   two masters are down while one worker gets the lock, so it holds it on
+//!   exactly a quorum (masters 1-3); the two come back, and master 1 is then
+//!   - restarted only after the TTL (**restart_delayed**, in model: no
+//!     overlap),
+//!   - restarted empty at once (**restart_empty**, out of model), or
+//!   - has its clock jumped forward past the TTL (**clock_jump**, out of
+//!     model).
+//!
+//!   In the last two the other worker gets a quorum (masters 1, 4, 5) while
+//!   the first still holds the lock: the checker must report the overlap.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+
+mod instruments;
+mod report;
+mod schedule;
+
+pub use instruments::{LagMonitor, STALL_THRESHOLD};
+pub use report::render;
+
+use instruments::{Probe, Workers, signal};
+use schedule::{Method, Planned, Sharp, between, schedule};
+
+use super::checker::{self, Analysis, Records, Verdict, Window, WindowReport};
+use super::clock::{mono_ns, ms, nanos};
+use super::clock_shift::ClockShift;
+use super::masters::Masters;
+use super::proxy::{Fault, Proxy};
+use super::record::{Attempt, Record};
+use super::worker;
+
+/// The TTL of the mixed scenarios' locks.
+pub const MIXED_TTL: Duration = Duration::from_millis(400);
+
+/// The per-node timeout of every client in the suite.
+pub const NODE_TIMEOUT: Duration = Duration::from_millis(25);
+
+/// How much longer than the per-node timeout a failed acquire may take with
+/// a majority down: scheduling, not the algorithm. On the 2-core machine the
+/// suite runs on, with four worker processes, eleven Redis servers and the
+/// proxies busy, a timer's wake-up can come 10 to 20 ms late (observed
+/// slowest: about 30 ms on a quiet machine, 42 ms with other builds running).
+pub const NO_QUORUM_MARGIN: Duration = Duration::from_millis(35);
+
+/// How long after a killed master is back before the next fault: longer
+/// than the client's longest reconnection backoff (2 s).
+const RECONNECT_ALLOWANCE: Duration = Duration::from_millis(2200);
+
+/// How long the suite waits for a grant announcement in a sharp round.
+const GRANT_WAIT: Duration = Duration::from_secs(5);
+
+/// CI (`make test`) or full (`make chaos`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Shorter schedules; still at least 10,000 granted locks in model.
+    Ci,
+    /// Longer schedules and more rounds.
+    Full,
+}
+
+impl Mode {
+    fn mixed_cycles(self, compose: bool) -> usize {
+        match (self, compose) {
+            (Mode::Ci, false) => 5,
+            (Mode::Ci, true) => 3,
+            (Mode::Full, false) => 12,
+            (Mode::Full, true) => 8,
+        }
+    }
+
+    fn sharp_rounds(self, compose: bool) -> usize {
+        match (self, compose) {
+            (Mode::Ci, false) => 2,
+            (Mode::Ci, true) => 1,
+            (Mode::Full, false) => 4,
+            (Mode::Full, true) => 2,
+        }
+    }
+}
+
+/// The compose project to break, started by `scripts/chaos.sh`.
+#[derive(Clone, Debug)]
+pub struct ComposeSpec {
+    /// The compose project name.
+    pub project: String,
+    /// The published loopback ports of `redis1`..`redisN`.
+    pub ports: Vec<u16>,
+}
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// CI or full.
+    pub mode: Mode,
+    /// Seeds the schedule and every worker.
+    pub seed: u64,
+    /// Run the process-level part.
+    pub process: bool,
+    /// Run the compose part on this project.
+    pub compose: Option<ComposeSpec>,
+    /// Where the workers' files go (emptied first).
+    pub out_dir: PathBuf,
+    /// The `chaos-worker` binary.
+    pub worker_exe: PathBuf,
+    /// The least granted locks in model for the run to pass.
+    pub min_granted: usize,
+}
+
+/// What one scenario found.
+#[derive(Clone, Debug)]
+pub struct ScenarioResult {
+    /// `process/mixed`, `compose/restart_empty`, ...
+    pub name: String,
+    /// Whether its faults stay inside Redlock's model.
+    pub in_model: bool,
+    /// Safety and fencing.
+    pub analysis: Analysis,
+    /// Liveness per fault window.
+    pub windows: Vec<WindowReport>,
+    /// Faults injected.
+    pub faults: usize,
+    /// The probe's calls.
+    pub probes: Vec<Attempt>,
+    /// Remarks for the report (mechanisms used, skipped parts).
+    pub notes: Vec<String>,
+    /// Why the scenario failed, if it did.
+    pub failures: Vec<String>,
+    /// Wall time.
+    pub seconds: f64,
+}
+
+/// Everything, and the verdict.
+#[derive(Debug)]
+pub struct Report {
+    /// Every scenario's result.
+    pub scenarios: Vec<ScenarioResult>,
+    /// Parts not run, and why.
+    pub skipped: Vec<String>,
+    /// Failures across the run.
+    pub failures: Vec<String>,
+}
+
+impl Report {
+    /// Locks granted in model.
+    pub fn granted(&self) -> usize {
+        self.in_model().map(|s| s.analysis.granted()).sum()
+    }
+
+    /// Overlapping holds in model.
+    pub fn overlaps(&self) -> usize {
+        self.in_model().map(|s| s.analysis.overlaps.len()).sum()
+    }
+
+    /// Stale writes the resource accepted, in model.
+    pub fn stale_writes_accepted(&self) -> usize {
+        self.in_model()
+            .map(|s| s.analysis.stale_writes_accepted)
+            .sum()
+    }
+
+    /// Faults injected in model.
+    pub fn in_model_faults(&self) -> usize {
+        self.in_model().map(|s| s.faults).sum()
+    }
+
+    /// Overlapping holds found by the out-of-model scenarios.
+    pub fn out_of_model_violations(&self) -> usize {
+        self.scenarios
+            .iter()
+            .filter(|s| !s.in_model)
+            .map(|s| s.analysis.overlaps.len())
+            .sum()
+    }
+
+    fn in_model(&self) -> impl Iterator<Item = &ScenarioResult> {
+        self.scenarios.iter().filter(|s| s.in_model)
+    }
+
+    /// The last line of the suite's output.
+    pub fn summary_line(&self) -> String {
+        format!(
+            "chaos summary: granted={} overlaps={} stale_writes_accepted={} in_model_faults={} out_of_model_violations_found={}",
+            self.granted(),
+            self.overlaps(),
+            self.stale_writes_accepted(),
+            self.in_model_faults(),
+            self.out_of_model_violations()
+        )
+    }
+}
+
+/// Log lines with the time since the suite started.
+struct Log {
+    start: Instant,
+}
+
+impl Log {
+    fn say(&self, message: impl AsRef<str>) {
+        println!(
+            "[{:>6.1} s] {}",
+            self.start.elapsed().as_secs_f64(),
+            message.as_ref()
+        );
+    }
+}
+
+/// Runs the suite.
+pub async fn run(options: Options) -> Report {
+    let log = Log {
+        start: Instant::now(),
+    };
+    let _ = std::fs::remove_dir_all(&options.out_dir);
+    std::fs::create_dir_all(&options.out_dir).expect("the output dir can be created");
+    let resource = Arc::new(blocking(crate::RedisNode::start).await);
+    let mut rng = StdRng::seed_from_u64(options.seed);
+    let mut scenarios = Vec::new();
+    let mut skipped = Vec::new();
+
+    if options.process {
+        let ctx = Context {
+            options: &options,
+            log: &log,
+            resource_url: resource.url(),
+            part: "process",
+        };
+        let masters = Arc::new(blocking(|| Masters::local(5, 0, vec![])).await);
+        scenarios.push(
+            ctx.mixed(masters, rng.random(), options.mode.mixed_cycles(false))
+                .await,
+        );
+        let rounds = options.mode.sharp_rounds(false);
+        for variant in [Sharp::RestartDelayed, Sharp::RestartEmpty] {
+            let masters = Arc::new(blocking(|| Masters::local(5, 0, vec![])).await);
+            scenarios.push(
+                ctx.sharp(masters, variant, rounds, None, rng.random())
+                    .await,
+            );
+        }
+        let shim_dir = options.out_dir.join("clock-shift");
+        match ClockShift::build(&shim_dir) {
+            Ok(shift) => {
+                let env = shift.env();
+                let masters = Arc::new(blocking(move || Masters::local(5, 1, env)).await);
+                scenarios.push(
+                    ctx.sharp(
+                        masters,
+                        Sharp::ClockJump,
+                        rounds,
+                        Some(Arc::new(shift)),
+                        rng.random(),
+                    )
+                    .await,
+                );
+            }
+            Err(err) => skipped.push(format!("process/clock_jump: {err}")),
+        }
+    } else {
+        skipped.push("process part: not asked for".to_owned());
+    }
+
+    match &options.compose {
+        Some(spec) => {
+            let ctx = Context {
+                options: &options,
+                log: &log,
+                resource_url: resource.url(),
+                part: "compose",
+            };
+            let (project, ports) = (spec.project.clone(), spec.ports.clone());
+            match blocking(move || Masters::compose(&project, &ports)).await {
+                Ok(masters) => {
+                    let masters = Arc::new(masters);
+                    scenarios.push(
+                        ctx.mixed(
+                            Arc::clone(&masters),
+                            rng.random(),
+                            options.mode.mixed_cycles(true),
+                        )
+                        .await,
+                    );
+                    scenarios.push(
+                        ctx.sharp(
+                            masters,
+                            Sharp::RestartEmpty,
+                            options.mode.sharp_rounds(true),
+                            None,
+                            rng.random(),
+                        )
+                        .await,
+                    );
+                }
+                Err(err) => skipped.push(format!("compose part: {err}")),
+            }
+        }
+        None => skipped.push(
+            "compose part: no compose project given (scripts/chaos.sh starts one where Docker runs)"
+                .to_owned(),
+        ),
+    }
+
+    let mut failures: Vec<String> = scenarios
+        .iter()
+        .flat_map(|s| s.failures.iter().map(move |f| format!("{}: {f}", s.name)))
+        .collect();
+    let report_so_far = Report {
+        scenarios,
+        skipped,
+        failures: vec![],
+    };
+    if report_so_far.granted() < options.min_granted {
+        failures.push(format!(
+            "only {} locks granted in model, fewer than the {} required",
+            report_so_far.granted(),
+            options.min_granted
+        ));
+    }
+    Report {
+        failures,
+        ..report_so_far
+    }
+}
+
+/// Runs `f` on Tokio's blocking pool; a panic there is a panic here.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(value) => value,
+        Err(err) => std::panic::resume_unwind(err.into_panic()),
+    }
+}
+
+/// Writes one JSON object per line (for a look after the run; best effort).
+fn save_lines<T: serde::Serialize>(path: &Path, items: impl IntoIterator<Item = T>) {
+    let mut text = String::new();
+    for item in items {
+        if let Ok(line) = serde_json::to_string(&item) {
+            text.push_str(&line);
+            text.push('\n');
+        }
+    }
+    let _ = std::fs::write(path, text);
+}
+
+/// A fault action on the masters, run on the blocking pool.
+type Action = Box<dyn FnOnce(&Masters) -> std::io::Result<()> + Send>;
+
+async fn act(masters: &Arc<Masters>, action: Action) -> std::io::Result<()> {
+    let masters = Arc::clone(masters);
+    blocking(move || action(&masters)).await
+}
+
+struct Context<'a> {
+    options: &'a Options,
+    log: &'a Log,
+    resource_url: String,
+    part: &'static str,
+}
+
+impl Context<'_> {
+    fn dir(&self, scenario: &str) -> PathBuf {
+        let dir = self
+            .options
+            .out_dir
+            .join(format!("{}-{scenario}", self.part));
+        std::fs::create_dir_all(&dir).expect("scenario dir");
+        dir
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn worker_config(
+        &self,
+        dir: &Path,
+        scenario: &str,
+        worker: u32,
+        urls: &[String],
+        ttl: Duration,
+        seed: u64,
+        run_for: Duration,
+    ) -> worker::Config {
+        worker::Config {
+            worker,
+            // Shared by every worker of the scenario: one token history per key.
+            scenario: format!("{}-{scenario}-{}", self.part, self.options.seed),
+            urls: urls.to_vec(),
+            resource_url: self.resource_url.clone(),
+            keys: vec!["k0".into(), "k1".into(), "k2".into(), "k3".into()],
+            tasks: 3,
+            ttl_ms: ttl.as_millis() as u64,
+            node_timeout_ms: NODE_TIMEOUT.as_millis() as u64,
+            fencing: true,
+            try_lock_share: 0.5,
+            keep_alive_share: 0.0,
+            extend_share: 0.02,
+            hold_ms: (0, 1),
+            idle_ms: (0, 2),
+            run_ms: run_for.as_millis() as u64,
+            announce: false,
+            seed,
+            out: dir.join(format!("worker-{worker}.jsonl")),
+        }
+    }
+
+    /// The mixed in-model scenario.
+    async fn mixed(&self, masters: Arc<Masters>, seed: u64, cycles: usize) -> ScenarioResult {
+        let started = Instant::now();
+        let name = format!("{}/mixed", self.part);
+        let dir = self.dir("mixed");
+        let mut rng = StdRng::seed_from_u64(seed);
+        let victim = 0;
+        let plan = schedule(&mut rng, cycles, masters.len(), victim);
+        // An upper bound for the workers and the probe, should the
+        // orchestrator never get to stop them.
+        let run_for = Duration::from_secs(6) * plan.len() as u32 + Duration::from_secs(60);
+
+        let mut proxies = Vec::new();
+        for i in 0..masters.len() {
+            let proxy = Proxy::start(masters.addr(i), rng.random())
+                .await
+                .expect("a proxy binds a loopback port");
+            proxies.push(proxy);
+        }
+        let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
+        let mut notes = vec![format!(
+            "{} masters behind fault-injecting proxies; TTL {} ms, per-node timeout {} ms; latency via {}",
+            masters.kind(),
+            MIXED_TTL.as_millis(),
+            NODE_TIMEOUT.as_millis(),
+            if masters.netem() {
+                "tc netem"
+            } else {
+                "the proxy (no sch_netem in this kernel)"
+            }
+        )];
+        self.log.say(format!(
+            "{name}: seed {seed}, {} faults, 4 worker processes",
+            plan.len()
+        ));
+
+        let mut configs = Vec::new();
+        for worker in 0..4u32 {
+            let mut config = self.worker_config(
+                &dir,
+                "mixed",
+                worker,
+                &urls,
+                MIXED_TTL,
+                rng.random(),
+                run_for,
+            );
+            if worker == victim {
+                // The client that gets stopped: one task, long holds on a
+                // key the others want too, half of them kept alive.
+                config.tasks = 1;
+                config.keys = vec!["k0".into()];
+                config.hold_ms = (120, 240);
+                config.idle_ms = (40, 80);
+                config.keep_alive_share = 0.5;
+                config.extend_share = 0.3;
+                config.announce = true;
+            }
+            configs.push(config);
+        }
+        let mut workers = Workers::spawn(&self.options.worker_exe, &dir, configs).await;
+        let monitor = LagMonitor::start(run_for);
+        let probe = Probe::start(urls.clone(), MIXED_TTL, name.clone(), run_for);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+
+        let mut windows = Vec::new();
+        let mut failures = Vec::new();
+        let mut faults = 0;
+        for (i, fault) in plan.iter().enumerate() {
+            match self
+                .inject(&masters, &proxies, &mut workers, fault, &mut rng)
+                .await
+            {
+                Ok(Some(window)) => {
+                    faults += 1;
+                    self.log.say(format!(
+                        "{name}: fault {}/{}: {} ({:.0} ms)",
+                        i + 1,
+                        plan.len(),
+                        window.label,
+                        ms(window.end_ns - window.start_ns)
+                    ));
+                    windows.push(window);
+                }
+                Ok(None) => notes.push(format!("fault {} ({}) skipped", i + 1, fault.class())),
+                Err(err) => {
+                    failures.push(format!("fault {} ({}): {err}", i + 1, fault.class()));
+                    blocking({
+                        let masters = Arc::clone(&masters);
+                        move || masters.restore_all()
+                    })
+                    .await;
+                    for proxy in &proxies {
+                        proxy.set(Fault::None);
+                    }
+                }
+            }
+            if fault.breaks_connections() {
+                // Clients reconnect to a restarted master with a backoff of
+                // up to 2 s (redlock-tokio's RECONNECT_MAX): give every
+                // client its next attempt before the next fault, so that
+                // the next window tests that fault, not the last one.
+                tokio::time::sleep(RECONNECT_ALLOWANCE).await;
+            }
+            tokio::time::sleep(between(&mut rng, 300, 600)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+
+        let probes = probe.stop().await;
+        let stalls = monitor.stop().await;
+        save_lines(
+            &dir.join("probe.jsonl"),
+            probes.iter().cloned().map(Record::Attempt),
+        );
+        save_lines(&dir.join("faults.jsonl"), windows.iter());
+        save_lines(&dir.join("stalls.jsonl"), stalls.iter());
+        let (records, problems) = workers.stop().await;
+        failures.extend(problems);
+        let records: Records = records.into_iter().collect();
+        let decide_within = nanos(NODE_TIMEOUT + NO_QUORUM_MARGIN);
+        let reports = checker::liveness(&windows, &records, &probes, &stalls, decide_within);
+        let analysis = records.analyze();
+        let max_probe_ms = ms(decide_within);
+        let stalled: u64 = stalls.iter().map(|(s, e)| e - s).sum();
+        if stalled > 0 {
+            notes.push(format!(
+                "the machine stalled {} times for {:.0} ms in all (threads not scheduled for over {} ms): probes during stalls are left out of the timings",
+                stalls.len(),
+                ms(stalled),
+                STALL_THRESHOLD.as_millis()
+            ));
+        }
+        for report in &reports {
+            let verdict = report.verdict(max_probe_ms);
+            if verdict == Verdict::Starved {
+                notes.push(format!(
+                    "no verdict on {} ({}): the machine stalled {:.0} ms of it",
+                    report.window.label, report.window.class, report.stalled_ms
+                ));
+            }
+            if verdict == Verdict::Failed {
+                failures.push(format!(
+                    "liveness: {} ({}): grants {}, probes {}/{} granted, {} no-quorum, max {:.1} ms; worker calls {}/{} no-quorum, {} held; {} grants without a majority",
+                    report.window.label,
+                    report.window.class,
+                    report.grants,
+                    report.probes_granted,
+                    report.probes,
+                    report.probes_no_quorum,
+                    report.probe_max_ms,
+                    report.worker_no_quorum,
+                    report.worker_attempts,
+                    report.worker_held,
+                    report.grants_without_majority
+                ));
+            }
+        }
+        self.check_in_model(&analysis, &mut failures);
+        let client_pauses = windows.iter().filter(|w| w.class == "client_pause").count();
+        if client_pauses > 0 && analysis.paused_past_validity == 0 {
+            failures.push(
+                "no client pause landed inside a hold: the paused-client check did not run".into(),
+            );
+        }
+        drop(proxies);
+        ScenarioResult {
+            name,
+            in_model: true,
+            analysis,
+            windows: reports,
+            faults,
+            probes,
+            notes,
+            failures,
+            seconds: started.elapsed().as_secs_f64(),
+        }
+    }
+
+    fn check_in_model(&self, analysis: &Analysis, failures: &mut Vec<String>) {
+        for overlap in analysis.overlaps.iter().take(5) {
+            failures.push(format!(
+                "SAFETY: overlapping holds of {}: worker {} hold {:#x} and worker {} hold {:#x}, {:.1} ms",
+                overlap.key,
+                overlap.first.worker,
+                overlap.first.hold,
+                overlap.second.worker,
+                overlap.second.hold,
+                overlap.overlap_ms
+            ));
+        }
+        if analysis.overlaps.len() > 5 {
+            failures.push(format!(
+                "SAFETY: {} overlapping holds in all",
+                analysis.overlaps.len()
+            ));
+        }
+        if analysis.stale_writes_accepted > 0 {
+            failures.push(format!(
+                "FENCING: the resource accepted {} stale writes",
+                analysis.stale_writes_accepted
+            ));
+        }
+        if analysis.paused_and_noticed < analysis.paused_past_validity {
+            failures.push(format!(
+                "{} of {} clients paused past their validity did not notice the loss",
+                analysis.paused_past_validity - analysis.paused_and_noticed,
+                analysis.paused_past_validity
+            ));
+        }
+    }
+
+    /// Applies one fault, waits its length, undoes it; the window is the
+    /// time it was in force.
+    async fn inject(
+        &self,
+        masters: &Arc<Masters>,
+        proxies: &[Proxy],
+        workers: &mut Workers,
+        fault: &Planned,
+        rng: &mut StdRng,
+    ) -> std::io::Result<Option<Window>> {
+        let class = fault.class().to_owned();
+        let act = |f: Action| act(masters, f);
+        let window = |label: String, majority_up: bool, start_ns: u64| Window {
+            label,
+            class: class.clone(),
+            majority_up,
+            start_ns,
+            end_ns: mono_ns(),
+        };
+        Ok(Some(match *fault {
+            Planned::NodeKill { node, down } => {
+                act(Box::new(move |m| m.kill(node))).await?;
+                let start = mono_ns();
+                tokio::time::sleep(down).await;
+                let w = window(
+                    format!(
+                        "kill master {}, restart empty after {} ms",
+                        node + 1,
+                        down.as_millis()
+                    ),
+                    true,
+                    start,
+                );
+                act(Box::new(move |m| m.restart(node))).await?;
+                w
+            }
+            Planned::NodePause { node, length } => {
+                act(Box::new(move |m| m.pause(node))).await?;
+                let start = mono_ns();
+                tokio::time::sleep(length).await;
+                let w = window(format!("pause master {}", node + 1), true, start);
+                act(Box::new(move |m| m.resume(node))).await?;
+                w
+            }
+            Planned::Partition {
+                node,
+                length,
+                reset,
+            } => {
+                let at_node = matches!(**masters, Masters::Compose { .. });
+                if at_node {
+                    act(Box::new(move |m| m.partition(node).map(drop))).await?;
+                } else {
+                    proxies[node].set(Fault::Blackhole);
+                }
+                let start = mono_ns();
+                tokio::time::sleep(length).await;
+                let how = if at_node {
+                    "iptables DROP in its netns"
+                } else {
+                    "proxy blackhole"
+                };
+                let w = window(
+                    format!(
+                        "partition master {} ({how}), heal {}",
+                        node + 1,
+                        if reset {
+                            "resetting connections"
+                        } else {
+                            "keeping connections"
+                        }
+                    ),
+                    true,
+                    start,
+                );
+                if at_node {
+                    act(Box::new(move |m| m.heal(node))).await?;
+                } else {
+                    proxies[node].set(Fault::None);
+                }
+                if reset {
+                    proxies[node].reset_connections();
+                }
+                w
+            }
+            Planned::SlowLossy {
+                node,
+                length,
+                latency,
+                jitter,
+                loss,
+            } => {
+                let by_netem = masters.netem();
+                if by_netem {
+                    act(Box::new(move |m| m.delay(node, latency, jitter).map(drop))).await?;
+                }
+                let lost_at_node = matches!(**masters, Masters::Compose { .. });
+                if lost_at_node {
+                    act(Box::new(move |m| m.lose_packets(node, loss).map(drop))).await?;
+                }
+                proxies[node].set(Fault::Slow {
+                    latency: if by_netem { Duration::ZERO } else { latency },
+                    jitter: if by_netem { Duration::ZERO } else { jitter },
+                    stall_rate: if lost_at_node { 0.0 } else { loss },
+                    stall: Duration::from_millis(200),
+                });
+                let start = mono_ns();
+                tokio::time::sleep(length).await;
+                let w = window(
+                    format!(
+                        "master {}: +{:.1}±{:.1} ms latency ({}), {:.0}% loss ({})",
+                        node + 1,
+                        latency.as_secs_f64() * 1e3,
+                        jitter.as_secs_f64() * 1e3,
+                        if by_netem { "netem" } else { "proxy" },
+                        loss * 100.0,
+                        if lost_at_node {
+                            "iptables statistic DROP"
+                        } else {
+                            "proxy: 200 ms retransmission stalls"
+                        }
+                    ),
+                    true,
+                    start,
+                );
+                proxies[node].set(Fault::None);
+                if lost_at_node {
+                    act(Box::new(move |m| m.stop_losing_packets(node, loss))).await?;
+                }
+                if by_netem {
+                    act(Box::new(move |m| m.clear_delay(node))).await?;
+                }
+                w
+            }
+            Planned::MajorityDown { ref nodes, length } => {
+                let compose = matches!(**masters, Masters::Compose { .. });
+                let nodes = nodes.clone();
+                let down = nodes.clone();
+                act(Box::new(move |m| {
+                    for (node, method) in down {
+                        match method {
+                            Method::Kill => m.kill(node)?,
+                            Method::Pause => m.pause(node)?,
+                            Method::Partition => {
+                                m.partition(node)?;
+                            }
+                        }
+                    }
+                    Ok(())
+                }))
+                .await?;
+                if !compose {
+                    for &(node, method) in &nodes {
+                        if method == Method::Partition {
+                            proxies[node].set(Fault::Blackhole);
+                        }
+                    }
+                }
+                let start = mono_ns();
+                tokio::time::sleep(length).await;
+                let what: Vec<String> = nodes
+                    .iter()
+                    .map(|(node, method)| format!("{} {:?}", node + 1, method).to_lowercase())
+                    .collect();
+                let w = window(
+                    format!("majority down: masters {}", what.join(", ")),
+                    false,
+                    start,
+                );
+                for &(node, method) in &nodes {
+                    if method == Method::Partition && !compose {
+                        proxies[node].set(Fault::None);
+                    }
+                }
+                act(Box::new(move |m| {
+                    for (node, method) in nodes {
+                        match method {
+                            Method::Kill => m.restart(node)?,
+                            Method::Pause => m.resume(node)?,
+                            Method::Partition => m.heal(node)?,
+                        }
+                    }
+                    Ok(())
+                }))
+                .await?;
+                w
+            }
+            Planned::ClientPause { worker, length } => {
+                let pid = workers.pid(worker);
+                workers.drain();
+                let deadline = Instant::now() + Duration::from_secs(3);
+                let Some(held) = workers.next_grant(deadline, |w| w == worker).await else {
+                    return Ok(None);
+                };
+                // Land inside the hold: the victim's work lasts 120 ms or more.
+                let delay = between(rng, 5, 60);
+                tokio::time::sleep(delay).await;
+                signal(pid, Signal::SIGSTOP)?;
+                let start = mono_ns();
+                tokio::time::sleep(length).await;
+                let w = window(
+                    format!(
+                        "SIGSTOP worker {worker} {:.0} ms into a hold",
+                        ms(start - held.at_ns)
+                    ),
+                    true,
+                    start,
+                );
+                signal(pid, Signal::SIGCONT)?;
+                w
+            }
+        }))
+    }
+
+    /// A sharp scenario: see the module docs.
+    async fn sharp(
+        &self,
+        masters: Arc<Masters>,
+        variant: Sharp,
+        rounds: usize,
+        shift: Option<Arc<ClockShift>>,
+        seed: u64,
+    ) -> ScenarioResult {
+        let started = Instant::now();
+        let name = format!("{}/{}", self.part, variant.name());
+        let dir = self.dir(variant.name());
+        let compose = matches!(*masters, Masters::Compose { .. });
+        // Docker actions take hundreds of ms: a longer TTL and hold there.
+        let (ttl, hold) = if compose {
+            (Duration::from_secs(5), Duration::from_millis(3500))
+        } else {
+            (Duration::from_millis(1500), Duration::from_millis(1000))
+        };
+        let urls = masters.urls();
+        let mut rng = StdRng::seed_from_u64(seed);
+        let run_for = (ttl * 3 + Duration::from_secs(10)) * rounds as u32 + Duration::from_secs(60);
+        let configs = (0..2u32)
+            .map(|worker| {
+                let mut config = self.worker_config(
+                    &dir,
+                    variant.name(),
+                    worker,
+                    &urls,
+                    ttl,
+                    rng.random(),
+                    run_for,
+                );
+                config.tasks = 1;
+                config.keys = vec!["sharp".into()];
+                config.try_lock_share = 1.0;
+                config.extend_share = 0.0;
+                let hold_ms = hold.as_millis() as u64;
+                config.hold_ms = (hold_ms, hold_ms);
+                config.idle_ms = (2, 4);
+                config.announce = true;
+                config
+            })
+            .collect();
+        self.log.say(format!(
+            "{name}: {rounds} round(s), TTL {} ms, hold {} ms, {}",
+            ttl.as_millis(),
+            hold.as_millis(),
+            if variant.in_model() {
+                "in model: expect no overlap"
+            } else {
+                "out of model: expect the checker to fire"
+            }
+        ));
+        let mut workers = Workers::spawn(&self.options.worker_exe, &dir, configs).await;
+        let mut windows = Vec::new();
+        let mut failures = Vec::new();
+        let mut notes = Vec::new();
+        let act = |f: Action| act(&masters, f);
+        let both = |f: fn(&Masters, usize) -> std::io::Result<()>| {
+            Box::new(move |m: &Masters| {
+                std::thread::scope(|scope| {
+                    let a = scope.spawn(|| f(m, 3));
+                    let b = scope.spawn(|| f(m, 4));
+                    a.join().expect("no panic").and(b.join().expect("no panic"))
+                })
+            })
+        };
+        for round in 0..rounds {
+            let result: std::io::Result<()> = async {
+                // Masters 4 and 5 down: the next holder holds exactly 1-3.
+                act(both(Masters::kill)).await?;
+                workers.drain();
+                let Some(first) = workers
+                    .next_grant(Instant::now() + GRANT_WAIT, |_| true)
+                    .await
+                else {
+                    failures.push(format!("round {}: no lock granted with 3 of 5 masters up", round + 1));
+                    act(both(Masters::restart)).await?;
+                    return Ok(());
+                };
+                act(both(Masters::restart)).await?;
+                let label = match variant {
+                    Sharp::RestartEmpty => {
+                        act(Box::new(|m| m.restart(0))).await?;
+                        "master 1 restarted empty at once"
+                    }
+                    Sharp::RestartDelayed => {
+                        act(Box::new(|m| m.kill(0))).await?;
+                        tokio::time::sleep(ttl + Duration::from_millis(300)).await;
+                        act(Box::new(|m| m.restart(0))).await?;
+                        "master 1 killed, restarted empty after TTL + 300 ms"
+                    }
+                    Sharp::ClockJump => {
+                        let shift = shift.as_ref().expect("a clock-jump scenario has a shift");
+                        shift.set(ttl * 3 * (round as u32 + 1))?;
+                        "master 1's clock jumped 3 TTL forward"
+                    }
+                };
+                let start_ns = mono_ns();
+                let window = Window {
+                    label: format!(
+                        "round {}: worker {} granted, masters 4-5 back, {label} {:.0} ms after the grant",
+                        round + 1,
+                        first.worker,
+                        ms(start_ns - first.at_ns)
+                    ),
+                    class: variant.name().to_owned(),
+                    majority_up: true,
+                    start_ns,
+                    end_ns: first.at_ns + nanos(hold),
+                };
+                self.log.say(format!("{name}: {}", window.label));
+                windows.push(window);
+                // The other worker's grant, if any, while the first holds.
+                let first_ends = first.at_ns + nanos(hold);
+                let wait = Duration::from_nanos(first_ends.saturating_sub(mono_ns()))
+                    + Duration::from_millis(300);
+                let second = workers
+                    .next_grant(Instant::now() + wait, |w| w != first.worker)
+                    .await;
+                let last_end = second
+                    .as_ref()
+                    .map_or(first_ends, |s| s.at_ns + nanos(hold))
+                    .max(first_ends);
+                tokio::time::sleep(
+                    Duration::from_nanos(last_end.saturating_sub(mono_ns()))
+                        + Duration::from_millis(200),
+                )
+                .await;
+                Ok(())
+            }
+            .await;
+            if let Err(err) = result {
+                failures.push(format!("round {}: {err}", round + 1));
+                blocking({
+                    let masters = Arc::clone(&masters);
+                    move || masters.restore_all()
+                })
+                .await;
+            }
+        }
+        let (records, problems) = workers.stop().await;
+        failures.extend(problems);
+        let records: Records = records.into_iter().collect();
+        let analysis = records.analyze();
+        if variant.in_model() {
+            self.check_in_model(&analysis, &mut failures);
+        } else if analysis.overlaps.is_empty() {
+            failures.push(format!(
+                "the checker found no overlap in {rounds} round(s): the out-of-model fault was not reproduced"
+            ));
+        } else if analysis.overlaps.len() < rounds {
+            notes.push(format!(
+                "{} overlap(s) in {rounds} round(s)",
+                analysis.overlaps.len()
+            ));
+        }
+        let faults = windows.len();
+        ScenarioResult {
+            name,
+            in_model: variant.in_model(),
+            analysis,
+            windows: checker::liveness(&windows, &records, &[], &[], 0),
+            faults,
+            probes: vec![],
+            notes,
+            failures,
+            seconds: started.elapsed().as_secs_f64(),
+        }
+    }
+}

@@ -1,0 +1,189 @@
+//! The report, as printed.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use super::{NO_QUORUM_MARGIN, NODE_TIMEOUT, Options, Report};
+use crate::chaos::checker::{Analysis, Verdict, WindowReport};
+use crate::chaos::clock::{ms, nanos};
+
+/// The report, as printed; the summary line comes last.
+pub fn render(report: &Report, options: &Options, wall: Duration) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "\n=== chaos report (seed {}) ===", options.seed);
+    let _ = writeln!(
+        out,
+        "{:<26} {:>7} {:>8} {:>6} {:>8} {:>8} {:>8} {:>6} {:>7}",
+        "scenario", "faults", "granted", "overl", "writes", "fenced", "late", "stale", "secs"
+    );
+    for s in &report.scenarios {
+        let a = &s.analysis;
+        let _ = writeln!(
+            out,
+            "{:<26} {:>7} {:>8} {:>6} {:>8} {:>8} {:>8} {:>6} {:>7.1}{}",
+            s.name,
+            s.faults,
+            a.granted(),
+            a.overlaps.len(),
+            a.writes,
+            a.fenced_writes_rejected,
+            a.late_writes,
+            a.stale_writes_accepted,
+            s.seconds,
+            if s.in_model { "" } else { "  (out of model)" }
+        );
+    }
+
+    // Liveness per fault class, over every mixed scenario.
+    let mut classes: BTreeMap<(String, String), Vec<&WindowReport>> = BTreeMap::new();
+    for s in report.scenarios.iter().filter(|s| !s.probes.is_empty()) {
+        let part = s.name.split('/').next().unwrap_or_default().to_owned();
+        for w in &s.windows {
+            classes
+                .entry((part.clone(), w.window.class.clone()))
+                .or_default()
+                .push(w);
+        }
+    }
+    let decide_ms = ms(nanos(NODE_TIMEOUT + NO_QUORUM_MARGIN));
+    let _ = writeln!(
+        out,
+        "\nliveness per fault class (a majority up: locks keep being granted; a majority down: every acquire fails with no-quorum within {:.0} ms = per-node timeout {} ms + margin {} ms):",
+        decide_ms,
+        NODE_TIMEOUT.as_millis(),
+        NO_QUORUM_MARGIN.as_millis()
+    );
+    let _ = writeln!(
+        out,
+        "{:<8} {:<26} {:>7} {:>9} {:>15} {:>11} {:>9}  liveness",
+        "part", "class", "faults", "grants", "probes granted", "no-quorum", "max ms"
+    );
+    for ((part, class), windows) in &classes {
+        let grants: usize = windows.iter().map(|w| w.grants).sum();
+        let probes: usize = windows.iter().map(|w| w.probes).sum();
+        let granted: usize = windows.iter().map(|w| w.probes_granted).sum();
+        let no_quorum: usize = windows.iter().map(|w| w.probes_no_quorum).sum();
+        let max = windows.iter().map(|w| w.probe_max_ms).fold(0.0, f64::max);
+        let verdict = windows
+            .iter()
+            .map(|w| w.verdict(decide_ms))
+            .max()
+            .unwrap_or(Verdict::Held);
+        let starved = windows
+            .iter()
+            .filter(|w| w.verdict(decide_ms) == Verdict::Starved)
+            .count();
+        let _ = writeln!(
+            out,
+            "{:<8} {:<26} {:>7} {:>9} {:>9}/{:<5} {:>11} {:>9.1}  {}",
+            part,
+            class,
+            windows.len(),
+            grants,
+            granted,
+            probes,
+            no_quorum,
+            max,
+            match verdict {
+                Verdict::Held => "held".to_owned(),
+                Verdict::Starved => format!("held ({starved} window(s) starved: no verdict)"),
+                Verdict::Failed => "FAILED".to_owned(),
+            }
+        );
+    }
+    let down: Vec<&WindowReport> = classes
+        .iter()
+        .filter(|((_, class), _)| class == "majority_down")
+        .flat_map(|(_, w)| w.iter().copied())
+        .collect();
+    if !down.is_empty() {
+        let max = down.iter().map(|w| w.probe_max_ms).fold(0.0, f64::max);
+        let max_all = down.iter().map(|w| w.probe_max_all_ms).fold(0.0, f64::max);
+        let disturbed: usize = down.iter().map(|w| w.probes_disturbed).sum();
+        let total: usize = down.iter().map(|w| w.probes).sum();
+        let nq: usize = down.iter().map(|w| w.probes_no_quorum).sum();
+        let workers: usize = down.iter().map(|w| w.worker_attempts).sum();
+        let workers_nq: usize = down.iter().map(|w| w.worker_no_quorum).sum();
+        let workers_held: usize = down.iter().map(|w| w.worker_held).sum();
+        let workers_max = down
+            .iter()
+            .map(|w| w.worker_try_lock_max_ms)
+            .fold(0.0, f64::max);
+        let _ = writeln!(
+            out,
+            "majority down: probe {nq}/{total} acquires failed with no-quorum, slowest {max:.1} ms (bound {decide_ms:.0} ms){}; workers' {workers} calls: {workers_nq} no-quorum, {workers_held} held by another owner on the masters still up, slowest single attempt {workers_max:.1} ms",
+            if disturbed > 0 {
+                format!(
+                    "; {disturbed} more ran while the machine stalled (slowest {max_all:.1} ms)"
+                )
+            } else {
+                String::new()
+            }
+        );
+    }
+
+    let mut fencing = Analysis::default();
+    for s in &report.scenarios {
+        let a = &s.analysis;
+        fencing.writes += a.writes;
+        fencing.fenced_writes_rejected += a.fenced_writes_rejected;
+        fencing.late_writes += a.late_writes;
+        fencing.superseded_writes += a.superseded_writes;
+        fencing.superseded_writes_rejected += a.superseded_writes_rejected;
+        fencing.paused_past_validity += a.paused_past_validity;
+        fencing.paused_and_noticed += a.paused_and_noticed;
+        fencing.kept_alive_holds += a.kept_alive_holds;
+        fencing.extended_holds += a.extended_holds;
+    }
+    let _ = writeln!(
+        out,
+        "\nfencing: {} writes, {} rejected by the resource; {} late (after the writer's validity), {} superseded (a newer holder existed), of which {} rejected",
+        fencing.writes,
+        fencing.fenced_writes_rejected,
+        fencing.late_writes,
+        fencing.superseded_writes,
+        fencing.superseded_writes_rejected
+    );
+    let _ = writeln!(
+        out,
+        "paused clients: {} holds stopped past their validity, {} noticed the loss; {} holds kept alive, {} extended",
+        fencing.paused_past_validity,
+        fencing.paused_and_noticed,
+        fencing.kept_alive_holds,
+        fencing.extended_holds
+    );
+    for s in &report.scenarios {
+        for note in &s.notes {
+            let _ = writeln!(out, "note: {}: {note}", s.name);
+        }
+        if !s.in_model {
+            for o in &s.analysis.overlaps {
+                let _ = writeln!(
+                    out,
+                    "violation found: {}: key {}: worker {} and worker {} held it at once for {:.1} ms",
+                    s.name, o.key, o.first.worker, o.second.worker, o.overlap_ms
+                );
+            }
+        }
+    }
+    for skip in &report.skipped {
+        let _ = writeln!(out, "skipped: {skip}");
+    }
+    for failure in &report.failures {
+        let _ = writeln!(out, "FAILURE: {failure}");
+    }
+    let _ = writeln!(
+        out,
+        "{} in {:.1} s; replay with CHAOS_SEED={}",
+        if report.failures.is_empty() {
+            "PASSED"
+        } else {
+            "FAILED"
+        },
+        wall.as_secs_f64(),
+        options.seed
+    );
+    let _ = write!(out, "{}", report.summary_line());
+    out
+}

@@ -1,0 +1,447 @@
+//! One chaos worker process: tasks that contend for a few keys through the
+//! public `redlock-tokio` API and record every attempt, hold and write.
+//!
+//! The orchestrator starts it as `chaos-worker '<Config as JSON>'`, stops it
+//! by writing `stop` (or closing) its stdin, may stop and continue it with
+//! `SIGSTOP`/`SIGCONT` at any time, and reads `held <key> <hold>` lines on its
+//! stdout when [`Config::announce`] is set.
+//!
+//! A hold goes: grant, write to the protected resource, work in short steps
+//! (watching validity, sometimes extending, sometimes under a keep-alive
+//! guard), a second write sent whatever the validity (it models a write
+//! already in flight when the process was stopped: the case fencing is
+//! for), a check whether the lock is still ours, release.
+
+use std::io::{BufWriter, Write as _};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use redlock_tokio::{AcquireError, Error, KeepAlive, LockOptions, Redlock};
+use serde::{Deserialize, Serialize};
+use tokio::io::AsyncBufReadExt;
+use tokio::sync::Mutex;
+
+use super::clock::{instant_ns, mono_ns, nanos};
+use super::record::{Api, Attempt, Hold, Outcome, Record, TokenKind, Write};
+use super::resource::Resource;
+
+/// What one worker process does.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Config {
+    /// Its id in the scenario (in every record).
+    pub worker: u32,
+    /// The scenario's name: the protected resource's namespace.
+    pub scenario: String,
+    /// The Redis masters.
+    pub urls: Vec<String>,
+    /// The protected resource's server.
+    pub resource_url: String,
+    /// The resources to lock, picked at random for each acquire.
+    pub keys: Vec<String>,
+    /// Concurrent tasks in the process, each with its own acquires.
+    pub tasks: u32,
+    /// Lock TTL.
+    pub ttl_ms: u64,
+    /// Per-node timeout.
+    pub node_timeout_ms: u64,
+    /// Ask for fencing tokens.
+    pub fencing: bool,
+    /// Share of acquires made with one attempt (`once()`); the others retry.
+    pub try_lock_share: f64,
+    /// Share of holds kept alive by a keep-alive guard (they last 1.5 TTL).
+    pub keep_alive_share: f64,
+    /// Share of the other holds that extend once, half way through.
+    pub extend_share: f64,
+    /// Length of the work under the lock, uniform in this range (ms).
+    pub hold_ms: (u64, u64),
+    /// Pause after a release or a busy lock, uniform in this range (ms).
+    pub idle_ms: (u64, u64),
+    /// Upper bound on the run, whatever the orchestrator says.
+    pub run_ms: u64,
+    /// Print `held <key> <hold>` on stdout at each grant.
+    pub announce: bool,
+    /// Seeds the worker's choices (keys, lengths, APIs).
+    pub seed: u64,
+    /// The JSON-lines file to write.
+    pub out: PathBuf,
+}
+
+/// How long a work step lasts at most: the resolution at which a stopped
+/// process is noticed.
+const STEP: Duration = Duration::from_millis(5);
+
+/// A step that took this much longer than planned was a stall (the process
+/// was stopped, or starved).
+const STALL: Duration = Duration::from_millis(50);
+
+/// How long a worker waits for a keep-alive's loss signal once it saw the
+/// validity gone.
+const LOSS_SIGNAL_WAIT: Duration = Duration::from_secs(2);
+
+struct Shared {
+    config: Config,
+    redlock: Redlock,
+    resource: Resource,
+    out: Mutex<BufWriter<std::fs::File>>,
+    stop: AtomicBool,
+    deadline: Instant,
+}
+
+impl Shared {
+    async fn record(&self, record: Record) {
+        let line = serde_json::to_string(&record).expect("records serialize");
+        let mut out = self.out.lock().await;
+        // A full disk loses records; the checker then sees fewer holds.
+        let _ = writeln!(out, "{line}");
+    }
+
+    fn running(&self) -> bool {
+        !self.stop.load(Ordering::Relaxed) && Instant::now() < self.deadline
+    }
+}
+
+/// Runs the worker until stopped (stdin) or [`Config::run_ms`] passed.
+pub async fn run(config: Config) -> Result<(), String> {
+    let ttl = Duration::from_millis(config.ttl_ms);
+    let redlock = Redlock::builder(&config.urls)
+        .ttl(ttl)
+        .node_timeout(Duration::from_millis(config.node_timeout_ms))
+        .retry_count(20)
+        .retry_delay(Duration::from_millis(1))
+        .retry_jitter(Duration::from_millis(4))
+        .connect_timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .map_err(|err| format!("client: {err}"))?;
+    let resource = Resource::connect(&config.resource_url, &config.scenario)
+        .await
+        .map_err(|err| format!("resource {}: {err}", config.resource_url))?;
+    let file = std::fs::File::create(&config.out)
+        .map_err(|err| format!("{}: {err}", config.out.display()))?;
+    let shared = Arc::new(Shared {
+        deadline: Instant::now() + Duration::from_millis(config.run_ms),
+        config,
+        redlock,
+        resource,
+        out: Mutex::new(BufWriter::new(file)),
+        stop: AtomicBool::new(false),
+    });
+
+    // `stop` on stdin, or its end, stops the tasks after their current hold.
+    let stopper = Arc::clone(&shared);
+    tokio::spawn(async move {
+        let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            if line.trim() == "stop" {
+                break;
+            }
+        }
+        stopper.stop.store(true, Ordering::Relaxed);
+    });
+
+    let tasks: Vec<_> = (0..shared.config.tasks)
+        .map(|task| tokio::spawn(contend(Arc::clone(&shared), task)))
+        .collect();
+    for task in tasks {
+        task.await.map_err(|err| format!("task: {err}"))?;
+    }
+    shared
+        .out
+        .lock()
+        .await
+        .flush()
+        .map_err(|err| format!("flush: {err}"))
+}
+
+/// The record's outcome for an acquire error.
+pub fn outcome(error: &Error) -> Outcome {
+    match error.as_acquire() {
+        Some(AcquireError::Held { .. }) => Outcome::Held,
+        Some(AcquireError::NoQuorum { .. }) => Outcome::NoQuorum,
+        Some(AcquireError::ValidityExhausted { .. }) => Outcome::ValidityExhausted,
+        Some(AcquireError::DeadlineExceeded { .. }) => Outcome::DeadlineExceeded,
+        _ => Outcome::Other,
+    }
+}
+
+fn uniform(rng: &mut StdRng, (low, high): (u64, u64)) -> Duration {
+    Duration::from_millis(if high > low {
+        rng.random_range(low..=high)
+    } else {
+        low
+    })
+}
+
+/// One task: acquire, hold, release, until stopped.
+async fn contend(shared: Arc<Shared>, task: u32) {
+    let config = &shared.config;
+    let mut rng = StdRng::seed_from_u64(
+        config
+            .seed
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .wrapping_add(u64::from(config.worker) << 16 | u64::from(task)),
+    );
+    let ttl = Duration::from_millis(config.ttl_ms);
+    // Hold numbers unique in the process: task in the high bits.
+    let mut next_hold = u64::from(task) << 40;
+    while shared.running() {
+        let key = config.keys[rng.random_range(0..config.keys.len())].clone();
+        let api = if rng.random_bool(config.try_lock_share.clamp(0.0, 1.0)) {
+            Api::TryLock
+        } else {
+            Api::Lock
+        };
+        let mut options = LockOptions::new().ttl(ttl).fencing(config.fencing);
+        if api == Api::TryLock {
+            options = options.once();
+        }
+        let start_ns = mono_ns();
+        let result = shared.redlock.lock_with(key.as_str(), options).await;
+        let end_ns = mono_ns();
+        let (attempt_outcome, error) = match &result {
+            Ok(_) => (Outcome::Granted, None),
+            Err(error) => {
+                let o = outcome(error);
+                (o, (o != Outcome::Held).then(|| error.to_string()))
+            }
+        };
+        shared
+            .record(Record::Attempt(Attempt {
+                worker: config.worker,
+                key: key.clone(),
+                api,
+                start_ns,
+                end_ns,
+                outcome: attempt_outcome,
+                error,
+            }))
+            .await;
+        match result {
+            Ok(guard) => {
+                let hold = next_hold;
+                next_hold += 1;
+                hold_lock(&shared, &mut rng, guard, key, hold, end_ns).await;
+                tokio::time::sleep(uniform(&mut rng, config.idle_ms)).await;
+            }
+            Err(error) if error.is_held_by_other() => {
+                tokio::time::sleep(uniform(&mut rng, config.idle_ms)).await;
+            }
+            Err(_) => {
+                // Nodes down: do not spin.
+                tokio::time::sleep(Duration::from_millis(rng.random_range(5..=20))).await;
+            }
+        }
+    }
+}
+
+/// Watches a hold's steps: the longest gap between two of them, and whether
+/// a gap outlasted the validity.
+struct Steps {
+    last: u64,
+    longest: u64,
+    paused_past_validity: bool,
+}
+
+impl Steps {
+    fn new() -> Self {
+        Self {
+            last: mono_ns(),
+            longest: 0,
+            paused_past_validity: false,
+        }
+    }
+
+    /// A step ended that was planned to take `planned`; `promised` is the end
+    /// of the validity the client had before it.
+    fn tick(&mut self, planned: Duration, promised: u64) -> u64 {
+        let now = mono_ns();
+        let gap = now.saturating_sub(self.last);
+        self.longest = self.longest.max(gap);
+        if gap > nanos(planned + STALL) && now >= promised {
+            self.paused_past_validity = true;
+        }
+        self.last = now;
+        now
+    }
+}
+
+/// Sleeps `total` in steps of at most [`STEP`], calling `check` after each:
+/// it returns false when the lock is gone (then the work stops early).
+async fn work(total: Duration, steps: &mut Steps, mut check: impl FnMut(&mut Steps) -> bool) {
+    let end = Instant::now() + total;
+    // Bounded by time; the count bound is a second guard.
+    for _ in 0..100_000 {
+        let now = Instant::now();
+        if now >= end {
+            return;
+        }
+        tokio::time::sleep(STEP.min(end - now)).await;
+        if !check(steps) {
+            return;
+        }
+    }
+}
+
+async fn hold_lock(
+    shared: &Shared,
+    rng: &mut StdRng,
+    mut guard: redlock_tokio::LockGuard,
+    key: String,
+    hold: u64,
+    granted_ns: u64,
+) {
+    let config = &shared.config;
+    let ttl = Duration::from_millis(config.ttl_ms);
+    let fencing_token = guard.fencing_token();
+    let (token, token_kind) = match fencing_token {
+        Some(token) => (token, TokenKind::Fencing),
+        None => (granted_ns, TokenKind::GrantInstant),
+    };
+    let valid_until_ns = instant_ns(guard.valid_until());
+    if config.announce {
+        println!("held {key} {hold}");
+    }
+    let mut promised = valid_until_ns;
+    let mut steps = Steps::new();
+    let mut resource = shared.resource.clone();
+    let id = WriteId {
+        worker: config.worker,
+        hold,
+        key: &key,
+        token,
+        token_kind,
+    };
+    if let Some(w) = id.write(&mut resource, guard.is_valid()).await {
+        shared.record(Record::Write(w)).await;
+    }
+    let keep_alive = rng.random_bool(config.keep_alive_share.clamp(0.0, 1.0));
+    let planned = if keep_alive {
+        ttl.mul_f64(1.5)
+    } else {
+        uniform(rng, config.hold_ms)
+    };
+
+    let (believed_valid, extensions, loss, released_ns, end_ns);
+    if keep_alive {
+        let kept = guard.keep_alive(KeepAlive::default());
+        work(planned, &mut steps, |steps| {
+            let now = steps.tick(STEP, promised);
+            let validity = kept.validity();
+            if validity.is_zero() || kept.is_lost() {
+                return false;
+            }
+            promised = promised.max(now + nanos(validity));
+            true
+        })
+        .await;
+        let now = steps.tick(STEP, promised);
+        let validity = kept.validity();
+        believed_valid = !validity.is_zero() && !kept.is_lost();
+        if believed_valid {
+            promised = promised.max(now + nanos(validity));
+        }
+        if let Some(w) = id.write(&mut resource, believed_valid).await {
+            shared.record(Record::Write(w)).await;
+        }
+        loss = if believed_valid {
+            None
+        } else {
+            tokio::time::timeout(LOSS_SIGNAL_WAIT, kept.lost())
+                .await
+                .ok()
+                .map(|reason| reason.to_string())
+        };
+        extensions = kept.extensions();
+        released_ns = mono_ns();
+        end_ns = released_ns.min(promised);
+        let _report = kept.release().await;
+    } else {
+        let extend = rng.random_bool(config.extend_share.clamp(0.0, 1.0));
+        let half = planned / 2;
+        work(half, &mut steps, |steps| {
+            steps.tick(STEP, promised);
+            guard.is_valid()
+        })
+        .await;
+        if extend && guard.is_valid() {
+            // A failed extension leaves the validity as it was.
+            let _ = guard.extend(ttl).await;
+            promised = promised.max(instant_ns(guard.valid_until()));
+        }
+        work(planned - half, &mut steps, |steps| {
+            steps.tick(STEP, promised);
+            guard.is_valid()
+        })
+        .await;
+        steps.tick(STEP, promised);
+        believed_valid = guard.is_valid();
+        promised = promised.max(instant_ns(guard.valid_until()));
+        if let Some(w) = id.write(&mut resource, believed_valid).await {
+            shared.record(Record::Write(w)).await;
+        }
+        loss = None;
+        extensions = guard.extensions();
+        released_ns = mono_ns();
+        end_ns = released_ns.min(promised);
+        let _report = guard.release().await;
+    }
+    let noticed_loss = (steps.paused_past_validity || !believed_valid).then_some(!believed_valid);
+    shared
+        .record(Record::Hold(Hold {
+            worker: config.worker,
+            hold,
+            key,
+            granted_ns,
+            valid_until_ns,
+            end_ns,
+            released_ns,
+            fencing_token,
+            keep_alive,
+            extensions,
+            longest_stall_ms: steps.longest as f64 / 1e6,
+            paused_past_validity: steps.paused_past_validity,
+            noticed_loss,
+            loss,
+        }))
+        .await;
+}
+
+/// Who writes to the protected resource, and with which token.
+struct WriteId<'a> {
+    worker: u32,
+    hold: u64,
+    key: &'a str,
+    token: u64,
+    token_kind: TokenKind,
+}
+
+impl WriteId<'_> {
+    /// One write; `None` if the resource did not answer (it is never
+    /// faulted, so the checker just sees one write fewer).
+    async fn write(&self, resource: &mut Resource, believed_valid: bool) -> Option<Write> {
+        let sent_ns = mono_ns();
+        let result =
+            tokio::time::timeout(Duration::from_secs(2), resource.write(self.key, self.token))
+                .await;
+        let done_ns = mono_ns();
+        let Ok(Ok((accepted, seq))) = result else {
+            return None;
+        };
+        Some(Write {
+            worker: self.worker,
+            hold: self.hold,
+            key: self.key.to_owned(),
+            token: self.token,
+            token_kind: self.token_kind,
+            sent_ns,
+            done_ns,
+            believed_valid,
+            accepted,
+            seq,
+        })
+    }
+}
