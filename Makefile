@@ -50,9 +50,9 @@ bench-quick: deps ## The same in a few seconds per scenario, as CI runs it; resu
 	$(MAKE) --no-print-directory kill-harness-redis; \
 	exit $$status
 
-test: deps core-purity fmt-check clippy doc ## Everything CI checks: deps, fmt, clippy, docs, tests, doctests, chaos (CI schedule)
+test: deps core-purity fmt-check clippy doc ## Everything CI checks: deps, fmt, clippy, docs, tests, doctests, chaos (CI schedule), bench-quick
 	@status=0; \
-	$(MAKE) --no-print-directory nextest doctest chaos-ci || status=$$?; \
+	$(MAKE) --no-print-directory nextest doctest chaos-ci bench-quick || status=$$?; \
 	$(MAKE) --no-print-directory kill-harness-redis; \
 	exit $$status
 

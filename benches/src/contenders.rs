@@ -1,0 +1,369 @@
+//! The three contenders, behind one interface: this library, `rslock`, and
+//! the floor (raw `SET NX PX` on every node at once).
+
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use rand::{Rng, RngExt};
+use redis::Value;
+use redis::aio::MultiplexedConnection;
+use redlock_tokio::core::scripts;
+use redlock_tokio::{LockGuard, Redlock, RetryConfig};
+
+/// Which contender; also the row order of every table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum Kind {
+    Ours,
+    Rslock,
+    Floor,
+    /// A second floor for reference: one `EVALSHA` of this library's own
+    /// acquire and release scripts per node. The gap between the two floors
+    /// is what the scripts cost the servers; the gap between this one and
+    /// this library is the client's own overhead.
+    ScriptFloor,
+}
+
+impl Kind {
+    /// The three contenders of the comparison.
+    pub(crate) const MAIN: [Kind; 3] = [Kind::Ours, Kind::Rslock, Kind::Floor];
+    /// The three and the script floor.
+    pub(crate) const ALL: [Kind; 4] = [Kind::Ours, Kind::Rslock, Kind::Floor, Kind::ScriptFloor];
+
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Kind::Ours => "redlock-tokio (this library)",
+            Kind::Rslock => "rslock 0.10",
+            Kind::Floor => "floor: raw SET NX PX",
+            Kind::ScriptFloor => "reference: raw EVALSHA of our scripts",
+        }
+    }
+
+    pub(crate) fn short(self) -> &'static str {
+        match self {
+            Kind::Ours => "ours",
+            Kind::Rslock => "rslock",
+            Kind::Floor => "floor",
+            Kind::ScriptFloor => "script-floor",
+        }
+    }
+}
+
+/// What every contender is configured with.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Common {
+    pub(crate) ttl: Duration,
+    /// Retries of a blocking acquire (scenario c) wait `uniform(0, jitter)`.
+    pub(crate) retry_jitter: Duration,
+}
+
+/// The three clients, connected to the same servers.
+pub(crate) struct Contenders {
+    pub(crate) ours: Redlock,
+    /// Single attempt, no retry: the counterpart of `try_lock`.
+    pub(crate) rslock_once: rslock::LockManager,
+    /// Retries `uniform(0, jitter)` apart, as many times as the caller's
+    /// deadline allows.
+    pub(crate) rslock_retry: rslock::LockManager,
+    pub(crate) floor: Floor,
+    pub(crate) script_floor: Floor,
+    pub(crate) common: Common,
+}
+
+/// A lock held by one of the contenders.
+pub(crate) enum Held {
+    Ours(LockGuard),
+    Rslock(rslock::Lock),
+    Floor(FloorLock),
+}
+
+/// The timings of one acquire that succeeded.
+pub(crate) struct Acquired {
+    pub(crate) held: Held,
+    /// For the floor, when the quorum-th `OK` arrived (the acquire's own
+    /// latency waits for every node, as one round of N commands does).
+    pub(crate) quorum_at: Option<Instant>,
+}
+
+impl Contenders {
+    pub(crate) async fn connect(urls: &[String], common: Common) -> Result<Self, String> {
+        let ours = Redlock::builder(urls)
+            .ttl(common.ttl)
+            .retry(RetryConfig {
+                // Bounded by the caller's deadline instead.
+                count: u32::MAX,
+                delay: Duration::ZERO,
+                jitter: common.retry_jitter,
+            })
+            .build()
+            .await
+            .map_err(|err| format!("redlock-tokio: {err}"))?;
+        if ours.connected_nodes() != urls.len() {
+            return Err(format!(
+                "redlock-tokio: only {} of {} nodes connected",
+                ours.connected_nodes(),
+                urls.len()
+            ));
+        }
+        let rslock = rslock::LockManager::new(urls.to_vec());
+        let mut rslock_once = rslock.clone();
+        rslock_once.set_retry(1, Duration::from_millis(1));
+        let mut rslock_retry = rslock;
+        rslock_retry.set_retry(u32::MAX, common.retry_jitter.max(Duration::from_millis(1)));
+        let floor = Floor::connect(urls, false).await?;
+        let script_floor = Floor::connect(urls, true).await?;
+        Ok(Self {
+            ours,
+            rslock_once,
+            rslock_retry,
+            floor,
+            script_floor,
+            common,
+        })
+    }
+
+    /// One attempt (no retry) to lock `key`.
+    pub(crate) async fn try_acquire(&self, kind: Kind, key: &str) -> Result<Acquired, String> {
+        match kind {
+            Kind::Ours => self
+                .ours
+                .try_lock(key)
+                .await
+                .map(|guard| Acquired {
+                    held: Held::Ours(guard),
+                    quorum_at: None,
+                })
+                .map_err(|err| err.to_string()),
+            Kind::Rslock => self
+                .rslock_once
+                .lock(key, self.common.ttl)
+                .await
+                .map(|lock| Acquired {
+                    held: Held::Rslock(lock),
+                    quorum_at: None,
+                })
+                .map_err(|err| err.to_string()),
+            Kind::Floor => self.floor.try_acquire(key, self.common.ttl).await,
+            Kind::ScriptFloor => self.script_floor.try_acquire(key, self.common.ttl).await,
+        }
+    }
+
+    /// A blocking acquire: retries `uniform(0, jitter)` apart until
+    /// `deadline`. `Ok(None)` when the deadline passed first.
+    pub(crate) async fn acquire_until(
+        &self,
+        kind: Kind,
+        key: &str,
+        deadline: Instant,
+    ) -> Result<Option<Held>, String> {
+        let deadline = tokio::time::Instant::from_std(deadline);
+        match kind {
+            Kind::Ours => match tokio::time::timeout_at(deadline, self.ours.lock(key)).await {
+                Err(_) => Ok(None),
+                Ok(result) => result
+                    .map(|guard| Some(Held::Ours(guard)))
+                    .map_err(|err| err.to_string()),
+            },
+            Kind::Rslock => {
+                let lock = self.rslock_retry.lock(key, self.common.ttl);
+                match tokio::time::timeout_at(deadline, lock).await {
+                    Err(_) => Ok(None),
+                    Ok(result) => result
+                        .map(|lock| Some(Held::Rslock(lock)))
+                        .map_err(|err| err.to_string()),
+                }
+            }
+            Kind::Floor | Kind::ScriptFloor => {
+                let floor = if kind == Kind::Floor {
+                    &self.floor
+                } else {
+                    &self.script_floor
+                };
+                // Bounded by the deadline: every turn either returns or sleeps.
+                loop {
+                    if tokio::time::Instant::now() >= deadline {
+                        return Ok(None);
+                    }
+                    let attempt = floor.try_acquire(key, self.common.ttl);
+                    match tokio::time::timeout_at(deadline, attempt).await {
+                        Err(_) => return Ok(None),
+                        Ok(Ok(acquired)) => return Ok(Some(acquired.held)),
+                        Ok(Err(_)) => {}
+                    }
+                    let jitter_us =
+                        u64::try_from(self.common.retry_jitter.as_micros()).unwrap_or(u64::MAX);
+                    let wait = Duration::from_micros(rand::rng().random_range(0..jitter_us.max(1)));
+                    tokio::time::sleep(wait).await;
+                }
+            }
+        }
+    }
+
+    /// Releases a lock and waits for the nodes, as each library's release does.
+    pub(crate) async fn release(&self, held: Held) {
+        match held {
+            Held::Ours(guard) => {
+                let _report = guard.release().await;
+            }
+            Held::Rslock(lock) => lock.release().await,
+            Held::Floor(lock) if lock.scripted => self.script_floor.release(lock).await,
+            Held::Floor(lock) => self.floor.release(lock).await,
+        }
+    }
+}
+
+/// The floor: what one round of N commands costs here. Raw `SET key value NX
+/// PX ttl` on every node at once over plain multiplexed connections, and raw
+/// `DEL` where the `SET` succeeded. No timeouts of its own, no state machine;
+/// waits for every node.
+///
+/// `scripted`: the same with one `EVALSHA` of this library's acquire and
+/// release scripts instead of `SET NX PX` and `DEL`.
+pub(crate) struct Floor {
+    connections: Vec<MultiplexedConnection>,
+    quorum: usize,
+    scripted: Option<Shas>,
+}
+
+struct Shas {
+    acquire: String,
+    release: String,
+}
+
+/// Where the floor's `SET NX` succeeded.
+pub(crate) struct FloorLock {
+    key: String,
+    value: String,
+    granted: Vec<usize>,
+    scripted: bool,
+}
+
+impl Floor {
+    async fn connect(urls: &[String], scripted: bool) -> Result<Self, String> {
+        let mut connections = Vec::with_capacity(urls.len());
+        let scripts = [scripts::ACQUIRE, scripts::RELEASE];
+        for url in urls {
+            let client = redis::Client::open(url.as_str()).map_err(|err| err.to_string())?;
+            let mut connection = client
+                .get_multiplexed_async_connection()
+                .await
+                .map_err(|err| format!("floor: {url}: {err}"))?;
+            if scripted {
+                for script in scripts {
+                    redis::cmd("SCRIPT")
+                        .arg("LOAD")
+                        .arg(script)
+                        .query_async::<String>(&mut connection)
+                        .await
+                        .map_err(|err| format!("floor: {url}: SCRIPT LOAD: {err}"))?;
+                }
+            }
+            connections.push(connection);
+        }
+        let sha = |source| redis::Script::new(source).get_hash().to_owned();
+        Ok(Self {
+            quorum: connections.len() / 2 + 1,
+            connections,
+            scripted: scripted.then(|| Shas {
+                acquire: sha(scripts::ACQUIRE),
+                release: sha(scripts::RELEASE),
+            }),
+        })
+    }
+
+    async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Acquired, String> {
+        let value = random_value();
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        let mut replies: FuturesUnordered<_> = self
+            .connections
+            .iter()
+            .enumerate()
+            .map(|(node, connection)| {
+                let mut connection = connection.clone();
+                let command = match &self.scripted {
+                    None => {
+                        let mut command = redis::cmd("SET");
+                        command.arg(key).arg(&value).arg("NX").arg("PX").arg(ttl_ms);
+                        command
+                    }
+                    Some(shas) => {
+                        let mut command = redis::cmd("EVALSHA");
+                        command
+                            .arg(&shas.acquire)
+                            .arg(1)
+                            .arg(key)
+                            .arg(&value)
+                            .arg(ttl_ms);
+                        command
+                    }
+                };
+                async move { (node, command.query_async::<Value>(&mut connection).await) }
+            })
+            .collect();
+        let mut granted = Vec::with_capacity(self.connections.len());
+        let mut quorum_at = None;
+        while let Some((node, reply)) = replies.next().await {
+            if matches!(reply, Ok(Value::Okay | Value::Int(1))) {
+                granted.push(node);
+                if granted.len() == self.quorum {
+                    quorum_at = Some(Instant::now());
+                }
+            }
+        }
+        let lock = FloorLock {
+            key: key.to_owned(),
+            value,
+            granted,
+            scripted: self.scripted.is_some(),
+        };
+        if lock.granted.len() >= self.quorum {
+            Ok(Acquired {
+                held: Held::Floor(lock),
+                quorum_at,
+            })
+        } else {
+            // Undo where it did get the key (it is ours there: SET NX said so).
+            self.release(lock).await;
+            Err("no quorum".to_owned())
+        }
+    }
+
+    async fn release(&self, lock: FloorLock) {
+        let deletes = lock.granted.iter().map(|&node| {
+            let mut connection = self.connections[node].clone();
+            let command = match &self.scripted {
+                None => {
+                    let mut command = redis::cmd("DEL");
+                    command.arg(&lock.key);
+                    command
+                }
+                Some(shas) => {
+                    let mut command = redis::cmd("EVALSHA");
+                    command
+                        .arg(&shas.release)
+                        .arg(1)
+                        .arg(&lock.key)
+                        .arg(&lock.value)
+                        // A release (not a withdraw): publishes its notice,
+                        // as this library's release does.
+                        .arg(1);
+                    command
+                }
+            };
+            async move { command.query_async::<Value>(&mut connection).await }
+        });
+        futures::future::join_all(deletes).await;
+    }
+}
+
+/// 20 random bytes, hex: the same size as this library's lock values.
+fn random_value() -> String {
+    let mut bytes = [0u8; 20];
+    rand::rng().fill_bytes(&mut bytes);
+    let mut value = String::with_capacity(40);
+    for byte in bytes {
+        let _ = write!(value, "{byte:02x}");
+    }
+    value
+}

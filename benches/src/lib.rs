@@ -1,1 +1,0 @@
-//! Benchmarks live here (a later issue fills this crate).

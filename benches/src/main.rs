@@ -1,0 +1,448 @@
+//! `redlock-bench`: latency and throughput of `redlock-tokio` against real
+//! local Redis masters, side by side with `rslock` (the most used Rust
+//! Redlock crate) and with the floor (raw `SET NX PX` on every node at once
+//! over plain `redis` multiplexed connections), in one run, interleaved. A
+//! fourth row for reference sends this library's own scripts the way the
+//! floor sends `SET`: it splits what the scripts cost the servers from what
+//! the client itself costs.
+//!
+//! It starts its own `redis-server`s (with the `redlock-tests` harness: free
+//! ports on 127.0.0.1, no persistence, killed at exit) and runs:
+//!
+//! - (a) one client, acquire then release on fresh keys;
+//! - (b) 64 tasks on distinct keys: cycles per second;
+//! - (c) 16 tasks contending for one key: holds per second, idle gap;
+//! - (e) commands per node per acquire and per release (`INFO commandstats`);
+//! - (d) one, then the most the quorum tolerates, of the nodes paused with
+//!   `SIGSTOP`.
+//!
+//! It writes a markdown report and an SVG chart to the output folder, prints
+//! the tables, and ends with one line a script can read:
+//!
+//! ```text
+//! bench summary: acquire_p50_vs_rslock=R acquire_p99_vs_rslock=R release_p50_vs_rslock=R throughput_vs_rslock=R acquire_p50_vs_floor=R paused_p50_vs_healthy=R commands_per_acquire=C commands_per_release=C
+//! ```
+//!
+//! ```text
+//! redlock-bench [--quick] [--nodes 1|3|5|7] [--only abcde]
+//!               [--contenders ours,rslock,floor,script-floor]
+//!               [--out DIR] [--ttl-ms MS] [--retry-jitter-ms MS]
+//! ```
+//!
+//! `--only` and `--contenders` narrow a run down, for profiling one
+//! contender in one scenario (`perf record -p` on the running program).
+//!
+//! `make bench` and `make bench-quick` run it in release mode.
+
+mod chart;
+mod contenders;
+mod cpu;
+mod monitor;
+mod report;
+mod scenarios;
+mod stats;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redlock_tests::RedisCluster;
+
+use crate::contenders::{Common, Contenders, Kind};
+use crate::report::{Results, RunInfo, Summary};
+use crate::scenarios::PausedPlan;
+
+/// How much of everything a run does.
+#[derive(Clone, Copy, Debug)]
+struct Plan {
+    warm_up_cycles: usize,
+    single_cycles: usize,
+    single_budget: Duration,
+    tasks: usize,
+    throughput_rounds: usize,
+    throughput_phase: Duration,
+    contention_tasks: usize,
+    contention_holds: u64,
+    contention_rounds: usize,
+    contention_budget: Duration,
+    paused: PausedPlan,
+    command_operations: u64,
+}
+
+impl Plan {
+    fn full() -> Self {
+        Self {
+            warm_up_cycles: 300,
+            single_cycles: 5_000,
+            single_budget: Duration::from_secs(120),
+            tasks: 64,
+            throughput_rounds: 5,
+            throughput_phase: Duration::from_secs(2),
+            contention_tasks: 16,
+            contention_holds: 150,
+            contention_rounds: 3,
+            contention_budget: Duration::from_secs(20),
+            paused: PausedPlan {
+                ours_per_turn: 20,
+                others_per_turn: 1,
+                ours_cycles: 300,
+                budget: Duration::from_secs(40),
+            },
+            command_operations: 200,
+        }
+    }
+
+    fn quick() -> Self {
+        Self {
+            warm_up_cycles: 50,
+            single_cycles: 500,
+            single_budget: Duration::from_secs(10),
+            tasks: 64,
+            throughput_rounds: 2,
+            throughput_phase: Duration::from_millis(500),
+            contention_tasks: 16,
+            contention_holds: 30,
+            contention_rounds: 1,
+            contention_budget: Duration::from_secs(4),
+            paused: PausedPlan {
+                ours_per_turn: 20,
+                others_per_turn: 1,
+                ours_cycles: 40,
+                budget: Duration::from_secs(4),
+            },
+            command_operations: 50,
+        }
+    }
+}
+
+struct Args {
+    quick: bool,
+    /// Which scenarios to run, as letters: "abcde" by default.
+    only: String,
+    /// Which contenders to run (all by default): for profiling one alone.
+    kinds: Vec<Kind>,
+    nodes: usize,
+    out: Option<PathBuf>,
+    ttl: Duration,
+    retry_jitter: Duration,
+}
+
+const USAGE: &str = "usage: redlock-bench [--quick] [--nodes 1|3|5|7] [--only abcde] [--contenders ours,rslock,floor,script-floor] [--out DIR] [--ttl-ms MS] [--retry-jitter-ms MS]";
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        quick: false,
+        only: "abcde".to_owned(),
+        kinds: Kind::ALL.to_vec(),
+        nodes: 5,
+        out: None,
+        ttl: Duration::from_secs(10),
+        retry_jitter: Duration::from_millis(50),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
+        match arg.as_str() {
+            "--quick" => args.quick = true,
+            "--nodes" => {
+                args.nodes = value("--nodes")?
+                    .parse()
+                    .map_err(|err| format!("--nodes: {err}"))?;
+                if !(1..=15).contains(&args.nodes) {
+                    return Err("--nodes: between 1 and 15".to_owned());
+                }
+            }
+            "--only" => {
+                args.only = value("--only")?;
+                if args.only.is_empty() || !args.only.chars().all(|c| "abcde".contains(c)) {
+                    return Err("--only: letters among a, b, c, d, e".to_owned());
+                }
+            }
+            "--contenders" => {
+                let names = value("--contenders")?;
+                args.kinds = Kind::ALL
+                    .into_iter()
+                    .filter(|kind| names.split(',').any(|name| name == kind.short()))
+                    .collect();
+                if args.kinds.is_empty() {
+                    return Err("--contenders: a comma-separated list among ours, rslock, floor, script-floor".to_owned());
+                }
+            }
+            "--out" => args.out = Some(PathBuf::from(value("--out")?)),
+            "--ttl-ms" => {
+                let ms: u64 = value("--ttl-ms")?
+                    .parse()
+                    .map_err(|err| format!("--ttl-ms: {err}"))?;
+                args.ttl = Duration::from_millis(ms);
+            }
+            "--retry-jitter-ms" => {
+                let ms: u64 = value("--retry-jitter-ms")?
+                    .parse()
+                    .map_err(|err| format!("--retry-jitter-ms: {err}"))?;
+                args.retry_jitter = Duration::from_millis(ms.max(1));
+            }
+            "-h" | "--help" => return Err(USAGE.to_owned()),
+            other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
+        }
+    }
+    Ok(args)
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(args) => args,
+        Err(message) => {
+            eprintln!("{message}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&args) {
+        Ok(summary) => {
+            println!("{summary}");
+            ExitCode::SUCCESS
+        }
+        Err(message) => {
+            eprintln!("redlock-bench: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn progress(message: &str) {
+    eprintln!("redlock-bench: {message}");
+}
+
+/// Runs everything; returns the summary line.
+fn run(args: &Args) -> Result<String, String> {
+    let plan = if args.quick {
+        Plan::quick()
+    } else {
+        Plan::full()
+    };
+    let started = Instant::now();
+    let load_at_start = load_average();
+    progress(&format!("starting {} redis-server masters", args.nodes));
+    let cluster = RedisCluster::start(args.nodes);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|err| format!("tokio runtime: {err}"))?;
+    let common = Common {
+        ttl: args.ttl,
+        retry_jitter: args.retry_jitter,
+    };
+    let contenders = Arc::new(runtime.block_on(Contenders::connect(&cluster.urls(), common))?);
+    let node_timeout = contenders.ours.settings().node_timeout();
+
+    progress("warming up");
+    runtime.block_on(scenarios::warm_up(
+        &contenders,
+        plan.warm_up_cycles,
+        Duration::from_secs(20),
+    ));
+    let runs = |letter: char| args.only.contains(letter);
+    let all: Vec<Kind> = args.kinds.clone();
+    let main: Vec<Kind> = all
+        .iter()
+        .copied()
+        .filter(|kind| Kind::MAIN.contains(kind))
+        .collect();
+    let mut single = Default::default();
+    if runs('a') {
+        progress(&format!(
+            "(a) one client, {} acquire+release cycles per contender",
+            plan.single_cycles
+        ));
+        single = runtime.block_on(scenarios::single_client(
+            &contenders,
+            &all,
+            plan.single_cycles,
+            plan.single_budget,
+        ));
+    }
+    let mut throughput = Default::default();
+    if runs('b') {
+        progress(&format!(
+            "(b) {} tasks on distinct keys, {} x {:?} per contender",
+            plan.tasks, plan.throughput_rounds, plan.throughput_phase
+        ));
+        let servers: Vec<u32> = cluster.nodes().iter().filter_map(|n| n.pid()).collect();
+        throughput = runtime.block_on(scenarios::throughput(
+            &contenders,
+            &all,
+            &servers,
+            plan.tasks,
+            plan.throughput_rounds,
+            plan.throughput_phase,
+        ));
+    }
+    let mut contention = Default::default();
+    if runs('c') {
+        progress(&format!(
+            "(c) {} tasks contending for one key, {} x {} holds per contender",
+            plan.contention_tasks, plan.contention_rounds, plan.contention_holds
+        ));
+        contention = runtime.block_on(scenarios::contention(
+            &contenders,
+            &main,
+            plan.contention_tasks,
+            plan.contention_holds,
+            plan.contention_rounds,
+            plan.contention_budget,
+        ));
+    }
+    let mut commands = Default::default();
+    if runs('e') {
+        progress("(e) commands per node per operation");
+        commands = scenarios::commands(
+            &runtime,
+            &cluster,
+            &contenders,
+            &all,
+            plan.command_operations,
+        )?;
+    }
+    // The healthy baseline, one node, then as many as the quorum can do without.
+    let tolerated = (args.nodes - 1) / 2;
+    let mut levels = vec![0];
+    for level in [1, tolerated] {
+        if level >= 1 && level <= tolerated && !levels.contains(&level) {
+            levels.push(level);
+        }
+    }
+    let mut paused = Vec::new();
+    if runs('d') && tolerated == 0 {
+        progress("(d) skipped: a single node cannot lose any");
+    } else if runs('d') {
+        progress(&format!(
+            "(d) nodes paused: {:?} of {} (0: healthy, same pace)",
+            levels, args.nodes
+        ));
+        paused = scenarios::paused(
+            &runtime,
+            &cluster,
+            &contenders,
+            &levels,
+            &main,
+            node_timeout,
+            plan.paused,
+        );
+    }
+    drop(contenders);
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    drop(cluster);
+
+    let results = Results {
+        single,
+        throughput,
+        contention,
+        paused,
+        commands,
+    };
+    let info = RunInfo {
+        date: command_output("date", &["-u", "+%Y-%m-%d"]).unwrap_or_else(|| "unknown".into()),
+        machine: machine(),
+        redis_version: redis_version(),
+        command: std::env::var("BENCH_COMMAND").unwrap_or_else(|_| {
+            let args: Vec<String> = std::env::args().skip(1).collect();
+            format!("redlock-bench {}", args.join(" "))
+        }),
+        mode: if args.quick { "quick" } else { "full" },
+        nodes: args.nodes,
+        ttl_ms: args.ttl.as_millis(),
+        node_timeout_ms: node_timeout.as_millis(),
+        retry_jitter_ms: args.retry_jitter.as_millis(),
+        single_cycles: plan.single_cycles,
+        tasks: plan.tasks,
+        contention_tasks: plan.contention_tasks,
+        contention_holds: plan.contention_holds,
+        elapsed_s: started.elapsed().as_secs_f64(),
+        load: (load_at_start, load_average()),
+    };
+    let out = args.out.clone().unwrap_or_else(|| {
+        if args.quick {
+            PathBuf::from("target/bench-quick")
+        } else {
+            PathBuf::from("benches/results")
+        }
+    });
+    std::fs::create_dir_all(&out).map_err(|err| format!("{}: {err}", out.display()))?;
+    let stem = format!("nodes-{}", args.nodes);
+    let chart_name = format!("{stem}.svg");
+    let chart = chart::svg(&results, args.nodes)?;
+    let chart_path = out.join(&chart_name);
+    std::fs::write(&chart_path, chart).map_err(|err| format!("{}: {err}", chart_path.display()))?;
+    let document = report::document(&results, &info, Some(&chart_name));
+    let report_path = out.join(format!("{stem}.md"));
+    std::fs::write(&report_path, &document)
+        .map_err(|err| format!("{}: {err}", report_path.display()))?;
+
+    println!("{}", report::tables(&results, &info));
+    let summary = Summary::of(&results);
+    for (target, figure, met) in summary.targets() {
+        let met = match met {
+            Some(true) => "met",
+            Some(false) => "MISSED",
+            None => "n/a",
+        };
+        println!("target {target}: {figure} ({met})");
+    }
+    println!(
+        "wrote {} and {} in {:.0} s",
+        report_path.display(),
+        chart_path.display(),
+        info.elapsed_s
+    );
+    Ok(summary.line())
+}
+
+fn command_output(program: &str, args: &[&str]) -> Option<String> {
+    let output = std::process::Command::new(program)
+        .args(args)
+        .output()
+        .ok()?;
+    output
+        .status
+        .success()
+        .then(|| String::from_utf8_lossy(&output.stdout).trim().to_owned())
+}
+
+/// The 1-minute load average, or "n/a".
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|text| text.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "n/a".to_owned())
+}
+
+fn redis_version() -> String {
+    let bin = std::env::var(redlock_tests::REDIS_SERVER_ENV)
+        .unwrap_or_else(|_| "redis-server".to_owned());
+    command_output(&bin, &["--version"])
+        .and_then(|text| {
+            text.split_whitespace()
+                .find_map(|word| word.strip_prefix("v="))
+                .map(|v| format!("redis-server {v}"))
+        })
+        .unwrap_or_else(|| "redis-server (unknown version)".to_owned())
+}
+
+fn machine() -> String {
+    let cores = std::thread::available_parallelism().map_or(0, usize::from);
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find_map(|line| line.strip_prefix("model name"))
+                .map(|rest| rest.trim_start_matches([' ', '\t', ':']).to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".to_owned());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|k| k.trim().to_owned())
+        .unwrap_or_default();
+    let debian = std::fs::read_to_string("/etc/debian_version")
+        .map(|v| format!(", Debian {}", v.trim()))
+        .unwrap_or_default();
+    format!("{cores} cores ({cpu}), Linux {kernel}{debian}")
+}

@@ -1,0 +1,631 @@
+//! The markdown report, the target checks and the one-line summary.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use crate::contenders::Kind;
+use crate::scenarios::{Commands, Contention, PausedLevel, Sequential, Throughput};
+use crate::stats::{Latencies, ms, ratio, ratio_value, us};
+
+/// Everything one run measured.
+pub(crate) struct Results {
+    pub(crate) single: BTreeMap<Kind, Sequential>,
+    pub(crate) throughput: BTreeMap<Kind, Throughput>,
+    pub(crate) contention: BTreeMap<Kind, Contention>,
+    pub(crate) paused: Vec<PausedLevel>,
+    pub(crate) commands: BTreeMap<Kind, Commands>,
+}
+
+/// How the run was made, for the report's header.
+pub(crate) struct RunInfo {
+    pub(crate) date: String,
+    pub(crate) machine: String,
+    pub(crate) redis_version: String,
+    pub(crate) command: String,
+    pub(crate) mode: &'static str,
+    pub(crate) nodes: usize,
+    pub(crate) ttl_ms: u128,
+    pub(crate) node_timeout_ms: u128,
+    pub(crate) retry_jitter_ms: u128,
+    pub(crate) single_cycles: usize,
+    pub(crate) tasks: usize,
+    pub(crate) contention_tasks: usize,
+    pub(crate) contention_holds: u64,
+    pub(crate) elapsed_s: f64,
+    /// `/proc/loadavg`'s 1-minute figure at the start and at the end: other
+    /// work on the machine shows up here.
+    pub(crate) load: (String, String),
+}
+
+/// The figures of the summary line: this library's divided by the named
+/// reference's, from the same run.
+pub(crate) struct Summary {
+    pub(crate) acquire_p50_vs_rslock: Option<f64>,
+    pub(crate) acquire_p99_vs_rslock: Option<f64>,
+    pub(crate) release_p50_vs_rslock: Option<f64>,
+    pub(crate) throughput_vs_rslock: Option<f64>,
+    pub(crate) acquire_p50_vs_floor: Option<f64>,
+    pub(crate) paused_p50_vs_healthy: Option<f64>,
+    pub(crate) paused_success: Option<f64>,
+    pub(crate) commands_per_acquire: Option<f64>,
+    pub(crate) commands_per_release: Option<f64>,
+}
+
+fn get<T>(map: &BTreeMap<Kind, T>, kind: Kind) -> Option<&T> {
+    map.get(&kind)
+}
+
+impl Summary {
+    pub(crate) fn of(results: &Results) -> Self {
+        let single =
+            |kind: Kind, f: fn(&Sequential) -> f64| get(&results.single, kind).map_or(f64::NAN, f);
+        let ours_p50 = single(Kind::Ours, |s| s.acquire.p50());
+        let paused_ours = |paused: bool| {
+            results
+                .paused
+                .iter()
+                .filter(move |level| (level.paused > 0) == paused)
+                .filter_map(|level| get(&level.results, Kind::Ours))
+        };
+        let healthy_paced = paused_ours(false).map(|s| s.acquire.p50()).next();
+        let worst_paused = paused_ours(true)
+            .map(|s| s.acquire.p50())
+            .fold(None, |worst: Option<f64>, p50| {
+                Some(worst.map_or(p50, |w| w.max(p50)))
+            });
+        let paused_success = paused_ours(true)
+            .map(Sequential::success_rate)
+            .fold(None, |worst: Option<f64>, rate| {
+                Some(worst.map_or(rate, |w| w.min(rate)))
+            });
+        let throughput =
+            |kind: Kind| get(&results.throughput, kind).map_or(f64::NAN, Throughput::per_second);
+        let ours_commands = get(&results.commands, Kind::Ours);
+        Self {
+            acquire_p50_vs_rslock: ratio_value(ours_p50, single(Kind::Rslock, |s| s.acquire.p50())),
+            acquire_p99_vs_rslock: ratio_value(
+                single(Kind::Ours, |s| s.acquire.p99()),
+                single(Kind::Rslock, |s| s.acquire.p99()),
+            ),
+            release_p50_vs_rslock: ratio_value(
+                single(Kind::Ours, |s| s.release.p50()),
+                single(Kind::Rslock, |s| s.release.p50()),
+            ),
+            throughput_vs_rslock: ratio_value(throughput(Kind::Ours), throughput(Kind::Rslock)),
+            acquire_p50_vs_floor: ratio_value(ours_p50, single(Kind::Floor, |s| s.acquire.p50())),
+            paused_p50_vs_healthy: worst_paused
+                .zip(healthy_paced)
+                .and_then(|(paused, healthy)| ratio_value(paused, healthy)),
+            paused_success,
+            commands_per_acquire: ours_commands.map(|c| c.per_acquire_max),
+            commands_per_release: ours_commands.map(|c| c.per_release_max),
+        }
+    }
+
+    /// `bench summary: ...`, the last line of every run.
+    pub(crate) fn line(&self) -> String {
+        let f = |value: Option<f64>| value.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.2}"));
+        format!(
+            "bench summary: acquire_p50_vs_rslock={} acquire_p99_vs_rslock={} \
+             release_p50_vs_rslock={} throughput_vs_rslock={} acquire_p50_vs_floor={} \
+             paused_p50_vs_healthy={} commands_per_acquire={} commands_per_release={}",
+            f(self.acquire_p50_vs_rslock),
+            f(self.acquire_p99_vs_rslock),
+            f(self.release_p50_vs_rslock),
+            f(self.throughput_vs_rslock),
+            f(self.acquire_p50_vs_floor),
+            f(self.paused_p50_vs_healthy),
+            f(self.commands_per_acquire),
+            f(self.commands_per_release),
+        )
+    }
+
+    /// Each target, the figure, and whether it is met.
+    pub(crate) fn targets(&self) -> Vec<(&'static str, String, Option<bool>)> {
+        let check = |value: Option<f64>, ok: fn(f64) -> bool| value.map(ok);
+        let show =
+            |value: Option<f64>| value.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.2}x"));
+        vec![
+            (
+                "acquire p50 <= 0.75x rslock",
+                show(self.acquire_p50_vs_rslock),
+                check(self.acquire_p50_vs_rslock, |v| v <= 0.75),
+            ),
+            (
+                "acquire p50 <= 1.1x floor",
+                show(self.acquire_p50_vs_floor),
+                check(self.acquire_p50_vs_floor, |v| v <= 1.1),
+            ),
+            (
+                "acquire p99 <= 0.5x rslock",
+                show(self.acquire_p99_vs_rslock),
+                check(self.acquire_p99_vs_rslock, |v| v <= 0.5),
+            ),
+            (
+                "release p50 <= 0.75x rslock",
+                show(self.release_p50_vs_rslock),
+                check(self.release_p50_vs_rslock, |v| v <= 0.75),
+            ),
+            (
+                "64-task throughput >= 1.5x rslock",
+                show(self.throughput_vs_rslock),
+                check(self.throughput_vs_rslock, |v| v >= 1.5),
+            ),
+            (
+                "paused nodes: acquire p50 <= 1.2x healthy (same pace)",
+                show(self.paused_p50_vs_healthy),
+                check(self.paused_p50_vs_healthy, |v| v <= 1.2),
+            ),
+            (
+                "paused nodes: 100% success",
+                self.paused_success
+                    .map_or_else(|| "n/a".to_owned(), |v| format!("{:.1}%", v * 100.0)),
+                check(self.paused_success, |v| v >= 1.0),
+            ),
+            (
+                "1 command per node per acquire",
+                self.commands_per_acquire
+                    .map_or_else(|| "n/a".to_owned(), |v| format!("{v:.2}")),
+                check(self.commands_per_acquire, |v| (v - 1.0).abs() < 1e-9),
+            ),
+            (
+                "1 command per node per release",
+                self.commands_per_release
+                    .map_or_else(|| "n/a".to_owned(), |v| format!("{v:.2}")),
+                check(self.commands_per_release, |v| (v - 1.0).abs() < 1e-9),
+            ),
+        ]
+    }
+}
+
+fn row(out: &mut String, cells: &[String]) {
+    let _ = writeln!(out, "| {} |", cells.join(" | "));
+}
+
+fn header(out: &mut String, cells: &[&str]) {
+    let _ = writeln!(out, "| {} |", cells.join(" | "));
+    let _ = writeln!(
+        out,
+        "|{}",
+        cells
+            .iter()
+            .enumerate()
+            .map(|(i, _)| if i == 0 { "---|" } else { "---:|" })
+            .collect::<String>()
+    );
+}
+
+/// The reasons of failed acquires, if any, as a list under a table.
+fn failures(out: &mut String, label: &str, stats: &Sequential) {
+    for (error, count) in &stats.errors {
+        let _ = writeln!(out, "- {label}: {count} x `{}`", error.replace('`', "'"));
+    }
+}
+
+fn quantiles(latencies: &Latencies) -> [f64; 4] {
+    [
+        latencies.p50(),
+        latencies.p90(),
+        latencies.p99(),
+        latencies.max(),
+    ]
+}
+
+/// The tables, as markdown.
+pub(crate) fn tables(results: &Results, info: &RunInfo) -> String {
+    let mut out = String::new();
+    single_table(&mut out, results, info);
+    throughput_table(&mut out, results, info);
+    contention_table(&mut out, results, info);
+    paused_table(&mut out, results);
+    commands_table(&mut out, results);
+    out
+}
+
+fn single_table(out: &mut String, results: &Results, info: &RunInfo) {
+    if results.single.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "### (a) One client: acquire then release on fresh keys\n\n\
+         {} cycles per contender, taking turns cycle by cycle. Latencies in µs.\n",
+        info.single_cycles
+    );
+    header(
+        out,
+        &[
+            "contender",
+            "acquire p50",
+            "p90",
+            "p99",
+            "max",
+            "release p50",
+            "p90",
+            "p99",
+            "max",
+            "failed",
+        ],
+    );
+    let empty = Sequential::default();
+    let stats = |kind| get(&results.single, kind).unwrap_or(&empty);
+    for kind in Kind::ALL {
+        let Some(s) = get(&results.single, kind) else {
+            continue;
+        };
+        let mut cells = vec![kind.label().to_owned()];
+        cells.extend(quantiles(&s.acquire).map(us));
+        cells.extend(quantiles(&s.release).map(us));
+        cells.push(format!("{}", s.failures + s.timeouts));
+        row(out, &cells);
+    }
+    let floor = stats(Kind::Floor);
+    if floor.quorum.len() > 0 {
+        let mut cells = vec!["floor, when the quorum-th OK arrived (for reference)".to_owned()];
+        cells.extend(quantiles(&floor.quorum).map(us));
+        cells.extend([
+            "".to_owned(),
+            "".to_owned(),
+            "".to_owned(),
+            "".to_owned(),
+            "".to_owned(),
+        ]);
+        row(out, &cells);
+    }
+    let ours = stats(Kind::Ours);
+    for reference in [Kind::Rslock, Kind::Floor] {
+        let theirs = stats(reference);
+        let mut cells = vec![format!("**ours / {}**", reference.short())];
+        let (a, b) = (quantiles(&ours.acquire), quantiles(&theirs.acquire));
+        cells.extend((0..4).map(|i| ratio(a[i], b[i])));
+        let (a, b) = (quantiles(&ours.release), quantiles(&theirs.release));
+        cells.extend((0..4).map(|i| ratio(a[i], b[i])));
+        cells.push(String::new());
+        row(out, &cells);
+    }
+    out.push('\n');
+    for (kind, stats) in &results.single {
+        failures(out, kind.label(), stats);
+    }
+}
+
+fn throughput_table(out: &mut String, results: &Results, info: &RunInfo) {
+    if results.throughput.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "### (b) {} tasks, each on its own keys\n\n\
+         Acquire+release cycles; phases of each contender interleaved. Latencies in µs. \
+         CPU: microseconds of CPU time per cycle, of this process (the client, one \
+         per contender) and of all redis-servers together; on this machine the \
+         servers and the client share the cores, so both limit throughput.\n",
+        info.tasks
+    );
+    header(
+        out,
+        &[
+            "contender",
+            "cycles",
+            "cycles/s",
+            "acquire p50",
+            "acquire p99",
+            "client CPU/cycle",
+            "servers CPU/cycle",
+            "failed",
+        ],
+    );
+    let empty = Throughput::default();
+    let stats = |kind| get(&results.throughput, kind).unwrap_or(&empty);
+    for kind in Kind::ALL {
+        let Some(s) = get(&results.throughput, kind) else {
+            continue;
+        };
+        row(
+            out,
+            &[
+                kind.label().to_owned(),
+                s.cycles.to_string(),
+                format!("{:.0}", s.per_second()),
+                us(s.acquire.p50()),
+                us(s.acquire.p99()),
+                format!("{:.1}", s.client_us_per_cycle()),
+                format!("{:.1}", s.server_us_per_cycle()),
+                s.failures.to_string(),
+            ],
+        );
+    }
+    let ours = stats(Kind::Ours);
+    for reference in [Kind::Rslock, Kind::Floor] {
+        let theirs = stats(reference);
+        row(
+            out,
+            &[
+                format!("**ours / {}**", reference.short()),
+                String::new(),
+                ratio(ours.per_second(), theirs.per_second()),
+                ratio(ours.acquire.p50(), theirs.acquire.p50()),
+                ratio(ours.acquire.p99(), theirs.acquire.p99()),
+                ratio(ours.client_us_per_cycle(), theirs.client_us_per_cycle()),
+                ratio(ours.server_us_per_cycle(), theirs.server_us_per_cycle()),
+                String::new(),
+            ],
+        );
+    }
+    out.push('\n');
+}
+
+fn contention_table(out: &mut String, results: &Results, info: &RunInfo) {
+    if results.contention.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "### (c) {} tasks contending for one key\n\n\
+         Until {} holds per phase, phases interleaved. Each task takes the lock \
+         (retrying `uniform(0, {} ms)` apart, the same for every contender), works {} ms \
+         under it, releases it, then works {} ms without it before wanting it again, so \
+         the lock passes between tasks. Idle gap: from the start of a holder's release to \
+         the return of the next holder's acquire, in µs: how long a released lock stays \
+         unused while tasks wait for it. Overlaps: two holders at once (must be 0).\n",
+        info.contention_tasks,
+        info.contention_holds,
+        info.retry_jitter_ms,
+        crate::scenarios::HOLD.as_millis(),
+        crate::scenarios::REST.as_millis(),
+    );
+    header(
+        out,
+        &[
+            "contender",
+            "holds",
+            "holds/s",
+            "idle gap p50",
+            "p90",
+            "p99",
+            "overlaps",
+            "errors",
+        ],
+    );
+    let empty = Contention::default();
+    let stats = |kind| get(&results.contention, kind).unwrap_or(&empty);
+    for kind in Kind::ALL {
+        let Some(s) = get(&results.contention, kind) else {
+            continue;
+        };
+        row(
+            out,
+            &[
+                kind.label().to_owned(),
+                s.holds.to_string(),
+                format!("{:.1}", s.holds_per_second()),
+                us(s.idle_gap.p50()),
+                us(s.idle_gap.p90()),
+                us(s.idle_gap.p99()),
+                s.overlaps.to_string(),
+                s.errors.to_string(),
+            ],
+        );
+    }
+    let ours = stats(Kind::Ours);
+    for reference in [Kind::Rslock, Kind::Floor] {
+        let theirs = stats(reference);
+        row(
+            out,
+            &[
+                format!("**ours / {}**", reference.short()),
+                String::new(),
+                ratio(ours.holds_per_second(), theirs.holds_per_second()),
+                ratio(ours.idle_gap.p50(), theirs.idle_gap.p50()),
+                ratio(ours.idle_gap.p90(), theirs.idle_gap.p90()),
+                ratio(ours.idle_gap.p99(), theirs.idle_gap.p99()),
+                String::new(),
+                String::new(),
+            ],
+        );
+    }
+    out.push('\n');
+}
+
+fn paused_table(out: &mut String, results: &Results) {
+    if results.paused.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "### (d) Nodes paused with SIGSTOP\n\n\
+         One client, acquire then release on fresh keys, the contenders taking turns. \
+         Latencies in ms. With a node paused, this library's release waits one per-node \
+         timeout for it, and the machine idles meanwhile; an idle VM answers the next \
+         round trip more slowly than a busy one, whatever the client. So the healthy \
+         baseline (paused: none) is measured in the same run with the same idle time after \
+         each cycle, and \"vs healthy\" divides by it; \"vs (a)\" divides by the \
+         back-to-back figure of (a). The floor waits for every node, so it only runs \
+         healthy.\n"
+    );
+    header(
+        out,
+        &[
+            "paused",
+            "contender",
+            "cycles",
+            "success",
+            "acquire p50",
+            "acquire p99",
+            "release p50",
+            "release p99",
+            "acquire p50 vs healthy",
+            "vs (a)",
+        ],
+    );
+    let healthy = results.paused.iter().find(|level| level.paused == 0);
+    for level in &results.paused {
+        let label = if level.paused == 0 {
+            format!("none of {} (same pace)", level.nodes)
+        } else {
+            format!("{} of {}", level.paused, level.nodes)
+        };
+        for kind in Kind::ALL {
+            let Some(s) = get(&level.results, kind) else {
+                continue;
+            };
+            let paced = healthy
+                .and_then(|h| get(&h.results, kind))
+                .map_or(f64::NAN, |h| h.acquire.p50());
+            let back_to_back = get(&results.single, kind).map_or(f64::NAN, |h| h.acquire.p50());
+            row(
+                out,
+                &[
+                    label.clone(),
+                    kind.label().to_owned(),
+                    s.attempts.to_string(),
+                    format!("{:.1}%", s.success_rate() * 100.0),
+                    ms(s.acquire.p50()),
+                    ms(s.acquire.p99()),
+                    ms(s.release.p50()),
+                    ms(s.release.p99()),
+                    if level.paused == 0 {
+                        String::new()
+                    } else {
+                        ratio(s.acquire.p50(), paced)
+                    },
+                    ratio(s.acquire.p50(), back_to_back),
+                ],
+            );
+        }
+        if level.paused == 0 {
+            continue;
+        }
+        let empty = Sequential::default();
+        let ours = get(&level.results, Kind::Ours).unwrap_or(&empty);
+        let theirs = get(&level.results, Kind::Rslock).unwrap_or(&empty);
+        row(
+            out,
+            &[
+                label.clone(),
+                "**ours / rslock**".to_owned(),
+                String::new(),
+                String::new(),
+                ratio(ours.acquire.p50(), theirs.acquire.p50()),
+                ratio(ours.acquire.p99(), theirs.acquire.p99()),
+                ratio(ours.release.p50(), theirs.release.p50()),
+                ratio(ours.release.p99(), theirs.release.p99()),
+                String::new(),
+                String::new(),
+            ],
+        );
+    }
+    out.push('\n');
+    for level in &results.paused {
+        for (kind, stats) in &level.results {
+            let label = format!("{} paused, {}", level.paused, kind.label());
+            failures(out, &label, stats);
+        }
+    }
+}
+
+fn commands_table(out: &mut String, results: &Results) {
+    if results.commands.is_empty() {
+        return;
+    }
+    let operations = results
+        .commands
+        .values()
+        .map(|c| c.operations)
+        .max()
+        .unwrap_or(0);
+    let _ = writeln!(
+        out,
+        "### (e) Commands per node per operation\n\n\
+         {operations} acquires on fresh keys, then their {operations} releases, each batch \
+         counted on every node from 100 ms before to 100 ms after it (so requests that \
+         complete in the background count). \"Sent\": commands the client sent, per node \
+         per operation, mean over nodes (max over nodes), from `MONITOR`. \"Calls\": \
+         `INFO commandstats` calls per node per operation, which also counts the \
+         commands a script runs (`GET`, `SET`, `DEL` inside an `EVALSHA`).\n"
+    );
+    header(
+        out,
+        &[
+            "contender",
+            "acquire: sent",
+            "calls",
+            "release: sent",
+            "calls",
+            "sent during acquires (all nodes)",
+            "sent during releases (all nodes)",
+        ],
+    );
+    let names = |breakdown: &BTreeMap<String, u64>| {
+        breakdown
+            .iter()
+            .map(|(name, calls)| format!("{} {calls}", name.to_uppercase()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    for kind in Kind::ALL {
+        let Some(c) = get(&results.commands, kind) else {
+            continue;
+        };
+        row(
+            out,
+            &[
+                kind.label().to_owned(),
+                format!("{:.2} ({:.2})", c.per_acquire, c.per_acquire_max),
+                format!("{:.2}", c.calls_per_acquire),
+                format!("{:.2} ({:.2})", c.per_release, c.per_release_max),
+                format!("{:.2}", c.calls_per_release),
+                names(&c.acquire_breakdown),
+                names(&c.release_breakdown),
+            ],
+        );
+    }
+    out.push('\n');
+}
+
+/// The whole report file: header, tables, targets, summary.
+pub(crate) fn document(results: &Results, info: &RunInfo, chart: Option<&str>) -> String {
+    let summary = Summary::of(results);
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# Benchmark: redlock-tokio vs rslock vs raw SET NX PX\n\n\
+         - Date: {}\n\
+         - Machine: {}\n\
+         - Redis: {}, {} independent masters on 127.0.0.1, started by the benchmark\n\
+         - Mode: {}; run took {:.0} s; load average {} at the start, {} at the end\n\
+         - Command: `{}`\n\
+         - Every contender: TTL {} ms, the same servers and key names; this library's \
+         per-node timeout {} ms (rslock and the floor use redis' 500 ms response timeout). \
+         One client per contender, shared by its tasks; Tokio multi-threaded runtime.\n\
+         - ours / X: this library's figure divided by X's from the same run (latency: \
+         lower is better; throughput: higher is better).\n",
+        info.date,
+        info.machine,
+        info.redis_version,
+        info.nodes,
+        info.mode,
+        info.elapsed_s,
+        info.load.0,
+        info.load.1,
+        info.command,
+        info.ttl_ms,
+        info.node_timeout_ms,
+    );
+    if let Some(chart) = chart {
+        let _ = writeln!(out, "![latency distributions]({chart})\n");
+    }
+    out.push_str(&tables(results, info));
+    let _ = writeln!(out, "### Targets\n");
+    header(&mut out, &["target", "this run", "met"]);
+    for (target, figure, met) in summary.targets() {
+        let met = match met {
+            Some(true) => "yes",
+            Some(false) => "**no**",
+            None => "n/a",
+        };
+        row(&mut out, &[target.to_owned(), figure, met.to_owned()]);
+    }
+    let _ = writeln!(out, "\n```\n{}\n```", summary.line());
+    out
+}
