@@ -159,7 +159,6 @@ enum Phase {
 #[derive(Debug)]
 pub struct Acquisition<R> {
     settings: Arc<Settings>,
-    key: Key,
     ttl: Ttl,
     drift: Duration,
     node_timeout: Duration,
@@ -264,7 +263,6 @@ impl<R: Rng> Acquisition<R> {
             Attempts::Retry => settings.acquire_deadline().map(|d| now + d),
         };
         let mut this = Self {
-            key: keys[0].clone(),
             keys,
             kind,
             fenced,
@@ -289,7 +287,7 @@ impl<R: Rng> Acquisition<R> {
 
     /// The key being locked (the first one, for a multi-resource lock).
     pub fn key(&self) -> &Key {
-        &self.key
+        &self.keys[0]
     }
 
     /// The kind of lock being acquired.

@@ -310,9 +310,7 @@ impl Settings {
     /// byte and `fencing`. No resource name can produce it by accident unless it
     /// contains that NUL byte, and it sorts next to its lock key.
     pub fn fencing_key(&self, key: &crate::Key) -> crate::Key {
-        let mut bytes = key.as_bytes().to_vec();
-        bytes.extend_from_slice(b"\0fencing");
-        crate::Key::from(bytes)
+        key.with_suffix(b"\0fencing")
     }
 
     /// The script keys and lock kind for a spec (see
@@ -323,11 +321,6 @@ impl Settings {
         ttl: Ttl,
     ) -> Result<(std::sync::Arc<[crate::Key]>, crate::LockKind), ConfigError> {
         use crate::{LockKind, LockSpec};
-        let with_suffix = |key: &crate::Key, suffix: &[u8]| {
-            let mut bytes = key.as_bytes().to_vec();
-            bytes.extend_from_slice(suffix);
-            crate::Key::from(bytes)
-        };
         Ok(match spec {
             LockSpec::Exclusive(resource) => (vec![self.key(resource)].into(), LockKind::Exclusive),
             LockSpec::Fenced(resource) => {
@@ -338,8 +331,8 @@ impl Settings {
             LockSpec::Read(resource) | LockSpec::Write(resource) => {
                 let key = self.key(resource);
                 let keys = vec![
-                    with_suffix(&key, b"\0readers"),
-                    with_suffix(&key, b"\0writer-waiting"),
+                    key.with_suffix(b"\0readers"),
+                    key.with_suffix(b"\0writer-waiting"),
                 ];
                 let keys: std::sync::Arc<[crate::Key]> = std::iter::once(key).chain(keys).collect();
                 let kind = if matches!(spec, LockSpec::Read(_)) {
@@ -388,9 +381,7 @@ impl Settings {
     /// The pub/sub channel on which a node announces that the lock on `key`
     /// was released: the key followed by a NUL byte and `released`.
     pub fn release_channel(&self, key: &crate::Key) -> crate::Key {
-        let mut bytes = key.as_bytes().to_vec();
-        bytes.extend_from_slice(b"\0released");
-        crate::Key::from(bytes)
+        key.with_suffix(b"\0released")
     }
 
     /// Validates a TTL for use with these settings.
@@ -412,12 +403,7 @@ impl Settings {
         }
         // With a derived timeout, a per-call TTL shorter than the default one
         // gets its own derived timeout rather than an error.
-        let timeout = match self.explicit_node_timeout {
-            Some(timeout) => timeout,
-            None => self
-                .node_timeout
-                .min(derived_node_timeout(checked.as_duration())),
-        };
+        let timeout = self.node_timeout_for(checked);
         if timeout.is_zero() {
             return Err(ConfigError::ZeroNodeTimeout);
         }

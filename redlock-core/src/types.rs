@@ -42,6 +42,11 @@ impl Key {
     pub fn as_bytes(&self) -> &[u8] {
         &self.0
     }
+
+    /// This key followed by `suffix`: the helper keys and channels of a lock.
+    pub(crate) fn with_suffix(&self, suffix: &[u8]) -> Key {
+        Key([self.as_bytes(), suffix].concat().into())
+    }
 }
 
 impl From<Vec<u8>> for Key {
