@@ -92,6 +92,13 @@ impl LockGuard {
         self.core().valid_until()
     }
 
+    /// When the acquisition round that won the lock was sent: the validity
+    /// is measured from this instant, not from when the lock was handed
+    /// out.
+    pub fn acquired_at(&self) -> Instant {
+        self.core().acquired_at()
+    }
+
     /// The TTL of the last acquire or extend.
     pub fn ttl(&self) -> Duration {
         self.core().ttl().as_duration()
@@ -370,6 +377,15 @@ impl KeepAliveGuard {
     /// Whether validity is left and the lock is not lost.
     pub fn is_valid(&self) -> bool {
         !self.validity().is_zero()
+    }
+
+    /// The instant the current validity ends (moved on by each extension);
+    /// `None` once the lock is lost.
+    pub fn valid_until(&self) -> Option<Instant> {
+        self.shared.with(|kept| match kept.loss {
+            Some(_) => None,
+            None => Some(kept.lock.valid_until()),
+        })
     }
 
     /// The fencing token, for a fenced lock; extensions keep it.

@@ -49,7 +49,7 @@ async fn one_evalsha_per_node_per_operation_in_steady_state() {
     }
     eventually(
         "every node saw every acquire",
-        Duration::from_secs(2),
+        Duration::from_secs(8),
         || {
             cluster
                 .nodes()
@@ -97,7 +97,7 @@ async fn noscript_is_recovered_with_one_load_and_one_retry() {
     }
 
     let guard = redlock.try_lock("flushed").await.unwrap();
-    eventually("node 0 holds the lock", Duration::from_secs(2), || {
+    eventually("node 0 holds the lock", Duration::from_secs(8), || {
         cluster.node(0).get("flushed").as_deref() == Some(guard.value().as_bytes())
     })
     .await;
@@ -137,7 +137,7 @@ async fn a_reconnection_loads_the_scripts_again() {
     );
     cluster.node(1).reset_stats();
     let guard = redlock.try_lock("after").await.unwrap();
-    eventually("node 1 holds the lock", Duration::from_secs(2), || {
+    eventually("node 1 holds the lock", Duration::from_secs(8), || {
         cluster.node(1).get("after").as_deref() == Some(guard.value().as_bytes())
     })
     .await;

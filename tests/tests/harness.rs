@@ -207,14 +207,12 @@ fn garbage_server_answers_bytes_that_are_not_resp() {
     stream.read_exact(&mut reply).unwrap();
     assert_eq!(reply, GARBAGE_REPLY);
 
-    let started = Instant::now();
     let result = redis::Client::open(server.url())
         .unwrap()
         .get_connection_with_timeout(CLIENT_TIMEOUT)
         .and_then(|mut con| redis::cmd("PING").query::<String>(&mut con));
     let err = result.expect_err("garbage parsed as a PING reply");
     assert!(!err.is_timeout(), "expected a protocol error, got {err}");
-    assert!(started.elapsed() < CLIENT_TIMEOUT);
     assert!(server.accepted_connections() >= 2);
 }
 

@@ -18,7 +18,7 @@ async fn second_client_is_refused_until_the_first_releases() {
 
     let guard = a.try_lock("job").await.expect("a free lock");
     // The decision came with a quorum; the third node may answer just after.
-    eventually("every node holds a's value", Duration::from_secs(2), || {
+    eventually("every node holds a's value", Duration::from_secs(8), || {
         cluster
             .nodes()
             .iter()
@@ -94,7 +94,7 @@ async fn validity_after_acquire_is_close_to_the_ttl() {
     assert_eq!(guard.ttl(), Duration::from_secs(1));
     eventually(
         "every node has the key with a TTL",
-        Duration::from_secs(2),
+        Duration::from_secs(8),
         || {
             cluster
                 .nodes()
@@ -111,7 +111,7 @@ async fn validity_after_acquire_is_close_to_the_ttl() {
         .await
         .unwrap();
     assert!(guard.validity() > Duration::from_millis(4_800));
-    eventually("every node has the 5 s TTL", Duration::from_secs(2), || {
+    eventually("every node has the 5 s TTL", Duration::from_secs(8), || {
         cluster.nodes().iter().all(|node| node.pttl("v") > 4_000)
     })
     .await;
@@ -173,7 +173,7 @@ async fn bytes_resources_and_key_prefix() {
     assert_eq!(guard.key().as_bytes(), b"lock:bin\xff\x00ary");
     eventually(
         "the prefixed key holds our value",
-        Duration::from_secs(2),
+        Duration::from_secs(8),
         || cluster.node(2).get(b"lock:bin\xff\x00ary").as_deref() == Some(guard.value().as_bytes()),
     )
     .await;
@@ -192,7 +192,7 @@ async fn dropping_a_guard_releases_in_the_background() {
     drop(guard);
     eventually(
         "the dropped guard's key is deleted",
-        Duration::from_secs(3),
+        Duration::from_secs(8),
         || cluster.nodes().iter().all(|node| !node.exists("dropped")),
     )
     .await;

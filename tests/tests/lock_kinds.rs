@@ -78,7 +78,7 @@ async fn readers_share_and_a_writer_waits_for_all_of_them() {
         second.value(),
         "each reader has its own value"
     );
-    eventually("both readers on every node", Duration::from_secs(2), || {
+    eventually("both readers on every node", Duration::from_secs(8), || {
         nodes_with_reader(&cluster, "doc", first.value().as_bytes()) == 3
             && nodes_with_reader(&cluster, "doc", second.value().as_bytes()) == 3
     })
@@ -98,7 +98,7 @@ async fn readers_share_and_a_writer_waits_for_all_of_them() {
     let writer = try_write(&c, "doc").await.expect("free of readers");
     eventually(
         "the writer's value on every node",
-        Duration::from_secs(2),
+        Duration::from_secs(8),
         || {
             cluster
                 .nodes()
@@ -159,7 +159,7 @@ async fn a_waiting_writer_holds_off_new_readers() {
     // The writer's first attempt found the reader and marked the lock.
     eventually(
         "the writer-waiting mark on a quorum",
-        Duration::from_secs(3),
+        Duration::from_secs(8),
         || {
             cluster
                 .nodes()
@@ -210,7 +210,7 @@ async fn readers_never_release_each_other() {
     let first = a.read_lock("report").await.unwrap();
     let second = b.read_lock("report").await.unwrap();
     let second_value = second.value().clone();
-    eventually("both readers everywhere", Duration::from_secs(2), || {
+    eventually("both readers everywhere", Duration::from_secs(8), || {
         nodes_with_reader(&cluster, "report", second_value.as_bytes()) == 3
             && nodes_with_reader(&cluster, "report", first.value().as_bytes()) == 3
     })
@@ -261,7 +261,7 @@ async fn a_read_lock_extends_and_is_kept_alive() {
     assert_eq!(reader.extensions(), 1);
     // The reader's score is its expiry on the node's clock, and the sorted
     // set lives as long as its longest reader.
-    eventually("the readers set lives ~5 s", Duration::from_secs(2), || {
+    eventually("the readers set lives ~5 s", Duration::from_secs(8), || {
         cluster
             .nodes()
             .iter()
@@ -326,7 +326,7 @@ async fn a_reentrant_lock_is_shared_by_its_owner_only() {
     // with a TTL.
     eventually(
         "both acquisitions on every node",
-        Duration::from_secs(2),
+        Duration::from_secs(8),
         || {
             cluster.nodes().iter().all(|node| {
                 let fields = hash(node, "batch");
@@ -429,7 +429,7 @@ async fn a_reentrant_lock_extends_and_is_kept_alive() {
         .unwrap();
     let mut guard = redlock.lock_reentrant("cron", "me").await.unwrap();
     guard.extend(Duration::from_secs(5)).await.unwrap();
-    eventually("the hash lives ~5 s", Duration::from_secs(2), || {
+    eventually("the hash lives ~5 s", Duration::from_secs(8), || {
         cluster.nodes().iter().all(|node| node.pttl("cron") > 3_000)
     })
     .await;
@@ -450,7 +450,7 @@ async fn a_multi_resource_lock_and_single_locks_exclude_each_other() {
     let both = a.lock_all(&["a", "b"]).await.unwrap();
     eventually(
         "both keys hold one value everywhere",
-        Duration::from_secs(2),
+        Duration::from_secs(8),
         || {
             cluster.nodes().iter().all(|node| {
                 node.get("a").as_deref() == Some(both.value().as_bytes())

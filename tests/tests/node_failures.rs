@@ -9,7 +9,7 @@ use std::time::Duration;
 use redlock_core::{AcquireError, NodeErrorKind, NodeVote};
 use redlock_tests::RedisCluster;
 use redlock_tokio::Error;
-use support::{NODE_TIMEOUT, SLACK, assert_absent, builder, client, eventually, name, timed};
+use support::{NODE_TIMEOUT, QUICK, assert_absent, builder, client, eventually, name, timed};
 
 /// Lock, extend and release with the nodes in `down` unavailable.
 async fn minority_down(cluster: &RedisCluster, down: &[usize], pause: bool) {
@@ -26,7 +26,7 @@ async fn minority_down(cluster: &RedisCluster, down: &[usize], pause: bool) {
 
     let (guard, elapsed) = timed(redlock.try_lock("minority")).await;
     let mut guard = guard.expect("a majority is up");
-    assert!(elapsed < NODE_TIMEOUT + SLACK, "acquire took {elapsed:?}");
+    assert!(elapsed < QUICK, "acquire took {elapsed:?}");
     let granted = cluster.len() - down.len();
     assert_eq!(guard.votes().granted(), granted, "{}", guard.votes());
 
@@ -34,7 +34,7 @@ async fn minority_down(cluster: &RedisCluster, down: &[usize], pause: bool) {
     assert!(validity > Duration::from_secs(19));
 
     let (report, elapsed) = timed(guard.release()).await;
-    assert!(elapsed < NODE_TIMEOUT + SLACK, "release took {elapsed:?}");
+    assert!(elapsed < QUICK, "release took {elapsed:?}");
     assert_eq!(report.released(), granted, "{report}");
     assert_eq!(report.failed(), down.len(), "{report}");
     for (i, vote) in report.votes().votes().iter().enumerate() {
@@ -92,7 +92,7 @@ async fn majority_killed_is_a_quick_no_quorum_naming_the_nodes() {
 
     let (result, elapsed) = timed(redlock.try_lock("nq")).await;
     let err = result.unwrap_err();
-    assert!(elapsed < NODE_TIMEOUT + SLACK, "{elapsed:?}");
+    assert!(elapsed < QUICK, "{elapsed:?}");
     assert!(
         matches!(err, Error::Acquire(AcquireError::NoQuorum { .. })),
         "{err:?}"
@@ -119,7 +119,7 @@ async fn majority_killed_is_a_quick_no_quorum_naming_the_nodes() {
     let (result, elapsed) = timed(redlock.lock("nq")).await;
     let err = result.unwrap_err();
     assert_eq!(err.as_acquire().unwrap().attempts(), 3);
-    assert!(elapsed < Duration::from_millis(200) + SLACK, "{elapsed:?}");
+    assert!(elapsed < QUICK, "{elapsed:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -136,7 +136,7 @@ async fn majority_paused_is_no_quorum_after_one_node_timeout() {
         elapsed >= NODE_TIMEOUT - Duration::from_millis(5),
         "{elapsed:?}"
     );
-    assert!(elapsed < NODE_TIMEOUT + SLACK, "{elapsed:?}");
+    assert!(elapsed < QUICK, "{elapsed:?}");
     let Error::Acquire(AcquireError::NoQuorum { votes, .. }) = &err else {
         panic!("{err:?}");
     };
@@ -170,7 +170,7 @@ async fn a_node_down_at_build_is_connected_when_it_comes_back() {
     let guard = redlock.try_lock("late").await.unwrap();
     eventually(
         "all three nodes hold the lock",
-        Duration::from_secs(2),
+        Duration::from_secs(8),
         || cluster.node(2).get("late").as_deref() == Some(guard.value().as_bytes()),
     )
     .await;
@@ -195,7 +195,7 @@ async fn a_restarted_node_is_reconnected_in_the_background() {
     let guard = redlock.try_lock("again").await.unwrap();
     eventually(
         "the restarted node holds the lock",
-        Duration::from_secs(2),
+        Duration::from_secs(8),
         || cluster.node(0).get("again").as_deref() == Some(guard.value().as_bytes()),
     )
     .await;

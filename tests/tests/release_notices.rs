@@ -14,16 +14,26 @@ use support::{builder, client, eventually, timed};
 
 /// The retry delay of the waiters: a release heard through pub/sub gets
 /// them the lock long before it.
-const RETRY_DELAY: Duration = Duration::from_secs(2);
+const RETRY_DELAY: Duration = Duration::from_secs(10);
+
+/// A waiter that got the lock sooner than this was woken by the release,
+/// not by its timer: half the retry delay, far more than a busy machine
+/// adds to a wake-up. How soon it really comes is a figure of `make bench`.
+const WOKEN: Duration = Duration::from_secs(5);
 
 /// When the holder releases.
 const HOLD: Duration = Duration::from_millis(300);
 
-/// A waiter that retries only every 2 s (no jitter).
+/// A waiter that retries only every [`RETRY_DELAY`] (no jitter).
 async fn slow_waiter(cluster: &RedisCluster, notices: bool) -> Redlock {
+    waiter_every(cluster, notices, RETRY_DELAY).await
+}
+
+/// A waiter that retries only every `delay` (no jitter).
+async fn waiter_every(cluster: &RedisCluster, notices: bool, delay: Duration) -> Redlock {
     builder(cluster)
         .retry_count(3)
-        .retry_delay(RETRY_DELAY)
+        .retry_delay(delay)
         .retry_jitter(Duration::ZERO)
         .release_notices(notices)
         .build()
@@ -86,10 +96,7 @@ async fn a_release_wakes_the_waiter_long_before_its_retry_delay() {
         took >= HOLD - Duration::from_millis(50),
         "it waited: {took:?}"
     );
-    assert!(
-        took < Duration::from_millis(1_500),
-        "woken, not timed: {took:?}"
-    );
+    assert!(took < WOKEN, "woken, not timed: {took:?}");
     assert_eq!(waiter.release_notice_connections(), 3);
     guard.release().await;
 }
@@ -98,13 +105,14 @@ async fn a_release_wakes_the_waiter_long_before_its_retry_delay() {
 async fn without_notices_the_waiter_sleeps_out_its_retry_delay() {
     let cluster = RedisCluster::start(3);
     let holder = client(&cluster).await;
-    let waiter = slow_waiter(&cluster, false).await;
+    let delay = Duration::from_secs(2);
+    let waiter = waiter_every(&cluster, false, delay).await;
 
     let held = release_later(holder.lock("job").await.unwrap());
     let (guard, took) = timed(waiter.lock("job")).await;
     let guard = guard.unwrap();
     held.await.unwrap();
-    assert!(took >= RETRY_DELAY - Duration::from_millis(100), "{took:?}");
+    assert!(took >= delay - Duration::from_millis(100), "{took:?}");
     assert_eq!(waiter.release_notice_connections(), 0);
     assert_no_pubsub(&cluster);
     guard.release().await;
@@ -166,10 +174,7 @@ async fn every_lock_kind_is_woken_by_the_release_it_waits_for() {
         let (guard, took) = timed(waiter.lock_spec(wanted, LockOptions::new())).await;
         let guard = guard.unwrap_or_else(|err| panic!("{wanted:?}: {err}"));
         release.await.unwrap();
-        assert!(
-            took < Duration::from_millis(1_500),
-            "{wanted:?} behind {held:?}: {took:?}"
-        );
+        assert!(took < WOKEN, "{wanted:?} behind {held:?}: {took:?}");
         guard.release().await;
     }
 }
@@ -204,7 +209,7 @@ async fn twenty_waiters_share_one_pubsub_connection_per_node() {
 
     eventually(
         "every resource subscribed once on every node",
-        Duration::from_secs(3),
+        Duration::from_secs(8),
         || {
             cluster
                 .nodes()
@@ -233,12 +238,12 @@ async fn twenty_waiters_share_one_pubsub_connection_per_node() {
         result.expect("every waiter gets its turn");
     }
     // Five turns per resource, each a 10 ms hold, and no retry timer.
-    assert!(took < Duration::from_millis(1_500), "{took:?}");
+    assert!(took < WOKEN, "{took:?}");
 
     // The last waiter of each channel unsubscribed it; the connections stay
     // for the next wait (Redis no longer lists a connection without
     // subscriptions as a pub/sub client).
-    eventually("channels unsubscribed", Duration::from_secs(3), || {
+    eventually("channels unsubscribed", Duration::from_secs(8), || {
         cluster
             .nodes()
             .iter()
@@ -308,7 +313,7 @@ async fn a_paused_or_dead_node_does_not_hold_up_waiting() {
     let (guard, took) = timed(waiter.lock("job")).await;
     let guard = guard.expect("three of five nodes are enough");
     held.await.unwrap();
-    assert!(took < Duration::from_millis(1_500), "{took:?}");
+    assert!(took < WOKEN, "{took:?}");
     // Only the live nodes have a pub/sub connection.
     assert_eq!(waiter.release_notice_connections(), 3);
     guard.release().await;
@@ -342,7 +347,7 @@ async fn a_paused_or_dead_node_does_not_hold_up_waiting() {
     })
     .await;
     let guard = result.expect("nodes 0, 1 and 3 grant it");
-    assert!(took < Duration::from_millis(1_500), "{took:?}");
+    assert!(took < WOKEN, "{took:?}");
     cluster.node(2).resume();
     guard.release().await;
 }
@@ -363,7 +368,7 @@ async fn a_lost_pubsub_connection_is_replaced_while_someone_waits() {
         let waiter = waiter.clone();
         async move { waiter.lock("job").await }
     });
-    eventually("subscribed everywhere", Duration::from_secs(2), || {
+    eventually("subscribed everywhere", Duration::from_secs(8), || {
         cluster
             .nodes()
             .iter()
@@ -376,7 +381,7 @@ async fn a_lost_pubsub_connection_is_replaced_while_someone_waits() {
     }
     eventually(
         "resubscribed on new connections",
-        Duration::from_secs(3),
+        Duration::from_secs(8),
         || {
             cluster
                 .nodes()
@@ -391,7 +396,7 @@ async fn a_lost_pubsub_connection_is_replaced_while_someone_waits() {
     })
     .await;
     result.expect("woken").release().await;
-    assert!(took < Duration::from_millis(1_500), "{took:?}");
+    assert!(took < WOKEN, "{took:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -404,7 +409,7 @@ async fn dropping_the_client_closes_its_pubsub_connections() {
         let waiter = waiter.clone();
         async move { waiter.lock("job").await }
     });
-    eventually("the waiter listens", Duration::from_secs(2), || {
+    eventually("the waiter listens", Duration::from_secs(8), || {
         cluster.nodes().iter().all(|node| pubsub_clients(node) == 1)
     })
     .await;
@@ -415,7 +420,7 @@ async fn dropping_the_client_closes_its_pubsub_connections() {
     drop((holder, waiter));
     eventually(
         "only the assertion connection is left",
-        Duration::from_secs(3),
+        Duration::from_secs(8),
         || cluster.nodes().iter().all(|node| connections(node) == 1),
     )
     .await;

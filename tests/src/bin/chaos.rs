@@ -9,7 +9,7 @@
 //! ```text
 //! cargo run -p redlock-tests --bin chaos -- [--ci|--full] [--seed N]
 //!     [--no-process] [--compose PROJECT --ports 7101,7102,7103,7104,7105]
-//!     [--min-granted N] [--out DIR]
+//!     [--out DIR]
 //! ```
 //!
 //! `CHAOS_SEED` also sets the seed. The last line printed is
@@ -26,7 +26,7 @@ use redlock_tests::chaos::suite::{self, ComposeSpec, Mode, Options};
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage: chaos [--ci|--full] [--seed N] [--no-process] [--compose PROJECT --ports P1,..,P5] [--min-granted N] [--out DIR]"
+        "usage: chaos [--ci|--full] [--seed N] [--no-process] [--compose PROJECT --ports P1,..,P5] [--out DIR]"
     );
     ExitCode::from(2)
 }
@@ -40,7 +40,6 @@ fn main() -> ExitCode {
     let mut process = true;
     let mut project = None;
     let mut ports: Vec<u16> = Vec::new();
-    let mut min_granted = 10_000;
     let mut out = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -63,10 +62,6 @@ fn main() -> ExitCode {
                     _ => return usage(),
                 }
             }
-            "--min-granted" => match args.next().and_then(|s| s.parse().ok()) {
-                Some(n) => min_granted = n,
-                None => return usage(),
-            },
             "--out" => out = args.next().map(PathBuf::from),
             _ => return usage(),
         }
@@ -103,7 +98,6 @@ fn main() -> ExitCode {
         compose,
         out_dir,
         worker_exe,
-        min_granted,
     };
     println!(
         "chaos: seed {seed} (replay: CHAOS_SEED={seed}), {} mode, records in {}",

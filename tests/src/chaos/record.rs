@@ -4,8 +4,12 @@
 //! Times are nanoseconds on the host's `CLOCK_MONOTONIC`
 //! ([`mono_ns`](super::clock::mono_ns)), so records of different processes
 //! compare. Every object has a `kind`: `attempt` (one `lock`/`try_lock`
-//! call), `hold` (a granted lock, from the grant to the end of the client's
-//! belief that it holds it) or `write` (one write to the protected resource).
+//! call), `grant` (written, and flushed, the moment a lock is granted),
+//! `extended` (the validity the client was promised moved on), `hold` (the
+//! whole hold, written when it ends) or `write` (one write to the protected
+//! resource). A worker killed mid-hold leaves a `grant` without its `hold`:
+//! the checker takes such an open hold to last until the end of the last
+//! validity the client was promised.
 
 use std::fs::File;
 use std::io::{self, BufRead, BufReader};
@@ -19,7 +23,11 @@ use serde::{Deserialize, Serialize};
 pub enum Record {
     /// One call to `lock`/`try_lock`, whatever its outcome.
     Attempt(Attempt),
-    /// A granted lock.
+    /// A lock was just granted; its `hold` record comes when it ends.
+    Grant(Grant),
+    /// A hold's validity was extended.
+    Extended(Extended),
+    /// A granted lock, once it ended.
     Hold(Hold),
     /// A write to the protected resource.
     Write(Write),
@@ -73,6 +81,39 @@ pub struct Attempt {
     pub error: Option<String>,
 }
 
+/// The start of a hold, recorded before any work under the lock.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Grant {
+    /// The worker process's id in the scenario.
+    pub worker: u32,
+    /// The hold's number within its worker.
+    pub hold: u64,
+    /// The resource name.
+    pub key: String,
+    /// When `lock` returned the guard.
+    pub granted_ns: u64,
+    /// The end of the validity at the grant.
+    pub valid_until_ns: u64,
+    /// When the acquisition round that won the lock started (`valid_until`
+    /// minus the TTL less drift): exact whatever the machine's load, since
+    /// the client measured validity from that instant.
+    pub round_started_ns: u64,
+    /// The lock's fencing token, when it was taken with fencing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fencing_token: Option<u64>,
+}
+
+/// The validity a hold's client was promised moved on (an extension).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Extended {
+    /// The worker process's id in the scenario.
+    pub worker: u32,
+    /// The hold's number within its worker.
+    pub hold: u64,
+    /// The new end of the validity.
+    pub valid_until_ns: u64,
+}
+
 /// A granted lock: the window in which its holder believed it held it.
 ///
 /// The window starts when `lock` returned the guard (`granted_ns`) and ends
@@ -91,6 +132,8 @@ pub struct Hold {
     pub granted_ns: u64,
     /// The end of the validity at the grant.
     pub valid_until_ns: u64,
+    /// When the acquisition round that won the lock started.
+    pub round_started_ns: u64,
     /// The end of the window: the release call, or the end of the last
     /// validity the client was promised, whichever came first.
     pub end_ns: u64,
@@ -116,6 +159,36 @@ pub struct Hold {
     /// The keep-alive's loss reason, when it signalled one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loss: Option<String>,
+    /// Whether the hold never ended in its worker (the process was killed
+    /// mid-hold): rebuilt by the checker from its `grant` and `extended`
+    /// records, lasting until the last validity promised.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub open: bool,
+}
+
+impl Hold {
+    /// A hold whose worker never wrote its end: it lasts until the end of
+    /// the last validity its client was promised.
+    pub fn open(grant: &Grant, valid_until_ns: u64) -> Self {
+        Self {
+            worker: grant.worker,
+            hold: grant.hold,
+            key: grant.key.clone(),
+            granted_ns: grant.granted_ns,
+            valid_until_ns: grant.valid_until_ns,
+            round_started_ns: grant.round_started_ns,
+            end_ns: valid_until_ns,
+            released_ns: valid_until_ns,
+            fencing_token: grant.fencing_token,
+            keep_alive: false,
+            extensions: 0,
+            longest_stall_ms: 0.0,
+            paused_past_validity: false,
+            noticed_loss: None,
+            loss: None,
+            open: true,
+        }
+    }
 }
 
 /// What a write to the protected resource carried as its token.

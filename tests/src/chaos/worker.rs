@@ -12,7 +12,7 @@
 //! already in flight when the process was stopped: the case fencing is
 //! for), a check whether the lock is still ours, release.
 
-use std::io::{BufWriter, Write as _};
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,10 +23,9 @@ use rand::{RngExt, SeedableRng};
 use redlock_tokio::{AcquireError, Error, KeepAlive, LockOptions, Redlock};
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncBufReadExt;
-use tokio::sync::Mutex;
 
 use super::clock::{instant_ns, mono_ns, nanos};
-use super::record::{Api, Attempt, Hold, Outcome, Record, TokenKind, Write};
+use super::record::{Api, Attempt, Extended, Grant, Hold, Outcome, Record, TokenKind, Write};
 use super::resource::Resource;
 
 /// What one worker process does.
@@ -86,17 +85,21 @@ struct Shared {
     config: Config,
     redlock: Redlock,
     resource: Resource,
-    out: Mutex<BufWriter<std::fs::File>>,
+    out: std::sync::Mutex<std::fs::File>,
     stop: AtomicBool,
     deadline: Instant,
 }
 
 impl Shared {
-    async fn record(&self, record: Record) {
-        let line = serde_json::to_string(&record).expect("records serialize");
-        let mut out = self.out.lock().await;
+    /// Appends one record with a single unbuffered write: once this returns
+    /// the line is in the file, so a worker killed a moment later (SIGKILL)
+    /// still leaves it for the checker.
+    fn record(&self, record: Record) {
+        let mut line = serde_json::to_string(&record).expect("records serialize");
+        line.push('\n');
+        let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
         // A full disk loses records; the checker then sees fewer holds.
-        let _ = writeln!(out, "{line}");
+        let _ = out.write_all(line.as_bytes());
     }
 
     fn running(&self) -> bool {
@@ -127,7 +130,7 @@ pub async fn run(config: Config) -> Result<(), String> {
         config,
         redlock,
         resource,
-        out: Mutex::new(BufWriter::new(file)),
+        out: std::sync::Mutex::new(file),
         stop: AtomicBool::new(false),
     });
 
@@ -149,12 +152,7 @@ pub async fn run(config: Config) -> Result<(), String> {
     for task in tasks {
         task.await.map_err(|err| format!("task: {err}"))?;
     }
-    shared
-        .out
-        .lock()
-        .await
-        .flush()
-        .map_err(|err| format!("flush: {err}"))
+    Ok(())
 }
 
 /// The record's outcome for an acquire error.
@@ -209,17 +207,15 @@ async fn contend(shared: Arc<Shared>, task: u32) {
                 (o, (o != Outcome::Held).then(|| error.to_string()))
             }
         };
-        shared
-            .record(Record::Attempt(Attempt {
-                worker: config.worker,
-                key: key.clone(),
-                api,
-                start_ns,
-                end_ns,
-                outcome: attempt_outcome,
-                error,
-            }))
-            .await;
+        shared.record(Record::Attempt(Attempt {
+            worker: config.worker,
+            key: key.clone(),
+            api,
+            start_ns,
+            end_ns,
+            outcome: attempt_outcome,
+            error,
+        }));
         match result {
             Ok(guard) => {
                 let hold = next_hold;
@@ -302,9 +298,36 @@ async fn hold_lock(
         None => (granted_ns, TokenKind::GrantInstant),
     };
     let valid_until_ns = instant_ns(guard.valid_until());
+    let round_started_ns = instant_ns(guard.acquired_at());
+    shared.record(Record::Grant(Grant {
+        worker: config.worker,
+        hold,
+        key: key.clone(),
+        granted_ns,
+        valid_until_ns,
+        round_started_ns,
+        fencing_token,
+    }));
     if config.announce {
         println!("held {key} {hold}");
     }
+    // Records each move of the validity the client was promised, so that
+    // the hold of a worker killed mid-hold ends where its client believed.
+    // Compared as `Instant`s: the conversion to the shared clock is exact to
+    // a few microseconds only.
+    let mut last_until = guard.valid_until();
+    let mut extended = |promised: &mut u64, until: Instant| {
+        if until > last_until {
+            last_until = until;
+            let until_ns = instant_ns(until);
+            *promised = (*promised).max(until_ns);
+            shared.record(Record::Extended(Extended {
+                worker: config.worker,
+                hold,
+                valid_until_ns: until_ns,
+            }));
+        }
+    };
     let mut promised = valid_until_ns;
     let mut steps = Steps::new();
     let mut resource = shared.resource.clone();
@@ -316,7 +339,7 @@ async fn hold_lock(
         token_kind,
     };
     if let Some(w) = id.write(&mut resource, guard.is_valid()).await {
-        shared.record(Record::Write(w)).await;
+        shared.record(Record::Write(w));
     }
     let keep_alive = rng.random_bool(config.keep_alive_share.clamp(0.0, 1.0));
     let planned = if keep_alive {
@@ -329,23 +352,23 @@ async fn hold_lock(
     if keep_alive {
         let kept = guard.keep_alive(KeepAlive::default());
         work(planned, &mut steps, |steps| {
-            let now = steps.tick(STEP, promised);
-            let validity = kept.validity();
-            if validity.is_zero() || kept.is_lost() {
-                return false;
+            steps.tick(STEP, promised);
+            match kept.valid_until() {
+                Some(until) if kept.is_valid() => {
+                    extended(&mut promised, until);
+                    true
+                }
+                _ => false,
             }
-            promised = promised.max(now + nanos(validity));
-            true
         })
         .await;
-        let now = steps.tick(STEP, promised);
-        let validity = kept.validity();
-        believed_valid = !validity.is_zero() && !kept.is_lost();
-        if believed_valid {
-            promised = promised.max(now + nanos(validity));
+        steps.tick(STEP, promised);
+        believed_valid = kept.is_valid();
+        if let Some(until) = kept.valid_until().filter(|_| believed_valid) {
+            extended(&mut promised, until);
         }
         if let Some(w) = id.write(&mut resource, believed_valid).await {
-            shared.record(Record::Write(w)).await;
+            shared.record(Record::Write(w));
         }
         loss = if believed_valid {
             None
@@ -370,7 +393,7 @@ async fn hold_lock(
         if extend && guard.is_valid() {
             // A failed extension leaves the validity as it was.
             let _ = guard.extend(ttl).await;
-            promised = promised.max(instant_ns(guard.valid_until()));
+            extended(&mut promised, guard.valid_until());
         }
         work(planned - half, &mut steps, |steps| {
             steps.tick(STEP, promised);
@@ -379,9 +402,9 @@ async fn hold_lock(
         .await;
         steps.tick(STEP, promised);
         believed_valid = guard.is_valid();
-        promised = promised.max(instant_ns(guard.valid_until()));
+        extended(&mut promised, guard.valid_until());
         if let Some(w) = id.write(&mut resource, believed_valid).await {
-            shared.record(Record::Write(w)).await;
+            shared.record(Record::Write(w));
         }
         loss = None;
         extensions = guard.extensions();
@@ -390,24 +413,24 @@ async fn hold_lock(
         let _report = guard.release().await;
     }
     let noticed_loss = (steps.paused_past_validity || !believed_valid).then_some(!believed_valid);
-    shared
-        .record(Record::Hold(Hold {
-            worker: config.worker,
-            hold,
-            key,
-            granted_ns,
-            valid_until_ns,
-            end_ns,
-            released_ns,
-            fencing_token,
-            keep_alive,
-            extensions,
-            longest_stall_ms: steps.longest as f64 / 1e6,
-            paused_past_validity: steps.paused_past_validity,
-            noticed_loss,
-            loss,
-        }))
-        .await;
+    shared.record(Record::Hold(Hold {
+        worker: config.worker,
+        hold,
+        key,
+        granted_ns,
+        valid_until_ns,
+        round_started_ns,
+        end_ns,
+        released_ns,
+        fencing_token,
+        keep_alive,
+        extensions,
+        longest_stall_ms: steps.longest as f64 / 1e6,
+        paused_past_validity: steps.paused_past_validity,
+        noticed_loss,
+        loss,
+        open: false,
+    }));
 }
 
 /// Who writes to the protected resource, and with which token.

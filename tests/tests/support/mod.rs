@@ -11,8 +11,12 @@ use redlock_tokio::{Builder, Redlock};
 /// machine does not turn a slow answer into a failed vote.
 pub(crate) const NODE_TIMEOUT: Duration = Duration::from_millis(150);
 
-/// Extra time allowed on top of a computed bound, for a busy machine.
-pub(crate) const SLACK: Duration = Duration::from_millis(300);
+/// The bound on work that takes about one per-node timeout: ten of them.
+/// These tests tell "one per-node timeout" from "a TTL, a response timeout,
+/// a retry schedule or forever" (the bugs they guard against); a busy
+/// machine's late timers come nowhere near it. How long the work really
+/// takes is a figure of `make bench`, not a pass/fail condition.
+pub(crate) const QUICK: Duration = Duration::from_millis(1_500);
 
 /// Logs to the test output with `RUST_LOG=redlock_tokio=debug`.
 pub(crate) fn init_tracing() {

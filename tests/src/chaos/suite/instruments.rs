@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
@@ -14,6 +14,7 @@ use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc;
 
 use super::{NODE_TIMEOUT, blocking};
+use crate::chaos::checker::Records;
 use crate::chaos::clock::{mono_ns, nanos};
 use crate::chaos::record::{Api, Attempt, Outcome, Record, read_records};
 use crate::chaos::worker;
@@ -33,65 +34,117 @@ pub(super) struct Held {
 
 /// Running worker processes.
 pub(super) struct Workers {
+    exe: PathBuf,
+    dir: PathBuf,
     procs: Vec<WorkerProc>,
+    held_tx: mpsc::UnboundedSender<Held>,
     held: mpsc::UnboundedReceiver<Held>,
 }
 
 struct WorkerProc {
-    id: u32,
+    config: worker::Config,
     pid: u32,
     child: Child,
     stdin: Option<ChildStdin>,
-    out: PathBuf,
+    /// Killed on purpose: its exit status is not a problem.
+    killed: bool,
 }
 
 impl Workers {
     pub(super) async fn spawn(exe: &Path, dir: &Path, configs: Vec<worker::Config>) -> Self {
-        let (tx, held) = mpsc::unbounded_channel();
-        let mut procs = Vec::new();
+        let (held_tx, held) = mpsc::unbounded_channel();
+        let mut workers = Self {
+            exe: exe.to_owned(),
+            dir: dir.to_owned(),
+            procs: Vec::new(),
+            held_tx,
+            held,
+        };
         for config in configs {
-            let log = std::fs::File::create(dir.join(format!("worker-{}.log", config.worker)))
-                .expect("worker log file");
-            let mut child = Command::new(exe)
-                .arg(serde_json::to_string(&config).expect("configs serialize"))
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::from(log))
-                .kill_on_drop(true)
-                .spawn()
-                .unwrap_or_else(|err| panic!("cannot run {}: {err}", exe.display()));
-            let pid = child.id().expect("a child just spawned has a pid");
-            let stdout = child.stdout.take().expect("piped");
-            let tx = tx.clone();
-            let id = config.worker;
-            tokio::spawn(async move {
-                let mut lines = BufReader::new(stdout).lines();
-                while let Ok(Some(line)) = lines.next_line().await {
-                    if line.starts_with("held ") {
-                        let _ = tx.send(Held {
-                            worker: id,
-                            at_ns: mono_ns(),
-                        });
-                    }
-                }
-            });
-            procs.push(WorkerProc {
-                id,
-                pid,
-                stdin: child.stdin.take(),
-                child,
-                out: config.out.clone(),
-            });
+            workers.start(config);
         }
-        Self { procs, held }
+        workers
     }
 
-    pub(super) fn pid(&self, worker: u32) -> u32 {
+    fn start(&mut self, config: worker::Config) {
+        let log = std::fs::File::create(self.dir.join(format!("worker-{}.log", config.worker)))
+            .expect("worker log file");
+        let mut child = Command::new(&self.exe)
+            .arg(serde_json::to_string(&config).expect("configs serialize"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log))
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|err| panic!("cannot run {}: {err}", self.exe.display()));
+        let pid = child.id().expect("a child just spawned has a pid");
+        let stdout = child.stdout.take().expect("piped");
+        let tx = self.held_tx.clone();
+        let id = config.worker;
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if line.starts_with("held ") {
+                    let _ = tx.send(Held {
+                        worker: id,
+                        at_ns: mono_ns(),
+                    });
+                }
+            }
+        });
+        self.procs.push(WorkerProc {
+            pid,
+            stdin: child.stdin.take(),
+            child,
+            config,
+            killed: false,
+        });
+    }
+
+    fn proc(&mut self, worker: u32) -> &mut WorkerProc {
+        self.procs
+            .iter_mut()
+            .find(|p| p.config.worker == worker)
+            .expect("a worker of this scenario")
+    }
+
+    /// Kills `worker` with SIGKILL and waits for it to be gone.
+    pub(super) async fn kill(&mut self, worker: u32) -> std::io::Result<()> {
+        let proc = self.proc(worker);
+        proc.killed = true;
+        proc.stdin = None;
+        signal(proc.pid, Signal::SIGKILL)?;
+        proc.child.wait().await.map(drop)
+    }
+
+    /// Starts a new process that does what `worker` did, as worker `id`.
+    pub(super) fn replace(&mut self, worker: u32, id: u32) {
+        let mut config = self.proc(worker).config.clone();
+        config.worker = id;
+        config.seed = config.seed.wrapping_add(u64::from(id));
+        config.out = self.dir.join(format!("worker-{id}.jsonl"));
+        self.start(config);
+    }
+
+    /// Every worker's records so far (files are written unbuffered).
+    pub(super) fn records(&self) -> Records {
         self.procs
             .iter()
-            .find(|p| p.id == worker)
-            .map(|p| p.pid)
-            .expect("a worker of this scenario")
+            .flat_map(|p| read_records(&p.config.out).unwrap_or_default())
+            .collect()
+    }
+
+    /// Whether `worker` is inside a hold right now, as its records show: a
+    /// grant without its end. Records are written unbuffered at the grant
+    /// and at the end, so a stopped or killed worker's file is up to date.
+    pub(super) fn in_hold(&mut self, worker: u32) -> bool {
+        let out = self.proc(worker).config.out.clone();
+        let records: Records = read_records(&out).unwrap_or_default().into_iter().collect();
+        records.holds.iter().any(|h| h.open)
+    }
+
+    pub(super) fn pid(&mut self, worker: u32) -> u32 {
+        self.proc(worker).pid
     }
 
     /// Forgets the announcements made so far.
@@ -120,7 +173,7 @@ impl Workers {
     /// reads their records.
     pub(super) async fn stop(mut self) -> (Vec<Record>, Vec<String>) {
         let mut problems = Vec::new();
-        for proc in &mut self.procs {
+        for proc in self.procs.iter_mut().filter(|p| !p.killed) {
             // A worker left stopped by a failed step must run to exit.
             let _ = signal(proc.pid, Signal::SIGCONT);
             if let Some(mut stdin) = proc.stdin.take() {
@@ -129,21 +182,20 @@ impl Workers {
         }
         let mut records = Vec::new();
         for proc in &mut self.procs {
+            let id = proc.config.worker;
             match tokio::time::timeout(STOP_TIMEOUT, proc.child.wait()).await {
+                _ if proc.killed => {}
                 Ok(Ok(status)) if status.success() => {}
-                Ok(Ok(status)) => problems.push(format!("worker {} exited with {status}", proc.id)),
-                Ok(Err(err)) => problems.push(format!("worker {}: {err}", proc.id)),
+                Ok(Ok(status)) => problems.push(format!("worker {id} exited with {status}")),
+                Ok(Err(err)) => problems.push(format!("worker {id}: {err}")),
                 Err(_) => {
                     let _ = proc.child.kill().await;
-                    problems.push(format!(
-                        "worker {} did not stop within {STOP_TIMEOUT:?}",
-                        proc.id
-                    ));
+                    problems.push(format!("worker {id} did not stop within {STOP_TIMEOUT:?}"));
                 }
             }
-            match read_records(&proc.out) {
+            match read_records(&proc.config.out) {
                 Ok(mut r) => records.append(&mut r),
-                Err(err) => problems.push(format!("worker {} records: {err}", proc.id)),
+                Err(err) => problems.push(format!("worker {id} records: {err}")),
             }
         }
         (records, problems)
@@ -153,6 +205,7 @@ impl Workers {
 /// The probe: one `try_lock` on a fresh key every [`PROBE_EVERY`].
 pub(super) struct Probe {
     stop: Arc<AtomicBool>,
+    last_granted_ns: Arc<AtomicU64>,
     thread: std::thread::JoinHandle<Vec<Attempt>>,
 }
 
@@ -161,15 +214,26 @@ impl Probe {
     /// timings measure the client, not the suite's proxies sharing a runtime.
     pub(super) fn start(urls: Vec<String>, ttl: Duration, name: String, run_for: Duration) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
+        let last_granted_ns = Arc::new(AtomicU64::new(0));
         let flag = Arc::clone(&stop);
+        let granted = Arc::clone(&last_granted_ns);
         let thread = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .expect("a Tokio runtime for the probe");
-            runtime.block_on(probe(urls, ttl, name, run_for, flag))
+            runtime.block_on(probe(urls, ttl, name, run_for, flag, granted))
         });
-        Self { stop, thread }
+        Self {
+            stop,
+            last_granted_ns,
+            thread,
+        }
+    }
+
+    /// Whether a probe that started at or after `ns` was granted its lock.
+    pub(super) fn granted_since(&self, ns: u64) -> bool {
+        self.last_granted_ns.load(Ordering::Relaxed) >= ns
     }
 
     pub(super) async fn stop(self) -> Vec<Attempt> {
@@ -185,6 +249,7 @@ async fn probe(
     name: String,
     run_for: Duration,
     stop: Arc<AtomicBool>,
+    last_granted_ns: Arc<AtomicU64>,
 ) -> Vec<Attempt> {
     let redlock = Redlock::builder(&urls)
         .ttl(ttl)
@@ -206,6 +271,7 @@ async fn probe(
         let end_ns = mono_ns();
         let (outcome, error) = match result {
             Ok(guard) => {
+                last_granted_ns.fetch_max(start_ns, Ordering::Relaxed);
                 // Released in the background.
                 drop(guard);
                 (Outcome::Granted, None)

@@ -4,9 +4,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use super::{NO_QUORUM_MARGIN, NODE_TIMEOUT, Options, Report};
+use super::{GROSS_FACTOR, NODE_TIMEOUT, Options, Report, gross_no_quorum_ms};
 use crate::chaos::checker::{Analysis, Verdict, WindowReport};
-use crate::chaos::clock::{ms, nanos};
 
 /// The report, as printed; the summary line comes last.
 pub fn render(report: &Report, options: &Options, wall: Duration) -> String {
@@ -46,13 +45,11 @@ pub fn render(report: &Report, options: &Options, wall: Duration) -> String {
                 .push(w);
         }
     }
-    let decide_ms = ms(nanos(NODE_TIMEOUT + NO_QUORUM_MARGIN));
+    let decide_ms = gross_no_quorum_ms();
     let _ = writeln!(
         out,
-        "\nliveness per fault class (a majority up: locks keep being granted; a majority down: every acquire fails with no-quorum within {:.0} ms = per-node timeout {} ms + margin {} ms):",
-        decide_ms,
+        "\nliveness per fault class (a majority up: locks are granted; a majority down: no lock, every acquire fails with no-quorum, none slower than {GROSS_FACTOR}x the per-node timeout of {} ms; max ms leaves out calls made while the machine stalled):",
         NODE_TIMEOUT.as_millis(),
-        NO_QUORUM_MARGIN.as_millis()
     );
     let _ = writeln!(
         out,
@@ -110,12 +107,27 @@ pub fn render(report: &Report, options: &Options, wall: Duration) -> String {
             .iter()
             .map(|w| w.worker_try_lock_max_ms)
             .fold(0.0, f64::max);
+        let workers_disturbed: usize = down.iter().map(|w| w.worker_calls_disturbed).sum();
+        let workers_max_all = down
+            .iter()
+            .map(|w| w.worker_try_lock_max_all_ms)
+            .fold(0.0, f64::max);
+        let mut probe_times: Vec<f64> = down.iter().map(|w| w.probe_max_ms).collect();
+        probe_times.sort_by(f64::total_cmp);
         let _ = writeln!(
             out,
-            "majority down: probe {nq}/{total} acquires failed with no-quorum, slowest {max:.1} ms (bound {decide_ms:.0} ms){}; workers' {workers} calls: {workers_nq} no-quorum, {workers_held} held by another owner on the masters still up, slowest single attempt {workers_max:.1} ms",
+            "majority down: probe {nq}/{total} acquires failed with no-quorum, slowest {max:.1} ms (per-node timeout {} ms, gate {decide_ms:.0} ms){}; workers' {workers} calls: {workers_nq} no-quorum, {workers_held} held by another owner on the masters still up, slowest single attempt {workers_max:.1} ms{}",
+            NODE_TIMEOUT.as_millis(),
             if disturbed > 0 {
                 format!(
                     "; {disturbed} more ran while the machine stalled (slowest {max_all:.1} ms)"
+                )
+            } else {
+                String::new()
+            },
+            if workers_disturbed > 0 {
+                format!(
+                    "; {workers_disturbed} more ran while the machine stalled (slowest {workers_max_all:.1} ms)"
                 )
             } else {
                 String::new()
@@ -135,6 +147,7 @@ pub fn render(report: &Report, options: &Options, wall: Duration) -> String {
         fencing.paused_and_noticed += a.paused_and_noticed;
         fencing.kept_alive_holds += a.kept_alive_holds;
         fencing.extended_holds += a.extended_holds;
+        fencing.open_holds += a.open_holds;
     }
     let _ = writeln!(
         out,
@@ -147,11 +160,12 @@ pub fn render(report: &Report, options: &Options, wall: Duration) -> String {
     );
     let _ = writeln!(
         out,
-        "paused clients: {} holds stopped past their validity, {} noticed the loss; {} holds kept alive, {} extended",
+        "paused clients: {} holds stopped past their validity, {} noticed the loss; {} holds kept alive, {} extended; killed holders: {} holds left open, taken to last until their validity ended",
         fencing.paused_past_validity,
         fencing.paused_and_noticed,
         fencing.kept_alive_holds,
-        fencing.extended_holds
+        fencing.extended_holds,
+        fencing.open_holds
     );
     for s in &report.scenarios {
         for note in &s.notes {

@@ -43,10 +43,13 @@ pub(super) enum Planned {
         nodes: Vec<(usize, Method)>,
         length: Duration,
     },
+    /// The victim worker stopped (SIGSTOP) inside a hold, past its validity.
     ClientPause {
-        worker: u32,
         length: Duration,
     },
+    /// The victim worker killed (SIGKILL) inside a hold; a new process takes
+    /// its part.
+    ClientKill,
 }
 
 impl Planned {
@@ -67,6 +70,7 @@ impl Planned {
             Planned::SlowLossy { .. } => "latency_loss",
             Planned::MajorityDown { .. } => "majority_down",
             Planned::ClientPause { .. } => "client_pause",
+            Planned::ClientKill => "client_kill",
         }
     }
 }
@@ -76,7 +80,7 @@ pub(super) fn between(rng: &mut StdRng, low_ms: u64, high_ms: u64) -> Duration {
 }
 
 /// The mixed schedule: `cycles` rounds of every class in a shuffled order.
-pub(super) fn schedule(rng: &mut StdRng, cycles: usize, nodes: usize, victim: u32) -> Vec<Planned> {
+pub(super) fn schedule(rng: &mut StdRng, cycles: usize, nodes: usize) -> Vec<Planned> {
     let ttl_ms = MIXED_TTL.as_millis() as u64;
     let mut plan = Vec::new();
     for _ in 0..cycles {
@@ -121,9 +125,9 @@ pub(super) fn schedule(rng: &mut StdRng, cycles: usize, nodes: usize, victim: u3
                 }
             },
             Planned::ClientPause {
-                worker: victim,
                 length: between(rng, ttl_ms * 3 / 2, ttl_ms * 3),
             },
+            Planned::ClientKill,
         ];
         // Fisher-Yates with the schedule's RNG.
         for i in (1..cycle.len()).rev() {
