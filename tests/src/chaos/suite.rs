@@ -1143,7 +1143,7 @@ impl Context<'_> {
                 }
                 if !variant.in_model() && attempt + 1 < tries {
                     notes.push(format!(
-                    "round {} try {}: the other worker was not granted the lock while the first held it; tried again",
+                    "round {} try {}: the checker found no overlap (the other worker may have won the lock too late); tried again",
                     round + 1,
                     attempt + 1
                 ));
