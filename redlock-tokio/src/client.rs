@@ -22,6 +22,7 @@ use crate::node::Node;
 use crate::notices::{Notices, Waiter};
 use crate::server::{Server, redact};
 use crate::{Error, LossReason};
+use tokio_util::task::TaskTracker;
 
 /// The default for [`Builder::connect_timeout`].
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -41,6 +42,8 @@ struct Inner {
     nodes: Arc<[Arc<Node>]>,
     /// Release notices for waiting acquires; `None` when switched off.
     notices: Option<Arc<Notices>>,
+    /// The releases sent in the background, for [`Redlock::shutdown`].
+    background: TaskTracker,
 }
 
 impl fmt::Debug for Redlock {
@@ -94,6 +97,40 @@ impl Redlock {
     /// How many nodes have a connection up right now.
     pub fn connected_nodes(&self) -> usize {
         self.inner.nodes.iter().filter(|n| n.is_connected()).count()
+    }
+
+    /// Waits until every release this client sends in the background has
+    /// been answered or has timed out: those of dropped guards, and of
+    /// cancelled or failed acquires. Each takes at most one per-node timeout
+    /// once sent.
+    ///
+    /// Call it before `main` returns. A Tokio runtime that shuts down drops
+    /// its tasks, and with them any release not yet sent: a guard dropped
+    /// on the way out of `main` (an early `?`, say) would otherwise leave
+    /// its lock held until the TTL. The client stays usable afterwards.
+    ///
+    /// ```no_run
+    /// # async fn work() -> Result<(), Box<dyn std::error::Error>> { Ok(()) }
+    /// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+    /// let redlock = redlock_tokio::Redlock::connect(["redis://127.0.0.1:6379"]).await?;
+    /// let result = async {
+    ///     let _guard = redlock.lock("nightly-report").await?;
+    ///     work().await // an error drops the guard: released in the background
+    /// }
+    /// .await;
+    /// redlock.shutdown().await; // that release is sent before the runtime goes
+    /// result
+    /// # }
+    /// ```
+    pub async fn shutdown(&self) {
+        let background = &self.inner.background;
+        background.close();
+        background.wait().await;
+        background.reopen();
+    }
+
+    pub(crate) fn background(&self) -> &TaskTracker {
+        &self.inner.background
     }
 
     /// How many nodes have a release-notice (pub/sub) connection up right
@@ -347,6 +384,7 @@ impl Redlock {
         );
         let mut run = AcquireRun {
             nodes: Arc::clone(&self.inner.nodes),
+            background: self.inner.background.clone(),
             acquisition,
             finished: false,
             notices: self.inner.notices.clone(),
@@ -414,6 +452,8 @@ impl LockOptions {
 /// the attempt in flight and sends its releases in the background.
 struct AcquireRun {
     nodes: Arc<[Arc<Node>]>,
+    /// Where its background releases are tracked.
+    background: TaskTracker,
     acquisition: Acquisition<StdRng>,
     finished: bool,
     /// The client's release notices, if on.
@@ -455,7 +495,7 @@ impl AcquireRun {
                     in_flight.push(send(&self.nodes, request));
                 }
             }
-            spawn_releases(&self.nodes, releases);
+            spawn_releases(&self.nodes, releases, &self.background);
             while let Some(event) = self.acquisition.poll_event() {
                 match event {
                     AcquireEvent::Acquired(lock) => {
@@ -566,7 +606,7 @@ impl Drop for AcquireRun {
         }
         // After the decision (or the abandon) only releases are queued.
         let releases: Vec<_> = std::iter::from_fn(|| self.acquisition.poll_request()).collect();
-        spawn_releases(&self.nodes, releases);
+        spawn_releases(&self.nodes, releases, &self.background);
     }
 }
 
@@ -796,6 +836,7 @@ impl Builder {
                 settings,
                 nodes,
                 notices,
+                background: TaskTracker::new(),
             }),
         };
         info!(

@@ -15,6 +15,7 @@ use redlock_core::{
 use tracing::{Instrument, Level, debug, warn};
 
 use crate::node::Node;
+use tokio_util::task::TaskTracker;
 
 /// Sends one request to its node, at once: the request is queued on the
 /// node's connection before this returns. The returned future yields the
@@ -272,7 +273,11 @@ pub(crate) fn complete_in_background(in_flight: FuturesUnordered<Sent>) {
 /// `Drop`, possibly while the runtime shuts down. Their order does not
 /// matter: whatever they undo was queued before them ([`send`]). The task
 /// ends by the latest of their deadlines.
-pub(crate) fn spawn_releases(nodes: &Arc<[Arc<Node>]>, requests: Vec<Request>) {
+pub(crate) fn spawn_releases(
+    nodes: &Arc<[Arc<Node>]>,
+    requests: Vec<Request>,
+    background: &TaskTracker,
+) {
     let Some(deadline) = requests.iter().map(|request| request.deadline).max() else {
         return;
     };
@@ -285,7 +290,7 @@ pub(crate) fn spawn_releases(nodes: &Arc<[Arc<Node>]>, requests: Vec<Request>) {
     };
     let nodes = Arc::clone(nodes);
     let deadline = tokio::time::Instant::from_std(deadline);
-    runtime.spawn(
+    background.spawn_on(
         async move {
             let sends: Vec<Sent> = requests
                 .into_iter()
@@ -294,5 +299,6 @@ pub(crate) fn spawn_releases(nodes: &Arc<[Arc<Node>]>, requests: Vec<Request>) {
             let _ = tokio::time::timeout_at(deadline, futures::future::join_all(sends)).await;
         }
         .in_current_span(),
+        &runtime,
     );
 }

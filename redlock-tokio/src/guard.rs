@@ -246,13 +246,17 @@ fn spawn_release(client: Redlock, mut lock: Lock, task: Option<JoinHandle<()>>) 
         return;
     };
     debug!(key = %lock.key(), "lock dropped; releasing in the background");
-    runtime.spawn(async move {
-        if let Some(task) = task {
-            task.abort();
-            let _ = task.await;
-        }
-        release_lock(&client, &mut lock).await;
-    });
+    let background = client.background().clone();
+    background.spawn_on(
+        async move {
+            if let Some(task) = task {
+                task.abort();
+                let _ = task.await;
+            }
+            release_lock(&client, &mut lock).await;
+        },
+        &runtime,
+    );
 }
 
 pub(crate) async fn release_lock(client: &Redlock, lock: &mut Lock) -> ReleaseReport {

@@ -111,6 +111,11 @@
 //!   releases the lock in a background task on the current Tokio runtime.
 //!   Dropped outside a runtime nothing can be sent, and the key stays until
 //!   its TTL expires.
+//! - A runtime that shuts down drops its tasks, background releases among
+//!   them: a guard dropped on the way out of `main` (an early `?`) leaves
+//!   its lock held until the TTL unless [`Redlock::shutdown`] is awaited
+//!   before `main` returns. It waits for every background release of the
+//!   client (at most one per-node timeout each once sent).
 //! - Nobody waits for slow nodes: an acquire or extend returns as soon as
 //!   the core decides, and the requests still in flight then complete in the
 //!   background (so the slow nodes get the lock or the new TTL too).
