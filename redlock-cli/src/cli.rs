@@ -10,7 +10,8 @@ Exit codes:
   0        success (exec: the command exited 0)
   1        exec: the lock is held by another owner (busy; see --busy-exit-code)
   2        usage or configuration error (bad option, no servers, bad URL,
-           invalid TTL, even or duplicate servers, password rejected)
+           invalid TTL, even or duplicate servers, password rejected), or the
+           key holds something else than a lock (a list, a hash, ...)
   3        no quorum: too many Redis nodes down or too slow
   4        exec: the lock was lost while the command ran; the command was stopped
   126/127  exec: the command could not be executed / was not found

@@ -546,6 +546,14 @@ impl<R: Rng> Acquisition<R> {
                     attempts: self.attempts,
                 }
             }
+            Tally::Lost if round.wrong_type_rules_out_quorum() => AcquireError::WrongType {
+                keys: match self.kind {
+                    LockKind::Multi => self.keys.to_vec(),
+                    _ => vec![self.keys[0].clone()],
+                },
+                votes: round.votes(now),
+                attempts: self.attempts,
+            },
             Tally::Lost if round.failures_rule_out_quorum() => AcquireError::NoQuorum {
                 votes: round.votes(now),
                 attempts: self.attempts,
@@ -571,6 +579,11 @@ impl<R: Rng> Acquisition<R> {
         // Release everywhere, also where the node seemed to say no or timed
         // out: a reply can be lost after the node set the key.
         self.queue_releases(&round, &value, now);
+        if error.is_wrong_type() {
+            // Permanent: every retry would find the same key.
+            self.events.push_back(AcquireEvent::Failed(error));
+            return;
+        }
         if let Some(until) = scheduled {
             if until > now {
                 // An extra attempt after a release notice: back to the retry

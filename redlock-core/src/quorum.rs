@@ -295,6 +295,20 @@ impl Round {
         n - failed < quorum(n)
     }
 
+    /// Whether nodes whose key has another type alone rule out a quorum: no
+    /// retry can succeed until someone changes that key.
+    pub(crate) fn wrong_type_rules_out_quorum(&self) -> bool {
+        let n = self.votes.len();
+        let wrong_type = self
+            .votes
+            .iter()
+            .filter(
+                |v| matches!(v, NodeVote::Failed(e) if e.kind == crate::NodeErrorKind::WrongType),
+            )
+            .count();
+        n - wrong_type < quorum(n)
+    }
+
     pub(crate) fn votes(&self, now: Instant) -> Votes {
         Votes {
             names: self.names.clone(),
