@@ -130,6 +130,10 @@ enum Phase {
 ///
 /// The decision comes as soon as it is certain: a quorum of yes votes with
 /// validity left, or enough no votes and failures that a quorum is impossible.
+/// An answer handled at or after the overall deadline
+/// ([`Config::acquire_deadline`](crate::Config::acquire_deadline)) decides
+/// nothing but the end: [`AcquireError::DeadlineExceeded`], and the attempt's
+/// keys are released, even if that answer completed a quorum.
 /// Replies from earlier attempts and replies after the decision are ignored.
 ///
 /// ```
@@ -492,6 +496,16 @@ impl<R: Rng> Acquisition<R> {
     }
 
     fn decide(&mut self, now: Instant) {
+        if !matches!(self.state, State::Attempting { .. }) {
+            return;
+        }
+        // The deadline is hard: a quorum counted at or after it (replies and
+        // the timer became ready together, or the caller was slow to call
+        // `handle_timeout`) is no lock. Its keys are released.
+        if self.deadline.is_some_and(|deadline| now >= deadline) {
+            self.give_up_at_deadline(now);
+            return;
+        }
         let State::Attempting { round, phase, .. } = &self.state else {
             return;
         };

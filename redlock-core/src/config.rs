@@ -68,7 +68,9 @@ pub struct Config {
     /// How a blocking acquire retries after a failed attempt.
     pub retry: RetryConfig,
     /// An upper bound on a whole blocking acquire, retries included. `None`: only
-    /// the retry count bounds it.
+    /// the retry count bounds it. The bound is hard: no lock is handed out at or
+    /// after it, also when a quorum's answers are only counted then (they came
+    /// in with the timer, or the caller was late); such a lock is released.
     pub acquire_deadline: Option<Duration>,
     /// Random bytes in each lock value (sent hex-encoded). Default 20, as the
     /// spec suggests; at least 16.
