@@ -661,7 +661,7 @@ impl<R: Rng> Acquisition<R> {
                 value: value.clone(),
                 kind: self.kind.clone(),
                 command: Command::Withdraw,
-                deadline: now + self.node_timeout,
+                deadline: now + self.settings.release_timeout(),
             });
         }
     }
@@ -825,19 +825,19 @@ impl Lock {
         self.extensions += 1;
     }
 
-    /// Starts releasing the lock on every node at `now`.
+    /// Starts releasing the lock on every node at `now`, with the per-node
+    /// timeout of every release ([`Settings::release_timeout`]).
     pub fn release(&mut self, now: Instant) -> Release {
         let attempt = self.next_attempt();
-        // The same per-node timeout as the lock's own rounds: a short TTL has
-        // a short timeout, so releasing it is not slower than taking it.
-        Release::with_timeout(
+        // The release timeout does not depend on the TTL: see
+        // `Settings::release_timeout`.
+        Release::of(
             &self.settings,
             self.keys.clone(),
             self.kind.clone(),
             self.value.clone(),
             attempt,
             now,
-            self.settings.node_timeout_for(self.ttl),
         )
     }
 }
