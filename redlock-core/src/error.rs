@@ -243,6 +243,19 @@ pub enum ExtendError {
         /// The votes.
         votes: Votes,
     },
+    /// Our value was gone from more nodes than a quorum can spare: released
+    /// by someone who knows the value (`redlock release --value`,
+    /// [`Release::new`](crate::Release::new)), or expired or lost by the
+    /// nodes. The lock had ended there, so someone else could have taken it
+    /// since: it is lost, and the keys the extension re-set where the value
+    /// was missing are released again (see [`Extension`](crate::Extension)).
+    #[error("the lock was lost: its value is gone from {} (released by its value, or lost by the nodes), more than the {spare} node(s) a quorum can spare; nothing was re-created: {votes}", gone(.votes))]
+    Gone {
+        /// How many nodes a quorum can do without: N minus the quorum.
+        spare: usize,
+        /// The votes.
+        votes: Votes,
+    },
     /// Too many nodes failed or timed out to extend on a quorum.
     #[error("no quorum: too many nodes failed to extend the lock: {}; {votes}", failures(.votes))]
     NoQuorum {
@@ -256,8 +269,17 @@ impl ExtendError {
     pub fn votes(&self) -> Option<&Votes> {
         match self {
             ExtendError::Expired { votes, .. } => votes.as_ref(),
-            ExtendError::Lost { votes } | ExtendError::NoQuorum { votes } => Some(votes),
+            ExtendError::Lost { votes }
+            | ExtendError::Gone { votes, .. }
+            | ExtendError::NoQuorum { votes } => Some(votes),
         }
+    }
+
+    /// True when the nodes showed that the lock is not ours any more (another
+    /// owner holds it, or our value is gone from too many nodes), as opposed
+    /// to an expired validity or nodes failing to answer.
+    pub fn is_lost(&self) -> bool {
+        matches!(self, ExtendError::Lost { .. } | ExtendError::Gone { .. })
     }
 }
 
@@ -268,6 +290,21 @@ fn holders(votes: &Votes) -> String {
     } else {
         names.join(", ")
     }
+}
+
+fn gone(votes: &Votes) -> String {
+    let names: Vec<String> = votes
+        .iter()
+        .filter_map(|(name, vote)| match vote {
+            NodeVote::Restored => Some(format!("{name} (missing)")),
+            NodeVote::HeldByOther(_) => Some(format!("{name} (another owner)")),
+            NodeVote::Failed(error) if error.kind == NodeErrorKind::WrongType => {
+                Some(format!("{name} (another type)"))
+            }
+            _ => None,
+        })
+        .collect();
+    names.join(", ")
 }
 
 fn key_list(keys: &[Key]) -> String {

@@ -123,8 +123,10 @@ impl LockGuard {
     ///
     /// Fails with [`ExtendError::Expired`] when no validity is left (someone
     /// else may hold the lock by now), [`ExtendError::Lost`] when another
-    /// owner holds it, and [`ExtendError::NoQuorum`] when too few nodes
-    /// answered. After a failure, treat the lock as lost; the guard still
+    /// owner holds it, [`ExtendError::Gone`] when our value is gone from more
+    /// nodes than a quorum can spare (released by its value, for example by
+    /// `redlock release --value`: the keys are then not re-created), and
+    /// [`ExtendError::NoQuorum`] when too few nodes answered. After a failure, treat the lock as lost; the guard still
     /// releases on drop. Cancel-safe: a dropped extension changes nothing
     /// here.
     pub async fn extend(&mut self, ttl: Duration) -> Result<Duration, Error> {
@@ -310,8 +312,9 @@ impl Shared {
 /// A lock kept alive by a background task, made by
 /// [`LockGuard::keep_alive`].
 ///
-/// The lock is lost when an extension fails for good (another owner, or
-/// validity ran out) or the extension limit is reached; then
+/// The lock is lost when an extension fails for good (another owner, our
+/// value released on a quorum of nodes, or validity ran out) or the
+/// extension limit is reached; then
 /// [`lost`](Self::lost) completes and [`lost_token`](Self::lost_token) is
 /// cancelled, at once. An extension that fails only because too few nodes
 /// answered is retried while validity is left, so the loss is signalled at
