@@ -237,7 +237,9 @@ pub enum ExtendError {
         /// The votes, when a round was run.
         votes: Option<Votes>,
     },
-    /// Another owner holds the key on too many nodes: the lock was lost.
+    /// Another owner holds the key on too many nodes: the lock was lost. Our
+    /// value is released wherever it is left (see
+    /// [`Extension`](crate::Extension)); another owner's is never touched.
     #[error("the lock was lost to another owner (on {}): {votes}", holders(.votes))]
     Lost {
         /// The votes.
