@@ -8,9 +8,12 @@ use clap::{Args, Parser, Subcommand};
 const EXIT_CODES: &str = "\
 Exit codes:
   0        success (exec: the command exited 0)
-  1        exec: the lock is held by another owner (busy; see --busy-exit-code)
+  1        exec: the lock is held by another owner (busy; see --busy-exit-code);
+           release: the value is held on no node (mistyped, expired or released
+           already); nothing was deleted
   2        usage or configuration error (bad option, no servers, bad URL,
-           invalid TTL, even or duplicate servers, password rejected)
+           invalid TTL, even or duplicate servers, password rejected), or the
+           key holds something else than a lock (a list, a hash, ...)
   3        no quorum: too many Redis nodes down or too slow
   4        exec: the lock was lost while the command ran; the command was stopped
   126/127  exec: the command could not be executed / was not found
@@ -67,7 +70,11 @@ pub(crate) enum Command {
     /// Deletes KEY only on the nodes where it still holds VALUE: a key held
     /// by another value is never touched. For a lock whose holder died or
     /// hung. Exits 0 once the value can no longer hold a quorum (nodes that
-    /// failed to answer may keep it until its TTL), 3 otherwise.
+    /// failed to answer may keep it until its TTL), 1 when the value was held
+    /// on no node (a typo, or already expired or released), 3 when too many
+    /// nodes failed to tell. A holder that keeps the lock alive (`exec`)
+    /// notices at its next extension that its value is gone from a quorum:
+    /// it stops its command and exits 4, and the lock stays released.
     #[command(after_help = EXIT_CODES)]
     Release(ReleaseArgs),
 }

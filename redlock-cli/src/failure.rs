@@ -9,7 +9,13 @@ use crate::output::{Level, Output, votes_json};
 pub(crate) const SUCCESS: u8 = 0;
 /// `exec`: the lock is held by another owner (the default of `--busy-exit-code`).
 pub(crate) const BUSY: u8 = 1;
-/// Bad usage or configuration. clap uses 2 for argument errors too.
+/// `release`: the value was held on no node, so nothing was deleted (a
+/// mistyped value, or a lock already expired or released). Like `BUSY`, "the
+/// lock is not yours to take or give back", and like grep's 1, "not found".
+pub(crate) const NOT_HELD: u8 = 1;
+/// Bad usage or configuration. clap uses 2 for argument errors too. Also a
+/// key that holds a value of another type (not a lock): a wrong key name,
+/// which waiting cannot fix.
 pub(crate) const USAGE: u8 = 2;
 /// Too many nodes down or too slow for a quorum.
 pub(crate) const NO_QUORUM: u8 = 3;
@@ -53,6 +59,7 @@ impl Failure {
         let (code, kind) = match error {
             Error::Config(_) => (USAGE, "config"),
             Error::Auth { .. } => (USAGE, "auth"),
+            Error::Acquire(error) if error.is_wrong_type() => (USAGE, "wrong_type"),
             _ if error.is_held_by_other() => (busy_code, "busy"),
             Error::Acquire(AcquireError::DeadlineExceeded { last: None, .. }) => {
                 (NO_QUORUM, "deadline")

@@ -29,10 +29,19 @@ pub(crate) async fn run(args: ReleaseArgs, output: &Output) -> u8 {
     // Nodes that failed may still hold the value until its TTL. Fewer than a
     // quorum of them cannot hold the lock, so others can take it.
     let freed = report.failed() < quorum;
+    // Deleted nowhere, and too few nodes failed to hold it: a mistyped value,
+    // or a lock already expired or released. Said with its own exit code, so
+    // that a script does not take a typo for a release.
+    let not_held = report.released() == 0 && freed;
     output.result(
         || {
             let mut text = if report.released() == 0 && report.failed() == 0 {
-                format!("{key}: the value was not held on any node (expired, released, or never held); nothing deleted\n")
+                format!("{key}: not held: the value was not held on any node (expired, released, mistyped or never held); nothing deleted\n")
+            } else if not_held {
+                format!(
+                    "{key}: not held: the value was not held on any node that answered (expired, released, mistyped or never held); nothing deleted, failed on {}\n",
+                    report.failed()
+                )
             } else {
                 format!(
                     "{key}: released on {} of {total} nodes, not held on {}, failed on {}\n",
@@ -72,11 +81,14 @@ pub(crate) async fn run(args: ReleaseArgs, output: &Output) -> u8 {
                 "failed": report.failed(),
                 "quorum": quorum,
                 "freed": freed,
+                "held": !not_held,
                 "nodes": release_json(report.votes()),
             })
         },
     );
-    if freed {
+    if not_held {
+        failure::NOT_HELD
+    } else if freed {
         failure::SUCCESS
     } else {
         failure::NO_QUORUM

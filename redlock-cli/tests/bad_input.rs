@@ -131,3 +131,43 @@ fn nodes_down_exit_3_without_running_the_command() {
         "the partial lock was released"
     );
 }
+
+#[test]
+fn a_key_of_another_type_exits_2_naming_the_key_without_waiting() {
+    let cluster = RedisCluster::start(3);
+    for node in cluster.nodes() {
+        node.command(["LPUSH", "jobs", "x"]);
+    }
+    let scratch = Scratch::new("wrongtype");
+    let ran = scratch.path("ran");
+    // With --wait and no deadline redlock would retry forever if it took the
+    // key for a held lock or for nodes down: it must stop at once.
+    let run = support::start(redlock_on(&cluster, "exec").args([
+        "--wait",
+        "jobs",
+        "--",
+        "touch",
+        ran.to_str().expect("utf-8"),
+    ]))
+    .wait_within(std::time::Duration::from_secs(10));
+    run.assert_code(2);
+    assert!(
+        run.stderr
+            .contains("the key jobs holds a value of another type"),
+        "{run:#?}"
+    );
+    assert!(!run.stderr.contains("no quorum"), "{run:#?}");
+    assert!(!ran.exists());
+    let json = support::run(redlock_on(&cluster, "exec").args(["--json", "jobs", "--", "true"]));
+    json.assert_code(2);
+    assert!(
+        json.stderr_json()
+            .iter()
+            .any(|event| event["event"] == "error" && event["kind"] == "wrong_type"),
+        "{json:#?}"
+    );
+    for node in cluster.nodes() {
+        assert_eq!(node.keys("*"), vec![b"jobs".to_vec()]);
+        assert_eq!(node.command(["LLEN", "jobs"]), redis::Value::Int(1));
+    }
+}

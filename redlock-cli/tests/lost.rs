@@ -135,3 +135,52 @@ fn process_state(pid: u32) -> Option<char> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     stat.rsplit_once(") ")?.1.chars().next()
 }
+
+#[test]
+fn an_operator_release_by_value_stops_the_command_and_stays_released() {
+    let cluster = RedisCluster::start(3);
+    let running = start(redlock_on(&cluster, "exec").args([
+        "--ttl",
+        "1s",
+        "released-by-hand",
+        "--",
+        "sleep",
+        "30",
+    ]));
+    wait_for_lock(&cluster, "released-by-hand");
+    eventually("every node holds the lock", Duration::from_secs(5), || {
+        cluster
+            .nodes()
+            .iter()
+            .all(|node| node.exists("released-by-hand"))
+    });
+    let value = cluster.node(0).get("released-by-hand").expect("held");
+    let value = String::from_utf8(value).expect("a hex value");
+
+    let release =
+        support::run(redlock_on(&cluster, "release").args(["released-by-hand", "--value", &value]));
+    release.assert_code(0);
+    assert!(
+        release.stdout.contains("released on 3 of 3"),
+        "{release:#?}"
+    );
+
+    // The next extension (at half the 1 s TTL) finds the value gone from
+    // every node: the lock is lost, the command stopped, exit 4.
+    let run = running.wait();
+    run.assert_code(4);
+    assert!(
+        run.stderr.contains("lock released-by-hand lost"),
+        "{run:#?}"
+    );
+    assert!(run.elapsed < Duration::from_secs(15), "{run:#?}");
+    // Not re-created: a status now (and for longer than the keep-alive
+    // period) shows the lock free on every node.
+    std::thread::sleep(Duration::from_millis(1500));
+    for node in cluster.nodes() {
+        assert_eq!(node.pttl("released-by-hand"), -2);
+    }
+    let status = support::run(redlock_on(&cluster, "status").arg("released-by-hand"));
+    status.assert_code(0);
+    assert!(status.stdout.contains("free on every node"), "{status:#?}");
+}

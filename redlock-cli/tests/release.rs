@@ -12,10 +12,18 @@ fn releases_only_the_given_value() {
     cluster.node(1).command(["SET", "k", "v1", "PX", "20000"]);
     cluster.node(2).command(["SET", "k", "v2", "PX", "20000"]);
 
-    // A wrong value deletes nothing.
+    // A wrong value (a typo) deletes nothing, says so and exits 1.
     let wrong = run(redlock_on(&cluster, "release").args(["k", "--value", "v3"]));
-    wrong.assert_code(0);
+    wrong.assert_code(1);
+    assert!(wrong.stdout.contains("not held"), "{wrong:#?}");
     assert!(wrong.stdout.contains("not held on any node"), "{wrong:#?}");
+    let json = run(redlock_on(&cluster, "release").args(["k", "--value", "v3", "--json"]));
+    json.assert_code(1);
+    let [report] = &json.stdout_json()[..] else {
+        panic!("one JSON object expected: {json:#?}");
+    };
+    assert_eq!(report["released"], 0);
+    assert_eq!(report["held"], false);
     assert!(cluster.nodes().iter().all(|node| node.exists("k")));
 
     let released = run(redlock_on(&cluster, "release").args(["k", "--value", "v1", "--json"]));

@@ -130,6 +130,10 @@ enum Phase {
 ///
 /// The decision comes as soon as it is certain: a quorum of yes votes with
 /// validity left, or enough no votes and failures that a quorum is impossible.
+/// An answer handled at or after the overall deadline
+/// ([`Config::acquire_deadline`](crate::Config::acquire_deadline)) decides
+/// nothing but the end: [`AcquireError::DeadlineExceeded`], and the attempt's
+/// keys are released, even if that answer completed a quorum.
 /// Replies from earlier attempts and replies after the decision are ignored.
 ///
 /// ```
@@ -492,6 +496,16 @@ impl<R: Rng> Acquisition<R> {
     }
 
     fn decide(&mut self, now: Instant) {
+        if !matches!(self.state, State::Attempting { .. }) {
+            return;
+        }
+        // The deadline is hard: a quorum counted at or after it (replies and
+        // the timer became ready together, or the caller was slow to call
+        // `handle_timeout`) is no lock. Its keys are released.
+        if self.deadline.is_some_and(|deadline| now >= deadline) {
+            self.give_up_at_deadline(now);
+            return;
+        }
         let State::Attempting { round, phase, .. } = &self.state else {
             return;
         };
@@ -546,6 +560,14 @@ impl<R: Rng> Acquisition<R> {
                     attempts: self.attempts,
                 }
             }
+            Tally::Lost if round.wrong_type_rules_out_quorum() => AcquireError::WrongType {
+                keys: match self.kind {
+                    LockKind::Multi => self.keys.to_vec(),
+                    _ => vec![self.keys[0].clone()],
+                },
+                votes: round.votes(now),
+                attempts: self.attempts,
+            },
             Tally::Lost if round.failures_rule_out_quorum() => AcquireError::NoQuorum {
                 votes: round.votes(now),
                 attempts: self.attempts,
@@ -571,6 +593,11 @@ impl<R: Rng> Acquisition<R> {
         // Release everywhere, also where the node seemed to say no or timed
         // out: a reply can be lost after the node set the key.
         self.queue_releases(&round, &value, now);
+        if error.is_wrong_type() {
+            // Permanent: every retry would find the same key.
+            self.events.push_back(AcquireEvent::Failed(error));
+            return;
+        }
         if let Some(until) = scheduled {
             if until > now {
                 // An extra attempt after a release notice: back to the retry
@@ -634,7 +661,7 @@ impl<R: Rng> Acquisition<R> {
                 value: value.clone(),
                 kind: self.kind.clone(),
                 command: Command::Withdraw,
-                deadline: now + self.node_timeout,
+                deadline: now + self.settings.release_timeout(),
             });
         }
     }
@@ -798,19 +825,19 @@ impl Lock {
         self.extensions += 1;
     }
 
-    /// Starts releasing the lock on every node at `now`.
+    /// Starts releasing the lock on every node at `now`, with the per-node
+    /// timeout of every release ([`Settings::release_timeout`]).
     pub fn release(&mut self, now: Instant) -> Release {
         let attempt = self.next_attempt();
-        // The same per-node timeout as the lock's own rounds: a short TTL has
-        // a short timeout, so releasing it is not slower than taking it.
-        Release::with_timeout(
+        // The release timeout does not depend on the TTL: see
+        // `Settings::release_timeout`.
+        Release::of(
             &self.settings,
             self.keys.clone(),
             self.kind.clone(),
             self.value.clone(),
             attempt,
             now,
-            self.settings.node_timeout_for(self.ttl),
         )
     }
 }

@@ -68,7 +68,9 @@ pub struct Config {
     /// How a blocking acquire retries after a failed attempt.
     pub retry: RetryConfig,
     /// An upper bound on a whole blocking acquire, retries included. `None`: only
-    /// the retry count bounds it.
+    /// the retry count bounds it. The bound is hard: no lock is handed out at or
+    /// after it, also when a quorum's answers are only counted then (they came
+    /// in with the timer, or the caller was late); such a lock is released.
     pub acquire_deadline: Option<Duration>,
     /// Random bytes in each lock value (sent hex-encoded). Default 20, as the
     /// spec suggests; at least 16.
@@ -414,6 +416,21 @@ impl Settings {
             });
         }
         Ok(checked)
+    }
+
+    /// The per-node timeout of every release: [`Lock::release`](crate::Lock::release),
+    /// [`Release::new`](crate::Release::new) for a value known from elsewhere,
+    /// and the clean-up after a failed or abandoned acquire attempt. It is the
+    /// client's [`node_timeout`](Self::node_timeout), whatever the lock's TTL.
+    ///
+    /// Why one rule, and not [`node_timeout_for`](Self::node_timeout_for) the
+    /// lock's TTL: a release protects no validity, so there is nothing to
+    /// gain from cutting it short, while a node cut short keeps the key until
+    /// its TTL; and a value released by hand comes without its TTL, so a
+    /// TTL-derived timeout could not be applied to it. Releasing the same lock
+    /// through its guard or by its value then waits for a slow node alike.
+    pub fn release_timeout(&self) -> Duration {
+        self.node_timeout
     }
 
     /// The per-node timeout for requests carrying this TTL.

@@ -6,7 +6,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::Votes;
+use crate::{Key, NodeErrorKind, NodeVote, Votes};
 
 /// Formats a duration as milliseconds with up to three decimals.
 pub(crate) struct Millis(pub(crate) Duration);
@@ -146,6 +146,32 @@ pub enum AcquireError {
         /// Attempts made.
         attempts: u32,
     },
+    /// A key of the lock holds a value of another type on enough nodes that
+    /// no quorum is possible: a list, a hash, a set, ... where the lock's
+    /// string is expected (or a string where a reentrant lock's hash is).
+    ///
+    /// Some other program uses the key, so this is a mistake in naming, not
+    /// a lock held by someone: the acquire fails at once, without retries
+    /// (waiting would not change the key), and writes nothing to it (the
+    /// scripts fail on the key before any write). Rename the lock (or its
+    /// [key prefix](crate::Config::key_prefix)), or remove the key if nothing
+    /// needs it. The key may also be one of the lock's helper keys: the
+    /// fencing counter, a read-write lock's readers or writer-waiting mark.
+    ///
+    /// A node is counted here when it answered with the Redis error code
+    /// `WRONGTYPE` ([`NodeErrorKind::WrongType`](crate::NodeErrorKind::WrongType)).
+    /// On fewer nodes, the other nodes can still grant the lock, and a failed
+    /// attempt is reported (and retried) as usual.
+    #[error("{} holds a value of another type, not a lock (on {}): not retried; {votes}", key_list(.keys), wrong_type(.votes))]
+    WrongType {
+        /// The locked keys: the lock key, or every key of a multi-resource
+        /// lock (one of them is the culprit).
+        keys: Vec<Key>,
+        /// The attempt's votes.
+        votes: Votes,
+        /// Attempts made.
+        attempts: u32,
+    },
     /// The overall acquire deadline passed before an attempt succeeded.
     #[error("the acquire deadline of {} passed after {attempts} attempt(s){}", Millis(*deadline), last_error(.last))]
     DeadlineExceeded {
@@ -164,6 +190,7 @@ impl AcquireError {
         match self {
             AcquireError::Held { votes, .. }
             | AcquireError::NoQuorum { votes, .. }
+            | AcquireError::WrongType { votes, .. }
             | AcquireError::ValidityExhausted { votes, .. } => Some(votes),
             AcquireError::DeadlineExceeded { last, .. } => last.as_deref().and_then(Self::votes),
         }
@@ -174,9 +201,16 @@ impl AcquireError {
         match self {
             AcquireError::Held { attempts, .. }
             | AcquireError::NoQuorum { attempts, .. }
+            | AcquireError::WrongType { attempts, .. }
             | AcquireError::ValidityExhausted { attempts, .. }
             | AcquireError::DeadlineExceeded { attempts, .. } => *attempts,
         }
+    }
+
+    /// True when a key of the lock holds a value of another type
+    /// ([`AcquireError::WrongType`]): a permanent error, not worth retrying.
+    pub fn is_wrong_type(&self) -> bool {
+        matches!(self, AcquireError::WrongType { .. })
     }
 
     /// True when the lock is held by someone else (as opposed to nodes failing).
@@ -203,9 +237,24 @@ pub enum ExtendError {
         /// The votes, when a round was run.
         votes: Option<Votes>,
     },
-    /// Another owner holds the key on too many nodes: the lock was lost.
+    /// Another owner holds the key on too many nodes: the lock was lost. Our
+    /// value is released wherever it is left (see
+    /// [`Extension`](crate::Extension)); another owner's is never touched.
     #[error("the lock was lost to another owner (on {}): {votes}", holders(.votes))]
     Lost {
+        /// The votes.
+        votes: Votes,
+    },
+    /// Our value was gone from more nodes than a quorum can spare: released
+    /// by someone who knows the value (`redlock release --value`,
+    /// [`Release::new`](crate::Release::new)), or expired or lost by the
+    /// nodes. The lock had ended there, so someone else could have taken it
+    /// since: it is lost, and the keys the extension re-set where the value
+    /// was missing are released again (see [`Extension`](crate::Extension)).
+    #[error("the lock was lost: its value is gone from {} (released by its value, or lost by the nodes), more than the {spare} node(s) a quorum can spare; nothing was re-created: {votes}", gone(.votes))]
+    Gone {
+        /// How many nodes a quorum can do without: N minus the quorum.
+        spare: usize,
         /// The votes.
         votes: Votes,
     },
@@ -222,8 +271,17 @@ impl ExtendError {
     pub fn votes(&self) -> Option<&Votes> {
         match self {
             ExtendError::Expired { votes, .. } => votes.as_ref(),
-            ExtendError::Lost { votes } | ExtendError::NoQuorum { votes } => Some(votes),
+            ExtendError::Lost { votes }
+            | ExtendError::Gone { votes, .. }
+            | ExtendError::NoQuorum { votes } => Some(votes),
         }
+    }
+
+    /// True when the nodes showed that the lock is not ours any more (another
+    /// owner holds it, or our value is gone from too many nodes), as opposed
+    /// to an expired validity or nodes failing to answer.
+    pub fn is_lost(&self) -> bool {
+        matches!(self, ExtendError::Lost { .. } | ExtendError::Gone { .. })
     }
 }
 
@@ -234,6 +292,42 @@ fn holders(votes: &Votes) -> String {
     } else {
         names.join(", ")
     }
+}
+
+fn gone(votes: &Votes) -> String {
+    let names: Vec<String> = votes
+        .iter()
+        .filter_map(|(name, vote)| match vote {
+            NodeVote::Restored => Some(format!("{name} (missing)")),
+            NodeVote::HeldByOther(_) => Some(format!("{name} (another owner)")),
+            NodeVote::Failed(error) if error.kind == NodeErrorKind::WrongType => {
+                Some(format!("{name} (another type)"))
+            }
+            _ => None,
+        })
+        .collect();
+    names.join(", ")
+}
+
+fn key_list(keys: &[Key]) -> String {
+    match keys {
+        [key] => format!("the key {key}"),
+        keys => {
+            let names: Vec<String> = keys.iter().map(ToString::to_string).collect();
+            format!("one of the keys {}", names.join(", "))
+        }
+    }
+}
+
+fn wrong_type(votes: &Votes) -> String {
+    let names: Vec<&str> = votes
+        .iter()
+        .filter(|(_, vote)| {
+            matches!(vote, NodeVote::Failed(error) if error.kind == NodeErrorKind::WrongType)
+        })
+        .map(|(name, _)| name)
+        .collect();
+    names.join(", ")
 }
 
 fn failures(votes: &Votes) -> String {

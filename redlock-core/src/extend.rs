@@ -4,8 +4,10 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use crate::acquire::interpret;
-use crate::quorum::{Round, Tally, remaining, valid_until};
-use crate::{AttemptId, Command, ExtendError, Lock, Reply, Request, Ttl, Votes};
+use crate::quorum::{Round, Tally, quorum, remaining, valid_until};
+use crate::{
+    AttemptId, Command, ExtendError, Lock, NodeErrorKind, NodeVote, Reply, Request, Ttl, Votes,
+};
 
 /// A successful extension, to pass to [`Lock::apply`].
 #[derive(Clone, Debug, PartialEq)]
@@ -30,18 +32,53 @@ pub struct Extended {
 /// [`handle_timeout`](Self::handle_timeout) at
 /// [`poll_timeout`](Self::poll_timeout), until
 /// [`poll_outcome`](Self::poll_outcome) gives the result; then
-/// [`Lock::apply`] a success.
+/// [`Lock::apply`] a success. Requests queued after the outcome are releases
+/// to send in the background (see below).
 ///
-/// Each node runs [`scripts::EXTEND`](crate::scripts::EXTEND): our key gets the
-/// new TTL; a key that is missing (its node restarted empty) is set again, but a
-/// key held by another value is never touched. The extension counts only with a
+/// Each node runs [`scripts::EXTEND`](crate::scripts::EXTEND) (or its kin):
+/// our key gets the new TTL; a key that is missing is set again, but a key
+/// held by another value is never touched. The extension counts only with a
 /// quorum of yes votes **before the current validity ends**: once it ends,
 /// someone else may hold the lock, and extending where our key survives would
-/// not make it ours again. A failed extension releases nothing: the caller
-/// should treat the lock as lost and release it.
+/// not make it ours again.
+///
+/// # Which missing keys may be re-set
+///
+/// With N nodes and a quorum Q, a lock is held while our value is on at least
+/// Q nodes. Let *gone* be the nodes that answered that our value was not
+/// there: missing (and re-set), held by another owner, or a key of another
+/// type. Then:
+///
+/// - **gone ≤ N − Q, and still ours + re-set ≥ Q**: extended. Our value was
+///   on at least N − gone ≥ Q nodes (counting those that did not answer as
+///   possibly still holding it) until this round, so the lock never ended and
+///   nobody else could have taken a quorum. A missing key here is a master
+///   that restarted empty or expired it early; re-setting it repairs the
+///   minority. The decision waits for the nodes not heard from yet (or their
+///   timeout) whenever their answers could still push gone over N − Q.
+/// - **gone > N − Q**: [`ExtendError::Gone`] (or [`ExtendError::Lost`] when
+///   no key was missing, only held by others): our value was on fewer than Q
+///   nodes, so the lock had ended, typically because someone released it by
+///   its value on a quorum (an operator's `release --value`), and another
+///   client could have acquired and even released it since. Re-creating the
+///   keys would take the lock back without an acquire, so the extension
+///   instead queues a release of our value on every node, sent after the
+///   extend on each node's connection: the keys it re-set are deleted again.
+///   Only our value is ever deleted.
+/// - otherwise, with too few answers for a quorum, [`ExtendError::NoQuorum`]:
+///   nothing is known to be gone, so a keep-alive retries while validity is
+///   left.
+///
+/// Any other failed extension releases nothing: the caller should treat the
+/// lock as lost and release it.
 #[derive(Debug)]
 pub struct Extension {
     round: Round,
+    /// The lock's keys, kind and value, for the releases after a loss.
+    keys: std::sync::Arc<[crate::Key]>,
+    kind: crate::LockKind,
+    value: crate::LockValue,
+    release_timeout: Duration,
     ttl: Ttl,
     drift: Duration,
     old_valid_until: Instant,
@@ -74,6 +111,10 @@ impl Extension {
             .collect();
         Self {
             drift: settings.drift(ttl),
+            keys: lock.keys().clone(),
+            kind: lock.kind().clone(),
+            value: lock.value().clone(),
+            release_timeout: settings.release_timeout(),
             round,
             ttl,
             old_valid_until: lock.valid_until(),
@@ -128,42 +169,83 @@ impl Extension {
 
     fn decide(&mut self, now: Instant) {
         let expired = remaining(self.old_valid_until, now).is_none();
-        let result = match self.round.tally() {
-            _ if expired => Err(ExtendError::Expired {
+        let n = self.round.nodes().len();
+        let spare = n - quorum(n);
+        let gone = self.round.count(|vote| match vote {
+            NodeVote::Restored | NodeVote::HeldByOther(_) => true,
+            NodeVote::Failed(error) => error.kind == NodeErrorKind::WrongType,
+            _ => false,
+        });
+        let missing = self.round.count(|vote| matches!(vote, NodeVote::Restored));
+        let pending = self.round.count(|vote| matches!(vote, NodeVote::Pending));
+        let result = if expired {
+            Err(ExtendError::Expired {
                 expired_for: now.saturating_duration_since(self.old_valid_until),
                 votes: Some(self.round.votes(now)),
-            }),
-            Tally::Open => return,
-            Tally::Won => {
-                let votes = self.round.votes(now);
-                match valid_until(self.round.started, self.ttl, self.drift)
-                    .and_then(|until| Some((until, remaining(until, now)?)))
-                {
-                    Some((valid_until, validity)) => Ok(Extended {
-                        valid_until,
-                        ttl: self.ttl,
-                        validity,
-                        restored: votes
-                            .votes()
-                            .iter()
-                            .filter(|v| matches!(v, crate::NodeVote::Restored))
-                            .count(),
-                        votes,
-                    }),
-                    None => Err(ExtendError::Expired {
-                        expired_for: Duration::ZERO,
-                        votes: Some(votes),
-                    }),
+            })
+        } else if gone > spare {
+            // Our value was on fewer than a quorum of nodes: see the type's docs.
+            let votes = self.round.votes(now);
+            Err(if missing == 0 {
+                ExtendError::Lost { votes }
+            } else {
+                ExtendError::Gone { spare, votes }
+            })
+        } else {
+            match self.round.tally() {
+                // Nodes not heard from could still show our value gone.
+                Tally::Won if gone + pending > spare => return,
+                Tally::Open => return,
+                Tally::Won => {
+                    let votes = self.round.votes(now);
+                    match valid_until(self.round.started, self.ttl, self.drift)
+                        .and_then(|until| Some((until, remaining(until, now)?)))
+                    {
+                        Some((valid_until, validity)) => Ok(Extended {
+                            valid_until,
+                            ttl: self.ttl,
+                            validity,
+                            restored: missing,
+                            votes,
+                        }),
+                        None => Err(ExtendError::Expired {
+                            expired_for: Duration::ZERO,
+                            votes: Some(votes),
+                        }),
+                    }
                 }
+                // No quorum is possible, and too little is gone to call the
+                // lock lost: nodes failed or did not answer.
+                Tally::Lost => Err(ExtendError::NoQuorum {
+                    votes: self.round.votes(now),
+                }),
             }
-            Tally::Lost if self.round.failures_rule_out_quorum() => Err(ExtendError::NoQuorum {
-                votes: self.round.votes(now),
-            }),
-            Tally::Lost => Err(ExtendError::Lost {
-                votes: self.round.votes(now),
-            }),
         };
+        if matches!(
+            result,
+            Err(ExtendError::Gone { .. } | ExtendError::Lost { .. })
+        ) {
+            self.queue_releases(now);
+        }
         self.done = true;
         self.outcome = Some(result);
+    }
+
+    /// Releases our value on every node: the keys this round re-set where
+    /// the value was missing must not outlive the lock. Each node runs it
+    /// after its extend (one connection per node keeps the order), so a key
+    /// re-set by a late answer is deleted too.
+    fn queue_releases(&mut self, now: Instant) {
+        for node in self.round.nodes() {
+            self.requests.push_back(Request {
+                attempt: self.round.attempt,
+                node,
+                keys: self.keys.clone(),
+                value: self.value.clone(),
+                kind: self.kind.clone(),
+                command: Command::Release,
+                deadline: now + self.release_timeout,
+            });
+        }
     }
 }

@@ -54,7 +54,9 @@ pub enum NodeVote {
     /// The node did what was asked: set, extended or deleted our key.
     Granted,
     /// Extend only: our key was missing (the node restarted empty or expired it
-    /// early) and was set again. Counts as a yes.
+    /// early, or someone released it by its value) and was set again. Counts
+    /// as a yes while such nodes are a minority the quorum can spare; on more,
+    /// the lock is lost (see [`Extension`](crate::Extension)).
     Restored,
     /// The key is held by another value. Acquire replies carry (up to 64 bytes
     /// of) that value, for diagnostics; it is never printed, since whoever
@@ -284,6 +286,11 @@ impl Round {
         }
     }
 
+    /// How many nodes voted `vote`-like (`Pending` counts nodes not heard from).
+    pub(crate) fn count(&self, matches: impl Fn(&NodeVote) -> bool) -> usize {
+        self.votes.iter().filter(|v| matches(v)).count()
+    }
+
     /// Whether node failures alone (not other holders) rule out a quorum.
     pub(crate) fn failures_rule_out_quorum(&self) -> bool {
         let n = self.votes.len();
@@ -293,6 +300,20 @@ impl Round {
             .filter(|v| matches!(v, NodeVote::Failed(_)))
             .count();
         n - failed < quorum(n)
+    }
+
+    /// Whether nodes whose key has another type alone rule out a quorum: no
+    /// retry can succeed until someone changes that key.
+    pub(crate) fn wrong_type_rules_out_quorum(&self) -> bool {
+        let n = self.votes.len();
+        let wrong_type = self
+            .votes
+            .iter()
+            .filter(
+                |v| matches!(v, NodeVote::Failed(e) if e.kind == crate::NodeErrorKind::WrongType),
+            )
+            .count();
+        n - wrong_type < quorum(n)
     }
 
     pub(crate) fn votes(&self, now: Instant) -> Votes {

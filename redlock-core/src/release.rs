@@ -79,7 +79,8 @@ pub struct Release {
 
 impl Release {
     /// Releases `value` on `key` on every node, starting at `now`, with the
-    /// default per-node timeout.
+    /// per-node timeout of every release,
+    /// [`Settings::release_timeout`].
     pub fn new(
         settings: &Settings,
         key: Key,
@@ -87,27 +88,30 @@ impl Release {
         attempt: AttemptId,
         now: Instant,
     ) -> Self {
-        Self::with_timeout(
+        Self::of(
             settings,
             Arc::from([key]),
             LockKind::Exclusive,
             value,
             attempt,
             now,
-            settings.node_timeout(),
         )
     }
 
-    pub(crate) fn with_timeout(
+    pub(crate) fn of(
         settings: &Settings,
         keys: Arc<[Key]>,
         kind: LockKind,
         value: LockValue,
         attempt: AttemptId,
         now: Instant,
-        node_timeout: std::time::Duration,
     ) -> Self {
-        let round = Round::new(attempt, settings.node_names(), now, node_timeout);
+        let round = Round::new(
+            attempt,
+            settings.node_names(),
+            now,
+            settings.release_timeout(),
+        );
         let requests = round
             .nodes()
             .map(|node| Request {

@@ -3,9 +3,15 @@
 //! Every operation on a node is one script call (`EVALSHA` once the script is
 //! loaded), so each node does its check-and-write atomically and each
 //! operation costs one round trip. The scripts read the key with `GET` first:
-//! on a key of another type `GET` raises Redis' `WRONGTYPE` error, which the
-//! adapter reports as [`NodeErrorKind::WrongType`](crate::NodeErrorKind::WrongType)
-//! instead of mistaking the key for someone else's lock.
+//! on a key of another type `GET` raises Redis' `WRONGTYPE` error, which ends
+//! the script before it writes the lock (Redis does not roll a script back,
+//! so the scripts read the keys they check before their first write). The reply
+//! keeps the error code `WRONGTYPE` (Redis 7 and later; the reentrant
+//! scripts, which check the type themselves, answer with that code on any
+//! version), and the core classifies error replies by that code alone
+//! ([`NodeErrorKind::from_error_code`](crate::NodeErrorKind::from_error_code)):
+//! [`NodeErrorKind::WrongType`](crate::NodeErrorKind::WrongType), never
+//! mistaken for someone else's lock or for a node that is down.
 //!
 //! Every release that frees a held lock publishes an empty message on the channel
 //! `<key>\0released` ([`Settings::release_channel`](crate::Settings::release_channel)),
@@ -102,8 +108,8 @@ pub const ACQUIRE_FENCED: &str = r#"local held = redis.call('GET', KEYS[1])
 if held then
   return string.sub(held, 1, 64)
 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 local counter = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return {1, counter}
 "#;
 

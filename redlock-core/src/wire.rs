@@ -297,6 +297,34 @@ impl fmt::Display for NodeError {
 
 impl std::error::Error for NodeError {}
 
+impl NodeErrorKind {
+    /// The class of an error reply from a node, by its error code (the
+    /// reply's first word), exactly: `WRONGTYPE` is [`WrongType`](Self::WrongType),
+    /// `NOAUTH` and `WRONGPASS` are [`Auth`](Self::Auth), any other code is
+    /// [`Server`](Self::Server). Adapters call this for every error reply, so
+    /// that the core, which knows what its scripts answer, decides what an
+    /// error means; no other text of the message is looked at.
+    ///
+    /// A script whose `redis.call` fails on a key of another type answers
+    /// with the code `WRONGTYPE` (Redis 7 keeps the failed command's code;
+    /// the reentrant scripts check the type themselves and answer with that
+    /// code on any version).
+    ///
+    /// ```
+    /// use redlock_core::NodeErrorKind;
+    /// assert_eq!(NodeErrorKind::from_error_code("WRONGTYPE"), NodeErrorKind::WrongType);
+    /// assert_eq!(NodeErrorKind::from_error_code("ERR"), NodeErrorKind::Server);
+    /// assert_eq!(NodeErrorKind::from_error_code("wrongtype"), NodeErrorKind::Server);
+    /// ```
+    pub fn from_error_code(code: &str) -> Self {
+        match code {
+            "WRONGTYPE" => NodeErrorKind::WrongType,
+            "NOAUTH" | "WRONGPASS" => NodeErrorKind::Auth,
+            _ => NodeErrorKind::Server,
+        }
+    }
+}
+
 /// The classes of node failure, so callers can react without parsing text.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -308,7 +336,11 @@ pub enum NodeErrorKind {
     /// The node refused our credentials (wrong password, unknown ACL user, or a
     /// password is required).
     Auth,
-    /// The key exists and holds another type than a string.
+    /// A key of the lock exists and holds another type than the lock's (a
+    /// list where a lock value should be, a string where a reentrant lock's
+    /// hash should be). Permanent: no retry can fix it, so an acquire that
+    /// finds it on too many nodes fails at once with
+    /// [`AcquireError::WrongType`](crate::AcquireError::WrongType).
     WrongType,
     /// The node answered with an error (out of memory, read-only replica,
     /// loading, scripts disabled, ...).

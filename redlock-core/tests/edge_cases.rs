@@ -371,6 +371,10 @@ fn extend_counts_only_while_valid() {
     let requests: Vec<_> = std::iter::from_fn(|| ext.poll_request()).collect();
     ext.handle_reply(Reply::to(&requests[0], Ok(Response::Int(1))), now + MS);
     ext.handle_reply(Reply::to(&requests[1], Ok(Response::Int(2))), now + MS);
+    // A third node reporting the value missing too would mean the lock had
+    // ended: wait for it (or its timeout).
+    assert!(ext.poll_outcome().is_none());
+    ext.handle_reply(Reply::to(&requests[2], Ok(Response::Int(1))), now + MS);
     let extended = ext.poll_outcome().unwrap().unwrap();
     assert_eq!(extended.restored, 1);
     assert_eq!(extended.valid_until, now + 988 * MS);

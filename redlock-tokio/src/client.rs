@@ -278,7 +278,7 @@ impl Redlock {
         let span = info_span!("redlock.release", resource = %key);
         let mut release = Release::new(settings, key, value.clone(), AttemptId(0), Instant::now());
         async {
-            let report = drive(&mut release, &self.inner.nodes).await;
+            let report = drive(&mut release, &self.inner.nodes, &self.inner.background).await;
             info!(report = %report, "released");
             report
         }

@@ -173,19 +173,27 @@ impl RoundMachine for Release {
 
 /// Runs a round to its outcome, which does not wait for slow nodes:
 /// requests still in flight then complete in the background after a
-/// success, and are dropped after a failure.
-pub(crate) async fn drive<M: RoundMachine>(machine: &mut M, nodes: &[Arc<Node>]) -> M::Outcome {
+/// success, and are dropped after a failure. Requests the machine queues
+/// with its outcome (the releases after a lost extension) are sent in the
+/// background.
+pub(crate) async fn drive<M: RoundMachine>(
+    machine: &mut M,
+    nodes: &Arc<[Arc<Node>]>,
+    background: &TaskTracker,
+) -> M::Outcome {
     let mut in_flight = FuturesUnordered::new();
     let mut timer = Timer::new();
     loop {
-        while let Some(request) = machine.poll_request() {
-            in_flight.push(send(nodes, request));
-        }
         if let Some(outcome) = machine.poll_outcome() {
+            let after: Vec<Request> = std::iter::from_fn(|| machine.poll_request()).collect();
             if M::completes_in_background(&outcome) {
                 complete_in_background(in_flight);
             }
+            spawn_releases(nodes, after, background);
             return outcome;
+        }
+        while let Some(request) = machine.poll_request() {
+            in_flight.push(send(nodes, request));
         }
         let Some(at) = machine.poll_timeout() else {
             // Extension and Release have a timeout until their outcome is

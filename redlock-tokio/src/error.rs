@@ -95,8 +95,8 @@ impl Error {
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum LossReason {
-    /// An extension failed: another owner holds the key on a majority, the
-    /// validity ran out before an extension could count (a slow or paused
+    /// An extension failed: another owner holds the key on a majority, our
+    /// value was released (or lost) on a majority, the validity ran out before an extension could count (a slow or paused
     /// client), or too few nodes answered until the validity ran out.
     #[error("{0}")]
     ExtendFailed(ExtendError),

@@ -130,13 +130,15 @@ impl LockGuard {
     ///
     /// Fails with [`ExtendError::Expired`] when no validity is left (someone
     /// else may hold the lock by now), [`ExtendError::Lost`] when another
-    /// owner holds it, and [`ExtendError::NoQuorum`] when too few nodes
-    /// answered. After a failure, treat the lock as lost; the guard still
+    /// owner holds it, [`ExtendError::Gone`] when our value is gone from more
+    /// nodes than a quorum can spare (released by its value, for example by
+    /// `redlock release --value`: the keys are then not re-created), and
+    /// [`ExtendError::NoQuorum`] when too few nodes answered. After a failure, treat the lock as lost; the guard still
     /// releases on drop. Cancel-safe: a dropped extension changes nothing
     /// here.
     pub async fn extend(&mut self, ttl: Duration) -> Result<Duration, Error> {
         let ttl = self.client.settings().ttl(ttl)?;
-        let nodes = Arc::clone(self.client.node_handles());
+        let client = self.client.clone();
         let lock = self
             .lock
             .as_mut()
@@ -145,7 +147,9 @@ impl LockGuard {
         let mut extension = lock.extend(ttl, Instant::now()).inspect_err(|error| {
             span.in_scope(|| info!(error = %error, "lock not extended"));
         })?;
-        let outcome = drive(&mut extension, &nodes).instrument(span.clone()).await;
+        let outcome = drive(&mut extension, client.node_handles(), client.background())
+            .instrument(span.clone())
+            .await;
         span.in_scope(|| match outcome {
             Ok(extended) => {
                 lock.apply(&extended);
@@ -263,7 +267,7 @@ pub(crate) async fn release_lock(client: &Redlock, lock: &mut Lock) -> ReleaseRe
     let span = info_span!("redlock.release", resource = %lock.key());
     let mut release = lock.release(Instant::now());
     async {
-        let report = drive(&mut release, client.node_handles()).await;
+        let report = drive(&mut release, client.node_handles(), client.background()).await;
         info!(report = %report, "lock released");
         report
     }
@@ -321,8 +325,9 @@ impl Shared {
 /// A lock kept alive by a background task, made by
 /// [`LockGuard::keep_alive`].
 ///
-/// The lock is lost when an extension fails for good (another owner, or
-/// validity ran out) or the extension limit is reached; then
+/// The lock is lost when an extension fails for good (another owner, our
+/// value released on a quorum of nodes, or validity ran out) or the
+/// extension limit is reached; then
 /// [`lost`](Self::lost) completes and [`lost_token`](Self::lost_token) is
 /// cancelled, at once. An extension that fails only because too few nodes
 /// answered is retried while validity is left, so the loss is signalled at
@@ -513,7 +518,7 @@ async fn extend_until_done(
             kept.lock.extend(ttl, Instant::now())
         })?;
         let span = info_span!("redlock.extend", attempt = extension.attempt().0);
-        let outcome = drive(&mut extension, client.node_handles())
+        let outcome = drive(&mut extension, client.node_handles(), client.background())
             .instrument(span.clone())
             .await;
         match outcome {

@@ -119,7 +119,8 @@
 //! - Nobody waits for slow nodes: an acquire or extend returns as soon as
 //!   the core decides, and the requests still in flight then complete in the
 //!   background (so the slow nodes get the lock or the new TTL too).
-//!   Releases of failed attempts also go out in the background. Every
+//!   Releases of failed attempts, and of the keys a lost extension re-set,
+//!   also go out in the background. Every
 //!   request is queued on its node's connection the moment the core emits
 //!   it, so a release always runs after the acquire it undoes.
 //!

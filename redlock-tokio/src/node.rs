@@ -388,8 +388,8 @@ pub(crate) fn map_error(err: &RedisError) -> NodeError {
     let code = err.code().unwrap_or_default();
     let kind = match err.kind() {
         ErrorKind::AuthenticationFailed => NodeErrorKind::Auth,
-        _ if matches!(code, "NOAUTH" | "WRONGPASS") => NodeErrorKind::Auth,
-        _ if code == "WRONGTYPE" => NodeErrorKind::WrongType,
+        // An error reply: the core classifies it by its code.
+        _ if err.code().is_some() => NodeErrorKind::from_error_code(code),
         ErrorKind::Parse | ErrorKind::UnexpectedReturnType => NodeErrorKind::Protocol,
         ErrorKind::Server(_) | ErrorKind::Extension => NodeErrorKind::Server,
         ErrorKind::Io => NodeErrorKind::Connection,

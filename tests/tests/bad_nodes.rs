@@ -226,7 +226,7 @@ async fn a_key_of_another_type_is_a_wrong_type_error_and_stays_untouched() {
     }
     let err = redlock.try_lock("typed").await.unwrap_err();
     assert!(
-        matches!(err, Error::Acquire(AcquireError::NoQuorum { .. })),
+        matches!(err, Error::Acquire(AcquireError::WrongType { .. })),
         "{err:?}"
     );
     assert!(!err.is_held_by_other());
@@ -251,6 +251,45 @@ async fn a_key_of_another_type_is_a_wrong_type_error_and_stays_untouched() {
     let hash_type = cluster.node(2).command(["TYPE", "typed"]);
     assert_eq!(hash_type, redis_status("hash"));
     assert!(!cluster.node(0).exists("typed"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_of_another_type_fails_the_first_attempt_without_retries() {
+    let cluster = RedisCluster::start(3);
+    // The default retry schedule: 10 retries 50..200 ms apart.
+    let redlock = support::client(&cluster).await;
+    for node in cluster.nodes() {
+        node.command(["LPUSH", "k", "x"]);
+        node.reset_stats();
+    }
+    let err = redlock.lock("k").await.unwrap_err();
+    let Error::Acquire(AcquireError::WrongType { keys, attempts, .. }) = &err else {
+        panic!("expected WrongType, got {err:?}");
+    };
+    assert_eq!(
+        keys.iter().map(|key| key.as_bytes()).collect::<Vec<_>>(),
+        [b"k"]
+    );
+    assert_eq!(*attempts, 1, "{err}");
+    assert!(err.as_acquire().is_some_and(AcquireError::is_wrong_type));
+    assert!(!err.is_held_by_other());
+    assert!(err.to_string().contains("the key k"), "{err}");
+    // Counted on the nodes: one attempt and its clean-up, not eleven.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for node in cluster.nodes() {
+        let evalsha = node.commandstats().get("evalsha").copied().unwrap_or(0);
+        assert!(
+            evalsha <= 2,
+            "{evalsha} EVALSHA calls: {:?}",
+            node.commandstats()
+        );
+        // Nothing written: the list is as it was and no other key appeared.
+        assert_eq!(node.keys("*"), vec![b"k".to_vec()]);
+        assert_eq!(
+            node.command(["LRANGE", "k", "0", "-1"]),
+            redis::Value::Array(vec![redis::Value::BulkString(b"x".to_vec())])
+        );
+    }
 }
 
 fn redis_status(text: &str) -> redis::Value {

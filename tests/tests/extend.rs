@@ -283,3 +283,140 @@ async fn keep_alive_stops_at_the_extension_limit() {
     })
     .await;
 }
+
+/// The PTTL of `key` on every node (-2: no such key).
+fn pttls(cluster: &RedisCluster, key: &str) -> Vec<i64> {
+    cluster.nodes().iter().map(|node| node.pttl(key)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_release_by_value_ends_the_keep_alive_and_is_not_undone() {
+    let cluster = RedisCluster::start(3);
+    let ttl = Duration::from_millis(400);
+    let holder = builder(&cluster).ttl(ttl).build().await.unwrap();
+    let operator = client(&cluster).await;
+    let kept = holder
+        .lock("released-by-hand")
+        .await
+        .unwrap()
+        .keep_alive(KeepAlive::default());
+    let token = kept.lost_token();
+    eventually("every node has the key", Duration::from_secs(2), || {
+        cluster
+            .nodes()
+            .iter()
+            .all(|node| node.get("released-by-hand").as_deref() == Some(kept.value().as_bytes()))
+    })
+    .await;
+
+    // What `redlock release released-by-hand --value V` does.
+    let report = operator
+        .release_value("released-by-hand", kept.value())
+        .await;
+    assert_eq!(report.released(), 3, "{report}");
+
+    let reason = tokio::time::timeout(Duration::from_secs(2), kept.lost())
+        .await
+        .expect("the loss is signalled");
+    let LossReason::ExtendFailed(error) = &reason else {
+        panic!("{reason:?}");
+    };
+    assert!(matches!(error, ExtendError::Gone { .. }), "{error:?}");
+    assert!(error.is_lost());
+    assert!(token.is_cancelled());
+    assert!(!kept.is_valid());
+    // Several keep-alive periods later the key is still gone everywhere: the
+    // extension that found it missing did not re-create it (or deleted it
+    // again right after).
+    tokio::time::sleep(ttl * 2).await;
+    assert_eq!(pttls(&cluster, "released-by-hand"), [-2, -2, -2]);
+    let report = kept.release().await;
+    assert_eq!(report.released(), 0, "{report}");
+    assert_eq!(pttls(&cluster, "released-by-hand"), [-2, -2, -2]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_lock_stops_the_work_when_its_value_is_released_by_hand() {
+    let cluster = RedisCluster::start(3);
+    let holder = builder(&cluster)
+        .ttl(Duration::from_millis(400))
+        .build()
+        .await
+        .unwrap();
+    let operator = client(&cluster).await;
+    let (value_tx, value_rx) = tokio::sync::oneshot::channel();
+    let finished = Arc::new(AtomicBool::new(false));
+    let work_finished = Arc::clone(&finished);
+    let key = "with-lock-released";
+    let run = holder.with_lock(key, |lost| async move {
+        // The work learns nothing but the token; the test reads the value
+        // from the nodes.
+        let _ = value_tx.send(());
+        lost.cancelled().await;
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        work_finished.store(true, Ordering::SeqCst);
+    });
+    let release = async {
+        value_rx.await.unwrap();
+        eventually("every node has the key", Duration::from_secs(2), || {
+            cluster.nodes().iter().all(|node| node.exists(key))
+        })
+        .await;
+        let value = cluster.node(0).get(key).expect("held");
+        let value = redlock_tokio::LockValue::from_string(String::from_utf8(value).unwrap());
+        operator.release_value(key, &value).await
+    };
+    let (result, report) = tokio::join!(run, release);
+    assert_eq!(report.released(), 3, "{report}");
+    let err = result.unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            Error::LockLost {
+                reason: LossReason::ExtendFailed(ExtendError::Gone { .. }),
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(!finished.load(Ordering::SeqCst));
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(pttls(&cluster, key), [-2, -2, -2]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_restarted_empty_gets_the_key_back_and_the_lock_is_kept() {
+    let cluster = RedisCluster::start(3);
+    let ttl = Duration::from_millis(400);
+    let holder = builder(&cluster).ttl(ttl).build().await.unwrap();
+    let kept = holder
+        .lock("restarted")
+        .await
+        .unwrap()
+        .keep_alive(KeepAlive::default());
+    let ours = |node: &redlock_tests::RedisNode| {
+        node.get("restarted").as_deref() == Some(kept.value().as_bytes())
+    };
+    eventually("every node has the key", Duration::from_secs(2), || {
+        cluster.nodes().iter().all(ours)
+    })
+    .await;
+    cluster.node(0).restart();
+    assert!(!cluster.node(0).exists("restarted"));
+    eventually(
+        "the restarted master has our value again",
+        Duration::from_secs(5),
+        || ours(cluster.node(0)),
+    )
+    .await;
+    // Kept through a few more extensions.
+    let extensions = kept.extensions();
+    eventually("two more extensions", Duration::from_secs(3), || {
+        kept.extensions() >= extensions + 2
+    })
+    .await;
+    assert!(!kept.is_lost(), "{:?}", kept.loss());
+    assert!(cluster.nodes().iter().all(ours));
+    let report = kept.release().await;
+    assert_eq!(report.released(), 3, "{report}");
+}

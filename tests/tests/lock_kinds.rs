@@ -560,12 +560,16 @@ async fn a_key_of_another_type_is_a_wrong_type_error_for_every_kind() {
     ];
     for spec in specs {
         let err = redlock
-            .lock_spec(spec, LockOptions::new().once())
+            .lock_spec(spec, LockOptions::new())
             .await
             .unwrap_err();
-        let Error::Acquire(AcquireError::NoQuorum { votes, .. }) = &err else {
+        let Error::Acquire(AcquireError::WrongType {
+            votes, attempts, ..
+        }) = &err
+        else {
             panic!("{spec:?}: {err:?}");
         };
+        assert_eq!(*attempts, 1, "{spec:?}: {err}");
         assert!(!err.is_held_by_other(), "{spec:?}: {err}");
         assert!(votes.failed() >= 2, "{spec:?}: {votes}");
         assert!(

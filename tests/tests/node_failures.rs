@@ -202,3 +202,56 @@ async fn a_restarted_node_is_reconnected_in_the_background() {
     let report = guard.release().await;
     assert_eq!(report.released(), 3, "{report}");
 }
+
+/// The timeout a release reported for `node`, in words.
+fn timeout_detail(report: &redlock_core::ReleaseReport, node: usize) -> String {
+    match &report.votes().votes()[node] {
+        NodeVote::Failed(error) if error.kind == NodeErrorKind::Timeout => error.to_string(),
+        other => panic!("node {node}: expected a timeout, got {other}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_release_waits_for_a_paused_node_with_the_same_timeout() {
+    let cluster = RedisCluster::start(3);
+    // Timeouts derived from the TTL: 50 ms for the default 10 s, 30 ms for a
+    // 3 s lock, so a lock's release and a release by value could differ.
+    let redlock = redlock_tokio::Redlock::builder(cluster.urls())
+        .build()
+        .await
+        .unwrap();
+    let release_timeout = redlock.settings().release_timeout();
+    assert_eq!(release_timeout, Duration::from_millis(50));
+    let short = redlock
+        .lock_with(
+            "short",
+            redlock_tokio::LockOptions::new().ttl(Duration::from_secs(3)),
+        )
+        .await
+        .unwrap();
+    let by_value = redlock.lock("by-value").await.unwrap().forget();
+    eventually("every node holds both", Duration::from_secs(2), || {
+        cluster
+            .nodes()
+            .iter()
+            .all(|node| node.exists("short") && node.exists("by-value"))
+    })
+    .await;
+
+    // A paused node never answers: each report says how long it was waited for.
+    cluster.node(2).pause();
+    let guard_report = short.release().await;
+    let value_report = redlock.release_value("by-value", &by_value).await;
+    let expected = redlock_core::NodeError::timeout(release_timeout).to_string();
+    assert_eq!(timeout_detail(&guard_report, 2), expected, "{guard_report}");
+    assert_eq!(timeout_detail(&value_report, 2), expected, "{value_report}");
+
+    cluster.node(2).resume();
+    eventually("the queued releases ran", Duration::from_secs(2), || {
+        cluster
+            .nodes()
+            .iter()
+            .all(|node| !node.exists("short") && !node.exists("by-value"))
+    })
+    .await;
+}
