@@ -125,6 +125,16 @@ fn nodes_down_exit_3_without_running_the_command() {
         run(redlock_on(&cluster, "exec").args(["k", "--", "touch", ran.to_str().expect("utf-8")]));
     run.assert_code(3);
     assert!(run.stderr.contains("no quorum"), "{run:#?}");
+    // One short line, naming the nodes that are down.
+    let lines: Vec<&str> = run.stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{run:#?}");
+    assert!(
+        lines[0].len() <= 200,
+        "{} chars: {}",
+        lines[0].len(),
+        lines[0]
+    );
+    assert!(lines[0].contains("unreachable"), "{run:#?}");
     assert!(!ran.exists());
     assert!(
         !cluster.node(2).exists("k"),

@@ -149,7 +149,8 @@ impl Node {
             if shas != expected {
                 return Err(NodeError::new(
                     NodeErrorKind::Protocol,
-                    format!("SCRIPT LOAD returned {shas:?}, expected {expected:?}"),
+                    "SCRIPT LOAD returned other SHA1 digests than the scripts have \
+                     (is this a Redis server?)",
                 ));
             }
             Ok(connection)
@@ -408,8 +409,50 @@ pub(crate) fn map_error(err: &RedisError) -> NodeError {
         }
         _ => err.to_string(),
     };
-    NodeError::new(kind, detail)
+    NodeError::new(kind, tidy(&detail))
 }
+
+/// A node's words fit for a one-line report: without the script noise Redis
+/// appends to errors raised inside a script (` script: <sha1>, on
+/// @user_script:1.`, the `user_script:1: ` prefix), on one line, and cut at
+/// [`DETAIL_MAX`] characters.
+fn tidy(detail: &str) -> String {
+    let mut text = detail.to_owned();
+    if let Some(at) = text.find(" script: ") {
+        let sha = &text[at + " script: ".len()..];
+        if sha.len() >= 40 && sha.as_bytes()[..40].iter().all(u8::is_ascii_hexdigit) {
+            text.truncate(at);
+        }
+    }
+    // "ERR user_script:1: Script attempted ...", and any other script
+    // position ("@user_script:12: ").
+    while let Some(at) = text.find("user_script:") {
+        let start = if text[..at].ends_with('@') {
+            at - 1
+        } else {
+            at
+        };
+        let rest = &text[at + "user_script:".len()..];
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        let mut end = at + "user_script:".len() + digits;
+        for tail in [": ", ":", "."] {
+            if text[end..].starts_with(tail) {
+                end += tail.len();
+                break;
+            }
+        }
+        text.replace_range(start..end, "");
+    }
+    let mut text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if text.chars().count() > DETAIL_MAX {
+        text = text.chars().take(DETAIL_MAX - 1).collect();
+        text.push('…');
+    }
+    text
+}
+
+/// The longest node error detail kept, in characters.
+const DETAIL_MAX: usize = 160;
 
 #[cfg(test)]
 mod tests {
@@ -458,5 +501,38 @@ mod tests {
         assert_eq!(map_error(&noauth).kind, NodeErrorKind::Auth);
         let oom = redis::make_extension_error("OOM".into(), Some("command not allowed".into()));
         assert_eq!(map_error(&oom).kind, NodeErrorKind::Server);
+    }
+
+    #[test]
+    fn script_noise_is_stripped_from_node_errors() {
+        // As Redis 7 words errors raised inside a script.
+        let wrongtype = redis::make_extension_error(
+            "WRONGTYPE".into(),
+            Some(
+                "Operation against a key holding the wrong kind of value script: \
+                 30066d0618efaa6f4d54a3824876d45cb637d4f7, on @user_script:1."
+                    .into(),
+            ),
+        );
+        assert_eq!(
+            map_error(&wrongtype).detail,
+            "WRONGTYPE Operation against a key holding the wrong kind of value"
+        );
+        let script = redis::make_extension_error(
+            "ERR".into(),
+            Some(
+                "user_script:1: Script attempted to access nonexistent global variable 'foo' \
+                 script: be8e79a153b67c7996be1e272cc18cdc0e67b346, on @user_script:1."
+                    .into(),
+            ),
+        );
+        assert_eq!(
+            map_error(&script).detail,
+            "ERR Script attempted to access nonexistent global variable 'foo'"
+        );
+        let long = redis::make_extension_error("ERR".into(), Some("x\ny ".repeat(200)));
+        let detail = map_error(&long).detail;
+        assert!(detail.chars().count() <= DETAIL_MAX, "{detail}");
+        assert!(!detail.contains('\n'), "{detail}");
     }
 }
