@@ -242,7 +242,7 @@ impl Redlock {
         let mut release = Release::new(settings, key, value.clone(), AttemptId(0), Instant::now());
         async {
             let report = drive(&mut release, &self.inner.nodes).await;
-            info!(report = %report, "released");
+            debug!(report = %report, "released");
             report
         }
         .instrument(span)
@@ -463,7 +463,7 @@ impl AcquireRun {
                         // The lock is ours: let the slow nodes be locked too,
                         // without making the caller wait for them.
                         complete_in_background(std::mem::take(&mut in_flight));
-                        info!(
+                        debug!(
                             attempts = self.acquisition.attempts(),
                             validity_ms = lock.validity(Instant::now()).as_millis() as u64,
                             votes = %lock.votes(),
@@ -485,7 +485,7 @@ impl AcquireRun {
                     }
                     AcquireEvent::Failed(error) => {
                         self.finished = true;
-                        info!(error = %error, "lock not acquired");
+                        debug!(error = %error, "lock not acquired");
                         return Err(error.into());
                     }
                 }
@@ -777,7 +777,8 @@ impl Builder {
                         error: error.clone(),
                     });
                 }
-                Err(error) => tracing::warn!(
+                // A master down: what an operator acts on.
+                Err(error) => info!(
                     node = node.name(),
                     error = %error,
                     "node unreachable at build; reconnecting in the background"
@@ -798,7 +799,7 @@ impl Builder {
                 notices,
             }),
         };
-        info!(
+        debug!(
             nodes = client.nodes().len(),
             connected = client.connected_nodes(),
             quorum = client.settings().quorum(),

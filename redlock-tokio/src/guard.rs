@@ -136,18 +136,18 @@ impl LockGuard {
             .expect("a live guard always holds its lock");
         let span = info_span!("redlock.extend", resource = %lock.key(), ttl_ms = ttl.as_millis());
         let mut extension = lock.extend(ttl, Instant::now()).inspect_err(|error| {
-            span.in_scope(|| info!(error = %error, "lock not extended"));
+            span.in_scope(|| debug!(error = %error, "lock not extended"));
         })?;
         let outcome = drive(&mut extension, &nodes).instrument(span.clone()).await;
         span.in_scope(|| match outcome {
             Ok(extended) => {
                 lock.apply(&extended);
                 let validity = lock.validity(Instant::now());
-                info!(validity_ms = validity.as_millis() as u64, votes = %extended.votes, "lock extended");
+                debug!(validity_ms = validity.as_millis() as u64, votes = %extended.votes, "lock extended");
                 Ok(validity)
             }
             Err(error) => {
-                info!(error = %error, "lock not extended");
+                debug!(error = %error, "lock not extended");
                 Err(error.into())
             }
         })
@@ -253,7 +253,7 @@ pub(crate) async fn release_lock(client: &Redlock, lock: &mut Lock) -> ReleaseRe
     let mut release = lock.release(Instant::now());
     async {
         let report = drive(&mut release, client.node_handles()).await;
-        info!(report = %report, "lock released");
+        debug!(report = %report, "lock released");
         report
     }
     .instrument(span)
@@ -301,7 +301,9 @@ impl Shared {
     }
 
     fn lose(&self, reason: LossReason) {
-        warn!(reason = %reason, "lock lost");
+        // What an operator acts on, and what the loss signal reports to
+        // the code that held the lock.
+        info!(reason = %reason, "lock lost");
         self.with(|kept| kept.loss.get_or_insert(reason).clone());
         self.lost.cancel();
     }
@@ -511,8 +513,10 @@ async fn extend_until_done(
                     tokio::time::sleep_until(valid_until.into()).await;
                     return Err(error);
                 }
+                // Nodes down are reported by their connections; the loss,
+                // if it comes, at INFO.
                 span.in_scope(|| {
-                    warn!(error = %error, "extension failed; retrying while validity is left");
+                    debug!(error = %error, "extension failed; retrying while validity is left");
                 });
                 tokio::time::sleep_until(retry_at.into()).await;
             }

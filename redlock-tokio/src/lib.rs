@@ -102,6 +102,17 @@
 //! - Switch it off with [`Builder::release_notices`]`(false)`, for example
 //!   where pub/sub is disabled by ACL.
 //!
+//! # Logs
+//!
+//! Events go to [`tracing`](https://docs.rs/tracing), quiet at INFO:
+//! - DEBUG: every acquire, extend and release, and each node's answer, in
+//!   `redlock.acquire`, `redlock.extend`, `redlock.release` and
+//!   `redlock.keep_alive` spans that name the resource;
+//! - INFO: what an operator acts on: a lock lost under a keep-alive, a node
+//!   unreachable at build or its connection lost, a node connected again;
+//! - WARN: anomalies: a node that refuses a request (error reply, key of
+//!   another type, credentials) or answers something no script returns.
+//!
 //! # Dropping and cancelling
 //!
 //! - Every future here is cancel-safe. A dropped [`Redlock::lock`] or

@@ -226,7 +226,9 @@ impl Node {
     fn connection_failed(self: &Arc<Self>, generation: u64, error: &NodeError) {
         let mut state = self.lock_state();
         if matches!(state.link, Link::Up { generation: g, .. } if g == generation) {
-            warn!(node = %self.name, error = %error, "connection lost; reconnecting in the background");
+            // A master down: what an operator acts on (and `connected` when
+            // it is back).
+            info!(node = %self.name, error = %error, "connection lost; reconnecting in the background");
             let reconnecting = self.spawn_reconnect(None);
             state.link = Link::Down {
                 error: error.clone(),
@@ -270,16 +272,40 @@ impl Node {
             other => other,
         };
         match result {
-            Ok(value) => Ok(map_value(value)),
+            Ok(value) => {
+                let response = map_value(value);
+                if let Response::Other(text) = &response {
+                    // No script returns a status or a map: not a Redis
+                    // server, or not the script we loaded.
+                    warn!(node = %self.name, command = command.name(), answer = %text, "unexpected answer from node");
+                }
+                Ok(response)
+            }
             Err(err) => {
                 let error = map_error(&err);
                 if err.is_unrecoverable_error() {
                     self.connection_failed(generation, &error);
+                } else if is_anomaly(error.kind) {
+                    warn!(node = %self.name, command = command.name(), error = %error, "node refused the request");
                 }
                 Err(error)
             }
         }
     }
+}
+
+/// Node errors worth a WARN: the node is up but refused or garbled the
+/// request (an error reply, a key of another type, credentials, garbage),
+/// which retrying will not fix. A node down or slow is reported once by its
+/// connection instead, at INFO.
+fn is_anomaly(kind: NodeErrorKind) -> bool {
+    matches!(
+        kind,
+        NodeErrorKind::Server
+            | NodeErrorKind::Protocol
+            | NodeErrorKind::WrongType
+            | NodeErrorKind::Auth
+    )
 }
 
 impl Node {
