@@ -54,6 +54,15 @@ fn bad_input_is_a_usage_error() {
         &[
             "status",
             "-s",
+            "redis://127.0.0.1:1,redis://127.0.0.1:2",
+            "k",
+        ],
+        "pass --allow-even",
+    );
+    rejects(
+        &[
+            "status",
+            "-s",
             "redis://127.0.0.1:1,redis://127.0.0.1:1/0,redis://127.0.0.1:2",
             "k",
         ],
@@ -140,4 +149,26 @@ fn nodes_down_exit_3_without_running_the_command() {
         !cluster.node(2).exists("k"),
         "the partial lock was released"
     );
+}
+
+#[test]
+fn one_server_under_two_names_is_refused_and_even_counts_need_allow_even() {
+    let cluster = RedisCluster::start(2);
+    let port = cluster.node(0).port();
+    let twice = format!(
+        "redis://localhost:{port},redis://127.0.0.1:{port},{}",
+        cluster.node(1).url()
+    );
+    let same = run(redlock().args(["status", "-s", &twice, "k"]));
+    same.assert_code(2);
+    assert!(
+        same.stderr.contains(&format!(
+            "redis://localhost:{port} and redis://127.0.0.1:{port} reach the same Redis server"
+        )),
+        "{same:#?}"
+    );
+    let even = run(redlock_on(&cluster, "status").arg("k"));
+    even.assert_code(2);
+    let allowed = run(redlock_on(&cluster, "status").args(["--allow-even", "k"]));
+    allowed.assert_code(0);
 }

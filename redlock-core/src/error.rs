@@ -41,6 +41,30 @@ pub enum ConfigError {
         /// The repeated server.
         server: String,
     },
+    /// An even number of servers, not allowed by
+    /// [`Config::allow_even_nodes`](crate::Config::allow_even_nodes).
+    #[error(
+        "{count} servers given: use an odd number of Redis masters (3, 5, ...); the quorum of {} \
+         tolerates no more failed masters than {} servers would",
+        crate::quorum(*count),
+        count.saturating_sub(1)
+    )]
+    EvenServers {
+        /// The number of servers given.
+        count: usize,
+    },
+    /// Two server addresses reach the same Redis server (found by adapters,
+    /// which compare the `run_id` each server reports): it would count twice
+    /// towards the quorum.
+    #[error(
+        "{first} and {second} reach the same Redis server: each master may count only once towards the quorum"
+    )]
+    SameServer {
+        /// The first address, as given (credentials removed).
+        first: String,
+        /// The other address, as given (credentials removed).
+        second: String,
+    },
     /// The TTL is zero.
     #[error("the TTL is zero: a lock must live for at least a few milliseconds")]
     ZeroTtl,

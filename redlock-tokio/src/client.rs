@@ -1,5 +1,6 @@
 //! The cheap-to-clone client handle and its builder.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
@@ -723,13 +724,28 @@ impl Builder {
         self
     }
 
+    /// Accept an even number of servers (2, 4, ...). Default false: the
+    /// build fails with [`ConfigError::EvenServers`], since an even count is
+    /// more often a master left out or listed twice than a choice, and N = 4
+    /// tolerates no more failed masters than N = 3 (the quorum is 3).
+    pub fn allow_even_nodes(mut self, allow: bool) -> Self {
+        self.config.allow_even_nodes = allow;
+        self
+    }
+
     /// Validates the options and connects to every node in parallel.
     ///
     /// Fails with:
     /// - [`Error::Config`] for an option that cannot work, an unparsable URL
-    ///   (reported with its password redacted) or two URLs for the same
-    ///   server and database ([`ConfigError::DuplicateServer`](redlock_core::ConfigError::DuplicateServer));
-    ///   nothing is connected then;
+    ///   (reported with its password redacted), two URLs for the same
+    ///   server and database ([`ConfigError::DuplicateServer`]) or an even
+    ///   number of servers without [`allow_even_nodes`](Self::allow_even_nodes)
+    ///   ([`ConfigError::EvenServers`]); nothing is connected then;
+    /// - [`Error::Config`] with [`ConfigError::SameServer`], naming both
+    ///   addresses, when two of them reach one Redis server (for example
+    ///   `redis://localhost:6379` and `redis://127.0.0.1:6379`): each node's
+    ///   `run_id` (`INFO server`) is compared once connected. Nodes down at
+    ///   build are not checked;
     /// - [`Error::Auth`] when a server rejects the credentials: that is a
     ///   configuration error, and waiting will not fix it.
     ///
@@ -762,13 +778,33 @@ impl Builder {
                 self.connect_timeout,
             ))
         });
+        let shown: Vec<String> = servers.iter().map(|s| s.shown.clone()).collect();
         let nodes: Arc<[Arc<Node>]> = servers
             .into_iter()
             .map(|server| Arc::new(Node::new(server.name, server.client, self.connect_timeout)))
             .collect();
         let results = futures::future::join_all(nodes.iter().map(|node| node.connect())).await;
+        // Two addresses of one server (`localhost` and `127.0.0.1`, a DNS
+        // alias) would count it twice towards the quorum: a server is known
+        // by its run_id. Servers unreachable now are not checked.
+        let mut run_ids: HashMap<&str, usize> = HashMap::new();
+        for (i, result) in results.iter().enumerate() {
+            let Ok((_, Some(run_id))) = result else {
+                continue;
+            };
+            if let Some(&first) = run_ids.get(run_id.as_str()) {
+                // Dropping the nodes closes their connections.
+                return Err(ConfigError::SameServer {
+                    first: shown[first].clone(),
+                    second: shown[i].clone(),
+                }
+                .into());
+            }
+            run_ids.insert(run_id, i);
+        }
         let mut auth_failure = None;
         for (node, result) in nodes.iter().zip(results) {
+            let result = result.map(|(connection, _)| connection);
             match &result {
                 Ok(_) => debug!(node = node.name(), "connected"),
                 Err(error) if error.kind == NodeErrorKind::Auth => {

@@ -116,8 +116,13 @@ impl Node {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Connects and loads the scripts, within the connect timeout.
-    pub(crate) async fn connect(&self) -> Result<MultiplexedConnection, NodeError> {
+    /// Connects and loads the scripts, within the connect timeout. Also
+    /// returns the server's `run_id` (from `INFO server`), which tells two
+    /// addresses of one server apart from two servers; `None` when the server
+    /// does not say (INFO refused by an ACL, a Redis-compatible server).
+    pub(crate) async fn connect(
+        &self,
+    ) -> Result<(MultiplexedConnection, Option<String>), NodeError> {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))
             // The core applies its own per-node timeout to every request.
@@ -142,9 +147,19 @@ impl Node {
                         .await
                 }
             });
-            let shas: Vec<String> = futures::future::try_join_all(loads)
-                .await
-                .map_err(|err| map_error(&err))?;
+            let info = {
+                let mut connection = connection.clone();
+                async move {
+                    redis::cmd("INFO")
+                        .arg("server")
+                        .query_async::<String>(&mut connection)
+                        .await
+                }
+            };
+            let (shas, info) =
+                futures::future::join(futures::future::try_join_all(loads), info).await;
+            let shas: Vec<String> = shas.map_err(|err| map_error(&err))?;
+            let run_id = info.ok().as_deref().and_then(run_id);
             let expected: Vec<&str> = SCRIPTS.iter().map(|s| s.sha.as_str()).collect();
             if shas != expected {
                 return Err(NodeError::new(
@@ -153,7 +168,7 @@ impl Node {
                      (is this a Redis server?)",
                 ));
             }
-            Ok(connection)
+            Ok((connection, run_id))
         };
         match tokio::time::timeout(self.connect_timeout, attempt).await {
             Ok(result) => result,
@@ -342,7 +357,7 @@ async fn reconnect(node: Weak<Node>, first_delay: Option<Duration>) {
             return;
         };
         match strong.connect().await {
-            Ok(connection) => {
+            Ok((connection, _)) => {
                 info!(node = %strong.name, "connected");
                 strong.set_up(connection);
                 return;
@@ -359,6 +374,15 @@ async fn reconnect(node: Weak<Node>, first_delay: Option<Duration>) {
         tokio::time::sleep(jittered(backoff)).await;
         backoff = (backoff * 2).min(RECONNECT_MAX);
     }
+}
+
+/// The `run_id` line of an `INFO server` reply: 40 hex characters, random
+/// per server process.
+fn run_id(info: &str) -> Option<String> {
+    info.lines()
+        .find_map(|line| line.trim().strip_prefix("run_id:"))
+        .map(str::to_owned)
+        .filter(|id| !id.is_empty())
 }
 
 /// `delay` minus up to a quarter, so that many clients do not reconnect in step.
@@ -527,6 +551,17 @@ mod tests {
         assert_eq!(map_error(&noauth).kind, NodeErrorKind::Auth);
         let oom = redis::make_extension_error("OOM".into(), Some("command not allowed".into()));
         assert_eq!(map_error(&oom).kind, NodeErrorKind::Server);
+    }
+
+    #[test]
+    fn run_id_is_read_from_info_server() {
+        let info = "# Server\r\nredis_version:7.0.15\r\n\
+                    run_id:79163465ae2b4b3b9ab2214e418355116108fae7\r\ntcp_port:6379\r\n";
+        assert_eq!(
+            run_id(info).as_deref(),
+            Some("79163465ae2b4b3b9ab2214e418355116108fae7")
+        );
+        assert_eq!(run_id("# Server\r\nredis_version:7.0.15\r\n"), None);
     }
 
     #[test]
