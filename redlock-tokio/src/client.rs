@@ -14,11 +14,10 @@ use redlock_core::{
     AcquireEvent, Acquisition, AttemptId, Attempts, Command, Config, ConfigError, Key, LockKind,
     LockSpec, LockValue, NodeErrorKind, Release, ReleaseReport, RetryConfig, Settings,
 };
-use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span};
 
 use crate::driver::{Timer, complete_in_background, drive, send, spawn_releases};
-use crate::guard::{KeepAlive, LockGuard};
+use crate::guard::{KeepAlive, LockContext, LockGuard};
 use crate::node::Node;
 use crate::notices::{Notices, Waiter};
 use crate::server::{Server, redact};
@@ -181,22 +180,37 @@ impl Redlock {
     /// Runs `work` while holding the lock on `resource`, kept alive with
     /// [`KeepAlive::default`], and releases it at the end.
     ///
-    /// `work` gets a token that is cancelled the moment the lock is lost. If
-    /// that happens, the `work` future is dropped (cancelled at its current
+    /// `work` gets a [`LockContext`]: the lock's fencing token, value and
+    /// validity (refreshed by every extension), and its loss signal. If the
+    /// lock is lost, the `work` future is dropped (cancelled at its current
     /// `.await`) and the result is [`Error::LockLost`]. The lock is released
     /// in every case before this returns (or in the background if this
     /// future is itself dropped).
     ///
     /// Dropping `work` stops it only at an `.await`: code between two
     /// awaits, or a blocking call, runs to its next `.await` first. Check
-    /// the token (or keep steps short) in long synchronous sections.
+    /// [`LockContext::is_lost`] or [`LockContext::validity`] (or keep steps
+    /// short) in long synchronous sections.
+    ///
+    /// ```no_run
+    /// # async fn demo(redlock: redlock_tokio::Redlock) -> Result<(), redlock_tokio::Error> {
+    /// let rows = redlock
+    ///     .with_lock("nightly-report", async |lock| {
+    ///         println!("holding {} for {:?}", lock.key(), lock.validity());
+    ///         // ... long work; dropped at an `.await` if the lock is lost ...
+    ///         42
+    ///     })
+    ///     .await?;
+    /// # let _ = rows;
+    /// # Ok(()) }
+    /// ```
     pub async fn with_lock<F, Fut, T>(
         &self,
         resource: impl AsRef<[u8]>,
         work: F,
     ) -> Result<T, Error>
     where
-        F: FnOnce(CancellationToken) -> Fut,
+        F: FnOnce(LockContext) -> Fut,
         Fut: Future<Output = T>,
     {
         self.with_lock_kept_alive(resource, KeepAlive::default(), work)
@@ -211,17 +225,17 @@ impl Redlock {
         work: F,
     ) -> Result<T, Error>
     where
-        F: FnOnce(CancellationToken) -> Fut,
+        F: FnOnce(LockContext) -> Fut,
         Fut: Future<Output = T>,
     {
         let guard = self.lock(resource).await?;
         let key = guard.key().clone();
         let kept = guard.keep_alive(keep_alive);
-        let token = kept.lost_token();
+        let context = kept.context();
         let outcome: Result<T, LossReason> = tokio::select! {
             biased;
             reason = kept.lost() => Err(reason),
-            value = work(token) => Ok(value),
+            value = work(context) => Ok(value),
         };
         let report = kept.release().await;
         debug!(key = %key, report = %report, "released after with_lock");

@@ -26,10 +26,13 @@
 //! println!("{report}");
 //!
 //! // Or let the lock be kept alive while a future runs, which is cancelled
-//! // if the lock is lost.
+//! // if the lock is lost; it sees the lock's value, fencing token and
+//! // validity.
 //! let total = redlock
-//!     .with_lock("report", |lost| async move {
-//!         // ... long work; `lost.cancelled()` fires if the lock is lost ...
+//!     .with_lock("report", async |lock| {
+//!         // ... long work; `lock.lost()` completes if the lock is lost ...
+//!         # let _ = (lock.value(), lock.fencing_token());
+//!         assert!(!lock.validity().is_zero());
 //!         42
 //!     })
 //!     .await?;
@@ -164,7 +167,7 @@ mod server;
 
 pub use client::{Builder, DEFAULT_CONNECT_TIMEOUT, LockOptions, Redlock};
 pub use error::{Error, LossReason};
-pub use guard::{KeepAlive, KeepAliveGuard, LockGuard};
+pub use guard::{KeepAlive, KeepAliveGuard, LockContext, LockGuard};
 pub use inspect::{Holding, NodeInspection};
 
 /// The core crate, re-exported: configuration, errors and votes.
