@@ -89,6 +89,8 @@ pub(crate) struct Acquired {
 impl Contenders {
     pub(crate) async fn connect(urls: &[String], common: Common) -> Result<Self, String> {
         let ours = Redlock::builder(urls)
+            // `--nodes` may be even: the benchmark measures what it is given.
+            .allow_even_nodes(true)
             .ttl(common.ttl)
             .retry(RetryConfig {
                 // Bounded by the caller's deadline instead.

@@ -1,12 +1,13 @@
 //! Building the client from the common options.
 
-use redlock_tokio::{Builder, Redlock};
+use redlock_tokio::{Builder, ConfigError, Error, Redlock};
 
 use crate::cli::Common;
 use crate::failure::Failure;
 
 /// The server URLs, checked for what the client cannot tell: none at all,
-/// empty entries, an even count.
+/// empty entries. (An even count is the client's to refuse, as for every
+/// user of the library.)
 fn servers(common: &Common) -> Result<Vec<String>, Failure> {
     let servers: Vec<String> = common
         .servers
@@ -24,17 +25,6 @@ fn servers(common: &Common) -> Result<Vec<String>, Failure> {
             "an empty entry in the server list (two commas in a row, or a trailing comma?)",
         ));
     }
-    if servers.len().is_multiple_of(2) && !common.allow_even {
-        return Err(Failure::usage(format!(
-            "{} servers given: use an odd number of Redis masters (3, 5, ...). \
-             With {n} the quorum is {q}, which tolerates no more failed masters than {m} would; \
-             pass --allow-even to use them anyway",
-            servers.len(),
-            n = servers.len(),
-            q = servers.len() / 2 + 1,
-            m = servers.len() - 1,
-        )));
-    }
     Ok(servers)
 }
 
@@ -47,13 +37,19 @@ pub(crate) async fn connect(
 ) -> Result<Redlock, Failure> {
     let servers = servers(common)?;
     let mut builder = Redlock::builder(&servers)
+        .allow_even_nodes(common.allow_even)
         .key_prefix(common.key_prefix.as_bytes())
         .connect_timeout(common.connect_timeout);
     if let Some(timeout) = common.node_timeout {
         builder = builder.node_timeout(timeout);
     }
-    configure(builder)
-        .build()
-        .await
-        .map_err(|error| Failure::from_error(&error, crate::failure::BUSY))
+    configure(builder).build().await.map_err(|error| {
+        let mut failure = Failure::from_error(&error, crate::failure::BUSY);
+        if let Error::Config(ConfigError::EvenServers { .. }) = error {
+            failure
+                .message
+                .push_str("; pass --allow-even to use them anyway");
+        }
+        failure
+    })
 }

@@ -126,7 +126,7 @@ async fn exec(args: &ExecArgs, output: &Output) -> Result<u8, Failure> {
                 } else {
                     format!(
                         "lock {key} is {still} by another owner (on {}); not running: {shown}",
-                        holders.join(", ")
+                        short_list(&holders)
                     )
                 };
             } else {
@@ -472,6 +472,23 @@ impl Signals {
             else => std::future::pending().await,
         }
     }
+}
+
+/// Node names joined by ", ", the first ones only when they are long, so
+/// that the message stays one short line; `--json` lists every node.
+fn short_list(names: &[&str]) -> String {
+    let mut text = String::new();
+    for (shown, name) in names.iter().enumerate() {
+        if shown > 0 && text.len() + name.len() > 80 {
+            text.push_str(&format!(" and {} more", names.len() - shown));
+            break;
+        }
+        if shown > 0 {
+            text.push_str(", ");
+        }
+        text.push_str(name);
+    }
+    text
 }
 
 #[cfg(test)]

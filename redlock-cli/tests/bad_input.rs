@@ -54,6 +54,15 @@ fn bad_input_is_a_usage_error() {
         &[
             "status",
             "-s",
+            "redis://127.0.0.1:1,redis://127.0.0.1:2",
+            "k",
+        ],
+        "pass --allow-even",
+    );
+    rejects(
+        &[
+            "status",
+            "-s",
             "redis://127.0.0.1:1,redis://127.0.0.1:1/0,redis://127.0.0.1:2",
             "k",
         ],
@@ -125,6 +134,16 @@ fn nodes_down_exit_3_without_running_the_command() {
         run(redlock_on(&cluster, "exec").args(["k", "--", "touch", ran.to_str().expect("utf-8")]));
     run.assert_code(3);
     assert!(run.stderr.contains("no quorum"), "{run:#?}");
+    // One short line, naming the nodes that are down.
+    let lines: Vec<&str> = run.stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{run:#?}");
+    assert!(
+        lines[0].len() <= 200,
+        "{} chars: {}",
+        lines[0].len(),
+        lines[0]
+    );
+    assert!(lines[0].contains("unreachable"), "{run:#?}");
     assert!(!ran.exists());
     assert!(
         !cluster.node(2).exists("k"),
@@ -170,4 +189,26 @@ fn a_key_of_another_type_exits_2_naming_the_key_without_waiting() {
         assert_eq!(node.keys("*"), vec![b"jobs".to_vec()]);
         assert_eq!(node.command(["LLEN", "jobs"]), redis::Value::Int(1));
     }
+}
+
+#[test]
+fn one_server_under_two_names_is_refused_and_even_counts_need_allow_even() {
+    let cluster = RedisCluster::start(2);
+    let port = cluster.node(0).port();
+    let twice = format!(
+        "redis://localhost:{port},redis://127.0.0.1:{port},{}",
+        cluster.node(1).url()
+    );
+    let same = run(redlock().args(["status", "-s", &twice, "k"]));
+    same.assert_code(2);
+    assert!(
+        same.stderr.contains(&format!(
+            "redis://localhost:{port} and redis://127.0.0.1:{port} reach the same Redis server"
+        )),
+        "{same:#?}"
+    );
+    let even = run(redlock_on(&cluster, "status").arg("k"));
+    even.assert_code(2);
+    let allowed = run(redlock_on(&cluster, "status").args(["--allow-even", "k"]));
+    allowed.assert_code(0);
 }

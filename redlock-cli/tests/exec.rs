@@ -133,6 +133,8 @@ fn a_held_lock_is_busy_and_the_second_command_does_not_run() {
         .args(touch));
     busy.assert_code(1);
     assert!(busy.stderr.contains("held by another owner"), "{busy:#?}");
+    assert_eq!(busy.stderr.lines().count(), 1, "one short line: {busy:#?}");
+    assert!(busy.stderr.len() <= 200, "one short line: {busy:#?}");
     // Quiet: no message for the expected refusal; -E picks the code.
     let quiet = run(redlock_on(&cluster, "exec")
         .args(["-q", "-E", "75", "cron"])

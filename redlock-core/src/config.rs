@@ -52,8 +52,14 @@ pub struct Config {
     /// (host, port, database) without credentials.
     ///
     /// Use an odd number: with an even N the quorum N/2+1 tolerates no more
-    /// failures than N-1 nodes would, so the extra node is wasted.
+    /// failures than N-1 nodes would, so the extra node is wasted. An even
+    /// number is refused ([`ConfigError::EvenServers`]) unless
+    /// [`allow_even_nodes`](Self::allow_even_nodes) is set.
     pub servers: Vec<String>,
+    /// Accept an even number of servers (2, 4, ...). Default false: an even
+    /// count is more often a mistake (a master left out or listed twice) than
+    /// a choice, and it buys no fault tolerance over one server fewer.
+    pub allow_even_nodes: bool,
     /// How long a lock is held on each node unless released or extended
     /// (`PX` in milliseconds; sub-millisecond parts are dropped). Default 10 s.
     pub ttl: Duration,
@@ -87,6 +93,7 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             servers: Vec::new(),
+            allow_even_nodes: false,
             ttl: Duration::from_secs(10),
             drift_factor: 0.01,
             node_timeout: None,
@@ -149,6 +156,13 @@ impl Config {
                     server: server.clone(),
                 });
             }
+        }
+        // After duplicates: a server listed twice is the likelier cause of
+        // an even count, and the more useful message.
+        if self.servers.len().is_multiple_of(2) && !self.allow_even_nodes {
+            return Err(ConfigError::EvenServers {
+                count: self.servers.len(),
+            });
         }
         if !(0.0..1.0).contains(&self.drift_factor) || self.drift_factor.is_nan() {
             return Err(ConfigError::DriftFactor {

@@ -1,7 +1,9 @@
 //! Errors, split by concern: configuration, acquiring, extending.
 //!
-//! Every error about a round carries the per-node [`Votes`], so one log line
-//! tells which node said what.
+//! Every error about a round carries the per-node [`Votes`] (which node said
+//! what, in the node's own words), reached through `votes()`. `Display` is one
+//! short line: the tally and the names of the nodes that refused or failed,
+//! never the votes in full.
 
 use std::fmt;
 use std::time::Duration;
@@ -38,6 +40,30 @@ pub enum ConfigError {
     DuplicateServer {
         /// The repeated server.
         server: String,
+    },
+    /// An even number of servers, not allowed by
+    /// [`Config::allow_even_nodes`](crate::Config::allow_even_nodes).
+    #[error(
+        "{count} servers given: use an odd number of Redis masters (3, 5, ...); the quorum of {} \
+         tolerates no more failed masters than {} servers would",
+        crate::quorum(*count),
+        count.saturating_sub(1)
+    )]
+    EvenServers {
+        /// The number of servers given.
+        count: usize,
+    },
+    /// Two server addresses reach the same Redis server (found by adapters,
+    /// which compare the `run_id` each server reports): it would count twice
+    /// towards the quorum.
+    #[error(
+        "{first} and {second} reach the same Redis server: each master may count only once towards the quorum"
+    )]
+    SameServer {
+        /// The first address, as given (credentials removed).
+        first: String,
+        /// The other address, as given (credentials removed).
+        second: String,
     },
     /// The TTL is zero.
     #[error("the TTL is zero: a lock must live for at least a few milliseconds")]
@@ -120,7 +146,7 @@ pub enum ConfigError {
 #[non_exhaustive]
 pub enum AcquireError {
     /// Another owner holds the lock on enough nodes that no quorum was possible.
-    #[error("the lock is held by another owner (on {}) after {attempts} attempt(s): {votes}", holders(.votes))]
+    #[error("held by another owner on {} after {attempts} attempt(s)", holders(.votes))]
     Held {
         /// The last attempt's votes.
         votes: Votes,
@@ -128,7 +154,7 @@ pub enum AcquireError {
         attempts: u32,
     },
     /// Too many nodes failed or timed out for a quorum, whoever holds the lock.
-    #[error("no quorum: too many nodes failed to grant the lock after {attempts} attempt(s): {}; {votes}", failures(.votes))]
+    #[error("no quorum after {attempts} attempt(s): {}", failures(.votes))]
     NoQuorum {
         /// The last attempt's votes.
         votes: Votes,
@@ -137,7 +163,7 @@ pub enum AcquireError {
     },
     /// A quorum said yes, but so late that no validity was left (slow nodes or a
     /// paused client). The lock was released again.
-    #[error("a quorum was reached but after {}, which left no validity of the {} TTL; the lock was released: {votes}", Millis(votes.elapsed()), Millis(*ttl))]
+    #[error("a quorum was reached but after {}, which left no validity of the {} TTL; the lock was released", Millis(votes.elapsed()), Millis(*ttl))]
     ValidityExhausted {
         /// The last attempt's votes.
         votes: Votes,
@@ -240,7 +266,7 @@ pub enum ExtendError {
     /// Another owner holds the key on too many nodes: the lock was lost. Our
     /// value is released wherever it is left (see
     /// [`Extension`](crate::Extension)); another owner's is never touched.
-    #[error("the lock was lost to another owner (on {}): {votes}", holders(.votes))]
+    #[error("the lock was lost to another owner, which holds it on {}", holders(.votes))]
     Lost {
         /// The votes.
         votes: Votes,
@@ -259,7 +285,7 @@ pub enum ExtendError {
         votes: Votes,
     },
     /// Too many nodes failed or timed out to extend on a quorum.
-    #[error("no quorum: too many nodes failed to extend the lock: {}; {votes}", failures(.votes))]
+    #[error("no quorum to extend the lock: {}", failures(.votes))]
     NoQuorum {
         /// The votes.
         votes: Votes,
@@ -285,13 +311,25 @@ impl ExtendError {
     }
 }
 
-fn holders(votes: &Votes) -> String {
-    let names: Vec<&str> = votes.holders().collect();
-    if names.is_empty() {
-        "no node".to_owned()
-    } else {
-        names.join(", ")
+/// Node names in an error's one-line message stop after this many
+/// characters ("and N more"): the whole story is in the votes.
+const NAMES_BUDGET: usize = 100;
+
+/// `names` joined by ", ", cut short with "and N more" past the budget.
+fn short_list(names: impl ExactSizeIterator<Item = String>) -> String {
+    let total = names.len();
+    let mut text = String::new();
+    for (shown, name) in names.enumerate() {
+        if shown > 0 && text.len() + name.len() > NAMES_BUDGET {
+            text.push_str(&format!(" and {} more", total - shown));
+            break;
+        }
+        if shown > 0 {
+            text.push_str(", ");
+        }
+        text.push_str(&name);
     }
+    text
 }
 
 fn gone(votes: &Votes) -> String {
@@ -330,21 +368,78 @@ fn wrong_type(votes: &Votes) -> String {
     names.join(", ")
 }
 
+/// "2 of 3 nodes (a:1/0, b:2/0)": where another owner holds the key.
+fn holders(votes: &Votes) -> String {
+    let names: Vec<String> = votes.holders().map(str::to_owned).collect();
+    if names.is_empty() {
+        return "no node".to_owned();
+    }
+    format!(
+        "{} of {} nodes ({})",
+        names.len(),
+        votes.votes().len(),
+        short_list(names.into_iter())
+    )
+}
+
+/// "1 of 3 nodes granted, quorum 2; failed: a:1/0 unreachable, ...": the
+/// tally and the failed nodes by class of failure, without the nodes' own
+/// words, which [`Votes`] keeps.
 fn failures(votes: &Votes) -> String {
     let list: Vec<String> = votes
         .failures()
-        .map(|(name, error)| format!("{name} {error}"))
+        .map(|(name, error)| format!("{name} {}", kind_label(error.kind)))
         .collect();
-    if list.is_empty() {
-        "no node failed".to_owned()
+    let tally = format!(
+        "{} of {} nodes granted, quorum {}",
+        votes.granted(),
+        votes.votes().len(),
+        crate::quorum(votes.votes().len())
+    );
+    let held = votes.held_by_other();
+    let held = if held > 0 {
+        format!(", {held} held by another owner")
     } else {
-        format!("failed: {}", list.join(", "))
+        String::new()
+    };
+    if list.is_empty() {
+        format!("{tally}{held}")
+    } else {
+        format!("{tally}{held}; failed: {}", short_list(list.into_iter()))
+    }
+}
+
+/// A node failure's class in a few words.
+fn kind_label(kind: crate::NodeErrorKind) -> &'static str {
+    use crate::NodeErrorKind as Kind;
+    match kind {
+        Kind::Timeout => "timed out",
+        Kind::Connection => "unreachable",
+        Kind::Auth => "authentication failed",
+        Kind::WrongType => "key of another type",
+        Kind::Server => "server error",
+        Kind::Protocol => "unexpected answer",
     }
 }
 
 fn last_error(last: &Option<Box<AcquireError>>) -> String {
-    match last {
-        Some(error) => format!("; last attempt: {error}"),
+    // The gist only, to keep the line short: the votes tell the rest.
+    match last.as_deref() {
         None => String::new(),
+        Some(AcquireError::Held { votes, .. }) => format!(
+            "; last attempt: held by another owner on {} of {} nodes",
+            votes.held_by_other(),
+            votes.votes().len()
+        ),
+        Some(AcquireError::NoQuorum { votes, .. }) => format!(
+            "; last attempt: no quorum, {} of {} nodes granted, {} failed",
+            votes.granted(),
+            votes.votes().len(),
+            votes.failed()
+        ),
+        Some(AcquireError::ValidityExhausted { .. }) => {
+            "; last attempt: a quorum too late to leave any validity".to_owned()
+        }
+        Some(error) => format!("; last attempt: {error}"),
     }
 }

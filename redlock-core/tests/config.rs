@@ -99,8 +99,24 @@ fn defaults_follow_the_spec() {
     );
     assert_eq!(settings.node_timeout(), Duration::from_millis(50));
     assert_eq!(settings.value_len(), 20);
-    // Even N works (and wastes a node): quorum 3 of 4.
-    assert_eq!(Config::new(servers(4)).validate().unwrap().quorum(), 3);
+    // Even N is refused unless allowed, and then works (and wastes a
+    // node): quorum 3 of 4.
+    for n in [2, 4, 6] {
+        assert_eq!(
+            Config::new(servers(n)).validate().unwrap_err(),
+            ConfigError::EvenServers { count: n }
+        );
+    }
+    let even = Config {
+        allow_even_nodes: true,
+        ..Config::new(servers(4))
+    };
+    assert_eq!(even.validate().unwrap().quorum(), 3);
+    let message = Config::new(servers(4)).validate().unwrap_err().to_string();
+    assert!(
+        message.contains("4 servers") && message.contains("odd"),
+        "{message}"
+    );
     // Short TTLs get a short per-node timeout rather than an error.
     let short = with(|c| c.ttl = Duration::from_millis(300)).unwrap();
     assert_eq!(short.node_timeout(), Duration::from_millis(10));

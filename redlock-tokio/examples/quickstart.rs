@@ -23,9 +23,13 @@ async fn main() -> Result<(), redlock_tokio::Error> {
     println!("{report}");
 
     // Or keep the lock alive while a future runs; it is cancelled if the
-    // lock is lost, and the lock is released at the end either way.
+    // lock is lost, and the lock is released at the end either way. The
+    // future sees the lock: value, fencing token, validity, loss signal.
     let answer = redlock
-        .with_lock("quickstart", |_lost| async { 6 * 7 })
+        .with_lock("quickstart", async |lock| {
+            println!("working under {} for {:?}", lock.key(), lock.validity());
+            6 * 7
+        })
         .await?;
     println!("computed {answer} under the lock");
     Ok(())

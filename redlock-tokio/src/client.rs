@@ -1,5 +1,6 @@
 //! The cheap-to-clone client handle and its builder.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
@@ -13,11 +14,10 @@ use redlock_core::{
     AcquireEvent, Acquisition, AttemptId, Attempts, Command, Config, ConfigError, Key, LockKind,
     LockSpec, LockValue, NodeErrorKind, Release, ReleaseReport, RetryConfig, Settings,
 };
-use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span};
 
 use crate::driver::{Timer, complete_in_background, drive, send, spawn_releases};
-use crate::guard::{KeepAlive, LockGuard};
+use crate::guard::{KeepAlive, LockContext, LockGuard};
 use crate::node::Node;
 use crate::notices::{Notices, Waiter};
 use crate::server::{Server, redact};
@@ -217,22 +217,37 @@ impl Redlock {
     /// Runs `work` while holding the lock on `resource`, kept alive with
     /// [`KeepAlive::default`], and releases it at the end.
     ///
-    /// `work` gets a token that is cancelled the moment the lock is lost. If
-    /// that happens, the `work` future is dropped (cancelled at its current
+    /// `work` gets a [`LockContext`]: the lock's fencing token, value and
+    /// validity (refreshed by every extension), and its loss signal. If the
+    /// lock is lost, the `work` future is dropped (cancelled at its current
     /// `.await`) and the result is [`Error::LockLost`]. The lock is released
     /// in every case before this returns (or in the background if this
     /// future is itself dropped).
     ///
     /// Dropping `work` stops it only at an `.await`: code between two
     /// awaits, or a blocking call, runs to its next `.await` first. Check
-    /// the token (or keep steps short) in long synchronous sections.
+    /// [`LockContext::is_lost`] or [`LockContext::validity`] (or keep steps
+    /// short) in long synchronous sections.
+    ///
+    /// ```no_run
+    /// # async fn demo(redlock: redlock_tokio::Redlock) -> Result<(), redlock_tokio::Error> {
+    /// let rows = redlock
+    ///     .with_lock("nightly-report", async |lock| {
+    ///         println!("holding {} for {:?}", lock.key(), lock.validity());
+    ///         // ... long work; dropped at an `.await` if the lock is lost ...
+    ///         42
+    ///     })
+    ///     .await?;
+    /// # let _ = rows;
+    /// # Ok(()) }
+    /// ```
     pub async fn with_lock<F, Fut, T>(
         &self,
         resource: impl AsRef<[u8]>,
         work: F,
     ) -> Result<T, Error>
     where
-        F: FnOnce(CancellationToken) -> Fut,
+        F: FnOnce(LockContext) -> Fut,
         Fut: Future<Output = T>,
     {
         self.with_lock_kept_alive(resource, KeepAlive::default(), work)
@@ -247,17 +262,17 @@ impl Redlock {
         work: F,
     ) -> Result<T, Error>
     where
-        F: FnOnce(CancellationToken) -> Fut,
+        F: FnOnce(LockContext) -> Fut,
         Fut: Future<Output = T>,
     {
         let guard = self.lock(resource).await?;
         let key = guard.key().clone();
         let kept = guard.keep_alive(keep_alive);
-        let token = kept.lost_token();
+        let context = kept.context();
         let outcome: Result<T, LossReason> = tokio::select! {
             biased;
             reason = kept.lost() => Err(reason),
-            value = work(token) => Ok(value),
+            value = work(context) => Ok(value),
         };
         let report = kept.release().await;
         debug!(key = %key, report = %report, "released after with_lock");
@@ -279,7 +294,7 @@ impl Redlock {
         let mut release = Release::new(settings, key, value.clone(), AttemptId(0), Instant::now());
         async {
             let report = drive(&mut release, &self.inner.nodes, &self.inner.background).await;
-            info!(report = %report, "released");
+            debug!(report = %report, "released");
             report
         }
         .instrument(span)
@@ -503,7 +518,7 @@ impl AcquireRun {
                         // The lock is ours: let the slow nodes be locked too,
                         // without making the caller wait for them.
                         complete_in_background(std::mem::take(&mut in_flight));
-                        info!(
+                        debug!(
                             attempts = self.acquisition.attempts(),
                             validity_ms = lock.validity(Instant::now()).as_millis() as u64,
                             votes = %lock.votes(),
@@ -525,7 +540,7 @@ impl AcquireRun {
                     }
                     AcquireEvent::Failed(error) => {
                         self.finished = true;
-                        info!(error = %error, "lock not acquired");
+                        debug!(error = %error, "lock not acquired");
                         return Err(error.into());
                     }
                 }
@@ -763,13 +778,28 @@ impl Builder {
         self
     }
 
+    /// Accept an even number of servers (2, 4, ...). Default false: the
+    /// build fails with [`ConfigError::EvenServers`], since an even count is
+    /// more often a master left out or listed twice than a choice, and N = 4
+    /// tolerates no more failed masters than N = 3 (the quorum is 3).
+    pub fn allow_even_nodes(mut self, allow: bool) -> Self {
+        self.config.allow_even_nodes = allow;
+        self
+    }
+
     /// Validates the options and connects to every node in parallel.
     ///
     /// Fails with:
     /// - [`Error::Config`] for an option that cannot work, an unparsable URL
-    ///   (reported with its password redacted) or two URLs for the same
-    ///   server and database ([`ConfigError::DuplicateServer`](redlock_core::ConfigError::DuplicateServer));
-    ///   nothing is connected then;
+    ///   (reported with its password redacted), two URLs for the same
+    ///   server and database ([`ConfigError::DuplicateServer`]) or an even
+    ///   number of servers without [`allow_even_nodes`](Self::allow_even_nodes)
+    ///   ([`ConfigError::EvenServers`]); nothing is connected then;
+    /// - [`Error::Config`] with [`ConfigError::SameServer`], naming both
+    ///   addresses, when two of them reach one Redis server (for example
+    ///   `redis://localhost:6379` and `redis://127.0.0.1:6379`): each node's
+    ///   `run_id` (`INFO server`) is compared once connected. Nodes down at
+    ///   build are not checked;
     /// - [`Error::Auth`] when a server rejects the credentials: that is a
     ///   configuration error, and waiting will not fix it.
     ///
@@ -802,13 +832,33 @@ impl Builder {
                 self.connect_timeout,
             ))
         });
+        let shown: Vec<String> = servers.iter().map(|s| s.shown.clone()).collect();
         let nodes: Arc<[Arc<Node>]> = servers
             .into_iter()
             .map(|server| Arc::new(Node::new(server.name, server.client, self.connect_timeout)))
             .collect();
         let results = futures::future::join_all(nodes.iter().map(|node| node.connect())).await;
+        // Two addresses of one server (`localhost` and `127.0.0.1`, a DNS
+        // alias) would count it twice towards the quorum: a server is known
+        // by its run_id. Servers unreachable now are not checked.
+        let mut run_ids: HashMap<&str, usize> = HashMap::new();
+        for (i, result) in results.iter().enumerate() {
+            let Ok((_, Some(run_id))) = result else {
+                continue;
+            };
+            if let Some(&first) = run_ids.get(run_id.as_str()) {
+                // Dropping the nodes closes their connections.
+                return Err(ConfigError::SameServer {
+                    first: shown[first].clone(),
+                    second: shown[i].clone(),
+                }
+                .into());
+            }
+            run_ids.insert(run_id, i);
+        }
         let mut auth_failure = None;
         for (node, result) in nodes.iter().zip(results) {
+            let result = result.map(|(connection, _)| connection);
             match &result {
                 Ok(_) => debug!(node = node.name(), "connected"),
                 Err(error) if error.kind == NodeErrorKind::Auth => {
@@ -817,7 +867,8 @@ impl Builder {
                         error: error.clone(),
                     });
                 }
-                Err(error) => tracing::warn!(
+                // A master down: what an operator acts on.
+                Err(error) => info!(
                     node = node.name(),
                     error = %error,
                     "node unreachable at build; reconnecting in the background"
@@ -839,7 +890,7 @@ impl Builder {
                 background: TaskTracker::new(),
             }),
         };
-        info!(
+        debug!(
             nodes = client.nodes().len(),
             connected = client.connected_nodes(),
             quorum = client.settings().quorum(),

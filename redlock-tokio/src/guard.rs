@@ -145,7 +145,7 @@ impl LockGuard {
             .expect("a live guard always holds its lock");
         let span = info_span!("redlock.extend", resource = %lock.key(), ttl_ms = ttl.as_millis());
         let mut extension = lock.extend(ttl, Instant::now()).inspect_err(|error| {
-            span.in_scope(|| info!(error = %error, "lock not extended"));
+            span.in_scope(|| debug!(error = %error, "lock not extended"));
         })?;
         let outcome = drive(&mut extension, client.node_handles(), client.background())
             .instrument(span.clone())
@@ -154,11 +154,11 @@ impl LockGuard {
             Ok(extended) => {
                 lock.apply(&extended);
                 let validity = lock.validity(Instant::now());
-                info!(validity_ms = validity.as_millis() as u64, votes = %extended.votes, "lock extended");
+                debug!(validity_ms = validity.as_millis() as u64, votes = %extended.votes, "lock extended");
                 Ok(validity)
             }
             Err(error) => {
-                info!(error = %error, "lock not extended");
+                debug!(error = %error, "lock not extended");
                 Err(error.into())
             }
         })
@@ -268,7 +268,7 @@ pub(crate) async fn release_lock(client: &Redlock, lock: &mut Lock) -> ReleaseRe
     let mut release = lock.release(Instant::now());
     async {
         let report = drive(&mut release, client.node_handles(), client.background()).await;
-        info!(report = %report, "lock released");
+        debug!(report = %report, "lock released");
         report
     }
     .instrument(span)
@@ -315,8 +315,24 @@ impl Shared {
         f(&mut self.state.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
+    /// Validity left now; zero once the lock is lost.
+    fn validity(&self) -> Duration {
+        self.with(|kept| match kept.loss {
+            Some(_) => Duration::ZERO,
+            None => kept.lock.validity(Instant::now()),
+        })
+    }
+
+    async fn lost(&self) -> LossReason {
+        self.lost.cancelled().await;
+        self.with(|kept| kept.loss.clone())
+            .expect("the loss reason is stored before the token is cancelled")
+    }
+
     fn lose(&self, reason: LossReason) {
-        warn!(reason = %reason, "lock lost");
+        // What an operator acts on, and what the loss signal reports to
+        // the code that held the lock.
+        info!(reason = %reason, "lock lost");
         self.with(|kept| kept.loss.get_or_insert(reason).clone());
         self.lost.cancel();
     }
@@ -377,10 +393,7 @@ impl KeepAliveGuard {
     /// Validity left now; zero once the lock is lost, even if the last
     /// validity window has not ended.
     pub fn validity(&self) -> Duration {
-        self.shared.with(|kept| match kept.loss {
-            Some(_) => Duration::ZERO,
-            None => kept.lock.validity(Instant::now()),
-        })
+        self.shared.validity()
     }
 
     /// Whether validity is left and the lock is not lost.
@@ -395,6 +408,18 @@ impl KeepAliveGuard {
             Some(_) => None,
             None => Some(kept.lock.valid_until()),
         })
+    }
+
+    /// What work under this lock may know of it, to hand to that work
+    /// ([`Redlock::with_lock`] passes one to its closure).
+    pub(crate) fn context(&self) -> LockContext {
+        LockContext {
+            resource: Arc::clone(&self.resource),
+            key: self.key.clone(),
+            value: self.value.clone(),
+            fencing_token: self.fencing_token,
+            shared: Arc::clone(&self.shared),
+        }
     }
 
     /// The fencing token, for a fenced lock; extensions keep it.
@@ -420,9 +445,7 @@ impl KeepAliveGuard {
     /// Completes when the lock is lost, with the reason. Cancel-safe; may be
     /// awaited any number of times.
     pub async fn lost(&self) -> LossReason {
-        self.shared.lost.cancelled().await;
-        self.loss()
-            .expect("the loss reason is stored before the token is cancelled")
+        self.shared.lost().await
     }
 
     /// A token cancelled the moment the lock is lost, to hand to work that
@@ -448,6 +471,111 @@ impl KeepAliveGuard {
         let report = release_lock(&self.client, &mut lock).await;
         self.released = true;
         report
+    }
+}
+
+/// The lock as the work under [`Redlock::with_lock`] sees it: its fencing
+/// token, value and validity, and the signal that it is lost.
+///
+/// The lock is kept alive in the background while the work runs, so
+/// [`validity`](Self::validity) is refreshed by every extension. Cheap to
+/// clone (a few `Arc`s); clones see the same lock. It holds no lock itself:
+/// `with_lock` releases the lock when the work ends, whatever becomes of
+/// the context.
+///
+/// ```no_run
+/// # async fn demo(redlock: redlock_tokio::Redlock) -> Result<(), redlock_tokio::Error> {
+/// use std::time::Duration;
+///
+/// let written = redlock
+///     .with_lock("ledger", async |lock| {
+///         // With `Builder::fencing(true)` every lock has a token: send it
+///         // with each write, so the ledger refuses a late writer.
+///         let token = lock.fencing_token();
+///         for step in 0..3 {
+///             if lock.validity() < Duration::from_secs(1) {
+///                 break; // not enough time left for one more step
+///             }
+///             // ... write step `step` with `token` ...
+///             # let _ = (step, token);
+///         }
+///         // Long waits can give up as soon as the lock is lost (the work
+///         // is also dropped at its next `.await` then).
+///         tokio::select! {
+///             reason = lock.lost() => println!("lost: {reason}"),
+///             () = tokio::time::sleep(Duration::from_millis(10)) => {}
+///         }
+///         3
+///     })
+///     .await?;
+/// # let _ = written;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct LockContext {
+    resource: Arc<[u8]>,
+    key: Key,
+    value: LockValue,
+    fencing_token: Option<u64>,
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for LockContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockContext")
+            .field("key", &self.key)
+            .field("fencing_token", &self.fencing_token)
+            .field("validity", &self.validity())
+            .field("lost", &self.is_lost())
+            .finish_non_exhaustive()
+    }
+}
+
+impl LockContext {
+    /// The resource name, as given to `with_lock`.
+    pub fn resource(&self) -> &[u8] {
+        &self.resource
+    }
+
+    /// The Redis key: the key prefix followed by the resource name.
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+
+    /// Our unique value on the nodes; where the protected resource can
+    /// compare values, a compare-and-set token. Whoever knows it can
+    /// release the lock: keep it out of logs.
+    pub fn value(&self) -> &LockValue {
+        &self.value
+    }
+
+    /// The fencing token, for a lock taken with fencing
+    /// ([`Builder::fencing`](crate::Builder::fencing)); see
+    /// [`LockGuard::fencing_token`].
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.fencing_token
+    }
+
+    /// Validity left now, as extended in the background; zero once the lock
+    /// is lost.
+    pub fn validity(&self) -> Duration {
+        self.shared.validity()
+    }
+
+    /// Whether the lock is lost.
+    pub fn is_lost(&self) -> bool {
+        self.shared.lost.is_cancelled()
+    }
+
+    /// Completes when the lock is lost, with the reason. Cancel-safe.
+    pub async fn lost(&self) -> LossReason {
+        self.shared.lost().await
+    }
+
+    /// A token cancelled the moment the lock is lost, to hand to tasks the
+    /// work spawns. Cancelling it yourself does not affect the lock.
+    pub fn lost_token(&self) -> CancellationToken {
+        self.shared.lost.child_token()
     }
 }
 
@@ -536,8 +664,10 @@ async fn extend_until_done(
                     tokio::time::sleep_until(valid_until.into()).await;
                     return Err(error);
                 }
+                // Nodes down are reported by their connections; the loss,
+                // if it comes, at INFO.
                 span.in_scope(|| {
-                    warn!(error = %error, "extension failed; retrying while validity is left");
+                    debug!(error = %error, "extension failed; retrying while validity is left");
                 });
                 tokio::time::sleep_until(retry_at.into()).await;
             }

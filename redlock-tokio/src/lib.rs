@@ -26,10 +26,13 @@
 //! println!("{report}");
 //!
 //! // Or let the lock be kept alive while a future runs, which is cancelled
-//! // if the lock is lost.
+//! // if the lock is lost; it sees the lock's value, fencing token and
+//! // validity.
 //! let total = redlock
-//!     .with_lock("report", |lost| async move {
-//!         // ... long work; `lost.cancelled()` fires if the lock is lost ...
+//!     .with_lock("report", async |lock| {
+//!         // ... long work; `lock.lost()` completes if the lock is lost ...
+//!         # let _ = (lock.value(), lock.fencing_token());
+//!         assert!(!lock.validity().is_zero());
 //!         42
 //!     })
 //!     .await?;
@@ -102,6 +105,17 @@
 //! - Switch it off with [`Builder::release_notices`]`(false)`, for example
 //!   where pub/sub is disabled by ACL.
 //!
+//! # Logs
+//!
+//! Events go to [`tracing`](https://docs.rs/tracing), quiet at INFO:
+//! - DEBUG: every acquire, extend and release, and each node's answer, in
+//!   `redlock.acquire`, `redlock.extend`, `redlock.release` and
+//!   `redlock.keep_alive` spans that name the resource;
+//! - INFO: what an operator acts on: a lock lost under a keep-alive, a node
+//!   unreachable at build or its connection lost, a node connected again;
+//! - WARN: anomalies: a node that refuses a request (error reply, key of
+//!   another type, credentials) or answers something no script returns.
+//!
 //! # Dropping and cancelling
 //!
 //! - Every future here is cancel-safe. A dropped [`Redlock::lock`] or
@@ -159,7 +173,7 @@ mod server;
 
 pub use client::{Builder, DEFAULT_CONNECT_TIMEOUT, LockOptions, Redlock};
 pub use error::{Error, LossReason};
-pub use guard::{KeepAlive, KeepAliveGuard, LockGuard};
+pub use guard::{KeepAlive, KeepAliveGuard, LockContext, LockGuard};
 pub use inspect::{Holding, NodeInspection};
 
 /// The core crate, re-exported: configuration, errors and votes.

@@ -116,8 +116,13 @@ impl Node {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Connects and loads the scripts, within the connect timeout.
-    pub(crate) async fn connect(&self) -> Result<MultiplexedConnection, NodeError> {
+    /// Connects and loads the scripts, within the connect timeout. Also
+    /// returns the server's `run_id` (from `INFO server`), which tells two
+    /// addresses of one server apart from two servers; `None` when the server
+    /// does not say (INFO refused by an ACL, a Redis-compatible server).
+    pub(crate) async fn connect(
+        &self,
+    ) -> Result<(MultiplexedConnection, Option<String>), NodeError> {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))
             // The core applies its own per-node timeout to every request.
@@ -142,17 +147,28 @@ impl Node {
                         .await
                 }
             });
-            let shas: Vec<String> = futures::future::try_join_all(loads)
-                .await
-                .map_err(|err| map_error(&err))?;
+            let info = {
+                let mut connection = connection.clone();
+                async move {
+                    redis::cmd("INFO")
+                        .arg("server")
+                        .query_async::<String>(&mut connection)
+                        .await
+                }
+            };
+            let (shas, info) =
+                futures::future::join(futures::future::try_join_all(loads), info).await;
+            let shas: Vec<String> = shas.map_err(|err| map_error(&err))?;
+            let run_id = info.ok().as_deref().and_then(run_id);
             let expected: Vec<&str> = SCRIPTS.iter().map(|s| s.sha.as_str()).collect();
             if shas != expected {
                 return Err(NodeError::new(
                     NodeErrorKind::Protocol,
-                    format!("SCRIPT LOAD returned {shas:?}, expected {expected:?}"),
+                    "SCRIPT LOAD returned other SHA1 digests than the scripts have \
+                     (is this a Redis server?)",
                 ));
             }
-            Ok(connection)
+            Ok((connection, run_id))
         };
         match tokio::time::timeout(self.connect_timeout, attempt).await {
             Ok(result) => result,
@@ -225,7 +241,9 @@ impl Node {
     fn connection_failed(self: &Arc<Self>, generation: u64, error: &NodeError) {
         let mut state = self.lock_state();
         if matches!(state.link, Link::Up { generation: g, .. } if g == generation) {
-            warn!(node = %self.name, error = %error, "connection lost; reconnecting in the background");
+            // A master down: what an operator acts on (and `connected` when
+            // it is back).
+            info!(node = %self.name, error = %error, "connection lost; reconnecting in the background");
             let reconnecting = self.spawn_reconnect(None);
             state.link = Link::Down {
                 error: error.clone(),
@@ -269,16 +287,40 @@ impl Node {
             other => other,
         };
         match result {
-            Ok(value) => Ok(map_value(value)),
+            Ok(value) => {
+                let response = map_value(value);
+                if let Response::Other(text) = &response {
+                    // No script returns a status or a map: not a Redis
+                    // server, or not the script we loaded.
+                    warn!(node = %self.name, command = command.name(), answer = %text, "unexpected answer from node");
+                }
+                Ok(response)
+            }
             Err(err) => {
                 let error = map_error(&err);
                 if err.is_unrecoverable_error() {
                     self.connection_failed(generation, &error);
+                } else if is_anomaly(error.kind) {
+                    warn!(node = %self.name, command = command.name(), error = %error, "node refused the request");
                 }
                 Err(error)
             }
         }
     }
+}
+
+/// Node errors worth a WARN: the node is up but refused or garbled the
+/// request (an error reply, a key of another type, credentials, garbage),
+/// which retrying will not fix. A node down or slow is reported once by its
+/// connection instead, at INFO.
+fn is_anomaly(kind: NodeErrorKind) -> bool {
+    matches!(
+        kind,
+        NodeErrorKind::Server
+            | NodeErrorKind::Protocol
+            | NodeErrorKind::WrongType
+            | NodeErrorKind::Auth
+    )
 }
 
 impl Node {
@@ -315,7 +357,7 @@ async fn reconnect(node: Weak<Node>, first_delay: Option<Duration>) {
             return;
         };
         match strong.connect().await {
-            Ok(connection) => {
+            Ok((connection, _)) => {
                 info!(node = %strong.name, "connected");
                 strong.set_up(connection);
                 return;
@@ -332,6 +374,15 @@ async fn reconnect(node: Weak<Node>, first_delay: Option<Duration>) {
         tokio::time::sleep(jittered(backoff)).await;
         backoff = (backoff * 2).min(RECONNECT_MAX);
     }
+}
+
+/// The `run_id` line of an `INFO server` reply: 40 hex characters, random
+/// per server process.
+fn run_id(info: &str) -> Option<String> {
+    info.lines()
+        .find_map(|line| line.trim().strip_prefix("run_id:"))
+        .map(str::to_owned)
+        .filter(|id| !id.is_empty())
 }
 
 /// `delay` minus up to a quarter, so that many clients do not reconnect in step.
@@ -408,8 +459,50 @@ pub(crate) fn map_error(err: &RedisError) -> NodeError {
         }
         _ => err.to_string(),
     };
-    NodeError::new(kind, detail)
+    NodeError::new(kind, tidy(&detail))
 }
+
+/// A node's words fit for a one-line report: without the script noise Redis
+/// appends to errors raised inside a script (` script: <sha1>, on
+/// @user_script:1.`, the `user_script:1: ` prefix), on one line, and cut at
+/// [`DETAIL_MAX`] characters.
+fn tidy(detail: &str) -> String {
+    let mut text = detail.to_owned();
+    if let Some(at) = text.find(" script: ") {
+        let sha = &text[at + " script: ".len()..];
+        if sha.len() >= 40 && sha.as_bytes()[..40].iter().all(u8::is_ascii_hexdigit) {
+            text.truncate(at);
+        }
+    }
+    // "ERR user_script:1: Script attempted ...", and any other script
+    // position ("@user_script:12: ").
+    while let Some(at) = text.find("user_script:") {
+        let start = if text[..at].ends_with('@') {
+            at - 1
+        } else {
+            at
+        };
+        let rest = &text[at + "user_script:".len()..];
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        let mut end = at + "user_script:".len() + digits;
+        for tail in [": ", ":", "."] {
+            if text[end..].starts_with(tail) {
+                end += tail.len();
+                break;
+            }
+        }
+        text.replace_range(start..end, "");
+    }
+    let mut text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if text.chars().count() > DETAIL_MAX {
+        text = text.chars().take(DETAIL_MAX - 1).collect();
+        text.push('…');
+    }
+    text
+}
+
+/// The longest node error detail kept, in characters.
+const DETAIL_MAX: usize = 160;
 
 #[cfg(test)]
 mod tests {
@@ -458,5 +551,49 @@ mod tests {
         assert_eq!(map_error(&noauth).kind, NodeErrorKind::Auth);
         let oom = redis::make_extension_error("OOM".into(), Some("command not allowed".into()));
         assert_eq!(map_error(&oom).kind, NodeErrorKind::Server);
+    }
+
+    #[test]
+    fn run_id_is_read_from_info_server() {
+        let info = "# Server\r\nredis_version:7.0.15\r\n\
+                    run_id:79163465ae2b4b3b9ab2214e418355116108fae7\r\ntcp_port:6379\r\n";
+        assert_eq!(
+            run_id(info).as_deref(),
+            Some("79163465ae2b4b3b9ab2214e418355116108fae7")
+        );
+        assert_eq!(run_id("# Server\r\nredis_version:7.0.15\r\n"), None);
+    }
+
+    #[test]
+    fn script_noise_is_stripped_from_node_errors() {
+        // As Redis 7 words errors raised inside a script.
+        let wrongtype = redis::make_extension_error(
+            "WRONGTYPE".into(),
+            Some(
+                "Operation against a key holding the wrong kind of value script: \
+                 30066d0618efaa6f4d54a3824876d45cb637d4f7, on @user_script:1."
+                    .into(),
+            ),
+        );
+        assert_eq!(
+            map_error(&wrongtype).detail,
+            "WRONGTYPE Operation against a key holding the wrong kind of value"
+        );
+        let script = redis::make_extension_error(
+            "ERR".into(),
+            Some(
+                "user_script:1: Script attempted to access nonexistent global variable 'foo' \
+                 script: be8e79a153b67c7996be1e272cc18cdc0e67b346, on @user_script:1."
+                    .into(),
+            ),
+        );
+        assert_eq!(
+            map_error(&script).detail,
+            "ERR Script attempted to access nonexistent global variable 'foo'"
+        );
+        let long = redis::make_extension_error("ERR".into(), Some("x\ny ".repeat(200)));
+        let detail = map_error(&long).detail;
+        assert!(detail.chars().count() <= DETAIL_MAX, "{detail}");
+        assert!(!detail.contains('\n'), "{detail}");
     }
 }

@@ -62,7 +62,7 @@ use redlock_core::Key;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, debug, debug_span, info, warn};
+use tracing::{Instrument, debug, debug_span, warn};
 
 use crate::node::map_error;
 
@@ -472,10 +472,12 @@ async fn listen(task: ListenerTask) {
             message = message => match message {
                 Some(message) => match message.get_channel::<Vec<u8>>() {
                     Ok(channel) => task.shared.notice(task.index, &channel, Instant::now()),
-                    Err(error) => debug!(error = %error, "pub/sub message without a channel name"),
+                    Err(error) => warn!(node = %task.name, error = %error, "pub/sub message without a channel name"),
                 },
                 None => {
-                    info!(node = %task.name, "pub/sub connection closed; reconnecting when needed");
+                    // The node's own connection reports a master down; this one only
+                    // delays notices.
+                    debug!(node = %task.name, "pub/sub connection closed; reconnecting when needed");
                     link = None;
                     lost_before = true;
                     task.connected.store(false, Ordering::Relaxed);

@@ -12,6 +12,9 @@ use redlock_core::ConfigError;
 /// One parsed server: its canonical name and the redis client for it.
 pub(crate) struct Server {
     pub(crate) name: String,
+    /// The address as the user gave it, password redacted, for messages
+    /// that must point at one entry of their list.
+    pub(crate) shown: String,
     pub(crate) client: redis::Client,
 }
 
@@ -33,13 +36,18 @@ impl Server {
         // The messages of redis' URL errors are fixed texts (no part of the
         // URL), so they cannot leak a password.
         let client = redis::Client::open(url).map_err(|err| invalid(describe(&err)))?;
-        Ok(Self::from_client(client))
+        Ok(Self {
+            shown: redact(url),
+            ..Self::from_client(client)
+        })
     }
 
     /// Names a client built elsewhere.
     pub(crate) fn from_client(client: redis::Client) -> Self {
+        let name = canonical_name(client.get_connection_info());
         Self {
-            name: canonical_name(client.get_connection_info()),
+            shown: name.clone(),
+            name,
             client,
         }
     }

@@ -115,11 +115,13 @@ async fn with_lock_keeps_a_300ms_lock_through_a_2s_task() {
         .unwrap();
     let other = client(&cluster).await;
     let refused = redlock
-        .with_lock("task", |lost| async move {
+        .with_lock("task", |lock| async move {
             let mut refused = 0;
             for _ in 0..8 {
                 tokio::time::sleep(Duration::from_millis(250)).await;
-                assert!(!lost.is_cancelled());
+                assert!(!lock.is_lost());
+                // Extended in the background: never down to zero.
+                assert!(!lock.validity().is_zero());
                 if other.try_lock("task").await.unwrap_err().is_held_by_other() {
                     refused += 1;
                 }
@@ -184,9 +186,9 @@ async fn with_lock_cancels_the_work_and_reports_the_loss() {
         .unwrap();
     let finished = Arc::new(AtomicBool::new(false));
     let work_finished = Arc::clone(&finished);
-    let run = redlock.with_lock("cancelled-work", |lost| async move {
+    let run = redlock.with_lock("cancelled-work", |lock| async move {
         tokio::select! {
-            () = lost.cancelled() => {}
+            _ = lock.lost() => {}
             () = tokio::time::sleep(Duration::from_secs(30)) => {}
         }
         // Never reached when the lock is lost: the future is dropped first.
@@ -348,11 +350,9 @@ async fn with_lock_stops_the_work_when_its_value_is_released_by_hand() {
     let finished = Arc::new(AtomicBool::new(false));
     let work_finished = Arc::clone(&finished);
     let key = "with-lock-released";
-    let run = holder.with_lock(key, |lost| async move {
-        // The work learns nothing but the token; the test reads the value
-        // from the nodes.
+    let run = holder.with_lock(key, |lock| async move {
         let _ = value_tx.send(());
-        lost.cancelled().await;
+        lock.lost().await;
         tokio::time::sleep(Duration::from_secs(30)).await;
         work_finished.store(true, Ordering::SeqCst);
     });

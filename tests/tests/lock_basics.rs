@@ -223,8 +223,8 @@ async fn with_lock_returns_the_work_output_and_releases() {
     let redlock = client(&cluster).await;
     let other = client(&cluster).await;
     let output = redlock
-        .with_lock("work", |lost| async move {
-            assert!(!lost.is_cancelled());
+        .with_lock("work", |lock| async move {
+            assert!(!lock.is_lost());
             let err = other.try_lock("work").await.unwrap_err();
             assert!(err.is_held_by_other());
             42
@@ -233,6 +233,36 @@ async fn with_lock_returns_the_work_output_and_releases() {
         .unwrap();
     assert_eq!(output, 42);
     assert_absent(&cluster, "work");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_lock_shows_the_work_its_lock() {
+    let cluster = RedisCluster::start(3);
+    let redlock = builder(&cluster).fencing(true).build().await.unwrap();
+    // An earlier holder, so that the token has something to exceed.
+    let first = redlock.lock("shown").await.unwrap();
+    let earlier = first.fencing_token().expect("fenced");
+    first.release().await;
+    let token = redlock
+        .with_lock("shown", async |lock| {
+            assert_eq!(lock.resource(), b"shown");
+            assert_eq!(lock.key().as_bytes(), b"shown");
+            // The value is the one on the nodes.
+            for node in cluster.nodes() {
+                assert_eq!(node.get("shown").as_deref(), Some(lock.value().as_bytes()));
+            }
+            let validity = lock.validity();
+            assert!(validity > Duration::from_secs(9), "{validity:?}");
+            assert!(!lock.is_lost() && !lock.lost_token().is_cancelled());
+            lock.fencing_token()
+        })
+        .await
+        .unwrap();
+    assert!(
+        token.expect("fenced") > earlier,
+        "{token:?} after {earlier}"
+    );
+    assert_absent(&cluster, "shown");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -82,6 +82,56 @@ async fn two_of_five_paused() {
     minority_down(&RedisCluster::start(5), &[0, 4], true).await;
 }
 
+/// What `anyhow`'s `{:#}` prints: the error and every source, joined.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text = format!("{text}: {cause}");
+        source = cause.source();
+    }
+    text
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_down_read_as_one_short_line() {
+    let cluster = RedisCluster::start(3);
+    let redlock = client(&cluster).await;
+    redlock.lock("warm").await.unwrap().release().await;
+    cluster.node(1).kill();
+    cluster.node(2).kill();
+
+    let err = redlock.try_lock("one-line").await.unwrap_err();
+    let message = chain(&err);
+    assert_eq!(message, err.to_string(), "each fact once");
+    assert!(!message.contains('\n'), "{message}");
+    assert!(message.len() <= 200, "{} chars: {message}", message.len());
+    assert!(
+        message.starts_with("lock not acquired: no quorum"),
+        "{message}"
+    );
+    for i in [1, 2] {
+        assert!(
+            message.contains(&format!("{} unreachable", name(cluster.node(i)))),
+            "{message}"
+        );
+    }
+    assert!(err.is_unavailable(), "{err:?}");
+    assert!(!err.is_held_by_other() && !err.is_config() && !err.is_lock_lost());
+    // The nodes' own words are in the votes.
+    let failures: Vec<String> = err
+        .votes()
+        .unwrap()
+        .failures()
+        .map(|(_, error)| error.to_string())
+        .collect();
+    assert_eq!(failures.len(), 2, "{failures:?}");
+    assert!(
+        failures.iter().all(|f| f.starts_with("unreachable")),
+        "{failures:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn majority_killed_is_a_quick_no_quorum_naming_the_nodes() {
     let cluster = RedisCluster::start(3);

@@ -339,6 +339,8 @@ pub struct World {
 pub fn settings(nodes: usize, ttl: Duration, node_timeout: Duration) -> Arc<Settings> {
     let config = Config {
         servers: (0..nodes).map(|i| format!("sim-{i}")).collect(),
+        // The simulations cover every N, even ones included.
+        allow_even_nodes: true,
         ttl,
         node_timeout: Some(node_timeout),
         retry: RetryConfig {

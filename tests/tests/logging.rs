@@ -1,0 +1,123 @@
+//! Logs are quiet by default: the operations of a healthy lock log at DEBUG
+//! only, and a lost lock is one INFO event an operator can act on.
+
+mod support;
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redlock_tests::RedisCluster;
+use redlock_tokio::{KeepAlive, Redlock};
+use support::NODE_TIMEOUT;
+use tracing::field::{Field, Visit};
+use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
+
+/// One captured event: level and message.
+type Captured = Arc<Mutex<Vec<(Level, String)>>>;
+
+/// A layer that keeps the level and message of every redlock event.
+struct Capture(Captured);
+
+impl<S: Subscriber> Layer<S> for Capture {
+    fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {
+        if !event.metadata().target().starts_with("redlock") {
+            return;
+        }
+        let mut message = Message(String::new());
+        event.record(&mut message);
+        self.0
+            .lock()
+            .unwrap()
+            .push((*event.metadata().level(), message.0));
+    }
+}
+
+struct Message(String);
+
+impl Visit for Message {
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        if field.name() == "message" {
+            self.0 = format!("{value:?}");
+        }
+    }
+}
+
+/// Captures the events of this thread while `work` runs on a
+/// current-thread runtime (so every task of the client runs here too).
+fn capture(work: impl AsyncFnOnce()) -> Vec<(Level, String)> {
+    let captured = Captured::default();
+    let subscriber = tracing_subscriber::registry().with(Capture(Arc::clone(&captured)));
+    let _default = tracing::subscriber::set_default(subscriber);
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(work());
+    captured.lock().unwrap().clone()
+}
+
+/// Events at INFO, WARN or ERROR.
+fn loud(events: &[(Level, String)]) -> Vec<&(Level, String)> {
+    events
+        .iter()
+        .filter(|(level, _)| *level <= Level::INFO)
+        .collect()
+}
+
+#[test]
+fn lock_extend_and_release_log_nothing_at_info() {
+    let cluster = RedisCluster::start(3);
+    let events = capture(async || {
+        let redlock = Redlock::builder(cluster.urls())
+            .node_timeout(NODE_TIMEOUT)
+            .build()
+            .await
+            .unwrap();
+        let mut guard = redlock.lock("quiet").await.unwrap();
+        guard.extend(Duration::from_secs(10)).await.unwrap();
+        // Contention is business as usual too.
+        let busy = redlock.try_lock("quiet").await.unwrap_err();
+        assert!(busy.is_held_by_other(), "{busy}");
+        let report = guard.release().await;
+        assert_eq!(report.released(), 3, "{report}");
+        let total = redlock.with_lock("quiet", async |_| 42).await.unwrap();
+        assert_eq!(total, 42);
+    });
+    assert!(
+        events.iter().any(|(level, _)| *level == Level::DEBUG),
+        "the capture works: {events:?}"
+    );
+    assert_eq!(loud(&events), Vec::<&(Level, String)>::new(), "{events:?}");
+}
+
+#[test]
+fn a_lost_lock_is_one_info_event() {
+    let cluster = RedisCluster::start(3);
+    let events = capture(async || {
+        let redlock = Redlock::builder(cluster.urls())
+            .node_timeout(NODE_TIMEOUT)
+            .build()
+            .await
+            .unwrap();
+        let guard = redlock
+            .lock_with_ttl("lost", Duration::from_secs(1))
+            .await
+            .unwrap();
+        let kept = guard.keep_alive(KeepAlive::default());
+        // Another owner takes the key everywhere: the next extension finds
+        // it held by someone else.
+        for node in cluster.nodes() {
+            node.set("lost", "another-owner");
+        }
+        let reason = tokio::time::timeout(Duration::from_secs(5), kept.lost())
+            .await
+            .expect("the loss is signalled");
+        assert!(reason.to_string().contains("another owner"), "{reason}");
+        let _ = kept.release().await;
+    });
+    let loud = loud(&events);
+    assert_eq!(loud.len(), 1, "{events:?}");
+    assert_eq!(*loud[0], (Level::INFO, "lock lost".to_owned()));
+}

@@ -1,0 +1,75 @@
+//! The server list: an even count is refused unless allowed, and one server
+//! reached under two names is refused, naming both.
+
+mod support;
+
+use redlock_core::ConfigError;
+use redlock_tests::RedisCluster;
+use redlock_tokio::{Error, Redlock};
+use support::{NODE_TIMEOUT, init_tracing};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn even_counts_are_refused_unless_allowed() {
+    init_tracing();
+    let cluster = RedisCluster::start(4);
+    let urls = cluster.urls();
+    for n in [2, 4] {
+        let err = Redlock::builder(&urls[..n])
+            .node_timeout(NODE_TIMEOUT)
+            .build()
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, Error::Config(ConfigError::EvenServers { count }) if count == n),
+            "{err:?}"
+        );
+        assert!(err.is_config(), "{err:?}");
+        assert!(err.to_string().contains("odd number"), "{err}");
+
+        let redlock = Redlock::builder(&urls[..n])
+            .node_timeout(NODE_TIMEOUT)
+            .allow_even_nodes(true)
+            .build()
+            .await
+            .expect("allowed");
+        assert_eq!(redlock.settings().quorum(), n / 2 + 1);
+        let guard = redlock.try_lock("even").await.unwrap();
+        let quorum = redlock.settings().quorum();
+        assert!(guard.votes().granted() >= quorum, "{}", guard.votes());
+        guard.release().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_server_under_two_names_is_refused_naming_both() {
+    init_tracing();
+    let cluster = RedisCluster::start(2);
+    let port = cluster.node(0).port();
+    let localhost = format!("redis://localhost:{port}");
+    let loopback = format!("redis://127.0.0.1:{port}");
+    let urls = [localhost.clone(), loopback.clone(), cluster.node(1).url()];
+    let err = Redlock::builder(&urls)
+        .node_timeout(NODE_TIMEOUT)
+        .build()
+        .await
+        .unwrap_err();
+    let Error::Config(ConfigError::SameServer { first, second }) = &err else {
+        panic!("expected SameServer, got {err:?}");
+    };
+    assert_eq!((first, second), (&localhost, &loopback));
+    let message = err.to_string();
+    assert!(
+        message.contains(&localhost) && message.contains(&loopback),
+        "{message}"
+    );
+    assert!(err.is_config());
+
+    // Three distinct servers build.
+    let third = RedisCluster::start(1);
+    let urls = [localhost, cluster.node(1).url(), third.node(0).url()];
+    Redlock::builder(&urls)
+        .node_timeout(NODE_TIMEOUT)
+        .build()
+        .await
+        .expect("three servers");
+}
