@@ -110,6 +110,14 @@ pub enum ConfigError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A TLS option could not be used: an unreadable or empty certificate
+    /// file, a key that does not match its certificate, ... (reported by
+    /// adapters, which read the files).
+    #[error("TLS: {reason}")]
+    InvalidTls {
+        /// What is wrong, naming the file.
+        reason: String,
+    },
 }
 
 /// Why a lock was not acquired.

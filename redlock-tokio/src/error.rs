@@ -28,6 +28,20 @@ pub enum Error {
         /// What the server said.
         error: NodeError,
     },
+    /// The TLS handshake with a server was refused while the client was
+    /// being built: the server's certificate is not trusted (unknown CA,
+    /// another host name, expired), or the server wants a client
+    /// certificate that was not given or that it does not trust.
+    ///
+    /// A configuration error like [`Auth`](Self::Auth), so it fails the
+    /// build, unlike a server that is merely unreachable.
+    #[error("TLS with server {server} failed: {error}")]
+    Tls {
+        /// The server's canonical address.
+        server: String,
+        /// What the handshake said.
+        error: NodeError,
+    },
     /// The lock was not acquired: held by another owner, too few nodes
     /// reachable, or the deadline passed.
     #[error("lock not acquired: {0}")]

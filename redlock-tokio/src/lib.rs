@@ -150,6 +150,8 @@ mod inspect;
 mod node;
 mod notices;
 mod server;
+#[cfg(feature = "tls")]
+mod tls;
 
 pub use client::{Builder, DEFAULT_CONNECT_TIMEOUT, LockOptions, Redlock};
 pub use error::{Error, LossReason};
