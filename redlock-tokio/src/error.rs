@@ -1,5 +1,6 @@
 //! The adapter's error type: the core's errors by concern, plus what only
-//! I/O can cause (credentials rejected, a lock lost while work ran).
+//! I/O can cause (credentials or a TLS handshake rejected, a lock lost while
+//! work ran).
 
 use redlock_core::{AcquireError, ConfigError, ExtendError, Key, NodeError, Votes};
 

@@ -502,4 +502,27 @@ mod tests {
         let oom = redis::make_extension_error("OOM".into(), Some("command not allowed".into()));
         assert_eq!(map_error(&oom).kind, NodeErrorKind::Server);
     }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn refused_handshakes_are_tls_errors_but_a_server_without_tls_is_unreachable() {
+        use std::io;
+        let handshake = |error: rustls::Error| {
+            RedisError::from(io::Error::new(io::ErrorKind::InvalidData, error))
+        };
+        let unknown_ca = handshake(rustls::Error::InvalidCertificate(
+            rustls::CertificateError::UnknownIssuer,
+        ));
+        let error = map_error(&unknown_ca);
+        assert_eq!(error.kind, NodeErrorKind::Tls);
+        assert!(error.detail.contains("UnknownIssuer"), "{error}");
+        let no_client_cert = handshake(rustls::Error::AlertReceived(
+            rustls::AlertDescription::CertificateRequired,
+        ));
+        assert_eq!(map_error(&no_client_cert).kind, NodeErrorKind::Tls);
+        let plain_server = handshake(rustls::Error::InvalidMessage(
+            rustls::InvalidMessage::InvalidContentType,
+        ));
+        assert_eq!(map_error(&plain_server).kind, NodeErrorKind::Connection);
+    }
 }
