@@ -29,7 +29,7 @@ pub(crate) fn signal_exit_code(signal: i32) -> u8 {
 #[derive(Debug)]
 pub(crate) struct Failure {
     pub(crate) code: u8,
-    /// A stable one-word class for JSON: `usage`, `config`, `auth`, `busy`,
+    /// A stable one-word class for JSON: `usage`, `config`, `auth`, `tls`, `busy`,
     /// `no_quorum`, ...
     pub(crate) kind: &'static str,
     pub(crate) message: String,
@@ -53,6 +53,7 @@ impl Failure {
         let (code, kind) = match error {
             Error::Config(_) => (USAGE, "config"),
             Error::Auth { .. } => (USAGE, "auth"),
+            Error::Tls { .. } => (USAGE, "tls"),
             _ if error.is_held_by_other() => (busy_code, "busy"),
             Error::Acquire(AcquireError::DeadlineExceeded { last: None, .. }) => {
                 (NO_QUORUM, "deadline")

@@ -42,8 +42,9 @@
 //!
 //! # Requirements
 //!
-//! `redis-server` on `PATH` (or named by `$REDIS_SERVER_BIN`). `make test` runs
-//! `scripts/ensure-deps.sh`, which installs it on Debian when missing.
+//! `redis-server` on `PATH` (or named by `$REDIS_SERVER_BIN`), built with TLS
+//! support, and `openssl` for [`TestCerts`]. `make test` runs
+//! `scripts/ensure-deps.sh`, which installs them on Debian when missing.
 //!
 //! # Cleanup
 //!
