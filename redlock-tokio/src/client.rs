@@ -834,20 +834,19 @@ impl Builder {
             .map(|server| Arc::new(Node::new(server.name, server.client, self.connect_timeout)))
             .collect();
         let results = futures::future::join_all(nodes.iter().map(|node| node.connect())).await;
-        // Rejected credentials or certificates fail the build: waiting will
-        // not fix them, unlike an unreachable node.
-        let mut rejected = None;
+        let mut auth_failure = None;
         for (node, result) in nodes.iter().zip(results) {
             match &result {
                 Ok(_) => debug!(node = node.name(), "connected"),
                 Err(error) if error.kind == NodeErrorKind::Auth => {
-                    rejected.get_or_insert_with(|| Error::Auth {
+                    auth_failure.get_or_insert_with(|| Error::Auth {
                         server: node.name().to_owned(),
                         error: error.clone(),
                     });
                 }
+                // A refused TLS handshake is a configuration error too.
                 Err(error) if error.kind == NodeErrorKind::Tls => {
-                    rejected.get_or_insert_with(|| Error::Tls {
+                    auth_failure.get_or_insert_with(|| Error::Tls {
                         server: node.name().to_owned(),
                         error: error.clone(),
                     });
@@ -858,11 +857,11 @@ impl Builder {
                     "node unreachable at build; reconnecting in the background"
                 ),
             }
-            if rejected.is_none() {
+            if auth_failure.is_none() {
                 node.set_initial(result);
             }
         }
-        if let Some(error) = rejected {
+        if let Some(error) = auth_failure {
             // Dropping the nodes ends any reconnection task already started.
             return Err(error);
         }

@@ -36,7 +36,7 @@ pub enum Error {
     ///
     /// A configuration error like [`Auth`](Self::Auth), so it fails the
     /// build, unlike a server that is merely unreachable.
-    #[error("TLS with server {server} failed: {error}")]
+    #[error("server {server}: {error}")]
     Tls {
         /// The server's canonical address.
         server: String,

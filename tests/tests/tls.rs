@@ -78,6 +78,9 @@ fn assert_tls_rejection(err: &Error, node: &RedisNode) {
     };
     assert_eq!(server, &tls_name(node));
     assert_eq!(error.kind, NodeErrorKind::Tls, "{error}");
+    let shown = err.to_string();
+    assert!(shown.contains("TLS handshake rejected"), "{shown}");
+    assert!(!shown.contains('\n'), "one line: {shown}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -37,23 +37,9 @@ impl TestCerts {
         );
         openssl(
             dir,
-            &[
-                "req",
-                "-x509",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-                "-nodes",
-                "-keyout",
-                "ca.key",
-                "-out",
-                "ca.crt",
-                "-days",
-                "2",
-                "-subj",
-                &ca_subject,
-            ],
+            "req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+             -keyout ca.key -out ca.crt -days 2",
+            &["-subj", &ca_subject],
         );
         certs.issue(
             "server",
@@ -70,56 +56,27 @@ impl TestCerts {
 
     /// A key and a certificate signed by the CA: `<name>.key`, `<name>.crt`.
     fn issue(&self, name: &str, common_name: &str, extensions: &str) {
-        let dir = &self.dir;
-        let ext_file = format!("{name}.ext");
+        let ext_file = self.dir.join(format!("{name}.ext"));
         fs::write(
-            dir.join(&ext_file),
+            &ext_file,
             format!("basicConstraints=CA:FALSE\n{extensions}"),
         )
-        .unwrap_or_else(|err| panic!("cannot write {}: {err}", dir.display()));
-        let (key, csr, crt) = (
-            format!("{name}.key"),
-            format!("{name}.csr"),
-            format!("{name}.crt"),
-        );
-        let subject = format!("/CN={common_name}");
+        .unwrap_or_else(|err| panic!("cannot write {}: {err}", ext_file.display()));
         openssl(
-            dir,
-            &[
-                "req",
-                "-new",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-                "-nodes",
-                "-keyout",
-                &key,
-                "-out",
-                &csr,
-                "-subj",
-                &subject,
-            ],
+            &self.dir,
+            &format!(
+                "req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+                 -keyout {name}.key -out {name}.csr"
+            ),
+            &["-subj", &format!("/CN={common_name}")],
         );
         openssl(
-            dir,
-            &[
-                "x509",
-                "-req",
-                "-in",
-                &csr,
-                "-CA",
-                "ca.crt",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-out",
-                &crt,
-                "-days",
-                "2",
-                "-extfile",
-                &ext_file,
-            ],
+            &self.dir,
+            &format!(
+                "x509 -req -in {name}.csr -CA ca.crt -CAkey ca.key -CAcreateserial \
+                 -out {name}.crt -days 2 -extfile {name}.ext"
+            ),
+            &[],
         );
     }
 
@@ -171,17 +128,20 @@ impl Drop for TestCerts {
     }
 }
 
-fn openssl(dir: &Path, args: &[&str]) {
+/// Runs `openssl` in `dir` with the space-separated `args`, then `more`
+/// (arguments that may contain spaces).
+fn openssl(dir: &Path, args: &str, more: &[&str]) {
     let output = Command::new("openssl")
         .current_dir(dir)
-        .args(args)
+        .args(args.split_whitespace())
+        .args(more)
         .stdin(Stdio::null())
         .output()
         .unwrap_or_else(|err| panic!("cannot run openssl (is it installed?): {err}"));
     assert!(
         output.status.success(),
-        "openssl {} failed ({}): {}",
-        args.join(" "),
+        "openssl {args} {} failed ({}): {}",
+        more.join(" "),
         output.status,
         String::from_utf8_lossy(&output.stderr)
     );
