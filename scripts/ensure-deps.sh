@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs, when missing, on a Debian machine:
-# redis-server and redis-cli (apt), rustfmt and clippy (rustup), cargo-nextest.
+# redis-server and redis-cli (apt), openssl (apt; the TLS tests make their
+# certificates with it), rustfmt and clippy (rustup), cargo-nextest.
 # Idempotent; prints nothing when everything is already there.
 set -euo pipefail
 
@@ -29,6 +30,17 @@ if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/nul
     as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
         redis-server redis-tools >/dev/null
+fi
+
+if ! command -v openssl >/dev/null 2>&1; then
+    if ! command -v apt-get >/dev/null 2>&1; then
+        log "openssl missing and apt-get not available: install it yourself"
+        exit 1
+    fi
+    log "installing openssl"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        openssl >/dev/null
 fi
 
 # `cargo fmt` and `cargo clippy` are rustup components on a rustup toolchain.

@@ -1,6 +1,7 @@
 //! The command line: subcommands, options and their help texts.
 
 use std::ffi::OsString;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
@@ -12,8 +13,9 @@ Exit codes:
            release: the value is held on no node (mistyped, expired or released
            already); nothing was deleted
   2        usage or configuration error (bad option, no servers, bad URL,
-           invalid TTL, even or duplicate servers, password rejected), or the
-           key holds something else than a lock (a list, a hash, ...)
+           invalid TTL, even or duplicate servers, password rejected,
+           unreadable TLS file, TLS certificate rejected), or the key holds
+           something else than a lock (a list, a hash, ...)
   3        no quorum: too many Redis nodes down or too slow
   4        exec: the lock was lost while the command ran; the command was stopped
   126/127  exec: the command could not be executed / was not found
@@ -109,6 +111,28 @@ pub(crate) struct Common {
     /// How long connecting to one node may take.
     #[arg(long, value_parser = parse_duration, default_value = "1s", value_name = "DURATION")]
     pub(crate) connect_timeout: Duration,
+    /// Trust only the CA certificate(s) in this PEM file for rediss://
+    /// servers. Default: the public (webpki) roots built into redlock; the
+    /// system store and SSL_CERT_FILE are not read.
+    #[arg(long, env = "REDLOCK_TLS_CA", value_name = "FILE")]
+    pub(crate) tls_ca: Option<PathBuf>,
+    /// Present this client certificate (PEM) to rediss:// servers that
+    /// require one (mutual TLS). Needs --tls-key.
+    #[arg(
+        long,
+        env = "REDLOCK_TLS_CERT",
+        value_name = "FILE",
+        requires = "tls_key"
+    )]
+    pub(crate) tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(
+        long,
+        env = "REDLOCK_TLS_KEY",
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
+    pub(crate) tls_key: Option<PathBuf>,
     /// Accept an even number of servers. An even N tolerates no more
     /// failures than N-1: the extra server is wasted.
     #[arg(long)]
@@ -244,6 +268,35 @@ mod tests {
         assert_eq!(args.command, ["sh", "-c", "exit 3"]);
         let missing = Cli::try_parse_from(["redlock", "exec", "-s", "redis://a", "k"]);
         assert!(missing.is_err());
+    }
+
+    #[test]
+    fn a_client_certificate_needs_its_key() {
+        let args = exec(&[
+            "--tls-cert",
+            "c.pem",
+            "--tls-key",
+            "k.pem",
+            "k",
+            "--",
+            "true",
+        ]);
+        assert_eq!(args.common.tls_cert, Some(PathBuf::from("c.pem")));
+        assert_eq!(args.common.tls_key, Some(PathBuf::from("k.pem")));
+        for lonely in ["--tls-cert", "--tls-key"] {
+            let argv = [
+                "redlock",
+                "exec",
+                "-s",
+                "rediss://a",
+                lonely,
+                "f.pem",
+                "k",
+                "--",
+                "true",
+            ];
+            assert!(Cli::try_parse_from(argv).is_err(), "{lonely} alone");
+        }
     }
 
     #[test]

@@ -43,6 +43,12 @@ pub(crate) async fn connect(
     if let Some(timeout) = common.node_timeout {
         builder = builder.node_timeout(timeout);
     }
+    if let Some(ca) = &common.tls_ca {
+        builder = builder.tls_ca_file(ca);
+    }
+    if let (Some(cert), Some(key)) = (&common.tls_cert, &common.tls_key) {
+        builder = builder.tls_client_cert(cert, key);
+    }
     configure(builder).build().await.map_err(|error| {
         let mut failure = Failure::from_error(&error, crate::failure::BUSY);
         if let Error::Config(ConfigError::EvenServers { .. }) = error {

@@ -35,7 +35,7 @@ pub(crate) fn signal_exit_code(signal: i32) -> u8 {
 #[derive(Debug)]
 pub(crate) struct Failure {
     pub(crate) code: u8,
-    /// A stable one-word class for JSON: `usage`, `config`, `auth`, `busy`,
+    /// A stable one-word class for JSON: `usage`, `config`, `auth`, `tls`, `busy`,
     /// `no_quorum`, ...
     pub(crate) kind: &'static str,
     pub(crate) message: String,
@@ -60,6 +60,7 @@ impl Failure {
             Error::Config(_) => (USAGE, "config"),
             Error::Auth { .. } => (USAGE, "auth"),
             Error::Acquire(error) if error.is_wrong_type() => (USAGE, "wrong_type"),
+            Error::Tls { .. } => (USAGE, "tls"),
             _ if error.is_held_by_other() => (busy_code, "busy"),
             Error::Acquire(AcquireError::DeadlineExceeded { last: None, .. }) => {
                 (NO_QUORUM, "deadline")

@@ -136,6 +136,14 @@ pub enum ConfigError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A TLS option could not be used: an unreadable or empty certificate
+    /// file, a key that does not match its certificate, ... (reported by
+    /// adapters, which read the files).
+    #[error("TLS: {reason}")]
+    InvalidTls {
+        /// What is wrong, naming the file.
+        reason: String,
+    },
 }
 
 /// Why a lock was not acquired.
@@ -419,6 +427,7 @@ fn kind_label(kind: crate::NodeErrorKind) -> &'static str {
         Kind::WrongType => "key of another type",
         Kind::Server => "server error",
         Kind::Protocol => "unexpected answer",
+        Kind::Tls => "TLS handshake refused",
     }
 }
 

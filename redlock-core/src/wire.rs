@@ -291,6 +291,7 @@ impl fmt::Display for NodeError {
             ),
             NodeErrorKind::Server => write!(f, "server error: {}", self.detail),
             NodeErrorKind::Protocol => write!(f, "unexpected answer: {}", self.detail),
+            NodeErrorKind::Tls => write!(f, "TLS handshake rejected: {}", self.detail),
         }
     }
 }
@@ -331,7 +332,8 @@ impl NodeErrorKind {
 pub enum NodeErrorKind {
     /// No answer within the per-node timeout (node down, paused or slow).
     Timeout,
-    /// No connection: refused, reset, DNS failure, TLS failure.
+    /// No connection: refused, reset, DNS failure, a server that does not
+    /// speak TLS on a TLS connection.
     Connection,
     /// The node refused our credentials (wrong password, unknown ACL user, or a
     /// password is required).
@@ -347,4 +349,9 @@ pub enum NodeErrorKind {
     Server,
     /// The node answered something that is not a valid reply to the script.
     Protocol,
+    /// The TLS handshake was refused by either side: the server's
+    /// certificate is not trusted (unknown CA, wrong host name, expired) or
+    /// the server wants a client certificate. A configuration error, like
+    /// [`Auth`](Self::Auth): waiting will not fix it.
+    Tls,
 }

@@ -640,6 +640,8 @@ pub struct Builder {
     config: Config,
     connect_timeout: Duration,
     release_notices: bool,
+    #[cfg(feature = "tls")]
+    tls: crate::tls::TlsFiles,
 }
 
 impl fmt::Debug for Builder {
@@ -659,7 +661,7 @@ impl fmt::Debug for Builder {
             .field("config", &self.config)
             .field("connect_timeout", &self.connect_timeout)
             .field("release_notices", &self.release_notices)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
@@ -670,6 +672,8 @@ impl Builder {
             config: Config::default(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             release_notices: true,
+            #[cfg(feature = "tls")]
+            tls: crate::tls::TlsFiles::default(),
         }
     }
 
@@ -787,6 +791,45 @@ impl Builder {
         self
     }
 
+    /// Trust only the CA certificate(s) in this PEM file for `rediss://`
+    /// servers, instead of the built-in public (webpki) roots: for servers
+    /// whose certificates come from a private CA. Default: the webpki roots.
+    ///
+    /// Applies to every server given as a URL, which must then all be
+    /// `rediss://`. The file is read at [`build`](Self::build); an unreadable
+    /// file or one without a certificate is an [`Error::Config`]
+    /// ([`ConfigError::InvalidTls`]). A server whose certificate the CA did
+    /// not sign (or not for the host name in its URL) fails the build with
+    /// [`Error::Tls`]. For other TLS needs, build the `redis::Client`s
+    /// yourself and use [`from_clients`](Self::from_clients).
+    #[cfg(feature = "tls")]
+    pub fn tls_ca_file(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.tls.ca = Some(path.into());
+        self
+    }
+
+    /// Present this client certificate (PEM, optionally followed by its
+    /// chain) with its private key (PEM: PKCS#8, PKCS#1 or SEC1) to
+    /// `rediss://` servers that require one (mutual TLS, `tls-auth-clients
+    /// yes`). Default: none.
+    ///
+    /// Applies to every server given as a URL, as
+    /// [`tls_ca_file`](Self::tls_ca_file) does. Both files are read at
+    /// [`build`](Self::build); an unreadable file, one without a certificate
+    /// or key, or a key that is not the certificate's is an
+    /// [`Error::Config`] ([`ConfigError::InvalidTls`]). A server that rejects
+    /// the certificate (or wants one when none is set) fails the build with
+    /// [`Error::Tls`].
+    #[cfg(feature = "tls")]
+    pub fn tls_client_cert(
+        mut self,
+        cert_path: impl Into<std::path::PathBuf>,
+        key_path: impl Into<std::path::PathBuf>,
+    ) -> Self {
+        self.tls.client = Some((cert_path.into(), key_path.into()));
+        self
+    }
+
     /// Validates the options and connects to every node in parallel.
     ///
     /// Fails with:
@@ -801,7 +844,10 @@ impl Builder {
     ///   `run_id` (`INFO server`) is compared once connected. Nodes down at
     ///   build are not checked;
     /// - [`Error::Auth`] when a server rejects the credentials: that is a
-    ///   configuration error, and waiting will not fix it.
+    ///   configuration error, and waiting will not fix it;
+    /// - [`Error::Tls`] when the TLS handshake with a server is refused
+    ///   (its certificate is not trusted, or it wants a client certificate):
+    ///   a configuration error too.
     ///
     /// A node that cannot be reached (refused, timed out, not a Redis
     /// server) does **not** fail the build: Redlock works while a majority
@@ -809,11 +855,32 @@ impl Builder {
     /// as a failed node until then. The build waits at most the
     /// [connect timeout](Self::connect_timeout).
     pub async fn build(self) -> Result<Redlock, Error> {
+        #[cfg(feature = "tls")]
+        let certificates = self.tls.load()?;
         let mut servers = Vec::with_capacity(self.sources.len());
         for source in self.sources {
             servers.push(match source {
-                Source::Url(url) => Server::from_url(&url)?,
-                Source::Client(client) => Server::from_client(*client),
+                Source::Url(url) => {
+                    let server = Server::from_url(&url)?;
+                    #[cfg(feature = "tls")]
+                    let server = match &certificates {
+                        Some(certificates) => crate::tls::apply(server, certificates)?,
+                        None => server,
+                    };
+                    server
+                }
+                Source::Client(client) => {
+                    #[cfg(feature = "tls")]
+                    if certificates.is_some() {
+                        return Err(ConfigError::InvalidTls {
+                            reason: "a CA or client certificate is set, but it cannot apply to \
+                                     clients made elsewhere: give them to redis::Client::build_with_tls"
+                                .to_owned(),
+                        }
+                        .into());
+                    }
+                    Server::from_client(*client)
+                }
             });
         }
         let config = Config {
@@ -863,6 +930,13 @@ impl Builder {
                 Ok(_) => debug!(node = node.name(), "connected"),
                 Err(error) if error.kind == NodeErrorKind::Auth => {
                     auth_failure.get_or_insert_with(|| Error::Auth {
+                        server: node.name().to_owned(),
+                        error: error.clone(),
+                    });
+                }
+                // A refused TLS handshake is a configuration error too.
+                Err(error) if error.kind == NodeErrorKind::Tls => {
+                    auth_failure.get_or_insert_with(|| Error::Tls {
                         server: node.name().to_owned(),
                         error: error.clone(),
                     });

@@ -1,5 +1,6 @@
 //! The adapter's error type: the core's errors by concern, plus what only
-//! I/O can cause (credentials rejected, a lock lost while work ran).
+//! I/O can cause (credentials or a TLS handshake rejected, a lock lost while
+//! work ran).
 
 use redlock_core::{AcquireError, ConfigError, ExtendError, Key, NodeError, Votes};
 
@@ -42,6 +43,20 @@ pub enum Error {
         /// The server's canonical address.
         server: String,
         /// What the server said.
+        error: NodeError,
+    },
+    /// The TLS handshake with a server was refused while the client was
+    /// being built: the server's certificate is not trusted (unknown CA,
+    /// another host name, expired), or the server wants a client
+    /// certificate that was not given or that it does not trust.
+    ///
+    /// A configuration error like [`Auth`](Self::Auth), so it fails the
+    /// build, unlike a server that is merely unreachable.
+    #[error("server {server}: {error}")]
+    Tls {
+        /// The server's canonical address.
+        server: String,
+        /// What the handshake said.
         error: NodeError,
     },
     /// The lock was not acquired: held by another owner, too few nodes
@@ -112,11 +127,19 @@ impl Error {
 
     /// True for a permanent error: the configuration cannot work
     /// ([`Error::Config`]: bad options, duplicate or unparsable servers, an
-    /// even number of servers not allowed) or a server rejected the
-    /// credentials ([`Error::Auth`]). Retrying will not help; fix the
-    /// configuration.
+    /// even number of servers not allowed), a server rejected the
+    /// credentials ([`Error::Auth`]) or the TLS handshake ([`Error::Tls`]),
+    /// or the lock's key holds a value of another type on enough masters
+    /// ([`AcquireError::WrongType`]: another program uses that name).
+    /// Retrying will not help; fix the configuration.
     pub fn is_config(&self) -> bool {
-        matches!(self, Error::Config(_) | Error::Auth { .. })
+        matches!(
+            self,
+            Error::Config(_)
+                | Error::Auth { .. }
+                | Error::Tls { .. }
+                | Error::Acquire(AcquireError::WrongType { .. })
+        )
     }
 
     /// True when a lock held until now is gone: it was lost while work ran

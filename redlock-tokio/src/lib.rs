@@ -57,16 +57,52 @@
 //!   majority): it is reconnected in the background with backoff (50 ms
 //!   doubling to 2 s), and until then requests to it fail at once, counting
 //!   as that node's failure. A node that **rejects the credentials** does
-//!   fail the build with [`Error::Auth`]: that is a configuration error.
+//!   fail the build with [`Error::Auth`], and one whose **TLS handshake is
+//!   refused** (an untrusted server certificate, a missing client
+//!   certificate) with [`Error::Tls`]: those are configuration errors.
 //! - Connections and background tasks live on the Tokio runtime that made
 //!   them. A client used on another runtime after its first one shut down
 //!   finds its connections closed: the first request to each node fails,
 //!   and the node is reconnected on the current runtime.
 //! - URLs: `redis://[user:password@]host[:port][/db]`, `rediss://` for TLS
-//!   (feature `tls`, on by default: rustls with the webpki roots; a
-//!   `#insecure` fragment skips certificate checks). Nodes are named by
-//!   `host:port/db` in errors and logs; passwords never appear in errors,
-//!   `Debug` output or logs.
+//!   (see below). Nodes are named by `host:port/db` in errors and logs;
+//!   passwords never appear in errors, `Debug` output or logs.
+//!
+//! # TLS
+//!
+//! `rediss://` URLs connect with rustls (feature `tls`, on by default). By
+//! default server certificates are checked against the public webpki roots
+//! compiled into the crate (the system store and `SSL_CERT_FILE` are not
+//! read). For servers with certificates from a private CA, and for servers
+//! that require a client certificate (`tls-auth-clients yes`):
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), redlock_tokio::Error> {
+//! use redlock_tokio::Redlock;
+//!
+//! let redlock = Redlock::builder(["rediss://10.0.0.1:6380", "rediss://10.0.0.2:6380", "rediss://10.0.0.3:6380"])
+//!     .tls_ca_file("/etc/redlock/ca.pem")                           // trust only this CA
+//!     .tls_client_cert("/etc/redlock/client.pem", "/etc/redlock/client.key") // mutual TLS
+//!     .build()
+//!     .await?;
+//! # let _ = redlock; Ok(()) }
+//! ```
+//!
+//! - The files are PEM, read and checked at build: an unreadable file, a
+//!   file without a certificate, a key that is not the certificate's, or a
+//!   `redis://` server among the URLs is an [`Error::Config`].
+//! - A handshake that either side refuses (the server's certificate is not
+//!   signed by a trusted CA or not for the host in the URL, or the server
+//!   wants a client certificate) fails the build with [`Error::Tls`] at once,
+//!   rather than counting as an unreachable node. A server that does not
+//!   speak TLS at all counts as unreachable.
+//! - A `#insecure` fragment (`rediss://host:6380/#insecure`) accepts any
+//!   server certificate, for any host: for tests only, as it lets anyone on
+//!   the path read and forge the traffic.
+//! - Anything else (another root store, RESP3, ...): build the
+//!   `redis::Client`s yourself, for example with
+//!   `redis::Client::build_with_tls`, and pass them to
+//!   [`Builder::from_clients`].
 //!
 //! # Waiting for a lock
 //!
@@ -170,6 +206,8 @@ mod inspect;
 mod node;
 mod notices;
 mod server;
+#[cfg(feature = "tls")]
+mod tls;
 
 pub use client::{Builder, DEFAULT_CONNECT_TIMEOUT, LockOptions, Redlock};
 pub use error::{Error, LossReason};

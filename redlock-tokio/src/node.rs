@@ -436,6 +436,9 @@ pub(crate) fn map_value(value: Value) -> Response {
 
 /// A redis error as the core's `NodeError`, classified by what the caller can do.
 pub(crate) fn map_error(err: &RedisError) -> NodeError {
+    if let Some(detail) = tls_rejection(err) {
+        return NodeError::new(NodeErrorKind::Tls, detail);
+    }
     let code = err.code().unwrap_or_default();
     let kind = match err.kind() {
         ErrorKind::AuthenticationFailed => NodeErrorKind::Auth,
@@ -503,6 +506,46 @@ fn tidy(detail: &str) -> String {
 
 /// The longest node error detail kept, in characters.
 const DETAIL_MAX: usize = 160;
+
+/// What rustls said, when `err` is a TLS handshake that either side refused
+/// (an untrusted or unsuitable certificate, a missing client certificate):
+/// a configuration error. A server that does not speak TLS at all (garbage
+/// instead of a handshake) is not one of these: it counts as unreachable.
+#[cfg(feature = "tls")]
+fn tls_rejection(err: &RedisError) -> Option<String> {
+    use rustls::Error as Tls;
+    use std::error::Error as _;
+
+    type Shared = Arc<dyn std::error::Error + Send + Sync>;
+
+    // redis keeps the cause in an Arc and returns the Arc as the source.
+    let mut cause: &(dyn std::error::Error + 'static) = err.source()?;
+    if let Some(shared) = cause.downcast_ref::<Shared>() {
+        cause = shared.as_ref();
+    }
+    // rustls errors come either directly (building the TLS configuration)
+    // or inside the io::Error of the handshake or of a later read.
+    let tls = cause.downcast_ref::<Tls>().or_else(|| {
+        cause
+            .downcast_ref::<std::io::Error>()?
+            .get_ref()?
+            .downcast_ref::<Tls>()
+    })?;
+    match tls {
+        Tls::InvalidCertificate(_)
+        | Tls::NoCertificatesPresented
+        | Tls::UnsupportedNameType
+        | Tls::PeerIncompatible(_)
+        | Tls::InconsistentKeys(_)
+        | Tls::AlertReceived(_) => Some(tls.to_string()),
+        _ => None,
+    }
+}
+
+#[cfg(not(feature = "tls"))]
+fn tls_rejection(_: &RedisError) -> Option<String> {
+    None
+}
 
 #[cfg(test)]
 mod tests {
@@ -595,5 +638,28 @@ mod tests {
         let detail = map_error(&long).detail;
         assert!(detail.chars().count() <= DETAIL_MAX, "{detail}");
         assert!(!detail.contains('\n'), "{detail}");
+    }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn refused_handshakes_are_tls_errors_but_a_server_without_tls_is_unreachable() {
+        use std::io;
+        let handshake = |error: rustls::Error| {
+            RedisError::from(io::Error::new(io::ErrorKind::InvalidData, error))
+        };
+        let unknown_ca = handshake(rustls::Error::InvalidCertificate(
+            rustls::CertificateError::UnknownIssuer,
+        ));
+        let error = map_error(&unknown_ca);
+        assert_eq!(error.kind, NodeErrorKind::Tls);
+        assert!(error.detail.contains("UnknownIssuer"), "{error}");
+        let no_client_cert = handshake(rustls::Error::AlertReceived(
+            rustls::AlertDescription::CertificateRequired,
+        ));
+        assert_eq!(map_error(&no_client_cert).kind, NodeErrorKind::Tls);
+        let plain_server = handshake(rustls::Error::InvalidMessage(
+            rustls::InvalidMessage::InvalidContentType,
+        ));
+        assert_eq!(map_error(&plain_server).kind, NodeErrorKind::Connection);
     }
 }

@@ -15,6 +15,8 @@
 //! - [`RedisCluster`]: N independent nodes started in parallel.
 //! - [`GarbageServer`]: answers with bytes that are not RESP.
 //! - [`SilentServer`]: accepts connections and never answers.
+//! - [`TestCerts`]: a throwaway CA with server and client certificates, for
+//!   nodes that also listen for TLS ([`NodeOptions::tls`]).
 //!
 //! ```
 //! use redlock_tests::RedisCluster;
@@ -40,8 +42,9 @@
 //!
 //! # Requirements
 //!
-//! `redis-server` on `PATH` (or named by `$REDIS_SERVER_BIN`). `make test` runs
-//! `scripts/ensure-deps.sh`, which installs it on Debian when missing.
+//! `redis-server` on `PATH` (or named by `$REDIS_SERVER_BIN`), built with TLS
+//! support, and `openssl` for [`TestCerts`]. `make test` runs
+//! `scripts/ensure-deps.sh`, which installs them on Debian when missing.
 //!
 //! # Cleanup
 //!
@@ -65,5 +68,5 @@ mod harness;
 
 pub use harness::{
     CLIENT_TIMEOUT, GARBAGE_REPLY, GarbageServer, HARNESS_DIR_ENV, NodeOptions, REDIS_SERVER_ENV,
-    RedisCluster, RedisNode, STARTUP_TIMEOUT, SilentServer, harness_root,
+    RedisCluster, RedisNode, STARTUP_TIMEOUT, SilentServer, TestCerts, TlsOptions, harness_root,
 };

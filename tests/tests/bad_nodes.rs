@@ -310,7 +310,7 @@ async fn rediss_urls_build_and_fail_cleanly_against_a_plain_server() {
         .connect_timeout(Duration::from_millis(500))
         .build()
         .await
-        .expect("a TLS failure is unreachability, not a configuration error");
+        .expect("a server that does not speak TLS is unreachable, not misconfigured");
     assert_eq!(redlock.nodes()[0], name(cluster.node(0)));
     assert_eq!(redlock.connected_nodes(), 0);
     let err = redlock.try_lock("tls").await.unwrap_err();

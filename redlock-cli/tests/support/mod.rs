@@ -22,6 +22,9 @@ pub(crate) fn redlock() -> Command {
     command
         .env_remove("REDLOCK_SERVERS")
         .env_remove("REDLOCK_KEY_PREFIX")
+        .env_remove("REDLOCK_TLS_CA")
+        .env_remove("REDLOCK_TLS_CERT")
+        .env_remove("REDLOCK_TLS_KEY")
         .env_remove("RUST_LOG")
         .stdin(Stdio::null());
     command

@@ -6,8 +6,10 @@ mod cluster;
 mod fake_server;
 mod node;
 mod process;
+mod tls;
 
 pub use cluster::RedisCluster;
 pub use fake_server::{GARBAGE_REPLY, GarbageServer, SilentServer};
-pub use node::{CLIENT_TIMEOUT, NodeOptions, RedisNode, STARTUP_TIMEOUT};
+pub use node::{CLIENT_TIMEOUT, NodeOptions, RedisNode, STARTUP_TIMEOUT, TlsOptions};
 pub use process::{HARNESS_DIR_ENV, REDIS_SERVER_ENV, harness_root};
+pub use tls::TestCerts;

@@ -44,6 +44,22 @@ pub struct NodeOptions {
     /// test's own (for example an `LD_PRELOAD` library that shifts the
     /// server's wall clock; see the chaos suite).
     pub env: Vec<(String, String)>,
+    /// Also listen for TLS, on a second port ([`RedisNode::tls_port`]).
+    /// The plain port stays open for the assertion client.
+    pub tls: Option<TlsOptions>,
+}
+
+/// TLS settings of a [`RedisNode`] (see [`TestCerts`](crate::TestCerts)).
+#[derive(Clone, Debug)]
+pub struct TlsOptions {
+    /// The server certificate (`--tls-cert-file`).
+    pub cert_file: PathBuf,
+    /// Its private key (`--tls-key-file`).
+    pub key_file: PathBuf,
+    /// The CA that client certificates must come from (`--tls-ca-cert-file`).
+    pub ca_file: PathBuf,
+    /// Require a client certificate (`--tls-auth-clients yes`).
+    pub auth_clients: bool,
 }
 
 /// A `redis-server` process on a free loopback port, killed when dropped.
@@ -62,6 +78,7 @@ pub struct NodeOptions {
 /// and [`ping`](Self::ping) return the error instead.
 pub struct RedisNode {
     port: u16,
+    tls_port: Option<u16>,
     options: NodeOptions,
     dir: PathBuf,
     /// `None` after [`kill`](Self::kill) until the next restart.
@@ -91,10 +108,12 @@ impl RedisNode {
         let dir = process::new_data_dir();
         for _ in 0..START_ATTEMPTS {
             let port = free_port();
-            match launch(port, &dir, &options) {
+            let tls_port = options.tls.as_ref().map(|_| free_port());
+            match launch(port, tls_port, &dir, &options) {
                 Ok(child) => {
                     return Self {
                         port,
+                        tls_port,
                         options,
                         dir,
                         process: Mutex::new(Some(child)),
@@ -116,6 +135,23 @@ impl RedisNode {
     /// The TCP port on `127.0.0.1`; stays the same across [`restart`](Self::restart).
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The TLS port on `127.0.0.1` of a node started with
+    /// [`NodeOptions::tls`]; stays the same across [`restart`](Self::restart).
+    pub fn tls_port(&self) -> Option<u16> {
+        self.tls_port
+    }
+
+    /// `rediss://127.0.0.1:TLS_PORT`, without a password.
+    ///
+    /// # Panics
+    /// If the node was started without [`NodeOptions::tls`].
+    pub fn tls_url(&self) -> String {
+        let port = self
+            .tls_port
+            .unwrap_or_else(|| panic!("{self} was started without TLS"));
+        format!("rediss://127.0.0.1:{port}")
     }
 
     /// `redis://127.0.0.1:PORT`, without a password.
@@ -226,7 +262,7 @@ impl RedisNode {
         // go soon (a port probe), so keep trying until the deadline.
         let deadline = Instant::now() + STARTUP_TIMEOUT;
         loop {
-            match launch(self.port, &self.dir, &self.options) {
+            match launch(self.port, self.tls_port, &self.dir, &self.options) {
                 Ok(child) => {
                     *process = Some(child);
                     return;
@@ -364,6 +400,7 @@ impl fmt::Debug for RedisNode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisNode")
             .field("port", &self.port)
+            .field("tls_port", &self.tls_port)
             .field("dir", &self.dir)
             .field("password", &self.options.password.as_ref().map(|_| "***"))
             .field("extra_args", &self.options.extra_args)
@@ -409,9 +446,14 @@ fn redis_server_bin() -> PathBuf {
         .map_or_else(|| PathBuf::from("redis-server"), PathBuf::from)
 }
 
-/// Spawns a server on `port` in `dir` and waits until it answers as itself,
-/// with its data set loaded.
-fn launch(port: u16, dir: &Path, options: &NodeOptions) -> Result<Child, LaunchError> {
+/// Spawns a server on `port` (and `tls_port`) in `dir` and waits until it
+/// answers as itself, with its data set loaded.
+fn launch(
+    port: u16,
+    tls_port: Option<u16>,
+    dir: &Path,
+    options: &NodeOptions,
+) -> Result<Child, LaunchError> {
     let bin = redis_server_bin();
     let mut command = Command::new(&bin);
     command
@@ -426,6 +468,19 @@ fn launch(port: u16, dir: &Path, options: &NodeOptions) -> Result<Child, LaunchE
         .arg(dir.join(LOG_FILE));
     if let Some(password) = &options.password {
         command.arg("--requirepass").arg(password);
+    }
+    if let (Some(tls), Some(tls_port)) = (&options.tls, tls_port) {
+        command
+            .arg("--tls-port")
+            .arg(tls_port.to_string())
+            .arg("--tls-cert-file")
+            .arg(&tls.cert_file)
+            .arg("--tls-key-file")
+            .arg(&tls.key_file)
+            .arg("--tls-ca-cert-file")
+            .arg(&tls.ca_file)
+            .arg("--tls-auth-clients")
+            .arg(if tls.auth_clients { "yes" } else { "no" });
     }
     command.args(&options.extra_args);
     command.envs(options.env.iter().map(|(name, value)| (name, value)));
@@ -453,9 +508,8 @@ fn launch(port: u16, dir: &Path, options: &NodeOptions) -> Result<Child, LaunchE
         if let Ok(Some(status)) = child.try_wait() {
             process::remove_pid_file(dir);
             let log = process::log_tail(dir, 2000);
-            if log.contains(&format!("Failed listening on port {port}"))
-                || log.contains("Address already in use")
-            {
+            // Either port: the TLS one is reported as "port N (tls)".
+            if log.contains("Failed listening on port") || log.contains("Address already in use") {
                 return Err(LaunchError::PortTaken);
             }
             return Err(LaunchError::Failed(format!(
