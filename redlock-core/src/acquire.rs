@@ -690,7 +690,8 @@ pub(crate) fn interpret(command: Command, result: Result<Response, crate::NodeEr
         (Command::Extend { .. } | Command::Release | Command::Withdraw, Response::Int(0)) => {
             Some(NodeVote::HeldByOther(None))
         }
-        (Command::Release | Command::Withdraw, Response::Int(1)) => Some(NodeVote::Granted),
+        // 2: released, but the server refused the notice (PUBLISH).
+        (Command::Release | Command::Withdraw, Response::Int(1 | 2)) => Some(NodeVote::Granted),
         (Command::Release | Command::Withdraw, Response::Int(-1)) => Some(NodeVote::Missing),
         _ => None,
     };

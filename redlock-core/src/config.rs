@@ -87,6 +87,13 @@ pub struct Config {
     /// Whether locks come with fencing tokens unless a call says otherwise
     /// (see [`Acquisition::fenced`](crate::Acquisition::fenced)). Default false.
     pub fencing: bool,
+    /// Whether a release publishes a release notice on `<key>\0released`, so
+    /// that clients waiting for the lock try again at once. Default true.
+    /// Off, releases publish nothing: for ACL users without channel rights
+    /// (Redis 7 grants none by default), or when nobody waits with notices.
+    /// A notice the server refuses never fails the release (see
+    /// [`ReleaseReport::notices_refused`](crate::ReleaseReport::notices_refused)).
+    pub release_notices: bool,
 }
 
 impl Default for Config {
@@ -102,6 +109,7 @@ impl Default for Config {
             value_len: 20,
             key_prefix: Vec::new(),
             fencing: false,
+            release_notices: true,
         }
     }
 }
@@ -190,6 +198,7 @@ impl Config {
             value_len: self.value_len,
             key_prefix: self.key_prefix.into(),
             fencing: self.fencing,
+            release_notices: self.release_notices,
         };
         settings.node_timeout = match self.node_timeout {
             Some(timeout) => timeout,
@@ -247,9 +256,21 @@ pub struct Settings {
     value_len: usize,
     key_prefix: std::sync::Arc<[u8]>,
     fencing: bool,
+    release_notices: bool,
 }
 
 impl Settings {
+    /// The command that releases a held lock: [`Command::Release`], which
+    /// publishes a release notice, or with
+    /// [`Config::release_notices`] off [`Command::Withdraw`], which does not.
+    pub fn release_command(&self) -> crate::Command {
+        if self.release_notices {
+            crate::Command::Release
+        } else {
+            crate::Command::Withdraw
+        }
+    }
+
     /// Whether locks come with fencing tokens by default.
     pub fn fencing(&self) -> bool {
         self.fencing

@@ -79,6 +79,7 @@ pub struct Extension {
     kind: crate::LockKind,
     value: crate::LockValue,
     release_timeout: Duration,
+    release_command: Command,
     ttl: Ttl,
     drift: Duration,
     old_valid_until: Instant,
@@ -115,6 +116,7 @@ impl Extension {
             kind: lock.kind().clone(),
             value: lock.value().clone(),
             release_timeout: settings.release_timeout(),
+            release_command: settings.release_command(),
             round,
             ttl,
             old_valid_until: lock.valid_until(),
@@ -243,7 +245,7 @@ impl Extension {
                 keys: self.keys.clone(),
                 value: self.value.clone(),
                 kind: self.kind.clone(),
-                command: Command::Release,
+                command: self.release_command,
                 deadline: now + self.release_timeout,
             });
         }

@@ -15,6 +15,7 @@ use crate::{
 #[derive(Clone, Debug, PartialEq)]
 pub struct ReleaseReport {
     votes: Votes,
+    notices_refused: usize,
 }
 
 impl ReleaseReport {
@@ -48,6 +49,16 @@ impl ReleaseReport {
     pub fn votes(&self) -> &Votes {
         &self.votes
     }
+
+    /// Nodes where the key was deleted but the server refused to publish the
+    /// release notice (an ACL user without rights on the `<key>\0released`
+    /// channel). The release counts there all the same; waiting clients
+    /// just retry on their timer. Switch notices off
+    /// ([`Config::release_notices`](crate::Config::release_notices)) for such
+    /// users.
+    pub fn notices_refused(&self) -> usize {
+        self.notices_refused
+    }
 }
 
 impl std::fmt::Display for ReleaseReport {
@@ -72,6 +83,7 @@ impl std::fmt::Display for ReleaseReport {
 #[derive(Debug)]
 pub struct Release {
     round: Round,
+    notices_refused: usize,
     requests: VecDeque<Request>,
     report: Option<ReleaseReport>,
     done: bool,
@@ -120,12 +132,13 @@ impl Release {
                 keys: keys.clone(),
                 value: value.clone(),
                 kind: kind.clone(),
-                command: Command::Release,
+                command: settings.release_command(),
                 deadline: round.deadline,
             })
             .collect();
         Self {
             round,
+            notices_refused: 0,
             requests,
             report: None,
             done: false,
@@ -152,7 +165,11 @@ impl Release {
         if self.done {
             return;
         }
+        let refused = matches!(reply.result, Ok(crate::Response::Int(2)));
         let vote = interpret(Command::Release, reply.result);
+        if refused && matches!(vote, NodeVote::Granted) && reply.attempt == self.round.attempt {
+            self.notices_refused += 1;
+        }
         if self.round.record(reply.attempt, reply.node, vote) && self.round.all_answered() {
             self.finish(now);
         }
@@ -170,6 +187,7 @@ impl Release {
         self.done = true;
         self.report = Some(ReleaseReport {
             votes: self.round.votes(now),
+            notices_refused: self.notices_refused,
         });
     }
 }

@@ -74,14 +74,19 @@ return 2
 /// - integer `1`: the key held our value and is deleted, and (with `ARGV[2]`
 ///   = `1`) an empty message is published on `<key>\0released` for waiting
 ///   clients;
+/// - integer `2`: the same, but the server refused the `PUBLISH` (an ACL
+///   user without rights on the channel: `redis.pcall` returns an error
+///   table where a published message gives a number): the release still counts, since
+///   the notice only saves waiters a retry delay. Every release script
+///   answers `2` this way;
 /// - integer `0`: the key is held by another value, left as it is;
 /// - integer `-1`: the key is absent (expired, or never set on this node);
 /// - error `WRONGTYPE ...`: the key exists and is not a string.
 pub const RELEASE: &str = r#"local held = redis.call('GET', KEYS[1])
 if held == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  if ARGV[2] == '1' then
-    redis.call('PUBLISH', KEYS[1] .. '\0released', '')
+  if ARGV[2] == '1' and type(redis.pcall('PUBLISH', KEYS[1] .. '\0released', '')) == 'table' then
+    return 2
   end
   return 1
 end
@@ -216,8 +221,8 @@ return code
 /// message published on `<key>\0released`), `-1` when it was already gone.
 /// Other readers and writers are never touched.
 pub const READ_RELEASE: &str = r#"if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
-  if ARGV[2] == '1' then
-    redis.call('PUBLISH', KEYS[1] .. '\0released', '')
+  if ARGV[2] == '1' and type(redis.pcall('PUBLISH', KEYS[1] .. '\0released', '')) == 'table' then
+    return 2
   end
   return 1
 end
@@ -354,8 +359,8 @@ if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then
 end
 if redis.call('HLEN', KEYS[1]) <= 1 then
   redis.call('DEL', KEYS[1])
-  if ARGV[2] == '1' then
-    redis.call('PUBLISH', KEYS[1] .. '\0released', '')
+  if ARGV[2] == '1' and type(redis.pcall('PUBLISH', KEYS[1] .. '\0released', '')) == 'table' then
+    return 2
   end
 end
 return 1
@@ -405,13 +410,13 @@ return code
 /// Release every key holding our value on one node (publishing on
 /// `<key>\0released` for each): `1` when at least one was deleted, `0` when none was ours but some are held by others, `-1` when
 /// all are gone. Keys held by others are never touched.
-pub const MULTI_RELEASE: &str = r#"local released, others = 0, 0
+pub const MULTI_RELEASE: &str = r#"local released, others, refused = 0, 0, false
 for _, key in ipairs(KEYS) do
   local held = redis.call('GET', key)
   if held == ARGV[1] then
     redis.call('DEL', key)
-    if ARGV[2] == '1' then
-      redis.call('PUBLISH', key .. '\0released', '')
+    if ARGV[2] == '1' and type(redis.pcall('PUBLISH', key .. '\0released', '')) == 'table' then
+      refused = true
     end
     released = released + 1
   elseif held then
@@ -419,7 +424,7 @@ for _, key in ipairs(KEYS) do
   end
 end
 if released > 0 then
-  return 1
+  return refused and 2 or 1
 end
 if others > 0 then
   return 0

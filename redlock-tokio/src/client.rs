@@ -44,6 +44,8 @@ struct Inner {
     notices: Option<Arc<Notices>>,
     /// The releases sent in the background, for [`Redlock::shutdown`].
     background: TaskTracker,
+    /// Whether a refused release notice was logged (once per client).
+    notice_refusal_logged: std::sync::atomic::AtomicBool,
 }
 
 impl fmt::Debug for Redlock {
@@ -131,6 +133,25 @@ impl Redlock {
 
     pub(crate) fn background(&self) -> &TaskTracker {
         &self.inner.background
+    }
+
+    /// Logs a release's outcome; a refused release notice once per client,
+    /// at WARN: the lock is released, but waiters fall back on their timer.
+    pub(crate) fn log_release(&self, report: &ReleaseReport) {
+        debug!(report = %report, "released");
+        if report.notices_refused() > 0
+            && !self
+                .inner
+                .notice_refusal_logged
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::warn!(
+                nodes = report.notices_refused(),
+                "a server refused to publish a release notice (an ACL user without channel rights?); \
+                 locks are still released, waiters retry on their timer; switch notices off with \
+                 Builder::release_notices(false)"
+            );
+        }
     }
 
     /// How many nodes have a release-notice (pub/sub) connection up right
@@ -294,7 +315,7 @@ impl Redlock {
         let mut release = Release::new(settings, key, value.clone(), AttemptId(0), Instant::now());
         async {
             let report = drive(&mut release, &self.inner.nodes, &self.inner.background).await;
-            debug!(report = %report, "released");
+            self.log_release(&report);
             report
         }
         .instrument(span)
@@ -777,8 +798,14 @@ impl Builder {
     /// resource waited on. A node whose pub/sub connection fails only sends
     /// no notices; acquires never wait for it. See the crate docs,
     /// "Waiting for a lock".
+    ///
+    /// Off, this client's releases publish no notices either: for an ACL
+    /// user without channel rights (Redis 7 grants none by default). With
+    /// notices on, a server that refuses the `PUBLISH` still releases the
+    /// lock; the client logs that once, at WARN.
     pub fn release_notices(mut self, on: bool) -> Self {
         self.release_notices = on;
+        self.config.release_notices = on;
         self
     }
 
@@ -962,6 +989,7 @@ impl Builder {
                 nodes,
                 notices,
                 background: TaskTracker::new(),
+                notice_refusal_logged: Default::default(),
             }),
         };
         debug!(

@@ -268,7 +268,7 @@ pub(crate) async fn release_lock(client: &Redlock, lock: &mut Lock) -> ReleaseRe
     let mut release = lock.release(Instant::now());
     async {
         let report = drive(&mut release, client.node_handles(), client.background()).await;
-        debug!(report = %report, "lock released");
+        client.log_release(&report);
         report
     }
     .instrument(span)

@@ -139,7 +139,10 @@
 //!   the holder held a bare quorum and one of those nodes is silent) costs
 //!   at most one retry delay.
 //! - Switch it off with [`Builder::release_notices`]`(false)`, for example
-//!   where pub/sub is disabled by ACL.
+//!   where pub/sub is disabled by ACL: the client then neither subscribes
+//!   nor publishes. A server that refuses the notice of a release (an ACL
+//!   user without channel rights) still releases the lock
+//!   ([`ReleaseReport::notices_refused`](redlock_core::ReleaseReport::notices_refused)).
 //!
 //! # Logs
 //!
