@@ -260,9 +260,9 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// The command that releases a held lock: [`Command::Release`], which
+    /// The command that releases a held lock: [`Command::Release`](crate::Command::Release), which
     /// publishes a release notice, or with
-    /// [`Config::release_notices`] off [`Command::Withdraw`], which does not.
+    /// [`Config::release_notices`] off [`Command::Withdraw`](crate::Command::Withdraw), which does not.
     pub fn release_command(&self) -> crate::Command {
         if self.release_notices {
             crate::Command::Release
