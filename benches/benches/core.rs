@@ -4,6 +4,7 @@
 //! `cargo bench -p redlock-benches --bench core` (divan; pass
 //! `-- --sample-count 20` or a benchmark name to narrow it down).
 
+use redlock_core::Machine;
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -111,7 +112,7 @@ fn release_round(bencher: Bencher<'_, '_>) {
             for request in &requests {
                 release.handle_reply(Reply::to(request, Ok(Response::Int(1))), later);
             }
-            release.poll_outcome()
+            release.poll_event()
         });
 }
 

@@ -6,8 +6,9 @@
 //! floor sends `SET`: it splits what the scripts cost the servers from what
 //! the client itself costs.
 //!
-//! It starts its own `redis-server`s (with the `redlock-tests` harness: free
-//! ports on 127.0.0.1, no persistence, killed at exit) and runs:
+//! It starts its own servers (with the `redlock-tests` harness: free ports on
+//! 127.0.0.1, no persistence, killed at exit): `redis-server` from `PATH`, or
+//! the binary in `$REDLOCK_SERVER_BIN`, such as `valkey-server`. It runs:
 //!
 //! - (a) one client, acquire then release on fresh keys;
 //! - (b) 64 tasks on distinct keys: cycles per second;
@@ -222,7 +223,11 @@ fn run(args: &Args) -> Result<String, String> {
     };
     let started = Instant::now();
     let load_at_start = load_average();
-    progress(&format!("starting {} redis-server masters", args.nodes));
+    progress(&format!(
+        "starting {} masters: {}",
+        args.nodes,
+        redlock_tests::server()
+    ));
     let cluster = RedisCluster::start(args.nodes);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -343,7 +348,7 @@ fn run(args: &Args) -> Result<String, String> {
     let info = RunInfo {
         date: command_output("date", &["-u", "+%Y-%m-%d"]).unwrap_or_else(|| "unknown".into()),
         machine: machine(),
-        redis_version: redis_version(),
+        server: server_version(),
         command: std::env::var("BENCH_COMMAND").unwrap_or_else(|_| {
             let args: Vec<String> = std::env::args().skip(1).collect();
             format!("redlock-bench {}", args.join(" "))
@@ -416,16 +421,10 @@ fn load_average() -> String {
         .unwrap_or_else(|| "n/a".to_owned())
 }
 
-fn redis_version() -> String {
-    let bin = std::env::var(redlock_tests::REDIS_SERVER_ENV)
-        .unwrap_or_else(|_| "redis-server".to_owned());
-    command_output(&bin, &["--version"])
-        .and_then(|text| {
-            text.split_whitespace()
-                .find_map(|word| word.strip_prefix("v="))
-                .map(|v| format!("redis-server {v}"))
-        })
-        .unwrap_or_else(|| "redis-server (unknown version)".to_owned())
+/// `Redis 7.0.15` or `Valkey 9.1.2`: the servers of this run.
+fn server_version() -> String {
+    let server = redlock_tests::server();
+    format!("{} {}", server.name(), server.version())
 }
 
 fn machine() -> String {

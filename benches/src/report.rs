@@ -20,7 +20,8 @@ pub(crate) struct Results {
 pub(crate) struct RunInfo {
     pub(crate) date: String,
     pub(crate) machine: String,
-    pub(crate) redis_version: String,
+    /// `Redis 7.0.15` or `Valkey 9.1.2`.
+    pub(crate) server: String,
     pub(crate) command: String,
     pub(crate) mode: &'static str,
     pub(crate) nodes: usize,
@@ -592,7 +593,7 @@ pub(crate) fn document(results: &Results, info: &RunInfo, chart: Option<&str>) -
         "# Benchmark: redlock-tokio vs rslock vs raw SET NX PX\n\n\
          - Date: {}\n\
          - Machine: {}\n\
-         - Redis: {}, {} independent masters on 127.0.0.1, started by the benchmark\n\
+         - Server: {}, {} independent masters on 127.0.0.1, started by the benchmark\n\
          - Mode: {}; run took {:.0} s; load average {} at the start, {} at the end\n\
          - Command: `{}`\n\
          - Every contender: TTL {} ms, the same servers and key names; this library's \
@@ -602,7 +603,7 @@ pub(crate) fn document(results: &Results, info: &RunInfo, chart: Option<&str>) -
          lower is better; throughput: higher is better).\n",
         info.date,
         info.machine,
-        info.redis_version,
+        info.server,
         info.nodes,
         info.mode,
         info.elapsed_s,

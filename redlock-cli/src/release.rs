@@ -23,16 +23,13 @@ pub(crate) async fn run(args: ReleaseArgs, output: &Output) -> u8 {
     };
     let value = LockValue::from_string(args.value.as_str());
     let report = redlock.release_value(&args.key, &value).await;
-    let quorum = redlock.settings().quorum();
     let key = args.key.as_str();
     let total = report.votes().votes().len();
-    // Nodes that failed may still hold the value until its TTL. Fewer than a
-    // quorum of them cannot hold the lock, so others can take it.
-    let freed = report.failed() < quorum;
-    // Deleted nowhere, and too few nodes failed to hold it: a mistyped value,
-    // or a lock already expired or released. Said with its own exit code, so
-    // that a script does not take a typo for a release.
-    let not_held = report.released() == 0 && freed;
+    let freed = report.frees_lock();
+    // A value held nowhere (mistyped, or a lock already expired or released)
+    // has its own exit code, so that a script does not take a typo for a
+    // release.
+    let not_held = report.held_nowhere();
     output.result(
         || {
             let mut text = if report.released() == 0 && report.failed() == 0 {
@@ -67,7 +64,8 @@ pub(crate) async fn run(args: ReleaseArgs, output: &Output) -> u8 {
             if !freed {
                 let _ = writeln!(
                     text,
-                    "too many nodes failed (quorum {quorum}): the value may still hold the lock until its TTL"
+                    "too many nodes failed (quorum {}): the value may still hold the lock until its TTL",
+                    report.quorum()
                 );
             }
             text
@@ -79,7 +77,7 @@ pub(crate) async fn run(args: ReleaseArgs, output: &Output) -> u8 {
                 "released": report.released(),
                 "not_held": report.not_held(),
                 "failed": report.failed(),
-                "quorum": quorum,
+                "quorum": report.quorum(),
                 "freed": freed,
                 "held": !not_held,
                 "nodes": release_json(report.votes()),

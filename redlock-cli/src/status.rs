@@ -1,9 +1,8 @@
 //! `redlock status`: who holds a lock, on which nodes, for how long.
 
 use std::fmt::Write as _;
-use std::time::Duration;
 
-use redlock_tokio::{NodeInspection, Redlock};
+use redlock_tokio::{LockState, LockStatus, NodeInspection};
 use serde_json::{Value, json};
 
 use crate::cli::StatusArgs;
@@ -16,111 +15,75 @@ pub(crate) async fn run(args: StatusArgs, output: &Output) -> u8 {
         Ok(redlock) => redlock,
         Err(failure) => return failure.report(output),
     };
-    let inspections = redlock.inspect(&args.key).await;
-    let status = Status::new(&redlock, &args.key, inspections);
+    let nodes = redlock.inspect(&args.key).await;
+    let status = Status {
+        key: args.key.clone(),
+        redis_key: text_of(redlock.settings().key(args.key.as_bytes()).as_bytes()),
+        lock: LockStatus::from_reads(nodes.iter().map(NodeInspection::read)),
+        nodes,
+    };
     output.result(|| status.text(), || status.json());
-    if status.answered < status.quorum {
-        failure::NO_QUORUM
-    } else {
-        failure::SUCCESS
+    match status.lock.state() {
+        LockState::Unknown => failure::NO_QUORUM,
+        LockState::Held | LockState::NotHeld => failure::SUCCESS,
     }
 }
 
-/// The summary of every node's answer.
+/// Every node's answer, and what they say together.
 struct Status {
     key: String,
     redis_key: String,
-    quorum: usize,
-    answered: usize,
     nodes: Vec<NodeInspection>,
-    /// The value held on at least a quorum of nodes, how many hold it, and
-    /// for how long a quorum of them still will (unless extended).
-    holder: Option<(Vec<u8>, usize, Option<Duration>)>,
+    lock: LockStatus,
 }
 
 impl Status {
-    fn new(redlock: &Redlock, key: &str, nodes: Vec<NodeInspection>) -> Self {
-        let quorum = redlock.settings().quorum();
-        let answered = nodes.iter().filter(|node| node.result.is_ok()).count();
-        let mut values: Vec<(&[u8], Vec<Option<Duration>>)> = Vec::new();
-        for holding in nodes
-            .iter()
-            .filter_map(|node| node.result.as_ref().ok()?.as_ref())
-        {
-            match values
-                .iter_mut()
-                .find(|(value, _)| *value == holding.value.as_slice())
-            {
-                Some((_, ttls)) => ttls.push(holding.pttl),
-                None => values.push((&holding.value, vec![holding.pttl])),
-            }
-        }
-        let holder = values
-            .into_iter()
-            .find(|(_, ttls)| ttls.len() >= quorum)
-            .map(|(value, mut ttls)| {
-                // The lock stands while a quorum holds the key: the quorum-th
-                // longest PTTL. A key without expiry (`None`) lasts longest.
-                ttls.sort_by(|a, b| b.unwrap_or(Duration::MAX).cmp(&a.unwrap_or(Duration::MAX)));
-                (value.to_vec(), ttls.len(), ttls[quorum - 1])
-            });
-        Self {
-            key: key.to_owned(),
-            redis_key: text_of(redlock.settings().key(key.as_bytes()).as_bytes()),
-            quorum,
-            answered,
-            nodes,
-            holder,
-        }
-    }
-
     /// `held`, `not_held` or `unknown` (too few nodes answered to tell).
     fn state(&self) -> &'static str {
-        if self.holder.is_some() {
-            "held"
-        } else if self.answered < self.quorum {
-            "unknown"
-        } else {
-            "not_held"
+        match self.lock.state() {
+            LockState::Held => "held",
+            LockState::NotHeld => "not_held",
+            LockState::Unknown => "unknown",
         }
     }
 
     fn text(&self) -> String {
-        let total = self.nodes.len();
+        let LockStatus {
+            nodes: total,
+            quorum,
+            answered,
+            with_key,
+            ..
+        } = self.lock;
         let mut text = String::new();
-        let _ = match (&self.holder, self.state()) {
-            (Some((value, count, left)), _) => {
-                let left = match left {
-                    Some(left) => format!("for about {} more unless extended", Human(*left)),
+        let _ = match (&self.lock.holder, self.lock.state()) {
+            (Some(holder), _) => {
+                let left = match holder.remaining {
+                    Some(left) => format!("for about {} more unless extended", Human(left)),
                     None => "with no expiry (not set by redlock)".to_owned(),
                 };
                 writeln!(
                     text,
-                    "lock {}: held on {count} of {total} nodes (quorum {}), {left}\nvalue: {}",
+                    "lock {}: held on {} of {total} nodes (quorum {quorum}), {left}\nvalue: {}",
                     self.key,
-                    self.quorum,
-                    text_of(value)
+                    holder.nodes,
+                    text_of(&holder.value)
                 )
             }
-            (None, "unknown") => writeln!(
+            (None, LockState::Unknown) => writeln!(
                 text,
-                "lock {}: unknown: only {} of {total} nodes answered (quorum {})",
-                self.key, self.answered, self.quorum
+                "lock {}: unknown: only {answered} of {total} nodes answered (quorum {quorum})",
+                self.key
             ),
             (None, _) => {
-                let held = self
-                    .nodes
-                    .iter()
-                    .filter(|node| matches!(node.result, Ok(Some(_))))
-                    .count();
-                if held == 0 {
+                if with_key == 0 {
                     writeln!(text, "lock {}: free on every node that answered", self.key)
                 } else {
                     writeln!(
                         text,
-                        "lock {}: not held by a quorum (the key is on {held} of {total} nodes; quorum {}): \
+                        "lock {}: not held by a quorum (the key is on {with_key} of {total} nodes; quorum {quorum}): \
                          an acquire in progress, or keys left to expire",
-                        self.key, self.quorum
+                        self.key
                     )
                 }
             }
@@ -132,8 +95,8 @@ impl Status {
                 Ok(None) => write!(text, "free"),
                 Ok(Some(holding)) => {
                     let _ = write!(text, "held");
-                    match &self.holder {
-                        Some((value, _, _)) if *value == holding.value => {}
+                    match &self.lock.holder {
+                        Some(holder) if holder.value == holding.value => {}
                         _ => {
                             let _ = write!(text, " by value {}", text_of(&holding.value));
                         }
@@ -177,11 +140,11 @@ impl Status {
                 })
             })
             .collect();
-        let holder = self.holder.as_ref().map(|(value, count, left)| {
+        let holder = self.lock.holder.as_ref().map(|holder| {
             json!({
-                "value": text_of(value),
-                "nodes": count,
-                "remaining_ms": left.map(millis),
+                "value": text_of(&holder.value),
+                "nodes": holder.nodes,
+                "remaining_ms": holder.remaining.map(millis),
             })
         });
         json!({
@@ -189,9 +152,9 @@ impl Status {
             "key": self.key,
             "redis_key": self.redis_key,
             "state": self.state(),
-            "quorum": self.quorum,
-            "nodes_total": self.nodes.len(),
-            "nodes_answered": self.answered,
+            "quorum": self.lock.quorum,
+            "nodes_total": self.lock.nodes,
+            "nodes_answered": self.lock.answered,
             "holder": holder,
             "nodes": nodes,
         })

@@ -6,59 +6,14 @@ use std::time::{Duration, Instant};
 
 use rand_core::Rng;
 
-use crate::extend::Extension;
+use crate::machine::{Machine, Notice};
 use crate::quorum::{Round, Tally, remaining, valid_until};
-use crate::release::Release;
+use crate::retry::{Next, Notices, Retries};
+use crate::wire::interpret;
 use crate::{
-    AcquireError, AttemptId, Command, ConfigError, ExtendError, Key, LockKind, LockValue,
-    NodeErrorKind, NodeVote, Reply, Request, Response, Settings, Ttl, Votes,
+    AcquireError, Attempts, Command, ConfigError, Key, Lock, LockKind, LockSpec, LockValue, Reply,
+    Request, Response, RoundId, Settings, Ttl, Votes,
 };
-
-/// What to lock, for [`Acquisition::with_spec`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LockSpec<'a> {
-    /// An exclusive lock on one resource.
-    Exclusive(&'a [u8]),
-    /// An exclusive lock with a fencing token ([`Acquisition::fenced`]).
-    Fenced(&'a [u8]),
-    /// A read lock: many readers at once, no writer.
-    ///
-    /// Policy: a writer that finds readers marks the lock as writer-waiting
-    /// on those nodes; new readers are then refused there until the writer
-    /// has its lock (or stops retrying and the mark expires, after the retry
-    /// interval plus two per-node timeouts). Readers already in finish
-    /// normally. So a stream of readers cannot starve a writer, and a writer
-    /// waits at most for the readers that came before it.
-    Read(&'a [u8]),
-    /// The write lock of a read-write lock: one writer, no reader.
-    Write(&'a [u8]),
-    /// A lock that `owner` may take again while holding it. Each acquisition
-    /// has its own value and must be released on its own; the lock is free
-    /// once every acquisition is released or expired. The owner id is what
-    /// makes acquisitions reentrant, so it must be unique per logical owner
-    /// (a job id, a UUID per worker): anyone who knows it can enter.
-    Reentrant {
-        /// The resource.
-        resource: &'a [u8],
-        /// The owner id.
-        owner: &'a str,
-    },
-    /// All of these resources at once, atomically on each node, or none.
-    /// Each resource's key is an ordinary exclusive lock key, so a
-    /// multi-resource lock excludes single locks on any of its resources.
-    Multi(&'a [&'a [u8]]),
-}
-
-/// How many attempts an [`Acquisition`] may make.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Attempts {
-    /// One attempt, no retry (a `try_lock`).
-    Once,
-    /// The first attempt and up to [`RetryConfig::count`](crate::RetryConfig::count)
-    /// retries, within the acquire deadline if one is set.
-    Retry,
-}
 
 /// What an [`Acquisition`] reports, drained with [`Acquisition::poll_event`].
 #[derive(Debug)]
@@ -139,7 +94,7 @@ enum Phase {
 /// ```
 /// use std::time::{Duration, Instant};
 /// use rand::{SeedableRng, rngs::StdRng};
-/// use redlock_core::{AcquireEvent, Acquisition, Attempts, Config, Reply, Response};
+/// use redlock_core::{AcquireEvent, Acquisition, Attempts, Config, Machine, Reply, Response};
 ///
 /// let settings = std::sync::Arc::new(Config::new(["a", "b", "c"]).validate().unwrap());
 /// let start = Instant::now(); // the adapter's clock; tests use any Instant
@@ -167,12 +122,7 @@ pub struct Acquisition<R> {
     drift: Duration,
     node_timeout: Duration,
     rng: R,
-    max_attempts: u32,
-    /// Attempts started, extra ones after release notices included.
-    attempts: u32,
-    /// Attempts that count against `max_attempts` (the first and the retries).
-    attempts_scheduled: u32,
-    deadline: Option<Instant>,
+    retries: Retries,
     /// The script keys, the lock key first.
     keys: Arc<[Key]>,
     kind: LockKind,
@@ -183,6 +133,8 @@ pub struct Acquisition<R> {
     requests: VecDeque<Request>,
     events: VecDeque<AcquireEvent>,
     last_error: Option<AcquireError>,
+    /// Release notices since the current attempt started.
+    notices: Notices,
 }
 
 impl<R: Rng> Acquisition<R> {
@@ -258,14 +210,8 @@ impl<R: Rng> Acquisition<R> {
             *readers_hold_off = Ttl::NONE;
         }
         let fenced = matches!(spec, LockSpec::Fenced(_));
-        let max_attempts = match attempts {
-            Attempts::Once => 1,
-            Attempts::Retry => settings.retry().count.saturating_add(1),
-        };
-        let deadline = match attempts {
-            Attempts::Once => None,
-            Attempts::Retry => settings.acquire_deadline().map(|d| now + d),
-        };
+        let retries = Retries::new(&settings, attempts, now);
+        let notices = Notices::new(&settings, now);
         let mut this = Self {
             keys,
             kind,
@@ -276,14 +222,12 @@ impl<R: Rng> Acquisition<R> {
             settings,
             ttl,
             rng,
-            max_attempts,
-            attempts: 0,
-            attempts_scheduled: 1,
-            deadline,
+            retries,
             state: State::Done,
             requests: VecDeque::new(),
             events: VecDeque::new(),
             last_error: None,
+            notices,
         };
         this.start_attempt(now, None);
         Ok(this)
@@ -301,134 +245,40 @@ impl<R: Rng> Acquisition<R> {
 
     /// Attempts started so far.
     pub fn attempts(&self) -> u32 {
-        self.attempts
+        self.retries.started()
     }
 
     /// The id of the attempt in flight, if one is.
-    pub fn current_attempt(&self) -> Option<AttemptId> {
+    pub fn current_attempt(&self) -> Option<RoundId> {
         match &self.state {
-            State::Attempting { round, .. } => Some(round.attempt),
+            State::Attempting { round, .. } => Some(round.id),
             _ => None,
         }
     }
 
-    /// True once the final event is queued: no more attempts will start.
-    pub fn is_done(&self) -> bool {
-        matches!(self.state, State::Done)
-    }
-
-    /// The next request to send, if any.
-    pub fn poll_request(&mut self) -> Option<Request> {
-        self.requests.pop_front()
-    }
-
-    /// The next event, if any.
-    pub fn poll_event(&mut self) -> Option<AcquireEvent> {
-        self.events.pop_front()
-    }
-
-    /// When [`handle_timeout`](Self::handle_timeout) must be called next:
-    /// the per-node timeout of the attempt in flight, the end of a retry wait,
-    /// or the overall deadline, whichever comes first. `None` when done.
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        let own = match &self.state {
-            State::Attempting { round, .. } => round.deadline,
-            State::Waiting { until } => *until,
-            State::Done => return None,
-        };
-        Some(match self.deadline {
-            Some(deadline) => own.min(deadline),
-            None => own,
-        })
-    }
-
-    /// Feeds one node's answer. Answers from other attempts, unknown nodes or
-    /// nodes that already answered are ignored.
-    pub fn handle_reply(&mut self, reply: Reply, now: Instant) {
-        let State::Attempting { round, phase, .. } = &mut self.state else {
+    /// Between attempts, starts the next one at once if the lock may have
+    /// been released since the last one started.
+    fn wake_if_released(&mut self, now: Instant) {
+        let State::Waiting { until } = self.state else {
             return;
         };
-        let command = match phase {
-            Phase::Lock if self.fenced => Command::AcquireFenced { ttl: self.ttl },
-            Phase::Lock => Command::Acquire { ttl: self.ttl },
-            Phase::Fence { token, .. } => Command::StoreToken { token: *token },
-        };
-        let counter = match (&command, &reply.result) {
-            (Command::AcquireFenced { .. }, Ok(Response::Array(items))) => match items.as_slice() {
-                [Response::Int(1), Response::Int(counter)] => u64::try_from(*counter).ok(),
-                _ => None,
-            },
-            _ => None,
-        };
-        let vote = interpret(command, reply.result);
-        if round.record(reply.attempt, reply.node, vote) {
-            if let Some(slot) = self.counters.get_mut(reply.node.0) {
-                *slot = counter;
-            }
-            self.decide(now);
-        }
-    }
-
-    /// Advances time: times out silent nodes, starts the next attempt after a
-    /// retry wait, or gives up at the overall deadline.
-    pub fn handle_timeout(&mut self, now: Instant) {
-        if let Some(deadline) = self.deadline
-            && now >= deadline
-            && !self.is_done()
-        {
-            self.give_up_at_deadline(now);
+        if !self.notices.released(self.settings.quorum()) {
             return;
         }
-        match &mut self.state {
-            State::Attempting { round, .. } if now >= round.deadline => {
-                round.expire();
-                self.decide(now);
-            }
-            State::Waiting { until } if now >= *until => {
-                self.attempts_scheduled += 1;
-                self.start_attempt(now, None);
-            }
-            _ => {}
+        if self.retries.is_past_deadline(now) {
+            return self.handle_timeout(now);
         }
-    }
-
-    /// Tells the acquisition that a holder of the lock just released it (for
-    /// example a pub/sub message from a node's release script). While it
-    /// waits between attempts, it tries again at once instead of at the end
-    /// of the retry delay, so a released lock passes to a waiter in about one
-    /// round trip.
-    ///
-    /// Such an extra attempt does not use up the retry count: if it fails,
-    /// the acquisition goes back to waiting for the retry it had scheduled.
-    /// A notice while an attempt is in flight, or after the end, is ignored.
-    pub fn handle_release_notice(&mut self, now: Instant) {
-        if let State::Waiting { until } = self.state {
-            if self.deadline.is_some_and(|deadline| now >= deadline) {
-                return self.handle_timeout(now);
-            }
-            self.start_attempt(now, Some(until));
-        }
-    }
-
-    /// Gives up: queues a release of the attempt in flight (if any) on every
-    /// node and ends with no event. Call it when the caller stops driving this
-    /// acquisition before its final event, then send the queued requests: an
-    /// attempt in flight may already hold some nodes.
-    pub fn abandon(&mut self, now: Instant) {
-        if let State::Attempting { round, value, .. } =
-            std::mem::replace(&mut self.state, State::Done)
-        {
-            self.queue_releases(&round, &value, now);
-        }
+        self.start_attempt(now, Some(until));
     }
 
     fn start_attempt(&mut self, now: Instant, scheduled: Option<Instant>) {
-        self.attempts += 1;
+        self.retries.start();
+        self.notices.restart(now);
         // Random ids: a late reply to any earlier round, of this machine or of
         // another one the caller routes to us by mistake, is never counted.
-        let attempt = AttemptId(self.rng.next_u64());
+        let attempt = RoundId(self.rng.next_u64());
         let value = LockValue::random(&mut self.rng, self.settings.value_len());
-        let round = Round::new(attempt, self.settings.node_names(), now, self.node_timeout);
+        let round = Round::new(attempt, &self.settings, now, self.node_timeout);
         let command = if self.fenced {
             Command::AcquireFenced { ttl: self.ttl }
         } else {
@@ -445,17 +295,8 @@ impl<R: Rng> Acquisition<R> {
     }
 
     fn send_round(&mut self, round: &Round, value: &LockValue, command: Command) {
-        for node in round.nodes() {
-            self.requests.push_back(Request {
-                attempt: round.attempt,
-                node,
-                keys: self.keys.clone(),
-                value: value.clone(),
-                kind: self.kind.clone(),
-                command,
-                deadline: round.deadline,
-            });
-        }
+        let requests = round.fan_out(&self.keys, &self.kind, value, command, round.deadline);
+        self.requests.extend(requests);
     }
 
     /// The lock round was won on a fenced lock: store the token on a quorum.
@@ -477,8 +318,8 @@ impl<R: Rng> Acquisition<R> {
             .unwrap_or(0)
             .saturating_add(1);
         let fence = Round::new(
-            AttemptId(self.rng.next_u64()),
-            self.settings.node_names(),
+            RoundId(self.rng.next_u64()),
+            &self.settings,
             now,
             self.node_timeout,
         );
@@ -502,7 +343,7 @@ impl<R: Rng> Acquisition<R> {
         // The deadline is hard: a quorum counted at or after it (replies and
         // the timer became ready together, or the caller was slow to call
         // `handle_timeout`) is no lock. Its keys are released.
-        if self.deadline.is_some_and(|deadline| now >= deadline) {
+        if self.retries.is_past_deadline(now) {
             self.give_up_at_deadline(now);
             return;
         }
@@ -548,7 +389,7 @@ impl<R: Rng> Acquisition<R> {
                         valid_until: until,
                         votes,
                         fencing_token,
-                        next_attempt: self.rng.next_u64(),
+                        next_round: self.rng.next_u64(),
                         extensions: 0,
                     };
                     self.events.push_back(AcquireEvent::Acquired(lock));
@@ -557,7 +398,7 @@ impl<R: Rng> Acquisition<R> {
                 AcquireError::ValidityExhausted {
                     votes: round.votes(now),
                     ttl: self.ttl.as_duration(),
-                    attempts: self.attempts,
+                    attempts: self.retries.started(),
                 }
             }
             Tally::Lost if round.wrong_type_rules_out_quorum() => AcquireError::WrongType {
@@ -566,15 +407,15 @@ impl<R: Rng> Acquisition<R> {
                     _ => vec![self.keys[0].clone()],
                 },
                 votes: round.votes(now),
-                attempts: self.attempts,
+                attempts: self.retries.started(),
             },
             Tally::Lost if round.failures_rule_out_quorum() => AcquireError::NoQuorum {
                 votes: round.votes(now),
-                attempts: self.attempts,
+                attempts: self.retries.started(),
             },
             Tally::Lost => AcquireError::Held {
                 votes: round.votes(now),
-                attempts: self.attempts,
+                attempts: self.retries.started(),
             },
         };
         self.fail_attempt(error, now);
@@ -598,40 +439,45 @@ impl<R: Rng> Acquisition<R> {
             self.events.push_back(AcquireEvent::Failed(error));
             return;
         }
-        if let Some(until) = scheduled {
-            if until > now {
-                // An extra attempt after a release notice: back to the retry
-                // that was scheduled anyway.
-                self.state = State::Waiting { until };
-                self.events.push_back(AcquireEvent::AttemptFailed {
-                    error: error.clone(),
-                    retry_at: until,
-                });
+        match self
+            .retries
+            .after_failure(scheduled, now, &self.settings.retry(), &mut self.rng)
+        {
+            Next::Retry(until) => self.wait_for_retry(error, until, now),
+            Next::OutOfTime => {
                 self.last_error = Some(error);
-                return;
+                let error = self.deadline_error();
+                self.events.push_back(AcquireEvent::Failed(error));
             }
-            // The scheduled retry's time passed while the extra attempt ran:
-            // the extra attempt took its place and uses it up, so notices can
-            // never keep an acquisition retrying past its count.
-            self.attempts_scheduled += 1;
+            Next::OutOfAttempts => self.events.push_back(AcquireEvent::Failed(error)),
         }
-        if self.attempts_scheduled < self.max_attempts {
-            let until = now + crate::retry_delay(&self.settings.retry(), &mut self.rng);
-            if self.deadline.is_none_or(|deadline| until < deadline) {
-                self.state = State::Waiting { until };
-                self.events.push_back(AcquireEvent::AttemptFailed {
-                    error: error.clone(),
-                    retry_at: until,
-                });
-                self.last_error = Some(error);
-                return;
-            }
-            self.last_error = Some(error);
-            let error = self.deadline_error();
-            self.events.push_back(AcquireEvent::Failed(error));
-            return;
+    }
+
+    fn wait_for_retry(&mut self, error: AcquireError, until: Instant, now: Instant) {
+        // Only a release can help a lock held by someone else; nodes that
+        // failed do not publish.
+        if error.is_held_by_other() && self.notices.wanted && !self.notices.asked {
+            self.notices.asked = true;
+            // A multi-resource release announces every key it frees; the
+            // other kinds announce their first key (the resource's own).
+            let count = match self.kind {
+                LockKind::Multi => self.keys.len(),
+                _ => 1,
+            };
+            let channels = self.keys[..count]
+                .iter()
+                .map(|key| self.settings.release_channel(key))
+                .collect();
+            self.notices.listen = Some(channels);
         }
-        self.events.push_back(AcquireEvent::Failed(error));
+        self.state = State::Waiting { until };
+        self.events.push_back(AcquireEvent::AttemptFailed {
+            error: error.clone(),
+            retry_at: until,
+        });
+        self.last_error = Some(error);
+        // Notices that came during the attempt.
+        self.wake_if_released(now);
     }
 
     fn give_up_at_deadline(&mut self, now: Instant) {
@@ -647,198 +493,139 @@ impl<R: Rng> Acquisition<R> {
     fn deadline_error(&mut self) -> AcquireError {
         AcquireError::DeadlineExceeded {
             deadline: self.settings.acquire_deadline().unwrap_or_default(),
-            attempts: self.attempts,
+            attempts: self.retries.started(),
             last: self.last_error.take().map(Box::new),
         }
     }
 
     fn queue_releases(&mut self, round: &Round, value: &LockValue, now: Instant) {
-        for node in round.nodes() {
-            self.requests.push_back(Request {
-                attempt: round.attempt,
-                node,
-                keys: self.keys.clone(),
-                value: value.clone(),
-                kind: self.kind.clone(),
-                command: Command::Withdraw,
-                deadline: now + self.settings.release_timeout(),
-            });
-        }
+        let deadline = now + self.settings.release_timeout();
+        let requests = round.fan_out(&self.keys, &self.kind, value, Command::Withdraw, deadline);
+        self.requests.extend(requests);
     }
 }
 
-/// Reads a node's answer to a command as a vote. Anything a script never
-/// returns becomes a protocol error, so garbage is never counted as a yes.
-pub(crate) fn interpret(command: Command, result: Result<Response, crate::NodeError>) -> NodeVote {
-    let response = match result {
-        Ok(response) => response,
-        Err(error) => return NodeVote::Failed(error),
-    };
-    let vote = match (command, &response) {
-        (Command::Acquire { .. }, Response::Int(1)) => Some(NodeVote::Granted),
-        (Command::AcquireFenced { .. }, Response::Array(items)) if matches!(items.as_slice(), [Response::Int(1), Response::Int(c)] if *c >= 0) => {
-            Some(NodeVote::Granted)
+impl<R: Rng> Machine for Acquisition<R> {
+    type Event = AcquireEvent;
+
+    fn poll_request(&mut self) -> Option<Request> {
+        self.requests.pop_front()
+    }
+
+    fn poll_event(&mut self) -> Option<AcquireEvent> {
+        self.events.pop_front()
+    }
+
+    /// The per-node timeout of the attempt in flight, the end of a retry
+    /// wait, or the overall deadline, whichever comes first.
+    fn poll_timeout(&self) -> Option<Instant> {
+        let own = match &self.state {
+            State::Attempting { round, .. } => round.deadline,
+            State::Waiting { until } => *until,
+            State::Done => return None,
+        };
+        Some(match self.retries.deadline() {
+            Some(deadline) => own.min(deadline),
+            None => own,
+        })
+    }
+
+    /// The lock's release channels, once, after the first attempt that
+    /// found the lock held by another client (an acquire that gets its lock
+    /// at once never listens), if notices are on
+    /// ([`Config::release_notices`](crate::Config::release_notices)).
+    fn poll_listen(&mut self) -> Option<Vec<Key>> {
+        self.notices.listen.take()
+    }
+
+    fn handle_reply(&mut self, reply: Reply, now: Instant) {
+        let State::Attempting { round, phase, .. } = &mut self.state else {
+            return;
+        };
+        let command = match phase {
+            Phase::Lock if self.fenced => Command::AcquireFenced { ttl: self.ttl },
+            Phase::Lock => Command::Acquire { ttl: self.ttl },
+            Phase::Fence { token, .. } => Command::StoreToken { token: *token },
+        };
+        let counter = match (&command, &reply.result) {
+            (Command::AcquireFenced { .. }, Ok(Response::Array(items))) => match items.as_slice() {
+                [Response::Int(1), Response::Int(counter)] => u64::try_from(*counter).ok(),
+                _ => None,
+            },
+            _ => None,
+        };
+        let vote = interpret(command, reply.native, reply.result);
+        if round.record(reply.round, reply.node, vote) {
+            if let Some(slot) = self.counters.get_mut(reply.node.0) {
+                *slot = counter;
+            }
+            self.decide(now);
         }
-        (Command::Acquire { .. } | Command::AcquireFenced { .. }, Response::Data(holder)) => {
-            Some(NodeVote::HeldByOther(Some(holder.clone())))
+    }
+
+    /// Times out silent nodes, starts the next attempt after a retry wait,
+    /// or gives up at the overall deadline.
+    fn handle_timeout(&mut self, now: Instant) {
+        if self.retries.is_past_deadline(now) && !self.is_done() {
+            self.give_up_at_deadline(now);
+            return;
         }
-        (Command::StoreToken { .. }, Response::Int(1)) => Some(NodeVote::Granted),
-        (Command::StoreToken { .. }, Response::Int(0)) => Some(NodeVote::HeldByOther(None)),
-        (Command::StoreToken { .. }, Response::Int(-1)) => Some(NodeVote::Missing),
-        (Command::Extend { .. }, Response::Int(1)) => Some(NodeVote::Granted),
-        (Command::Extend { .. }, Response::Int(2)) => Some(NodeVote::Restored),
-        (Command::Extend { .. } | Command::Release | Command::Withdraw, Response::Int(0)) => {
-            Some(NodeVote::HeldByOther(None))
+        match &mut self.state {
+            State::Attempting { round, .. } if now >= round.deadline => {
+                round.expire();
+                self.decide(now);
+            }
+            State::Waiting { until } if now >= *until => {
+                self.retries.count_scheduled();
+                self.start_attempt(now, None);
+            }
+            _ => {}
         }
-        // 2: released, but the server refused the notice (PUBLISH).
-        (Command::Release | Command::Withdraw, Response::Int(1 | 2)) => Some(NodeVote::Granted),
-        (Command::Release | Command::Withdraw, Response::Int(-1)) => Some(NodeVote::Missing),
-        _ => None,
-    };
-    vote.unwrap_or_else(|| {
-        NodeVote::Failed(crate::NodeError::new(
-            NodeErrorKind::Protocol,
-            format!(
-                "the {} script never returns {response:?}; is this a Redis server?",
-                command.name()
-            ),
-        ))
-    })
-}
-
-/// A lock held on a quorum of nodes, as the core sees it: no I/O, just the key,
-/// our value and how long the lock stays valid.
-///
-/// Made by an [`Acquisition`]. Extend it with [`Lock::extend`] and release it
-/// with [`Lock::release`], each a state machine driven like the acquisition.
-#[derive(Debug, Clone)]
-pub struct Lock {
-    settings: Arc<Settings>,
-    keys: Arc<[Key]>,
-    kind: LockKind,
-    value: LockValue,
-    ttl: Ttl,
-    acquired_at: Instant,
-    valid_until: Instant,
-    votes: Votes,
-    fencing_token: Option<u64>,
-    next_attempt: u64,
-    extensions: u64,
-}
-
-impl Lock {
-    /// The locked key (the first one, for a multi-resource lock).
-    pub fn key(&self) -> &Key {
-        &self.keys[0]
     }
 
-    /// Every key the lock's scripts use: the locked keys, then helper keys
-    /// (fencing counter, readers, writer-waiting mark).
-    pub fn keys(&self) -> &Arc<[Key]> {
-        &self.keys
-    }
-
-    /// The kind of lock.
-    pub fn kind(&self) -> &LockKind {
-        &self.kind
-    }
-
-    /// Our value on the nodes.
-    pub fn value(&self) -> &LockValue {
-        &self.value
-    }
-
-    /// The TTL of the last successful acquire or extend.
-    pub fn ttl(&self) -> Ttl {
-        self.ttl
-    }
-
-    /// The start of the round that acquired the lock.
-    pub fn acquired_at(&self) -> Instant {
-        self.acquired_at
-    }
-
-    /// The instant the validity ends: start of the last successful round plus
-    /// TTL minus drift.
-    pub fn valid_until(&self) -> Instant {
-        self.valid_until
-    }
-
-    /// Validity left at `now`; zero once expired. Never more than the truth as
-    /// far as this client's clock can tell.
-    pub fn validity(&self, now: Instant) -> Duration {
-        remaining(self.valid_until, now).unwrap_or_default()
-    }
-
-    /// Whether any validity is left at `now`.
-    pub fn is_valid(&self, now: Instant) -> bool {
-        remaining(self.valid_until, now).is_some()
-    }
-
-    /// The votes of the acquiring round.
-    pub fn votes(&self) -> &Votes {
-        &self.votes
-    }
-
-    /// The fencing token, for a lock acquired with
-    /// [`Acquisition::fenced`]: larger than the token of every earlier holder
-    /// of this resource. Pass it to the protected resource with every write
-    /// (see [`scripts::CHECK_TOKEN`](crate::scripts::CHECK_TOKEN)).
-    pub fn fencing_token(&self) -> Option<u64> {
-        self.fencing_token
-    }
-
-    /// Successful extensions so far.
-    pub fn extensions(&self) -> u64 {
-        self.extensions
-    }
-
-    /// The settings this lock was taken with.
-    pub fn settings(&self) -> &Arc<Settings> {
-        &self.settings
-    }
-
-    fn next_attempt(&mut self) -> AttemptId {
-        // Starts at a random id drawn at acquisition, like attempt ids.
-        self.next_attempt = self.next_attempt.wrapping_add(1);
-        AttemptId(self.next_attempt)
-    }
-
-    /// Starts extending the lock to `ttl` from `now`.
+    /// A release notice: once the lock may have been released after the
+    /// current attempt started (see below), the acquisition tries again at
+    /// once instead of at the end of the retry delay, so a released lock
+    /// passes to a waiter in about one round trip. A notice that comes
+    /// during an attempt counts once that attempt has failed (the release may
+    /// have reached a node just after the attempt's check there); one from
+    /// before the attempt started was seen by it.
     ///
-    /// Fails at once with [`ExtendError::Expired`] when no validity is left:
-    /// an expired lock may already belong to someone else.
-    pub fn extend(&mut self, ttl: Ttl, now: Instant) -> Result<Extension, ExtendError> {
-        if !self.is_valid(now) {
-            return Err(ExtendError::Expired {
-                expired_for: now.saturating_duration_since(self.valid_until),
-                votes: None,
-            });
+    /// The lock may have been released when notices came from more nodes than
+    /// failed attempts can free while another client holds a quorum
+    /// (N - quorum + 1: 2 of 3, 3 of 5), or when the channels were newly
+    /// subscribed. Failed attempts release what they set, and those releases
+    /// publish too; a holder of a quorum leaves at most N - quorum nodes to
+    /// them, so their clean-ups alone never wake a waiter.
+    ///
+    /// Such an extra attempt does not use up the retry count: if it fails,
+    /// the acquisition goes back to waiting for the retry it had scheduled.
+    fn handle_notice(&mut self, notice: Notice, now: Instant) {
+        if self.is_done() || now < self.notices.since {
+            return;
         }
-        let attempt = self.next_attempt();
-        Ok(Extension::new(self, attempt, ttl, now))
+        match notice {
+            Notice::Released(node) => {
+                if let Some(heard) = self.notices.heard.get_mut(node.0) {
+                    *heard = true;
+                }
+            }
+            Notice::Subscribed => self.notices.subscribed = true,
+        }
+        self.wake_if_released(now);
     }
 
-    /// Records a successful extension.
-    pub fn apply(&mut self, extended: &crate::Extended) {
-        self.valid_until = extended.valid_until;
-        self.ttl = extended.ttl;
-        self.extensions += 1;
+    fn is_done(&self) -> bool {
+        matches!(self.state, State::Done)
     }
 
-    /// Starts releasing the lock on every node at `now`, with the per-node
-    /// timeout of every release ([`Settings::release_timeout`]).
-    pub fn release(&mut self, now: Instant) -> Release {
-        let attempt = self.next_attempt();
-        // The release timeout does not depend on the TTL: see
-        // `Settings::release_timeout`.
-        Release::of(
-            &self.settings,
-            self.keys.clone(),
-            self.kind.clone(),
-            self.value.clone(),
-            attempt,
-            now,
-        )
+    /// Queues a release of the attempt in flight (if any) on every node and
+    /// ends with no event: an attempt in flight may already hold some nodes.
+    fn abandon(&mut self, now: Instant) {
+        if let State::Attempting { round, value, .. } =
+            std::mem::replace(&mut self.state, State::Done)
+        {
+            self.queue_releases(&round, &value, now);
+        }
     }
 }

@@ -6,27 +6,12 @@
 //! at build time, never a panic or a surprising lock later.
 
 use std::collections::BTreeSet;
-use std::fmt;
 use std::time::Duration;
 
 use crate::error::ConfigError;
 
-/// Redis expires keys with millisecond precision, and the spec adds one more
-/// millisecond as a floor: this is the fixed part of the clock drift allowance.
-pub const FIXED_DRIFT: Duration = Duration::from_millis(2);
-
-/// The largest TTL accepted, in milliseconds.
-///
-/// Redis rejects a `PX` whose absolute expiry (now in Unix milliseconds plus the
-/// TTL) does not fit in a signed 64-bit integer, and an `Instant` must be able to
-/// hold `start + ttl`. Half of `i64::MAX` leaves room for both for millions of
-/// years, so nothing past validation needs to check for overflow.
-pub const MAX_TTL_MS: u64 = (i64::MAX / 2) as u64;
-
-/// Unguessable values need enough entropy; 16 bytes is the floor we accept.
-pub const MIN_VALUE_LEN: usize = 16;
-/// Values are sent on every request; beyond this they only cost bandwidth.
-pub const MAX_VALUE_LEN: usize = 256;
+use crate::Ttl;
+use crate::limits::{MAX_TTL_MS, MAX_VALUE_LEN, MIN_VALUE_LEN};
 
 /// Everything that can be configured, before validation.
 ///
@@ -94,6 +79,12 @@ pub struct Config {
     /// A notice the server refuses never fails the release (see
     /// [`ReleaseReport::notices_refused`](crate::ReleaseReport::notices_refused)).
     pub release_notices: bool,
+    /// Whether plain commands may replace scripts on servers that have them
+    /// (`SET NX PX GET` acquires, `DELIFEQ` withdraws: see
+    /// [`native`](crate::native)). Default true. Off, every request is a
+    /// script: for ACL users allowed `EVALSHA` but not `SET` or `DELIFEQ`,
+    /// or to compare the two.
+    pub native_commands: bool,
 }
 
 impl Default for Config {
@@ -110,6 +101,7 @@ impl Default for Config {
             key_prefix: Vec::new(),
             fencing: false,
             release_notices: true,
+            native_commands: true,
         }
     }
 }
@@ -199,6 +191,7 @@ impl Config {
             key_prefix: self.key_prefix.into(),
             fencing: self.fencing,
             release_notices: self.release_notices,
+            native_commands: self.native_commands,
         };
         settings.node_timeout = match self.node_timeout {
             Some(timeout) => timeout,
@@ -215,34 +208,6 @@ fn derived_node_timeout(ttl: Duration) -> Duration {
         .min(ttl / 2)
 }
 
-/// A TTL checked against the settings: whole milliseconds, positive validity
-/// after drift, longer than the per-node timeout, within what Redis accepts.
-///
-/// Made by [`Settings::ttl`] (or taken from [`Settings::default_ttl`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Ttl(u64);
-
-impl Ttl {
-    /// Zero: only for the readers hold-off of a writer that will not retry.
-    pub(crate) const NONE: Ttl = Ttl(0);
-
-    /// The TTL in milliseconds, as sent to Redis.
-    pub fn as_millis(self) -> u64 {
-        self.0
-    }
-
-    /// The TTL as a duration.
-    pub fn as_duration(self) -> Duration {
-        Duration::from_millis(self.0)
-    }
-}
-
-impl fmt::Display for Ttl {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} ms", self.0)
-    }
-}
-
 /// Validated configuration, shared (behind an `Arc`) by every state machine.
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -257,6 +222,7 @@ pub struct Settings {
     key_prefix: std::sync::Arc<[u8]>,
     fencing: bool,
     release_notices: bool,
+    native_commands: bool,
 }
 
 impl Settings {
@@ -288,6 +254,18 @@ impl Settings {
     /// Number of nodes, N.
     pub fn node_count(&self) -> usize {
         self.nodes.len()
+    }
+
+    /// Whether releases publish notices and waiting acquires listen for them
+    /// ([`Config::release_notices`]).
+    pub fn release_notices(&self) -> bool {
+        self.release_notices
+    }
+
+    /// Whether plain commands may replace scripts
+    /// ([`Config::native_commands`]).
+    pub fn native_commands(&self) -> bool {
+        self.native_commands
     }
 
     /// Votes needed to hold a lock: N/2 + 1.

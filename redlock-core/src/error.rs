@@ -5,24 +5,10 @@
 //! short line: the tally and the names of the nodes that refused or failed,
 //! never the votes in full.
 
-use std::fmt;
 use std::time::Duration;
 
+use crate::limits::{MAX_TTL_MS, MAX_VALUE_LEN, MIN_VALUE_LEN, Millis};
 use crate::{Key, NodeErrorKind, NodeVote, Votes};
-
-/// Formats a duration as milliseconds with up to three decimals.
-pub(crate) struct Millis(pub(crate) Duration);
-
-impl fmt::Display for Millis {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let micros = self.0.as_micros();
-        if micros.is_multiple_of(1000) {
-            write!(f, "{} ms", micros / 1000)
-        } else {
-            write!(f, "{:.3} ms", micros as f64 / 1000.0)
-        }
-    }
-}
 
 /// A configuration value that cannot work, found by
 /// [`Config::validate`](crate::Config::validate) or
@@ -69,10 +55,7 @@ pub enum ConfigError {
     #[error("the TTL is zero: a lock must live for at least a few milliseconds")]
     ZeroTtl,
     /// The TTL does not fit Redis' `PX` argument.
-    #[error(
-        "the TTL {ttl:?} is too large for Redis (at most {} ms)",
-        crate::config::MAX_TTL_MS
-    )]
+    #[error("the TTL {ttl:?} is too large for Redis (at most {} ms)", MAX_TTL_MS)]
     TtlTooLarge {
         /// The TTL asked for.
         ttl: Duration,
@@ -107,8 +90,8 @@ pub enum ConfigError {
     /// The value length is outside the accepted range.
     #[error(
         "a lock value of {len} random bytes is outside {}..={}: too short is guessable, too long is waste",
-        crate::config::MIN_VALUE_LEN,
-        crate::config::MAX_VALUE_LEN
+        MIN_VALUE_LEN,
+        MAX_VALUE_LEN
     )]
     ValueLength {
         /// The length given.

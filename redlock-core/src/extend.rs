@@ -3,10 +3,11 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use crate::acquire::interpret;
+use crate::machine::Machine;
 use crate::quorum::{Round, Tally, quorum, remaining, valid_until};
+use crate::wire::interpret;
 use crate::{
-    AttemptId, Command, ExtendError, Lock, NodeErrorKind, NodeVote, Reply, Request, Ttl, Votes,
+    Command, ExtendError, Lock, NodeErrorKind, NodeVote, Reply, Request, RoundId, Ttl, Votes,
 };
 
 /// A successful extension, to pass to [`Lock::apply`].
@@ -26,14 +27,10 @@ pub struct Extended {
 
 /// One extension round, made by [`Lock::extend`].
 ///
-/// Driven like an [`Acquisition`](crate::Acquisition): drain
-/// [`poll_request`](Self::poll_request), feed
-/// [`handle_reply`](Self::handle_reply) and
-/// [`handle_timeout`](Self::handle_timeout) at
-/// [`poll_timeout`](Self::poll_timeout), until
-/// [`poll_outcome`](Self::poll_outcome) gives the result; then
-/// [`Lock::apply`] a success. Requests queued after the outcome are releases
-/// to send in the background (see below).
+/// Driven like every [`Machine`] until
+/// [`poll_event`](Machine::poll_event) gives the result; then
+/// [`Lock::apply`] a success. Requests queued with the result are releases
+/// to send without waiting for them (see below).
 ///
 /// Each node runs [`scripts::EXTEND`](crate::scripts::EXTEND) (or its kin):
 /// our key gets the new TTL; a key that is missing is set again, but a key
@@ -89,26 +86,18 @@ pub struct Extension {
 }
 
 impl Extension {
-    pub(crate) fn new(lock: &Lock, attempt: AttemptId, ttl: Ttl, now: Instant) -> Self {
+    pub(crate) fn new(lock: &Lock, id: RoundId, ttl: Ttl, now: Instant) -> Self {
         let settings = lock.settings();
-        let round = Round::new(
-            attempt,
-            settings.node_names(),
-            now,
-            settings.node_timeout_for(ttl),
-        );
+        let round = Round::new(id, settings, now, settings.node_timeout_for(ttl));
         let command = Command::Extend { ttl };
         let requests = round
-            .nodes()
-            .map(|node| Request {
-                attempt,
-                node,
-                keys: lock.keys().clone(),
-                value: lock.value().clone(),
-                kind: lock.kind().clone(),
+            .fan_out(
+                lock.keys(),
+                lock.kind(),
+                lock.value(),
                 command,
-                deadline: round.deadline,
-            })
+                round.deadline,
+            )
             .collect();
         Self {
             drift: settings.drift(ttl),
@@ -127,46 +116,8 @@ impl Extension {
     }
 
     /// The round's id.
-    pub fn attempt(&self) -> AttemptId {
-        self.round.attempt
-    }
-
-    /// The next request to send.
-    pub fn poll_request(&mut self) -> Option<Request> {
-        self.requests.pop_front()
-    }
-
-    /// When to call [`handle_timeout`](Self::handle_timeout): the per-node
-    /// timeout, or the end of the current validity if that comes first.
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        (!self.done).then(|| self.round.deadline.min(self.old_valid_until))
-    }
-
-    /// The result, once decided (returned once).
-    pub fn poll_outcome(&mut self) -> Option<Result<Extended, ExtendError>> {
-        self.outcome.take()
-    }
-
-    /// Feeds one node's answer.
-    pub fn handle_reply(&mut self, reply: Reply, now: Instant) {
-        if self.done {
-            return;
-        }
-        let vote = interpret(Command::Extend { ttl: self.ttl }, reply.result);
-        if self.round.record(reply.attempt, reply.node, vote) {
-            self.decide(now);
-        }
-    }
-
-    /// Advances time: the validity may have ended, or silent nodes time out.
-    pub fn handle_timeout(&mut self, now: Instant) {
-        if self.done {
-            return;
-        }
-        if now >= self.round.deadline {
-            self.round.expire();
-        }
-        self.decide(now);
+    pub fn round(&self) -> RoundId {
+        self.round.id
     }
 
     fn decide(&mut self, now: Instant) {
@@ -238,16 +189,83 @@ impl Extension {
     /// after its extend (one connection per node keeps the order), so a key
     /// re-set by a late answer is deleted too.
     fn queue_releases(&mut self, now: Instant) {
-        for node in self.round.nodes() {
-            self.requests.push_back(Request {
-                attempt: self.round.attempt,
-                node,
-                keys: self.keys.clone(),
-                value: self.value.clone(),
-                kind: self.kind.clone(),
-                command: self.release_command,
-                deadline: now + self.release_timeout,
+        let deadline = now + self.release_timeout;
+        let command = self.release_command;
+        let requests = self
+            .round
+            .fan_out(&self.keys, &self.kind, &self.value, command, deadline);
+        self.requests.extend(requests);
+    }
+}
+
+impl Machine for Extension {
+    /// The result, once decided.
+    type Event = Result<Extended, ExtendError>;
+
+    fn poll_request(&mut self) -> Option<Request> {
+        self.requests.pop_front()
+    }
+
+    fn poll_event(&mut self) -> Option<Self::Event> {
+        self.outcome.take()
+    }
+
+    /// The per-node timeout, or the end of the current validity if that
+    /// comes first.
+    fn poll_timeout(&self) -> Option<Instant> {
+        (!self.done).then(|| self.round.deadline.min(self.old_valid_until))
+    }
+
+    fn handle_reply(&mut self, reply: Reply, now: Instant) {
+        if self.done {
+            return;
+        }
+        let vote = interpret(
+            Command::Extend { ttl: self.ttl },
+            reply.native,
+            reply.result,
+        );
+        if self.round.record(reply.round, reply.node, vote) {
+            self.decide(now);
+        }
+    }
+
+    /// The validity may have ended, or silent nodes time out.
+    fn handle_timeout(&mut self, now: Instant) {
+        if self.done {
+            return;
+        }
+        if now >= self.round.deadline {
+            self.round.expire();
+        }
+        self.decide(now);
+    }
+
+    fn is_done(&self) -> bool {
+        self.done
+    }
+}
+
+impl Lock {
+    /// Starts extending the lock to `ttl` from `now`.
+    ///
+    /// Fails at once with [`ExtendError::Expired`] when no validity is left:
+    /// an expired lock may already belong to someone else.
+    pub fn extend(&mut self, ttl: Ttl, now: Instant) -> Result<Extension, ExtendError> {
+        if !self.is_valid(now) {
+            return Err(ExtendError::Expired {
+                expired_for: now.saturating_duration_since(self.valid_until),
+                votes: None,
             });
         }
+        let attempt = self.next_round();
+        Ok(Extension::new(self, attempt, ttl, now))
+    }
+
+    /// Records a successful extension.
+    pub fn apply(&mut self, extended: &crate::Extended) {
+        self.valid_until = extended.valid_until;
+        self.ttl = extended.ttl;
+        self.extensions += 1;
     }
 }

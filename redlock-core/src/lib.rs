@@ -13,7 +13,7 @@
 //!   │ Extension    │ ◀─────────── Reply  ◀──────────────── │ (I/O,    │◀──
 //!   │ Release      │ handle_reply(reply, now)              │  clock)  │
 //!   └──────────────┘ handle_timeout(now) at poll_timeout()  └──────────┘
-//!          │ poll_event() / poll_outcome()
+//!          │ poll_event()            (every machine: the Machine trait)
 //!          ▼
 //!   Lock (key, value, valid_until) or a typed error with every node's vote
 //! ```
@@ -22,7 +22,8 @@
 //!
 //! 1. Take the start time (the caller's monotonic `now`).
 //! 2. Ask all N nodes at once to set the key to a fresh random value with the
-//!    TTL, if absent ([`scripts::ACQUIRE`]). Each node gets a timeout far below
+//!    TTL, if absent ([`scripts::ACQUIRE`], or the plain `SET NX PX GET` where
+//!    the node's server has it: see [`native`]). Each node gets a timeout far below
 //!    the TTL ([`Settings::node_timeout`]).
 //! 3. The lock is ours once a quorum (N/2+1) said yes **and** validity is left:
 //!    `validity = TTL - elapsed - drift`, with `drift = TTL * 0.01 + 2 ms`.
@@ -74,7 +75,7 @@
 //!     let answer = if request.node.0 == 2 { 0 } else { 1 }; // 0: not our value there
 //!     release.handle_reply(Reply::to(request, Ok(Response::Int(answer))), t2);
 //! }
-//! let report = release.poll_outcome().expect("all nodes answered");
+//! let report = release.poll_event().expect("all nodes answered");
 //! assert_eq!((report.released(), report.not_held(), report.failed()), (4, 1, 0));
 //! # Ok::<(), ConfigError>(())
 //! ```
@@ -110,21 +111,33 @@ mod acquire;
 mod config;
 mod error;
 mod extend;
+mod keep_alive;
+mod limits;
+mod lock;
+mod machine;
+pub mod native;
 mod quorum;
 mod release;
 mod retry;
 pub mod scripts;
+mod status;
 mod types;
 mod wire;
 
-pub use acquire::{AcquireEvent, Acquisition, Attempts, Lock, LockSpec};
-pub use config::{
-    Config, FIXED_DRIFT, MAX_TTL_MS, MAX_VALUE_LEN, MIN_VALUE_LEN, RetryConfig, Settings, Ttl,
-};
+pub use acquire::{AcquireEvent, Acquisition};
+pub use config::{Config, RetryConfig, Settings};
 pub use error::{AcquireError, ConfigError, ExtendError};
 pub use extend::{Extended, Extension};
-pub use quorum::{NodeVote, Votes, drift, quorum, remaining, valid_until};
+pub use keep_alive::{KeepAlive, KeepAliveEvent, KeepAliveSchedule, LossReason};
+pub use limits::{FIXED_DRIFT, MAX_TTL_MS, MAX_VALUE_LEN, MIN_VALUE_LEN};
+pub use lock::Lock;
+pub use machine::{Machine, Notice};
+pub use native::{Call, Native, NodeFacts, Server, Version};
+pub use quorum::{Votes, drift, quorum, remaining, valid_until};
 pub use release::{Release, ReleaseReport};
-pub use retry::retry_delay;
-pub use types::{AttemptId, Key, LockValue, NodeId};
-pub use wire::{Argument, Command, LockKind, NodeError, NodeErrorKind, Reply, Request, Response};
+pub use retry::{Attempts, retry_delay};
+pub use status::{Holder, Holding, InspectReply, LockState, LockStatus};
+pub use types::{Key, LockSpec, LockValue, NodeId, RoundId, Ttl};
+pub use wire::{
+    Argument, Command, LockKind, NodeError, NodeErrorKind, NodeVote, Reply, Request, Response,
+};

@@ -4,9 +4,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::config::FIXED_DRIFT;
-use crate::error::Millis;
-use crate::{AttemptId, NodeError, NodeId, Ttl};
+use crate::limits::{FIXED_DRIFT, Millis};
+use crate::{
+    Command, Key, LockKind, LockValue, NodeError, NodeId, NodeVote, Request, RoundId, Ttl,
+};
 
 /// Votes needed among `nodes` nodes: a strict majority, N/2 + 1.
 ///
@@ -45,56 +46,12 @@ pub fn remaining(valid_until: Instant, now: Instant) -> Option<Duration> {
     (!left.is_zero()).then_some(left)
 }
 
-/// How one node voted in a round.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum NodeVote {
-    /// No answer yet (the round was decided before this node answered).
-    Pending,
-    /// The node did what was asked: set, extended or deleted our key.
-    Granted,
-    /// Extend only: our key was missing (the node restarted empty or expired it
-    /// early, or someone released it by its value) and was set again. Counts
-    /// as a yes while such nodes are a minority the quorum can spare; on more,
-    /// the lock is lost (see [`Extension`](crate::Extension)).
-    Restored,
-    /// The key is held by another value. Acquire replies carry (up to 64 bytes
-    /// of) that value, for diagnostics; it is never printed, since whoever
-    /// knows a lock's value can release it.
-    HeldByOther(Option<Vec<u8>>),
-    /// Release only: the key was already gone.
-    Missing,
-    /// The node failed or timed out.
-    Failed(NodeError),
-}
-
-impl NodeVote {
-    fn is_yes(&self) -> bool {
-        matches!(self, NodeVote::Granted | NodeVote::Restored)
-    }
-}
-
-impl fmt::Display for NodeVote {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            NodeVote::Pending => f.write_str("no answer yet"),
-            NodeVote::Granted => f.write_str("granted"),
-            NodeVote::Restored => f.write_str("granted (key was missing and was set again)"),
-            // Never print the other owner's value: it is what releases its
-            // lock, and messages end up in logs.
-            NodeVote::HeldByOther(_) => f.write_str("held by another owner"),
-            NodeVote::Missing => f.write_str("key already gone"),
-            NodeVote::Failed(error) => write!(f, "{error}"),
-        }
-    }
-}
-
 /// Every node's vote in one round, with the node names, for errors and logs.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Votes {
     names: Arc<[String]>,
     votes: Vec<NodeVote>,
-    attempt: AttemptId,
+    round: RoundId,
     elapsed: Duration,
 }
 
@@ -115,8 +72,8 @@ impl Votes {
     }
 
     /// The round these votes belong to.
-    pub fn attempt(&self) -> AttemptId {
-        self.attempt
+    pub fn round(&self) -> RoundId {
+        self.round
     }
 
     /// Time from the start of the round to its decision.
@@ -201,30 +158,34 @@ pub(crate) enum Tally {
 /// One fan-out to every node and the votes that came back.
 #[derive(Clone, Debug)]
 pub(crate) struct Round {
-    pub(crate) attempt: AttemptId,
+    pub(crate) id: RoundId,
     pub(crate) started: Instant,
     pub(crate) deadline: Instant,
     timeout: Duration,
     names: Arc<[String]>,
+    /// Whether this round's requests may go out as plain commands.
+    native: bool,
     votes: Vec<NodeVote>,
     answered: usize,
 }
 
 impl Round {
     pub(crate) fn new(
-        attempt: AttemptId,
-        names: Arc<[String]>,
+        id: RoundId,
+        settings: &crate::Settings,
         started: Instant,
         timeout: Duration,
     ) -> Self {
+        let names = settings.node_names();
         let votes = vec![NodeVote::Pending; names.len()];
         Self {
-            attempt,
+            id,
             started,
             // Validation bounds the timeout far below any Instant overflow.
             deadline: started + timeout,
             timeout,
             names,
+            native: settings.native_commands(),
             votes,
             answered: 0,
         }
@@ -234,10 +195,34 @@ impl Round {
         (0..self.votes.len()).map(NodeId)
     }
 
+    /// This round's request to every node: `command` on the lock's `keys`
+    /// with our `value`, answered by `deadline`. The one fan-out of the core.
+    pub(crate) fn fan_out<'a>(
+        &self,
+        keys: &'a Arc<[Key]>,
+        kind: &'a LockKind,
+        value: &'a LockValue,
+        command: Command,
+        deadline: Instant,
+    ) -> impl Iterator<Item = Request> + use<'a> {
+        let round = self.id;
+        let native = self.native;
+        self.nodes().map(move |node| Request {
+            round,
+            node,
+            keys: keys.clone(),
+            value: value.clone(),
+            kind: kind.clone(),
+            command,
+            native,
+            deadline,
+        })
+    }
+
     /// Records a vote. Returns false (and records nothing) for a reply from
     /// another round, an unknown node, or a node that already answered.
-    pub(crate) fn record(&mut self, attempt: AttemptId, node: NodeId, vote: NodeVote) -> bool {
-        if attempt != self.attempt {
+    pub(crate) fn record(&mut self, round: RoundId, node: NodeId, vote: NodeVote) -> bool {
+        if round != self.id {
             return false;
         }
         match self.votes.get_mut(node.0) {
@@ -320,7 +305,7 @@ impl Round {
         Votes {
             names: self.names.clone(),
             votes: self.votes.clone(),
-            attempt: self.attempt,
+            round: self.id,
             elapsed: now.saturating_duration_since(self.started),
         }
     }

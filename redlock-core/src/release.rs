@@ -3,12 +3,13 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use crate::acquire::interpret;
-use crate::quorum::Round;
+use crate::machine::Machine;
+use crate::quorum::{Round, quorum};
+use crate::wire::interpret;
 use std::sync::Arc;
 
 use crate::{
-    AttemptId, Command, Key, LockKind, LockValue, NodeVote, Reply, Request, Settings, Votes,
+    Command, Key, LockKind, LockValue, NodeVote, Reply, Request, RoundId, Settings, Votes,
 };
 
 /// What a release did on each node.
@@ -30,7 +31,12 @@ impl ReleaseReport {
         self.votes
             .votes()
             .iter()
-            .filter(|v| matches!(v, NodeVote::Missing | NodeVote::HeldByOther(_)))
+            .filter(|v| {
+                matches!(
+                    v,
+                    NodeVote::Missing | NodeVote::NotOurs | NodeVote::HeldByOther(_)
+                )
+            })
             .count()
     }
 
@@ -43,6 +49,25 @@ impl ReleaseReport {
     /// ours there).
     pub fn is_complete(&self) -> bool {
         self.failed() == 0
+    }
+
+    /// Nodes a lock needs: the quorum of the nodes released on.
+    pub fn quorum(&self) -> usize {
+        quorum(self.votes.votes().len())
+    }
+
+    /// True when the lock is free for others: fewer than a quorum of nodes
+    /// failed, so even if our value stays on those until its TTL, it cannot
+    /// hold the lock.
+    pub fn frees_lock(&self) -> bool {
+        self.failed() < self.quorum()
+    }
+
+    /// True when the value was deleted nowhere and too few nodes failed for
+    /// it to hold the lock: it was not held (expired, released, mistyped or
+    /// never held), so the release did nothing.
+    pub fn held_nowhere(&self) -> bool {
+        self.released() == 0 && self.frees_lock()
     }
 
     /// The per-node results.
@@ -77,7 +102,7 @@ impl std::fmt::Display for ReleaseReport {
 /// Releasing one lock value on every node, made by [`Lock::release`](crate::Lock::release)
 /// or [`Release::new`] (for a value known from elsewhere).
 ///
-/// Driven like the other machines; [`poll_outcome`](Self::poll_outcome) gives the
+/// Driven like every [`Machine`]; [`poll_event`](Machine::poll_event) gives the
 /// report once every node answered or the per-node timeout passed, so releasing
 /// an expired lock, or one whose nodes are down, ends within one timeout.
 #[derive(Debug)]
@@ -97,7 +122,7 @@ impl Release {
         settings: &Settings,
         key: Key,
         value: LockValue,
-        attempt: AttemptId,
+        attempt: RoundId,
         now: Instant,
     ) -> Self {
         Self::of(
@@ -115,26 +140,13 @@ impl Release {
         keys: Arc<[Key]>,
         kind: LockKind,
         value: LockValue,
-        attempt: AttemptId,
+        id: RoundId,
         now: Instant,
     ) -> Self {
-        let round = Round::new(
-            attempt,
-            settings.node_names(),
-            now,
-            settings.release_timeout(),
-        );
+        let round = Round::new(id, settings, now, settings.release_timeout());
+        let command = settings.release_command();
         let requests = round
-            .nodes()
-            .map(|node| Request {
-                attempt,
-                node,
-                keys: keys.clone(),
-                value: value.clone(),
-                kind: kind.clone(),
-                command: settings.release_command(),
-                deadline: round.deadline,
-            })
+            .fan_out(&keys, &kind, &value, command, round.deadline)
             .collect();
         Self {
             round,
@@ -145,49 +157,78 @@ impl Release {
         }
     }
 
-    /// The next request to send.
-    pub fn poll_request(&mut self) -> Option<Request> {
-        self.requests.pop_front()
-    }
-
-    /// When to call [`handle_timeout`](Self::handle_timeout).
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        (!self.done).then_some(self.round.deadline)
-    }
-
-    /// The report, once every node answered or timed out (returned once).
-    pub fn poll_outcome(&mut self) -> Option<ReleaseReport> {
-        self.report.take()
-    }
-
-    /// Feeds one node's answer.
-    pub fn handle_reply(&mut self, reply: Reply, now: Instant) {
-        if self.done {
-            return;
-        }
-        let refused = matches!(reply.result, Ok(crate::Response::Int(2)));
-        let vote = interpret(Command::Release, reply.result);
-        if refused && matches!(vote, NodeVote::Granted) && reply.attempt == self.round.attempt {
-            self.notices_refused += 1;
-        }
-        if self.round.record(reply.attempt, reply.node, vote) && self.round.all_answered() {
-            self.finish(now);
-        }
-    }
-
-    /// Times out the nodes that have not answered.
-    pub fn handle_timeout(&mut self, now: Instant) {
-        if !self.done && now >= self.round.deadline {
-            self.round.expire();
-            self.finish(now);
-        }
-    }
-
     fn finish(&mut self, now: Instant) {
         self.done = true;
         self.report = Some(ReleaseReport {
             votes: self.round.votes(now),
             notices_refused: self.notices_refused,
         });
+    }
+}
+
+impl Machine for Release {
+    /// The report, once every node answered or timed out.
+    type Event = ReleaseReport;
+
+    fn poll_request(&mut self) -> Option<Request> {
+        self.requests.pop_front()
+    }
+
+    fn poll_event(&mut self) -> Option<ReleaseReport> {
+        self.report.take()
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        (!self.done).then_some(self.round.deadline)
+    }
+
+    fn handle_reply(&mut self, reply: Reply, now: Instant) {
+        if self.done {
+            return;
+        }
+        // Only the release script answers 2 (a refused notice).
+        let refused = reply.native.is_none() && matches!(reply.result, Ok(crate::Response::Int(2)));
+        let vote = interpret(Command::Release, reply.native, reply.result);
+        let granted = matches!(vote, NodeVote::Granted);
+        // Counted once per node: a repeated answer is not recorded again.
+        if !self.round.record(reply.round, reply.node, vote) {
+            return;
+        }
+        if refused && granted {
+            self.notices_refused += 1;
+        }
+        if self.round.all_answered() {
+            self.finish(now);
+        }
+    }
+
+    /// Times out the nodes that have not answered.
+    fn handle_timeout(&mut self, now: Instant) {
+        if !self.done && now >= self.round.deadline {
+            self.round.expire();
+            self.finish(now);
+        }
+    }
+
+    fn is_done(&self) -> bool {
+        self.done
+    }
+}
+
+impl crate::Lock {
+    /// Starts releasing the lock on every node at `now`, with the per-node
+    /// timeout of every release ([`Settings::release_timeout`]).
+    pub fn release(&mut self, now: Instant) -> Release {
+        let attempt = self.next_round();
+        // The release timeout does not depend on the TTL: see
+        // `Settings::release_timeout`.
+        Release::of(
+            &self.settings,
+            self.keys.clone(),
+            self.kind.clone(),
+            self.value.clone(),
+            attempt,
+            now,
+        )
     }
 }

@@ -1,10 +1,163 @@
-//! The retry schedule: a fixed delay plus uniform random jitter.
+//! When an acquisition tries again: its attempt count, the retry delay
+//! (a fixed delay plus uniform random jitter), the overall deadline, and
+//! what it heard of releases since its current attempt started.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rand_core::Rng;
 
-use crate::RetryConfig;
+use crate::{Key, RetryConfig, Settings};
+
+/// How many attempts an [`Acquisition`](crate::Acquisition) may make.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Attempts {
+    /// One attempt, no retry (a `try_lock`).
+    Once,
+    /// The first attempt and up to [`RetryConfig::count`](crate::RetryConfig::count)
+    /// retries, within the acquire deadline if one is set.
+    Retry,
+}
+
+/// The attempts of one acquisition.
+#[derive(Debug)]
+pub(crate) struct Retries {
+    max: u32,
+    /// Attempts started, extra ones after release notices included.
+    started: u32,
+    /// Attempts that count against `max` (the first and the retries).
+    counted: u32,
+    deadline: Option<Instant>,
+}
+
+/// What follows a failed attempt.
+pub(crate) enum Next {
+    /// Wait for the next attempt until then.
+    Retry(Instant),
+    /// The next attempt would start past the overall deadline.
+    OutOfTime,
+    /// Every attempt was made.
+    OutOfAttempts,
+}
+
+impl Retries {
+    pub(crate) fn new(settings: &Settings, attempts: Attempts, now: Instant) -> Self {
+        let (max, deadline) = match attempts {
+            Attempts::Once => (1, None),
+            Attempts::Retry => (
+                settings.retry().count.saturating_add(1),
+                settings.acquire_deadline().map(|d| now + d),
+            ),
+        };
+        Self {
+            max,
+            started: 0,
+            counted: 1,
+            deadline,
+        }
+    }
+
+    /// Attempts started so far.
+    pub(crate) fn started(&self) -> u32 {
+        self.started
+    }
+
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    pub(crate) fn is_past_deadline(&self, now: Instant) -> bool {
+        self.deadline.is_some_and(|deadline| now >= deadline)
+    }
+
+    /// An attempt starts.
+    pub(crate) fn start(&mut self) {
+        self.started += 1;
+    }
+
+    /// The scheduled retry is due: it counts against the limit.
+    pub(crate) fn count_scheduled(&mut self) {
+        self.counted += 1;
+    }
+
+    /// After a failed attempt at `now`; `scheduled` is the retry an extra
+    /// attempt (after a release notice) jumped ahead of.
+    pub(crate) fn after_failure<R: Rng + ?Sized>(
+        &mut self,
+        scheduled: Option<Instant>,
+        now: Instant,
+        retry: &RetryConfig,
+        rng: &mut R,
+    ) -> Next {
+        if let Some(until) = scheduled {
+            if until > now {
+                // Back to the retry that was scheduled anyway.
+                return Next::Retry(until);
+            }
+            // The scheduled retry's time passed while the extra attempt ran:
+            // the extra attempt took its place and uses it up, so notices
+            // can never keep an acquisition retrying past its count.
+            self.counted += 1;
+        }
+        if self.counted >= self.max {
+            return Next::OutOfAttempts;
+        }
+        let until = now + retry_delay(retry, rng);
+        if self.deadline.is_some_and(|deadline| until >= deadline) {
+            return Next::OutOfTime;
+        }
+        Next::Retry(until)
+    }
+}
+
+/// What an acquisition heard of releases since its current attempt started.
+#[derive(Debug)]
+pub(crate) struct Notices {
+    /// Whether to ask for notices at all ([`Settings::release_notices`]).
+    pub(crate) wanted: bool,
+    /// Asked for already (with [`Machine::poll_listen`]), or queued.
+    pub(crate) asked: bool,
+    /// Channels to hand out at the next `poll_listen`.
+    pub(crate) listen: Option<Vec<Key>>,
+    /// When the current attempt started: notices before it were seen by it.
+    pub(crate) since: Instant,
+    /// Per node: a release notice came from it since.
+    pub(crate) heard: Vec<bool>,
+    /// The channels were subscribed (again) since: releases before that
+    /// were not heard.
+    pub(crate) subscribed: bool,
+}
+
+impl Notices {
+    pub(crate) fn new(settings: &Settings, now: Instant) -> Self {
+        Self {
+            wanted: settings.release_notices(),
+            asked: false,
+            listen: None,
+            since: now,
+            heard: vec![false; settings.node_names().len()],
+            subscribed: false,
+        }
+    }
+
+    /// Whether the lock may have been released after the current attempt
+    /// started: notices came from more nodes than failed attempts can free
+    /// while another client holds a quorum (N - quorum + 1: 2 of 3, 3 of 5),
+    /// or the channels were newly subscribed. Failed attempts release what
+    /// they set, and those releases publish too; counting single notices
+    /// let each clean-up wake every other waiter, whose failing attempts
+    /// cleaned up in turn: a storm of attempts for as long as the lock was
+    /// held. A real release frees a quorum at once.
+    pub(crate) fn released(&self, quorum: usize) -> bool {
+        let threshold = self.heard.len() - quorum + 1;
+        self.subscribed || self.heard.iter().filter(|&&heard| heard).count() >= threshold
+    }
+
+    pub(crate) fn restart(&mut self, now: Instant) {
+        self.since = now;
+        self.heard.fill(false);
+        self.subscribed = false;
+    }
+}
 
 /// The wait before the next attempt: `delay + uniform(0, jitter)`, drawn from
 /// the caller's RNG so that tests can replay it.

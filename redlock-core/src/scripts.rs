@@ -2,7 +2,9 @@
 //!
 //! Every operation on a node is one script call (`EVALSHA` once the script is
 //! loaded), so each node does its check-and-write atomically and each
-//! operation costs one round trip. The scripts read the key with `GET` first:
+//! operation costs one round trip; where the node's server has a plain
+//! command that does the same (see [`native`](crate::native)), the core
+//! sends that instead. The scripts read the key with `GET` first:
 //! on a key of another type `GET` raises Redis' `WRONGTYPE` error, which ends
 //! the script before it writes the lock (Redis does not roll a script back,
 //! so the scripts read the keys they check before their first write). The reply
@@ -16,7 +18,7 @@
 //! Every release that frees a held lock publishes an empty message on the channel
 //! `<key>\0released` ([`Settings::release_channel`](crate::Settings::release_channel)),
 //! so that blocked clients can try again at once
-//! ([`Acquisition::handle_release_notice`](crate::Acquisition::handle_release_notice))
+//! ([`Machine::handle_notice`](crate::Machine::handle_notice))
 //! instead of sleeping out their retry delay. Publishing to a channel nobody
 //! listens to costs next to nothing.
 
@@ -431,6 +433,25 @@ if others > 0 then
 end
 return -1
 "#;
+
+/// Read a lock key and its fencing counter on one node, atomically, for
+/// diagnostics ([`InspectReply`](crate::InspectReply) reads the reply). Not a
+/// vote, and not in [`ALL`]: no state machine sends it.
+///
+/// - `KEYS[1]`: the lock key. `KEYS[2]`: the resource's fencing counter.
+///
+/// Returns array `{value, pttl, counter}`: the key's value (nil: no such
+/// key), its `PTTL` in milliseconds (`-2`: no such key, `-1`: no expiry),
+/// and the counter (nil unless it is a string). The value and the PTTL
+/// belong to the same moment. Writes nothing. The counter is read with
+/// `pcall`, so a counter key of another type reads as absent rather than
+/// failing the whole read; a lock key of another type fails it
+/// (`WRONGTYPE`), which is worth telling.
+pub const INSPECT: &str = r#"local value = redis.call('GET', KEYS[1])
+local pttl = redis.call('PTTL', KEYS[1])
+local counter = redis.pcall('GET', KEYS[2])
+if type(counter) ~= 'string' then counter = false end
+return {value, pttl, counter}"#;
 
 /// Every script the state machines may ask a node to run, to load (`SCRIPT
 /// LOAD`) when a connection is made.

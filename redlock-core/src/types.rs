@@ -24,9 +24,9 @@ impl fmt::Display for NodeId {
 /// only if the id is the one of its current round, so a late reply from an
 /// earlier round can never be taken for a vote.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct AttemptId(pub u64);
+pub struct RoundId(pub u64);
 
-impl fmt::Display for AttemptId {
+impl fmt::Display for RoundId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "round {:016x}", self.0)
     }
@@ -137,5 +137,70 @@ impl fmt::Debug for LockValue {
 impl fmt::Display for LockValue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
+    }
+}
+
+/// What to lock, for [`Acquisition::with_spec`](crate::Acquisition::with_spec).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LockSpec<'a> {
+    /// An exclusive lock on one resource.
+    Exclusive(&'a [u8]),
+    /// An exclusive lock with a fencing token ([`Acquisition::fenced`](crate::Acquisition::fenced)).
+    Fenced(&'a [u8]),
+    /// A read lock: many readers at once, no writer.
+    ///
+    /// Policy: a writer that finds readers marks the lock as writer-waiting
+    /// on those nodes; new readers are then refused there until the writer
+    /// has its lock (or stops retrying and the mark expires, after the retry
+    /// interval plus two per-node timeouts). Readers already in finish
+    /// normally. So a stream of readers cannot starve a writer, and a writer
+    /// waits at most for the readers that came before it.
+    Read(&'a [u8]),
+    /// The write lock of a read-write lock: one writer, no reader.
+    Write(&'a [u8]),
+    /// A lock that `owner` may take again while holding it. Each acquisition
+    /// has its own value and must be released on its own; the lock is free
+    /// once every acquisition is released or expired. The owner id is what
+    /// makes acquisitions reentrant, so it must be unique per logical owner
+    /// (a job id, a UUID per worker): anyone who knows it can enter.
+    Reentrant {
+        /// The resource.
+        resource: &'a [u8],
+        /// The owner id.
+        owner: &'a str,
+    },
+    /// All of these resources at once, atomically on each node, or none.
+    /// Each resource's key is an ordinary exclusive lock key, so a
+    /// multi-resource lock excludes single locks on any of its resources.
+    Multi(&'a [&'a [u8]]),
+}
+
+/// A TTL checked against the settings: whole milliseconds, positive validity
+/// after drift, longer than the per-node timeout, within what Redis accepts.
+///
+/// Made by [`Settings::ttl`](crate::Settings::ttl) (or taken from
+/// [`Settings::default_ttl`](crate::Settings::default_ttl)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Ttl(pub(crate) u64);
+
+impl Ttl {
+    /// Zero: only for the readers hold-off of a writer that will not retry.
+    pub(crate) const NONE: Ttl = Ttl(0);
+
+    /// The TTL in milliseconds, as sent to Redis.
+    pub fn as_millis(self) -> u64 {
+        self.0
+    }
+
+    /// The TTL as a duration.
+    pub fn as_duration(self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.0)
+    }
+}
+
+impl fmt::Display for Ttl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ms", self.0)
     }
 }

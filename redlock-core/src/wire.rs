@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::{AttemptId, Key, LockValue, NodeId, Ttl, scripts};
+use crate::{Key, LockValue, Native, NodeId, RoundId, Ttl, scripts};
 
 /// One script call to one node, emitted by a state machine's `poll_request`.
 ///
@@ -16,7 +16,7 @@ use crate::{AttemptId, Key, LockValue, NodeId, Ttl, scripts};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Request {
     /// The round this request belongs to; copy it into the reply.
-    pub attempt: AttemptId,
+    pub round: RoundId,
     /// The node to send it to.
     pub node: NodeId,
     /// The script's `KEYS`; the first is the lock key.
@@ -27,6 +27,10 @@ pub struct Request {
     pub kind: LockKind,
     /// What to run.
     pub command: Command,
+    /// Whether the core may send it as a plain command where the node's
+    /// server has one ([`Request::call`],
+    /// [`Config::native_commands`](crate::Config::native_commands)).
+    pub native: bool,
     /// When the state machine stops waiting for this node.
     pub deadline: Instant,
 }
@@ -201,20 +205,24 @@ impl Command {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reply {
     /// Copied from the request.
-    pub attempt: AttemptId,
+    pub round: RoundId,
     /// Copied from the request.
     pub node: NodeId,
     /// What the node said, or why it could not be asked.
     pub result: Result<Response, NodeError>,
+    /// The plain command that was sent instead of the request's script, if
+    /// one was ([`Request::call`]): its answers mean other things.
+    pub native: Option<Native>,
 }
 
 impl Reply {
     /// The reply to `request` carrying `result`.
     pub fn to(request: &Request, result: Result<Response, NodeError>) -> Self {
         Self {
-            attempt: request.attempt,
+            round: request.round,
             node: request.node,
             result,
+            native: None,
         }
     }
 }
@@ -273,7 +281,7 @@ impl NodeError {
     pub fn timeout(after: Duration) -> Self {
         Self::new(
             NodeErrorKind::Timeout,
-            format!("no answer within {}", crate::error::Millis(after)),
+            format!("no answer within {}", crate::limits::Millis(after)),
         )
     }
 }
@@ -354,4 +362,127 @@ pub enum NodeErrorKind {
     /// the server wants a client certificate. A configuration error, like
     /// [`Auth`](Self::Auth): waiting will not fix it.
     Tls,
+}
+
+/// How one node voted in a round.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NodeVote {
+    /// No answer yet (the round was decided before this node answered).
+    Pending,
+    /// The node did what was asked: set, extended or deleted our key.
+    Granted,
+    /// Extend only: our key was missing (the node restarted empty or expired it
+    /// early, or someone released it by its value) and was set again. Counts
+    /// as a yes while such nodes are a minority the quorum can spare; on more,
+    /// the lock is lost (see [`Extension`](crate::Extension)).
+    Restored,
+    /// The key is held by another value. Acquire replies carry (up to 64 bytes
+    /// of) that value, for diagnostics; it is never printed, since whoever
+    /// knows a lock's value can release it.
+    HeldByOther(Option<Vec<u8>>),
+    /// Release only: the key was already gone.
+    Missing,
+    /// Release only: our value was not there; the key was gone or held by
+    /// another value (a native compare-and-delete does not tell which).
+    NotOurs,
+    /// The node failed or timed out.
+    Failed(NodeError),
+}
+
+impl NodeVote {
+    pub(crate) fn is_yes(&self) -> bool {
+        matches!(self, NodeVote::Granted | NodeVote::Restored)
+    }
+}
+
+impl fmt::Display for NodeVote {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NodeVote::Pending => f.write_str("no answer yet"),
+            NodeVote::Granted => f.write_str("granted"),
+            NodeVote::Restored => f.write_str("granted (key was missing and was set again)"),
+            // Never print the other owner's value: it is what releases its
+            // lock, and messages end up in logs.
+            NodeVote::HeldByOther(_) => f.write_str("held by another owner"),
+            NodeVote::Missing => f.write_str("key already gone"),
+            NodeVote::NotOurs => f.write_str("not ours (gone, or another owner's)"),
+            NodeVote::Failed(error) => write!(f, "{error}"),
+        }
+    }
+}
+
+/// Reads a node's answer to a command, sent as its script or as `native`
+/// ([`Reply::native`]), as a vote. Anything the command sent never returns
+/// becomes a protocol error, so garbage is never counted as a yes.
+pub(crate) fn interpret(
+    command: Command,
+    native: Option<Native>,
+    result: Result<Response, NodeError>,
+) -> NodeVote {
+    let response = match result {
+        Ok(response) => response,
+        Err(error) => return NodeVote::Failed(error),
+    };
+    if let Some(native) = native {
+        return interpret_native(command, native, response);
+    }
+    let vote = match (command, &response) {
+        (Command::Acquire { .. }, Response::Int(1)) => Some(NodeVote::Granted),
+        (Command::AcquireFenced { .. }, Response::Array(items)) if matches!(items.as_slice(), [Response::Int(1), Response::Int(c)] if *c >= 0) => {
+            Some(NodeVote::Granted)
+        }
+        (Command::Acquire { .. } | Command::AcquireFenced { .. }, Response::Data(holder)) => {
+            Some(NodeVote::HeldByOther(Some(holder.clone())))
+        }
+        (Command::StoreToken { .. }, Response::Int(1)) => Some(NodeVote::Granted),
+        (Command::StoreToken { .. }, Response::Int(0)) => Some(NodeVote::HeldByOther(None)),
+        (Command::StoreToken { .. }, Response::Int(-1)) => Some(NodeVote::Missing),
+        (Command::Extend { .. }, Response::Int(1)) => Some(NodeVote::Granted),
+        (Command::Extend { .. }, Response::Int(2)) => Some(NodeVote::Restored),
+        (Command::Extend { .. } | Command::Release | Command::Withdraw, Response::Int(0)) => {
+            Some(NodeVote::HeldByOther(None))
+        }
+        // 2: released, but the server refused the notice (PUBLISH).
+        (Command::Release | Command::Withdraw, Response::Int(1 | 2)) => Some(NodeVote::Granted),
+        (Command::Release | Command::Withdraw, Response::Int(-1)) => Some(NodeVote::Missing),
+        _ => None,
+    };
+    vote.unwrap_or_else(|| {
+        NodeVote::Failed(NodeError::new(
+            NodeErrorKind::Protocol,
+            format!(
+                "the {} script never returns {response:?}; is this a Redis server?",
+                command.name()
+            ),
+        ))
+    })
+}
+
+/// As [`interpret`], for a plain command.
+fn interpret_native(command: Command, native: Native, response: Response) -> NodeVote {
+    let vote = match (command, native, &response) {
+        (Command::Acquire { .. }, Native::SetNxGet, Response::Nil) => Some(NodeVote::Granted),
+        // The whole value comes back; keep what the script would keep.
+        (Command::Acquire { .. }, Native::SetNxGet, Response::Data(holder)) => Some(
+            NodeVote::HeldByOther(Some(holder[..holder.len().min(64)].to_vec())),
+        ),
+        (Command::Release | Command::Withdraw, Native::DelIfEq, Response::Int(1)) => {
+            Some(NodeVote::Granted)
+        }
+        (Command::Release | Command::Withdraw, Native::DelIfEq, Response::Int(0)) => {
+            Some(NodeVote::NotOurs)
+        }
+        _ => None,
+    };
+    vote.unwrap_or_else(|| {
+        NodeVote::Failed(NodeError::new(
+            NodeErrorKind::Protocol,
+            format!(
+                "{} never answers {response:?} to a {}",
+                native.name(),
+                command.name()
+            ),
+        ))
+    })
 }

@@ -3,14 +3,15 @@
 
 mod sim;
 
+use redlock_core::Machine;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use redlock_core::{
-    AcquireError, AcquireEvent, Acquisition, AttemptId, Attempts, Command, ExtendError, Lock,
-    NodeError, NodeErrorKind, NodeVote, Reply, Request, Response, Settings,
+    AcquireError, AcquireEvent, Acquisition, Attempts, Command, ExtendError, Lock, NodeError,
+    NodeErrorKind, NodeVote, Reply, Request, Response, RoundId, Settings,
 };
 
 const MS: Duration = Duration::from_millis(1);
@@ -132,7 +133,7 @@ fn replies_from_an_old_attempt_are_not_votes() {
     acquire.handle_timeout(retry_at);
     let second = drain(&mut acquire);
     assert_eq!(second.len(), 3);
-    assert_ne!(second[0].attempt, first[0].attempt);
+    assert_ne!(second[0].round, first[0].round);
     assert_ne!(
         second[0].value, first[0].value,
         "every attempt has a fresh value"
@@ -142,9 +143,9 @@ fn replies_from_an_old_attempt_are_not_votes() {
         acquire.handle_reply(yes(request), retry_at + MS);
     }
     assert!(acquire.poll_event().is_none());
-    // A made-up attempt id is ignored too.
+    // A made-up round id is ignored too.
     let forged = Reply {
-        attempt: AttemptId(0xdead),
+        round: RoundId(0xdead),
         ..yes(&second[0])
     };
     acquire.handle_reply(forged, retry_at + MS);
@@ -362,7 +363,7 @@ fn extend_counts_only_while_valid() {
         ext.handle_reply(Reply::to(request, Ok(Response::Int(1))), edge + 2 * MS);
     }
     assert!(matches!(
-        ext.poll_outcome(),
+        ext.poll_event(),
         Some(Err(ExtendError::Expired { .. }))
     ));
     // In time: succeeds, a missing key is restored, validity starts from the round.
@@ -373,9 +374,9 @@ fn extend_counts_only_while_valid() {
     ext.handle_reply(Reply::to(&requests[1], Ok(Response::Int(2))), now + MS);
     // A third node reporting the value missing too would mean the lock had
     // ended: wait for it (or its timeout).
-    assert!(ext.poll_outcome().is_none());
+    assert!(ext.poll_event().is_none());
     ext.handle_reply(Reply::to(&requests[2], Ok(Response::Int(1))), now + MS);
-    let extended = ext.poll_outcome().unwrap().unwrap();
+    let extended = ext.poll_event().unwrap().unwrap();
     assert_eq!(extended.restored, 1);
     assert_eq!(extended.valid_until, now + 988 * MS);
     lock.apply(&extended);
@@ -388,7 +389,7 @@ fn extend_counts_only_while_valid() {
         ext.handle_reply(Reply::to(request, Ok(Response::Int(0))), now + 11 * MS);
     }
     assert!(matches!(
-        ext.poll_outcome(),
+        ext.poll_event(),
         Some(Err(ExtendError::Lost { .. }))
     ));
 }
@@ -406,7 +407,7 @@ fn releasing_an_expired_lock_is_prompt_and_clear() {
     // Node 3 is down and never answers: the report comes at one node timeout.
     assert_eq!(release.poll_timeout(), Some(later + 20 * MS));
     release.handle_timeout(later + 20 * MS);
-    let report = release.poll_outcome().unwrap();
+    let report = release.poll_event().unwrap();
     assert_eq!(
         (report.released(), report.not_held(), report.failed()),
         (0, 2, 1)
@@ -440,7 +441,7 @@ fn messages_never_show_lock_values() {
 }
 
 #[test]
-fn a_release_notice_brings_the_next_attempt_forward() {
+fn a_release_notice_brings_the_next_round_forward() {
     let base = redlock_core::Config {
         servers: vec!["a".into(), "b".into(), "c".into()],
         ttl: Duration::from_secs(1),
@@ -466,7 +467,7 @@ fn a_release_notice_brings_the_next_attempt_forward() {
     drain(&mut acquire); // the failed attempt's releases
     // A notice 20 ms later: an extra attempt starts at once...
     let notice = t0 + 21 * MS;
-    acquire.handle_release_notice(notice);
+    released(&mut acquire, notice);
     let extra = drain(&mut acquire);
     assert_eq!(extra.len(), 3);
     assert!(
@@ -497,7 +498,7 @@ fn a_release_notice_brings_the_next_attempt_forward() {
     };
     assert_eq!(acquire.attempts(), 3);
     // Notices while an attempt is in flight or after the end change nothing.
-    acquire.handle_release_notice(retry_at + 2 * MS);
+    released(&mut acquire, retry_at + 2 * MS);
     assert!(acquire.poll_request().is_none());
 }
 
@@ -538,7 +539,7 @@ fn notices_never_extend_the_retry_count() {
             Some(AcquireEvent::AttemptFailed { retry_at, .. }) => {
                 drain(&mut acquire);
                 now = retry_at - MS;
-                acquire.handle_release_notice(now);
+                released(&mut acquire, now);
                 now += 2 * MS;
             }
             Some(AcquireEvent::Failed(error)) => {
@@ -549,4 +550,126 @@ fn notices_never_extend_the_retry_count() {
         }
     }
     panic!("notices kept the acquisition retrying past its count");
+}
+
+/// Release notices from two of three nodes: more than failed attempts can
+/// free while someone holds a quorum, so the lock may have been released.
+fn released<R: rand_core::Rng>(acquire: &mut redlock_core::Acquisition<R>, now: Instant) {
+    for node in 0..2 {
+        acquire.handle_notice(
+            redlock_core::Notice::Released(redlock_core::NodeId(node)),
+            now,
+        );
+    }
+}
+
+/// Three or five nodes that all answer "held", a retry in 100 ms: the
+/// acquisition waits, listening on the lock's channel.
+fn waiting(nodes: usize, t0: Instant) -> Acquisition<StdRng> {
+    waiting_with(nodes, true, t0)
+}
+
+/// As [`waiting`], with release notices on or off.
+fn waiting_with(nodes: usize, notices: bool, t0: Instant) -> Acquisition<StdRng> {
+    let settings = Arc::new(
+        redlock_core::Config {
+            servers: (0..nodes).map(|i| format!("n{i}")).collect(),
+            ttl: Duration::from_secs(1),
+            node_timeout: Some(10 * MS),
+            retry: redlock_core::RetryConfig {
+                count: 3,
+                delay: 100 * MS,
+                jitter: Duration::ZERO,
+            },
+            release_notices: notices,
+            ..Default::default()
+        }
+        .validate()
+        .unwrap(),
+    );
+    let mut acquire = start(&settings, Attempts::Retry, t0);
+    assert_eq!(acquire.poll_listen(), None, "no listening before a wait");
+    for request in drain(&mut acquire) {
+        acquire.handle_reply(
+            Reply::to(&request, Ok(Response::Data(b"other".to_vec()))),
+            t0 + MS,
+        );
+    }
+    assert!(matches!(
+        acquire.poll_event(),
+        Some(AcquireEvent::AttemptFailed { .. })
+    ));
+    let channels = notices.then(|| vec![settings.release_channel(acquire.key())]);
+    assert_eq!(acquire.poll_listen(), channels);
+    assert_eq!(acquire.poll_listen(), None, "asked once at most");
+    drain(&mut acquire);
+    acquire
+}
+
+fn heard(acquire: &mut Acquisition<StdRng>, node: usize, now: Instant) -> usize {
+    acquire.handle_notice(
+        redlock_core::Notice::Released(redlock_core::NodeId(node)),
+        now,
+    );
+    drain(acquire).len()
+}
+
+#[test]
+fn a_release_counts_once_heard_from_more_nodes_than_a_failed_attempt_frees() {
+    // N - quorum + 1 nodes: 2 of 3, 3 of 5. A failed attempt's clean-up
+    // frees at most N - quorum nodes while another client holds a quorum.
+    for (nodes, needed) in [(3, 2), (5, 3)] {
+        let t0 = Instant::now();
+        let mut acquire = waiting(nodes, t0);
+        let now = t0 + 20 * MS;
+        for node in 0..needed - 1 {
+            assert_eq!(heard(&mut acquire, node, now), 0, "{nodes} nodes");
+            // The same node again is no news.
+            assert_eq!(heard(&mut acquire, node, now), 0, "{nodes} nodes");
+        }
+        assert_eq!(heard(&mut acquire, needed - 1, now), nodes, "{nodes} nodes");
+    }
+}
+
+#[test]
+fn notices_seen_by_an_attempt_do_not_count_and_those_during_it_count_after_it() {
+    let t0 = Instant::now();
+    let mut acquire = waiting(3, t0);
+    // A subscription confirmed during the wait: releases before it were not
+    // heard, so try again.
+    acquire.handle_notice(redlock_core::Notice::Subscribed, t0 + 10 * MS);
+    let second = drain(&mut acquire);
+    assert_eq!(second.len(), 3);
+    // Notices from before this attempt started were seen by it.
+    assert_eq!(heard(&mut acquire, 0, t0 + 5 * MS), 0);
+    assert_eq!(heard(&mut acquire, 1, t0 + 5 * MS), 0);
+    // Two nodes announce a release while the attempt is in flight: nothing
+    // to send yet...
+    assert_eq!(heard(&mut acquire, 0, t0 + 11 * MS), 0);
+    assert_eq!(heard(&mut acquire, 1, t0 + 11 * MS), 0);
+    // ...but when the attempt fails (it checked those nodes just before
+    // the release), the next starts at once, after the withdraws.
+    for request in &second {
+        acquire.handle_reply(
+            Reply::to(request, Ok(Response::Data(b"other".to_vec()))),
+            t0 + 12 * MS,
+        );
+    }
+    let Some(AcquireEvent::AttemptFailed { .. }) = acquire.poll_event() else {
+        panic!()
+    };
+    let commands: Vec<Command> = drain(&mut acquire).iter().map(|r| r.command).collect();
+    assert_eq!(commands.len(), 6);
+    assert!(commands[..3].iter().all(|c| *c == Command::Withdraw));
+    assert!(
+        commands[3..]
+            .iter()
+            .all(|c| matches!(c, Command::Acquire { .. }))
+    );
+}
+
+#[test]
+fn an_acquisition_without_notices_never_asks_to_listen() {
+    // `waiting_with` checks `poll_listen` before and after the first wait.
+    waiting_with(3, false, Instant::now());
 }

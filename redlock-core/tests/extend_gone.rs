@@ -5,6 +5,7 @@
 
 mod sim;
 
+use redlock_core::Machine;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -60,7 +61,7 @@ fn extend(
         if let Some(code) = answer {
             ext.handle_reply(Reply::to(request, Ok(Response::Int(*code))), now + MS);
         }
-        if let Some(outcome) = ext.poll_outcome() {
+        if let Some(outcome) = ext.poll_event() {
             let releases = drain(&mut ext);
             assert!(
                 releases.iter().all(|r| r.value == *lock.value()),
@@ -70,7 +71,7 @@ fn extend(
         }
     }
     ext.handle_timeout(now + 20 * MS);
-    let outcome = ext.poll_outcome().expect("decided at the per-node timeout");
+    let outcome = ext.poll_event().expect("decided at the per-node timeout");
     (outcome, drain(&mut ext))
 }
 
@@ -175,7 +176,7 @@ fn a_key_of_another_type_counts_as_gone() {
     ext.handle_reply(Reply::to(&requests[0], Err(wrong)), now + MS);
     ext.handle_reply(Reply::to(&requests[1], Ok(Response::Int(RE_SET))), now + MS);
     assert!(matches!(
-        ext.poll_outcome(),
+        ext.poll_event(),
         Some(Err(ExtendError::Gone { .. }))
     ));
 }

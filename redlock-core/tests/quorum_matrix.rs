@@ -4,6 +4,7 @@
 
 mod sim;
 
+use redlock_core::Machine;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -2,14 +2,15 @@
 //! of a value known from elsewhere, and the clean-up of a failed attempt
 //! wait for a slow node alike, whatever the lock's TTL.
 
+use redlock_core::Machine;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use redlock_core::{
-    AcquireEvent, Acquisition, AttemptId, Attempts, Command, Config, Release, Reply, Response,
-    Settings,
+    AcquireEvent, Acquisition, Attempts, Command, Config, LockValue, Release, Reply, Request,
+    Response, RoundId, Settings,
 };
 
 const MS: Duration = Duration::from_millis(1);
@@ -56,7 +57,7 @@ fn a_short_lived_lock_and_its_value_are_released_with_the_same_timeout() {
         &settings,
         lock.key().clone(),
         lock.value().clone(),
-        AttemptId(1),
+        RoundId(1),
         t1,
     );
     assert_eq!(by_guard.poll_timeout(), Some(t1 + 50 * MS));
@@ -77,9 +78,9 @@ fn a_short_lived_lock_and_its_value_are_released_with_the_same_timeout() {
         release.handle_reply(Reply::to(&requests[0], Ok(Response::Int(1))), t1 + MS);
         release.handle_reply(Reply::to(&requests[1], Ok(Response::Int(1))), t1 + MS);
         release.handle_timeout(t1 + 10 * MS);
-        assert!(release.poll_outcome().is_none(), "not cut short at 10 ms");
+        assert!(release.poll_event().is_none(), "not cut short at 10 ms");
         release.handle_timeout(t1 + 50 * MS);
-        let report = release.poll_outcome().expect("a report at 50 ms");
+        let report = release.poll_event().expect("a report at 50 ms");
         assert!(
             report.to_string().contains("no answer within 50 ms"),
             "{report}"
@@ -116,4 +117,29 @@ fn a_failed_attempt_is_withdrawn_with_the_release_timeout() {
             .iter()
             .all(|r| r.command == Command::Withdraw && r.deadline == t0 + MS + 50 * MS)
     );
+}
+
+#[test]
+fn a_refused_notice_answered_twice_counts_once() {
+    let settings = settings();
+    let t0 = Instant::now();
+    let mut release = Release::new(
+        &settings,
+        settings.key(b"twice"),
+        LockValue::from_string("0123456789abcdef0123"),
+        RoundId(7),
+        t0,
+    );
+    let requests: Vec<Request> = std::iter::from_fn(|| release.poll_request()).collect();
+    // Node 0 answers 2 (released, notice refused), and the same answer is
+    // delivered again; the other nodes answer 1.
+    let refused = Reply::to(&requests[0], Ok(Response::Int(2)));
+    release.handle_reply(refused.clone(), t0);
+    release.handle_reply(refused, t0);
+    for request in &requests[1..] {
+        release.handle_reply(Reply::to(request, Ok(Response::Int(1))), t0);
+    }
+    let report = release.poll_event().expect("every node answered");
+    assert_eq!(report.notices_refused(), 1);
+    assert_eq!(report.released(), requests.len());
 }

@@ -9,19 +9,19 @@ use std::time::Instant;
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use redlock_core::{
-    ExtendError, Extended, Extension, Release, ReleaseReport, Reply, Request, Response,
-};
+use redlock_core::{Machine, Notice, Reply, Request, Response};
+use tokio_util::task::TaskTracker;
 use tracing::{Instrument, Level, debug, warn};
 
+use crate::Redlock;
 use crate::node::Node;
-use tokio_util::task::TaskTracker;
+use crate::notices::Waiter;
 
 /// Sends one request to its node, at once: the request is queued on the
 /// node's connection before this returns. The returned future yields the
 /// node's reply, however late: deadlines are applied by the caller (the
 /// state machine times the node out itself at its
-/// [`poll_timeout`](RoundMachine::poll_timeout); requests left to complete
+/// [`poll_timeout`](Machine::poll_timeout); requests left to complete
 /// in the background are bounded by [`Sent::deadline`]).
 ///
 /// Queuing here rather than at the first poll by the caller keeps every
@@ -33,7 +33,7 @@ use tokio_util::task::TaskTracker;
 /// skip it, which keeps that order too.)
 ///
 /// No timer per request: a round's requests share one deadline, so one
-/// timer per round (in [`drive`] and the acquire loop) or per background
+/// timer per round (in [`drive`]) or per background
 /// batch is enough. Timers cost a lock on Tokio's timer wheel to register
 /// and another to cancel.
 pub(crate) fn send(nodes: &[Arc<Node>], request: Request) -> Sent {
@@ -46,19 +46,20 @@ pub(crate) fn send(nodes: &[Arc<Node>], request: Request) -> Sent {
         let started = tracing::enabled!(Level::DEBUG).then(Instant::now);
         // Unconstrained: Tokio's cooperative budget must not make the first
         // poll return before the request is queued.
-        let result = tokio::task::unconstrained(node.execute(&request)).await;
+        let reply = tokio::task::unconstrained(node.execute(&request)).await;
         if let Some(started) = started {
             debug!(
                 node = node.name(),
-                attempt = request.attempt.0,
+                attempt = request.round.0,
                 command = request.command.name(),
                 latency_us = started.elapsed().as_micros() as u64,
                 late = Instant::now() > request.deadline,
-                outcome = %Outcome(&result),
+                via = reply.native.map_or("script", |native| native.name()),
+                outcome = %Outcome(&reply.result),
                 "node answered"
             );
         }
-        Some(Reply::to(&request, result))
+        Some(reply)
     });
     // The first poll queues the request (the connection's channel has room,
     // or the request waits its turn in the channel's fair queue). Its waker
@@ -112,111 +113,127 @@ impl std::fmt::Display for Outcome<'_> {
     }
 }
 
-/// A state machine that runs one round and ends with an outcome.
-pub(crate) trait RoundMachine {
-    type Outcome;
-    /// Whether requests still in flight at this outcome should complete
-    /// (in the background) rather than be dropped.
-    fn completes_in_background(outcome: &Self::Outcome) -> bool;
-    fn poll_request(&mut self) -> Option<Request>;
-    fn poll_outcome(&mut self) -> Option<Self::Outcome>;
-    fn poll_timeout(&self) -> Option<Instant>;
-    fn handle_reply(&mut self, reply: Reply, now: Instant);
-    fn handle_timeout(&mut self, now: Instant);
+/// Runs any machine of the core to its final event, against the client's
+/// nodes: the one driver loop of this crate (see
+/// [`Machine`](redlock_core::Machine) for the calling order). Requests go out
+/// the moment the machine queues them; answers, the machine's timer and
+/// release notices go back in as they come. Requests still in flight at the
+/// final event complete in the background (slow nodes get the lock or the
+/// new TTL too), bounded by their deadlines.
+///
+/// Dropped before the final event (a cancelled future), it lets the
+/// requests sent complete, abandons the machine and sends what the machine
+/// queues then (an acquisition's releases), all in the background.
+pub(crate) async fn drive<M: Machine>(machine: &mut M, client: &Redlock) -> M::Event
+where
+    M::Event: std::fmt::Debug,
+{
+    let mut run = Run {
+        machine,
+        client,
+        in_flight: FuturesUnordered::new(),
+        waiter: None,
+        finished: false,
+    };
+    run.drive().await
 }
 
-impl RoundMachine for Extension {
-    type Outcome = Result<Extended, ExtendError>;
-    fn completes_in_background(outcome: &Self::Outcome) -> bool {
-        // The lock is ours: let the slow nodes get the new TTL too.
-        outcome.is_ok()
-    }
-    fn poll_request(&mut self) -> Option<Request> {
-        Extension::poll_request(self)
-    }
-    fn poll_outcome(&mut self) -> Option<Self::Outcome> {
-        Extension::poll_outcome(self)
-    }
-    fn poll_timeout(&self) -> Option<Instant> {
-        Extension::poll_timeout(self)
-    }
-    fn handle_reply(&mut self, reply: Reply, now: Instant) {
-        Extension::handle_reply(self, reply, now);
-    }
-    fn handle_timeout(&mut self, now: Instant) {
-        Extension::handle_timeout(self, now);
-    }
+struct Run<'a, M: Machine> {
+    machine: &'a mut M,
+    client: &'a Redlock,
+    in_flight: FuturesUnordered<Sent>,
+    /// Release notices on the channels the machine asked for.
+    waiter: Option<Waiter>,
+    finished: bool,
 }
 
-impl RoundMachine for Release {
-    type Outcome = ReleaseReport;
-    fn completes_in_background(_: &Self::Outcome) -> bool {
-        // The report comes once every node answered or timed out.
-        false
-    }
-    fn poll_request(&mut self) -> Option<Request> {
-        Release::poll_request(self)
-    }
-    fn poll_outcome(&mut self) -> Option<Self::Outcome> {
-        Release::poll_outcome(self)
-    }
-    fn poll_timeout(&self) -> Option<Instant> {
-        Release::poll_timeout(self)
-    }
-    fn handle_reply(&mut self, reply: Reply, now: Instant) {
-        Release::handle_reply(self, reply, now);
-    }
-    fn handle_timeout(&mut self, now: Instant) {
-        Release::handle_timeout(self, now);
-    }
-}
-
-/// Runs a round to its outcome, which does not wait for slow nodes:
-/// requests still in flight then complete in the background after a
-/// success, and are dropped after a failure. Requests the machine queues
-/// with its outcome (the releases after a lost extension) are sent in the
-/// background.
-pub(crate) async fn drive<M: RoundMachine>(
-    machine: &mut M,
-    nodes: &Arc<[Arc<Node>]>,
-    background: &TaskTracker,
-) -> M::Outcome {
-    let mut in_flight = FuturesUnordered::new();
-    let mut timer = Timer::new();
-    loop {
-        if let Some(outcome) = machine.poll_outcome() {
-            let after: Vec<Request> = std::iter::from_fn(|| machine.poll_request()).collect();
-            if M::completes_in_background(&outcome) {
-                complete_in_background(in_flight);
+impl<M: Machine> Run<'_, M>
+where
+    M::Event: std::fmt::Debug,
+{
+    async fn drive(&mut self) -> M::Event {
+        let mut timer = Timer::new();
+        loop {
+            while let Some(request) = self.machine.poll_request() {
+                self.in_flight
+                    .push(send(self.client.node_handles(), request));
             }
-            spawn_releases(nodes, after, background);
-            return outcome;
-        }
-        while let Some(request) = machine.poll_request() {
-            in_flight.push(send(nodes, request));
-        }
-        let Some(at) = machine.poll_timeout() else {
-            // Extension and Release have a timeout until their outcome is
-            // out, and the outcome was not out just above.
-            panic!("a round without an outcome has no timeout");
-        };
-        let sleep = timer.until(at);
-        tokio::select! {
-            Some(reply) = in_flight.next(), if !in_flight.is_empty() => {
-                if let Some(reply) = reply {
-                    machine.handle_reply(reply, Instant::now());
+            if let Some(channels) = self.machine.poll_listen()
+                && let Some(notices) = self.client.notices()
+            {
+                self.waiter = Some(notices.wait_for(channels));
+            }
+            let mut last = None;
+            while let Some(event) = self.machine.poll_event() {
+                if let Some(earlier) = last.replace(event) {
+                    debug!(event = ?earlier, "retrying");
                 }
             }
-            () = sleep => {
-                timer.fired();
-                machine.handle_timeout(Instant::now());
+            if self.machine.is_done() {
+                self.finished = true;
+                complete_in_background(
+                    std::mem::take(&mut self.in_flight),
+                    self.client.background(),
+                );
+                return last.expect("a machine that is done gave its final event");
+            }
+            if let Some(event) = last {
+                debug!(event = ?event, "retrying");
+            }
+            let Some(at) = self.machine.poll_timeout() else {
+                // A machine has a timeout until it is done.
+                panic!("a machine that is not done has no timeout");
+            };
+            let sleep = timer.until(at);
+            tokio::select! {
+                Some(reply) = self.in_flight.next(), if !self.in_flight.is_empty() => {
+                    if let Some(reply) = reply {
+                        self.machine.handle_reply(reply, Instant::now());
+                    }
+                }
+                () = sleep => {
+                    timer.fired();
+                    self.machine.handle_timeout(Instant::now());
+                }
+                Some((notice, at)) = next_notice(&mut self.waiter) => {
+                    self.machine.handle_notice(notice, at);
+                }
             }
         }
+    }
+}
+
+/// The next release notice of `waiter`; never completes without a waiter.
+async fn next_notice(waiter: &mut Option<Waiter>) -> Option<(Notice, Instant)> {
+    match waiter {
+        Some(waiter) => waiter.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+impl<M: Machine> Drop for Run<'_, M> {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        debug!("cancelled; releasing what is in flight");
+        // Whatever was sent still runs (a withdraw of a failed attempt
+        // among it: dropping it unwritten would skip it), then the releases
+        // of the attempt in flight, queued here and now behind it on each
+        // node. (Queued later by a task, a release could reach its deadline
+        // on a busy machine and be dropped before its node saw it, after
+        // the acquire it undoes.)
+        let in_flight = std::mem::take(&mut self.in_flight);
+        self.machine.abandon(Instant::now());
+        while let Some(request) = self.machine.poll_request() {
+            in_flight.push(send(self.client.node_handles(), request));
+        }
+        complete_in_background(in_flight, self.client.background());
     }
 }
 
 /// One timer for a whole round, re-armed only when the state machine's
-/// [`poll_timeout`](RoundMachine::poll_timeout) changes, rather than a new
+/// [`poll_timeout`](Machine::poll_timeout) changes, rather than a new
 /// one at every reply.
 pub(crate) struct Timer {
     sleep: Option<Pin<Box<tokio::time::Sleep>>>,
@@ -254,59 +271,30 @@ impl Timer {
     }
 }
 
-/// Lets requests in flight complete in a background task, so that slow
-/// nodes get the lock or the new TTL too. They are queued already
-/// ([`send`]), so a release sent next still runs after them. The task ends
+/// Lets requests in flight complete in a background task of `background`,
+/// so that slow nodes get the lock or the new TTL too, and releases sent
+/// without waiting for them reach every node. They are queued already
+/// ([`send`]), so whatever is sent next still runs after them. The task ends
 /// by the latest of their deadlines.
-pub(crate) fn complete_in_background(in_flight: FuturesUnordered<Sent>) {
+pub(crate) fn complete_in_background(in_flight: FuturesUnordered<Sent>, background: &TaskTracker) {
     let Some(deadline) = in_flight.iter().map(Sent::deadline).max() else {
-        return;
-    };
-    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-        let deadline = tokio::time::Instant::from_std(deadline);
-        runtime.spawn(
-            async move {
-                let _ = tokio::time::timeout_at(deadline, in_flight.for_each(|_| async {})).await;
-            }
-            .in_current_span(),
-        );
-    }
-}
-
-/// Sends release requests in a background task, so that nobody waits for
-/// them. Without a Tokio runtime they cannot be sent: the keys then expire
-/// at their TTL.
-///
-/// The releases are queued from the task, not here, since this also runs in
-/// `Drop`, possibly while the runtime shuts down. Their order does not
-/// matter: whatever they undo was queued before them ([`send`]). The task
-/// ends by the latest of their deadlines.
-pub(crate) fn spawn_releases(
-    nodes: &Arc<[Arc<Node>]>,
-    requests: Vec<Request>,
-    background: &TaskTracker,
-) {
-    let Some(deadline) = requests.iter().map(|request| request.deadline).max() else {
         return;
     };
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         warn!(
-            requests = requests.len(),
-            "no Tokio runtime to send releases on; the key expires at its TTL"
+            requests = in_flight.len(),
+            "no Tokio runtime to complete requests on; a key they set expires at its TTL"
         );
         return;
     };
-    let nodes = Arc::clone(nodes);
-    let deadline = tokio::time::Instant::from_std(deadline);
-    background.spawn_on(
-        async move {
-            let sends: Vec<Sent> = requests
-                .into_iter()
-                .map(|request| send(&nodes, request))
-                .collect();
-            let _ = tokio::time::timeout_at(deadline, futures::future::join_all(sends)).await;
-        }
-        .in_current_span(),
-        &runtime,
-    );
+    {
+        let deadline = tokio::time::Instant::from_std(deadline);
+        background.spawn_on(
+            async move {
+                let _ = tokio::time::timeout_at(deadline, in_flight.for_each(|_| async {})).await;
+            }
+            .in_current_span(),
+            &runtime,
+        );
+    }
 }

@@ -2,7 +2,7 @@
 //! I/O can cause (credentials or a TLS handshake rejected, a lock lost while
 //! work ran).
 
-use redlock_core::{AcquireError, ConfigError, ExtendError, Key, NodeError, Votes};
+use redlock_core::{AcquireError, ConfigError, ExtendError, Key, LossReason, NodeError, Votes};
 
 /// Everything that can go wrong, split by concern.
 ///
@@ -197,24 +197,6 @@ fn acquire_unavailable(error: &AcquireError) -> bool {
     }
 }
 
-/// Why a kept-alive lock was lost.
-#[derive(Clone, Debug, PartialEq, thiserror::Error)]
-#[non_exhaustive]
-pub enum LossReason {
-    /// An extension failed: another owner holds the key on a majority, our
-    /// value was released (or lost) on a majority, the validity ran out before an extension could count (a slow or paused
-    /// client), or too few nodes answered until the validity ran out.
-    #[error("{0}")]
-    ExtendFailed(ExtendError),
-    /// The configured number of extensions was reached and the validity then
-    /// ran out.
-    #[error("the validity ran out after the maximum of {extensions} extension(s)")]
-    ExtensionLimit {
-        /// Extensions made.
-        extensions: u64,
-    },
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -222,6 +204,7 @@ mod tests {
 
     use rand::SeedableRng;
     use rand::rngs::StdRng;
+    use redlock_core::Machine;
     use redlock_core::{
         AcquireEvent, Acquisition, Attempts, Config, NodeErrorKind, Response, Settings,
     };

@@ -4,13 +4,16 @@ use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use redlock_core::{ExtendError, Key, Lock, LockValue, ReleaseReport, Votes};
+use redlock_core::{
+    ExtendError, Extended, KeepAliveEvent, KeepAliveSchedule, Key, Lock, LockValue, ReleaseReport,
+    Ttl, Votes,
+};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::driver::drive;
-use crate::{Error, LossReason, Redlock};
+use crate::{Error, KeepAlive, LossReason, Redlock};
 
 /// A lock held on a quorum of nodes.
 ///
@@ -147,7 +150,7 @@ impl LockGuard {
         let mut extension = lock.extend(ttl, Instant::now()).inspect_err(|error| {
             span.in_scope(|| debug!(error = %error, "lock not extended"));
         })?;
-        let outcome = drive(&mut extension, client.node_handles(), client.background())
+        let outcome = drive(&mut extension, &client)
             .instrument(span.clone())
             .await;
         span.in_scope(|| match outcome {
@@ -267,35 +270,12 @@ pub(crate) async fn release_lock(client: &Redlock, lock: &mut Lock) -> ReleaseRe
     let span = info_span!("redlock.release", resource = %lock.key());
     let mut release = lock.release(Instant::now());
     async {
-        let report = drive(&mut release, client.node_handles(), client.background()).await;
+        let report = drive(&mut release, client).await;
         client.log_release(&report);
         report
     }
     .instrument(span)
     .await
-}
-
-/// How a [`KeepAliveGuard`] extends its lock.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct KeepAlive {
-    /// Extend when the validity left drops to this share of the TTL.
-    /// Default 0.5: a 10 s lock is extended about every 5 s. Values are
-    /// clamped to `[0.05, 0.95]`; the lead is also at least two per-node
-    /// timeouts, so an extension has time to finish.
-    pub extend_when_left: f64,
-    /// Stop extending after this many extensions; the lock is then lost
-    /// when its validity runs out ([`LossReason::ExtensionLimit`]).
-    /// Default `None`: extend until released.
-    pub max_extensions: Option<u64>,
-}
-
-impl Default for KeepAlive {
-    fn default() -> Self {
-        Self {
-            extend_when_left: 0.5,
-            max_extensions: None,
-        }
-    }
 }
 
 struct Shared {
@@ -589,89 +569,56 @@ impl Drop for KeepAliveGuard {
     }
 }
 
-/// The keep-alive loop: sleep until the extension is due, extend, repeat.
+/// The keep-alive loop: does what the core's schedule says (sleep, extend,
+/// give up) and feeds each extension's result back.
 async fn keep_alive(client: Redlock, shared: Arc<Shared>, options: KeepAlive) {
-    let share = if options.extend_when_left.is_finite() {
-        options.extend_when_left.clamp(0.05, 0.95)
-    } else {
-        KeepAlive::default().extend_when_left
-    };
+    let mut schedule = shared.with(|kept| KeepAliveSchedule::new(&kept.lock, options));
     loop {
-        let (valid_until, ttl, extensions) = shared.with(|kept| {
-            (
-                kept.lock.valid_until(),
-                kept.lock.ttl(),
-                kept.lock.extensions(),
-            )
-        });
-        if options.max_extensions.is_some_and(|max| extensions >= max) {
-            debug!(
-                extensions,
-                "extension limit reached; the lock ends with its validity"
-            );
-            tokio::time::sleep_until(valid_until.into()).await;
-            shared.lose(LossReason::ExtensionLimit { extensions });
-            return;
-        }
-        let settings = client.settings();
-        let node_timeout = settings.node_timeout_for(ttl);
-        // A freshly extended lock is valid for `span`; extending no later
-        // than 90% into it keeps the loop from spinning with large leads.
-        let span = ttl.as_duration().saturating_sub(settings.drift(ttl));
-        let lead = ttl
-            .as_duration()
-            .mul_f64(share)
-            .max(node_timeout * 2)
-            .min(span.mul_f64(0.9));
-        let due = valid_until.checked_sub(lead).unwrap_or(valid_until);
-        tokio::time::sleep_until(due.into()).await;
-        if let Err(error) = extend_until_done(&client, &shared, node_timeout).await {
-            shared.lose(LossReason::ExtendFailed(error));
-            return;
+        match schedule.poll_event() {
+            Some(KeepAliveEvent::Extend { ttl }) => {
+                let result = extend_once(&client, &shared, ttl).await;
+                let now = Instant::now();
+                match result {
+                    Ok(extended) => schedule.handle_extended(&extended, now),
+                    Err(error) => {
+                        // Nodes down are reported by their connections; the
+                        // loss, if it comes, at INFO.
+                        debug!(error = %error, "extension failed");
+                        schedule.handle_failed(error, now);
+                    }
+                }
+            }
+            Some(KeepAliveEvent::LimitReached { extensions }) => {
+                debug!(
+                    extensions,
+                    "extension limit reached; the lock ends with its validity"
+                );
+            }
+            Some(KeepAliveEvent::Lost(reason)) => {
+                shared.lose(reason);
+                return;
+            }
+            None => {
+                let at = schedule
+                    .poll_timeout()
+                    .expect("a schedule that is not lost waits for a timer between extensions");
+                tokio::time::sleep_until(at.into()).await;
+                schedule.handle_timeout(Instant::now());
+            }
         }
     }
 }
 
-/// One extension to the lock's TTL; a round that failed only for lack of a
-/// quorum of answers is retried while validity is left.
-async fn extend_until_done(
-    client: &Redlock,
-    shared: &Shared,
-    node_timeout: Duration,
-) -> Result<(), ExtendError> {
-    let pause = node_timeout.max(Duration::from_millis(10));
-    loop {
-        let mut extension = shared.with(|kept| {
-            let ttl = kept.lock.ttl();
-            kept.lock.extend(ttl, Instant::now())
-        })?;
-        let span = info_span!("redlock.extend", attempt = extension.attempt().0);
-        let outcome = drive(&mut extension, client.node_handles(), client.background())
-            .instrument(span.clone())
-            .await;
-        match outcome {
-            Ok(extended) => {
-                span.in_scope(|| {
-                    debug!(validity_ms = extended.validity.as_millis() as u64, votes = %extended.votes, "lock extended");
-                });
-                shared.with(|kept| kept.lock.apply(&extended));
-                return Ok(());
-            }
-            Err(error @ ExtendError::NoQuorum { .. }) => {
-                let valid_until = shared.with(|kept| kept.lock.valid_until());
-                let retry_at = Instant::now() + pause;
-                if retry_at >= valid_until {
-                    tokio::time::sleep_until(valid_until.into()).await;
-                    return Err(error);
-                }
-                // Nodes down are reported by their connections; the loss,
-                // if it comes, at INFO.
-                span.in_scope(|| {
-                    debug!(error = %error, "extension failed; retrying while validity is left");
-                });
-                tokio::time::sleep_until(retry_at.into()).await;
-            }
-            Err(error) => return Err(error),
-        }
-    }
+/// One extension round to `ttl`, applied to the lock when it succeeds.
+async fn extend_once(client: &Redlock, shared: &Shared, ttl: Ttl) -> Result<Extended, ExtendError> {
+    let mut extension = shared.with(|kept| kept.lock.extend(ttl, Instant::now()))?;
+    let span = info_span!("redlock.extend", attempt = extension.round().0);
+    let extended = drive(&mut extension, client)
+        .instrument(span.clone())
+        .await?;
+    span.in_scope(|| {
+        debug!(validity_ms = extended.validity.as_millis() as u64, votes = %extended.votes, "lock extended");
+    });
+    shared.with(|kept| kept.lock.apply(&extended));
+    Ok(extended)
 }

@@ -41,15 +41,43 @@
 //! # }
 //! ```
 //!
+//! # How a lock flows through the code
+//!
+//! [`Redlock::lock`] (`client.rs`) builds the core's
+//! [`Acquisition`](redlock_core::Acquisition) and hands it to `drive`
+//! (`driver.rs`), the one loop that runs every machine of the core
+//! ([`Machine`](redlock_core::Machine)): it sends each request the moment the
+//! machine queues it, through the node's connection (`node.rs`, which keeps
+//! one lock's commands in order across `NOSCRIPT`, `order.rs`), and feeds back
+//! the answers, the machine's timer and the release notices that `notices.rs`
+//! hears on pub/sub. The machine's final event becomes a [`LockGuard`]
+//! (`guard.rs`), whose `extend` and `release` drive an
+//! [`Extension`](redlock_core::Extension) and a
+//! [`Release`](redlock_core::Release) through the same loop, and whose
+//! keep-alive follows the core's
+//! [`KeepAliveSchedule`](redlock_core::KeepAliveSchedule). Errors are mapped
+//! in `error.rs`, URLs and TLS in `server.rs` and `tls.rs`, the client is
+//! built in `builder.rs`, and `inspect.rs` reads a lock's state for
+//! `redlock status`. Nothing here decides: quorums, validity, retries, when
+//! to extend and what a notice means are the core's.
+//!
 //! # Connections
 //!
 //! - One long-lived multiplexed connection per node, shared by every lock
 //!   and every clone of the [`Redlock`] handle; requests to one node are
 //!   executed in the order they were sent.
-//! - The three Lua scripts are loaded (`SCRIPT LOAD`) on every connection,
-//!   so each operation is one `EVALSHA` per node. A node that answers
-//!   `NOSCRIPT` (it restarted) gets the script loaded again and the call
-//!   retried once.
+//! - Each connection reads its server's facts (`INFO server`: Redis or
+//!   Valkey, and the version), again after every reconnect, and the core
+//!   picks each request's command by them
+//!   ([`Request::call`](redlock_core::Request::call)): an exclusive
+//!   acquire is a plain `SET key value NX PX ttl GET` on Redis >= 7.0 and
+//!   Valkey, a withdraw (no release notice) a `DELIFEQ` on Valkey >= 9.0.
+//! - The Lua scripts are loaded (`SCRIPT LOAD`) on every connection,
+//!   so every other operation is one `EVALSHA` per node. A node that answers
+//!   `NOSCRIPT` (its script cache was flushed) gets the script loaded
+//!   again and the call sent once more, unless a later call for the same
+//!   lock was sent to it meanwhile: one lock's calls take effect on a node
+//!   in the order they were issued.
 //! - The per-node timeout comes from the core's settings; redis' own
 //!   response timeout is switched off.
 //! - [`Builder::build`] connects to all nodes in parallel. A node that
@@ -201,6 +229,7 @@
 //!   masters, not at replicas of one another.
 #![forbid(unsafe_code)]
 
+mod builder;
 mod client;
 mod driver;
 mod error;
@@ -208,20 +237,25 @@ mod guard;
 mod inspect;
 mod node;
 mod notices;
+mod options;
+mod order;
 mod server;
 #[cfg(feature = "tls")]
 mod tls;
 
-pub use client::{Builder, DEFAULT_CONNECT_TIMEOUT, LockOptions, Redlock};
-pub use error::{Error, LossReason};
-pub use guard::{KeepAlive, KeepAliveGuard, LockContext, LockGuard};
-pub use inspect::{Holding, NodeInspection};
+pub use builder::{Builder, DEFAULT_CONNECT_TIMEOUT};
+pub use client::Redlock;
+pub use error::Error;
+pub use guard::{KeepAliveGuard, LockContext, LockGuard};
+pub use inspect::NodeInspection;
+pub use options::LockOptions;
 
 /// The core crate, re-exported: configuration, errors and votes.
 pub use redlock_core as core;
 pub use redlock_core::{
-    AcquireError, ConfigError, ExtendError, Key, LockKind, LockSpec, LockValue, NodeError,
-    NodeErrorKind, NodeVote, ReleaseReport, RetryConfig, Settings, Votes,
+    AcquireError, ConfigError, ExtendError, Holding, KeepAlive, Key, LockKind, LockSpec, LockState,
+    LockStatus, LockValue, LossReason, NodeError, NodeErrorKind, NodeVote, ReleaseReport,
+    RetryConfig, Settings, Votes,
 };
 pub use tokio_util::sync::CancellationToken;
 

@@ -4,7 +4,7 @@
 //! Each node keeps one multiplexed connection that every request shares, so
 //! requests to one node are written in the order they are sent: a release
 //! sent after an acquire is executed after it. The connection is made (and
-//! the three scripts loaded) eagerly at build, and again in a background task
+//! every script loaded) eagerly at build, and again in a background task
 //! with backoff whenever it breaks. While a node has no connection, requests
 //! to it fail at once with the last connection error, which the core counts
 //! as that node's failure; nothing waits for a reconnect.
@@ -16,9 +16,13 @@ use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ErrorKind, RedisError, ServerErrorKind, Value};
-use redlock_core::{Argument, NodeError, NodeErrorKind, Request, Response, scripts};
+use redlock_core::{
+    Argument, Call, NodeError, NodeErrorKind, NodeFacts, Reply, Request, Response, scripts,
+};
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
+
+use crate::order::Order;
 
 /// First wait before reconnecting after a failed attempt; doubles each time.
 const RECONNECT_MIN: Duration = Duration::from_millis(50);
@@ -49,9 +53,19 @@ fn sha_of(source: &'static str) -> Cow<'static, str> {
         .unwrap_or_else(|| Cow::Owned(redis::Script::new(source).get_hash().to_owned()))
 }
 
+/// A connection made, and what its server turned out to be.
+pub(crate) struct Connected {
+    connection: MultiplexedConnection,
+    /// Read from `INFO server` on this connection: after a reconnect the
+    /// server may be another version (upgraded, replaced), so the facts go
+    /// with the connection, never with the node.
+    facts: NodeFacts,
+}
+
 enum Link {
     Up {
         connection: MultiplexedConnection,
+        facts: NodeFacts,
         generation: u64,
     },
     Down {
@@ -73,6 +87,8 @@ pub(crate) struct Node {
     client: redis::Client,
     connect_timeout: Duration,
     state: Mutex<State>,
+    /// The order of the requests sent, per lock key.
+    order: Order,
 }
 
 impl fmt::Debug for Node {
@@ -97,6 +113,7 @@ impl Node {
                 },
                 generation: 0,
             }),
+            order: Order::default(),
         }
     }
 
@@ -116,13 +133,14 @@ impl Node {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Connects and loads the scripts, within the connect timeout. Also
-    /// returns the server's `run_id` (from `INFO server`), which tells two
-    /// addresses of one server apart from two servers; `None` when the server
-    /// does not say (INFO refused by an ACL, a Redis-compatible server).
-    pub(crate) async fn connect(
-        &self,
-    ) -> Result<(MultiplexedConnection, Option<String>), NodeError> {
+    /// Connects and loads the scripts, within the connect timeout, and reads
+    /// what the server is ([`NodeFacts`], from `INFO server`: the core picks
+    /// each request's command by them). Also returns the server's `run_id`
+    /// (from the same reply), which tells two addresses of one server apart
+    /// from two servers; `None` when the server does not say (INFO refused by
+    /// an ACL, a Redis-compatible server), which also leaves the facts
+    /// unknown: scripts only.
+    pub(crate) async fn connect(&self) -> Result<(Connected, Option<String>), NodeError> {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))
             // The core applies its own per-node timeout to every request.
@@ -134,7 +152,7 @@ impl Node {
                 .await
                 .map_err(|err| map_error(&err))?;
             // Sent together on the multiplexed connection, so one round trip
-            // loads all three, and steady state is one EVALSHA per request.
+            // loads them all, and steady state is one EVALSHA per request.
             // (Separate commands rather than a pipeline, whose errors lose
             // their code, such as NOAUTH.)
             let loads = SCRIPTS.iter().map(|script| {
@@ -159,7 +177,12 @@ impl Node {
             let (shas, info) =
                 futures::future::join(futures::future::try_join_all(loads), info).await;
             let shas: Vec<String> = shas.map_err(|err| map_error(&err))?;
-            let run_id = info.ok().as_deref().and_then(run_id);
+            let info = info.ok();
+            let run_id = info.as_deref().and_then(run_id);
+            let facts = info
+                .as_deref()
+                .map(NodeFacts::from_info)
+                .unwrap_or_default();
             let expected: Vec<&str> = SCRIPTS.iter().map(|s| s.sha.as_str()).collect();
             if shas != expected {
                 return Err(NodeError::new(
@@ -168,7 +191,7 @@ impl Node {
                      (is this a Redis server?)",
                 ));
             }
-            Ok((connection, run_id))
+            Ok((Connected { connection, facts }, run_id))
         };
         match tokio::time::timeout(self.connect_timeout, attempt).await {
             Ok(result) => result,
@@ -184,7 +207,7 @@ impl Node {
 
     /// Records the outcome of the eager connection attempt made at build.
     /// A failure starts the background reconnection.
-    pub(crate) fn set_initial(self: &Arc<Self>, result: Result<MultiplexedConnection, NodeError>) {
+    pub(crate) fn set_initial(self: &Arc<Self>, result: Result<Connected, NodeError>) {
         match result {
             Ok(connection) => self.set_up(connection),
             Err(error) => {
@@ -198,23 +221,27 @@ impl Node {
         }
     }
 
-    fn set_up(&self, connection: MultiplexedConnection) {
+    fn set_up(&self, connected: Connected) {
+        debug!(node = %self.name, server = %connected.facts, "server facts read");
         let mut state = self.lock_state();
         state.generation += 1;
         state.link = Link::Up {
-            connection,
+            connection: connected.connection,
+            facts: connected.facts,
             generation: state.generation,
         };
     }
 
-    /// The connection to use, or the reason there is none.
-    fn connection(self: &Arc<Self>) -> Result<(MultiplexedConnection, u64), NodeError> {
+    /// The connection to use, its server's facts and its generation, or
+    /// the reason there is none.
+    fn connection(self: &Arc<Self>) -> Result<(MultiplexedConnection, NodeFacts, u64), NodeError> {
         let mut state = self.lock_state();
         match &mut state.link {
             Link::Up {
                 connection,
+                facts,
                 generation,
-            } => Ok((connection.clone(), *generation)),
+            } => Ok((connection.clone(), *facts, *generation)),
             Link::Down {
                 error,
                 reconnecting,
@@ -258,34 +285,121 @@ impl Node {
         Some(runtime.spawn(reconnect(Arc::downgrade(self), first_delay)))
     }
 
-    /// Runs one request: `EVALSHA` of its script, and on `NOSCRIPT` (the node
-    /// restarted and lost its script cache) `SCRIPT LOAD` and one retry.
+    /// Runs one request as the core says for this connection's server
+    /// ([`Request::call`]): a plain command, or `EVALSHA` of its script, and
+    /// returns the reply marked with what was sent. On `NOSCRIPT` (the node
+    /// lost its script cache: `SCRIPT FLUSH`, or a restart behind a proxy
+    /// that kept our connection) the script is loaded again, and the request
+    /// sent once more unless a later request for the same lock key was sent
+    /// to this node meanwhile ([`Order`]): commands for one key take effect
+    /// in the order they were issued.
     ///
     /// No timeout here: the caller applies the request's deadline.
-    pub(crate) async fn execute(
+    pub(crate) async fn execute(self: &Arc<Self>, request: &Request) -> Reply {
+        let (mut connection, facts, generation) = match self.connection() {
+            Ok(link) => link,
+            Err(error) => return Reply::to(request, Err(error)),
+        };
+        let call = request.call(&facts);
+        let result = match call {
+            Call::Script(script) => {
+                self.evalsha(&mut connection, generation, request, script)
+                    .await
+            }
+            Call::Native(native) => {
+                let mut command = redis::Cmd::new();
+                for word in native.words(request) {
+                    match word {
+                        Argument::Bytes(bytes) => command.arg(bytes),
+                        Argument::Int(number) => command.arg(number),
+                    };
+                }
+                let mut ticket = None;
+                let result = self
+                    .order
+                    .send(
+                        request.key(),
+                        &mut ticket,
+                        command.query_async::<Value>(&mut connection),
+                    )
+                    .await;
+                self.finish(request, generation, result)
+            }
+        };
+        Reply::via(request, call, result)
+    }
+
+    async fn evalsha(
         self: &Arc<Self>,
+        connection: &mut MultiplexedConnection,
+        generation: u64,
         request: &Request,
+        script: &'static str,
     ) -> Result<Response, NodeError> {
-        let (mut connection, generation) = self.connection()?;
         let command = request.command;
-        let script = request.script();
         let sha = sha_of(script);
         let call = evalsha(&sha, request);
-        let result = match call.query_async::<Value>(&mut connection).await {
-            Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                debug!(node = %self.name, command = command.name(), "NOSCRIPT: loading the script and retrying once");
-                match redis::cmd("SCRIPT")
-                    .arg("LOAD")
-                    .arg(script)
-                    .query_async::<String>(&mut connection)
+        // Every request carries the lock key first.
+        let key = &request.keys[0];
+        let mut ticket = None;
+        let first = self
+            .order
+            .send(key, &mut ticket, call.query_async::<Value>(connection))
+            .await;
+        let result = match (first, ticket) {
+            (Err(err), Some(mut ticket))
+                if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
+            {
+                // The load and the request go out back to back, so nothing
+                // queued after them runs between the two.
+                let mut loading = connection.clone();
+                let mut load = redis::cmd("SCRIPT");
+                load.arg("LOAD").arg(script);
+                let load = load.query_async::<String>(&mut loading);
+                let again = call.query_async::<Value>(connection);
+                match self
+                    .order
+                    .resend(&mut ticket, futures::future::join(load, again))
                     .await
                 {
-                    Ok(_) => call.query_async::<Value>(&mut connection).await,
-                    Err(err) => Err(err),
+                    Some((_, again)) => {
+                        debug!(node = %self.name, command = command.name(), "NOSCRIPT: script loaded and request sent again");
+                        again
+                    }
+                    None => {
+                        // Load the script for the requests to come all
+                        // the same; this one failed.
+                        let load = redis::cmd("SCRIPT")
+                            .arg("LOAD")
+                            .arg(script)
+                            .query_async::<String>(connection)
+                            .await;
+                        if let Err(err) = load {
+                            return Err(map_error(&err));
+                        }
+                        debug!(node = %self.name, command = command.name(), "NOSCRIPT: not sent again, a later request for the key was sent already");
+                        return Err(NodeError::new(
+                            NodeErrorKind::Server,
+                            "NOSCRIPT: the node's script cache was flushed; the request \
+                             was not sent again, to keep the key's commands in order",
+                        ));
+                    }
                 }
             }
-            other => other,
+            (first, _) => first,
         };
+        self.finish(request, generation, result)
+    }
+
+    /// The node's answer as a `Response`; an error that leaves the
+    /// connection unusable starts the reconnection.
+    fn finish(
+        self: &Arc<Self>,
+        request: &Request,
+        generation: u64,
+        result: Result<Value, RedisError>,
+    ) -> Result<Response, NodeError> {
+        let command = request.command;
         match result {
             Ok(value) => {
                 let response = map_value(value);
@@ -331,7 +445,7 @@ impl Node {
     ///
     /// No timeout here: the caller applies one.
     pub(crate) async fn query(self: &Arc<Self>, command: &redis::Cmd) -> Result<Value, NodeError> {
-        let (mut connection, generation) = self.connection()?;
+        let (mut connection, _, generation) = self.connection()?;
         command
             .query_async::<Value>(&mut connection)
             .await
@@ -357,9 +471,9 @@ async fn reconnect(node: Weak<Node>, first_delay: Option<Duration>) {
             return;
         };
         match strong.connect().await {
-            Ok((connection, _)) => {
+            Ok((connected, _)) => {
                 info!(node = %strong.name, "connected");
-                strong.set_up(connection);
+                strong.set_up(connected);
                 return;
             }
             Err(error) => {

@@ -3,10 +3,11 @@
 //!
 //! Every release script that frees a lock publishes an empty message on
 //! `<key>\0released` ([`Settings::release_channel`](redlock_core::Settings::release_channel)).
-//! This module listens for those messages and hands them to the acquisitions
-//! that wait for that key, which then call
-//! [`Acquisition::handle_release_notice`](redlock_core::Acquisition::handle_release_notice).
-//! The core decides what a notice means; this only delivers it.
+//! This module listens for those messages and hands each, with the node it
+//! came from and when, to the acquisitions that wait for that key
+//! ([`Machine::handle_notice`](redlock_core::Machine::handle_notice)). The
+//! core decides what notices mean (how many nodes make a release, which
+//! ones its attempt had already seen); this only delivers them.
 //!
 //! The shape, chosen so that it can never slow or fail a lock:
 //!
@@ -26,29 +27,6 @@
 //!   paused or slow just sends no notices: the acquire still retries on its
 //!   timer.
 //!
-//! # When a notice counts
-//!
-//! The acquire driver asks [`Waiter::released_since`] whether the lock may
-//! have been released after its last attempt started. Notices are recorded
-//! per node with the instant they arrived, and the answer is yes when:
-//!
-//! - notices arrived after the attempt started from **more nodes than a
-//!   failed attempt can free while another client holds a quorum**
-//!   (N - quorum + 1: 2 of 3, 3 of 5). Failed attempts release what they
-//!   set, and those releases publish too; a holder of a quorum leaves at
-//!   most N - quorum nodes to the failed attempts, so their clean-ups alone
-//!   can never wake the waiters. (Counting single notices, each clean-up
-//!   woke every other waiter, whose failing attempts cleaned up in turn: a
-//!   storm of attempts for as long as the lock was held.) A real release
-//!   frees a quorum at once, whose notices arrive within a round trip;
-//! - or one of the channels became subscribed after the attempt started
-//!   (first subscription, or again after a lost connection): a release
-//!   before that was not heard.
-//!
-//! A notice that arrives during an attempt is kept and looked at once the
-//! attempt has failed: the release may have reached a node just after the
-//! attempt's check there. One that arrived before the attempt started was
-//! seen by that attempt and does not count.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -58,8 +36,8 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use redis::aio::{PubSubSink, PubSubStream};
-use redlock_core::Key;
-use tokio::sync::{Notify, watch};
+use redlock_core::{Key, NodeId, Notice};
+use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, debug_span, warn};
@@ -75,8 +53,6 @@ const RECONNECT_MAX: Duration = Duration::from_secs(2);
 /// its waiting acquires want.
 pub(crate) struct Notices {
     shared: Arc<Shared>,
-    /// Nodes a release must be heard from: N - quorum + 1.
-    threshold: usize,
     listeners: Box<[Listener]>,
     /// Ends the listener tasks when the client and its last waiter are gone.
     closed: CancellationToken,
@@ -98,10 +74,13 @@ struct Shared {
     nodes: usize,
 }
 
+/// Where a waiter gets its notices, with the instant each arrived.
+type Sink = mpsc::UnboundedSender<(Notice, Instant)>;
+
 /// One channel some acquires wait on.
 struct Channel {
-    /// Woken at every event of the channel.
-    waiters: Vec<(u64, Arc<watch::Sender<()>>)>,
+    /// Told every event of the channel.
+    waiters: Vec<(u64, Sink)>,
     /// Per node, when its last notice arrived.
     heard: Box<[Option<Instant>]>,
     /// When the channel became subscribed on some node (first, or again
@@ -112,14 +91,22 @@ struct Channel {
 }
 
 impl Channel {
-    fn wake(&self) {
-        for (_, sender) in &self.waiters {
-            sender.send_replace(());
+    fn tell(&self, notice: Notice, at: Instant) {
+        for (_, sink) in &self.waiters {
+            // A waiter that left is removed with its sink: no error here.
+            let _ = sink.send((notice, at));
         }
     }
 
-    fn has_events(&self) -> bool {
-        self.subscribed_at.is_some() || self.heard.iter().any(Option::is_some)
+    /// The channel's events so far, for a waiter that comes now: they may
+    /// be newer than its attempt (the core tells).
+    fn replay(&self, sink: &Sink) {
+        let heard = self.heard.iter().enumerate();
+        let notices = heard.filter_map(|(node, at)| Some((Notice::Released(NodeId(node)), (*at)?)));
+        let subscribed = self.subscribed_at.map(|at| (Notice::Subscribed, at));
+        for event in notices.chain(subscribed) {
+            let _ = sink.send(event);
+        }
     }
 }
 
@@ -149,7 +136,6 @@ impl Notices {
                 next_waiter: AtomicU64::new(0),
                 nodes: count,
             }),
-            threshold: count - redlock_core::quorum(count) + 1,
             listeners: nodes
                 .into_iter()
                 .map(|(name, client)| Listener {
@@ -179,10 +165,8 @@ impl Notices {
     /// no notice.
     pub(crate) fn wait_for(self: &Arc<Self>, channels: Vec<Key>) -> Waiter {
         let id = self.shared.next_waiter.fetch_add(1, Ordering::Relaxed);
-        let (sender, mut receiver) = watch::channel(());
-        let sender = Arc::new(sender);
+        let (sink, receiver) = mpsc::unbounded_channel();
         let mut new_channel = false;
-        let mut earlier_events = false;
         {
             let mut map = self.shared.lock();
             for channel in &channels {
@@ -195,14 +179,9 @@ impl Notices {
                         active: false,
                     }
                 });
-                entry.waiters.push((id, Arc::clone(&sender)));
-                earlier_events |= entry.has_events();
+                entry.replay(&sink);
+                entry.waiters.push((id, sink.clone()));
             }
-        }
-        // Notices that came just before the waiter registered may be newer
-        // than its attempt: let the driver look at them at once.
-        if earlier_events {
-            receiver.mark_changed();
         }
         self.ensure_listening();
         if new_channel {
@@ -213,24 +192,8 @@ impl Notices {
             id,
             channels,
             receiver,
-            _sender: sender,
+            _sink: sink,
         }
-    }
-
-    /// Whether the events of `channels` say that the lock may have been
-    /// released after `since` (see the module docs).
-    fn released_since(&self, channels: &[Key], since: Instant) -> bool {
-        let map = self.shared.lock();
-        let mut nodes = vec![false; self.shared.nodes];
-        for entry in channels.iter().filter_map(|channel| map.get(channel)) {
-            if entry.subscribed_at.is_some_and(|at| at > since) {
-                return true;
-            }
-            for (node, heard) in entry.heard.iter().enumerate() {
-                nodes[node] |= heard.is_some_and(|at| at > since);
-            }
-        }
-        nodes.iter().filter(|&&heard| heard).count() >= self.threshold
     }
 
     fn wake_listeners(&self) {
@@ -296,7 +259,7 @@ impl Shared {
             && let Some(heard) = entry.heard.get_mut(node)
         {
             *heard = Some(now);
-            entry.wake();
+            entry.tell(Notice::Released(NodeId(node)), now);
         }
     }
 
@@ -312,7 +275,7 @@ impl Shared {
             {
                 entry.active = true;
                 entry.subscribed_at = Some(now);
-                entry.wake();
+                entry.tell(Notice::Subscribed, now);
             }
         }
     }
@@ -324,9 +287,9 @@ pub(crate) struct Waiter {
     notices: Arc<Notices>,
     id: u64,
     channels: Vec<Key>,
-    receiver: watch::Receiver<()>,
-    /// Keeps the channel's sender alive, so `changed` never fails.
-    _sender: Arc<watch::Sender<()>>,
+    receiver: mpsc::UnboundedReceiver<(Notice, Instant)>,
+    /// Keeps the channel open, so `next` never ends.
+    _sink: Sink,
 }
 
 impl fmt::Debug for Waiter {
@@ -339,20 +302,11 @@ impl fmt::Debug for Waiter {
 }
 
 impl Waiter {
-    /// Completes at the next event (a notice or a subscription) of the
-    /// waiter's channels; `false` only if it never can. Events that come
-    /// while nobody polls are kept for the next call. Cancel-safe.
-    pub(crate) async fn changed(&mut self) -> bool {
-        // The sender lives as long as `self`: this never fails.
-        let changed = self.receiver.changed().await.is_ok();
-        self.receiver.borrow_and_update();
-        changed
-    }
-
-    /// Whether the lock may have been released after `since`, the start of
-    /// the latest attempt: heard from enough nodes, or newly subscribed.
-    pub(crate) fn released_since(&self, since: Instant) -> bool {
-        self.notices.released_since(&self.channels, since)
+    /// The next event of the waiter's channels (a node's notice, or a
+    /// subscription), with the instant it arrived. Events that come while
+    /// nobody polls are kept. Cancel-safe.
+    pub(crate) async fn next(&mut self) -> Option<(Notice, Instant)> {
+        self.receiver.recv().await
     }
 }
 
@@ -581,10 +535,11 @@ mod tests {
         ))
     }
 
-    async fn woken(waiter: &mut Waiter) -> bool {
-        tokio::time::timeout(Duration::from_millis(20), waiter.changed())
-            .await
-            .is_ok()
+    /// The events waiting for `waiter`.
+    fn events(waiter: &mut Waiter) -> Vec<Notice> {
+        std::iter::from_fn(|| waiter.receiver.try_recv().ok())
+            .map(|(notice, _)| notice)
+            .collect()
     }
 
     #[tokio::test]
@@ -610,76 +565,43 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_release_counts_once_heard_from_more_nodes_than_a_failed_attempt_frees() {
+    async fn each_node_notice_reaches_the_waiters_of_its_channel() {
         let notices = notices(3);
-        assert_eq!(notices.threshold, 2);
         let a = Key::from("a\0released");
-        let start = Instant::now();
         let mut one = notices.wait_for(vec![a.clone()]);
         let mut two = notices.wait_for(vec![a.clone(), Key::from("b\0released")]);
         let mut other = notices.wait_for(vec![Key::from("c\0released")]);
-        // One node: what a failed attempt's clean-up looks like.
         notices.shared.notice(2, a.as_bytes(), Instant::now());
         notices.shared.notice(0, b"unknown", Instant::now());
-        assert!(woken(&mut one).await && woken(&mut two).await);
-        assert!(!woken(&mut other).await, "no notice for c");
-        assert!(!one.released_since(start) && !two.released_since(start));
-        // The same node again is no news.
-        notices.shared.notice(2, a.as_bytes(), Instant::now());
-        assert!(!one.released_since(start));
-        // A second node: a quorum was freed.
-        notices.shared.notice(0, a.as_bytes(), Instant::now());
-        assert!(woken(&mut one).await);
-        assert!(one.released_since(start) && two.released_since(start));
-        assert!(!other.released_since(start));
-        // Not for an attempt that started after the notices.
-        assert!(!one.released_since(Instant::now()));
+        let from_node_2 = vec![Notice::Released(NodeId(2))];
+        assert_eq!(events(&mut one), from_node_2);
+        assert_eq!(events(&mut two), from_node_2);
+        assert_eq!(events(&mut other), vec![]);
 
-        // A late waiter is woken at once to look at the recent notices.
+        // A late waiter is told the channel's recent events at once: they
+        // may be newer than its attempt.
         let mut late = notices.wait_for(vec![a.clone()]);
-        assert!(woken(&mut late).await);
-        assert!(late.released_since(start));
-        assert!(!woken(&mut late).await, "consumed");
+        assert_eq!(events(&mut late), from_node_2);
+        assert_eq!(events(&mut late), vec![], "told once");
     }
 
     #[tokio::test]
-    async fn a_first_subscription_counts_as_a_release() {
+    async fn subscriptions_are_events_the_first_time_and_after_a_lost_connection() {
         let notices = notices(5);
-        assert_eq!(notices.threshold, 3);
         let a = Key::from("a\0released");
-        let start = Instant::now();
         let mut waiter = notices.wait_for(vec![a.clone()]);
-        notices
-            .shared
-            .subscribed(std::slice::from_ref(&a), Instant::now(), false);
-        assert!(woken(&mut waiter).await);
-        assert!(waiter.released_since(start));
+        let subscribed = |again| {
+            notices
+                .shared
+                .subscribed(std::slice::from_ref(&a), Instant::now(), again)
+        };
+        subscribed(false);
+        assert_eq!(events(&mut waiter), vec![Notice::Subscribed]);
         // Another node confirming the same channel is no news.
-        let later = Instant::now();
-        notices
-            .shared
-            .subscribed(std::slice::from_ref(&a), Instant::now(), false);
-        assert!(!woken(&mut waiter).await);
-        assert!(!waiter.released_since(later));
+        subscribed(false);
+        assert_eq!(events(&mut waiter), vec![]);
         // After a lost connection, releases may have been missed.
-        notices
-            .shared
-            .subscribed(std::slice::from_ref(&a), Instant::now(), true);
-        assert!(woken(&mut waiter).await);
-        assert!(waiter.released_since(later));
-    }
-
-    #[test]
-    fn thresholds() {
-        let n = |count| notices_without_runtime(count).threshold;
-        assert_eq!([n(1), n(2), n(3), n(4), n(5), n(7)], [1, 1, 2, 2, 3, 4]);
-    }
-
-    fn notices_without_runtime(n: usize) -> Notices {
-        let client = redis::Client::open("redis://127.0.0.1:1").unwrap();
-        Notices::new(
-            (0..n).map(|i| (format!("n{i}"), client.clone())),
-            Duration::from_millis(100),
-        )
+        subscribed(true);
+        assert_eq!(events(&mut waiter), vec![Notice::Subscribed]);
     }
 }

@@ -4,7 +4,8 @@
 //!
 //! Run it with `make demo` (installs redis-server when missing), or
 //! `cargo run --release -p redlock-tests --example demo`. `DEMO_SECONDS`
-//! changes the length (default 20).
+//! changes the length (default 20); `REDLOCK_SERVER_BIN` runs the masters on
+//! another server binary, such as `valkey-server`.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -89,7 +90,10 @@ async fn main() {
         .max(3);
     let total = Duration::from_secs(seconds);
 
-    println!("Starting 5 independent redis-server masters on loopback...");
+    println!(
+        "Starting 5 independent masters on loopback: {}...",
+        redlock_tests::server()
+    );
     let cluster = RedisCluster::start(5);
     for (i, node) in cluster.nodes().iter().enumerate() {
         println!("  master {}: {}", i + 1, node.url());

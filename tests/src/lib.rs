@@ -1,10 +1,10 @@
-//! Test harness for real `redis-server` processes.
+//! Test harness for real server processes: `redis-server` or `valkey-server`.
 //!
 //! Redlock's promises are about independent Redis masters that crash, stall
 //! and come back, so the integration tests run against real servers and break
 //! them on purpose. This crate starts those servers and a few fake ones:
 //!
-//! - [`RedisNode`]: one `redis-server` on a free `127.0.0.1` port, with no
+//! - [`RedisNode`]: one server on a free `127.0.0.1` port, with no
 //!   persistence and its own data dir. It can be [killed](RedisNode::kill)
 //!   (`SIGKILL`), [paused](RedisNode::pause) (`SIGSTOP`) and
 //!   [resumed](RedisNode::resume), and [restarted](RedisNode::restart) on the
@@ -42,9 +42,14 @@
 //!
 //! # Requirements
 //!
-//! `redis-server` on `PATH` (or named by `$REDIS_SERVER_BIN`), built with TLS
-//! support, and `openssl` for [`TestCerts`]. `make test` runs
-//! `scripts/ensure-deps.sh`, which installs them on Debian when missing.
+//! `redis-server` on `PATH`, or the server named by `$REDLOCK_SERVER_BIN`
+//! ([`SERVER_BIN_ENV`]; the older `$REDIS_SERVER_BIN` still works), and
+//! `openssl` for [`TestCerts`]. Every node of a test process runs that one
+//! binary, Redis or Valkey; [`server()`] tells which, and whether it was
+//! built with TLS (tests that need TLS say why they do not run without it).
+//! `make test` runs `scripts/ensure-deps.sh`, which installs Redis on Debian
+//! when missing, and `scripts/ensure-valkey.sh`, which installs Valkey, then
+//! runs the real-server tests on both.
 //!
 //! # Cleanup
 //!
@@ -57,16 +62,18 @@
 //! - the first server started by a later test process kills the servers of
 //!   data dirs whose test process is gone;
 //! - `make test` finishes with `scripts/kill-harness-redis.sh`, which kills
-//!   any `redis-server` whose working directory is under the harness root.
+//!   any `redis-server` or `valkey-server` whose working directory is under
+//!   the harness root.
 //!
-//! Only processes named `redis-server` whose working directory is a harness
-//! data dir are ever signalled; other Redis servers on the machine are left
-//! alone. See [`harness_root`] for where the root is.
+//! Only processes named `redis-server` or `valkey-server` (or as the
+//! configured binary) whose working directory is a harness data dir are ever
+//! signalled; other servers on the machine are left alone. See [`harness_root`] for where the root is.
 
 pub mod chaos;
 mod harness;
 
 pub use harness::{
     CLIENT_TIMEOUT, GARBAGE_REPLY, GarbageServer, HARNESS_DIR_ENV, NodeOptions, REDIS_SERVER_ENV,
-    RedisCluster, RedisNode, STARTUP_TIMEOUT, SilentServer, TestCerts, TlsOptions, harness_root,
+    RedisCluster, RedisNode, SERVER_BIN_ENV, STARTUP_TIMEOUT, Server, ServerKind, SilentServer,
+    TestCerts, TlsOptions, harness_root, server,
 };

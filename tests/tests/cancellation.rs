@@ -7,10 +7,7 @@ mod support;
 use std::time::Duration;
 
 use redlock_tests::RedisCluster;
-use support::{assert_absent, builder, client};
-
-/// Time for background releases (and resumed nodes) to finish.
-const GRACE: Duration = Duration::from_millis(300);
+use support::{QUICK, assert_absent, builder, client, eventually};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_while_a_majority_is_paused() {
@@ -29,13 +26,16 @@ async fn cancelled_while_a_majority_is_paused() {
     let result = tokio::time::timeout(Duration::from_millis(200), redlock.lock("cancelled")).await;
     assert!(result.is_err(), "the lock cannot be decided yet");
     // The live node was locked by the attempt, then released.
-    tokio::time::sleep(GRACE).await;
-    assert!(!cluster.node(2).exists("cancelled"));
+    eventually("node 2 released", QUICK, || {
+        !cluster.node(2).exists("cancelled")
+    })
+    .await;
 
     // The paused nodes run the queued acquire, then the release after it.
     cluster.node(0).resume();
     cluster.node(1).resume();
-    tokio::time::sleep(GRACE).await;
+    // Every background release has ended.
+    redlock.shutdown().await;
     assert_absent(&cluster, "cancelled");
     redlock.try_lock("cancelled").await.unwrap().release().await;
 }
@@ -56,7 +56,7 @@ async fn cancelled_while_contending() {
     let result = tokio::time::timeout(Duration::from_millis(300), waiter.lock("contended")).await;
     assert!(result.is_err(), "held by the holder all along");
     guard.release().await;
-    tokio::time::sleep(GRACE).await;
+    waiter.shutdown().await;
     assert_absent(&cluster, "contended");
 }
 
@@ -74,7 +74,7 @@ async fn cancelled_at_every_point_of_a_healthy_acquire() {
             result.unwrap().release().await;
         }
     }
-    tokio::time::sleep(GRACE).await;
+    redlock.shutdown().await;
     assert_absent(&cluster, "racy");
 }
 
@@ -87,6 +87,6 @@ async fn releasing_right_after_acquiring_leaves_nothing() {
     for _ in 0..100 {
         redlock.try_lock("quick").await.unwrap().release().await;
     }
-    tokio::time::sleep(GRACE).await;
+    redlock.shutdown().await;
     assert_absent(&cluster, "quick");
 }

@@ -1,6 +1,8 @@
 //! What goes over the wire, counted by each node's `INFO commandstats`: one
-//! `EVALSHA` per node per operation in steady state, scripts loaded once
-//! per connection, and `NOSCRIPT` recovered with one load and one retry.
+//! command per node per operation in steady state (a plain `SET NX PX GET`
+//! per acquire where the server has it, Redis >= 7 and Valkey; `DELIFEQ`
+//! per quiet release on Valkey >= 9; `EVALSHA` otherwise), scripts loaded
+//! once per connection, and `NOSCRIPT` recovered with one load and one retry.
 
 mod support;
 
@@ -8,10 +10,25 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use redlock_tests::{RedisCluster, RedisNode};
-use support::{assert_absent, client, eventually};
+use support::{assert_absent, builder, client, eventually, native_acquire, native_delifeq};
 
 fn calls(node: &RedisNode, command: &str) -> u64 {
     node.commandstats().get(command).copied().unwrap_or(0)
+}
+
+/// The command one exclusive acquire sends each node.
+fn acquire_command() -> &'static str {
+    if native_acquire() { "set" } else { "evalsha" }
+}
+
+/// Every command counted on a node but the test's own `INFO` and `CONFIG
+/// RESETSTAT`; commands run inside scripts count too (`get`, `set`, `del`,
+/// `publish`), so a plain command shows up alone.
+fn sent(node: &RedisNode) -> BTreeMap<String, u64> {
+    node.commandstats()
+        .into_iter()
+        .filter(|(name, _)| name != "info" && name != "config|resetstat")
+        .collect()
 }
 
 /// Script-related commands counted on a node (`evalsha`, `eval`, `script|*`).
@@ -23,7 +40,7 @@ fn script_calls(node: &RedisNode) -> BTreeMap<String, u64> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_evalsha_per_node_per_operation_in_steady_state() {
+async fn one_command_per_node_per_operation_in_steady_state() {
     let cluster = RedisCluster::start(3);
     let redlock = client(&cluster).await;
     // The connection loaded the scripts once each.
@@ -54,17 +71,28 @@ async fn one_evalsha_per_node_per_operation_in_steady_state() {
             cluster
                 .nodes()
                 .iter()
-                .all(|node| calls(node, "evalsha") == ROUNDS)
+                .all(|node| calls(node, acquire_command()) == ROUNDS)
         },
     )
     .await;
+    if native_acquire() {
+        // One plain SET per node per acquire, and nothing else.
+        for node in cluster.nodes() {
+            let expected = BTreeMap::from([("set".to_owned(), ROUNDS)]);
+            assert_eq!(sent(node), expected, "{}", node.port());
+        }
+    }
     for guard in guards {
         let report = guard.release().await;
         assert_eq!(report.released(), 3);
     }
+    // A release with a notice is the release script: it publishes only
+    // when it deleted our value.
+    let scripted = if native_acquire() { ROUNDS } else { 2 * ROUNDS };
     for node in cluster.nodes() {
-        let expected = BTreeMap::from([("evalsha".to_owned(), 2 * ROUNDS)]);
+        let expected = BTreeMap::from([("evalsha".to_owned(), scripted)]);
         assert_eq!(script_calls(node), expected, "{}", node.port());
+        assert_eq!(calls(node, "publish"), ROUNDS, "{}", node.port());
     }
     for i in 0..ROUNDS {
         assert_absent(&cluster, format!("stat-{i}"));
@@ -78,10 +106,79 @@ async fn one_evalsha_per_node_per_operation_in_steady_state() {
     guard.extend(Duration::from_secs(20)).await.unwrap();
     guard.release().await;
     tokio::time::sleep(Duration::from_millis(100)).await;
+    let scripted = if native_acquire() { 2 } else { 3 };
     for node in cluster.nodes() {
-        let expected = BTreeMap::from([("evalsha".to_owned(), 3)]);
+        let expected = BTreeMap::from([("evalsha".to_owned(), scripted)]);
         assert_eq!(script_calls(node), expected, "{}", node.port());
     }
+}
+
+/// With notices off a release is a withdraw: `DELIFEQ` where the server has
+/// it, the release script (told not to publish) elsewhere; and a failed
+/// attempt's clean-up is one withdraw per node either way, with no notice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quiet_releases_and_withdraws_are_one_command_and_publish_nothing() {
+    let cluster = RedisCluster::start(3);
+    let redlock = builder(&cluster)
+        .release_notices(false)
+        .build()
+        .await
+        .unwrap();
+    redlock.lock("warm").await.unwrap().release().await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for node in cluster.nodes() {
+        node.reset_stats();
+    }
+    let release = if native_delifeq() {
+        "delifeq"
+    } else {
+        "evalsha"
+    };
+
+    const ROUNDS: u64 = 3;
+    for i in 0..ROUNDS {
+        let guard = redlock.try_lock(format!("quiet-{i}")).await.unwrap();
+        assert_eq!(guard.release().await.released(), 3);
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for node in cluster.nodes() {
+        let stats = sent(node);
+        assert_eq!(stats.get(acquire_command()), Some(&ROUNDS), "{stats:?}");
+        assert_eq!(stats.get(release), Some(&ROUNDS), "{stats:?}");
+        assert_eq!(stats.get("publish"), None, "{stats:?}");
+        if native_delifeq() {
+            let expected =
+                BTreeMap::from([("delifeq".to_owned(), ROUNDS), ("set".to_owned(), ROUNDS)]);
+            assert_eq!(stats, expected, "{}", node.port());
+        }
+        node.reset_stats();
+    }
+
+    // Held by another value on two of three nodes: the attempt fails and is
+    // withdrawn everywhere, without a notice, with the notices client too.
+    for node in &cluster.nodes()[..2] {
+        node.set("taken", "someone-else");
+    }
+    let noisy = client(&cluster).await;
+    for node in cluster.nodes() {
+        node.reset_stats();
+    }
+    let error = noisy.try_lock("taken").await.unwrap_err();
+    assert!(error.is_held_by_other(), "{error}");
+    eventually(
+        "every node saw the withdraw",
+        Duration::from_secs(8),
+        || cluster.nodes().iter().all(|node| calls(node, release) == 1),
+    )
+    .await;
+    for node in cluster.nodes() {
+        assert_eq!(calls(node, "publish"), 0, "{}", node.port());
+        assert_eq!(calls(node, acquire_command()), 1, "{}", node.port());
+    }
+    for node in &cluster.nodes()[..2] {
+        assert_eq!(node.get("taken").as_deref(), Some(&b"someone-else"[..]));
+    }
+    assert!(!cluster.node(2).exists("taken"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -102,17 +199,28 @@ async fn noscript_is_recovered_with_one_load_and_one_retry() {
     })
     .await;
     let first = script_calls(cluster.node(0));
-    // EVALSHA (NOSCRIPT), SCRIPT LOAD, EVALSHA.
-    assert_eq!(first.get("evalsha"), Some(&2), "{first:?}");
-    assert_eq!(first.get("script|load"), Some(&1), "{first:?}");
+    // A plain SET needs no script; a scripted acquire is EVALSHA
+    // (NOSCRIPT), SCRIPT LOAD, EVALSHA.
+    let (evalsha, loads) = if native_acquire() { (0, 0) } else { (2, 1) };
+    assert_eq!(
+        first.get("evalsha").copied().unwrap_or(0),
+        evalsha,
+        "{first:?}"
+    );
+    assert_eq!(
+        first.get("script|load").copied().unwrap_or(0),
+        loads,
+        "{first:?}"
+    );
     let report = guard.release().await;
     assert_eq!(report.released(), 3);
-    // The release found the acquire script loaded but not the release one.
+    // The release found its script gone (and the acquire script loaded).
     let after = script_calls(cluster.node(0));
-    assert_eq!(after.get("script|load"), Some(&2), "{after:?}");
-    assert_eq!(after.get("evalsha"), Some(&4), "{after:?}");
+    assert_eq!(after.get("script|load"), Some(&(loads + 1)), "{after:?}");
+    assert_eq!(after.get("evalsha"), Some(&(evalsha + 2)), "{after:?}");
+    let per_node = if native_acquire() { 1 } else { 2 };
     for node in &cluster.nodes()[1..] {
-        let expected = BTreeMap::from([("evalsha".to_owned(), 2)]);
+        let expected = BTreeMap::from([("evalsha".to_owned(), per_node)]);
         assert_eq!(script_calls(node), expected);
     }
 }
@@ -143,5 +251,80 @@ async fn a_reconnection_loads_the_scripts_again() {
     .await;
     guard.release().await;
     let steady = script_calls(cluster.node(1));
-    assert_eq!(steady, BTreeMap::from([("evalsha".to_owned(), 2)]));
+    let scripted = if native_acquire() { 1 } else { 2 };
+    assert_eq!(steady, BTreeMap::from([("evalsha".to_owned(), scripted)]));
+    // The facts were read again on the new connection: the acquire went
+    // out as the same plain command as before the restart.
+    assert_eq!(calls(cluster.node(1), acquire_command()), 1);
+}
+
+/// A node's facts go with its connection: a server that would not say what
+/// it is (`INFO` refused) gets scripts, and once it restarts as one that
+/// does, the new connection reads its facts again and acquires go out as
+/// plain commands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_is_detected_again_on_reconnect() {
+    if !native_acquire() {
+        return;
+    }
+    let cluster = RedisCluster::start(3);
+    // The default user, which the client and the harness use, may not run
+    // INFO until the restart resets it; `admin` reads the counts meanwhile.
+    cluster
+        .node(1)
+        .command(["ACL", "SETUSER", "admin", "on", ">pw", "~*", "&*", "+@all"]);
+    cluster
+        .node(1)
+        .command(["ACL", "SETUSER", "default", "-info"]);
+    let admin = redis::Client::open(format!(
+        "redis://admin:pw@127.0.0.1:{}",
+        cluster.node(1).port()
+    ))
+    .unwrap();
+    let redlock = client(&cluster).await;
+    for node in cluster.nodes() {
+        node.reset_stats();
+    }
+    redlock.try_lock("before").await.unwrap().release().await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(calls(cluster.node(0), "set"), 1);
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut admin.get_connection().unwrap())
+        .unwrap();
+    assert!(stats.contains("cmdstat_evalsha:calls=2,"), "{stats}");
+
+    cluster.node(1).restart();
+    redlock.try_lock("probe").await.unwrap().release().await;
+    eventually("node 1 is reconnected", Duration::from_secs(5), || {
+        redlock.connected_nodes() == 3
+    })
+    .await;
+    cluster.node(1).reset_stats();
+    redlock.try_lock("after").await.unwrap().release().await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(calls(cluster.node(1), "set"), 1);
+    assert_eq!(script_calls(cluster.node(1)).get("evalsha"), Some(&1));
+}
+
+/// `Builder::native_commands(false)`: scripts only, on any server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn switched_off_every_operation_is_one_evalsha() {
+    let cluster = RedisCluster::start(3);
+    let redlock = builder(&cluster)
+        .native_commands(false)
+        .release_notices(false)
+        .build()
+        .await
+        .unwrap();
+    for node in cluster.nodes() {
+        node.reset_stats();
+    }
+    redlock.try_lock("scripted").await.unwrap().release().await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for node in cluster.nodes() {
+        let expected = BTreeMap::from([("evalsha".to_owned(), 2)]);
+        assert_eq!(script_calls(node), expected, "{}", node.port());
+        assert_eq!(calls(node, "delifeq"), 0);
+    }
 }

@@ -16,6 +16,11 @@ use support::{QUICK, assert_absent, builder, client, eventually, timed};
 /// per-node timeouts of 50 ms.
 const SHORT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
 
+/// The TTL of locks kept alive through a longer task: short enough that the
+/// task outlives it three times, long enough (with the test node timeout)
+/// that a busy machine's stalls do not lose it.
+const KEPT_TTL: Duration = Duration::from_millis(1_000);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extend_keeps_the_lock_past_the_original_ttl() {
     let cluster = RedisCluster::start(3);
@@ -74,14 +79,9 @@ async fn extending_an_expired_lock_fails_and_sets_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn keep_alive_holds_a_300ms_lock_through_a_2s_task() {
+async fn keep_alive_holds_a_lock_through_a_task_of_three_ttls() {
     let cluster = RedisCluster::start(3);
-    let redlock = builder(&cluster)
-        .ttl(Duration::from_millis(300))
-        .node_timeout(SHORT_NODE_TIMEOUT)
-        .build()
-        .await
-        .unwrap();
+    let redlock = builder(&cluster).ttl(KEPT_TTL).build().await.unwrap();
     let other = client(&cluster).await;
 
     let kept = redlock
@@ -90,35 +90,30 @@ async fn keep_alive_holds_a_300ms_lock_through_a_2s_task() {
         .unwrap()
         .keep_alive(KeepAlive::default());
     let started = Instant::now();
-    while started.elapsed() < Duration::from_secs(2) {
-        tokio::time::sleep(Duration::from_millis(200)).await;
+    while started.elapsed() < KEPT_TTL * 3 {
+        tokio::time::sleep(KEPT_TTL / 4).await;
         assert!(!kept.is_lost(), "{:?}", kept.loss());
         assert!(kept.is_valid());
         let err = other.try_lock("kept").await.unwrap_err();
         assert!(err.is_held_by_other(), "{err}");
     }
-    // About every 150 ms for 2 s.
-    assert!(kept.extensions() >= 8, "{} extensions", kept.extensions());
+    // Still valid after three TTLs: extended at least twice.
+    assert!(kept.extensions() >= 2, "{} extensions", kept.extensions());
     let report = kept.release().await;
     assert_eq!(report.released(), 3);
     assert_absent(&cluster, "kept");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_lock_keeps_a_300ms_lock_through_a_2s_task() {
+async fn with_lock_keeps_a_lock_through_a_task_of_three_ttls() {
     let cluster = RedisCluster::start(3);
-    let redlock = builder(&cluster)
-        .ttl(Duration::from_millis(300))
-        .node_timeout(SHORT_NODE_TIMEOUT)
-        .build()
-        .await
-        .unwrap();
+    let redlock = builder(&cluster).ttl(KEPT_TTL).build().await.unwrap();
     let other = client(&cluster).await;
     let refused = redlock
         .with_lock("task", |lock| async move {
             let mut refused = 0;
-            for _ in 0..8 {
-                tokio::time::sleep(Duration::from_millis(250)).await;
+            for _ in 0..12 {
+                tokio::time::sleep(KEPT_TTL / 4).await;
                 assert!(!lock.is_lost());
                 // Extended in the background: never down to zero.
                 assert!(!lock.validity().is_zero());
@@ -130,7 +125,7 @@ async fn with_lock_keeps_a_300ms_lock_through_a_2s_task() {
         })
         .await
         .unwrap();
-    assert_eq!(refused, 8);
+    assert_eq!(refused, 12);
     assert_absent(&cluster, "task");
 }
 

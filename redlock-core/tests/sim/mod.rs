@@ -13,6 +13,7 @@
 
 #![allow(dead_code, unreachable_pub, clippy::large_enum_variant)]
 
+use redlock_core::Machine;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
@@ -23,8 +24,9 @@ mod redis;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use redlock_core::{
-    AcquireEvent, Acquisition, Attempts, Config, Extension, Lock, LockSpec, NodeError,
-    NodeErrorKind, Release, Reply, Request, RetryConfig, Settings,
+    AcquireEvent, Acquisition, Attempts, Call, Config, Extension, KeepAlive, KeepAliveEvent,
+    KeepAliveSchedule, Lock, LockSpec, LossReason, NodeError, NodeErrorKind, NodeFacts, Release,
+    Reply, Request, RetryConfig, Server, Settings, Version,
 };
 
 /// What a simulated run looks like.
@@ -54,6 +56,9 @@ pub struct SimConfig {
     pub clock_jump: Duration,
     /// Whether holders extend their lock when they hold it longer than its validity.
     pub extend: bool,
+    /// Holders keep their lock alive on the core's schedule
+    /// ([`KeepAliveSchedule`]) instead of extending at half the TTL.
+    pub keep_alive: Option<KeepAlive>,
     /// Whether clients retry (`lock`) or try once (`try_lock`).
     pub retry: bool,
     /// How long a holder plans to hold, as a share of the TTL (uniform).
@@ -69,6 +74,35 @@ pub struct SimConfig {
     /// Whether releases notify waiting clients (pub/sub), which then try
     /// again at once.
     pub notices: bool,
+    /// What each node's server is, which decides whether the core sends it
+    /// plain commands or scripts ([`Request::call`]).
+    pub servers: Servers,
+}
+
+/// The servers of a run's nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Servers {
+    /// Unknown servers: every request is a script.
+    Scripted,
+    /// Node `i` is scripted (`i % 3 == 0`), Redis 7.0.15 (`SET NX PX GET`
+    /// acquires, `i % 3 == 1`) or Valkey 9.1.2 (`SET NX PX GET` acquires
+    /// and `DELIFEQ` withdraws, `i % 3 == 2`): old and new servers mixed in
+    /// every quorum.
+    Mixed,
+    /// Every node is Valkey 9.1.2.
+    Valkey,
+}
+
+impl Servers {
+    fn facts(self, node: usize) -> NodeFacts {
+        match (self, node % 3) {
+            (Servers::Scripted, _) | (Servers::Mixed, 0) => NodeFacts::default(),
+            (Servers::Mixed, 1) => NodeFacts::new(Server::Redis, Version(7, 0, 15)),
+            (Servers::Mixed, _) | (Servers::Valkey, _) => {
+                NodeFacts::new(Server::Valkey, Version(9, 1, 2))
+            }
+        }
+    }
 }
 
 /// The kinds of lock clients take in a run.
@@ -102,6 +136,7 @@ impl Default for SimConfig {
             clock_jumps: 0,
             clock_jump: Duration::ZERO,
             extend: true,
+            keep_alive: None,
             retry: true,
             hold_share: (0.05, 1.6),
             think: (Duration::ZERO, Duration::from_millis(20)),
@@ -109,6 +144,7 @@ impl Default for SimConfig {
             persistent: false,
             kinds: Kinds::Exclusive,
             notices: true,
+            servers: Servers::Mixed,
         }
     }
 }
@@ -133,10 +169,18 @@ pub const READERS: u64 = u64::MAX;
 #[derive(Debug, Default)]
 pub struct Outcome {
     pub holds: Vec<Hold>,
+    /// Requests the nodes ran as plain commands (the rest ran scripts).
+    pub native_commands: usize,
     pub acquire_failures: usize,
     pub extensions: usize,
     pub failed_extensions: usize,
     pub releases: usize,
+    /// Keep-alive schedules that reached their extension limit.
+    pub limits_reached: usize,
+    /// Locks the keep-alive schedule gave up, by extension limit and by
+    /// failed extension.
+    pub lost_at_limit: usize,
+    pub lost_by_failure: usize,
 }
 
 impl Outcome {
@@ -220,6 +264,7 @@ enum Event {
     /// A release notice (pub/sub message) reaches a client.
     Notice {
         client: usize,
+        node: usize,
     },
     /// A client's timer (stale when `generation` is old).
     Timer {
@@ -275,6 +320,7 @@ struct Node {
     paused: bool,
     waiting: VecDeque<(usize, Request, bool)>,
     store: redis::Store,
+    facts: NodeFacts,
 }
 
 impl Node {
@@ -282,10 +328,17 @@ impl Node {
         now.as_micros() as f64 * (1.0 + self.rate) + self.jump
     }
 
-    /// Runs one script the way Redis would, from the contracts in `scripts`.
-    fn run(&mut self, now: Duration, request: &Request) -> redlock_core::Response {
+    /// Runs one request the way this node's server would: the plain
+    /// command the core picks for it, or the script (from the contracts in
+    /// `scripts`). Returns the reply marked with what was run.
+    fn run(&mut self, now: Duration, request: &Request) -> Reply {
         let clock = self.clock(now);
-        self.store.run(clock, request)
+        let call = request.call(&self.facts);
+        let response = match call {
+            Call::Script(_) => self.store.run(clock, request),
+            Call::Native(native) => self.store.run_native(clock, request, native),
+        };
+        Reply::via(request, call, Ok(response))
     }
 }
 
@@ -307,6 +360,8 @@ enum ClientState {
         holds: Vec<usize>,
         release_at: Duration,
         extension: Option<Extension>,
+        /// The core's keep-alive schedule, when `SimConfig::keep_alive`.
+        schedule: Option<KeepAliveSchedule>,
     },
     Releasing {
         machine: Release,
@@ -364,7 +419,8 @@ impl World {
     fn new(seed: u64, cfg: SimConfig) -> Self {
         let mut rng = StdRng::seed_from_u64(seed);
         let nodes = (0..cfg.nodes)
-            .map(|_| Node {
+            .map(|i| Node {
+                facts: cfg.servers.facts(i),
                 rate: if cfg.clock_rate_bound > 0.0 {
                     rng.random_range(-cfg.clock_rate_bound..=cfg.clock_rate_bound)
                 } else {
@@ -493,9 +549,12 @@ impl World {
                 drop_reply,
             } => self.deliver(client, request, drop_reply),
             Event::Answer { client, reply } => self.on_reply(client, reply),
-            Event::Notice { client } => {
+            Event::Notice { client, node } => {
                 if let ClientState::Acquiring { machine, .. } = &mut self.clients[client].state {
-                    machine.handle_release_notice(self.base + self.now);
+                    machine.handle_notice(
+                        redlock_core::Notice::Released(redlock_core::NodeId(node)),
+                        self.base + self.now,
+                    );
                     self.step(client);
                 }
             }
@@ -573,7 +632,12 @@ impl World {
 
     fn process(&mut self, client: usize, request: Request, drop_reply: bool) {
         let now = self.now;
-        let response = self.nodes[request.node.0].run(now, &request);
+        let reply = self.nodes[request.node.0].run(now, &request);
+        let response = reply
+            .result
+            .clone()
+            .expect("a simulated node always answers");
+        self.outcome.native_commands += usize::from(reply.native.is_some());
         if std::env::var_os("SIM_TRACE").is_some() {
             eprintln!(
                 "{:?} node {} <- client {client} {} {} => {response:?} (drop reply: {drop_reply})",
@@ -583,16 +647,25 @@ impl World {
                 request.value
             );
         }
+        // Only the release script publishes (the core never sends a release
+        // with a notice as a plain command).
         let freed = request.command == redlock_core::Command::Release
+            && reply.native.is_none()
             && response == redlock_core::Response::Int(1);
-        let reply = Reply::to(&request, Ok(response));
         self.answer(client, request.node.0, reply, drop_reply);
         if freed && self.cfg.notices {
             // Every client is subscribed; the message may be lost like any other.
             for other in 0..self.clients.len() {
                 if !self.rng.random_bool(self.cfg.loss) {
                     let at = self.now + self.uniform(self.cfg.latency);
-                    self.push(at, Event::Notice { client: other });
+                    let node = request.node.0;
+                    self.push(
+                        at,
+                        Event::Notice {
+                            client: other,
+                            node,
+                        },
+                    );
                 }
             }
         }
@@ -653,9 +726,16 @@ impl World {
                 return;
             }
             ClientState::Acquiring { machine, .. } => machine.handle_timeout(now),
-            ClientState::Holding { extension, .. } => {
+            ClientState::Holding {
+                extension,
+                schedule,
+                ..
+            } => {
                 if let Some(ext) = extension {
                     ext.handle_timeout(now);
+                }
+                if let Some(schedule) = schedule {
+                    schedule.handle_timeout(now);
                 }
             }
             ClientState::Releasing { machine } => machine.handle_timeout(now),
@@ -785,10 +865,11 @@ impl World {
                 holds,
                 release_at,
                 extension,
+                schedule,
             } => {
                 if let Some(ext) = extension {
                     outgoing.extend(std::iter::from_fn(|| ext.poll_request()));
-                    if let Some(result) = ext.poll_outcome() {
+                    if let Some(result) = ext.poll_event() {
                         match result {
                             Ok(extended) => {
                                 lock.apply(&extended);
@@ -797,15 +878,50 @@ impl World {
                                 for &hold in holds.iter() {
                                     self.outcome.holds[hold].end = end;
                                 }
+                                if let Some(schedule) = schedule {
+                                    schedule.handle_extended(&extended, now_instant);
+                                }
                             }
-                            Err(_) => self.outcome.failed_extensions += 1,
+                            Err(error) => {
+                                self.outcome.failed_extensions += 1;
+                                if let Some(schedule) = schedule {
+                                    schedule.handle_failed(error, now_instant);
+                                }
+                            }
                         }
                         *extension = None;
                     }
                 }
+                // The keep-alive decides when to extend; the holder stops
+                // its work the moment it reports the lock lost.
+                let mut lost = false;
+                while let Some(event) = schedule.as_mut().and_then(KeepAliveSchedule::poll_event) {
+                    let schedule = schedule.as_mut().expect("an event came from it");
+                    match event {
+                        KeepAliveEvent::Extend { ttl } => match lock.extend(ttl, now_instant) {
+                            Ok(mut ext) => {
+                                outgoing.extend(std::iter::from_fn(|| ext.poll_request()));
+                                *extension = Some(ext);
+                            }
+                            Err(error) => {
+                                self.outcome.failed_extensions += 1;
+                                schedule.handle_failed(error, now_instant);
+                            }
+                        },
+                        KeepAliveEvent::LimitReached { .. } => self.outcome.limits_reached += 1,
+                        KeepAliveEvent::Lost(LossReason::ExtensionLimit { .. }) => {
+                            self.outcome.lost_at_limit += 1;
+                            lost = true;
+                        }
+                        KeepAliveEvent::Lost(_) => {
+                            self.outcome.lost_by_failure += 1;
+                            lost = true;
+                        }
+                    }
+                }
                 let release_at_instant = self.base + *release_at;
                 let valid_until = lock.valid_until();
-                if now_instant >= release_at_instant || now_instant >= valid_until {
+                if now_instant >= release_at_instant || now_instant >= valid_until || lost {
                     // Done with the work, or the lock ran out: stop and release.
                     for &hold in holds.iter() {
                         let hold_end = &mut self.outcome.holds[hold].end;
@@ -814,7 +930,7 @@ impl World {
                     self.outcome.releases += 1;
                     next = Next::Release(lock.release(now_instant));
                 } else {
-                    if extension.is_none() && self.cfg.extend {
+                    if extension.is_none() && schedule.is_none() && self.cfg.extend {
                         let left = lock.validity(now_instant);
                         if left <= lock.ttl().as_duration() / 2 {
                             let ttl = lock.ttl();
@@ -830,6 +946,8 @@ impl World {
                     let mut wake = release_at_instant.min(valid_until);
                     if let Some(ext) = extension {
                         wake = wake.min(ext.poll_timeout().unwrap_or(wake));
+                    } else if let Some(schedule) = schedule {
+                        wake = wake.min(schedule.poll_timeout().unwrap_or(wake));
                     } else if self.cfg.extend {
                         // Wake when half the TTL of validity is left, to extend.
                         let half = lock.ttl().as_duration() / 2;
@@ -844,7 +962,7 @@ impl World {
             }
             ClientState::Releasing { machine } => {
                 outgoing.extend(std::iter::from_fn(|| machine.poll_request()));
-                next = match machine.poll_outcome() {
+                next = match machine.poll_event() {
                     Some(_) => Next::Idle { failed: false },
                     None => Next::Stay(machine.poll_timeout()),
                 };
@@ -882,11 +1000,16 @@ impl World {
                     .rng
                     .random_range(self.cfg.hold_share.0..=self.cfg.hold_share.1);
                 let release_at = self.now + self.cfg.ttl.mul_f64(share);
+                let schedule = self
+                    .cfg
+                    .keep_alive
+                    .map(|options| KeepAliveSchedule::new(&lock, options));
                 self.clients[client].state = ClientState::Holding {
                     lock,
                     holds,
                     release_at,
                     extension: None,
+                    schedule,
                 };
                 self.step(client);
             }

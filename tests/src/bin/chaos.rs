@@ -104,6 +104,18 @@ fn main() -> ExitCode {
         if mode == Mode::Ci { "CI" } else { "full" },
         options.out_dir.display()
     );
+    // The process part's masters and the protected resource run this binary
+    // (REDLOCK_SERVER_BIN); the compose part runs its image's server.
+    println!("chaos: local servers: {}", redlock_tests::server());
+    if let Some(mix) = std::env::var_os(redlock_tests::chaos::masters::MIX_SERVER_ENV)
+        .filter(|bin| !bin.is_empty())
+    {
+        println!(
+            "chaos: local masters 1, 3, ... run {} instead ({})",
+            std::path::Path::new(&mix).display(),
+            redlock_tests::chaos::masters::MIX_SERVER_ENV
+        );
+    }
     let started = Instant::now();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

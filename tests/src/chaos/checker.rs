@@ -437,9 +437,13 @@ pub fn liveness(
                 records
                     .holds
                     .iter()
+                    // A round that started while the majority was down and
+                    // was decided before the faults were undone (they are
+                    // undone after the window's end is taken). A round
+                    // still open then may count the answers of healed nodes.
                     .filter(|h| {
                         h.round_started_ns > window.start_ns + FAULT_EFFECT_NS
-                            && h.round_started_ns <= window.end_ns
+                            && h.granted_ns <= window.end_ns
                     })
                     .count()
             };
@@ -671,8 +675,8 @@ mod tests {
         assert_eq!(stalled[1].probe_max_all_ms, 30.0);
         assert_eq!(stalled[1].stalled_ms, 10.0);
         assert_eq!(stalled[1].verdict(29.0), Verdict::Held);
-        // A round that started inside the window won: a lock without a
-        // majority, however late or early it was granted.
+        // A round that started inside the window won before the faults
+        // were undone: a lock without a majority.
         let mut impossible = hold(0, 0, "k", 3_900 * ms, 3_950 * ms);
         impossible.round_started_ns = 3_010 * ms;
         let late = Records {
@@ -682,6 +686,18 @@ mod tests {
         let report = &liveness(&windows, &late, &probes, &[])[1];
         assert_eq!(report.grants_without_majority, 1);
         assert_eq!(report.verdict(250.0), Verdict::Failed);
+        // One still open when the faults were undone may have counted the
+        // healed nodes: not judged, however close to the end it started.
+        let mut healed = hold(0, 0, "k", 4_020 * ms, 4_100 * ms);
+        healed.round_started_ns = 3_999 * ms;
+        let healed = Records {
+            holds: vec![healed],
+            ..Records::default()
+        };
+        assert_eq!(
+            liveness(&windows, &healed, &probes, &[])[1].grants_without_majority,
+            0
+        );
         // A probe granted with a majority down fails the window too.
         let granted_probe = vec![probe(3_100 * ms, 3_110 * ms, Outcome::Granted)];
         assert_eq!(

@@ -10,6 +10,10 @@ use std::time::{Duration, Instant};
 use super::docker::Container;
 use crate::{NodeOptions, RedisCluster, RedisNode};
 
+/// The variable naming a second server binary for every second local
+/// master (for example Valkey next to Redis).
+pub const MIX_SERVER_ENV: &str = "REDLOCK_MIX_SERVER_BIN";
+
 /// How long a restarted master may take to answer `PING`.
 const READY_TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -29,9 +33,14 @@ pub enum Masters {
 
 impl Masters {
     /// Starts `n` local masters; the first `shifted` of them get `env` (the
-    /// clock-shift library).
+    /// clock-shift library). With [`MIX_SERVER_ENV`] set, every second
+    /// master (1, 3, ...) runs that binary instead: old and new servers in
+    /// one quorum (Redis 7 takes `SET NX PX GET`, Valkey 9 also `DELIFEQ`).
     pub fn local(n: usize, shifted: usize, env: Vec<(String, String)>) -> Self {
-        if shifted == 0 {
+        let mix = std::env::var_os(MIX_SERVER_ENV)
+            .filter(|bin| !bin.is_empty())
+            .map(|bin| std::path::absolute(&bin).unwrap_or_else(|_| bin.into()));
+        if shifted == 0 && mix.is_none() {
             return Masters::Local(RedisCluster::start(n));
         }
         // Nodes start in parallel; the shifted ones with their environment.
@@ -40,6 +49,7 @@ impl Masters {
                 .map(|i| {
                     let options = NodeOptions {
                         env: if i < shifted { env.clone() } else { vec![] },
+                        bin: mix.clone().filter(|_| i % 2 == 1),
                         ..NodeOptions::default()
                     };
                     scope.spawn(move || RedisNode::start_with(options))

@@ -1,4 +1,5 @@
-//! One real `redis-server` process and a small synchronous client for assertions.
+//! One real server process (`redis-server` or `valkey-server`) and a small
+//! synchronous client for assertions.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -14,7 +15,8 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use redis::{Cmd, FromRedisValue, IntoConnectionInfo, RedisResult, ToRedisArgs, Value};
 
-use super::process::{self, LOG_FILE, REDIS_SERVER_ENV};
+use super::process::{self, LOG_FILE};
+use super::server;
 
 /// How long a server may take to answer its first request before the start
 /// counts as failed.
@@ -37,7 +39,7 @@ pub struct NodeOptions {
     /// node authenticates with it automatically; [`RedisNode::url`] does not
     /// contain it (use [`RedisNode::url_with_password`]).
     pub password: Option<String>,
-    /// Extra `redis-server` arguments, appended after the harness's own, so
+    /// Extra server arguments, appended after the harness's own, so
     /// they override them (for example `["--appendonly", "yes"]`).
     pub extra_args: Vec<String>,
     /// Extra environment variables of the server process, on top of the
@@ -47,6 +49,9 @@ pub struct NodeOptions {
     /// Also listen for TLS, on a second port ([`RedisNode::tls_port`]).
     /// The plain port stays open for the assertion client.
     pub tls: Option<TlsOptions>,
+    /// Run this server binary instead of the one every other node runs
+    /// ([`server`](crate::server)): for clusters of Redis and Valkey mixed.
+    pub bin: Option<PathBuf>,
 }
 
 /// TLS settings of a [`RedisNode`] (see [`TestCerts`](crate::TestCerts)).
@@ -62,7 +67,8 @@ pub struct TlsOptions {
     pub auth_clients: bool,
 }
 
-/// A `redis-server` process on a free loopback port, killed when dropped.
+/// A server process (`redis-server` or `valkey-server`, see
+/// [`server`](crate::server())) on a free loopback port, killed when dropped.
 ///
 /// The server listens on `127.0.0.1` only, with no persistence
 /// (`--save "" --appendonly no`) and its own data dir under
@@ -89,7 +95,7 @@ impl RedisNode {
     /// Starts a server with default [`NodeOptions`].
     ///
     /// # Panics
-    /// If `redis-server` cannot be run or does not answer within
+    /// If the server binary cannot be run or does not answer within
     /// [`STARTUP_TIMEOUT`].
     pub fn start() -> Self {
         Self::start_with(NodeOptions::default())
@@ -102,7 +108,7 @@ impl RedisNode {
     /// is then retried on another port.
     ///
     /// # Panics
-    /// If `redis-server` cannot be run, exits during startup for a reason
+    /// If the server binary cannot be run, exits during startup for a reason
     /// other than a taken port, or does not answer within [`STARTUP_TIMEOUT`].
     pub fn start_with(options: NodeOptions) -> Self {
         let dir = process::new_data_dir();
@@ -128,7 +134,8 @@ impl RedisNode {
         }
         let _ = fs::remove_dir_all(&dir);
         panic!(
-            "redis-server: every one of {START_ATTEMPTS} free ports was taken before it could bind"
+            "{}: every one of {START_ATTEMPTS} free ports was taken before it could bind",
+            server::server_bin().display()
         );
     }
 
@@ -440,12 +447,6 @@ fn free_port() -> u16 {
         .unwrap_or_else(|err| panic!("cannot bind a loopback port: {err}"))
 }
 
-fn redis_server_bin() -> PathBuf {
-    std::env::var_os(REDIS_SERVER_ENV)
-        .filter(|bin| !bin.is_empty())
-        .map_or_else(|| PathBuf::from("redis-server"), PathBuf::from)
-}
-
 /// Spawns a server on `port` (and `tls_port`) in `dir` and waits until it
 /// answers as itself, with its data set loaded.
 fn launch(
@@ -454,7 +455,7 @@ fn launch(
     dir: &Path,
     options: &NodeOptions,
 ) -> Result<Child, LaunchError> {
-    let bin = redis_server_bin();
+    let bin = options.bin.clone().unwrap_or_else(server::server_bin);
     let mut command = Command::new(&bin);
     command
         .current_dir(dir)
@@ -491,16 +492,9 @@ fn launch(
         .stdout(Stdio::null())
         .stderr(Stdio::null());
 
-    let mut child = command.spawn().map_err(|err| {
-        LaunchError::Failed(if err.kind() == io::ErrorKind::NotFound {
-            format!(
-                "{} not found: run scripts/ensure-deps.sh (or `make test`), or set {REDIS_SERVER_ENV}",
-                bin.display()
-            )
-        } else {
-            format!("cannot run {}: {err}", bin.display())
-        })
-    })?;
+    let mut child = command
+        .spawn()
+        .map_err(|err| LaunchError::Failed(server::cannot_run(&bin, &err)))?;
     process::write_pid_file(dir, child.id());
 
     let deadline = Instant::now() + STARTUP_TIMEOUT;
@@ -513,7 +507,8 @@ fn launch(
                 return Err(LaunchError::PortTaken);
             }
             return Err(LaunchError::Failed(format!(
-                "redis-server on port {port} exited during startup ({status}); log {}:\n{log}",
+                "{} on port {port} exited during startup ({status}); log {}:\n{log}",
+                bin.display(),
                 dir.join(LOG_FILE).display()
             )));
         }
@@ -530,7 +525,8 @@ fn launch(
             let _ = child.wait();
             process::remove_pid_file(dir);
             return Err(LaunchError::Failed(format!(
-                "redis-server on port {port} did not answer within {STARTUP_TIMEOUT:?}; log {}:\n{}",
+                "{} on port {port} did not answer within {STARTUP_TIMEOUT:?}; log {}:\n{}",
+                bin.display(),
                 dir.join(LOG_FILE).display(),
                 process::log_tail(dir, 2000)
             )));

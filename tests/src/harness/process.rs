@@ -1,10 +1,11 @@
 //! Where harness servers live on disk, and how leftovers are recognised.
 //!
-//! Every `redis-server` the harness starts runs with its working directory set to
-//! its own data dir `<harness root>/<test pid>-<n>/`, which holds a `redis.pid`
+//! Every server the harness starts runs with its working directory set to its
+//! own data dir `<harness root>/<test pid>-<n>/`, which holds a `redis.pid`
 //! file. A process is treated as a harness server only when its `comm` is
-//! `redis-server` *and* its working directory is that data dir, so a recycled pid
-//! or an unrelated Redis on the machine is never signalled.
+//! `redis-server` or `valkey-server` (or the name of the configured binary)
+//! *and* its working directory is that data dir, so a recycled pid or an
+//! unrelated server on the machine is never signalled.
 
 use std::env;
 use std::fs;
@@ -18,15 +19,13 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{self, Signal};
 use nix::unistd::Pid;
 
+use super::server;
+
 /// Environment variable that overrides the harness root directory.
 ///
 /// `make test` sets it to `$CARGO_TARGET_DIR/redis-harness` (or
 /// `target/redis-harness`) so that its cleanup step looks in the same place.
 pub const HARNESS_DIR_ENV: &str = "REDLOCK_HARNESS_DIR";
-
-/// Environment variable naming the `redis-server` binary (default: `redis-server`
-/// from `PATH`).
-pub const REDIS_SERVER_ENV: &str = "REDIS_SERVER_BIN";
 
 /// Name of the pid file written into every data dir.
 pub(crate) const PID_FILE: &str = "redis.pid";
@@ -171,10 +170,11 @@ pub(crate) fn wait_for_stopped_state(pid: u32, stopped: bool) {
     }
 }
 
-/// True if `pid` is a `redis-server` whose working directory is `dir`.
+/// True if `pid` is a server (`redis-server`, `valkey-server`) whose working
+/// directory is `dir`.
 fn is_harness_server(pid: u32, dir: &Path) -> bool {
     let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-    if comm.trim_end() != "redis-server" {
+    if !server::is_server_name(comm.trim_end()) {
         return false;
     }
     let Ok(cwd) = fs::read_link(format!("/proc/{pid}/cwd")) else {

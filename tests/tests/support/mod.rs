@@ -86,3 +86,30 @@ pub(crate) fn closed_port() -> u16 {
 pub(crate) fn name(node: &RedisNode) -> String {
     format!("127.0.0.1:{}/0", node.port())
 }
+
+/// Whether the test server takes `SET key value NX PX ttl GET` (Redis >= 7,
+/// every Valkey): then an exclusive acquire is that one plain command.
+pub(crate) fn native_acquire() -> bool {
+    let major: u32 = redlock_tests::server()
+        .version()
+        .split('.')
+        .next()
+        .and_then(|major| major.parse().ok())
+        .unwrap_or(0);
+    match redlock_tests::server().kind() {
+        redlock_tests::ServerKind::Redis => major >= 7,
+        redlock_tests::ServerKind::Valkey => true,
+        _ => false,
+    }
+}
+
+/// Whether the test server has `DELIFEQ` (Valkey >= 9).
+pub(crate) fn native_delifeq() -> bool {
+    redlock_tests::server().kind() == redlock_tests::ServerKind::Valkey
+        && redlock_tests::server()
+            .version()
+            .split('.')
+            .next()
+            .and_then(|major| major.parse::<u32>().ok())
+            .is_some_and(|major| major >= 9)
+}

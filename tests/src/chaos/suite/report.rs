@@ -11,6 +11,7 @@ use crate::chaos::checker::{Analysis, Verdict, WindowReport};
 pub fn render(report: &Report, options: &Options, wall: Duration) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "\n=== chaos report (seed {}) ===", options.seed);
+    let _ = writeln!(out, "local servers: {}", crate::server());
     let _ = writeln!(
         out,
         "{:<26} {:>7} {:>8} {:>6} {:>8} {:>8} {:>8} {:>6} {:>7}",

@@ -1,0 +1,296 @@
+//! The keep-alive schedule: when to extend a held lock, and when it is lost.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::{ExtendError, Extended, Lock, Settings, Ttl};
+
+/// The shortest pause before retrying an extension that found no quorum.
+const MIN_RETRY_PAUSE: Duration = Duration::from_millis(10);
+
+/// How a kept-alive lock is extended: the options of a [`KeepAliveSchedule`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct KeepAlive {
+    /// Extend when the validity left drops to this share of the TTL.
+    /// Default 0.5: a 10 s lock is extended about every 5 s. Values are
+    /// clamped to `[0.05, 0.95]`; the lead is also at least two per-node
+    /// timeouts, so an extension has time to finish.
+    pub extend_when_left: f64,
+    /// Stop extending after this many extensions; the lock is then lost
+    /// when its validity runs out ([`LossReason::ExtensionLimit`]).
+    /// Default `None`: extend until released.
+    pub max_extensions: Option<u64>,
+}
+
+impl Default for KeepAlive {
+    fn default() -> Self {
+        Self {
+            extend_when_left: 0.5,
+            max_extensions: None,
+        }
+    }
+}
+
+/// Why a kept-alive lock was lost.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LossReason {
+    /// An extension failed: another owner holds the key on a majority, our
+    /// value was released (or lost) on a majority, the validity ran out before an extension could count (a slow or paused
+    /// client), or too few nodes answered until the validity ran out.
+    #[error("{0}")]
+    ExtendFailed(ExtendError),
+    /// The configured number of extensions was reached and the validity then
+    /// ran out.
+    #[error("the validity ran out after the maximum of {extensions} extension(s)")]
+    ExtensionLimit {
+        /// Extensions made.
+        extensions: u64,
+    },
+}
+
+/// What a [`KeepAliveSchedule`] asks of its driver.
+#[derive(Clone, Debug, PartialEq)]
+pub enum KeepAliveEvent {
+    /// Extend the lock to `ttl` now ([`Lock::extend`]), drive the extension,
+    /// and feed its result to [`KeepAliveSchedule::handle_extended`] or
+    /// [`KeepAliveSchedule::handle_failed`].
+    Extend {
+        /// The TTL to extend to: the lock's own.
+        ttl: Ttl,
+    },
+    /// The extension limit is reached: no more extensions; the lock is lost
+    /// when its validity ends ([`LossReason::ExtensionLimit`]).
+    LimitReached {
+        /// Extensions made.
+        extensions: u64,
+    },
+    /// The lock can no longer be counted on; the schedule is over.
+    Lost(LossReason),
+}
+
+#[derive(Clone, Debug)]
+enum State {
+    /// Waiting to start the next extension at this instant.
+    Due(Instant),
+    /// An extension is running; its result comes through `handle_*`.
+    Extending,
+    /// No more extensions: at the end of the validity, the lock is lost
+    /// for this reason.
+    Ending(LossReason),
+    /// Lost; nothing more to do.
+    Done,
+}
+
+/// When to extend a held lock, retry a failed extension, or give it up.
+///
+/// The schedule holds no lock and sends nothing: it tells its driver when to
+/// run an extension ([`Lock::extend`], driven like any round) and decides
+/// from each result what comes next:
+///
+/// - An extension starts when the validity left drops to
+///   [`KeepAlive::extend_when_left`] of the TTL, but never later than two
+///   per-node timeouts before the validity ends (so the round has time to
+///   finish) and never earlier than 90% into a fresh validity (so large
+///   leads cannot make it spin).
+/// - An extension that failed only because too few nodes answered
+///   ([`ExtendError::NoQuorum`]: nothing is known to be gone) is retried
+///   after a per-node timeout (at least 10 ms) while validity is left; the
+///   loss is reported when the validity ends. Any other failure is a loss
+///   at once.
+/// - After [`KeepAlive::max_extensions`], nothing is extended; the lock is
+///   lost when its validity ends.
+///
+/// # Calling order
+///
+/// 1. Drain [`poll_event`](Self::poll_event). On
+///    [`KeepAliveEvent::Extend`], run the extension and feed its result to
+///    [`handle_extended`](Self::handle_extended) (after [`Lock::apply`]) or
+///    [`handle_failed`](Self::handle_failed) (also when `Lock::extend`
+///    itself refused); on [`KeepAliveEvent::Lost`], stop.
+/// 2. Otherwise wait until [`poll_timeout`](Self::poll_timeout) (`None`
+///    while an extension runs) and call
+///    [`handle_timeout`](Self::handle_timeout), then go back to 1.
+///
+/// ```
+/// # use std::{sync::Arc, time::{Duration, Instant}};
+/// # use rand::{SeedableRng, rngs::StdRng};
+/// # use redlock_core::*;
+/// # let settings = Arc::new(Config::new(["n1"]).validate()?);
+/// # let t0 = Instant::now();
+/// # let mut acquire = Acquisition::new(settings.clone(), b"job", settings.default_ttl(),
+/// #     Attempts::Once, t0, StdRng::seed_from_u64(1));
+/// # let request = acquire.poll_request().unwrap();
+/// # acquire.handle_reply(Reply::to(&request, Ok(Response::Int(1))), t0);
+/// # let Some(AcquireEvent::Acquired(mut lock)) = acquire.poll_event() else { panic!() };
+/// let mut schedule = KeepAliveSchedule::new(&lock, KeepAlive::default());
+/// assert_eq!(schedule.poll_event(), None);
+/// // A 10 s lock is extended when about 5 s of validity are left.
+/// let due = schedule.poll_timeout().unwrap();
+/// assert!(lock.valid_until() - due == Duration::from_secs(5));
+/// schedule.handle_timeout(due);
+/// let Some(KeepAliveEvent::Extend { ttl }) = schedule.poll_event() else { panic!() };
+/// let mut extension = lock.extend(ttl, due).expect("validity is left");
+/// let request = extension.poll_request().unwrap();
+/// extension.handle_reply(Reply::to(&request, Ok(Response::Int(1))), due);
+/// let extended = extension.poll_event().unwrap().expect("extended");
+/// lock.apply(&extended);
+/// schedule.handle_extended(&extended, due);
+/// assert!(schedule.poll_timeout().unwrap() > due + Duration::from_secs(4));
+/// # Ok::<(), ConfigError>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct KeepAliveSchedule {
+    settings: Arc<Settings>,
+    share: f64,
+    max_extensions: Option<u64>,
+    ttl: Ttl,
+    valid_until: Instant,
+    extensions: u64,
+    state: State,
+    events: VecDeque<KeepAliveEvent>,
+}
+
+impl KeepAliveSchedule {
+    /// The schedule for `lock` as it stands (its TTL, validity and the
+    /// extensions it has had, which count towards the limit).
+    pub fn new(lock: &Lock, options: KeepAlive) -> Self {
+        let share = if options.extend_when_left.is_finite() {
+            options.extend_when_left.clamp(0.05, 0.95)
+        } else {
+            KeepAlive::default().extend_when_left
+        };
+        let mut schedule = Self {
+            settings: lock.settings().clone(),
+            share,
+            max_extensions: options.max_extensions,
+            ttl: lock.ttl(),
+            valid_until: lock.valid_until(),
+            extensions: lock.extensions(),
+            state: State::Done,
+            events: VecDeque::new(),
+        };
+        schedule.plan();
+        schedule
+    }
+
+    /// Successful extensions of the lock so far, including those before the
+    /// schedule started.
+    pub fn extensions(&self) -> u64 {
+        self.extensions
+    }
+
+    /// The end of the lock's validity, as the last extension left it.
+    pub fn valid_until(&self) -> Instant {
+        self.valid_until
+    }
+
+    /// Whether the schedule is over (the lock was lost).
+    pub fn is_done(&self) -> bool {
+        matches!(self.state, State::Done)
+    }
+
+    /// The next thing to do, if any.
+    pub fn poll_event(&mut self) -> Option<KeepAliveEvent> {
+        self.events.pop_front()
+    }
+
+    /// When to call [`handle_timeout`](Self::handle_timeout): when the next
+    /// extension is due, or when the validity of a lock that is no longer
+    /// extended ends. `None` while an extension runs and once done.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        match self.state {
+            State::Due(at) => Some(at),
+            State::Ending(_) => Some(self.valid_until),
+            State::Extending | State::Done => None,
+        }
+    }
+
+    /// Advances time: starts an extension that is due, or reports the loss
+    /// of a lock whose validity ended.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        match &self.state {
+            State::Due(at) if now >= *at => {
+                self.state = State::Extending;
+                self.events
+                    .push_back(KeepAliveEvent::Extend { ttl: self.ttl });
+            }
+            State::Ending(reason) if now >= self.valid_until => {
+                let reason = reason.clone();
+                self.lose(reason);
+            }
+            _ => {}
+        }
+    }
+
+    /// Feeds a successful extension (already applied to the lock): plans the
+    /// next one.
+    pub fn handle_extended(&mut self, extended: &Extended, now: Instant) {
+        if !matches!(self.state, State::Extending) {
+            return;
+        }
+        self.ttl = extended.ttl;
+        self.valid_until = extended.valid_until;
+        self.extensions += 1;
+        self.plan();
+        self.handle_timeout(now);
+    }
+
+    /// Feeds a failed extension: retried later while validity is left if it
+    /// only lacked answers, otherwise the lock is lost.
+    pub fn handle_failed(&mut self, error: ExtendError, now: Instant) {
+        if !matches!(self.state, State::Extending) {
+            return;
+        }
+        if !matches!(error, ExtendError::NoQuorum { .. }) {
+            self.lose(LossReason::ExtendFailed(error));
+            return;
+        }
+        let pause = self.node_timeout().max(MIN_RETRY_PAUSE);
+        let retry_at = now + pause;
+        self.state = if retry_at < self.valid_until {
+            State::Due(retry_at)
+        } else {
+            // No time for another round: the lock stands, unconfirmed,
+            // until its validity ends.
+            State::Ending(LossReason::ExtendFailed(error))
+        };
+        self.handle_timeout(now);
+    }
+
+    fn node_timeout(&self) -> Duration {
+        self.settings.node_timeout_for(self.ttl)
+    }
+
+    /// Plans the next extension after the lock's last (re)start.
+    fn plan(&mut self) {
+        if let Some(max) = self.max_extensions
+            && self.extensions >= max
+        {
+            let extensions = self.extensions;
+            self.events
+                .push_back(KeepAliveEvent::LimitReached { extensions });
+            self.state = State::Ending(LossReason::ExtensionLimit { extensions });
+            return;
+        }
+        let ttl = self.ttl.as_duration();
+        // A freshly extended lock is valid for `span`; extending no later
+        // than 90% into it keeps the schedule from spinning with large leads.
+        let span = ttl.saturating_sub(self.settings.drift(self.ttl));
+        let lead = ttl
+            .mul_f64(self.share)
+            .max(self.node_timeout() * 2)
+            .min(span.mul_f64(0.9));
+        let due = self
+            .valid_until
+            .checked_sub(lead)
+            .unwrap_or(self.valid_until);
+        self.state = State::Due(due);
+    }
+
+    fn lose(&mut self, reason: LossReason) {
+        self.state = State::Done;
+        self.events.push_back(KeepAliveEvent::Lost(reason));
+    }
+}

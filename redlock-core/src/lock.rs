@@ -1,0 +1,106 @@
+//! A held lock: its keys, value and validity, as the core sees it.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::quorum::remaining;
+use crate::{Key, LockKind, LockValue, RoundId, Settings, Ttl, Votes};
+
+/// A lock held on a quorum of nodes, as the core sees it: no I/O, just the key,
+/// our value and how long the lock stays valid.
+///
+/// Made by an [`Acquisition`](crate::Acquisition). Extend it with [`Lock::extend`] and release it
+/// with [`Lock::release`], each a state machine driven like the acquisition.
+#[derive(Debug, Clone)]
+pub struct Lock {
+    pub(crate) settings: Arc<Settings>,
+    pub(crate) keys: Arc<[Key]>,
+    pub(crate) kind: LockKind,
+    pub(crate) value: LockValue,
+    pub(crate) ttl: Ttl,
+    pub(crate) acquired_at: Instant,
+    pub(crate) valid_until: Instant,
+    pub(crate) votes: Votes,
+    pub(crate) fencing_token: Option<u64>,
+    pub(crate) next_round: u64,
+    pub(crate) extensions: u64,
+}
+
+impl Lock {
+    /// The locked key (the first one, for a multi-resource lock).
+    pub fn key(&self) -> &Key {
+        &self.keys[0]
+    }
+
+    /// Every key the lock's scripts use: the locked keys, then helper keys
+    /// (fencing counter, readers, writer-waiting mark).
+    pub fn keys(&self) -> &Arc<[Key]> {
+        &self.keys
+    }
+
+    /// The kind of lock.
+    pub fn kind(&self) -> &LockKind {
+        &self.kind
+    }
+
+    /// Our value on the nodes.
+    pub fn value(&self) -> &LockValue {
+        &self.value
+    }
+
+    /// The TTL of the last successful acquire or extend.
+    pub fn ttl(&self) -> Ttl {
+        self.ttl
+    }
+
+    /// The start of the round that acquired the lock.
+    pub fn acquired_at(&self) -> Instant {
+        self.acquired_at
+    }
+
+    /// The instant the validity ends: start of the last successful round plus
+    /// TTL minus drift.
+    pub fn valid_until(&self) -> Instant {
+        self.valid_until
+    }
+
+    /// Validity left at `now`; zero once expired. Never more than the truth as
+    /// far as this client's clock can tell.
+    pub fn validity(&self, now: Instant) -> Duration {
+        remaining(self.valid_until, now).unwrap_or_default()
+    }
+
+    /// Whether any validity is left at `now`.
+    pub fn is_valid(&self, now: Instant) -> bool {
+        remaining(self.valid_until, now).is_some()
+    }
+
+    /// The votes of the acquiring round.
+    pub fn votes(&self) -> &Votes {
+        &self.votes
+    }
+
+    /// The fencing token, for a lock acquired with
+    /// [`Acquisition::fenced`](crate::Acquisition::fenced): larger than the token of every earlier holder
+    /// of this resource. Pass it to the protected resource with every write
+    /// (see [`scripts::CHECK_TOKEN`](crate::scripts::CHECK_TOKEN)).
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.fencing_token
+    }
+
+    /// Successful extensions so far.
+    pub fn extensions(&self) -> u64 {
+        self.extensions
+    }
+
+    /// The settings this lock was taken with.
+    pub fn settings(&self) -> &Arc<Settings> {
+        &self.settings
+    }
+
+    pub(crate) fn next_round(&mut self) -> RoundId {
+        // Starts at a random id drawn at acquisition, like round ids.
+        self.next_round = self.next_round.wrapping_add(1);
+        RoundId(self.next_round)
+    }
+}

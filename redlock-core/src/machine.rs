@@ -1,0 +1,111 @@
+//! The one surface of every state machine in the core.
+
+use std::time::Instant;
+
+use crate::{Key, NodeId, Reply, Request};
+
+/// What every state machine of the core ([`Acquisition`](crate::Acquisition),
+/// [`Extension`](crate::Extension), [`Release`](crate::Release)) offers its
+/// driver: inputs `handle_*`, each with the time, and outputs `poll_*`.
+///
+/// # Calling order
+///
+/// A driver runs any machine with one loop:
+///
+/// 1. Drain [`poll_request`](Self::poll_request) and send every request at
+///    once, in the order given (one node's requests must reach it in that
+///    order: a withdraw before the next attempt, a release after the extend
+///    it undoes).
+/// 2. Drain [`poll_listen`](Self::poll_listen) and start listening for release
+///    notices on those channels, if the driver can.
+/// 3. Drain [`poll_event`](Self::poll_event). Once [`is_done`](Self::is_done),
+///    the last event drained was the final one: stop (requests still in
+///    flight may complete in the background; late answers change nothing).
+/// 4. Wait for whichever comes first: a node's answer
+///    ([`handle_reply`](Self::handle_reply)), the instant of
+///    [`poll_timeout`](Self::poll_timeout)
+///    ([`handle_timeout`](Self::handle_timeout)), or a release notice
+///    ([`handle_notice`](Self::handle_notice)). Then go to 1.
+///
+/// A driver that stops before the end (a cancelled future) calls
+/// [`abandon`](Self::abandon) and sends the requests it queues.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::{Duration, Instant};
+/// use rand::{SeedableRng, rngs::StdRng};
+/// use redlock_core::{Acquisition, Attempts, Config, Machine, Reply, Response};
+///
+/// let settings = Arc::new(Config::new(["a", "b", "c"]).validate().unwrap());
+/// let start = Instant::now();
+/// let mut machine = Acquisition::new(
+///     settings.clone(), b"report", settings.default_ttl(), Attempts::Once, start,
+///     StdRng::seed_from_u64(1),
+/// );
+/// // Every node says yes at once, here.
+/// let now = start + Duration::from_millis(1);
+/// let answer = |request| Reply::to(&request, Ok(Response::Int(1)));
+/// let mut last = None;
+/// while !machine.is_done() {
+///     for request in std::iter::from_fn(|| machine.poll_request()).collect::<Vec<_>>() {
+///         machine.handle_reply(answer(request), now);
+///     }
+///     while let Some(event) = machine.poll_event() {
+///         last = Some(event);
+///     }
+/// }
+/// assert!(matches!(last, Some(redlock_core::AcquireEvent::Acquired(_))));
+/// ```
+pub trait Machine {
+    /// What the machine reports.
+    type Event;
+
+    /// The next request to send, if any.
+    fn poll_request(&mut self) -> Option<Request>;
+
+    /// The next event, if any.
+    fn poll_event(&mut self) -> Option<Self::Event>;
+
+    /// When [`handle_timeout`](Self::handle_timeout) is due next; `None` once
+    /// done.
+    fn poll_timeout(&self) -> Option<Instant>;
+
+    /// Release channels to listen on from now on (see
+    /// [`Settings::release_channel`](crate::Settings::release_channel)); at
+    /// most once per machine. Only a waiting acquisition asks.
+    fn poll_listen(&mut self) -> Option<Vec<Key>> {
+        None
+    }
+
+    /// Feeds one node's answer. Answers of other rounds, of unknown nodes or
+    /// of nodes that already answered are ignored.
+    fn handle_reply(&mut self, reply: Reply, now: Instant);
+
+    /// Advances time to `now`.
+    fn handle_timeout(&mut self, now: Instant);
+
+    /// Feeds a release notice that arrived at `now`. Only an acquisition
+    /// uses them.
+    fn handle_notice(&mut self, notice: Notice, now: Instant) {
+        let _ = (notice, now);
+    }
+
+    /// True once the final event is queued.
+    fn is_done(&self) -> bool;
+
+    /// The driver stops before the end: queue whatever must be undone (an
+    /// acquisition releases the attempt in flight). No event follows.
+    fn abandon(&mut self, now: Instant) {
+        let _ = now;
+    }
+}
+
+/// A release notice, for [`Machine::handle_notice`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Notice {
+    /// A node announced that a lock on one of the channels was released.
+    Released(NodeId),
+    /// The channels became subscribed (first, or again after a lost
+    /// connection): a release before this instant may not have been heard.
+    Subscribed,
+}

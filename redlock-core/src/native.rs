@@ -1,0 +1,257 @@
+//! What each node's server can do, and the one place that picks a plain
+//! command over a script for a request.
+//!
+//! Newer servers have single commands for some of the scripts' jobs. A plain
+//! command costs the server a fraction of a script call (Valkey 9.1.2, by
+//! `INFO commandstats`: 0.29 us per `DELIFEQ` against 2.96 us per `EVALSHA`
+//! of [`scripts::RELEASE`](crate::scripts::RELEASE)), and needs no script
+//! cache. The adapter reads a node's facts once per connection
+//! ([`NodeFacts::from_info`] on its `INFO server`, again after every
+//! reconnect, since the server may have been upgraded or replaced) and asks
+//! [`Request::call`] what to send; the core decides, and reads the reply
+//! knowing what was sent ([`Reply::via`]).
+//!
+//! | request | native form | where |
+//! |---|---|---|
+//! | exclusive acquire | `SET key value NX PX ttl GET` | Redis >= 7.0, Valkey |
+//! | withdraw (no notice) | `DELIFEQ key value` | Valkey >= 9.0 |
+//!
+//! Everything else stays a script:
+//! - a release that frees a lock must publish a notice only when it deleted
+//!   our value, which no plain command does in one step (with notices off,
+//!   [`Settings::release_command`](crate::Settings::release_command) is a
+//!   withdraw, which goes native);
+//! - an extend re-sets a missing key ([`scripts::EXTEND`](crate::scripts::EXTEND)
+//!   answers `2`), which `SET ... IFEQ` cannot do: it sets nothing on a
+//!   missing key;
+//! - `DELEX key IFEQ value` (Redis >= 8.4, Valkey >= 9.2) is not used: no
+//!   server at hand had it to check its replies against;
+//! - fenced locks and the other lock kinds touch several keys.
+
+use std::fmt;
+
+use crate::wire::Argument;
+use crate::{Command, LockKind, Reply, Request, Response};
+
+/// Which server a node runs, as its `INFO server` says.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Server {
+    /// Redis (`redis_version`, no `server_name:valkey`).
+    Redis,
+    /// Valkey (`server_name:valkey`, `valkey_version`).
+    Valkey,
+    /// Not known: `INFO` was refused or said neither. Only scripts are sent.
+    #[default]
+    Unknown,
+}
+
+/// A server version, `major.minor.patch`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Version(pub u16, pub u16, pub u16);
+
+impl Version {
+    /// Parses `7.0.15` (missing parts are 0); `None` for anything else.
+    pub fn parse(text: &str) -> Option<Self> {
+        let mut parts = text.trim().split('.').map(|part| part.parse::<u16>());
+        let major = parts.next()?.ok()?;
+        let minor = parts.next().unwrap_or(Ok(0)).ok()?;
+        let patch = parts.next().unwrap_or(Ok(0)).ok()?;
+        Some(Self(major, minor, patch))
+    }
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}.{}", self.0, self.1, self.2)
+    }
+}
+
+/// What one node is, as found when its connection was made: the facts the
+/// core picks each request's command by ([`Request::call`]).
+///
+/// The default is [`Server::Unknown`]: scripts only, which every supported
+/// server runs.
+///
+/// ```
+/// use redlock_core::{NodeFacts, Server, Version};
+///
+/// let valkey = NodeFacts::from_info(
+///     "# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:9.1.2\r\n",
+/// );
+/// assert_eq!(valkey, NodeFacts::new(Server::Valkey, Version(9, 1, 2)));
+/// assert!(valkey.has_set_nx_get() && valkey.has_delifeq());
+/// let redis = NodeFacts::from_info("# Server\r\nredis_version:7.0.15\r\n");
+/// assert!(redis.has_set_nx_get() && !redis.has_delifeq());
+/// assert!(!NodeFacts::default().has_set_nx_get());
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct NodeFacts {
+    server: Server,
+    version: Option<Version>,
+}
+
+impl NodeFacts {
+    /// A node running `server` at `version`.
+    pub fn new(server: Server, version: Version) -> Self {
+        Self {
+            server,
+            version: Some(version),
+        }
+    }
+
+    /// The facts in an `INFO server` reply. Valkey also reports a
+    /// `redis_version` (the Redis version it is compatible with), so
+    /// `server_name:valkey` is looked for first.
+    pub fn from_info(info: &str) -> Self {
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|line| line.trim().strip_prefix(name)?.strip_prefix(':'))
+        };
+        let (server, version) = if field("server_name") == Some("valkey") {
+            (Server::Valkey, field("valkey_version"))
+        } else if let Some(version) = field("redis_version") {
+            (Server::Redis, Some(version))
+        } else {
+            (Server::Unknown, None)
+        };
+        match version.and_then(Version::parse) {
+            Some(version) => Self::new(server, version),
+            None => Self::default(),
+        }
+    }
+
+    /// The server.
+    pub fn server(&self) -> Server {
+        self.server
+    }
+
+    /// Its version, if known.
+    pub fn version(&self) -> Option<Version> {
+        self.version
+    }
+
+    fn at_least(&self, server: Server, version: Version) -> bool {
+        self.server == server && self.version.is_some_and(|v| v >= version)
+    }
+
+    /// `SET key value NX PX ttl GET` works: Redis >= 7.0 (6.2 refuses `NX`
+    /// with `GET`), and every Valkey (7.2 and later).
+    pub fn has_set_nx_get(&self) -> bool {
+        self.at_least(Server::Redis, Version(7, 0, 0))
+            || self.at_least(Server::Valkey, Version(7, 2, 0))
+    }
+
+    /// `DELIFEQ key value` exists: Valkey >= 9.0.
+    pub fn has_delifeq(&self) -> bool {
+        self.at_least(Server::Valkey, Version(9, 0, 0))
+    }
+}
+
+impl fmt::Display for NodeFacts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.server, self.version) {
+            (Server::Redis, Some(v)) => write!(f, "Redis {v}"),
+            (Server::Valkey, Some(v)) => write!(f, "Valkey {v}"),
+            _ => f.write_str("unknown server"),
+        }
+    }
+}
+
+/// A plain command the core may send instead of a script.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Native {
+    /// `SET key value NX PX ttl GET`: nil when the key was absent and is now
+    /// ours; the holder's value (whole) when it is held; `WRONGTYPE` when it
+    /// holds another type.
+    SetNxGet,
+    /// `DELIFEQ key value`: `1` when our value was there and is deleted; `0`
+    /// when the key is absent or holds another value (not told apart);
+    /// `WRONGTYPE` when it holds another type.
+    DelIfEq,
+}
+
+impl Native {
+    /// The command's name, for logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Native::SetNxGet => "SET",
+            Native::DelIfEq => "DELIFEQ",
+        }
+    }
+
+    /// The command's words for `request`, name first.
+    pub fn words<'a>(&self, request: &'a Request) -> Vec<Argument<'a>> {
+        let key = Argument::Bytes(request.key().as_bytes());
+        let value = Argument::Bytes(request.value.as_bytes());
+        match self {
+            Native::SetNxGet => {
+                let ttl = request
+                    .command
+                    .ttl()
+                    // `Request::call` picks SetNxGet for acquires only.
+                    .expect("SET NX PX GET is only chosen for an acquire, which has a TTL");
+                vec![
+                    Argument::Bytes(b"SET"),
+                    key,
+                    value,
+                    Argument::Bytes(b"NX"),
+                    Argument::Bytes(b"PX"),
+                    Argument::Int(ttl.as_millis()),
+                    Argument::Bytes(b"GET"),
+                ]
+            }
+            Native::DelIfEq => vec![Argument::Bytes(b"DELIFEQ"), key, value],
+        }
+    }
+}
+
+/// What to send for one request on one node: its script, or a plain
+/// command ([`Request::call`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Call {
+    /// `EVALSHA` of this script with the request's keys and
+    /// [`arguments`](Request::arguments).
+    Script(&'static str),
+    /// This command, with its [`words`](Native::words).
+    Native(Native),
+}
+
+impl Request {
+    /// What to send to this request's node, whose server is `facts`: the
+    /// core's one choice between a script and a plain command (see the
+    /// table in [`native`](crate::native)). Feed the answer back with
+    /// [`Reply::via`].
+    pub fn call(&self, facts: &NodeFacts) -> Call {
+        if !self.native {
+            return Call::Script(self.script());
+        }
+        match (&self.kind, self.command) {
+            (LockKind::Exclusive, Command::Acquire { .. }) if facts.has_set_nx_get() => {
+                Call::Native(Native::SetNxGet)
+            }
+            // The write lock's release script is the exclusive one: it
+            // deletes the lock key alone.
+            (LockKind::Exclusive | LockKind::Write { .. }, Command::Withdraw)
+                if facts.has_delifeq() =>
+            {
+                Call::Native(Native::DelIfEq)
+            }
+            _ => Call::Script(self.script()),
+        }
+    }
+}
+
+impl Reply {
+    /// The reply to `request`, which was sent as `call`.
+    pub fn via(request: &Request, call: Call, result: Result<Response, crate::NodeError>) -> Self {
+        Self {
+            native: match call {
+                Call::Script(_) => None,
+                Call::Native(native) => Some(native),
+            },
+            ..Reply::to(request, result)
+        }
+    }
+}

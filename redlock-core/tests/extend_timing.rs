@@ -1,0 +1,115 @@
+//! When an extension decides and what it schedules: silent nodes time out
+//! exactly at the per-node deadline (not before), the machine says it is done
+//! only once it has an outcome, and the releases it queues after losing the
+//! lock get a full release timeout from the moment of the decision.
+//! (Each test here kills a mutant that `make mutants` found surviving.)
+
+use redlock_core::Machine;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use redlock_core::{
+    AcquireEvent, Acquisition, Attempts, Config, ExtendError, Extension, Lock, Reply, Request,
+    Response, Settings,
+};
+
+const MS: Duration = Duration::from_millis(1);
+const NODE_TIMEOUT: Duration = Duration::from_millis(20);
+
+fn settings() -> Arc<Settings> {
+    Arc::new(
+        Config {
+            servers: vec!["a".into(), "b".into(), "c".into()],
+            ttl: Duration::from_secs(1),
+            node_timeout: Some(NODE_TIMEOUT),
+            ..Default::default()
+        }
+        .validate()
+        .unwrap(),
+    )
+}
+
+fn acquired(settings: &Arc<Settings>, t0: Instant) -> Lock {
+    let mut acquire = Acquisition::new(
+        Arc::clone(settings),
+        b"timing",
+        settings.default_ttl(),
+        Attempts::Once,
+        t0,
+        StdRng::seed_from_u64(3),
+    );
+    let requests: Vec<_> = std::iter::from_fn(|| acquire.poll_request()).collect();
+    for request in &requests {
+        acquire.handle_reply(Reply::to(request, Ok(Response::Int(1))), t0 + MS);
+    }
+    match acquire.poll_event() {
+        Some(AcquireEvent::Acquired(lock)) => lock,
+        other => panic!("expected the lock, got {other:?}"),
+    }
+}
+
+fn drain(ext: &mut Extension) -> Vec<Request> {
+    std::iter::from_fn(|| ext.poll_request()).collect()
+}
+
+#[test]
+fn silent_nodes_time_out_at_the_deadline_and_not_before() {
+    let settings = settings();
+    let t0 = Instant::now();
+    let mut lock = acquired(&settings, t0);
+    let now = t0 + 100 * MS;
+    let mut ext = lock.extend(lock.ttl(), now).unwrap();
+    let requests = drain(&mut ext);
+    // One yes, two silent: no quorum yet, none ruled out.
+    ext.handle_reply(Reply::to(&requests[0], Ok(Response::Int(1))), now + MS);
+    assert!(!ext.is_done(), "undecided with two nodes pending");
+    assert_eq!(ext.poll_timeout(), Some(now + NODE_TIMEOUT));
+
+    // A timer that fires early (a coarse runtime timer) times out nobody.
+    ext.handle_timeout(now + NODE_TIMEOUT - MS);
+    assert!(ext.poll_event().is_none(), "decided before the deadline");
+    assert!(!ext.is_done());
+
+    // At the deadline the silent nodes have failed: no quorum.
+    ext.handle_timeout(now + NODE_TIMEOUT);
+    assert!(ext.is_done(), "the deadline decides");
+    match ext.poll_event() {
+        Some(Err(ExtendError::NoQuorum { votes })) => assert_eq!(votes.failed(), 2),
+        other => panic!("expected NoQuorum at the deadline, got {other:?}"),
+    }
+    assert_eq!(ext.poll_timeout(), None, "no timer once done");
+}
+
+#[test]
+fn releases_after_a_lost_lock_get_a_full_release_timeout() {
+    let settings = settings();
+    let t0 = Instant::now();
+    let mut lock = acquired(&settings, t0);
+    let now = t0 + 100 * MS;
+    let mut ext = lock.extend(lock.ttl(), now).unwrap();
+    let requests = drain(&mut ext);
+    assert!(
+        requests
+            .iter()
+            .all(|r| r.deadline == now + settings.node_timeout_for(lock.ttl()))
+    );
+    // Our value is gone from two of three nodes (another owner holds them):
+    // the lock is lost, and our value is released everywhere.
+    let decided = now + 5 * MS;
+    for request in &requests[..2] {
+        ext.handle_reply(Reply::to(request, Ok(Response::Int(0))), decided);
+    }
+    assert!(ext.is_done());
+    assert!(matches!(
+        ext.poll_event(),
+        Some(Err(ExtendError::Lost { .. }))
+    ));
+    let releases = drain(&mut ext);
+    assert_eq!(releases.len(), 3);
+    for release in &releases {
+        assert_eq!(release.command, settings.release_command());
+        assert_eq!(release.deadline, decided + settings.release_timeout());
+    }
+}

@@ -1,0 +1,324 @@
+//! The core's choice between a plain command and a script, per node, and
+//! how it reads the plain commands' answers (their shapes as Redis 7.0.15
+//! and Valkey 9.1.2 give them, checked by hand with redis-cli).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use redlock_core::{
+    AcquireEvent, Acquisition, Argument, Attempts, Call, Config, Key, LockSpec, LockValue, Machine,
+    Native, NodeError, NodeErrorKind, NodeFacts, NodeVote, Release, Reply, Request, Response,
+    RoundId, Server, Settings, Version, scripts,
+};
+
+const MS: Duration = Duration::from_millis(1);
+
+fn settings(notices: bool) -> Arc<Settings> {
+    Arc::new(
+        Config {
+            release_notices: notices,
+            ..Config::new(["a", "b", "c"])
+        }
+        .validate()
+        .unwrap(),
+    )
+}
+
+fn redis7() -> NodeFacts {
+    NodeFacts::new(Server::Redis, Version(7, 0, 15))
+}
+
+fn redis62() -> NodeFacts {
+    NodeFacts::new(Server::Redis, Version(6, 2, 14))
+}
+
+fn valkey9() -> NodeFacts {
+    NodeFacts::new(Server::Valkey, Version(9, 1, 2))
+}
+
+fn valkey8() -> NodeFacts {
+    NodeFacts::new(Server::Valkey, Version(8, 1, 0))
+}
+
+fn acquisition(spec: LockSpec<'_>, t0: Instant) -> Acquisition<StdRng> {
+    let settings = settings(true);
+    Acquisition::with_spec(
+        Arc::clone(&settings),
+        spec,
+        settings.default_ttl(),
+        Attempts::Once,
+        t0,
+        StdRng::seed_from_u64(7),
+    )
+    .unwrap()
+}
+
+fn requests(machine: &mut impl Machine) -> Vec<Request> {
+    std::iter::from_fn(|| machine.poll_request()).collect()
+}
+
+#[test]
+fn facts_are_read_from_info_server() {
+    let valkey = NodeFacts::from_info(
+        "# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:9.1.2\r\n",
+    );
+    assert_eq!(valkey, valkey9());
+    assert_eq!(valkey.to_string(), "Valkey 9.1.2");
+    assert_eq!(NodeFacts::from_info("redis_version:7.0.15\r\n"), redis7());
+    assert_eq!(
+        NodeFacts::from_info("redis_version:8.4\r\n").version(),
+        Some(Version(8, 4, 0))
+    );
+    for unknown in [
+        "",
+        "# Server\r\n",
+        "redis_version:seven\r\n",
+        "server_name:valkey\r\n",
+    ] {
+        assert_eq!(
+            NodeFacts::from_info(unknown),
+            NodeFacts::default(),
+            "{unknown:?}"
+        );
+    }
+}
+
+#[test]
+fn exclusive_acquires_go_native_where_set_nx_get_exists() {
+    let t0 = Instant::now();
+    let request = requests(&mut acquisition(LockSpec::Exclusive(b"k"), t0)).remove(0);
+    for facts in [redis7(), valkey8(), valkey9()] {
+        assert_eq!(
+            request.call(&facts),
+            Call::Native(Native::SetNxGet),
+            "{facts}"
+        );
+    }
+    for facts in [redis62(), NodeFacts::default()] {
+        assert_eq!(
+            request.call(&facts),
+            Call::Script(scripts::ACQUIRE),
+            "{facts}"
+        );
+    }
+    let words: Vec<Argument<'_>> = Native::SetNxGet.words(&request);
+    assert_eq!(words[0], Argument::Bytes(b"SET"));
+    assert_eq!(words[1], Argument::Bytes(b"k"));
+    assert_eq!(words[2], Argument::Bytes(request.value.as_bytes()));
+    assert_eq!(
+        words[3..],
+        [
+            Argument::Bytes(b"NX"),
+            Argument::Bytes(b"PX"),
+            Argument::Int(10_000),
+            Argument::Bytes(b"GET")
+        ]
+    );
+}
+
+#[test]
+fn other_kinds_and_fenced_locks_stay_scripted() {
+    let t0 = Instant::now();
+    for spec in [
+        LockSpec::Read(b"doc"),
+        LockSpec::Write(b"doc"),
+        LockSpec::Reentrant {
+            resource: b"job",
+            owner: "w",
+        },
+        LockSpec::Multi(&[b"a", b"b"]),
+    ] {
+        let request = requests(&mut acquisition(spec, t0)).remove(0);
+        assert!(
+            matches!(request.call(&valkey9()), Call::Script(_)),
+            "{request:?}"
+        );
+    }
+    let mut fenced = acquisition(LockSpec::Fenced(b"k"), t0);
+    let request = requests(&mut fenced).remove(0);
+    assert_eq!(
+        request.call(&valkey9()),
+        Call::Script(scripts::ACQUIRE_FENCED)
+    );
+}
+
+#[test]
+fn releases_with_a_notice_stay_scripted_and_withdraws_use_delifeq_on_valkey_9() {
+    let t0 = Instant::now();
+    let value = LockValue::from_string("v");
+    for (notices, on_valkey) in [
+        (true, Call::Script(scripts::RELEASE)),
+        (false, Call::Native(Native::DelIfEq)),
+    ] {
+        let settings = settings(notices);
+        let mut release = Release::new(
+            &settings,
+            Key::from(&b"k"[..]),
+            value.clone(),
+            RoundId(1),
+            t0,
+        );
+        let request = requests(&mut release).remove(0);
+        assert_eq!(request.call(&valkey9()), on_valkey);
+        assert_eq!(request.call(&valkey8()), Call::Script(scripts::RELEASE));
+        assert_eq!(request.call(&redis7()), Call::Script(scripts::RELEASE));
+    }
+}
+
+/// A release on three nodes: node 0 answers as a script, the others as
+/// `DELIFEQ`.
+#[test]
+fn delifeq_answers_count_as_released_or_not_ours() {
+    let t0 = Instant::now();
+    let settings = settings(false);
+    let mut release = Release::new(
+        &settings,
+        Key::from(&b"k"[..]),
+        LockValue::from_string("v"),
+        RoundId(1),
+        t0,
+    );
+    let requests = requests(&mut release);
+    let native = |request: &Request, response| {
+        Reply::via(request, Call::Native(Native::DelIfEq), Ok(response))
+    };
+    release.handle_reply(Reply::to(&requests[0], Ok(Response::Int(1))), t0 + MS);
+    release.handle_reply(native(&requests[1], Response::Int(1)), t0 + MS);
+    release.handle_reply(native(&requests[2], Response::Int(0)), t0 + MS);
+    let report = release.poll_event().expect("every node answered");
+    assert_eq!(
+        (report.released(), report.not_held(), report.failed()),
+        (2, 1, 0)
+    );
+    assert_eq!(report.votes().votes()[2], NodeVote::NotOurs);
+    assert_eq!(report.notices_refused(), 0);
+
+    // 2 is the release script's "released, notice refused"; DELIFEQ never
+    // says it, nor -1.
+    let mut release = Release::new(
+        &settings,
+        Key::from(&b"k"[..]),
+        LockValue::from_string("v"),
+        RoundId(2),
+        t0,
+    );
+    let requests = self::requests(&mut release);
+    release.handle_reply(native(&requests[0], Response::Int(2)), t0 + MS);
+    release.handle_reply(native(&requests[1], Response::Int(-1)), t0 + MS);
+    release.handle_reply(native(&requests[2], Response::Nil), t0 + MS);
+    let report = release.poll_event().unwrap();
+    assert_eq!(report.failed(), 3);
+    assert_eq!(report.notices_refused(), 0);
+    for vote in report.votes().votes() {
+        assert!(
+            matches!(
+                vote,
+                NodeVote::Failed(NodeError {
+                    kind: NodeErrorKind::Protocol,
+                    ..
+                })
+            ),
+            "{vote:?}"
+        );
+    }
+}
+
+#[test]
+fn set_nx_get_answers_are_votes_and_a_script_answer_is_not() {
+    let t0 = Instant::now();
+    let mut acquire = acquisition(LockSpec::Exclusive(b"k"), t0);
+    let requests = requests(&mut acquire);
+    let native =
+        |request: &Request, result| Reply::via(request, Call::Native(Native::SetNxGet), result);
+    // Node 0: nil, granted. Node 1: the script's yes is garbage from SET.
+    // Node 2: a long foreign value, held by another (cut to 64 bytes).
+    acquire.handle_reply(native(&requests[0], Ok(Response::Nil)), t0 + MS);
+    acquire.handle_reply(native(&requests[1], Ok(Response::Int(1))), t0 + MS);
+    acquire.handle_reply(
+        native(&requests[2], Ok(Response::Data(vec![b'x'; 500]))),
+        t0 + MS,
+    );
+    let Some(AcquireEvent::Failed(error)) = acquire.poll_event() else {
+        panic!("one yes of three is no quorum");
+    };
+    let votes = error.votes().expect("the votes of the attempt");
+    assert_eq!(votes.votes()[0], NodeVote::Granted);
+    assert!(matches!(
+        &votes.votes()[1],
+        NodeVote::Failed(NodeError {
+            kind: NodeErrorKind::Protocol,
+            ..
+        })
+    ));
+    assert_eq!(
+        votes.votes()[2],
+        NodeVote::HeldByOther(Some(vec![b'x'; 64]))
+    );
+
+    // A nil from a script is no yes either.
+    let mut acquire = acquisition(LockSpec::Exclusive(b"k"), t0);
+    let requests = self::requests(&mut acquire);
+    for request in &requests {
+        acquire.handle_reply(Reply::to(request, Ok(Response::Nil)), t0 + MS);
+    }
+    assert!(matches!(
+        acquire.poll_event(),
+        Some(AcquireEvent::Failed(_))
+    ));
+}
+
+#[test]
+fn wrongtype_from_set_is_a_wrong_type_vote() {
+    let t0 = Instant::now();
+    let mut acquire = acquisition(LockSpec::Exclusive(b"k"), t0);
+    let wrong = NodeError::new(
+        NodeErrorKind::from_error_code("WRONGTYPE"),
+        "WRONGTYPE Operation against a key holding the wrong kind of value",
+    );
+    for request in requests(&mut acquire) {
+        acquire.handle_reply(
+            Reply::via(&request, Call::Native(Native::SetNxGet), Err(wrong.clone())),
+            t0 + MS,
+        );
+    }
+    let Some(AcquireEvent::Failed(error)) = acquire.poll_event() else {
+        panic!("a key of another type everywhere fails the acquire");
+    };
+    assert!(error.to_string().contains("type"), "{error}");
+}
+
+#[test]
+fn switched_off_every_request_is_a_script() {
+    let settings = Arc::new(
+        Config {
+            native_commands: false,
+            release_notices: false,
+            ..Config::new(["a", "b", "c"])
+        }
+        .validate()
+        .unwrap(),
+    );
+    let t0 = Instant::now();
+    let mut acquire = Acquisition::new(
+        Arc::clone(&settings),
+        b"k",
+        settings.default_ttl(),
+        Attempts::Once,
+        t0,
+        StdRng::seed_from_u64(3),
+    );
+    let request = requests(&mut acquire).remove(0);
+    assert!(!request.native);
+    assert_eq!(request.call(&valkey9()), Call::Script(scripts::ACQUIRE));
+    let mut release = Release::new(
+        &settings,
+        Key::from(&b"k"[..]),
+        LockValue::from_string("v"),
+        RoundId(1),
+        t0,
+    );
+    let request = requests(&mut release).remove(0);
+    assert_eq!(request.call(&valkey9()), Call::Script(scripts::RELEASE));
+}

@@ -1,0 +1,399 @@
+//! Building a client: options, validation, connecting to every node.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redlock_core::{Config, ConfigError, NodeErrorKind, RetryConfig};
+use tracing::{debug, info};
+
+use crate::node::Node;
+use crate::notices::Notices;
+use crate::server::{Server, redact};
+use crate::{Error, Redlock};
+
+/// The default for [`Builder::connect_timeout`].
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+enum Source {
+    Url(String),
+    Client(Box<redis::Client>),
+}
+
+/// Options for a [`Redlock`] client, made by [`Redlock::builder`] or
+/// [`Builder::from_clients`].
+///
+/// Every option of the core's [`Config`] has a setter; the defaults are the
+/// core's. [`build`](Self::build) validates them all at once.
+pub struct Builder {
+    sources: Vec<Source>,
+    config: Config,
+    connect_timeout: Duration,
+    release_notices: bool,
+    #[cfg(feature = "tls")]
+    tls: crate::tls::TlsFiles,
+}
+
+impl fmt::Debug for Builder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let servers: Vec<String> = self
+            .sources
+            .iter()
+            .map(|source| match source {
+                Source::Url(url) => redact(url),
+                Source::Client(client) => {
+                    crate::server::canonical_name(client.get_connection_info())
+                }
+            })
+            .collect();
+        f.debug_struct("Builder")
+            .field("servers", &servers)
+            .field("config", &self.config)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("release_notices", &self.release_notices)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Builder {
+    /// A builder for these URLs ([`Redlock::builder`]).
+    pub(crate) fn from_urls<I, S>(urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Self::new(
+            urls.into_iter()
+                .map(|url| Source::Url(url.as_ref().to_owned()))
+                .collect(),
+        )
+    }
+
+    fn new(sources: Vec<Source>) -> Self {
+        Self {
+            sources,
+            config: Config::default(),
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            release_notices: true,
+            #[cfg(feature = "tls")]
+            tls: crate::tls::TlsFiles::default(),
+        }
+    }
+
+    /// A builder for clients made elsewhere (custom TLS certificates, RESP3,
+    /// ...). Each must point at its own independent master.
+    pub fn from_clients(clients: impl IntoIterator<Item = redis::Client>) -> Self {
+        Self::new(
+            clients
+                .into_iter()
+                .map(|client| Source::Client(Box::new(client)))
+                .collect(),
+        )
+    }
+
+    /// How long a lock lives on each node unless released or extended.
+    /// Default 10 s.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.config.ttl = ttl;
+        self
+    }
+
+    /// Share of the TTL set aside for clock drift, in `[0, 1)`. Default 0.01.
+    pub fn drift_factor(mut self, factor: f64) -> Self {
+        self.config.drift_factor = factor;
+        self
+    }
+
+    /// How long one node may take to answer. Default: 1% of the TTL, between
+    /// 10 and 50 ms.
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.config.node_timeout = Some(timeout);
+        self
+    }
+
+    /// Attempts after the first one in [`Redlock::lock`]. Default 10.
+    pub fn retry_count(mut self, count: u32) -> Self {
+        self.config.retry.count = count;
+        self
+    }
+
+    /// The fixed part of the wait between attempts. Default 50 ms.
+    pub fn retry_delay(mut self, delay: Duration) -> Self {
+        self.config.retry.delay = delay;
+        self
+    }
+
+    /// The random part of the wait between attempts. Default 150 ms.
+    pub fn retry_jitter(mut self, jitter: Duration) -> Self {
+        self.config.retry.jitter = jitter;
+        self
+    }
+
+    /// The whole retry schedule at once.
+    pub fn retry(mut self, retry: RetryConfig) -> Self {
+        self.config.retry = retry;
+        self
+    }
+
+    /// An upper bound on a whole [`Redlock::lock`], retries included.
+    /// Default: none, only the retry count bounds it.
+    pub fn acquire_deadline(mut self, deadline: Duration) -> Self {
+        self.config.acquire_deadline = Some(deadline);
+        self
+    }
+
+    /// Random bytes per lock value (16..=256). Default 20.
+    pub fn value_len(mut self, len: usize) -> Self {
+        self.config.value_len = len;
+        self
+    }
+
+    /// Prepended to every resource name to form its key, for example
+    /// `"lock:"`. Default empty.
+    pub fn key_prefix(mut self, prefix: impl Into<Vec<u8>>) -> Self {
+        self.config.key_prefix = prefix.into();
+        self
+    }
+
+    /// Whether locks come with fencing tokens unless
+    /// [`LockOptions::fencing`](crate::LockOptions::fencing) says otherwise. Default false.
+    pub fn fencing(mut self, fencing: bool) -> Self {
+        self.config.fencing = fencing;
+        self
+    }
+
+    /// How long connecting to one node (TCP, TLS, authentication, loading
+    /// the scripts) may take, at build and on every reconnection.
+    /// Default [`DEFAULT_CONNECT_TIMEOUT`] (1 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Whether plain commands may replace scripts where a node's server has
+    /// them (default true): an exclusive acquire as `SET key value NX PX
+    /// ttl GET` (Redis >= 7.0, Valkey), a withdraw as `DELIFEQ key value`
+    /// (Valkey >= 9.0); the core picks them per node from what the server
+    /// reported at connect. Off, every request is a script: for ACL users
+    /// allowed `EVALSHA` but not `SET` or `DELIFEQ`.
+    pub fn native_commands(mut self, on: bool) -> Self {
+        self.config.native_commands = on;
+        self
+    }
+
+    /// Whether a waiting [`Redlock::lock`] listens for release notices
+    /// (pub/sub), so that it tries again the moment the lock is released
+    /// instead of at the end of its retry delay. Default true.
+    ///
+    /// Costs nothing until an acquire has to wait: then one pub/sub
+    /// connection per node is opened (and kept, shared by every waiting
+    /// acquire of the client and its clones), with one subscription per
+    /// resource waited on. A node whose pub/sub connection fails only sends
+    /// no notices; acquires never wait for it. See the crate docs,
+    /// "Waiting for a lock".
+    ///
+    /// Off, this client's releases publish no notices either: for an ACL
+    /// user without channel rights (Redis 7 grants none by default). With
+    /// notices on, a server that refuses the `PUBLISH` still releases the
+    /// lock; the client logs that once, at WARN.
+    pub fn release_notices(mut self, on: bool) -> Self {
+        self.release_notices = on;
+        self.config.release_notices = on;
+        self
+    }
+
+    /// Accept an even number of servers (2, 4, ...). Default false: the
+    /// build fails with [`ConfigError::EvenServers`], since an even count is
+    /// more often a master left out or listed twice than a choice, and N = 4
+    /// tolerates no more failed masters than N = 3 (the quorum is 3).
+    pub fn allow_even_nodes(mut self, allow: bool) -> Self {
+        self.config.allow_even_nodes = allow;
+        self
+    }
+
+    /// Trust only the CA certificate(s) in this PEM file for `rediss://`
+    /// servers, instead of the built-in public (webpki) roots: for servers
+    /// whose certificates come from a private CA. Default: the webpki roots.
+    ///
+    /// Applies to every server given as a URL, which must then all be
+    /// `rediss://`. The file is read at [`build`](Self::build); an unreadable
+    /// file or one without a certificate is an [`Error::Config`]
+    /// ([`ConfigError::InvalidTls`]). A server whose certificate the CA did
+    /// not sign (or not for the host name in its URL) fails the build with
+    /// [`Error::Tls`]. For other TLS needs, build the `redis::Client`s
+    /// yourself and use [`from_clients`](Self::from_clients).
+    #[cfg(feature = "tls")]
+    pub fn tls_ca_file(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.tls.ca = Some(path.into());
+        self
+    }
+
+    /// Present this client certificate (PEM, optionally followed by its
+    /// chain) with its private key (PEM: PKCS#8, PKCS#1 or SEC1) to
+    /// `rediss://` servers that require one (mutual TLS, `tls-auth-clients
+    /// yes`). Default: none.
+    ///
+    /// Applies to every server given as a URL, as
+    /// [`tls_ca_file`](Self::tls_ca_file) does. Both files are read at
+    /// [`build`](Self::build); an unreadable file, one without a certificate
+    /// or key, or a key that is not the certificate's is an
+    /// [`Error::Config`] ([`ConfigError::InvalidTls`]). A server that rejects
+    /// the certificate (or wants one when none is set) fails the build with
+    /// [`Error::Tls`].
+    #[cfg(feature = "tls")]
+    pub fn tls_client_cert(
+        mut self,
+        cert_path: impl Into<std::path::PathBuf>,
+        key_path: impl Into<std::path::PathBuf>,
+    ) -> Self {
+        self.tls.client = Some((cert_path.into(), key_path.into()));
+        self
+    }
+
+    /// Validates the options and connects to every node in parallel.
+    ///
+    /// Fails with:
+    /// - [`Error::Config`] for an option that cannot work, an unparsable URL
+    ///   (reported with its password redacted), two URLs for the same
+    ///   server and database ([`ConfigError::DuplicateServer`]) or an even
+    ///   number of servers without [`allow_even_nodes`](Self::allow_even_nodes)
+    ///   ([`ConfigError::EvenServers`]); nothing is connected then;
+    /// - [`Error::Config`] with [`ConfigError::SameServer`], naming both
+    ///   addresses, when two of them reach one Redis server (for example
+    ///   `redis://localhost:6379` and `redis://127.0.0.1:6379`): each node's
+    ///   `run_id` (`INFO server`) is compared once connected. Nodes down at
+    ///   build are not checked;
+    /// - [`Error::Auth`] when a server rejects the credentials: that is a
+    ///   configuration error, and waiting will not fix it;
+    /// - [`Error::Tls`] when the TLS handshake with a server is refused
+    ///   (its certificate is not trusted, or it wants a client certificate):
+    ///   a configuration error too.
+    ///
+    /// A node that cannot be reached (refused, timed out, not a Redis
+    /// server) does **not** fail the build: Redlock works while a majority
+    /// is up. It is reconnected in the background with backoff, and counts
+    /// as a failed node until then. The build waits at most the
+    /// [connect timeout](Self::connect_timeout).
+    pub async fn build(self) -> Result<Redlock, Error> {
+        #[cfg(feature = "tls")]
+        let certificates = self.tls.load()?;
+        let mut servers = Vec::with_capacity(self.sources.len());
+        for source in self.sources {
+            servers.push(match source {
+                Source::Url(url) => {
+                    let server = Server::from_url(&url)?;
+                    #[cfg(feature = "tls")]
+                    let server = match &certificates {
+                        Some(certificates) => crate::tls::apply(server, certificates)?,
+                        None => server,
+                    };
+                    server
+                }
+                Source::Client(client) => {
+                    #[cfg(feature = "tls")]
+                    if certificates.is_some() {
+                        return Err(ConfigError::InvalidTls {
+                            reason: "a CA or client certificate is set, but it cannot apply to \
+                                     clients made elsewhere: give them to redis::Client::build_with_tls"
+                                .to_owned(),
+                        }
+                        .into());
+                    }
+                    Server::from_client(*client)
+                }
+            });
+        }
+        let config = Config {
+            servers: servers.iter().map(|s| s.name.clone()).collect(),
+            ..self.config
+        };
+        let settings = Arc::new(config.validate()?);
+        if servers.iter().any(Server::is_tls) {
+            install_crypto_provider();
+        }
+        let notices = self.release_notices.then(|| {
+            Arc::new(Notices::new(
+                servers
+                    .iter()
+                    .map(|server| (server.name.clone(), server.client.clone())),
+                self.connect_timeout,
+            ))
+        });
+        let shown: Vec<String> = servers.iter().map(|s| s.shown.clone()).collect();
+        let nodes: Arc<[Arc<Node>]> = servers
+            .into_iter()
+            .map(|server| Arc::new(Node::new(server.name, server.client, self.connect_timeout)))
+            .collect();
+        let results = futures::future::join_all(nodes.iter().map(|node| node.connect())).await;
+        // Two addresses of one server (`localhost` and `127.0.0.1`, a DNS
+        // alias) would count it twice towards the quorum: a server is known
+        // by its run_id. Servers unreachable now are not checked.
+        let mut run_ids: HashMap<&str, usize> = HashMap::new();
+        for (i, result) in results.iter().enumerate() {
+            let Ok((_, Some(run_id))) = result else {
+                continue;
+            };
+            if let Some(&first) = run_ids.get(run_id.as_str()) {
+                // Dropping the nodes closes their connections.
+                return Err(ConfigError::SameServer {
+                    first: shown[first].clone(),
+                    second: shown[i].clone(),
+                }
+                .into());
+            }
+            run_ids.insert(run_id, i);
+        }
+        let mut auth_failure = None;
+        for (node, result) in nodes.iter().zip(results) {
+            let result = result.map(|(connection, _)| connection);
+            match &result {
+                Ok(_) => debug!(node = node.name(), "connected"),
+                Err(error) if error.kind == NodeErrorKind::Auth => {
+                    auth_failure.get_or_insert_with(|| Error::Auth {
+                        server: node.name().to_owned(),
+                        error: error.clone(),
+                    });
+                }
+                // A refused TLS handshake is a configuration error too.
+                Err(error) if error.kind == NodeErrorKind::Tls => {
+                    auth_failure.get_or_insert_with(|| Error::Tls {
+                        server: node.name().to_owned(),
+                        error: error.clone(),
+                    });
+                }
+                // A master down: what an operator acts on.
+                Err(error) => info!(
+                    node = node.name(),
+                    error = %error,
+                    "node unreachable at build; reconnecting in the background"
+                ),
+            }
+            if auth_failure.is_none() {
+                node.set_initial(result);
+            }
+        }
+        if let Some(error) = auth_failure {
+            // Dropping the nodes ends any reconnection task already started.
+            return Err(error);
+        }
+        let client = Redlock::new(settings, nodes, notices);
+        debug!(
+            nodes = client.nodes().len(),
+            connected = client.connected_nodes(),
+            quorum = client.settings().quorum(),
+            "redlock client ready"
+        );
+        Ok(client)
+    }
+}
+
+#[cfg(feature = "tls")]
+fn install_crypto_provider() {
+    // redis builds its rustls configuration from the process-wide default
+    // provider. Install ring unless the application installed one already.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+#[cfg(not(feature = "tls"))]
+fn install_crypto_provider() {}

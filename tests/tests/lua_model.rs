@@ -1,0 +1,240 @@
+//! The simulation's Redis model is the Lua that really runs: random
+//! workloads of the core's own machines (every lock kind; acquire, extend,
+//! release, withdraw, fenced rounds), each request run both by the real
+//! server (its script, as the client sends it) and by the simulation's
+//! node (`redlock-core/tests/sim/redis.rs`), must get the same answer
+//! every time. A script changed without its model (or the reverse) fails
+//! here, so the simulation's schedules keep testing the scripts that run.
+
+#[path = "../../redlock-core/tests/sim/redis.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod model;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{Rng, RngExt, SeedableRng};
+use redis::Value;
+use redlock_core::{
+    AcquireEvent, Acquisition, Attempts, Config, Lock, LockSpec, LockValue, Machine, Release,
+    Reply, Request, Response, RoundId, Settings,
+};
+use redlock_tests::RedisNode;
+
+/// Steps per seed: each starts, extends or releases one lock.
+const STEPS: usize = 1_000;
+
+#[test]
+fn the_scripts_answer_as_the_simulation_model_does() {
+    let compared = workload(None).unwrap_or_else(|mismatch| panic!("{mismatch}"));
+    println!("{compared} requests: the scripts and the model agreed on every one");
+}
+
+#[test]
+fn a_script_that_differs_from_the_model_is_found() {
+    // A planted script bug: extends run the release script, which answers
+    // as an extend does (1) but deletes the key. Only a later request tells.
+    let mismatch = workload(Some(redlock_core::scripts::RELEASE))
+        .expect_err("the planted script bug went unnoticed");
+    println!("found: {mismatch}");
+}
+
+/// Runs the random workloads; the requests compared, or the first
+/// disagreement. `extend_script` replaces the exclusive extend script.
+fn workload(extend_script: Option<&'static str>) -> Result<usize, String> {
+    let node = RedisNode::start();
+    let settings = Arc::new(
+        Config {
+            servers: vec!["node".into()],
+            ttl: Duration::from_secs(60),
+            retry: redlock_core::RetryConfig {
+                count: 0,
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+        .validate()
+        .unwrap(),
+    );
+    let mut pair = Pair {
+        real: node.connection().unwrap(),
+        model: model::Store::default(),
+        start: Instant::now(),
+        compared: 0,
+        extend_script,
+    };
+    for seed in 0..10 {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut held: Vec<Lock> = Vec::new();
+        for _ in 0..STEPS {
+            match rng.random_range(0..10) {
+                0..5 => {
+                    let spec_rng = StdRng::seed_from_u64(rng.next_u64());
+                    if let Some(lock) = pair.acquire(&settings, &mut rng, spec_rng)? {
+                        held.push(lock);
+                    }
+                }
+                5..7 if !held.is_empty() => {
+                    let at = rng.random_range(0..held.len());
+                    let lock = &mut held[at];
+                    let now = Instant::now();
+                    if let Ok(mut extension) = lock.extend(settings.default_ttl(), now)
+                        && let Ok(extended) = pair.drive(&mut extension)?
+                    {
+                        lock.apply(&extended);
+                    }
+                }
+                7..9 if !held.is_empty() => {
+                    let at = rng.random_range(0..held.len());
+                    let mut lock = held.swap_remove(at);
+                    let mut release = lock.release(Instant::now());
+                    pair.drive(&mut release)?;
+                }
+                _ => {
+                    // A release by a value that may be anyone's or no one's.
+                    let key = settings.key(["r1", "r2"][rng.random_range(0..2)].as_bytes());
+                    let value = match held.first() {
+                        Some(lock) if rng.random_bool(0.5) => lock.value().clone(),
+                        _ => LockValue::random(&mut rng, settings.value_len()),
+                    };
+                    let mut release = Release::new(
+                        &settings,
+                        key,
+                        value,
+                        RoundId(rng.next_u64()),
+                        Instant::now(),
+                    );
+                    pair.drive(&mut release)?;
+                }
+            }
+        }
+    }
+    Ok(pair.compared)
+}
+
+/// The real server and the model, fed the same requests.
+struct Pair {
+    real: redis::Connection,
+    model: model::Store,
+    start: Instant,
+    compared: usize,
+    extend_script: Option<&'static str>,
+}
+
+impl Pair {
+    /// Starts acquiring a random kind of lock and drives it to its end.
+    fn acquire(
+        &mut self,
+        settings: &Arc<Settings>,
+        rng: &mut StdRng,
+        machine_rng: StdRng,
+    ) -> Result<Option<Lock>, String> {
+        let resource = ["r1", "r2"][rng.random_range(0..2)].as_bytes();
+        let both = [&b"r1"[..], b"r2"];
+        // Reentrant locks keep a hash at their key: a resource of their own,
+        // so that no script meets a key of another type (the model has no
+        // WRONGTYPE; the real-server tests cover it).
+        let spec = match rng.random_range(0..6) {
+            0 => LockSpec::Exclusive(resource),
+            1 => LockSpec::Fenced(resource),
+            2 => LockSpec::Read(resource),
+            3 => LockSpec::Write(resource),
+            4 => LockSpec::Multi(&both),
+            _ => LockSpec::Reentrant {
+                resource: b"h",
+                owner: ["o1", "o2"][rng.random_range(0..2)],
+            },
+        };
+        let mut acquisition = Acquisition::with_spec(
+            Arc::clone(settings),
+            spec,
+            settings.default_ttl(),
+            Attempts::Once,
+            Instant::now(),
+            machine_rng,
+        )
+        .unwrap();
+        match self.drive(&mut acquisition)? {
+            AcquireEvent::Acquired(lock) => Ok(Some(lock)),
+            _ => Ok(None),
+        }
+    }
+
+    /// Runs `machine` to its final event, every request answered by both.
+    fn drive<M: Machine>(&mut self, machine: &mut M) -> Result<M::Event, String> {
+        let mut last = None;
+        loop {
+            while let Some(request) = machine.poll_request() {
+                let answer = self.run(&request)?;
+                machine.handle_reply(Reply::to(&request, Ok(answer)), Instant::now());
+            }
+            while let Some(event) = machine.poll_event() {
+                last = Some(event);
+            }
+            if machine.is_done() {
+                return Ok(last.expect("a machine that is done gave its final event"));
+            }
+            // One node answers at once: nothing is left to wait for.
+            let at = machine
+                .poll_timeout()
+                .expect("an unfinished machine has a timeout");
+            machine.handle_timeout(at);
+        }
+    }
+
+    /// One request on both; their answers must agree.
+    fn run(&mut self, request: &Request) -> Result<Response, String> {
+        let script = match (self.extend_script, request.command, &request.kind) {
+            (
+                Some(planted),
+                redlock_core::Command::Extend { .. },
+                redlock_core::LockKind::Exclusive,
+            ) => planted,
+            _ => request.script(),
+        };
+        let mut call = redis::cmd("EVAL");
+        call.arg(script).arg(request.keys.len());
+        for key in request.keys.iter() {
+            call.arg(key.as_bytes());
+        }
+        for argument in request.arguments() {
+            match argument {
+                redlock_core::Argument::Bytes(bytes) => call.arg(bytes),
+                redlock_core::Argument::Int(number) => call.arg(number),
+            };
+        }
+        let real = to_response(call.query::<Value>(&mut self.real).unwrap_or_else(|err| {
+            panic!(
+                "{} ({:?}) failed: {err}",
+                request.command.name(),
+                request.kind
+            )
+        }));
+        let clock = self.start.elapsed().as_micros() as f64;
+        let modelled = self.model.run(clock, request);
+        if modelled != real {
+            return Err(format!(
+                "{} of a {:?} lock on {:?} after {} requests: the script answered {real:?}, \
+                 the model {modelled:?}",
+                request.command.name(),
+                request.kind,
+                request.keys,
+                self.compared
+            ));
+        }
+        self.compared += 1;
+        Ok(real)
+    }
+}
+
+/// A script's answer as the core's `Response` (as the client maps it).
+fn to_response(value: Value) -> Response {
+    match value {
+        Value::Int(n) => Response::Int(n),
+        Value::BulkString(bytes) => Response::Data(bytes),
+        Value::Nil => Response::Nil,
+        Value::Array(items) => Response::Array(items.into_iter().map(to_response).collect()),
+        other => Response::Other(format!("{other:?}")),
+    }
+}
