@@ -15,6 +15,11 @@ export REDLOCK_HARNESS_DIR := $(HARNESS_ROOT)
 # missing (scripts/ensure-valkey.sh; a bare name is looked up on PATH).
 VALKEY_BIN ?= $(abspath $(or $(CARGO_TARGET_DIR),target))/valkey/bin/valkey-server
 
+# CI builds once from a fresh clone: incremental caches only cost disk there.
+ifdef CI
+export CARGO_INCREMENTAL := 0
+endif
+
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help

@@ -61,3 +61,11 @@ if ! "$CARGO" nextest --version >/dev/null 2>&1; then
     log "installing cargo-nextest"
     "$CARGO" install cargo-nextest --locked --quiet
 fi
+
+# A full `make test` builds about 6 GiB (debug, release, Valkey, harness
+# data). Say so up front when the disk is shorter than that, rather than let a
+# build die later of "No space left on device".
+free_kib=$(df -Pk . | awk 'NR == 2 { print $4 }')
+if [ -n "$free_kib" ] && [ "$free_kib" -lt $((6 * 1024 * 1024)) ]; then
+    log "warning: only $((free_kib / 1024)) MiB free on this disk; a full build needs about 6 GiB"
+fi
