@@ -161,7 +161,7 @@ pub(crate) struct Round {
     pub(crate) id: RoundId,
     pub(crate) started: Instant,
     pub(crate) deadline: Instant,
-    timeout: Duration,
+    pub(crate) timeout: Duration,
     names: Arc<[String]>,
     /// Whether this round's requests may go out as plain commands.
     native: bool,
@@ -243,6 +243,10 @@ impl Round {
                 self.answered += 1;
             }
         }
+    }
+
+    pub(crate) fn vote(&self, node: NodeId) -> Option<&NodeVote> {
+        self.votes.get(node.0)
     }
 
     pub(crate) fn granted(&self, node: NodeId) -> bool {

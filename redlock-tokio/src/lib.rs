@@ -200,8 +200,9 @@
 //! - Nobody waits for slow nodes: an acquire or extend returns as soon as
 //!   the core decides, and the requests still in flight then complete in the
 //!   background (so the slow nodes get the lock or the new TTL too).
-//!   Releases of failed attempts, and of the keys a lost extension re-set,
-//!   also go out in the background. Every
+//!   Releases of failed attempts and of lost locks, and the restores an
+//!   extension sends to masters that lost the value, also go out in the
+//!   background. Every
 //!   request is queued on its node's connection the moment the core emits
 //!   it, so a release always runs after the acquire it undoes.
 //!
