@@ -139,8 +139,9 @@ impl Summary {
     pub(crate) fn targets(&self) -> Vec<(&'static str, String, Option<bool>)> {
         // Judged on the figure as printed (two decimals): a run that shows
         // 1.00x meets a target of 1.0x.
-        let check =
-            |value: Option<f64>, ok: fn(f64) -> bool| value.map(|v| ok((v * 100.0).round() / 100.0));
+        let check = |value: Option<f64>, ok: fn(f64) -> bool| {
+            value.map(|v| ok((v * 100.0).round() / 100.0))
+        };
         let show =
             |value: Option<f64>| value.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.2}x"));
         vec![

@@ -17,8 +17,7 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ErrorKind, RedisError, ServerErrorKind, Value};
 use redlock_core::{
-    Argument, Call, Native, NodeError, NodeErrorKind, NodeFacts, Reply, Request, Response,
-    scripts,
+    Argument, Call, Native, NodeError, NodeErrorKind, NodeFacts, Reply, Request, Response, scripts,
 };
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
@@ -311,10 +310,7 @@ impl Node {
                 let command = plain(native, request);
                 let result = self
                     .order
-                    .send_plain(
-                        request.key(),
-                        command.query_async::<Value>(&mut connection),
-                    )
+                    .send_plain(request.key(), command.query_async::<Value>(&mut connection))
                     .await;
                 self.finish(request, generation, result)
             }

@@ -243,6 +243,9 @@ mod tests {
         assert!(order.lock().keys.is_empty());
         let mut after = None;
         order.send(&key, &mut after, command(7)).await;
-        assert_eq!(order.resend(after.as_mut().unwrap(), command(8)).await, Some(8));
+        assert_eq!(
+            order.resend(after.as_mut().unwrap(), command(8)).await,
+            Some(8)
+        );
     }
 }
