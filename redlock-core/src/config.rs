@@ -346,10 +346,7 @@ impl Settings {
             }
             LockSpec::Read(resource) | LockSpec::Write(resource) => {
                 let key = self.key(resource);
-                let keys = vec![
-                    key.derived(b"\0readers"),
-                    key.derived(b"\0writer-waiting"),
-                ];
+                let keys = vec![key.derived(b"\0readers"), key.derived(b"\0writer-waiting")];
                 let keys: std::sync::Arc<[crate::Key]> = std::iter::once(key).chain(keys).collect();
                 let kind = if matches!(spec, LockSpec::Read(_)) {
                     LockKind::Read
