@@ -104,6 +104,16 @@ async fn exclusive_locks_spread_over_the_shards_of_every_cluster_node() {
     }
     redlock.shutdown().await;
     assert_eq!(shards_used.len(), 3, "keys on every shard");
+    // The node's facts are its shards' (all Redis >= 7.0 or Valkey here):
+    // exclusive acquires go out as `SET NX GET`, each to the shard of its
+    // key, and every shard got some.
+    for shard in nodes[0].shards() {
+        let stats = shard.commandstats();
+        assert!(
+            stats.get("set").copied().unwrap_or(0) > 0,
+            "{shard}: {stats:?}"
+        );
+    }
     // Every shard of every node took part, and nothing is left anywhere.
     for node in &nodes {
         assert_eq!(node.key_counts(), vec![0; 3]);
