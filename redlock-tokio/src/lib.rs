@@ -113,7 +113,7 @@
 //!   ([`Key::derived`](redlock_core::Key::derived)). A lock whose keys would
 //!   span slots (a multi-resource lock over resources without a common hash
 //!   tag) is refused before anything is sent with
-//!   [`ConfigError::CrossSlot`](redlock_core::ConfigError::CrossSlot),
+//!   [`ConfigError::CrossSlot`],
 //!   never held on part of the node.
 //! - The scripts are loaded on every node of the cluster at connect (a
 //!   shard down then loads them on its first `NOSCRIPT`); the node's facts
