@@ -399,3 +399,63 @@ async fn one_cluster_listed_twice_is_one_server() {
     };
     assert!(String::from_utf8_lossy(&info).contains("cluster_state:ok"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_follows_its_slot_when_it_moves_to_another_shard() {
+    let nodes = clusters(3, 3);
+    let redlock = client(urls(&nodes)).await;
+    let other = client(urls(&nodes)).await;
+    for kind in ["exclusive", "read", "fenced"] {
+        let name = format!("moving-{kind}");
+        let spec = match kind {
+            "read" => LockSpec::Read(name.as_bytes()),
+            "fenced" => LockSpec::Fenced(name.as_bytes()),
+            _ => LockSpec::Exclusive(name.as_bytes()),
+        };
+        let mut guard = redlock
+            .lock_spec(spec, LockOptions::new())
+            .await
+            .expect("free");
+        // Node 0 moves the lock's slot (with the derived keys: one slot) to
+        // another shard while the lock is held.
+        let from = nodes[0].shard_index(&name);
+        let to = (from + 1) % 3;
+        nodes[0].move_slot(&name, to);
+        assert_eq!(nodes[0].shard_index(&name), to);
+        // The client's requests to the old owner are MOVED, and followed.
+        guard
+            .extend(Duration::from_secs(30))
+            .await
+            .unwrap_or_else(|err| panic!("{name}: {err}"));
+        if kind != "read" && nodes[0].shard(to).exists(&name) {
+            // The extension reached the key on its new shard.
+            assert!(nodes[0].shard(to).pttl(&name) > 20_000, "{name}");
+            // (The old owner answers MOVED for it now.)
+            assert!(nodes[0].shard(from).try_command(["EXISTS", &name]).is_err());
+        }
+        let refused = other
+            .lock_spec(LockSpec::Write(name.as_bytes()), LockOptions::new().once())
+            .await
+            .expect_err("still held");
+        assert!(refused.is_held_by_other(), "{name}: {refused:?}");
+        let report = guard.release().await;
+        assert!(report.frees_lock(), "{name}: {report:?}");
+        // Taken again through the new owner.
+        let again = other
+            .lock_spec(
+                LockSpec::Exclusive(name.as_bytes()),
+                LockOptions::new().once(),
+            )
+            .await
+            .unwrap_or_else(|err| panic!("{name}: {err}"));
+        again.release().await;
+    }
+    redlock.shutdown().await;
+    other.shutdown().await;
+    for node in &nodes {
+        for kind in ["exclusive", "read", "fenced"] {
+            let name = format!("moving-{kind}");
+            assert!(!node.exists(&name), "{name} left behind");
+        }
+    }
+}

@@ -5,7 +5,9 @@
 //! `CLUSTER MEET`), not with `redis-cli --cluster create`, so that Redis and
 //! Valkey (whose PyPI build has no `valkey-cli`) are set up the same way.
 
+use std::collections::HashMap;
 use std::panic;
+use std::sync::{Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -40,6 +42,8 @@ pub struct ShardedNode {
     shards: Vec<RedisNode>,
     /// `ranges[i]` is the first and last slot of shard `i`.
     ranges: Vec<(u16, u16)>,
+    /// Slots moved by [`move_slot`](Self::move_slot), to their new shard.
+    moved: Mutex<HashMap<u16, usize>>,
 }
 
 impl ShardedNode {
@@ -81,7 +85,11 @@ impl ShardedNode {
                 (first as u16, last as u16)
             })
             .collect();
-        let node = Self { shards, ranges };
+        let node = Self {
+            shards,
+            ranges,
+            moved: Mutex::new(HashMap::new()),
+        };
         node.form();
         node
     }
@@ -181,6 +189,10 @@ impl ShardedNode {
     /// The index of the shard that owns `key`'s slot.
     pub fn shard_index(&self, key: impl AsRef<[u8]>) -> usize {
         let slot = slot(key.as_ref());
+        let moved = self.moved.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(&shard) = moved.get(&slot) {
+            return shard;
+        }
         self.ranges
             .iter()
             .position(|&(first, last)| (first..=last).contains(&slot))
@@ -200,6 +212,62 @@ impl ShardedNode {
     /// `EXISTS key` on the shard that owns it.
     pub fn exists(&self, key: impl AsRef<[u8]>) -> bool {
         self.shard_of(key.as_ref()).exists(key)
+    }
+
+    /// Moves the slot of `key` to shard `to` while clients use it, as
+    /// `redis-cli --cluster reshard` does: the target imports, the owner
+    /// migrates, the slot's keys go over with `MIGRATE` (TTLs kept), then
+    /// every shard is told the new owner. Clients that still send to the old
+    /// owner get `MOVED` (or `ASK` during the move).
+    ///
+    /// # Panics
+    /// If a step is refused.
+    pub fn move_slot(&self, key: impl AsRef<[u8]>, to: usize) {
+        let slot = slot(key.as_ref());
+        let from = self.shard_index(key.as_ref());
+        assert_ne!(from, to, "slot {slot} is on shard {to} already");
+        let id = |shard: &RedisNode| -> String {
+            redis::from_redis_value(shard.command(["CLUSTER", "MYID"])).expect("a node id")
+        };
+        let (source, target) = (&self.shards[from], &self.shards[to]);
+        let (source_id, target_id) = (id(source), id(target));
+        let slot_arg = slot.to_string();
+        target.command(["CLUSTER", "SETSLOT", &slot_arg, "IMPORTING", &source_id]);
+        source.command(["CLUSTER", "SETSLOT", &slot_arg, "MIGRATING", &target_id]);
+        loop {
+            let keys: Vec<Vec<u8>> = redis::from_redis_value(source.command([
+                "CLUSTER",
+                "GETKEYSINSLOT",
+                &slot_arg,
+                "100",
+            ]))
+            .expect("a list of keys");
+            if keys.is_empty() {
+                break;
+            }
+            let port = target.port().to_string();
+            let mut migrate: Vec<Vec<u8>> = [
+                "MIGRATE",
+                "127.0.0.1",
+                port.as_str(),
+                "",
+                "0",
+                "5000",
+                "KEYS",
+            ]
+            .iter()
+            .map(|word| word.as_bytes().to_vec())
+            .collect();
+            migrate.extend(keys);
+            source.command(migrate);
+        }
+        for shard in &self.shards {
+            shard.command(["CLUSTER", "SETSLOT", &slot_arg, "NODE", &target_id]);
+        }
+        self.moved
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(slot, to);
     }
 
     /// The number of keys on each shard (`DBSIZE`), in shard order.
