@@ -18,7 +18,7 @@ fn shows_the_holder_and_every_node() {
     cluster
         .node(2)
         .command(["SET", "lock:k", "v2", "PX", "4000"]);
-    cluster.node(0).command(["SET", "lock:k\0fencing", "7"]);
+    cluster.node(0).command(["SET", "{lock:k}\0fencing", "7"]);
 
     let plain = run(redlock_on(&cluster, "status").args(["--key-prefix", "lock:", "k"]));
     plain.assert_code(0);

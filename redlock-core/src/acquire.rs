@@ -238,6 +238,11 @@ impl<R: Rng> Acquisition<R> {
         &self.keys[0]
     }
 
+    /// Every key the lock's scripts touch (the lock keys first).
+    pub fn keys(&self) -> &Arc<[Key]> {
+        &self.keys
+    }
+
     /// The kind of lock being acquired.
     pub fn kind(&self) -> &LockKind {
         &self.kind

@@ -322,10 +322,11 @@ impl Settings {
     }
 
     /// The key of a resource's fencing counter: the lock key followed by a NUL
-    /// byte and `fencing`. No resource name can produce it by accident unless it
-    /// contains that NUL byte, and it sorts next to its lock key.
+    /// byte and `fencing`, in the lock key's hash slot ([`Key::derived`](crate::Key::derived):
+    /// `{res}\0fencing` for the lock key `res`). No resource name can produce it
+    /// by accident unless it contains that NUL byte.
     pub fn fencing_key(&self, key: &crate::Key) -> crate::Key {
-        key.with_suffix(b"\0fencing")
+        key.derived(b"\0fencing")
     }
 
     /// The script keys and lock kind for a spec (see
@@ -345,10 +346,7 @@ impl Settings {
             }
             LockSpec::Read(resource) | LockSpec::Write(resource) => {
                 let key = self.key(resource);
-                let keys = vec![
-                    key.with_suffix(b"\0readers"),
-                    key.with_suffix(b"\0writer-waiting"),
-                ];
+                let keys = vec![key.derived(b"\0readers"), key.derived(b"\0writer-waiting")];
                 let keys: std::sync::Arc<[crate::Key]> = std::iter::once(key).chain(keys).collect();
                 let kind = if matches!(spec, LockSpec::Read(_)) {
                     LockKind::Read

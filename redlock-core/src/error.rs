@@ -108,6 +108,30 @@ pub enum ConfigError {
     /// A multi-resource lock names no resource.
     #[error("a multi-resource lock needs at least one resource")]
     NoResources,
+    /// The keys of one lock fall in different hash slots, and a node is a
+    /// Redis Cluster, where one script may only touch keys of one slot.
+    /// Nothing was sent. A multi-resource lock over such keys could only be
+    /// held on part of that node, which is never done: give the resources
+    /// one hash tag (`{order:42}:payment`, `{order:42}:stock`) so they share
+    /// a slot. A read-write or fenced lock meets this only for a resource
+    /// name with a `}` and no hash tag ([`Key::derived`](crate::Key::derived)).
+    #[error(
+        "{first} and {second} are in different hash slots ({first_slot} and {second_slot}), and node \
+         {node} is a Redis Cluster, where one lock's keys must share a slot: give the resources one \
+         hash tag, such as {{order:42}}:a and {{order:42}}:b"
+    )]
+    CrossSlot {
+        /// The cluster node.
+        node: String,
+        /// One key of the lock.
+        first: crate::Key,
+        /// Its slot.
+        first_slot: u16,
+        /// A key of the lock in another slot.
+        second: crate::Key,
+        /// That key's slot.
+        second_slot: u16,
+    },
     /// A reentrant lock has an empty owner id.
     #[error("a reentrant lock needs a non-empty owner id: it decides who may take the lock again")]
     EmptyOwner,

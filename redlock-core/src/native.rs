@@ -131,6 +131,36 @@ impl NodeFacts {
         self.version
     }
 
+    /// What every one of several servers can do, for a node made of many
+    /// (the masters of a Redis Cluster): the lowest version when they all
+    /// run the same server, else unknown (scripts only). A command is then
+    /// sent as a plain command only if every shard has it.
+    ///
+    /// ```
+    /// use redlock_core::{NodeFacts, Server, Version};
+    /// let old = NodeFacts::new(Server::Valkey, Version(8, 1, 0));
+    /// let new = NodeFacts::new(Server::Valkey, Version(9, 1, 2));
+    /// assert_eq!(NodeFacts::lowest([new, old]), old);
+    /// let redis = NodeFacts::new(Server::Redis, Version(7, 0, 15));
+    /// assert_eq!(NodeFacts::lowest([new, redis]), NodeFacts::default());
+    /// assert_eq!(NodeFacts::lowest([]), NodeFacts::default());
+    /// ```
+    pub fn lowest(facts: impl IntoIterator<Item = NodeFacts>) -> Self {
+        let mut facts = facts.into_iter();
+        let Some(first) = facts.next() else {
+            return Self::default();
+        };
+        facts.fold(first, |lowest, next| {
+            if lowest.server != next.server {
+                return Self::default();
+            }
+            match (lowest.version, next.version) {
+                (Some(a), Some(b)) => Self::new(lowest.server, a.min(b)),
+                _ => Self::default(),
+            }
+        })
+    }
+
     fn at_least(&self, server: Server, version: Version) -> bool {
         self.server == server && self.version.is_some_and(|v| v >= version)
     }

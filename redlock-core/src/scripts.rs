@@ -177,9 +177,10 @@ return 1
 // ---------------------------------------------------------------------------
 // Read-write locks. KEYS = [writer key, readers key, writer-waiting key]:
 // the resource's key holds the writer's value (a string, as for an exclusive
-// lock), `<key>\0readers` is a sorted set of reader values scored by their
-// expiry in the node's milliseconds (`TIME`), and `<key>\0writer-waiting`
-// tells new readers that a writer waits for the current readers to finish.
+// lock), `{<key>}\0readers` is a sorted set of reader values scored by their
+// expiry in the node's milliseconds (`TIME`), and `{<key>}\0writer-waiting`
+// tells new readers that a writer waits for the current readers to finish
+// (both in the key's hash slot: `Key::derived`).
 
 /// Acquire a read lock on one node.
 ///

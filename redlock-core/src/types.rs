@@ -47,6 +47,77 @@ impl Key {
     pub(crate) fn with_suffix(&self, suffix: &[u8]) -> Key {
         Key([self.as_bytes(), suffix].concat().into())
     }
+
+    /// A helper key of this lock (readers, writer mark, fencing counter)
+    /// that lands in the same Redis Cluster hash slot as this key, so that
+    /// every script of the lock stays single-slot on a cluster node.
+    ///
+    /// - A key with a hash tag (`user:{42}:lock`) is followed by `suffix`:
+    ///   the tag still decides the slot (`user:{42}:lock\0readers`).
+    /// - Any other key is wrapped in a tag of its own: `{res}\0readers`
+    ///   hashes `res`, as the lock key `res` does. The lock key itself is
+    ///   never changed, so exclusive locks keep the standard Redlock key
+    ///   (`SET res value NX PX ttl`) that other clients use.
+    /// - A key without a tag that contains `}` (`a}b`), or the empty key,
+    ///   cannot be put in a tag: it is followed by `suffix` as before, in another slot. Plain
+    ///   nodes do not care; a cluster node refuses such a lock before
+    ///   anything is sent ([`ConfigError::CrossSlot`](crate::ConfigError::CrossSlot)).
+    ///
+    /// ```
+    /// use redlock_core::Key;
+    /// let plain = Key::from(&b"res"[..]);
+    /// assert_eq!(plain.derived(b"\0readers").as_bytes(), b"{res}\0readers");
+    /// assert_eq!(plain.derived(b"\0readers").slot(), plain.slot());
+    /// let tagged = Key::from(&b"user:{42}:lock"[..]);
+    /// assert_eq!(tagged.derived(b"\0readers").as_bytes(), b"user:{42}:lock\0readers");
+    /// ```
+    pub fn derived(&self, suffix: &[u8]) -> Key {
+        let bytes = self.as_bytes();
+        if bytes.is_empty() || hash_tag(bytes).is_some() || bytes.contains(&b'}') {
+            return self.with_suffix(suffix);
+        }
+        Key([b"{", bytes, b"}", suffix].concat().into())
+    }
+
+    /// The Redis Cluster hash slot of this key (0..16384): CRC16 (XMODEM)
+    /// of its hash tag (the bytes between the first `{` and the first `}`
+    /// after it, when there are any), else of the whole key, modulo 16384.
+    ///
+    /// ```
+    /// use redlock_core::Key;
+    /// // The examples of the Redis Cluster specification.
+    /// assert_eq!(Key::from(&b"123456789"[..]).slot(), 0x31C3 % 16384);
+    /// assert_eq!(Key::from(&b"{user1000}.following"[..]).slot(), Key::from(&b"user1000"[..]).slot());
+    /// ```
+    pub fn slot(&self) -> u16 {
+        let bytes = self.as_bytes();
+        crc16(hash_tag(bytes).unwrap_or(bytes)) % 16384
+    }
+}
+
+/// The hash tag of a key as Redis Cluster finds it: the bytes between the
+/// first `{` and the first `}` after it, if there are any.
+fn hash_tag(key: &[u8]) -> Option<&[u8]> {
+    let open = key.iter().position(|&b| b == b'{')?;
+    let rest = &key[open + 1..];
+    let close = rest.iter().position(|&b| b == b'}')?;
+    (close > 0).then(|| &rest[..close])
+}
+
+/// CRC16-CCITT (XMODEM), the checksum Redis Cluster hashes keys with.
+fn crc16(bytes: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in bytes {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
 }
 
 impl From<Vec<u8>> for Key {
@@ -202,5 +273,48 @@ impl Ttl {
 impl fmt::Display for Ttl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} ms", self.0)
+    }
+}
+
+#[cfg(test)]
+mod slot_tests {
+    use super::*;
+
+    fn key(bytes: &[u8]) -> Key {
+        Key::from(bytes)
+    }
+
+    #[test]
+    fn slots_follow_the_cluster_specification() {
+        // CRC16 of "123456789" is 0x31C3 (the specification's check value).
+        assert_eq!(key(b"123456789").slot(), 0x31C3);
+        assert_eq!(key(b"{user1000}.following").slot(), key(b"user1000").slot());
+        // An empty tag does not count: the whole key is hashed.
+        assert_eq!(key(b"foo{}{bar}").slot(), crc16(b"foo{}{bar}") % 16384);
+        assert_eq!(key(b"foo{{bar}}zap").slot(), key(b"{bar").slot());
+        assert_eq!(key(b"foo{bar}{zap}").slot(), key(b"bar").slot());
+    }
+
+    #[test]
+    fn derived_keys_share_the_lock_keys_slot_when_they_can() {
+        for name in [
+            &b"res"[..],
+            b"lock:res",
+            b"a{b",
+            b"{}",
+            b"x{}y",
+            b"user:{42}:lock",
+            b"",
+        ] {
+            let lock = key(name);
+            let derived = lock.derived(b"\0readers");
+            if name.is_empty() || (name.contains(&b'}') && hash_tag(name).is_none()) {
+                // `{}`, `x{}y` and the empty key cannot be put in a tag.
+                assert_eq!(derived.as_bytes(), [name, b"\0readers"].concat());
+                continue;
+            }
+            assert_eq!(derived.slot(), lock.slot(), "{lock} -> {derived}");
+        }
+        assert_eq!(key(b"a}b").derived(b"\0x").as_bytes(), b"a}b\0x");
     }
 }

@@ -129,7 +129,7 @@ fn specs_pick_their_scripts_and_keys() {
     let read: Request = first(LockSpec::Read(b"doc"));
     assert_eq!(read.script(), scripts::READ_ACQUIRE);
     assert_eq!(read.keys.len(), 3);
-    assert_eq!(read.keys[1].as_bytes(), b"doc\0readers");
+    assert_eq!(read.keys[1].as_bytes(), b"{doc}\0readers");
     let write = first(LockSpec::Write(b"doc"));
     assert_eq!(write.script(), scripts::WRITE_ACQUIRE);
     assert!(matches!(write.kind, LockKind::Write { .. }));

@@ -321,28 +321,54 @@ impl Builder {
             ))
         });
         let shown: Vec<String> = servers.iter().map(|s| s.shown.clone()).collect();
-        let nodes: Arc<[Arc<Node>]> = servers
-            .into_iter()
-            .map(|server| Arc::new(Node::new(server.name, server.client, self.connect_timeout)))
-            .collect();
+        let mut nodes = Vec::with_capacity(servers.len());
+        for server in servers {
+            let cluster = match server.cluster {
+                Some(seeds) => Some(
+                    crate::server::cluster_client(seeds, self.connect_timeout).map_err(|err| {
+                        ConfigError::InvalidServer {
+                            server: server.shown.clone(),
+                            reason: err.to_string(),
+                        }
+                    })?,
+                ),
+                None => None,
+            };
+            nodes.push(Arc::new(Node::new(
+                server.name,
+                server.client,
+                cluster,
+                self.connect_timeout,
+            )));
+        }
+        let nodes: Arc<[Arc<Node>]> = nodes.into();
         let results = futures::future::join_all(nodes.iter().map(|node| node.connect())).await;
         // Two addresses of one server (`localhost` and `127.0.0.1`, a DNS
         // alias) would count it twice towards the quorum: a server is known
         // by its run_id. Servers unreachable now are not checked.
+        // A cluster node brings the run_id of each of its masters, so one
+        // server in two cluster nodes, or a plain node that is a shard of a
+        // cluster node, is found too.
         let mut run_ids: HashMap<&str, usize> = HashMap::new();
         for (i, result) in results.iter().enumerate() {
-            let Ok((_, Some(run_id))) = result else {
+            let Ok((_, ids)) = result else {
                 continue;
             };
-            if let Some(&first) = run_ids.get(run_id.as_str()) {
-                // Dropping the nodes closes their connections.
-                return Err(ConfigError::SameServer {
-                    first: shown[first].clone(),
-                    second: shown[i].clone(),
+            for run_id in ids {
+                match run_ids.get(run_id.as_str()) {
+                    // Dropping the nodes closes their connections.
+                    Some(&first) if first != i => {
+                        return Err(ConfigError::SameServer {
+                            first: shown[first].clone(),
+                            second: shown[i].clone(),
+                        }
+                        .into());
+                    }
+                    _ => {
+                        run_ids.insert(run_id, i);
+                    }
                 }
-                .into());
             }
-            run_ids.insert(run_id, i);
         }
         let mut auth_failure = None;
         for (node, result) in nodes.iter().zip(results) {

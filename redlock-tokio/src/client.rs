@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use redlock_core::{
-    AcquireEvent, Acquisition, Attempts, ConfigError, LockSpec, LockValue, Release, ReleaseReport,
-    RoundId, Settings,
+    AcquireEvent, Acquisition, Attempts, ConfigError, Key, LockSpec, LockValue, Release,
+    ReleaseReport, RoundId, Settings,
 };
 use tracing::{Instrument, debug, info_span};
 
@@ -416,6 +416,7 @@ impl Redlock {
             Instant::now(),
             rng,
         )?;
+        self.check_slots(acquisition.keys())?;
         let resource: Arc<[u8]> = match spec {
             LockSpec::Exclusive(resource)
             | LockSpec::Fenced(resource)
@@ -455,6 +456,28 @@ impl Redlock {
         }
         .instrument(span)
         .await
+    }
+
+    /// On a client with a cluster node, refuses a lock whose keys are in
+    /// different hash slots before anything is sent: a cluster runs a
+    /// script only on keys of one slot, so such a lock could at best be
+    /// held on part of that node ([`ConfigError::CrossSlot`]).
+    fn check_slots(&self, keys: &[Key]) -> Result<(), Error> {
+        let Some(node) = self.node_handles().iter().find(|node| node.is_cluster()) else {
+            return Ok(());
+        };
+        let first = &keys[0];
+        match keys.iter().find(|key| key.slot() != first.slot()) {
+            Some(other) => Err(ConfigError::CrossSlot {
+                node: node.name().to_owned(),
+                first: first.clone(),
+                first_slot: first.slot(),
+                second: other.clone(),
+                second_slot: other.slot(),
+            }
+            .into()),
+            None => Ok(()),
+        }
     }
 
     async fn acquire(&self, resource: &[u8], options: LockOptions) -> Result<LockGuard, Error> {

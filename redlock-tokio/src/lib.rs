@@ -96,6 +96,39 @@
 //!   (see below). Nodes are named by `host:port/db` in errors and logs;
 //!   passwords never appear in errors, `Debug` output or logs.
 //!
+//! # Cluster nodes
+//!
+//! A node may be a whole Redis Cluster (or Valkey cluster), given as
+//! `redis+cluster://[user:password@]host:port,host:port,...` (or
+//! `valkey+cluster://`), the listed masters being seeds. It is still **one
+//! vote**; its shards are the adapter's business, the core does not know
+//! them.
+//!
+//! - Its connection is the `redis` crate's async cluster client, which
+//!   routes every command to the shard of its first key, follows `MOVED`
+//!   and `ASK` and reconnects to shards by itself; a shard down fails that
+//!   node's votes for its keys only.
+//! - Every script's keys share one hash slot: the lock key is unchanged
+//!   (the standard Redlock key) and its derived keys take it as hash tag
+//!   ([`Key::derived`](redlock_core::Key::derived)). A lock whose keys would
+//!   span slots (a multi-resource lock over resources without a common hash
+//!   tag) is refused before anything is sent with
+//!   [`ConfigError::CrossSlot`],
+//!   never held on part of the node.
+//! - The scripts are loaded on every node of the cluster at connect (a
+//!   shard down then loads them on its first `NOSCRIPT`); the node's facts
+//!   are the lowest of its masters' ([`NodeFacts::lowest`](redlock_core::NodeFacts::lowest)).
+//! - Release notices are the scripts' classic `PUBLISH`, which a cluster
+//!   forwards to all its nodes; waiters subscribe on the first seed.
+//! - The cluster client retries a command up to 3 times (redirections, a
+//!   reconnect). A command retried after its connection broke may run after
+//!   a later command for the same key: the order kept across `NOSCRIPT` on
+//!   plain masters is not kept across a cluster client's reconnect.
+//! - A failover inside a cluster node can promote a replica that lacks our
+//!   key (replication is asynchronous): the same as a master restarting
+//!   empty. Run cluster nodes without replicas, or fail over only after the
+//!   longest TTL (see the README, "What it guarantees").
+//!
 //! # TLS
 //!
 //! `rediss://` URLs connect with rustls (feature `tls`, on by default). By

@@ -8,14 +8,30 @@
 //! with backoff whenever it breaks. While a node has no connection, requests
 //! to it fail at once with the last connection error, which the core counts
 //! as that node's failure; nothing waits for a reconnect.
+//!
+//! A node may be a whole Redis Cluster: then its connection is the `redis`
+//! crate's cluster client, which routes each command by its first key,
+//! follows MOVED and ASK, and reconnects to shards by itself. Every script's
+//! keys share a hash slot ([`Key::derived`](redlock_core::Key::derived)), so
+//! one script runs on one shard. The scripts are loaded on every shard at
+//! connect (best effort: a shard down then loads them on its first
+//! `NOSCRIPT`), and the node's facts are the lowest of its masters'
+//! ([`NodeFacts::lowest`]): a plain command goes to a cluster node only if
+//! every shard has it.
 
 use std::borrow::Cow;
 use std::fmt;
 use std::sync::{Arc, LazyLock, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, ErrorKind, RedisError, ServerErrorKind, Value};
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
+use redis::{
+    AsyncConnectionConfig, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, ServerErrorKind,
+    Value,
+};
 use redlock_core::{
     Argument, Call, Native, NodeError, NodeErrorKind, NodeFacts, Reply, Request, Response, scripts,
 };
@@ -53,9 +69,44 @@ fn sha_of(source: &'static str) -> Cow<'static, str> {
         .unwrap_or_else(|| Cow::Owned(redis::Script::new(source).get_hash().to_owned()))
 }
 
+/// The connection of a node: to one master, or to a whole cluster.
+#[derive(Clone)]
+enum Connection {
+    Single(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Connection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Connection::Single(connection) => connection.req_packed_command(cmd),
+            Connection::Cluster(connection) => connection.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Connection::Single(connection) => connection.req_packed_commands(cmd, offset, count),
+            Connection::Cluster(connection) => connection.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Connection::Single(connection) => connection.get_db(),
+            Connection::Cluster(connection) => connection.get_db(),
+        }
+    }
+}
+
 /// A connection made, and what its server turned out to be.
 pub(crate) struct Connected {
-    connection: MultiplexedConnection,
+    connection: Connection,
     /// Read from `INFO server` on this connection: after a reconnect the
     /// server may be another version (upgraded, replaced), so the facts go
     /// with the connection, never with the node.
@@ -64,7 +115,7 @@ pub(crate) struct Connected {
 
 enum Link {
     Up {
-        connection: MultiplexedConnection,
+        connection: Connection,
         facts: NodeFacts,
         generation: u64,
     },
@@ -85,6 +136,8 @@ struct State {
 pub(crate) struct Node {
     name: Arc<str>,
     client: redis::Client,
+    /// Set for a node that is a Redis Cluster; `client` is then unused here.
+    cluster: Option<ClusterClient>,
     connect_timeout: Duration,
     state: Mutex<State>,
     /// The order of the requests sent, per lock key.
@@ -101,10 +154,16 @@ impl fmt::Debug for Node {
 }
 
 impl Node {
-    pub(crate) fn new(name: String, client: redis::Client, connect_timeout: Duration) -> Self {
+    pub(crate) fn new(
+        name: String,
+        client: redis::Client,
+        cluster: Option<ClusterClient>,
+        connect_timeout: Duration,
+    ) -> Self {
         Self {
             name: name.into(),
             client,
+            cluster,
             connect_timeout,
             state: Mutex::new(State {
                 link: Link::Down {
@@ -117,9 +176,15 @@ impl Node {
         }
     }
 
-    /// The canonical address, `host:port/db`.
+    /// The canonical address, `host:port/db` (`cluster:host:port,...` for
+    /// a cluster node).
     pub(crate) fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Whether this node is a Redis Cluster.
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.cluster.is_some()
     }
 
     /// Whether a connection is up (as far as the last request could tell).
@@ -140,7 +205,14 @@ impl Node {
     /// from two servers; `None` when the server does not say (INFO refused by
     /// an ACL, a Redis-compatible server), which also leaves the facts
     /// unknown: scripts only.
-    pub(crate) async fn connect(&self) -> Result<(Connected, Option<String>), NodeError> {
+    ///
+    /// A cluster node answers with the `run_id` of every master that
+    /// answered, so that a server listed twice (in two cluster nodes, or as
+    /// a plain node and a shard) is found.
+    pub(crate) async fn connect(&self) -> Result<(Connected, Vec<String>), NodeError> {
+        if let Some(cluster) = &self.cluster {
+            return self.connect_cluster(cluster).await;
+        }
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))
             // The core applies its own per-node timeout to every request.
@@ -191,7 +263,13 @@ impl Node {
                      (is this a Redis server?)",
                 ));
             }
-            Ok((Connected { connection, facts }, run_id))
+            Ok((
+                Connected {
+                    connection: Connection::Single(connection),
+                    facts,
+                },
+                run_id.into_iter().collect(),
+            ))
         };
         match tokio::time::timeout(self.connect_timeout, attempt).await {
             Ok(result) => result,
@@ -199,6 +277,88 @@ impl Node {
                 NodeErrorKind::Connection,
                 format!(
                     "no working connection within the connect timeout of {} ms",
+                    self.connect_timeout.as_millis()
+                ),
+            )),
+        }
+    }
+
+    /// [`connect`](Self::connect) for a cluster node: the cluster client
+    /// reads the slot map from a seed; the scripts are loaded on every node
+    /// and `INFO server` read from every master.
+    async fn connect_cluster(
+        &self,
+        cluster: &ClusterClient,
+    ) -> Result<(Connected, Vec<String>), NodeError> {
+        let attempt = async {
+            let connection = cluster
+                .get_async_connection()
+                .await
+                .map_err(|err| map_error(&err))?;
+            let loads = SCRIPTS.iter().map(|script| {
+                let mut connection = connection.clone();
+                async move {
+                    let mut load = redis::cmd("SCRIPT");
+                    load.arg("LOAD").arg(script.source);
+                    // Every node, replicas too: a failover then finds the
+                    // scripts in place.
+                    connection
+                        .route_command(
+                            load,
+                            RoutingInfo::MultiNode((
+                                MultipleNodeRoutingInfo::AllNodes,
+                                Some(ResponsePolicy::AllSucceeded),
+                            )),
+                        )
+                        .await
+                }
+            });
+            let info = {
+                let mut connection = connection.clone();
+                async move {
+                    let mut info = redis::cmd("INFO");
+                    info.arg("server");
+                    connection
+                        .route_command(
+                            info,
+                            RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None)),
+                        )
+                        .await
+                }
+            };
+            let (loads, info) = futures::future::join(futures::future::join_all(loads), info).await;
+            if let Some(Err(err)) = loads.into_iter().find(Result::is_err) {
+                // A shard down: it loads them on its first NOSCRIPT.
+                debug!(node = %self.name, error = %map_error(&err), "scripts not loaded on every shard");
+            }
+            let infos: Vec<String> = match info {
+                Ok(Value::Map(answers)) => answers
+                    .into_iter()
+                    .filter_map(|(_, answer)| redis::from_redis_value::<String>(answer).ok())
+                    .collect(),
+                _ => Vec::new(),
+            };
+            // Scripts only unless every master said what it is.
+            let facts = if infos.is_empty() {
+                NodeFacts::default()
+            } else {
+                NodeFacts::lowest(infos.iter().map(|info| NodeFacts::from_info(info)))
+            };
+            let run_ids = infos.iter().filter_map(|info| run_id(info)).collect();
+            Ok((
+                Connected {
+                    connection: Connection::Cluster(connection),
+                    facts,
+                },
+                run_ids,
+            ))
+        };
+        match tokio::time::timeout(self.connect_timeout, attempt).await {
+            Ok(result) => result,
+            Err(_) => Err(NodeError::new(
+                NodeErrorKind::Connection,
+                format!(
+                    "no working cluster connection within the connect timeout of {} ms",
                     self.connect_timeout.as_millis()
                 ),
             )),
@@ -234,7 +394,7 @@ impl Node {
 
     /// The connection to use, its server's facts and its generation, or
     /// the reason there is none.
-    fn connection(self: &Arc<Self>) -> Result<(MultiplexedConnection, NodeFacts, u64), NodeError> {
+    fn connection(self: &Arc<Self>) -> Result<(Connection, NodeFacts, u64), NodeError> {
         let mut state = self.lock_state();
         match &mut state.link {
             Link::Up {
@@ -320,7 +480,7 @@ impl Node {
 
     async fn evalsha(
         self: &Arc<Self>,
-        connection: &mut MultiplexedConnection,
+        connection: &mut Connection,
         generation: u64,
         request: &Request,
         script: &'static str,
@@ -401,7 +561,9 @@ impl Node {
             }
             Err(err) => {
                 let error = map_error(&err);
-                if err.is_unrecoverable_error() {
+                // A cluster connection reconnects to its shards by itself:
+                // one shard down must not cut the node off from the others.
+                if err.is_unrecoverable_error() && self.cluster.is_none() {
                     self.connection_failed(generation, &error);
                 } else if is_anomaly(error.kind) {
                     warn!(node = %self.name, command = command.name(), error = %error, "node refused the request");
@@ -440,7 +602,9 @@ impl Node {
             .await
             .map_err(|err| {
                 let error = map_error(&err);
-                if err.is_unrecoverable_error() {
+                // A cluster connection reconnects to its shards by itself:
+                // one shard down must not cut the node off from the others.
+                if err.is_unrecoverable_error() && self.cluster.is_none() {
                     self.connection_failed(generation, &error);
                 }
                 error

@@ -5,9 +5,18 @@
 //! for the same server and database (`redis://h:6379` and `redis://h:6379/0`)
 //! are rejected as duplicates, and it is what errors and logs print. It never
 //! carries credentials or TLS options.
+//!
+//! A node may also be a whole Redis Cluster, given as
+//! `redis+cluster://[user:password@]host1:port1,host2:port2,...` (or
+//! `valkey+cluster://`): the listed masters are seeds, from which the cluster
+//! client learns every shard. Its name is `cluster:` followed by the seeds,
+//! lowercased and sorted (`cluster:10.0.0.1:7000,10.0.0.2:7000`).
 
 use redis::{ConnectionAddr, ConnectionInfo};
 use redlock_core::ConfigError;
+
+/// The URL schemes of a node that is a whole Redis Cluster.
+const CLUSTER_SCHEMES: [&str; 2] = ["redis+cluster://", "valkey+cluster://"];
 
 /// One parsed server: its canonical name and the redis client for it.
 pub(crate) struct Server {
@@ -15,7 +24,12 @@ pub(crate) struct Server {
     /// The address as the user gave it, password redacted, for messages
     /// that must point at one entry of their list.
     pub(crate) shown: String,
+    /// The client of a single master; for a cluster node, of its first
+    /// seed (which release notices listen on: a `PUBLISH` on any master of
+    /// a cluster reaches the subscribers of every node of it).
     pub(crate) client: redis::Client,
+    /// The seeds of a node that is a Redis Cluster.
+    pub(crate) cluster: Option<Vec<redis::ConnectionInfo>>,
 }
 
 impl Server {
@@ -26,6 +40,12 @@ impl Server {
             server: redact(url),
             reason,
         };
+        if let Some(rest) = CLUSTER_SCHEMES
+            .iter()
+            .find_map(|scheme| url.strip_prefix(scheme))
+        {
+            return Self::cluster(url, rest).map_err(invalid);
+        }
         if redis::parse_redis_url(url).is_none() {
             return Err(invalid(
                 "not a Redis URL: expected redis://[user:password@]host[:port][/db] \
@@ -42,6 +62,52 @@ impl Server {
         })
     }
 
+    /// A cluster node from the part of its URL after the scheme:
+    /// `[user:password@]host:port,host:port,...`.
+    fn cluster(url: &str, rest: &str) -> Result<Self, String> {
+        let (user_info, hosts) = match rest.rfind('@') {
+            Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
+            None => (None, rest),
+        };
+        let hosts = hosts.strip_suffix('/').unwrap_or(hosts);
+        if hosts.contains('/') || hosts.contains('?') || hosts.contains('#') {
+            return Err("a cluster node has no database and no options: expected \
+                 redis+cluster://[user:password@]host:port,host:port,..."
+                .to_owned());
+        }
+        let mut clients = Vec::new();
+        let mut names = Vec::new();
+        for host in hosts.split(',') {
+            if host.is_empty() {
+                return Err("an empty seed address in the list".to_owned());
+            }
+            let seed = match user_info {
+                Some(user_info) => format!("redis://{user_info}@{host}"),
+                None => format!("redis://{host}"),
+            };
+            // Errors of the seed URL are fixed texts: no password in them.
+            let client = redis::Client::open(seed.as_str()).map_err(|err| describe(&err))?;
+            let name = canonical_name(client.get_connection_info());
+            names.push(name.strip_suffix("/0").unwrap_or(&name).to_owned());
+            clients.push(client);
+        }
+        names.sort();
+        names.dedup();
+        let seeds: Vec<redis::ConnectionInfo> = clients
+            .iter()
+            .map(|client| client.get_connection_info().clone())
+            .collect();
+        // Checks the seeds as the cluster client will take them.
+        cluster_client(seeds.clone(), std::time::Duration::from_secs(1))
+            .map_err(|err| describe(&err))?;
+        Ok(Self {
+            name: format!("cluster:{}", names.join(",")),
+            shown: redact(url),
+            client: clients.swap_remove(0),
+            cluster: Some(seeds),
+        })
+    }
+
     /// Names a client built elsewhere.
     pub(crate) fn from_client(client: redis::Client) -> Self {
         let name = canonical_name(client.get_connection_info());
@@ -49,6 +115,7 @@ impl Server {
             shown: name.clone(),
             name,
             client,
+            cluster: None,
         }
     }
 
@@ -59,6 +126,24 @@ impl Server {
             ConnectionAddr::TcpTls { .. }
         )
     }
+}
+
+/// The cluster client of a cluster node's seeds.
+pub(crate) fn cluster_client(
+    seeds: Vec<redis::ConnectionInfo>,
+    connect_timeout: std::time::Duration,
+) -> redis::RedisResult<redis::cluster::ClusterClient> {
+    redis::cluster::ClusterClient::builder(seeds)
+        .connection_timeout(connect_timeout)
+        // The core applies its own per-node deadline to every request; this
+        // only bounds a request whose caller is gone.
+        .response_timeout(connect_timeout)
+        // MOVED and ASK during resharding, and a refreshed slot map, each
+        // take one retry. Few: a command retried after its connection broke
+        // may run after a later command for the same key was sent (see the
+        // crate docs, "Cluster nodes").
+        .retries(3)
+        .build()
 }
 
 fn describe(err: &redis::RedisError) -> String {
@@ -152,6 +237,25 @@ mod tests {
         let insecure = Server::from_url("rediss://example.com:6380/#insecure").unwrap();
         assert_eq!(insecure.name, "example.com:6380/0");
         assert!(!Server::from_url("redis://example.com").unwrap().is_tls());
+    }
+
+    #[test]
+    fn cluster_urls() {
+        let server = Server::from_url("redis+cluster://u:pw@Host-B:7001,host-a:7000/").unwrap();
+        assert_eq!(server.name, "cluster:host-a:7000,host-b:7001");
+        assert!(server.cluster.is_some());
+        assert!(!server.shown.contains("pw"), "{}", server.shown);
+        let same = Server::from_url("valkey+cluster://host-a:7000,host-b:7001").unwrap();
+        assert_eq!(same.name, server.name);
+        for bad in [
+            "redis+cluster://u:hunter2@h:1,,h:2",
+            "redis+cluster://u:hunter2@h:1/2",
+            "redis+cluster://u:hunter2@h:99999",
+        ] {
+            let err = Server::from_url(bad).err().unwrap();
+            assert!(matches!(err, ConfigError::InvalidServer { .. }), "{bad}");
+            assert!(!format!("{err} {err:?}").contains("hunter2"), "{err}");
+        }
     }
 
     #[test]

@@ -66,6 +66,13 @@ impl TlsFiles {
 /// The server's client with these certificates; a server that is not
 /// `rediss://` is an error, since the options would silently not apply.
 pub(crate) fn apply(server: Server, certificates: &TlsCertificates) -> Result<Server, ConfigError> {
+    if server.cluster.is_some() {
+        return Err(invalid(format!(
+            "node {}: a CA or client certificate cannot apply to a cluster node yet \
+             (cluster nodes are plain TCP in this version)",
+            server.name
+        )));
+    }
     let info = server.client.get_connection_info();
     if !matches!(info.addr(), ConnectionAddr::TcpTls { .. }) {
         return Err(invalid(format!(

@@ -13,6 +13,9 @@
 //!   ([`get`](RedisNode::get), [`pttl`](RedisNode::pttl),
 //!   [`commandstats`](RedisNode::commandstats), ...).
 //! - [`RedisCluster`]: N independent nodes started in parallel.
+//! - [`ShardedNode`]: one Redlock node that is a whole Redis Cluster of
+//!   several masters (no replicas), formed with `CLUSTER ADDSLOTSRANGE` and
+//!   `CLUSTER MEET`, for Redis and Valkey alike.
 //! - [`GarbageServer`]: answers with bytes that are not RESP.
 //! - [`SilentServer`]: accepts connections and never answers.
 //! - [`TestCerts`]: a throwaway CA with server and client certificates, for
@@ -73,7 +76,7 @@ pub mod chaos;
 mod harness;
 
 pub use harness::{
-    CLIENT_TIMEOUT, GARBAGE_REPLY, GarbageServer, HARNESS_DIR_ENV, NodeOptions, REDIS_SERVER_ENV,
-    RedisCluster, RedisNode, SERVER_BIN_ENV, STARTUP_TIMEOUT, Server, ServerKind, SilentServer,
-    TestCerts, TlsOptions, harness_root, server,
+    CLIENT_TIMEOUT, CLUSTER_READY_TIMEOUT, GARBAGE_REPLY, GarbageServer, HARNESS_DIR_ENV,
+    NodeOptions, REDIS_SERVER_ENV, RedisCluster, RedisNode, SERVER_BIN_ENV, STARTUP_TIMEOUT,
+    Server, ServerKind, ShardedNode, SilentServer, TestCerts, TlsOptions, harness_root, server,
 };

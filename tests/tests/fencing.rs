@@ -39,7 +39,7 @@ async fn tokens_grow_with_every_holder_and_survive_extensions() {
     let counters: Vec<Option<Vec<u8>>> = cluster
         .nodes()
         .iter()
-        .map(|node| node.get(b"ledger\0fencing"))
+        .map(|node| node.get(b"{ledger}\0fencing"))
         .collect();
     let stored = counters
         .iter()

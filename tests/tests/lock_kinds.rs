@@ -14,11 +14,11 @@ use support::{assert_absent, builder, client, eventually};
 
 /// The helper keys of a read-write lock on `resource` (no key prefix).
 fn readers_key(resource: &str) -> Vec<u8> {
-    [resource.as_bytes(), b"\0readers"].concat()
+    [b"{", resource.as_bytes(), b"}\0readers"].concat()
 }
 
 fn writer_waiting_key(resource: &str) -> Vec<u8> {
-    [resource.as_bytes(), b"\0writer-waiting"].concat()
+    [b"{", resource.as_bytes(), b"}\0writer-waiting"].concat()
 }
 
 /// A reader that does not retry: refused at once when it cannot share.

@@ -7,6 +7,7 @@ mod fake_server;
 mod node;
 mod process;
 mod server;
+mod sharded;
 mod tls;
 
 pub use cluster::RedisCluster;
@@ -14,4 +15,5 @@ pub use fake_server::{GARBAGE_REPLY, GarbageServer, SilentServer};
 pub use node::{CLIENT_TIMEOUT, NodeOptions, RedisNode, STARTUP_TIMEOUT, TlsOptions};
 pub use process::{HARNESS_DIR_ENV, harness_root};
 pub use server::{REDIS_SERVER_ENV, SERVER_BIN_ENV, Server, ServerKind, server};
+pub use sharded::{CLUSTER_READY_TIMEOUT, ShardedNode};
 pub use tls::TestCerts;

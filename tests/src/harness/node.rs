@@ -52,6 +52,11 @@ pub struct NodeOptions {
     /// Run this server binary instead of the one every other node runs
     /// ([`server`](crate::server)): for clusters of Redis and Valkey mixed.
     pub bin: Option<PathBuf>,
+    /// Run in Redis Cluster mode (`--cluster-enabled yes`, config file in the
+    /// data dir), with a cluster bus port of its own picked like the main
+    /// port ([`RedisNode::cluster_port`]) and announced on `127.0.0.1`. See
+    /// [`ShardedNode`](crate::ShardedNode), which forms clusters of these.
+    pub cluster: bool,
 }
 
 /// TLS settings of a [`RedisNode`] (see [`TestCerts`](crate::TestCerts)).
@@ -85,6 +90,7 @@ pub struct TlsOptions {
 pub struct RedisNode {
     port: u16,
     tls_port: Option<u16>,
+    cluster_port: Option<u16>,
     options: NodeOptions,
     dir: PathBuf,
     /// `None` after [`kill`](Self::kill) until the next restart.
@@ -115,11 +121,18 @@ impl RedisNode {
         for _ in 0..START_ATTEMPTS {
             let port = free_port();
             let tls_port = options.tls.as_ref().map(|_| free_port());
-            match launch(port, tls_port, &dir, &options) {
+            // A port just released may come back from the next bind.
+            let cluster_port = options.cluster.then(|| {
+                std::iter::repeat_with(free_port)
+                    .find(|&bus| bus != port && Some(bus) != tls_port)
+                    .expect("an endless supply of ports")
+            });
+            match launch(port, tls_port, cluster_port, &dir, &options) {
                 Ok(child) => {
                     return Self {
                         port,
                         tls_port,
+                        cluster_port,
                         options,
                         dir,
                         process: Mutex::new(Some(child)),
@@ -137,6 +150,11 @@ impl RedisNode {
             "{}: every one of {START_ATTEMPTS} free ports was taken before it could bind",
             server::server_bin().display()
         );
+    }
+
+    /// The cluster bus port of a node started with [`NodeOptions::cluster`].
+    pub fn cluster_port(&self) -> Option<u16> {
+        self.cluster_port
     }
 
     /// The TCP port on `127.0.0.1`; stays the same across [`restart`](Self::restart).
@@ -269,7 +287,13 @@ impl RedisNode {
         // go soon (a port probe), so keep trying until the deadline.
         let deadline = Instant::now() + STARTUP_TIMEOUT;
         loop {
-            match launch(self.port, self.tls_port, &self.dir, &self.options) {
+            match launch(
+                self.port,
+                self.tls_port,
+                self.cluster_port,
+                &self.dir,
+                &self.options,
+            ) {
                 Ok(child) => {
                     *process = Some(child);
                     return;
@@ -452,6 +476,7 @@ fn free_port() -> u16 {
 fn launch(
     port: u16,
     tls_port: Option<u16>,
+    cluster_port: Option<u16>,
     dir: &Path,
     options: &NodeOptions,
 ) -> Result<Child, LaunchError> {
@@ -482,6 +507,14 @@ fn launch(
             .arg(&tls.ca_file)
             .arg("--tls-auth-clients")
             .arg(if tls.auth_clients { "yes" } else { "no" });
+    }
+    if let Some(bus) = cluster_port {
+        command
+            .args(["--cluster-enabled", "yes"])
+            .args(["--cluster-config-file", "nodes.conf"])
+            .arg("--cluster-port")
+            .arg(bus.to_string())
+            .args(["--cluster-announce-ip", "127.0.0.1"]);
     }
     command.args(&options.extra_args);
     command.envs(options.env.iter().map(|(name, value)| (name, value)));
