@@ -50,6 +50,27 @@ fn release_later(guard: LockGuard) -> tokio::task::JoinHandle<()> {
     })
 }
 
+/// Releases `guard` after [`HOLD`], once the waiter listens for `resource`
+/// on each of `nodes`: a notice published before the waiter subscribed
+/// reaches nobody, and how long subscribing takes is the machine's business,
+/// not what these tests judge.
+async fn release_once_listening(
+    guard: LockGuard,
+    cluster: &RedisCluster,
+    resource: &str,
+    nodes: &[usize],
+) {
+    tokio::time::sleep(HOLD).await;
+    eventually("the waiter listens", Duration::from_secs(10), || {
+        nodes
+            .iter()
+            .all(|&node| subscribers(cluster.node(node), resource) >= 1)
+    })
+    .await;
+    let report = guard.release().await;
+    assert!(report.released() >= 2, "{report}");
+}
+
 /// Pub/sub connections on `node` (`CLIENT LIST TYPE pubsub`).
 fn pubsub_clients(node: &RedisNode) -> usize {
     match node.command(["CLIENT", "LIST", "TYPE", "pubsub"]) {
@@ -88,10 +109,12 @@ async fn a_release_wakes_the_waiter_long_before_its_retry_delay() {
     let holder = client(&cluster).await;
     let waiter = slow_waiter(&cluster, true).await;
 
-    let held = release_later(holder.lock("job").await.unwrap());
-    let (guard, took) = timed(waiter.lock("job")).await;
+    let held = holder.lock("job").await.unwrap();
+    let ((guard, took), ()) = tokio::join!(
+        timed(waiter.lock("job")),
+        release_once_listening(held, &cluster, "job", &[0, 1, 2])
+    );
     let guard = guard.expect("the waiter gets the lock once released");
-    held.await.unwrap();
     assert!(
         took >= HOLD - Duration::from_millis(50),
         "it waited: {took:?}"
@@ -168,12 +191,15 @@ async fn every_lock_kind_is_woken_by_the_release_it_waits_for() {
             LockSpec::Exclusive(b"m4"),
         ),
     ];
-    for (held, wanted) in cases {
+    // The channel the holder's release publishes on, that the waiter hears.
+    let channels = ["rw1", "rw2", "re", "m2", "m4"];
+    for ((held, wanted), channel) in cases.into_iter().zip(channels) {
         let guard = holder.lock_spec(held, LockOptions::new()).await.unwrap();
-        let release = release_later(guard);
-        let (guard, took) = timed(waiter.lock_spec(wanted, LockOptions::new())).await;
+        let ((guard, took), ()) = tokio::join!(
+            timed(waiter.lock_spec(wanted, LockOptions::new())),
+            release_once_listening(guard, &cluster, channel, &[0, 1, 2])
+        );
         let guard = guard.unwrap_or_else(|err| panic!("{wanted:?}: {err}"));
-        release.await.unwrap();
         assert!(took < WOKEN, "{wanted:?} behind {held:?}: {took:?}");
         guard.release().await;
     }
@@ -309,10 +335,12 @@ async fn a_paused_or_dead_node_does_not_hold_up_waiting() {
     let holder = client(&cluster).await;
     let waiter = slow_waiter(&cluster, true).await;
 
-    let held = release_later(holder.lock("job").await.unwrap());
-    let (guard, took) = timed(waiter.lock("job")).await;
+    let held = holder.lock("job").await.unwrap();
+    let ((guard, took), ()) = tokio::join!(
+        timed(waiter.lock("job")),
+        release_once_listening(held, &cluster, "job", &[0, 1, 2])
+    );
     let guard = guard.expect("three of five nodes are enough");
-    held.await.unwrap();
     assert!(took < WOKEN, "{took:?}");
     // Only the live nodes have a pub/sub connection.
     assert_eq!(waiter.release_notice_connections(), 3);
