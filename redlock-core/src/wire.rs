@@ -439,6 +439,9 @@ pub(crate) fn interpret(
         (Command::StoreToken { .. }, Response::Int(0)) => Some(NodeVote::HeldByOther(None)),
         (Command::StoreToken { .. }, Response::Int(-1)) => Some(NodeVote::Missing),
         (Command::Extend { .. }, Response::Int(1)) => Some(NodeVote::Granted),
+        (Command::Extend { .. }, Response::Int(2)) if planted!(ExtendMissingAsOurs) => {
+            Some(NodeVote::Granted)
+        }
         (Command::Extend { .. }, Response::Int(2)) => Some(NodeVote::Restored),
         (Command::Extend { .. } | Command::Release | Command::Withdraw, Response::Int(0)) => {
             Some(NodeVote::HeldByOther(None))
