@@ -15,13 +15,18 @@ export REDLOCK_HARNESS_DIR := $(HARNESS_ROOT)
 # missing (scripts/ensure-valkey.sh; a bare name is looked up on PATH).
 VALKEY_BIN ?= $(abspath $(or $(CARGO_TARGET_DIR),target))/valkey/bin/valkey-server
 
+# CI builds once from a fresh clone: incremental caches only cost disk there.
+ifdef CI
+export CARGO_INCREMENTAL := 0
+endif
+
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
 # Prerequisites of `test` are steps in order, never run in parallel.
 .NOTPARALLEL:
 
-.PHONY: help demo bench bench-quick mutants model model-check test deps deps-valkey core-purity fmt-check clippy doc nextest nextest-valkey doctest kill-harness-redis chaos chaos-ci
+.PHONY: help demo bench bench-valkey bench-quick mutants model model-check test deps deps-valkey core-purity fmt-check clippy doc nextest nextest-valkey doctest kill-harness-redis chaos chaos-ci
 
 help: ## List targets
 	@awk 'BEGIN { FS = ":.*## " } /^[a-z-]+:.*## / { printf "  %-20s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -44,6 +49,19 @@ bench: deps ## Full benchmark run, a few minutes; tables and chart in benches/re
 	mkdir -p benches/results; \
 	$(CARGO) bench --profile release -p redlock-benches --bench core | tee benches/results/core.txt || status=$$?; \
 	BENCH_COMMAND="make bench$(if $(BENCH_ARGS), BENCH_ARGS='$(BENCH_ARGS)')" \
+		$(CARGO) run --release -p redlock-benches --bin redlock-bench -- $(BENCH_ARGS) || status=$$?; \
+	$(MAKE) --no-print-directory kill-harness-redis; \
+	exit $$status
+
+# The same program on Valkey (VALKEY_BIN, installed when missing), beside
+# the Redis run in benches/results/ (valkey-nodes-5.md next to
+# redis-nodes-5.md). The core's micro-benchmarks do not depend on the server
+# and are not run again.
+bench-valkey: deps deps-valkey ## Full benchmark run on Valkey (VALKEY_BIN); tables in benches/results/valkey-nodes-*.md
+	@status=0; \
+	mkdir -p benches/results; \
+	REDLOCK_SERVER_BIN="$(VALKEY_BIN)" \
+	BENCH_COMMAND="make bench-valkey$(if $(BENCH_ARGS), BENCH_ARGS='$(BENCH_ARGS)')" \
 		$(CARGO) run --release -p redlock-benches --bin redlock-bench -- $(BENCH_ARGS) || status=$$?; \
 	$(MAKE) --no-print-directory kill-harness-redis; \
 	exit $$status

@@ -13,17 +13,10 @@
 # and says so.
 set -euo pipefail
 
-log() { printf 'ensure-chaos-deps: %s\n' "$*" >&2; }
+SCRIPT_NAME=ensure-chaos-deps
+# shellcheck source=scripts/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-as_root() {
-    if [ "$(id -u)" -eq 0 ]; then
-        "$@"
-    elif command -v sudo >/dev/null 2>&1; then
-        sudo "$@"
-    else
-        return 1
-    fi
-}
 
 missing=()
 command -v cc >/dev/null 2>&1 || missing+=(gcc libc6-dev)

@@ -7,19 +7,9 @@ set -euo pipefail
 
 CARGO="${CARGO:-cargo}"
 
-log() { printf 'ensure-deps: %s\n' "$*" >&2; }
-
-# Runs a command as root: directly when we are root, else through sudo.
-as_root() {
-    if [ "$(id -u)" -eq 0 ]; then
-        "$@"
-    elif command -v sudo >/dev/null 2>&1; then
-        sudo "$@"
-    else
-        log "need root to run '$*', and sudo is not installed"
-        exit 1
-    fi
-}
+SCRIPT_NAME=ensure-deps
+# shellcheck source=scripts/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
     if ! command -v apt-get >/dev/null 2>&1; then
@@ -27,9 +17,7 @@ if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/nul
         exit 1
     fi
     log "installing redis-server and redis-tools"
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-        redis-server redis-tools >/dev/null
+    apt_install redis-server redis-tools >/dev/null
 fi
 
 if ! command -v openssl >/dev/null 2>&1; then
@@ -38,9 +26,7 @@ if ! command -v openssl >/dev/null 2>&1; then
         exit 1
     fi
     log "installing openssl"
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-        openssl >/dev/null
+    apt_install openssl >/dev/null
 fi
 
 # `cargo fmt` and `cargo clippy` are rustup components on a rustup toolchain.
@@ -60,4 +46,12 @@ done
 if ! "$CARGO" nextest --version >/dev/null 2>&1; then
     log "installing cargo-nextest"
     "$CARGO" install cargo-nextest --locked --quiet
+fi
+
+# A full `make test` builds about 6 GiB (debug, release, Valkey, harness
+# data). Say so up front when the disk is shorter than that, rather than let a
+# build die later of "No space left on device".
+free_kib=$(df -Pk . | awk 'NR == 2 { print $4 }')
+if [ -n "$free_kib" ] && [ "$free_kib" -lt $((6 * 1024 * 1024)) ]; then
+    log "warning: only $((free_kib / 1024)) MiB free on this disk; a full build needs about 6 GiB"
 fi

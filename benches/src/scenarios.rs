@@ -20,6 +20,16 @@ use crate::stats::Latencies;
 /// (rslock waits for its 500 ms response timeout on a paused node).
 const OP_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// `rounds` rounded up to a whole number of rotations of `kinds`: then every
+/// contender runs in every position of a round equally often. (Run last in a
+/// round, a contender meets a machine that the others warmed up and left
+/// with the most allocator and runtime state; in contention, the last one
+/// won whichever library it was.)
+pub(crate) fn fair_rounds(rounds: usize, kinds: &[Kind]) -> usize {
+    let len = kinds.len().max(1);
+    rounds.max(1).div_ceil(len) * len
+}
+
 /// `kinds` rotated by `turn`, so that nobody always goes first.
 fn rotated(kinds: &[Kind], turn: usize) -> Vec<Kind> {
     let mut order = kinds.to_vec();
@@ -165,6 +175,12 @@ impl Throughput {
     pub(crate) fn server_us_per_cycle(&self) -> f64 {
         per_cycle(self.server_cpu, self.cycles)
     }
+
+    /// Microseconds of CPU per cycle, client and servers together: what a
+    /// cycle costs the machine.
+    pub(crate) fn cpu_us_per_cycle(&self) -> f64 {
+        per_cycle(self.client_cpu + self.server_cpu, self.cycles)
+    }
 }
 
 fn per_cycle(cpu: Duration, cycles: u64) -> f64 {
@@ -190,7 +206,7 @@ pub(crate) async fn throughput(
         let _ = throughput_phase(contenders, kind, tasks, usize::MAX, phase / 4).await;
     }
     let mut results: BTreeMap<Kind, Throughput> = BTreeMap::new();
-    for round in 0..rounds {
+    for round in 0..fair_rounds(rounds, kinds) {
         for kind in rotated(kinds, round) {
             let (client_before, servers_before) = cpu::snapshot(servers);
             let outcome = throughput_phase(contenders, kind, tasks, round, phase).await;
@@ -301,7 +317,7 @@ pub(crate) async fn contention(
     budget: Duration,
 ) -> BTreeMap<Kind, Contention> {
     let mut results: BTreeMap<Kind, Contention> = BTreeMap::new();
-    for round in 0..rounds {
+    for round in 0..fair_rounds(rounds, kinds) {
         for kind in rotated(kinds, round) {
             let outcome = contention_phase(contenders, kind, tasks, holds, round, budget).await;
             let total = results.entry(kind).or_default();

@@ -28,6 +28,8 @@ Exit codes:
 #[derive(Debug, Parser)]
 #[command(name = "redlock", version, after_help = EXIT_CODES)]
 pub(crate) struct Cli {
+    #[command(flatten)]
+    pub(crate) common: Common,
     #[command(subcommand)]
     pub(crate) command: Command,
 }
@@ -81,7 +83,8 @@ pub(crate) enum Command {
     Release(ReleaseArgs),
 }
 
-/// Options every subcommand takes.
+/// Options every subcommand takes, before or after its name
+/// (`redlock -s URL exec ...` as well as `redlock exec -s URL ...`).
 #[derive(Debug, Args)]
 pub(crate) struct Common {
     /// The Redis masters, comma-separated or repeated:
@@ -89,6 +92,7 @@ pub(crate) struct Common {
     /// odd number of independent masters (no replicas of one another).
     #[arg(
         long,
+        global = true,
         short = 's',
         env = "REDLOCK_SERVERS",
         value_delimiter = ',',
@@ -99,6 +103,7 @@ pub(crate) struct Common {
     /// Prepended to KEY to form the Redis key, for example "lock:".
     #[arg(
         long,
+        global = true,
         env = "REDLOCK_KEY_PREFIX",
         default_value = "",
         value_name = "PREFIX"
@@ -106,20 +111,21 @@ pub(crate) struct Common {
     pub(crate) key_prefix: String,
     /// How long one node may take to answer. Default: 1% of the TTL,
     /// between 10 ms and 50 ms.
-    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, global = true, value_parser = parse_duration, value_name = "DURATION")]
     pub(crate) node_timeout: Option<Duration>,
     /// How long connecting to one node may take.
-    #[arg(long, value_parser = parse_duration, default_value = "1s", value_name = "DURATION")]
+    #[arg(long, global = true, value_parser = parse_duration, default_value = "1s", value_name = "DURATION")]
     pub(crate) connect_timeout: Duration,
     /// Trust only the CA certificate(s) in this PEM file for rediss://
     /// servers. Default: the public (webpki) roots built into redlock; the
     /// system store and SSL_CERT_FILE are not read.
-    #[arg(long, env = "REDLOCK_TLS_CA", value_name = "FILE")]
+    #[arg(long, global = true, env = "REDLOCK_TLS_CA", value_name = "FILE")]
     pub(crate) tls_ca: Option<PathBuf>,
     /// Present this client certificate (PEM) to rediss:// servers that
     /// require one (mutual TLS). Needs --tls-key.
     #[arg(
         long,
+        global = true,
         env = "REDLOCK_TLS_CERT",
         value_name = "FILE",
         requires = "tls_key"
@@ -128,6 +134,7 @@ pub(crate) struct Common {
     /// The private key (PEM) of --tls-cert.
     #[arg(
         long,
+        global = true,
         env = "REDLOCK_TLS_KEY",
         value_name = "FILE",
         requires = "tls_cert"
@@ -135,25 +142,23 @@ pub(crate) struct Common {
     pub(crate) tls_key: Option<PathBuf>,
     /// Accept an even number of servers. An even N tolerates no more
     /// failures than N-1: the extra server is wasted.
-    #[arg(long)]
+    #[arg(long, global = true)]
     pub(crate) allow_even: bool,
     /// Machine-readable output: one JSON object per line (exec: per event,
     /// on stderr, since stdout belongs to the command; status and release:
     /// the result, on stdout).
-    #[arg(long)]
+    #[arg(long, global = true)]
     pub(crate) json: bool,
     /// Print only errors (not progress, and not the busy message of exec).
-    #[arg(long, short = 'q')]
+    #[arg(long, short = 'q', global = true)]
     pub(crate) quiet: bool,
     /// Log the client's requests and decisions on stderr (RUST_LOG overrides the filter).
-    #[arg(long, short = 'v')]
+    #[arg(long, short = 'v', global = true)]
     pub(crate) verbose: bool,
 }
 
 #[derive(Debug, Args)]
 pub(crate) struct ExecArgs {
-    #[command(flatten)]
-    pub(crate) common: Common,
     /// How long the lock lives on each node unless extended. It is extended
     /// in the background while COMMAND runs (at half its TTL), so this bounds
     /// how long the lock outlives a redlock that was killed with SIGKILL.
@@ -200,16 +205,12 @@ impl ExecArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct StatusArgs {
-    #[command(flatten)]
-    pub(crate) common: Common,
     /// The lock's name.
     pub(crate) key: String,
 }
 
 #[derive(Debug, Args)]
 pub(crate) struct ReleaseArgs {
-    #[command(flatten)]
-    pub(crate) common: Common,
     /// The lock's name.
     pub(crate) key: String,
     /// The value to release, as `redlock status` shows it (or REDLOCK_VALUE
@@ -243,27 +244,28 @@ mod tests {
         assert!(parse_duration("10").is_err());
     }
 
-    fn exec(args: &[&str]) -> ExecArgs {
+    fn exec(args: &[&str]) -> (Common, ExecArgs) {
         let mut argv = vec!["redlock", "exec", "-s", "redis://a"];
         argv.extend_from_slice(args);
-        match Cli::try_parse_from(argv).unwrap().command {
-            Command::Exec(exec) => exec,
+        let cli = Cli::try_parse_from(argv).unwrap();
+        match cli.command {
+            Command::Exec(exec) => (cli.common, exec),
             other => panic!("not exec: {other:?}"),
         }
     }
 
     #[test]
     fn waiting_is_opt_in() {
-        assert!(!exec(&["k", "--", "true"]).waits());
-        assert!(exec(&["--wait", "k", "--", "true"]).waits());
-        assert!(exec(&["--deadline", "3s", "k", "--", "true"]).waits());
-        assert!(!exec(&["--wait", "--no-wait", "k", "--", "true"]).waits());
-        assert!(exec(&["--no-wait", "--wait", "k", "--", "true"]).waits());
+        assert!(!exec(&["k", "--", "true"]).1.waits());
+        assert!(exec(&["--wait", "k", "--", "true"]).1.waits());
+        assert!(exec(&["--deadline", "3s", "k", "--", "true"]).1.waits());
+        assert!(!exec(&["--wait", "--no-wait", "k", "--", "true"]).1.waits());
+        assert!(exec(&["--no-wait", "--wait", "k", "--", "true"]).1.waits());
     }
 
     #[test]
     fn the_command_comes_after_the_double_dash() {
-        let args = exec(&["k", "--", "sh", "-c", "exit 3"]);
+        let (_, args) = exec(&["k", "--", "sh", "-c", "exit 3"]);
         assert_eq!(args.key, "k");
         assert_eq!(args.command, ["sh", "-c", "exit 3"]);
         let missing = Cli::try_parse_from(["redlock", "exec", "-s", "redis://a", "k"]);
@@ -272,7 +274,7 @@ mod tests {
 
     #[test]
     fn a_client_certificate_needs_its_key() {
-        let args = exec(&[
+        let (common, _) = exec(&[
             "--tls-cert",
             "c.pem",
             "--tls-key",
@@ -281,8 +283,8 @@ mod tests {
             "--",
             "true",
         ]);
-        assert_eq!(args.common.tls_cert, Some(PathBuf::from("c.pem")));
-        assert_eq!(args.common.tls_key, Some(PathBuf::from("k.pem")));
+        assert_eq!(common.tls_cert, Some(PathBuf::from("c.pem")));
+        assert_eq!(common.tls_key, Some(PathBuf::from("k.pem")));
         for lonely in ["--tls-cert", "--tls-key"] {
             let argv = [
                 "redlock",
@@ -301,7 +303,39 @@ mod tests {
 
     #[test]
     fn servers_split_on_commas_and_repeat() {
-        let args = exec(&["-s", "redis://b,redis://c", "k", "--", "true"]);
-        assert_eq!(args.common.servers, ["redis://a", "redis://b", "redis://c"]);
+        let (common, _) = exec(&["-s", "redis://b,redis://c", "k", "--", "true"]);
+        assert_eq!(common.servers, ["redis://a", "redis://b", "redis://c"]);
+    }
+
+    #[test]
+    fn common_options_go_before_or_after_the_subcommand() {
+        let before = Cli::try_parse_from([
+            "redlock",
+            "-s",
+            "redis://a,redis://b,redis://c",
+            "--node-timeout",
+            "20ms",
+            "--json",
+            "status",
+            "k",
+        ])
+        .unwrap();
+        let after = Cli::try_parse_from([
+            "redlock",
+            "status",
+            "-s",
+            "redis://a,redis://b,redis://c",
+            "--node-timeout",
+            "20ms",
+            "--json",
+            "k",
+        ])
+        .unwrap();
+        for cli in [before, after] {
+            assert_eq!(cli.common.servers, ["redis://a", "redis://b", "redis://c"]);
+            assert_eq!(cli.common.node_timeout, Some(Duration::from_millis(20)));
+            assert!(cli.common.json);
+            assert!(matches!(cli.command, Command::Status(ref status) if status.key == "k"));
+        }
     }
 }

@@ -26,13 +26,13 @@ use serde_json::json;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::Instant;
 
-use crate::cli::ExecArgs;
+use crate::cli::{Common, ExecArgs};
 use crate::connect::connect;
 use crate::failure::{self, Failure};
 use crate::output::{Human, Level, Output, command_line, millis, release_json, votes_json};
 
-pub(crate) async fn run(args: ExecArgs, output: &Output) -> u8 {
-    let code = match exec(&args, output).await {
+pub(crate) async fn run(common: &Common, args: ExecArgs, output: &Output) -> u8 {
+    let code = match exec(common, &args, output).await {
         Ok(code) => code,
         Err(failure) => failure.report(output),
     };
@@ -40,7 +40,7 @@ pub(crate) async fn run(args: ExecArgs, output: &Output) -> u8 {
     code
 }
 
-async fn exec(args: &ExecArgs, output: &Output) -> Result<u8, Failure> {
+async fn exec(common: &Common, args: &ExecArgs, output: &Output) -> Result<u8, Failure> {
     let mut signals = Signals::new().map_err(|error| Failure {
         code: failure::USAGE,
         kind: "signals",
@@ -48,7 +48,7 @@ async fn exec(args: &ExecArgs, output: &Output) -> Result<u8, Failure> {
         nodes: None,
     })?;
     let waits = args.waits();
-    let redlock = connect(&args.common, |builder| {
+    let redlock = connect(common, |builder| {
         let builder = builder.ttl(args.ttl);
         if !waits {
             return builder;

@@ -10,8 +10,7 @@
 //! while the lock is kept alive in the background, stops the command
 //! (SIGTERM, then SIGKILL) if the lock is lost, and releases the lock at the
 //! end in every case. `redlock --help` and `redlock exec --help` list the
-//! options and exit codes; `README-section.md` next to this crate explains
-//! the guarantees.
+//! options and exit codes; the project's README explains the guarantees.
 //!
 //! The work is done by [`redlock_tokio`]; this crate only parses arguments,
 //! supervises the child process and reports.
@@ -34,11 +33,11 @@ use crate::output::{JsonTo, Output};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let (common, json_to) = match &cli.command {
+    let common = &cli.common;
+    let json_to = match &cli.command {
         // stdout belongs to the command.
-        Command::Exec(args) => (&args.common, JsonTo::Stderr),
-        Command::Status(args) => (&args.common, JsonTo::Stdout),
-        Command::Release(args) => (&args.common, JsonTo::Stdout),
+        Command::Exec(_) => JsonTo::Stderr,
+        Command::Status(_) | Command::Release(_) => JsonTo::Stdout,
     };
     let output = Output::new(common.json, json_to, common.quiet);
     if common.verbose {
@@ -57,9 +56,9 @@ fn main() -> ExitCode {
     };
     let code = runtime.block_on(async {
         match cli.command {
-            Command::Exec(args) => exec::run(args, &output).await,
-            Command::Status(args) => status::run(args, &output).await,
-            Command::Release(args) => release::run(args, &output).await,
+            Command::Exec(args) => exec::run(&cli.common, args, &output).await,
+            Command::Status(args) => status::run(&cli.common, args, &output).await,
+            Command::Release(args) => release::run(&cli.common, args, &output).await,
         }
     });
     ExitCode::from(code)

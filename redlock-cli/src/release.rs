@@ -5,19 +5,19 @@ use std::fmt::Write as _;
 use redlock_tokio::{LockValue, NodeVote};
 use serde_json::json;
 
-use crate::cli::ReleaseArgs;
+use crate::cli::{Common, ReleaseArgs};
 use crate::connect::connect;
 use crate::failure::{self, Failure};
 use crate::output::{Output, release_json};
 
-pub(crate) async fn run(args: ReleaseArgs, output: &Output) -> u8 {
+pub(crate) async fn run(common: &Common, args: ReleaseArgs, output: &Output) -> u8 {
     if args.value.is_empty() {
         return Failure::usage(
             "--value is empty: give the lock's value, as `redlock status` shows it",
         )
         .report(output);
     }
-    let redlock = match connect(&args.common, |builder| builder).await {
+    let redlock = match connect(common, |builder| builder).await {
         Ok(redlock) => redlock,
         Err(failure) => return failure.report(output),
     };

@@ -5,13 +5,13 @@ use std::fmt::Write as _;
 use redlock_tokio::{LockState, LockStatus, NodeInspection};
 use serde_json::{Value, json};
 
-use crate::cli::StatusArgs;
+use crate::cli::{Common, StatusArgs};
 use crate::connect::connect;
 use crate::failure;
 use crate::output::{Human, Output, millis, text_of};
 
-pub(crate) async fn run(args: StatusArgs, output: &Output) -> u8 {
-    let redlock = match connect(&args.common, |builder| builder).await {
+pub(crate) async fn run(common: &Common, args: StatusArgs, output: &Output) -> u8 {
+    let redlock = match connect(common, |builder| builder).await {
         Ok(redlock) => redlock,
         Err(failure) => return failure.report(output),
     };

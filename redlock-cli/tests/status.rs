@@ -104,3 +104,18 @@ fn too_few_nodes_answering_is_unknown_and_exits_3() {
             .is_some_and(|e| e.contains("unreachable"))
     );
 }
+
+#[test]
+fn common_options_may_come_before_the_subcommand() {
+    // As `flock` and `etcdctl` users type them.
+    let cluster = RedisCluster::start(3);
+    cluster.node(0).command(["SET", "k", "v1", "PX", "8000"]);
+    let mut command = support::redlock();
+    command
+        .arg("--servers")
+        .arg(cluster.urls().join(","))
+        .args(["--node-timeout", "150ms", "status", "k"]);
+    let status = run(&mut command);
+    status.assert_code(0);
+    assert!(status.stdout.contains("lock k: "), "{status:#?}");
+}

@@ -266,8 +266,8 @@ pub enum ExtendError {
     /// by someone who knows the value (`redlock release --value`,
     /// [`Release::new`](crate::Release::new)), or expired or lost by the
     /// nodes. The lock had ended there, so someone else could have taken it
-    /// since: it is lost, and the keys the extension re-set where the value
-    /// was missing are released again (see [`Extension`](crate::Extension)).
+    /// since: it is lost, nothing is set again, and our value is released
+    /// where it is left (see [`Extension`](crate::Extension)).
     #[error("the lock was lost: its value is gone from {} (released by its value, or lost by the nodes), more than the {spare} node(s) a quorum can spare; nothing was re-created: {votes}", gone(.votes))]
     Gone {
         /// How many nodes a quorum can do without: N minus the quorum.
@@ -327,7 +327,7 @@ fn gone(votes: &Votes) -> String {
     let names: Vec<String> = votes
         .iter()
         .filter_map(|(name, vote)| match vote {
-            NodeVote::Restored => Some(format!("{name} (missing)")),
+            NodeVote::Missing => Some(format!("{name} (missing)")),
             NodeVote::HeldByOther(_) => Some(format!("{name} (another owner)")),
             NodeVote::Failed(error) if error.kind == NodeErrorKind::WrongType => {
                 Some(format!("{name} (another type)"))

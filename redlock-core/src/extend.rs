@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use crate::machine::Machine;
-use crate::quorum::{Round, Tally, quorum, remaining, valid_until};
+use crate::quorum::{Round, quorum, remaining, valid_until};
 use crate::wire::interpret;
 use crate::{
     Command, ExtendError, Lock, NodeErrorKind, NodeVote, Reply, Request, RoundId, Ttl, Votes,
@@ -19,7 +19,8 @@ pub struct Extended {
     pub ttl: Ttl,
     /// Validity left at the decision.
     pub validity: Duration,
-    /// Nodes whose key was missing and was set again (restarted empty).
+    /// Nodes where our value was missing (restarted empty), sent a
+    /// [`Command::Restore`] with the result.
     pub restored: usize,
     /// The votes.
     pub votes: Votes,
@@ -29,42 +30,46 @@ pub struct Extended {
 ///
 /// Driven like every [`Machine`] until
 /// [`poll_event`](Machine::poll_event) gives the result; then
-/// [`Lock::apply`] a success. Requests queued with the result are releases
-/// to send without waiting for them (see below).
+/// [`Lock::apply`] a success. Requests queued with the result are sent
+/// without waiting for them (see below).
 ///
 /// Each node runs [`scripts::EXTEND`](crate::scripts::EXTEND) (or its kin):
-/// our key gets the new TTL; a key that is missing is set again, but a key
-/// held by another value is never touched. The extension counts only with a
-/// quorum of yes votes **before the current validity ends**: once it ends,
-/// someone else may hold the lock, and extending where our key survives would
-/// not make it ours again.
+/// where our value is there, it gets the new TTL; where it is missing or
+/// held by another value, nothing changes. The extension counts only with a
+/// quorum of nodes that still held our value, **before the current validity
+/// ends**: once it ends, someone else may hold the lock, and extending where
+/// our key survives would not make it ours again.
 ///
-/// # Which missing keys may be re-set
+/// # Missing keys, and why they are set again only afterwards
 ///
-/// With N nodes and a quorum Q, a lock is held while our value is on at least
-/// Q nodes. Let *gone* be the nodes that answered that our value was not
-/// there: missing (and re-set), held by another owner, or a key of another
-/// type. Then:
+/// With N nodes and a quorum Q, the lock is held while our value is on at
+/// least Q nodes. So:
 ///
-/// - **gone ≤ N − Q, and still ours + re-set ≥ Q**: extended. Our value was
-///   on at least N − gone ≥ Q nodes (counting those that did not answer as
-///   possibly still holding it) until this round, so the lock never ended and
-///   nobody else could have taken a quorum. A missing key here is a master
-///   that restarted empty or expired it early; re-setting it repairs the
-///   minority. The decision waits for the nodes not heard from yet (or their
-///   timeout) whenever their answers could still push gone over N − Q.
-/// - **gone > N − Q**: [`ExtendError::Gone`] (or [`ExtendError::Lost`] when
-///   no key was missing, only held by others): our value was on fewer than Q
-///   nodes, so the lock had ended, typically because someone released it by
-///   its value on a quorum (an operator's `release --value`), and another
-///   client could have acquired and even released it since. Re-creating the
-///   keys would take the lock back without an acquire, so the extension
-///   instead queues a release of our value on every node, sent after the
-///   extend on each node's connection: the keys it re-set are deleted again.
+/// - **Q nodes still held our value**: extended. The lock never ended. A
+///   node where it was missing (a master that restarted empty, or expired it
+///   early) is then sent a [`Command::Restore`], which sets our value again
+///   unless someone else's is there: the minority is repaired, and
+///   [`Extended::restored`] counts those nodes.
+/// - **our value is gone from more than N − Q nodes** (missing, another
+///   owner's, a key of another type): [`ExtendError::Gone`], or
+///   [`ExtendError::Lost`] when another owner holds it. The lock had ended,
+///   typically because someone released it by its value on a quorum (an
+///   operator's `release --value`), and another client could have acquired
+///   and even released it since. Nothing is set again, and our value is
+///   released where it is left, after the extend on each node's connection.
 ///   Only our value is ever deleted.
-/// - otherwise, with too few answers for a quorum, [`ExtendError::NoQuorum`]:
-///   nothing is known to be gone, so a keep-alive retries while validity is
-///   left.
+/// - otherwise, once no quorum of confirmations is possible (nodes failed or
+///   did not answer), [`ExtendError::NoQuorum`]: nothing is known to be gone,
+///   so a keep-alive retries while validity is left.
+///
+/// Why not set a missing key again in the same script, as soon as it is
+/// seen: then a lock an operator released on a bare quorum could come back.
+/// Say the operator deleted our value on n0 and n1 while n2 was out of its
+/// reach, and our extension then finds n1 missing, n2 ours, and n0 silent: one
+/// missing node is within what a quorum can spare, yet our value was on one
+/// node only. Re-set on n1 (and on n0, when the silent request lands), the
+/// lock would be held again without an acquire. Only confirmations count,
+/// and a late request to a silent node finds nothing to extend.
 ///
 /// Any other failed extension releases nothing: the caller should treat the
 /// lock as lost and release it.
@@ -124,13 +129,15 @@ impl Extension {
     fn decide(&mut self, now: Instant) {
         let expired = remaining(self.old_valid_until, now).is_none();
         let n = self.round.nodes().len();
-        let spare = n - quorum(n);
+        let needed = quorum(n);
+        let spare = n - needed;
+        let ours = self.round.count(|vote| matches!(vote, NodeVote::Granted));
+        let missing = self.round.count(|vote| matches!(vote, NodeVote::Missing));
         let gone = self.round.count(|vote| match vote {
-            NodeVote::Restored | NodeVote::HeldByOther(_) => true,
+            NodeVote::Missing | NodeVote::HeldByOther(_) => true,
             NodeVote::Failed(error) => error.kind == NodeErrorKind::WrongType,
             _ => false,
         });
-        let missing = self.round.count(|vote| matches!(vote, NodeVote::Restored));
         let pending = self.round.count(|vote| matches!(vote, NodeVote::Pending));
         let result = if expired {
             Err(ExtendError::Expired {
@@ -145,35 +152,35 @@ impl Extension {
             } else {
                 ExtendError::Gone { spare, votes }
             })
-        } else {
-            match self.round.tally() {
-                // Nodes not heard from could still show our value gone.
-                Tally::Won if gone + pending > spare => return,
-                Tally::Open => return,
-                Tally::Won => {
-                    let votes = self.round.votes(now);
-                    match valid_until(self.round.started, self.ttl, self.drift)
-                        .and_then(|until| Some((until, remaining(until, now)?)))
-                    {
-                        Some((valid_until, validity)) => Ok(Extended {
-                            valid_until,
-                            ttl: self.ttl,
-                            validity,
-                            restored: missing,
-                            votes,
-                        }),
-                        None => Err(ExtendError::Expired {
-                            expired_for: Duration::ZERO,
-                            votes: Some(votes),
-                        }),
-                    }
+        } else if ours >= needed {
+            let votes = self.round.votes(now);
+            match valid_until(self.round.started, self.ttl, self.drift)
+                .and_then(|until| Some((until, remaining(until, now)?)))
+            {
+                Some((valid_until, validity)) => {
+                    self.queue_restores(now);
+                    Ok(Extended {
+                        valid_until,
+                        ttl: self.ttl,
+                        validity,
+                        restored: missing,
+                        votes,
+                    })
                 }
-                // No quorum is possible, and too little is gone to call the
-                // lock lost: nodes failed or did not answer.
-                Tally::Lost => Err(ExtendError::NoQuorum {
-                    votes: self.round.votes(now),
+                None => Err(ExtendError::Expired {
+                    expired_for: Duration::ZERO,
+                    votes: Some(votes),
                 }),
             }
+        } else if ours + pending >= needed {
+            // Nodes not heard from yet could still confirm.
+            return;
+        } else {
+            // No quorum of confirmations is possible, and too little is gone
+            // to call the lock lost: nodes failed or did not answer.
+            Err(ExtendError::NoQuorum {
+                votes: self.round.votes(now),
+            })
         };
         if matches!(
             result,
@@ -185,10 +192,22 @@ impl Extension {
         self.outcome = Some(result);
     }
 
-    /// Releases our value on every node: the keys this round re-set where
-    /// the value was missing must not outlive the lock. Each node runs it
-    /// after its extend (one connection per node keeps the order), so a key
-    /// re-set by a late answer is deleted too.
+    /// Sets our value again where it was missing, now that a quorum
+    /// confirmed the lock. Best effort: the next extension tries again.
+    fn queue_restores(&mut self, now: Instant) {
+        let deadline = now + self.round.timeout;
+        let command = Command::Restore { ttl: self.ttl };
+        let missing: Vec<_> = self
+            .round
+            .fan_out(&self.keys, &self.kind, &self.value, command, deadline)
+            .filter(|request| matches!(self.round.vote(request.node), Some(NodeVote::Missing)))
+            .collect();
+        self.requests.extend(missing);
+    }
+
+    /// Releases our value on every node where it is left, now that the lock
+    /// is lost. Each node runs it after its extend (one connection per node
+    /// keeps the order).
     fn queue_releases(&mut self, now: Instant) {
         let deadline = now + self.release_timeout;
         let command = self.release_command;

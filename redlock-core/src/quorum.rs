@@ -164,7 +164,7 @@ pub(crate) struct Round {
     pub(crate) id: RoundId,
     pub(crate) started: Instant,
     pub(crate) deadline: Instant,
-    timeout: Duration,
+    pub(crate) timeout: Duration,
     names: Arc<[String]>,
     /// Whether this round's requests may go out as plain commands.
     native: bool,
@@ -287,6 +287,10 @@ impl Round {
                 self.answered += 1;
             }
         }
+    }
+
+    pub(crate) fn vote(&self, node: NodeId) -> Option<&NodeVote> {
+        self.votes.get(node.0)
     }
 
     pub(crate) fn granted(&self, node: NodeId) -> bool {

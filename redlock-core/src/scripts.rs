@@ -45,12 +45,18 @@ return 1
 ///
 /// - `KEYS[1]`: the lock key.
 /// - `ARGV[1]`: our lock value. `ARGV[2]`: the new TTL in milliseconds.
+///   `ARGV[3]`: `1` to set the key again where it is missing
+///   ([`Command::Restore`](crate::Command::Restore), sent only once a quorum
+///   confirmed the lock), `0` to leave it missing. (Every extend script takes
+///   this flag last.)
 ///
 /// Returns:
 /// - integer `1`: the key held our value; its TTL is now `ARGV[2]`;
 /// - integer `2`: the key was absent (the node restarted empty or expired it
-///   early) and was set again to our value with that TTL. A key held by
-///   another value is never touched, so this cannot take a lock from anyone;
+///   early) and, with `ARGV[3]` = `1`, was set again to our value with that
+///   TTL. A key held by another value is never touched, so this cannot take
+///   a lock from anyone;
+/// - integer `-1`: the key was absent and `ARGV[3]` is `0`: nothing changed;
 /// - integer `0`: the key is held by another value, left as it is;
 /// - error `WRONGTYPE ...`: the key exists and is not a string.
 pub const EXTEND: &str = r#"local held = redis.call('GET', KEYS[1])
@@ -60,6 +66,9 @@ if held == ARGV[1] then
 end
 if held then
   return 0
+end
+if ARGV[3] ~= '1' then
+  return -1
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return 2
@@ -199,10 +208,12 @@ return 1
 ///
 /// - `ARGV[1]`: our reader value. `ARGV[2]`: the new TTL in milliseconds.
 ///
+/// `ARGV[3]`: restore flag, as for [`EXTEND`].
+///
 /// Returns `1` when our entry was there and now expires after the TTL, `2`
 /// when it was missing (the node restarted empty) and no writer holds the
-/// lock, so it was added again, `0` when it was missing and a writer holds
-/// the lock.
+/// lock, so it was added again, `-1` the same without the restore flag
+/// (nothing changed), `0` when it was missing and a writer holds the lock.
 pub const READ_EXTEND: &str = r#"local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
@@ -210,6 +221,9 @@ local code = 1
 if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then
   if redis.call('GET', KEYS[1]) then
     return 0
+  end
+  if ARGV[3] ~= '1' then
+    return -1
   end
   code = 2
 end
@@ -261,8 +275,9 @@ return 1
 "#;
 
 /// Extend the write lock on one node: `1` extended, `2` re-set where the key
-/// was missing and no reader holds the lock, `0` held by another writer or
-/// by readers (nothing changed).
+/// was missing and no reader holds the lock (with the restore flag
+/// `ARGV[3]`, as for [`EXTEND`]; `-1` without it, nothing changed), `0` held
+/// by another writer or by readers (nothing changed).
 pub const WRITE_EXTEND: &str = r#"local writer = redis.call('GET', KEYS[1])
 if writer == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -276,6 +291,9 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 if redis.call('ZCARD', KEYS[2]) > 0 then
   return 0
+end
+if ARGV[3] ~= '1' then
+  return -1
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return 2
@@ -318,10 +336,14 @@ return 1
 "#;
 
 /// Extend one acquisition of a reentrant lock: `1` extended, `2` restored
-/// (the key or our field was missing), `0` another owner holds it. The whole
-/// hash's TTL is raised to at least `ARGV[2]`.
+/// (the key or our field was missing; only with the restore flag `ARGV[4]`,
+/// as for [`EXTEND`], else `-1` and nothing changed), `0` another owner
+/// holds it. The whole hash's TTL is raised to at least `ARGV[2]`.
 pub const REENTRANT_EXTEND: &str = r#"local kind = redis.call('TYPE', KEYS[1]).ok
 if kind == 'none' then
+  if ARGV[4] ~= '1' then
+    return -1
+  end
   redis.call('HSET', KEYS[1], 'owner', ARGV[3], ARGV[1], '1')
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 2
@@ -333,7 +355,11 @@ if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[3] then
   return 0
 end
 local code = 1
-if redis.call('HSETNX', KEYS[1], ARGV[1], '1') == 1 then
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
+  if ARGV[4] ~= '1' then
+    return -1
+  end
+  redis.call('HSET', KEYS[1], ARGV[1], '1')
   code = 2
 end
 if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
@@ -389,13 +415,21 @@ return 1
 "#;
 
 /// Extend every key on one node: `1` all were ours and are extended, `2` some
-/// were missing and were set again, `0` some key is held by another value
-/// (nothing changed).
-pub const MULTI_EXTEND: &str = r#"for _, key in ipairs(KEYS) do
+/// were missing and were set again (with the restore flag `ARGV[3]`, as for
+/// [`EXTEND`]; `-1` without it, and nothing changed), `0` some key is held
+/// by another value (nothing changed).
+pub const MULTI_EXTEND: &str = r#"local missing = false
+for _, key in ipairs(KEYS) do
   local held = redis.call('GET', key)
   if held and held ~= ARGV[1] then
     return 0
   end
+  if not held then
+    missing = true
+  end
+end
+if missing and ARGV[3] ~= '1' then
+  return -1
 end
 local code = 1
 for _, key in ipairs(KEYS) do

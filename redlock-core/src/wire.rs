@@ -48,18 +48,20 @@ impl Request {
             (_, AcquireFenced { .. }) => scripts::ACQUIRE_FENCED,
             (_, StoreToken { .. }) => scripts::STORE_TOKEN,
             (LockKind::Exclusive, Acquire { .. }) => scripts::ACQUIRE,
-            (LockKind::Exclusive, Extend { .. }) => scripts::EXTEND,
+            (LockKind::Exclusive, Extend { .. } | Restore { .. }) => scripts::EXTEND,
             (LockKind::Exclusive | LockKind::Write { .. }, Release | Withdraw) => scripts::RELEASE,
             (LockKind::Read, Acquire { .. }) => scripts::READ_ACQUIRE,
-            (LockKind::Read, Extend { .. }) => scripts::READ_EXTEND,
+            (LockKind::Read, Extend { .. } | Restore { .. }) => scripts::READ_EXTEND,
             (LockKind::Read, Release | Withdraw) => scripts::READ_RELEASE,
             (LockKind::Write { .. }, Acquire { .. }) => scripts::WRITE_ACQUIRE,
-            (LockKind::Write { .. }, Extend { .. }) => scripts::WRITE_EXTEND,
+            (LockKind::Write { .. }, Extend { .. } | Restore { .. }) => scripts::WRITE_EXTEND,
             (LockKind::Reentrant { .. }, Acquire { .. }) => scripts::REENTRANT_ACQUIRE,
-            (LockKind::Reentrant { .. }, Extend { .. }) => scripts::REENTRANT_EXTEND,
+            (LockKind::Reentrant { .. }, Extend { .. } | Restore { .. }) => {
+                scripts::REENTRANT_EXTEND
+            }
             (LockKind::Reentrant { .. }, Release | Withdraw) => scripts::REENTRANT_RELEASE,
             (LockKind::Multi, Acquire { .. }) => scripts::MULTI_ACQUIRE,
-            (LockKind::Multi, Extend { .. }) => scripts::MULTI_EXTEND,
+            (LockKind::Multi, Extend { .. } | Restore { .. }) => scripts::MULTI_EXTEND,
             (LockKind::Multi, Release | Withdraw) => scripts::MULTI_RELEASE,
         }
     }
@@ -68,12 +70,15 @@ impl Request {
     /// fencing token, or for a release whether to publish a release notice:
     /// `1` for [`Command::Release`], `0` for [`Command::Withdraw`]); then, for
     /// a write lock's acquire, how long readers are held off, and for a
-    /// reentrant lock, the owner.
+    /// reentrant lock, the owner; last, for an extend script, whether it may
+    /// set a missing lock again: `1` for [`Command::Restore`], `0` for
+    /// [`Command::Extend`].
     pub fn arguments(&self) -> impl Iterator<Item = Argument<'_>> {
         let second = match self.command {
-            Command::Acquire { ttl } | Command::AcquireFenced { ttl } | Command::Extend { ttl } => {
-                Some(ttl.as_millis())
-            }
+            Command::Acquire { ttl }
+            | Command::AcquireFenced { ttl }
+            | Command::Extend { ttl }
+            | Command::Restore { ttl } => Some(ttl.as_millis()),
             Command::StoreToken { token } => Some(token),
             Command::Release => Some(1),
             Command::Withdraw => Some(0),
@@ -90,9 +95,15 @@ impl Request {
             (None, Some(_)) => Some(Argument::Int(0)),
             (None, None) => None,
         };
+        let restore = match self.command {
+            Command::Extend { .. } => Some(Argument::Int(0)),
+            Command::Restore { .. } => Some(Argument::Int(1)),
+            _ => None,
+        };
         std::iter::once(Argument::Bytes(self.value.as_bytes()))
             .chain(second)
             .chain(third)
+            .chain(restore)
     }
 }
 
@@ -151,9 +162,20 @@ pub enum Command {
         /// The TTL to set.
         ttl: Ttl,
     },
-    /// Reset the TTL of our lock ([`scripts::EXTEND`] and its kin).
+    /// Reset the TTL of our lock where our value is there
+    /// ([`scripts::EXTEND`] and its kin); a node where it is missing answers
+    /// so and is left as it is.
     Extend {
         /// The new TTL.
+        ttl: Ttl,
+    },
+    /// Set our lock again on a node where an extension found it missing (a
+    /// master that restarted empty), with the same scripts as
+    /// [`Extend`](Self::Extend). Sent only after a quorum of nodes confirmed
+    /// that they still hold our value, so it can repair a minority but never
+    /// bring back a lock that has ended.
+    Restore {
+        /// The TTL to set.
         ttl: Ttl,
     },
     /// Remove our lock and tell waiting clients ([`scripts::RELEASE`] and
@@ -181,9 +203,10 @@ impl Command {
     /// The TTL argument, for the commands that take one.
     pub fn ttl(&self) -> Option<Ttl> {
         match self {
-            Command::Acquire { ttl } | Command::AcquireFenced { ttl } | Command::Extend { ttl } => {
-                Some(*ttl)
-            }
+            Command::Acquire { ttl }
+            | Command::AcquireFenced { ttl }
+            | Command::Extend { ttl }
+            | Command::Restore { ttl } => Some(*ttl),
             Command::Release | Command::Withdraw | Command::StoreToken { .. } => None,
         }
     }
@@ -193,6 +216,7 @@ impl Command {
         match self {
             Command::Acquire { .. } => "acquire",
             Command::Extend { .. } => "extend",
+            Command::Restore { .. } => "restore",
             Command::Release => "release",
             Command::Withdraw => "withdraw",
             Command::AcquireFenced { .. } => "acquire (fenced)",
@@ -372,16 +396,16 @@ pub enum NodeVote {
     Pending,
     /// The node did what was asked: set, extended or deleted our key.
     Granted,
-    /// Extend only: our key was missing (the node restarted empty or expired it
-    /// early, or someone released it by its value) and was set again. Counts
-    /// as a yes while such nodes are a minority the quorum can spare; on more,
-    /// the lock is lost (see [`Extension`](crate::Extension)).
+    /// Restore only: our key was missing (the node restarted empty or
+    /// expired it early) and was set again, after a quorum of other nodes
+    /// confirmed the lock (see [`Extension`](crate::Extension)).
     Restored,
     /// The key is held by another value. Acquire replies carry (up to 64 bytes
     /// of) that value, for diagnostics; it is never printed, since whoever
     /// knows a lock's value can release it.
     HeldByOther(Option<Vec<u8>>),
-    /// Release only: the key was already gone.
+    /// Release: the key was already gone. Extend: our value was not there
+    /// and nothing was set (the key is gone or, for a read lock, our entry).
     Missing,
     /// Release only: our value was not there; the key was gone or held by
     /// another value (a native compare-and-delete does not tell which).
@@ -438,14 +462,18 @@ pub(crate) fn interpret(
         (Command::StoreToken { .. }, Response::Int(1)) => Some(NodeVote::Granted),
         (Command::StoreToken { .. }, Response::Int(0)) => Some(NodeVote::HeldByOther(None)),
         (Command::StoreToken { .. }, Response::Int(-1)) => Some(NodeVote::Missing),
-        (Command::Extend { .. }, Response::Int(1)) => Some(NodeVote::Granted),
-        (Command::Extend { .. }, Response::Int(2)) if planted!(ExtendMissingAsOurs) => {
+        (Command::Extend { .. } | Command::Restore { .. }, Response::Int(1)) => {
             Some(NodeVote::Granted)
         }
-        (Command::Extend { .. }, Response::Int(2)) => Some(NodeVote::Restored),
-        (Command::Extend { .. } | Command::Release | Command::Withdraw, Response::Int(0)) => {
-            Some(NodeVote::HeldByOther(None))
+        (Command::Extend { .. }, Response::Int(-1)) if planted!(ExtendMissingAsOurs) => {
+            Some(NodeVote::Granted)
         }
+        (Command::Extend { .. }, Response::Int(-1)) => Some(NodeVote::Missing),
+        (Command::Restore { .. }, Response::Int(2)) => Some(NodeVote::Restored),
+        (
+            Command::Extend { .. } | Command::Restore { .. } | Command::Release | Command::Withdraw,
+            Response::Int(0),
+        ) => Some(NodeVote::HeldByOther(None)),
         // 2: released, but the server refused the notice (PUBLISH).
         (Command::Release | Command::Withdraw, Response::Int(1 | 2)) => Some(NodeVote::Granted),
         (Command::Release | Command::Withdraw, Response::Int(-1)) => Some(NodeVote::Missing),

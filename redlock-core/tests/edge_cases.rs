@@ -366,19 +366,29 @@ fn extend_counts_only_while_valid() {
         ext.poll_event(),
         Some(Err(ExtendError::Expired { .. }))
     ));
-    // In time: succeeds, a missing key is restored, validity starts from the round.
+    // In time: succeeds once a quorum confirmed our value; the node where it
+    // was missing is then restored; validity starts from the round.
     let now = t0 + 500 * MS;
     let mut ext = lock.extend(ttl, now).unwrap();
     let requests: Vec<_> = std::iter::from_fn(|| ext.poll_request()).collect();
+    assert!(
+        requests
+            .iter()
+            .all(|r| matches!(r.command, Command::Extend { .. }))
+    );
     ext.handle_reply(Reply::to(&requests[0], Ok(Response::Int(1))), now + MS);
-    ext.handle_reply(Reply::to(&requests[1], Ok(Response::Int(2))), now + MS);
-    // A third node reporting the value missing too would mean the lock had
-    // ended: wait for it (or its timeout).
+    ext.handle_reply(Reply::to(&requests[1], Ok(Response::Int(-1))), now + MS);
+    // One confirmation is not a quorum: wait for the third node.
     assert!(ext.poll_event().is_none());
+    assert!(ext.poll_request().is_none(), "nothing is restored yet");
     ext.handle_reply(Reply::to(&requests[2], Ok(Response::Int(1))), now + MS);
     let extended = ext.poll_event().unwrap().unwrap();
     assert_eq!(extended.restored, 1);
     assert_eq!(extended.valid_until, now + 988 * MS);
+    let restores: Vec<_> = std::iter::from_fn(|| ext.poll_request()).collect();
+    assert_eq!(restores.len(), 1);
+    assert_eq!(restores[0].node, requests[1].node);
+    assert_eq!(restores[0].command, Command::Restore { ttl });
     lock.apply(&extended);
     assert_eq!(lock.validity(now + MS), 987 * MS);
     assert_eq!(lock.extensions(), 1);

@@ -1,7 +1,9 @@
-//! Which missing keys an extension may re-set: a minority the quorum can
-//! spare (a master restarted empty), never a quorum (the lock was released
-//! by its value, for example by an operator): then the lock is lost and the
-//! re-set keys are released again.
+//! Which missing keys an extension sets again: only after a quorum of nodes
+//! confirmed that they still hold our value (a minority restarted empty).
+//! When our value is gone from more nodes than a quorum can spare (released
+//! by its value, for example by an operator), the lock is lost, nothing is
+//! set again and our value is released where it is left; and when too few
+//! nodes confirm, nothing is set again either.
 
 mod sim;
 
@@ -18,7 +20,7 @@ use redlock_core::{
 
 const MS: Duration = Duration::from_millis(1);
 const STILL_OURS: i64 = 1;
-const RE_SET: i64 = 2;
+const MISSING: i64 = -1;
 const OTHER: i64 = 0;
 
 fn acquired(settings: &Arc<Settings>, t0: Instant) -> Lock {
@@ -46,7 +48,8 @@ fn drain(ext: &mut Extension) -> Vec<Request> {
 
 /// Extends a freshly acquired lock on `n` nodes; `answers[i]` is node i's
 /// reply (`None`: it never answers). Returns the outcome once decided, after
-/// at most the per-node timeout, and the requests queued with it.
+/// at most the per-node timeout, and the requests queued with it (restores
+/// after a success, releases after a loss).
 fn extend(
     n: usize,
     answers: &[Option<i64>],
@@ -62,12 +65,12 @@ fn extend(
             ext.handle_reply(Reply::to(request, Ok(Response::Int(*code))), now + MS);
         }
         if let Some(outcome) = ext.poll_event() {
-            let releases = drain(&mut ext);
+            let queued = drain(&mut ext);
             assert!(
-                releases.iter().all(|r| r.value == *lock.value()),
+                queued.iter().all(|r| r.value == *lock.value()),
                 "only our value"
             );
-            return (outcome, releases);
+            return (outcome, queued);
         }
     }
     ext.handle_timeout(now + 20 * MS);
@@ -76,38 +79,61 @@ fn extend(
 }
 
 #[test]
-fn a_minority_restarted_empty_is_re_set_and_the_lock_kept() {
-    // One of three, the others still ours.
-    let (outcome, releases) = extend(3, &[Some(STILL_OURS), Some(RE_SET), Some(STILL_OURS)]);
+fn a_minority_restarted_empty_is_restored_once_a_quorum_confirmed() {
+    // One of three, the others still ours: extended, and node 1 alone is
+    // sent a restore.
+    let (outcome, queued) = extend(3, &[Some(STILL_OURS), Some(MISSING), Some(STILL_OURS)]);
     assert_eq!(outcome.unwrap().restored, 1);
-    assert!(releases.is_empty());
-    // One of three restarted empty and another down: our value may still be
-    // on the silent node, so the lock never ended.
-    let (outcome, releases) = extend(3, &[Some(STILL_OURS), Some(RE_SET), None]);
-    assert_eq!(outcome.unwrap().restored, 1);
-    assert!(releases.is_empty());
+    assert_eq!(queued.len(), 1);
+    assert_eq!(queued[0].node.0, 1);
+    assert!(matches!(queued[0].command, Command::Restore { .. }));
     // Two of five.
-    let (outcome, _) = extend(
+    let (outcome, queued) = extend(
         5,
         &[
-            Some(RE_SET),
+            Some(MISSING),
             Some(STILL_OURS),
-            Some(RE_SET),
+            Some(MISSING),
             Some(STILL_OURS),
             Some(STILL_OURS),
         ],
     );
     assert_eq!(outcome.unwrap().restored, 2);
+    let restored: Vec<usize> = queued.iter().map(|r| r.node.0).collect();
+    assert_eq!(restored, [0, 2]);
+}
+
+#[test]
+fn a_silent_node_is_no_confirmation_and_nothing_is_set_again() {
+    // The case an operator's release on a bare quorum looks like: it deleted
+    // our value on nodes 0 and 1 while node 2 was out of its reach; node 0
+    // is now silent. One missing node is within what a quorum can spare, but
+    // only one node confirmed: our value may be on that one alone. Setting
+    // node 1 again would bring the released lock back; a keep-alive instead
+    // retries, and finds the truth when node 0 answers.
+    let (outcome, queued) = extend(3, &[None, Some(MISSING), Some(STILL_OURS)]);
+    assert!(
+        matches!(outcome, Err(ExtendError::NoQuorum { .. })),
+        "{outcome:?}"
+    );
+    assert!(queued.is_empty(), "nothing set again, nothing released");
+    // The same round with node 0 answering: the lock is gone.
+    let (outcome, queued) = extend(3, &[Some(MISSING), Some(MISSING), Some(STILL_OURS)]);
+    assert!(
+        matches!(outcome, Err(ExtendError::Gone { .. })),
+        "{outcome:?}"
+    );
+    assert!(queued.iter().all(|r| r.command == Command::Release));
 }
 
 #[test]
 fn a_value_released_on_a_quorum_is_lost_and_not_re_created() {
-    // An operator's `release --value` on every node: each node re-set the
-    // key, and the core calls the lock gone at the second answer.
+    // An operator's `release --value` on every node: the core calls the
+    // lock gone at the second missing answer.
     for answers in [
-        [Some(RE_SET), Some(RE_SET), Some(RE_SET)],
-        [Some(RE_SET), Some(RE_SET), None],
-        [Some(STILL_OURS), Some(RE_SET), Some(RE_SET)],
+        [Some(MISSING), Some(MISSING), Some(MISSING)],
+        [Some(MISSING), Some(MISSING), None],
+        [Some(STILL_OURS), Some(MISSING), Some(MISSING)],
     ] {
         let (outcome, releases) = extend(3, &answers);
         let Err(error @ ExtendError::Gone { spare: 1, .. }) = &outcome else {
@@ -123,11 +149,11 @@ fn a_value_released_on_a_quorum_is_lost_and_not_re_created() {
     let (outcome, releases) = extend(
         5,
         &[
-            Some(RE_SET),
+            Some(MISSING),
             Some(STILL_OURS),
-            Some(RE_SET),
+            Some(MISSING),
             Some(STILL_OURS),
-            Some(RE_SET),
+            Some(MISSING),
         ],
     );
     assert!(
@@ -136,7 +162,7 @@ fn a_value_released_on_a_quorum_is_lost_and_not_re_created() {
     );
     assert_eq!(releases.len(), 5);
     // One node: its only key missing means the lock had ended.
-    let (outcome, releases) = extend(1, &[Some(RE_SET)]);
+    let (outcome, releases) = extend(1, &[Some(MISSING)]);
     assert!(
         matches!(outcome, Err(ExtendError::Gone { spare: 0, .. })),
         "{outcome:?}"
@@ -148,7 +174,7 @@ fn a_value_released_on_a_quorum_is_lost_and_not_re_created() {
 fn missing_and_taken_nodes_add_up() {
     // Missing on one node, another owner on another: our value is on one of
     // three at most.
-    let (outcome, releases) = extend(3, &[Some(RE_SET), Some(OTHER), Some(STILL_OURS)]);
+    let (outcome, releases) = extend(3, &[Some(MISSING), Some(OTHER), Some(STILL_OURS)]);
     assert!(
         matches!(outcome, Err(ExtendError::Gone { .. })),
         "{outcome:?}"
@@ -174,7 +200,10 @@ fn a_key_of_another_type_counts_as_gone() {
     let requests = drain(&mut ext);
     let wrong = NodeError::new(NodeErrorKind::WrongType, "WRONGTYPE ...");
     ext.handle_reply(Reply::to(&requests[0], Err(wrong)), now + MS);
-    ext.handle_reply(Reply::to(&requests[1], Ok(Response::Int(RE_SET))), now + MS);
+    ext.handle_reply(
+        Reply::to(&requests[1], Ok(Response::Int(MISSING))),
+        now + MS,
+    );
     assert!(matches!(
         ext.poll_event(),
         Some(Err(ExtendError::Gone { .. }))

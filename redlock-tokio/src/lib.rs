@@ -200,8 +200,9 @@
 //! - Nobody waits for slow nodes: an acquire or extend returns as soon as
 //!   the core decides, and the requests still in flight then complete in the
 //!   background (so the slow nodes get the lock or the new TTL too).
-//!   Releases of failed attempts, and of the keys a lost extension re-set,
-//!   also go out in the background. Every
+//!   Releases of failed attempts and of lost locks, and the restores an
+//!   extension sends to masters that lost the value, also go out in the
+//!   background. Every
 //!   request is queued on its node's connection the moment the core emits
 //!   it, so a release always runs after the acquire it undoes.
 //!
@@ -219,9 +220,12 @@
 //! - **Nodes keep their data.** A node that restarts empty forgets the key;
 //!   run Redis with AOF and `appendfsync always`, or keep a crashed node down
 //!   for longer than the longest TTL.
-//! - **No fencing.** Nothing stops a holder that lost its lock from writing
-//!   late. Where the protected resource can compare values, use the lock
-//!   value ([`LockGuard::value`]) as a compare-and-set token.
+//! - **Fencing is the resource's job.** A lock alone cannot stop a holder
+//!   that lost it (paused, partitioned) from writing late. Ask for a fencing
+//!   token ([`LockOptions::fencing`], [`LockGuard::fencing_token`]: larger
+//!   than every earlier holder's while masters keep their data) and have the
+//!   protected resource refuse tokens below the highest it has seen; where it
+//!   can only compare values, use the lock value ([`LockGuard::value`]).
 //! - **Unguessable values.** Each acquisition writes 20 random bytes (hex)
 //!   from a CSPRNG (rand's `StdRng`, seeded from its OS-seeded thread-local
 //!   generator); only the holder of that value can extend or release.

@@ -17,7 +17,7 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ErrorKind, RedisError, ServerErrorKind, Value};
 use redlock_core::{
-    Argument, Call, NodeError, NodeErrorKind, NodeFacts, Reply, Request, Response, scripts,
+    Argument, Call, Native, NodeError, NodeErrorKind, NodeFacts, Reply, Request, Response, scripts,
 };
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
@@ -307,21 +307,10 @@ impl Node {
                     .await
             }
             Call::Native(native) => {
-                let mut command = redis::Cmd::new();
-                for word in native.words(request) {
-                    match word {
-                        Argument::Bytes(bytes) => command.arg(bytes),
-                        Argument::Int(number) => command.arg(number),
-                    };
-                }
-                let mut ticket = None;
+                let command = plain(native, request);
                 let result = self
                     .order
-                    .send(
-                        request.key(),
-                        &mut ticket,
-                        command.query_async::<Value>(&mut connection),
-                    )
+                    .send_plain(request.key(), command.query_async::<Value>(&mut connection))
                     .await;
                 self.finish(request, generation, result)
             }
@@ -503,6 +492,27 @@ fn run_id(info: &str) -> Option<String> {
 fn jittered(delay: Duration) -> Duration {
     let quarter = u64::try_from(delay.as_micros() / 4).unwrap_or(u64::MAX);
     delay - Duration::from_micros(rand::random_range(0..=quarter))
+}
+
+/// The plain command `native` for `request`, sized up front as
+/// [`evalsha`] is.
+fn plain(native: Native, request: &Request) -> redis::Cmd {
+    let words = native.words(request);
+    let bytes = words
+        .iter()
+        .map(|word| match word {
+            Argument::Bytes(bytes) => bytes.len(),
+            Argument::Int(_) => 20,
+        })
+        .sum();
+    let mut command = redis::Cmd::with_capacity(words.len(), bytes);
+    for word in words {
+        match word {
+            Argument::Bytes(bytes) => command.arg(bytes),
+            Argument::Int(number) => command.arg(number),
+        };
+    }
+    command
 }
 
 fn evalsha(sha: &str, request: &Request) -> redis::Cmd {

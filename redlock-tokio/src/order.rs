@@ -14,7 +14,16 @@
 //! Queuing a command and stamping its place happen under one lock, so the
 //! stamps follow the connection's order even when two tasks send commands for
 //! one key at the same instant. Keys are tracked only while they have a
-//! command in flight.
+//! script command in flight.
+//!
+//! A plain command (`SET NX PX GET`, `DELIFEQ`) is never refused with
+//! NOSCRIPT, so it is never sent again and needs no place of its own: it only
+//! has to stop the resend of a script command for its key queued before it.
+//! So it is queued under the same lock ([`Order::send_plain`]) and marks its
+//! key as later only where a script command for that key is in flight: no
+//! ticket, no map entry to add and remove, no hashing when no script is in
+//! flight on the node (the common case where acquires and releases are all
+//! plain commands).
 
 use std::collections::HashMap;
 use std::future::{Future, poll_fn};
@@ -84,6 +93,25 @@ impl Order {
         .await
     }
 
+    /// Runs `command`, a plain command for `key` whose first poll queues it
+    /// on the node's connection, which is never sent again: it marks any
+    /// script command for `key` queued before it as no longer the latest, so
+    /// that such a command is not sent again after it ([`resend`](Self::resend)).
+    pub(crate) async fn send_plain<F: Future>(&self, key: &Key, command: F) -> F::Output {
+        let mut command = pin!(command);
+        let mut first = true;
+        poll_fn(|cx| {
+            if std::mem::take(&mut first) {
+                let mut stamps = self.lock();
+                stamps.pass(key);
+                // Queued while no script command can be stamped after it.
+                return command.as_mut().poll(cx);
+            }
+            command.as_mut().poll(cx)
+        })
+        .await
+    }
+
     /// Runs `command` (the same command again, after loading its script)
     /// only if no later command for `ticket`'s key was queued on the node;
     /// `None` when one was.
@@ -122,6 +150,22 @@ impl Stamps {
         latest.stamp = stamp;
         latest.open += usize::from(opens);
         stamp
+    }
+}
+
+impl Stamps {
+    /// A plain command for `key` is queued now: the latest for `key` if a
+    /// script command for `key` is in flight (keys with nothing in flight
+    /// are not tracked: no resend can be overtaken there).
+    fn pass(&mut self, key: &Key) {
+        let stamp = self.next;
+        self.next += 1;
+        if self.keys.is_empty() {
+            return;
+        }
+        if let Some(latest) = self.keys.get_mut(key) {
+            latest.stamp = stamp;
+        }
     }
 }
 
@@ -170,5 +214,38 @@ mod tests {
         // Keys are forgotten once nothing for them is in flight.
         drop((first, later, unrelated));
         assert!(order.lock().keys.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_plain_command_stops_the_resend_of_an_earlier_script_for_its_key() {
+        let order = Order::default();
+        let key = Key::from(&b"k"[..]);
+        let other = Key::from(&b"other"[..]);
+
+        let mut script = None;
+        order.send(&key, &mut script, command(1)).await;
+        let mut script = script.unwrap();
+        // A plain command for another key does not get in the way, and
+        // adds nothing to track.
+        assert_eq!(order.send_plain(&other, command(2)).await, 2);
+        assert_eq!(order.lock().keys.len(), 1);
+        assert_eq!(order.resend(&mut script, command(3)).await, Some(3));
+
+        // One for the same key does.
+        assert_eq!(order.send_plain(&key, command(4)).await, 4);
+        assert_eq!(order.resend(&mut script, command(5)).await, None);
+        drop(script);
+        assert!(order.lock().keys.is_empty());
+
+        // With no script in flight, plain commands track nothing, and a
+        // script queued after them may be sent again.
+        order.send_plain(&key, command(6)).await;
+        assert!(order.lock().keys.is_empty());
+        let mut after = None;
+        order.send(&key, &mut after, command(7)).await;
+        assert_eq!(
+            order.resend(after.as_mut().unwrap(), command(8)).await,
+            Some(8)
+        );
     }
 }

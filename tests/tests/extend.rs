@@ -415,3 +415,60 @@ async fn a_master_restarted_empty_gets_the_key_back_and_the_lock_is_kept() {
     let report = kept.release().await;
     assert_eq!(report.released(), 3, "{report}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_on_a_bare_quorum_is_not_undone_while_a_master_is_silent() {
+    // The holder's value deleted on masters 0 and 1 (an operator whose
+    // release reached a bare quorum), then master 0 paused: the extension
+    // hears "missing" from 1, "ours" from 2, nothing from 0. Our value is on
+    // one master at most, so the lock must not come back on master 1 (nor on
+    // master 0 once it resumes).
+    let cluster = RedisCluster::start(3);
+    let holder = builder(&cluster).build().await.unwrap();
+    let mut guard = holder.lock("bare-quorum").await.unwrap();
+    let value = guard.value().as_bytes().to_vec();
+    for node in &cluster.nodes()[..2] {
+        node.command(["DEL", "bare-quorum"]);
+    }
+    cluster.node(0).pause();
+    let result = guard.extend(Duration::from_secs(10)).await;
+    cluster.node(0).resume();
+    let error = result.expect_err("one confirmation is not a quorum");
+    assert!(
+        matches!(
+            error,
+            redlock_tokio::Error::Extend(ExtendError::NoQuorum { .. })
+        ),
+        "{error}"
+    );
+    // The paused master ran the extend on resuming: nothing to extend there.
+    eventually(
+        "master 0 answered its queued extend",
+        Duration::from_secs(5),
+        || cluster.node(0).ping().is_ok(),
+    )
+    .await;
+    assert!(!cluster.node(0).exists("bare-quorum"));
+    assert!(!cluster.node(1).exists("bare-quorum"));
+    assert_eq!(cluster.node(2).get("bare-quorum"), Some(value));
+    // Asked again, with every master answering: gone.
+    let error = guard.extend(Duration::from_secs(10)).await.unwrap_err();
+    assert!(
+        matches!(
+            error,
+            redlock_tokio::Error::Extend(ExtendError::Gone { .. })
+        ),
+        "{error}"
+    );
+    eventually(
+        "our value released everywhere",
+        Duration::from_secs(5),
+        || {
+            cluster
+                .nodes()
+                .iter()
+                .all(|node| !node.exists("bare-quorum"))
+        },
+    )
+    .await;
+}

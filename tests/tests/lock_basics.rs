@@ -3,7 +3,7 @@
 
 mod support;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redlock_core::{AcquireError, ConfigError, NodeVote};
 use redlock_tests::RedisCluster;
@@ -72,8 +72,16 @@ async fn lock_retries_until_the_holder_releases() {
         guard.release().await
     });
     let guard = b.lock("queue").await.expect("b gets it once a releases");
-    assert_eq!(holder.await.unwrap().released(), 3);
-    assert!(guard.votes().round().0 > 1, "b had to retry");
+    // What the test names: a's release freed the lock and b, retrying, got
+    // it. Not that every node answered a's release within the node timeout:
+    // a busy machine may let one reply come late (it then counts as failed).
+    let report = holder.await.unwrap();
+    assert!(report.frees_lock(), "a's release: {report}");
+    assert!(
+        guard.votes().round().0 > 1,
+        "b had to retry: {}",
+        guard.votes()
+    );
     guard.release().await;
 }
 
@@ -85,11 +93,15 @@ async fn validity_after_acquire_is_close_to_the_ttl() {
         .build()
         .await
         .unwrap();
+    let started = Instant::now();
     let guard = redlock.lock("v").await.unwrap();
     let validity = guard.validity();
-    // 1 s - 12 ms drift - the time the round took.
-    assert!(validity > Duration::from_millis(900), "{validity:?}");
-    assert!(validity <= Duration::from_millis(988), "{validity:?}");
+    let took = started.elapsed();
+    // 1 s - 12 ms drift - the time the round took, which is at most the time
+    // the call took (measured here, so a slow machine cannot fail this).
+    let bound = Duration::from_millis(988);
+    assert!(validity <= bound, "{validity:?}");
+    assert!(validity + took >= bound, "{validity:?} after {took:?}");
     assert!(guard.is_valid());
     assert_eq!(guard.ttl(), Duration::from_secs(1));
     eventually(
@@ -106,11 +118,19 @@ async fn validity_after_acquire_is_close_to_the_ttl() {
     guard.release().await;
 
     // A per-call TTL.
+    let started = Instant::now();
     let guard = redlock
         .try_lock_with_ttl("v", Duration::from_secs(5))
         .await
         .unwrap();
-    assert!(guard.validity() > Duration::from_millis(4_800));
+    // 5 s - 52 ms drift - the round.
+    let validity = guard.validity();
+    let took = started.elapsed();
+    let bound = Duration::from_millis(4_948);
+    assert!(
+        validity <= bound && validity + took >= bound,
+        "{validity:?} after {took:?}"
+    );
     eventually("every node has the 5 s TTL", Duration::from_secs(8), || {
         cluster.nodes().iter().all(|node| node.pttl("v") > 4_000)
     })

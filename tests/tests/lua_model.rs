@@ -1,6 +1,6 @@
 //! The simulation's Redis model is the Lua that really runs: random
 //! workloads of the core's own machines (every lock kind; acquire, extend,
-//! release, withdraw, fenced rounds), each request run both by the real
+//! restore, release, withdraw, fenced rounds), each request run both by the real
 //! server (its script, as the client sends it) and by the simulation's
 //! node (`redlock-core/tests/sim/redis.rs`), must get the same answer
 //! every time. A script changed without its model (or the reverse) fails
@@ -17,8 +17,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, RngExt, SeedableRng};
 use redis::Value;
 use redlock_core::{
-    AcquireEvent, Acquisition, Attempts, Config, Lock, LockSpec, LockValue, Machine, Release,
-    Reply, Request, Response, RoundId, Settings,
+    AcquireEvent, Acquisition, Attempts, Command, Config, Lock, LockSpec, LockValue, Machine,
+    Release, Reply, Request, Response, RoundId, Settings,
 };
 use redlock_tests::RedisNode;
 
@@ -79,9 +79,22 @@ fn workload(extend_script: Option<&'static str>) -> Result<usize, String> {
                     let at = rng.random_range(0..held.len());
                     let lock = &mut held[at];
                     let now = Instant::now();
-                    if let Ok(mut extension) = lock.extend(settings.default_ttl(), now)
-                        && let Ok(extended) = pair.drive(&mut extension)?
-                    {
+                    let Ok(mut extension) = lock.extend(settings.default_ttl(), now) else {
+                        continue;
+                    };
+                    // Sometimes the restore an extension sends where a quorum
+                    // confirmed the lock and this node had lost it, first.
+                    let request = extension.poll_request().expect("one node");
+                    if rng.random_bool(0.3) {
+                        let mut restore = request.clone();
+                        restore.command = Command::Restore {
+                            ttl: settings.default_ttl(),
+                        };
+                        pair.run(&restore)?;
+                    }
+                    let answer = pair.run(&request)?;
+                    extension.handle_reply(Reply::to(&request, Ok(answer)), Instant::now());
+                    if let Ok(extended) = pair.drive(&mut extension)? {
                         lock.apply(&extended);
                     }
                 }

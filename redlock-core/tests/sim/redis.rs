@@ -151,6 +151,8 @@ impl Store {
         let keys: Vec<&[u8]> = request.keys.iter().map(|k| k.as_bytes()).collect();
         let ours = request.value.as_bytes();
         let now_ms = (clock / MS).floor();
+        // An extend sets a missing lock again only as a restore.
+        let restore = matches!(request.command, Command::Restore { .. });
         match (&request.kind, request.command) {
             (_, Command::AcquireFenced { ttl }) => match self.get_str(keys[0], clock) {
                 Some(held) => Response::Data(held),
@@ -182,17 +184,20 @@ impl Store {
                     Response::Int(1)
                 }
             },
-            (LockKind::Exclusive, Command::Extend { ttl }) => match self.get_str(keys[0], clock) {
-                Some(held) if held == ours => {
-                    self.pexpire(keys[0], clock, ttl.as_millis());
-                    Response::Int(1)
+            (LockKind::Exclusive, Command::Extend { ttl } | Command::Restore { ttl }) => {
+                match self.get_str(keys[0], clock) {
+                    Some(held) if held == ours => {
+                        self.pexpire(keys[0], clock, ttl.as_millis());
+                        Response::Int(1)
+                    }
+                    Some(_) => Response::Int(0),
+                    None if !restore => Response::Int(-1),
+                    None => {
+                        self.set_str(keys[0], ours, clock, ttl.as_millis());
+                        Response::Int(2)
+                    }
                 }
-                Some(_) => Response::Int(0),
-                None => {
-                    self.set_str(keys[0], ours, clock, ttl.as_millis());
-                    Response::Int(2)
-                }
-            },
+            }
             (
                 LockKind::Exclusive | LockKind::Write { .. },
                 Command::Release | Command::Withdraw,
@@ -216,13 +221,17 @@ impl Store {
                 self.put_readers(keys[1], set);
                 Response::Int(1)
             }
-            (LockKind::Read, Command::Extend { ttl }) => {
+            (LockKind::Read, Command::Extend { ttl } | Command::Restore { ttl }) => {
                 let mut set = self.readers(keys[1], clock);
                 let mut code = 1;
                 if !set.contains_key(ours) {
                     if self.get_str(keys[0], clock).is_some() {
                         self.put_readers(keys[1], set);
                         return Response::Int(0);
+                    }
+                    if !restore {
+                        self.put_readers(keys[1], set);
+                        return Response::Int(-1);
                     }
                     code = 2;
                 }
@@ -253,7 +262,7 @@ impl Store {
                 self.del(keys[2]);
                 Response::Int(1)
             }
-            (LockKind::Write { .. }, Command::Extend { ttl }) => {
+            (LockKind::Write { .. }, Command::Extend { ttl } | Command::Restore { ttl }) => {
                 match self.get_str(keys[0], clock) {
                     Some(held) if held == ours => {
                         self.pexpire(keys[0], clock, ttl.as_millis());
@@ -267,6 +276,9 @@ impl Store {
                 self.put_readers(keys[1], set);
                 if busy {
                     return Response::Int(0);
+                }
+                if !restore {
+                    return Response::Int(-1);
                 }
                 self.set_str(keys[0], ours, clock, ttl.as_millis());
                 Response::Int(2)
@@ -285,11 +297,17 @@ impl Store {
                 }
                 Response::Int(1)
             }
-            (LockKind::Multi, Command::Extend { ttl }) => {
+            (LockKind::Multi, Command::Extend { ttl } | Command::Restore { ttl }) => {
+                let mut missing = false;
                 for key in &keys {
-                    if self.get_str(key, clock).is_some_and(|held| held != ours) {
-                        return Response::Int(0);
+                    match self.get_str(key, clock) {
+                        Some(held) if held != ours => return Response::Int(0),
+                        Some(_) => {}
+                        None => missing = true,
                     }
+                }
+                if missing && !restore {
+                    return Response::Int(-1);
                 }
                 let mut code = 1;
                 for key in &keys {
@@ -348,7 +366,8 @@ impl Store {
                     self.data.insert(key.to_vec(), fresh(ttl.as_millis()));
                     Response::Int(1)
                 }
-                Command::Extend { ttl } => {
+                Command::Extend { .. } => Response::Int(-1),
+                Command::Restore { ttl } => {
                     self.data.insert(key.to_vec(), fresh(ttl.as_millis()));
                     Response::Int(2)
                 }
@@ -377,7 +396,8 @@ impl Store {
                 raise(&mut entry, ttl.as_millis());
                 Response::Int(1)
             }
-            Command::Extend { ttl } => {
+            Command::Extend { .. } if !fields.contains_key(ours) => return Response::Int(-1),
+            Command::Extend { ttl } | Command::Restore { ttl } => {
                 let code = if fields.insert(ours.to_vec(), b"1".to_vec()).is_some() {
                     1
                 } else {
