@@ -26,7 +26,7 @@ SHELL := bash
 # Prerequisites of `test` are steps in order, never run in parallel.
 .NOTPARALLEL:
 
-.PHONY: help demo bench bench-valkey bench-quick mutants test deps deps-valkey core-purity fmt-check clippy doc nextest nextest-valkey doctest kill-harness-redis chaos chaos-ci
+.PHONY: help demo bench bench-valkey bench-quick mutants model model-check test deps deps-valkey core-purity fmt-check clippy doc nextest nextest-valkey doctest kill-harness-redis chaos chaos-ci
 
 help: ## List targets
 	@awk 'BEGIN { FS = ":.*## " } /^[a-z-]+:.*## / { printf "  %-20s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -97,6 +97,23 @@ mutants: ## Mutation test of redlock-core's decision code (slow; narrow with MUT
 	count() { if [ -f "mutants.out/$$1.txt" ]; then wc -l < "mutants.out/$$1.txt"; else echo 0; fi; }; \
 	echo "mutants: caught=$$(count caught) missed=$$(count missed) unviable=$$(count unviable) timeout=$$(count timeout)"; \
 	exit $$status
+
+# Exhaustive model checking of the core's own machines (verify/, stateright):
+# every in-model configuration must violate nothing, the out-of-model
+# controls and the five planted bugs must each give a counterexample (traces
+# printed), then the simulation against the planted bugs. States and seconds
+# are printed figures, never thresholds. The last line of the model checker
+# is `model check: states=N violations=V known_gaps=G planted_bugs_caught=K/K seconds=S`.
+# `make test` runs the short configuration and the planted bugs (verify/tests/).
+MODEL_THREADS ?= 2
+
+model: ## Model check of the core (full runs, a few minutes), planted bugs in the model and the simulation
+	@status=0; \
+	$(CARGO) nextest run -p redlock-core --features planted-bugs --test planted_bugs --no-capture || status=$$?; \
+	$(CARGO) run --release -p redlock-verify --bin redlock-model -- --threads $(MODEL_THREADS) || status=$$?; \
+	exit $$status
+
+model-check: model ## Alias of `model`
 
 test: deps deps-valkey core-purity fmt-check clippy doc ## Everything CI checks: deps, fmt, clippy, docs, tests (Redis, then Valkey), doctests, chaos (CI schedule), bench-quick
 	@status=0; \

@@ -16,6 +16,7 @@ use crate::{
 };
 
 /// What an [`Acquisition`] reports, drained with [`Acquisition::poll_event`].
+#[cfg_attr(feature = "model-check", derive(Clone))]
 #[derive(Debug)]
 #[must_use = "an acquired lock is held on the nodes until it is released or expires"]
 pub enum AcquireEvent {
@@ -36,6 +37,7 @@ pub enum AcquireEvent {
 // One per acquisition, never in a collection: boxing would only add an
 // allocation per attempt.
 #[allow(clippy::large_enum_variant)]
+#[cfg_attr(feature = "model-check", derive(Clone))]
 #[derive(Debug)]
 enum State {
     Attempting {
@@ -53,6 +55,7 @@ enum State {
 }
 
 /// The rounds of one attempt.
+#[cfg_attr(feature = "model-check", derive(Clone))]
 #[derive(Debug)]
 enum Phase {
     /// Setting the key on the nodes (and, fenced, reading their counters).
@@ -115,6 +118,7 @@ enum Phase {
 ///     other => panic!("expected the lock, got {other:?}"),
 /// }
 /// ```
+#[cfg_attr(feature = "model-check", derive(Clone))]
 #[derive(Debug)]
 pub struct Acquisition<R> {
     settings: Arc<Settings>,
@@ -363,6 +367,11 @@ impl<R: Rng> Acquisition<R> {
                     Phase::Lock => round.started,
                     Phase::Fence { lock_started, .. } => *lock_started,
                 };
+                let started = if planted!(ValidityFromDecisionTime) {
+                    now
+                } else {
+                    started
+                };
                 let until = valid_until(started, self.ttl, self.drift);
                 if let Some(until) = until.filter(|&until| remaining(until, now).is_some()) {
                     if matches!(phase, Phase::Lock) && self.fenced {
@@ -506,6 +515,8 @@ impl<R: Rng> Acquisition<R> {
     fn queue_releases(&mut self, round: &Round, value: &LockValue, now: Instant) {
         let deadline = now + self.settings.release_timeout();
         let requests = round.fan_out(&self.keys, &self.kind, value, Command::Withdraw, deadline);
+        let requests =
+            requests.filter(|r| !(planted!(ReleaseSkipsTimedOut) && round.timed_out(r.node)));
         self.requests.extend(requests);
     }
 }

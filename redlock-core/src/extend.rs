@@ -73,6 +73,7 @@ pub struct Extended {
 ///
 /// Any other failed extension releases nothing: the caller should treat the
 /// lock as lost and release it.
+#[cfg_attr(feature = "model-check", derive(Clone))]
 #[derive(Debug)]
 pub struct Extension {
     round: Round,

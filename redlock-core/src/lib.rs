@@ -107,6 +107,21 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+/// `planted!(Bug)`: whether that planted bug is on for this thread; a
+/// constant `false` unless the `planted-bugs` feature is on (see `planted`).
+#[cfg(feature = "planted-bugs")]
+macro_rules! planted {
+    ($bug:ident) => {
+        $crate::planted::is_on($crate::planted::Bug::$bug)
+    };
+}
+#[cfg(not(feature = "planted-bugs"))]
+macro_rules! planted {
+    ($bug:ident) => {
+        false
+    };
+}
+
 mod acquire;
 mod config;
 mod error;
@@ -116,6 +131,8 @@ mod limits;
 mod lock;
 mod machine;
 pub mod native;
+#[cfg(feature = "planted-bugs")]
+pub mod planted;
 mod quorum;
 mod release;
 mod retry;

@@ -17,6 +17,9 @@ use crate::{
 /// assert_eq!(redlock_core::quorum(5), 3);
 /// ```
 pub fn quorum(nodes: usize) -> usize {
+    if planted!(QuorumHalf) {
+        return (nodes / 2).max(1);
+    }
     nodes / 2 + 1
 }
 
@@ -225,6 +228,9 @@ impl Round {
         if round != self.id {
             return false;
         }
+        if planted!(DuplicateVoteCounted) && self.repeat_as_new(node, &vote) {
+            return true;
+        }
         match self.votes.get_mut(node.0) {
             Some(slot @ NodeVote::Pending) => {
                 *slot = vote;
@@ -233,6 +239,44 @@ impl Round {
             }
             _ => false,
         }
+    }
+
+    /// Planted bug: a repeated answer of `node` fills another node's empty
+    /// slot, as if that node had said the same.
+    #[cfg(feature = "planted-bugs")]
+    fn repeat_as_new(&mut self, node: NodeId, vote: &NodeVote) -> bool {
+        let repeated = self
+            .votes
+            .get(node.0)
+            .is_some_and(|v| !matches!(v, NodeVote::Pending));
+        let empty = self
+            .votes
+            .iter_mut()
+            .find(|v| matches!(v, NodeVote::Pending));
+        match empty {
+            Some(slot) if repeated => {
+                *slot = vote.clone();
+                self.answered += 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    #[cfg(not(feature = "planted-bugs"))]
+    fn repeat_as_new(&mut self, _: NodeId, _: &NodeVote) -> bool {
+        false
+    }
+
+    /// Whether `node` timed out in this round (for a planted bug).
+    #[cfg(feature = "planted-bugs")]
+    pub(crate) fn timed_out(&self, node: NodeId) -> bool {
+        matches!(self.votes.get(node.0), Some(NodeVote::Failed(e)) if e.kind == crate::NodeErrorKind::Timeout)
+    }
+
+    #[cfg(not(feature = "planted-bugs"))]
+    pub(crate) fn timed_out(&self, _: NodeId) -> bool {
+        false
     }
 
     /// Marks every node that has not answered as timed out.

@@ -105,6 +105,7 @@ impl std::fmt::Display for ReleaseReport {
 /// Driven like every [`Machine`]; [`poll_event`](Machine::poll_event) gives the
 /// report once every node answered or the per-node timeout passed, so releasing
 /// an expired lock, or one whose nodes are down, ends within one timeout.
+#[cfg_attr(feature = "model-check", derive(Clone))]
 #[derive(Debug)]
 pub struct Release {
     round: Round,

@@ -19,6 +19,7 @@ pub enum Attempts {
 }
 
 /// The attempts of one acquisition.
+#[cfg_attr(feature = "model-check", derive(Clone))]
 #[derive(Debug)]
 pub(crate) struct Retries {
     max: u32,
@@ -110,6 +111,7 @@ impl Retries {
 }
 
 /// What an acquisition heard of releases since its current attempt started.
+#[cfg_attr(feature = "model-check", derive(Clone))]
 #[derive(Debug)]
 pub(crate) struct Notices {
     /// Whether to ask for notices at all ([`Settings::release_notices`]).

@@ -465,6 +465,9 @@ pub(crate) fn interpret(
         (Command::Extend { .. } | Command::Restore { .. }, Response::Int(1)) => {
             Some(NodeVote::Granted)
         }
+        (Command::Extend { .. }, Response::Int(-1)) if planted!(ExtendMissingAsOurs) => {
+            Some(NodeVote::Granted)
+        }
         (Command::Extend { .. }, Response::Int(-1)) => Some(NodeVote::Missing),
         (Command::Restore { .. }, Response::Int(2)) => Some(NodeVote::Restored),
         (

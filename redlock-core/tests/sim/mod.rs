@@ -42,6 +42,8 @@ pub struct SimConfig {
     pub latency: (Duration, Duration),
     /// Chance that a request, or separately its reply, is lost.
     pub loss: f64,
+    /// Chance that a reply is delivered twice (the copy a little later).
+    pub duplicate: f64,
     /// Each node's clock runs at `1 + r` with `|r| <= clock_rate_bound`.
     pub clock_rate_bound: f64,
     /// Node crashes per run (each at a random time on a random node).
@@ -128,6 +130,7 @@ impl Default for SimConfig {
             duration: Duration::from_secs(3),
             latency: (Duration::from_micros(100), Duration::from_millis(3)),
             loss: 0.02,
+            duplicate: 0.0,
             clock_rate_bound: 0.004,
             crashes: 1,
             restart_delay: Duration::from_millis(500),
@@ -181,6 +184,10 @@ pub struct Outcome {
     /// failed extension.
     pub lost_at_limit: usize,
     pub lost_by_failure: usize,
+    /// Exclusive locks handed out whose validity outlasts their keys on a
+    /// quorum of nodes in true time (a node down counts as covering: it
+    /// grants nothing), as (client, when).
+    pub uncovered: Vec<(usize, Duration)>,
 }
 
 impl Outcome {
@@ -678,6 +685,16 @@ impl World {
         let latency = self.uniform(self.cfg.latency);
         let at = (self.now + latency).max(self.clients[client].link_in[node]);
         self.clients[client].link_in[node] = at;
+        if self.cfg.duplicate > 0.0 && self.rng.random_bool(self.cfg.duplicate) {
+            let copy = reply.clone();
+            self.push(
+                at,
+                Event::Answer {
+                    client,
+                    reply: copy,
+                },
+            );
+        }
         self.push(at, Event::Answer { client, reply });
     }
 
@@ -840,6 +857,34 @@ impl World {
         self.step(client);
     }
 
+    /// Whether the validity handed out with `lock` (until `end`, true
+    /// time) is covered by our key on a quorum of nodes; records it in
+    /// `Outcome::uncovered` when not.
+    fn check_coverage(&mut self, client: usize, lock: &Lock, end: Duration) {
+        let key = lock.key().as_bytes();
+        let value = lock.value().as_bytes();
+        let covering = self
+            .nodes
+            .iter()
+            .filter(|node| {
+                if !node.up {
+                    return true;
+                }
+                let clock = node.clock(self.now);
+                node.store
+                    .expiry_of(key, value, clock)
+                    .is_some_and(|expires| {
+                        // The node's expiry in true time.
+                        let true_us = (expires - node.jump) / (1.0 + node.rate);
+                        true_us >= end.as_micros() as f64
+                    })
+            })
+            .count();
+        if covering < self.cfg.nodes / 2 + 1 {
+            self.outcome.uncovered.push((client, self.now));
+        }
+    }
+
     /// Drains the client's state machine: sends requests, handles events,
     /// moves between states, and re-arms the timer.
     fn step(&mut self, client: usize) {
@@ -984,6 +1029,9 @@ impl World {
                     );
                 }
                 let end = self.since_base(lock.valid_until());
+                if key.group.is_none() && key.keys.len() == 1 {
+                    self.check_coverage(client, &lock, end);
+                }
                 let mut holds = Vec::new();
                 for &resource in &key.keys {
                     self.outcome.holds.push(Hold {

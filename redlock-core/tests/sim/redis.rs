@@ -30,6 +30,17 @@ pub struct Store {
 const MS: f64 = 1000.0;
 
 impl Store {
+    /// When `value` at `key` expires (node microseconds), if it is there.
+    pub fn expiry_of(&self, key: &[u8], value: &[u8], clock: f64) -> Option<f64> {
+        match self.data.get(key) {
+            Some(Entry {
+                val: Val::Str(v),
+                expires,
+            }) if v == value && *expires > clock => Some(*expires),
+            _ => None,
+        }
+    }
+
     pub fn clear(&mut self) {
         self.data.clear();
     }

@@ -1,0 +1,63 @@
+//! Deliberately broken variants of the core, to show that the checkers catch
+//! real bugs in the algorithm (feature `planted-bugs`, for tests only).
+//!
+//! Each [`Bug`] is a one-line hook in the decision code, written
+//! `planted!(Bug)`: a constant `false` without the feature, and with it true
+//! only on a thread that switched that bug on with [`set`]. Tests running in
+//! parallel threads therefore never see each other's bug, and a model
+//! checker that explores on worker threads sets the switch on each of them
+//! before it calls into the core.
+
+use std::cell::Cell;
+
+/// A bug that can be planted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Bug {
+    /// An acquisition takes its validity from the instant of the decision
+    /// instead of the start of the round: the time the requests spent on the
+    /// way is counted twice in the client's favour.
+    ValidityFromDecisionTime,
+    /// The quorum is N/2 instead of N/2 + 1: two clients can each hold half.
+    QuorumHalf,
+    /// A node's repeated answer is counted again, as if another node had
+    /// answered the same.
+    DuplicateVoteCounted,
+    /// An extension takes a key that was missing and set again for one that
+    /// was still ours, so a lock released on a quorum is taken back.
+    ExtendMissingAsOurs,
+    /// A failed acquisition attempt withdraws its value only from the nodes
+    /// that answered, not from those that timed out (whose set may have
+    /// happened, with the answer lost).
+    ReleaseSkipsTimedOut,
+}
+
+impl Bug {
+    /// Every bug, in a fixed order.
+    pub const ALL: [Bug; 5] = [
+        Bug::ValidityFromDecisionTime,
+        Bug::QuorumHalf,
+        Bug::DuplicateVoteCounted,
+        Bug::ExtendMissingAsOurs,
+        Bug::ReleaseSkipsTimedOut,
+    ];
+}
+
+thread_local! {
+    static ACTIVE: Cell<Option<Bug>> = const { Cell::new(None) };
+}
+
+/// Switches `bug` on for the current thread (`None`: the correct core).
+pub fn set(bug: Option<Bug>) {
+    ACTIVE.with(|active| active.set(bug));
+}
+
+/// The bug switched on for the current thread, if any.
+pub fn active() -> Option<Bug> {
+    ACTIVE.with(Cell::get)
+}
+
+/// Whether `bug` is on for the current thread: what `planted!` expands to.
+pub(crate) fn is_on(bug: Bug) -> bool {
+    active() == Some(bug)
+}
