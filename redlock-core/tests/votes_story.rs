@@ -74,23 +74,18 @@ fn a_won_round_tells_each_nodes_answer_its_round_and_its_duration() {
 }
 
 #[test]
-fn a_lost_round_counts_holders_and_failures_apart() {
+fn a_lost_round_counts_the_holders() {
     let settings = settings();
     let t0 = Instant::now();
     let (mut acquire, requests) = start(&settings, t0);
-    acquire.handle_reply(
-        Reply::to(&requests[0], Ok(Response::Data(b"other".to_vec()))),
-        t0 + MS,
-    );
-    acquire.handle_reply(
-        Reply::to(
-            &requests[1],
-            Err(NodeError::new(NodeErrorKind::Connection, "refused")),
-        ),
-        t0 + 2 * MS,
-    );
+    for (at, request) in (1..).zip(&requests[..2]) {
+        acquire.handle_reply(
+            Reply::to(request, Ok(Response::Data(b"other".to_vec()))),
+            t0 + at * MS,
+        );
+    }
     let Some(AcquireEvent::Failed(error)) = acquire.poll_event() else {
-        panic!("one holder and one failure out of three: no quorum possible");
+        panic!("two holders out of three: no quorum possible");
     };
     assert!(matches!(error, AcquireError::Held { .. }), "{error}");
     let votes = error.votes().expect("a lost round carries its votes");
@@ -98,7 +93,32 @@ fn a_lost_round_counts_holders_and_failures_apart() {
     assert_eq!(votes.elapsed(), 2 * MS);
     assert_eq!(
         (votes.granted(), votes.held_by_other(), votes.failed()),
-        (0, 1, 1)
+        (0, 2, 0)
     );
     assert_eq!(votes.get(NodeId(2)), Some(&NodeVote::Pending));
+}
+
+#[test]
+fn a_round_lost_to_failures_counts_them_apart_from_holders() {
+    let settings = settings();
+    let t0 = Instant::now();
+    let (mut acquire, requests) = start(&settings, t0);
+    acquire.handle_reply(
+        Reply::to(
+            &requests[0],
+            Err(NodeError::new(NodeErrorKind::Connection, "refused")),
+        ),
+        t0 + MS,
+    );
+    acquire.handle_timeout(t0 + 20 * MS);
+    let Some(AcquireEvent::Failed(error)) = acquire.poll_event() else {
+        panic!("nobody answered yes within the timeout");
+    };
+    assert!(matches!(error, AcquireError::NoQuorum { .. }), "{error}");
+    let votes = error.votes().expect("a lost round carries its votes");
+    assert_eq!(votes.elapsed(), 20 * MS, "decided at the per-node timeout");
+    assert_eq!(
+        (votes.granted(), votes.held_by_other(), votes.failed()),
+        (0, 0, 3)
+    );
 }
