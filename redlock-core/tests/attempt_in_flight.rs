@@ -1,7 +1,7 @@
 //! An acquisition names the attempt in flight (the round its requests carry,
 //! which a driver logs and matches replies against), and none between
-//! attempts or once decided. (Written against mutants of
-//! `Acquisition::current_attempt` that `make mutants` found surviving.)
+//! attempts or once decided. (Written for `make mutants`: no test called
+//! `Acquisition::current_attempt`, so none could catch its mutants.)
 
 use redlock_core::Machine;
 use std::sync::Arc;

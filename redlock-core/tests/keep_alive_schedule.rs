@@ -161,8 +161,8 @@ fn no_quorum_is_retried_while_validity_is_left_then_lost_at_its_end() {
 }
 
 /// A retry that could only start as the validity ends is not made: there
-/// is nothing left for it to keep. (Kills a surviving mutant that retried
-/// at `retry_at <= valid_until`.)
+/// is nothing left for it to keep. (Written for `make mutants`: a mutant
+/// that retries at `retry_at <= valid_until` passes the other tests here.)
 #[test]
 fn no_retry_is_due_at_the_very_end_of_the_validity() {
     let t0 = Instant::now();

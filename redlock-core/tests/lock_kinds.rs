@@ -112,8 +112,9 @@ fn a_stream_of_readers_does_not_starve_a_writer() {
 
 /// A writer that will retry holds new readers off until its next attempt
 /// could have ended: the longest retry wait (delay + jitter) and two node
-/// timeouts; a writer that will not retry holds nobody off. (Kills mutants
-/// of the hold-off arithmetic that `make mutants` found surviving.)
+/// timeouts; a writer that will not retry holds nobody off. (Written for
+/// `make mutants`: a mutant that halves the node-timeout part passes the
+/// other tests here, the simulations included.)
 #[test]
 fn a_writer_holds_readers_off_until_its_next_attempt_could_end() {
     let settings = Arc::new(

@@ -1,8 +1,8 @@
 //! The wait between attempts is `delay + uniform(0, jitter)`: never below
 //! the delay, always below delay + jitter, really spread by the jitter (so
 //! competing clients fall out of step), and exactly the delay without one.
-//! (Written against mutants of `retry_delay` that `make mutants` found
-//! surviving: the doctest that shows the bounds does not run per mutant.)
+//! (Written for `make mutants`: only a doctest showed these bounds, and
+//! doctests do not run per mutant.)
 
 use std::time::Duration;
 
