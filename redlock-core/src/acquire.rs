@@ -310,11 +310,6 @@ impl<R: Rng> Acquisition<R> {
         else {
             unreachable!("only called while attempting");
         };
-        // Only a granting reply carries a counter (`handle_reply`), so the
-        // `granted` filter changes no token today; it keeps the rule ("the
-        // nodes that granted") stated here, whatever replies may carry one
-        // later. (Its `true` mutant is excluded as equivalent in
-        // `.cargo/mutants.toml`.)
         let token = round
             .nodes()
             .filter(|node| round.granted(*node))
