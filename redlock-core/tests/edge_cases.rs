@@ -815,3 +815,37 @@ fn a_multi_resource_acquisition_listens_for_every_resource() {
     let channels = [b"a", b"b"].map(|r| settings.release_channel(&settings.key(r)));
     assert_eq!(acquire.poll_listen(), Some(channels.to_vec()));
 }
+
+#[test]
+fn notices_from_before_an_attempt_do_not_wake_it_after_it_fails() {
+    // Kills a mutant found surviving by `make mutants` (handle_notice's
+    // `||` as `&&`): the releases they announce were seen by the attempt.
+    let t0 = Instant::now();
+    let mut acquire = waiting(3, t0);
+    acquire.handle_notice(redlock_core::Notice::Subscribed, t0 + 10 * MS);
+    let second = drain(&mut acquire);
+    assert_eq!(heard(&mut acquire, 0, t0 + 5 * MS), 0);
+    assert_eq!(heard(&mut acquire, 1, t0 + 5 * MS), 0);
+    for request in &second {
+        acquire.handle_reply(held(request), t0 + 12 * MS);
+    }
+    let Some(AcquireEvent::AttemptFailed { .. }) = acquire.poll_event() else {
+        panic!("expected a retry");
+    };
+    let commands: Vec<Command> = drain(&mut acquire).iter().map(|r| r.command).collect();
+    assert_eq!(commands, [Command::Withdraw; 3], "no attempt at once");
+}
+
+#[test]
+fn an_early_timer_during_a_retry_wait_starts_nothing() {
+    // Kills a mutant found surviving by `make mutants` (the wait's
+    // `now >= until` as `true`): the next attempt starts at its time.
+    let t0 = Instant::now();
+    let mut acquire = waiting(3, t0);
+    let retry_at = acquire.poll_timeout().expect("waiting for the retry");
+    acquire.handle_timeout(retry_at - MS);
+    assert!(acquire.poll_request().is_none(), "started before its time");
+    assert_eq!(acquire.current_attempt(), None);
+    acquire.handle_timeout(retry_at);
+    assert_eq!(drain(&mut acquire).len(), 3);
+}
