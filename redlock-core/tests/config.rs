@@ -168,3 +168,40 @@ proptest! {
         }
     }
 }
+
+/// Validated settings report what was configured, in the servers' order.
+/// (Written for `make mutants`: no test read these accessors back.)
+#[test]
+fn settings_report_what_was_configured() {
+    let settings = Config {
+        fencing: true,
+        drift_factor: 0.02,
+        key_prefix: b"lock:".to_vec(),
+        ..Config::new(servers(5))
+    }
+    .validate()
+    .unwrap();
+    assert_eq!(settings.nodes(), servers(5).as_slice());
+    assert_eq!(settings.node_count(), 5);
+    assert!(settings.fencing());
+    assert_eq!(settings.drift_factor().to_bits(), 0.02f64.to_bits());
+    assert_eq!(settings.key_prefix(), b"lock:");
+    assert_eq!(settings.key(b"job").as_bytes(), b"lock:job");
+
+    let plain = Config::new(servers(3)).validate().unwrap();
+    assert!(!plain.fencing());
+    assert_eq!(plain.key_prefix(), b"");
+    assert_eq!(plain.drift_factor().to_bits(), 0.01f64.to_bits());
+}
+
+/// The largest TTL is accepted, one millisecond more is not.
+#[test]
+fn the_largest_ttl_is_accepted() {
+    let settings = Config::new(servers(3)).validate().unwrap();
+    let largest = settings.ttl(Duration::from_millis(MAX_TTL_MS)).unwrap();
+    assert_eq!(largest.as_millis(), MAX_TTL_MS);
+    assert!(matches!(
+        settings.ttl(Duration::from_millis(MAX_TTL_MS + 1)),
+        Err(ConfigError::TtlTooLarge { .. })
+    ));
+}

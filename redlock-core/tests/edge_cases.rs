@@ -683,3 +683,179 @@ fn an_acquisition_without_notices_never_asks_to_listen() {
     // `waiting_with` checks `poll_listen` before and after the first wait.
     waiting_with(3, false, Instant::now());
 }
+
+/// Settings for the notice tests below: three nodes, notices on, retries
+/// after exactly 100 ms.
+fn notice_settings(count: u32) -> Arc<Settings> {
+    Arc::new(
+        redlock_core::Config {
+            servers: vec!["a".into(), "b".into(), "c".into()],
+            ttl: Duration::from_secs(1),
+            node_timeout: Some(10 * MS),
+            retry: redlock_core::RetryConfig {
+                count,
+                delay: 100 * MS,
+                jitter: Duration::ZERO,
+            },
+            ..Default::default()
+        }
+        .validate()
+        .unwrap(),
+    )
+}
+
+fn held(request: &Request) -> Reply {
+    Reply::to(request, Ok(Response::Data(b"other".to_vec())))
+}
+
+#[test]
+fn an_extra_attempt_failing_as_its_retry_falls_due_uses_that_retry_up() {
+    // Retry count 1. A notice brings an extra attempt forward; it fails at
+    // the very instant the scheduled retry was due. It took that retry's
+    // place: no attempt is left, and no retry is scheduled for that instant.
+    let settings = notice_settings(1);
+    let t0 = Instant::now();
+    let mut acquire = start(&settings, Attempts::Retry, t0);
+    for request in drain(&mut acquire) {
+        acquire.handle_reply(held(&request), t0 + MS);
+    }
+    let Some(AcquireEvent::AttemptFailed { retry_at, .. }) = acquire.poll_event() else {
+        panic!("expected a retry");
+    };
+    drain(&mut acquire);
+    released(&mut acquire, retry_at - MS);
+    let extra: Vec<Request> = drain(&mut acquire)
+        .into_iter()
+        .filter(|r| r.command != Command::Withdraw)
+        .collect();
+    assert_eq!(extra.len(), 3, "the notice started an extra attempt");
+    for request in &extra {
+        acquire.handle_reply(held(request), retry_at);
+    }
+    match acquire.poll_event() {
+        Some(AcquireEvent::Failed(error)) => assert_eq!(error.attempts(), 2, "{error}"),
+        other => panic!("expected the end of the retries, got {other:?}"),
+    }
+    assert!(acquire.is_done());
+}
+
+#[test]
+fn a_notice_at_the_instant_an_attempt_starts_counts_once_it_fails() {
+    // Only notices from before an attempt started were surely seen by it;
+    // one handled at the same instant may come from a release after the
+    // attempt's check on that node, so it counts.
+    let t0 = Instant::now();
+    let mut acquire = waiting(3, t0);
+    let started = t0 + 10 * MS;
+    acquire.handle_notice(redlock_core::Notice::Subscribed, started);
+    let second = drain(&mut acquire);
+    assert_eq!(second.len(), 3);
+    assert_eq!(heard(&mut acquire, 0, started), 0);
+    assert_eq!(heard(&mut acquire, 1, started), 0);
+    for request in &second {
+        acquire.handle_reply(held(request), started + MS);
+    }
+    let Some(AcquireEvent::AttemptFailed { .. }) = acquire.poll_event() else {
+        panic!("expected a retry");
+    };
+    let commands: Vec<Command> = drain(&mut acquire).iter().map(|r| r.command).collect();
+    assert_eq!(
+        commands.len(),
+        6,
+        "withdraws, then the next attempt at once"
+    );
+    assert!(
+        commands[3..]
+            .iter()
+            .all(|c| matches!(c, Command::Acquire { .. }))
+    );
+}
+
+#[test]
+fn only_a_lock_held_by_another_client_makes_an_acquisition_listen() {
+    // Nodes that fail publish nothing: an attempt that lacked answers does
+    // not subscribe; the next one, which finds the lock held, does.
+    let settings = notice_settings(3);
+    let t0 = Instant::now();
+    let mut acquire = start(&settings, Attempts::Retry, t0);
+    drain(&mut acquire);
+    acquire.handle_timeout(t0 + 10 * MS);
+    let Some(AcquireEvent::AttemptFailed { error, retry_at }) = acquire.poll_event() else {
+        panic!("expected a retry");
+    };
+    assert!(matches!(error, AcquireError::NoQuorum { .. }), "{error}");
+    assert_eq!(acquire.poll_listen(), None, "no notices to wait for");
+
+    drain(&mut acquire);
+    acquire.handle_timeout(retry_at);
+    for request in drain(&mut acquire) {
+        acquire.handle_reply(held(&request), retry_at + MS);
+    }
+    assert!(matches!(
+        acquire.poll_event(),
+        Some(AcquireEvent::AttemptFailed { .. })
+    ));
+    assert_eq!(
+        acquire.poll_listen(),
+        Some(vec![settings.release_channel(acquire.key())])
+    );
+}
+
+#[test]
+fn a_multi_resource_acquisition_listens_for_every_resource() {
+    // Any of the resources may be the one whose release frees the lock.
+    let settings = notice_settings(3);
+    let t0 = Instant::now();
+    let mut acquire = Acquisition::with_spec(
+        Arc::clone(&settings),
+        redlock_core::LockSpec::Multi(&[b"b", b"a"]),
+        settings.default_ttl(),
+        Attempts::Retry,
+        t0,
+        StdRng::seed_from_u64(5),
+    )
+    .unwrap();
+    for request in drain(&mut acquire) {
+        acquire.handle_reply(held(&request), t0 + MS);
+    }
+    assert!(matches!(
+        acquire.poll_event(),
+        Some(AcquireEvent::AttemptFailed { .. })
+    ));
+    let channels = [b"a", b"b"].map(|r| settings.release_channel(&settings.key(r)));
+    assert_eq!(acquire.poll_listen(), Some(channels.to_vec()));
+}
+
+#[test]
+fn notices_from_before_an_attempt_do_not_wake_it_after_it_fails() {
+    // Kills a mutant found surviving by `make mutants` (handle_notice's
+    // `||` as `&&`): the releases they announce were seen by the attempt.
+    let t0 = Instant::now();
+    let mut acquire = waiting(3, t0);
+    acquire.handle_notice(redlock_core::Notice::Subscribed, t0 + 10 * MS);
+    let second = drain(&mut acquire);
+    assert_eq!(heard(&mut acquire, 0, t0 + 5 * MS), 0);
+    assert_eq!(heard(&mut acquire, 1, t0 + 5 * MS), 0);
+    for request in &second {
+        acquire.handle_reply(held(request), t0 + 12 * MS);
+    }
+    let Some(AcquireEvent::AttemptFailed { .. }) = acquire.poll_event() else {
+        panic!("expected a retry");
+    };
+    let commands: Vec<Command> = drain(&mut acquire).iter().map(|r| r.command).collect();
+    assert_eq!(commands, [Command::Withdraw; 3], "no attempt at once");
+}
+
+#[test]
+fn an_early_timer_during_a_retry_wait_starts_nothing() {
+    // Kills a mutant found surviving by `make mutants` (the wait's
+    // `now >= until` as `true`): the next attempt starts at its time.
+    let t0 = Instant::now();
+    let mut acquire = waiting(3, t0);
+    let retry_at = acquire.poll_timeout().expect("waiting for the retry");
+    acquire.handle_timeout(retry_at - MS);
+    assert!(acquire.poll_request().is_none(), "started before its time");
+    assert_eq!(acquire.current_attempt(), None);
+    acquire.handle_timeout(retry_at);
+    assert_eq!(drain(&mut acquire).len(), 3);
+}

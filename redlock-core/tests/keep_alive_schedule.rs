@@ -160,6 +160,29 @@ fn no_quorum_is_retried_while_validity_is_left_then_lost_at_its_end() {
     assert_eq!(schedule.poll_timeout(), None);
 }
 
+/// A retry that could only start as the validity ends is not made: there
+/// is nothing left for it to keep. (Written for `make mutants`: a mutant
+/// that retries at `retry_at <= valid_until` passes the other tests here.)
+#[test]
+fn no_retry_is_due_at_the_very_end_of_the_validity() {
+    let t0 = Instant::now();
+    let mut lock = lock(Duration::from_secs(1), 100 * MS, t0);
+    let mut schedule = KeepAliveSchedule::new(&lock, KeepAlive::default());
+    let (at, _) = due(&mut schedule);
+    let error = no_quorum(&mut lock, at);
+    // The retry pause is one node timeout: it would land exactly on the end.
+    let failed = lock.valid_until() - 100 * MS;
+    schedule.handle_failed(error.clone(), failed);
+    assert_eq!(schedule.poll_timeout(), Some(lock.valid_until()));
+    schedule.handle_timeout(lock.valid_until());
+    assert_eq!(
+        schedule.poll_event(),
+        Some(KeepAliveEvent::Lost(LossReason::ExtendFailed(error))),
+        "lost at the end of the validity, not extended then"
+    );
+    assert!(schedule.is_done());
+}
+
 #[test]
 fn any_other_failure_is_a_loss_at_once() {
     let t0 = Instant::now();

@@ -110,6 +110,47 @@ fn a_stream_of_readers_does_not_starve_a_writer() {
     );
 }
 
+/// A writer that will retry holds new readers off until its next attempt
+/// could have ended: the longest retry wait (delay + jitter) and two node
+/// timeouts; a writer that will not retry holds nobody off. (Written for
+/// `make mutants`: a mutant that halves the node-timeout part passes the
+/// other tests here, the simulations included.)
+#[test]
+fn a_writer_holds_readers_off_until_its_next_attempt_could_end() {
+    let settings = Arc::new(
+        redlock_core::Config {
+            servers: vec!["a".into(), "b".into(), "c".into()],
+            ttl: Duration::from_secs(1),
+            node_timeout: Some(Duration::from_millis(20)),
+            retry: redlock_core::RetryConfig {
+                count: 3,
+                delay: Duration::from_millis(50),
+                jitter: Duration::from_millis(150),
+            },
+            ..Default::default()
+        }
+        .validate()
+        .unwrap(),
+    );
+    let hold_off = |attempts| {
+        let acquire = Acquisition::with_spec(
+            Arc::clone(&settings),
+            LockSpec::Write(b"doc"),
+            settings.default_ttl(),
+            attempts,
+            Instant::now(),
+            StdRng::seed_from_u64(1),
+        )
+        .unwrap();
+        match acquire.kind() {
+            LockKind::Write { readers_hold_off } => readers_hold_off.as_millis(),
+            other => panic!("a write spec made {other:?}"),
+        }
+    };
+    assert_eq!(hold_off(Attempts::Retry), 50 + 150 + 2 * 20);
+    assert_eq!(hold_off(Attempts::Once), 0);
+}
+
 #[test]
 fn specs_pick_their_scripts_and_keys() {
     let settings = sim::settings(3, Duration::from_secs(1), Duration::from_millis(20));

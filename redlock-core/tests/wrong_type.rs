@@ -195,3 +195,29 @@ fn released<R: rand_core::Rng>(acquire: &mut redlock_core::Acquisition<R>, now: 
         );
     }
 }
+
+#[test]
+fn a_multi_resource_lock_names_all_its_keys() {
+    // The scripts do not tell which of the keys has another type: the
+    // error names every key the lock covers.
+    let settings = sim::settings(3, Duration::from_secs(1), 20 * MS);
+    let t0 = Instant::now();
+    let mut acquire = Acquisition::with_spec(
+        Arc::clone(&settings),
+        redlock_core::LockSpec::Multi(&[b"orders", b"invoices"]),
+        settings.default_ttl(),
+        Attempts::Retry,
+        t0,
+        StdRng::seed_from_u64(7),
+    )
+    .unwrap();
+    for request in drain(&mut acquire) {
+        acquire.handle_reply(wrong_type(&request), t0 + MS);
+    }
+    let Some(AcquireEvent::Failed(AcquireError::WrongType { keys, .. })) = acquire.poll_event()
+    else {
+        panic!("expected a wrong-type failure");
+    };
+    let keys: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
+    assert_eq!(keys, [b"invoices".as_slice(), b"orders"]);
+}
