@@ -115,7 +115,7 @@ impl Summary {
     }
 
     /// `bench summary: ...`, the last line of every run (the fields and
-    /// their order are issue 12's).
+    /// their order are the targets').
     pub(crate) fn line(&self) -> String {
         let f = |value: Option<f64>| value.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.2}"));
         format!(
@@ -170,14 +170,14 @@ impl Summary {
                 show(self.cpu_per_cycle_vs_floor),
                 check(self.cpu_per_cycle_vs_floor, |v| v <= 1.25),
             ),
-            // Issue 5's, kept for comparison with earlier runs.
+            // Earlier targets, kept for comparison with earlier runs.
             (
-                "acquire p50 <= 0.75x rslock (issue 5)",
+                "acquire p50 <= 0.75x rslock (earlier target)",
                 show(self.acquire_p50_vs_rslock),
                 check(self.acquire_p50_vs_rslock, |v| v <= 0.75),
             ),
             (
-                "acquire p99 <= 0.5x rslock (issue 5)",
+                "acquire p99 <= 0.5x rslock (earlier target)",
                 show(self.acquire_p99_vs_rslock),
                 check(self.acquire_p99_vs_rslock, |v| v <= 0.5),
             ),
