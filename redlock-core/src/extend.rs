@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use crate::machine::Machine;
 use crate::quorum::{Round, quorum, remaining, valid_until};
-use crate::wire::interpret;
+use crate::wire::interpret_extend;
 use crate::{
     Command, ExtendError, Lock, NodeErrorKind, NodeVote, Reply, Request, RoundId, Ttl, Votes,
 };
@@ -240,10 +240,11 @@ impl Machine for Extension {
         if self.done {
             return;
         }
-        let vote = interpret(
+        let vote = interpret_extend(
             Command::Extend { ttl: self.ttl },
             reply.native,
             reply.result,
+            self.value.as_bytes(),
         );
         if self.round.record(reply.round, reply.node, vote) {
             self.decide(now);

@@ -15,15 +15,17 @@
 //! |---|---|---|
 //! | exclusive acquire | `SET key value NX PX ttl GET` | Redis >= 7.0, Valkey |
 //! | withdraw (no notice) | `DELIFEQ key value` | Valkey >= 9.0 |
+//! | exclusive extend | `SET key value IFEQ value PX ttl GET` | Valkey >= 9.0 |
 //!
 //! Everything else stays a script:
 //! - a release that frees a lock must publish a notice only when it deleted
 //!   our value, which no plain command does in one step (with notices off,
 //!   [`Settings::release_command`](crate::Settings::release_command) is a
 //!   withdraw, which goes native);
-//! - an extend re-sets a missing key ([`scripts::EXTEND`](crate::scripts::EXTEND)
-//!   answers `2`), which `SET ... IFEQ` cannot do: it sets nothing on a
-//!   missing key;
+//! - a restore sets a missing key again ([`Command::Restore`]), which
+//!   `SET ... IFEQ` cannot do: it sets nothing on a missing key (an extend
+//!   must not either, so it goes native); Redis >= 8.4 has `IFEQ` too, but no
+//!   server at hand had it to check that it combines with `GET`;
 //! - `DELEX key IFEQ value` (Redis >= 8.4, Valkey >= 9.2) is not used: no
 //!   server at hand had it to check its replies against;
 //! - fenced locks and the other lock kinds touch several keys.
@@ -176,6 +178,12 @@ impl NodeFacts {
     pub fn has_delifeq(&self) -> bool {
         self.at_least(Server::Valkey, Version(9, 0, 0))
     }
+
+    /// `SET key value IFEQ value PX ttl GET` works: Valkey >= 9.0 (checked
+    /// on 9.1.2; `IFEQ` came in 8.1).
+    pub fn has_set_ifeq_get(&self) -> bool {
+        self.at_least(Server::Valkey, Version(9, 0, 0))
+    }
 }
 
 impl fmt::Display for NodeFacts {
@@ -200,6 +208,10 @@ pub enum Native {
     /// when the key is absent or holds another value (not told apart);
     /// `WRONGTYPE` when it holds another type.
     DelIfEq,
+    /// `SET key value IFEQ value PX ttl GET`: the value that was there; it is
+    /// ours exactly when the TTL was set. Nil when the key is absent (nothing
+    /// set); `WRONGTYPE` when it holds another type.
+    SetIfEqGet,
 }
 
 impl Native {
@@ -208,6 +220,7 @@ impl Native {
         match self {
             Native::SetNxGet => "SET",
             Native::DelIfEq => "DELIFEQ",
+            Native::SetIfEqGet => "SET",
         }
     }
 
@@ -233,6 +246,22 @@ impl Native {
                 ]
             }
             Native::DelIfEq => vec![Argument::Bytes(b"DELIFEQ"), key, value],
+            Native::SetIfEqGet => {
+                let ttl = request
+                    .command
+                    .ttl()
+                    .expect("SET IFEQ PX GET is only chosen for an extend, which has a TTL");
+                vec![
+                    Argument::Bytes(b"SET"),
+                    key,
+                    value,
+                    Argument::Bytes(b"IFEQ"),
+                    value,
+                    Argument::Bytes(b"PX"),
+                    Argument::Int(ttl.as_millis()),
+                    Argument::Bytes(b"GET"),
+                ]
+            }
         }
     }
 }
@@ -260,6 +289,9 @@ impl Request {
         match (&self.kind, self.command) {
             (LockKind::Exclusive, Command::Acquire { .. }) if facts.has_set_nx_get() => {
                 Call::Native(Native::SetNxGet)
+            }
+            (LockKind::Exclusive, Command::Extend { .. }) if facts.has_set_ifeq_get() => {
+                Call::Native(Native::SetIfEqGet)
             }
             // The write lock's release script is the exclusive one: it
             // deletes the lock key alone.

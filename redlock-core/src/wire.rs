@@ -490,6 +490,21 @@ pub(crate) fn interpret(
     })
 }
 
+/// As [`interpret`], for an extend, whose plain command answers with the
+/// value it found: a yes only when that is `ours`.
+pub(crate) fn interpret_extend(
+    command: Command,
+    native: Option<Native>,
+    result: Result<Response, NodeError>,
+    ours: &[u8],
+) -> NodeVote {
+    match (native, result) {
+        (Some(Native::SetIfEqGet), Ok(Response::Data(held))) if held == ours => NodeVote::Granted,
+        (Some(Native::SetIfEqGet), Ok(Response::Data(_))) => NodeVote::HeldByOther(None),
+        (native, result) => interpret(command, native, result),
+    }
+}
+
 /// As [`interpret`], for a plain command.
 fn interpret_native(command: Command, native: Native, response: Response) -> NodeVote {
     let vote = match (command, native, &response) {
@@ -504,6 +519,8 @@ fn interpret_native(command: Command, native: Native, response: Response) -> Nod
         (Command::Release | Command::Withdraw, Native::DelIfEq, Response::Int(0)) => {
             Some(NodeVote::NotOurs)
         }
+        // (Its `Data` answers are read by `interpret_extend`.)
+        (Command::Extend { .. }, Native::SetIfEqGet, Response::Nil) => Some(NodeVote::Missing),
         _ => None,
     };
     vote.unwrap_or_else(|| {

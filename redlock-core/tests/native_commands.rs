@@ -322,3 +322,46 @@ fn switched_off_every_request_is_a_script() {
     let request = requests(&mut release).remove(0);
     assert_eq!(request.call(&valkey9()), Call::Script(scripts::RELEASE));
 }
+
+#[test]
+fn an_exclusive_extend_is_set_ifeq_get_on_valkey_9_and_reads_the_value_found() {
+    let t0 = Instant::now();
+    let mut acquire = acquisition(LockSpec::Exclusive(b"k"), t0);
+    for request in requests(&mut acquire) {
+        acquire.handle_reply(Reply::to(&request, Ok(Response::Int(1))), t0);
+    }
+    let Some(AcquireEvent::Acquired(mut lock)) = acquire.poll_event() else {
+        panic!("acquired");
+    };
+    let ours = lock.value().as_bytes().to_vec();
+    let ttl = lock.ttl();
+    let mut ext = lock.extend(ttl, t0 + MS).unwrap();
+    let requests: Vec<Request> = std::iter::from_fn(|| ext.poll_request()).collect();
+    let call = requests[0].call(&valkey9());
+    assert_eq!(call, Call::Native(Native::SetIfEqGet));
+    assert_eq!(requests[0].call(&redis7()), Call::Script(scripts::EXTEND));
+    let words: Vec<Argument<'_>> = Native::SetIfEqGet.words(&requests[0]);
+    assert_eq!(words[0], Argument::Bytes(b"SET"));
+    assert_eq!(words[3], Argument::Bytes(b"IFEQ"));
+    assert_eq!(words[4], Argument::Bytes(&ours));
+    assert_eq!(words[7], Argument::Bytes(b"GET"));
+    // Ours found (extended), another owner's found, nothing found.
+    let answers = [
+        Response::Data(ours.clone()),
+        Response::Data(b"someone else".to_vec()),
+        Response::Nil,
+    ];
+    for (request, answer) in requests.iter().zip(answers) {
+        ext.handle_reply(Reply::via(request, call, Ok(answer)), t0 + 2 * MS);
+    }
+    let Some(Err(error)) = ext.poll_event() else {
+        panic!("one confirmation of three is no extension");
+    };
+    let votes = error.votes().expect("votes");
+    assert_eq!(votes.get(requests[0].node), Some(&NodeVote::Granted));
+    assert!(matches!(
+        votes.get(requests[1].node),
+        Some(NodeVote::HeldByOther(_))
+    ));
+    assert_eq!(votes.get(requests[2].node), Some(&NodeVote::Missing));
+}

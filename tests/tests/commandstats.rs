@@ -10,7 +10,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use redlock_tests::{RedisCluster, RedisNode};
-use support::{assert_absent, builder, client, eventually, native_acquire, native_delifeq};
+use support::{
+    assert_absent, builder, client, eventually, native_acquire, native_delifeq, native_extend,
+};
 
 fn calls(node: &RedisNode, command: &str) -> u64 {
     node.commandstats().get(command).copied().unwrap_or(0)
@@ -98,7 +100,8 @@ async fn one_command_per_node_per_operation_in_steady_state() {
         assert_absent(&cluster, format!("stat-{i}"));
     }
 
-    // An extension is one EVALSHA per node too.
+    // An extension is one command per node too: `SET ... IFEQ ... GET`
+    // where the server has it (Valkey >= 9), else EVALSHA.
     for node in cluster.nodes() {
         node.reset_stats();
     }
@@ -106,10 +109,11 @@ async fn one_command_per_node_per_operation_in_steady_state() {
     guard.extend(Duration::from_secs(20)).await.unwrap();
     guard.release().await;
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let scripted = if native_acquire() { 2 } else { 3 };
+    let plain = u64::from(native_acquire()) + u64::from(native_extend());
     for node in cluster.nodes() {
-        let expected = BTreeMap::from([("evalsha".to_owned(), scripted)]);
+        let expected = BTreeMap::from([("evalsha".to_owned(), 3 - plain)]);
         assert_eq!(script_calls(node), expected, "{}", node.port());
+        assert_eq!(calls(node, "set"), plain, "{}", node.port());
     }
 }
 

@@ -142,6 +142,18 @@ impl Store {
                 }
                 _ => Response::Int(0),
             },
+            // `SET key value IFEQ value PX ttl GET`: the value found (the TTL
+            // set when it is ours), or nil and nothing set.
+            Native::SetIfEqGet => match self.get_str(key, clock) {
+                Some(held) => {
+                    if held == ours {
+                        let ttl = request.command.ttl().expect("an extend has a TTL");
+                        self.pexpire(key, clock, ttl.as_millis());
+                    }
+                    Response::Data(held)
+                }
+                None => Response::Nil,
+            },
             other => panic!("the simulation does not know {other:?}"),
         }
     }

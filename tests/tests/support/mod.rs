@@ -103,6 +103,12 @@ pub(crate) fn native_acquire() -> bool {
     }
 }
 
+/// Whether an exclusive extend is `SET key value IFEQ value PX ttl GET` on
+/// the test server (Valkey >= 9, like `DELIFEQ`).
+pub(crate) fn native_extend() -> bool {
+    native_delifeq()
+}
+
 /// Whether the test server has `DELIFEQ` (Valkey >= 9).
 pub(crate) fn native_delifeq() -> bool {
     redlock_tests::server().kind() == redlock_tests::ServerKind::Valkey
