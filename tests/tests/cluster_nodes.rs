@@ -1,4 +1,4 @@
-//! Nodes that are whole Redis Clusters (issue 14): every lock kind on three
+//! Nodes that are whole Redis Clusters: every lock kind on three
 //! clusters of three shards, with keys spread over the shards; a mix of two
 //! plain masters and one cluster; a killed shard master counts as its
 //! node failing; locks whose keys cannot share a slot are refused before
