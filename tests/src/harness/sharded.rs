@@ -294,29 +294,10 @@ fn cluster_options() -> NodeOptions {
     }
 }
 
-/// The hash slot of a key, as the cluster computes it.
+/// The hash slot of a key, as the cluster computes it (the client's own
+/// computation: a disagreement with the servers fails the cluster tests).
 fn slot(key: &[u8]) -> u16 {
-    let tagged = key
-        .iter()
-        .position(|&b| b == b'{')
-        .and_then(|open| {
-            let rest = &key[open + 1..];
-            let close = rest.iter().position(|&b| b == b'}')?;
-            (close > 0).then(|| &rest[..close])
-        })
-        .unwrap_or(key);
-    let mut crc: u16 = 0;
-    for &byte in tagged {
-        crc ^= u16::from(byte) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc % SLOTS
+    redlock_tokio::core::Key::from(key).slot()
 }
 
 #[cfg(test)]
