@@ -32,10 +32,11 @@
 //!    the key) and retry after a random delay, up to the retry count or deadline.
 //!
 //! Extending ([`Lock::extend`]) and releasing ([`Lock::release`]) run the same
-//! kind of round with their own scripts. An extension re-sets our key where it
-//! is missing only on a minority of nodes the quorum can spare; a value gone
-//! from more nodes means the lock had ended ([`ExtendError::Gone`]), and it is
-//! not re-created (see [`Extension`]).
+//! kind of round with their own scripts. An extension succeeds only when a
+//! quorum of nodes confirm they still hold our value; only then is the key
+//! set again on the nodes where it was missing (a master restarted empty). A
+//! value gone from more nodes means the lock had ended ([`ExtendError::Gone`]),
+//! and it is not re-created (see [`Extension`]).
 //!
 //! # Driving it by hand
 //!

@@ -1,6 +1,11 @@
 //! The main job, for a newcomer: five independent Redis masters on loopback,
-//! workers contending for one lock through the public API, while the demo kills
-//! one master and then pauses another.
+//! four workers taking turns at one lock through the public API, while the demo
+//! kills one master, pauses another, then brings both back.
+//!
+//! Every grant is one line: who holds the lock, its fencing token, how long
+//! the worker waited and how long the winning round took. Every failure is
+//! one plain line. At the end: a table by phase and a check that no two
+//! holders overlapped.
 //!
 //! Run it with `make demo` (installs redis-server when missing), or
 //! `cargo run --release -p redlock-tests --example demo`. `DEMO_SECONDS`
@@ -12,16 +17,19 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redlock_tests::RedisCluster;
-use redlock_tokio::Redlock;
+use redlock_tokio::{AcquireError, Error, LockOptions, Redlock};
 
 const WORKERS: usize = 4;
 const RESOURCE: &str = "demo:nightly-report";
+/// How often the probe takes an uncontended lock to measure latency.
+const PROBE_EVERY: Duration = Duration::from_millis(50);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Phase {
     AllUp,
     OneKilled,
     OneKilledOnePaused,
+    BothBack,
 }
 
 impl Phase {
@@ -29,12 +37,13 @@ impl Phase {
         match self {
             Phase::AllUp => "5 of 5 masters up",
             Phase::OneKilled => "master 1 killed: 4 of 5 up",
-            Phase::OneKilledOnePaused => "master 1 killed, master 2 paused: 3 of 5 up",
+            Phase::OneKilledOnePaused => "master 2 paused too: 3 of 5 answer",
+            Phase::BothBack => "both back: 5 of 5 up",
         }
     }
 }
 
-/// One critical section: when the worker held the lock (its own monotonic clock).
+/// One critical section, on the demo's monotonic clock.
 #[derive(Clone, Copy, Debug)]
 struct Hold {
     worker: usize,
@@ -45,15 +54,17 @@ struct Hold {
 #[derive(Default)]
 struct Stats {
     granted: usize,
-    refused: usize,
-    errors: usize,
-    /// Latency of a single uncontended acquire (try_lock on a fresh key), in µs.
+    handovers: usize,
+    failures: usize,
+    /// From asking for the lock to holding it, in µs.
+    wait_us: Vec<u64>,
+    /// Uncontended acquires (the probe's), in µs.
     probe_us: Vec<u64>,
-    probe_failures: usize,
 }
 
 struct Shared {
     phase: Mutex<Phase>,
+    started: Instant,
     stats: Mutex<BTreeMap<Phase, Stats>>,
     holds: Mutex<Vec<Hold>>,
 }
@@ -67,6 +78,11 @@ impl Shared {
         let phase = self.phase();
         f(self.stats.lock().unwrap().entry(phase).or_default());
     }
+
+    /// `[  6.3 s]`: time since the demo started.
+    fn at(&self) -> String {
+        format!("[{:>5.1} s]", self.started.elapsed().as_secs_f64())
+    }
 }
 
 fn percentile(sorted: &[u64], p: f64) -> u64 {
@@ -78,7 +94,24 @@ fn percentile(sorted: &[u64], p: f64) -> u64 {
 }
 
 fn ms(us: u64) -> String {
-    format!("{:.2} ms", us as f64 / 1000.0)
+    format!("{:.1} ms", us as f64 / 1000.0)
+}
+
+/// A failure in a few words; the full error (every master's vote) is in
+/// `Display` and the logs.
+fn plain(error: &Error, masters: usize) -> String {
+    match error.as_acquire() {
+        Some(AcquireError::Held { .. }) => "held by another worker".to_owned(),
+        Some(AcquireError::NoQuorum { votes, .. }) => format!(
+            "no quorum: {} of {masters} masters failed or timed out",
+            votes.failed()
+        ),
+        Some(AcquireError::ValidityExhausted { .. }) => {
+            "a quorum came too late to leave any validity".to_owned()
+        }
+        Some(AcquireError::DeadlineExceeded { .. }) => "gave up at its deadline".to_owned(),
+        _ => error.to_string(),
+    }
 }
 
 #[tokio::main]
@@ -87,67 +120,100 @@ async fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(20)
-        .max(3);
+        .max(4);
     let total = Duration::from_secs(seconds);
 
     println!(
-        "Starting 5 independent masters on loopback: {}...",
+        "Starting 5 independent masters on loopback: {}",
         redlock_tests::server()
     );
     let cluster = RedisCluster::start(5);
     for (i, node) in cluster.nodes().iter().enumerate() {
         println!("  master {}: {}", i + 1, node.url());
     }
+    let ttl = Duration::from_secs(2);
+    // Workers wait as long as it takes (up to 10 s): taking turns is not a failure.
     let redlock = Redlock::builder(cluster.urls())
-        .ttl(Duration::from_secs(2))
+        .ttl(ttl)
+        .retry_count(u32::MAX)
+        .acquire_deadline(Duration::from_secs(10))
         .build()
         .await
         .expect("the demo's own masters accept connections");
+    let masters = redlock.settings().node_count();
     println!(
-        "Client ready: quorum {} of {}, TTL {:?}, per-node timeout {:?}.",
+        "Client ready: a lock needs {} of {masters} masters; TTL {ttl:?}; a master gets {:?} to answer.",
         redlock.settings().quorum(),
-        redlock.settings().node_count(),
-        redlock.settings().default_ttl().as_duration(),
         redlock.settings().node_timeout(),
     );
     println!(
-        "{WORKERS} workers contend for \"{RESOURCE}\" for {seconds} s; a probe measures one uncontended acquire every 50 ms.\n"
+        "{WORKERS} workers take turns at \"{RESOURCE}\" for {seconds} s, each holding it 0.2-0.4 s; \
+         a probe times an uncontended lock every {} ms.\n",
+        PROBE_EVERY.as_millis()
     );
 
     let shared = Arc::new(Shared {
         phase: Mutex::new(Phase::AllUp),
+        started: Instant::now(),
         stats: Mutex::new(BTreeMap::new()),
         holds: Mutex::new(Vec::new()),
     });
-    let started = Instant::now();
-    let stop_at = started + total;
+    let stop_at = shared.started + total;
+    let last_holder = Arc::new(Mutex::new(None::<usize>));
 
     let mut tasks = Vec::new();
     for worker in 0..WORKERS {
         let redlock = redlock.clone();
         let shared = Arc::clone(&shared);
+        let last_holder = Arc::clone(&last_holder);
         tasks.push(tokio::spawn(async move {
+            let name = worker + 1;
             while Instant::now() < stop_at {
-                match redlock.lock(RESOURCE).await {
+                let asked = Instant::now();
+                // `lock` waits (retry delay or a release notice, whichever comes
+                // first); the fencing token shows the order of holders.
+                match redlock
+                    .lock_with(RESOURCE, LockOptions::new().fencing(true))
+                    .await
+                {
                     Ok(guard) => {
                         let start = Instant::now();
-                        // The work: a few milliseconds, checking the lock is still ours.
-                        tokio::time::sleep(Duration::from_millis(3 + (worker as u64 * 2))).await;
+                        let waited = start - asked;
+                        let round = start - guard.acquired_at();
+                        let previous = last_holder.lock().unwrap().replace(name);
+                        println!(
+                            "{} worker {name} holds the lock: token {}, waited {}, round {}",
+                            shared.at(),
+                            guard.fencing_token().unwrap_or_default(),
+                            ms(waited.as_micros() as u64),
+                            ms(round.as_micros() as u64),
+                        );
+                        shared.with_stats(|s| {
+                            s.granted += 1;
+                            s.handovers += usize::from(previous.is_some_and(|p| p != name));
+                            s.wait_us.push(waited.as_micros() as u64);
+                        });
+                        // The work, stopped short if validity runs out.
+                        let work = Duration::from_millis(200 + 60 * worker as u64);
+                        tokio::time::sleep(work.min(guard.validity())).await;
                         let end = Instant::now().min(guard.valid_until());
-                        shared
-                            .holds
-                            .lock()
-                            .unwrap()
-                            .push(Hold { worker, start, end });
-                        shared.with_stats(|s| s.granted += 1);
+                        shared.holds.lock().unwrap().push(Hold {
+                            worker: name,
+                            start,
+                            end,
+                        });
                         let _report = guard.release().await;
-                    }
-                    Err(error) if error.is_held_by_other() => {
-                        shared.with_stats(|s| s.refused += 1);
+                        // Other work before asking again, so that the lock
+                        // goes to a waiter rather than straight back.
+                        tokio::time::sleep(Duration::from_millis(100)).await;
                     }
                     Err(error) => {
-                        shared.with_stats(|s| s.errors += 1);
-                        eprintln!("  worker {worker}: {error}");
+                        shared.with_stats(|s| s.failures += 1);
+                        println!(
+                            "{} worker {name} did not get the lock: {}",
+                            shared.at(),
+                            plain(&error, masters)
+                        );
                         tokio::time::sleep(Duration::from_millis(50)).await;
                     }
                 }
@@ -155,7 +221,7 @@ async fn main() {
         }));
     }
 
-    // The probe: one uncontended acquire + release on a fresh key every 50 ms.
+    // The probe: one uncontended acquire + release on a fresh key.
     {
         let redlock = redlock.clone();
         let shared = Arc::clone(&shared);
@@ -171,134 +237,138 @@ async fn main() {
                         let _report = guard.release().await;
                     }
                     Err(error) => {
-                        shared.with_stats(|s| s.probe_failures += 1);
-                        eprintln!("  probe: {error}");
+                        shared.with_stats(|s| s.failures += 1);
+                        println!(
+                            "{} probe did not get its lock: {}",
+                            shared.at(),
+                            plain(&error, masters)
+                        );
                     }
                 }
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                tokio::time::sleep(PROBE_EVERY).await;
             }
         }));
     }
 
-    // The fault schedule, with a progress line every two seconds.
-    let kill_at = total * 3 / 10;
-    let pause_at = total * 6 / 10;
-    let mut killed = false;
-    let mut paused = false;
-    let mut next_report = Duration::from_secs(2);
-    loop {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let elapsed = started.elapsed();
-        if !killed && elapsed >= kill_at {
-            cluster.node(0).kill();
-            killed = true;
-            *shared.phase.lock().unwrap() = Phase::OneKilled;
-            println!(
-                "[{:>5.1} s] killed master 1 (SIGKILL)",
-                elapsed.as_secs_f64()
-            );
-        }
-        if !paused && elapsed >= pause_at {
-            cluster.node(1).pause();
-            paused = true;
-            *shared.phase.lock().unwrap() = Phase::OneKilledOnePaused;
-            println!(
-                "[{:>5.1} s] paused master 2 (SIGSTOP)",
-                elapsed.as_secs_f64()
-            );
-        }
-        if elapsed >= next_report {
-            next_report += Duration::from_secs(2);
-            let phase = shared.phase();
-            let stats = shared.stats.lock().unwrap();
-            let s = stats.get(&phase);
-            let mut probe: Vec<u64> = s.map(|s| s.probe_us.clone()).unwrap_or_default();
-            probe.sort_unstable();
-            println!(
-                "[{:>5.1} s] {}: {} locks granted so far in this phase, uncontended acquire p50 {}",
-                elapsed.as_secs_f64(),
-                phase.describe(),
-                s.map_or(0, |s| s.granted),
-                ms(percentile(&probe, 0.5)),
-            );
-        }
-        if elapsed >= total {
-            break;
-        }
+    // The fault schedule.
+    let schedule = [
+        (total * 3 / 10, Phase::OneKilled),
+        (total * 11 / 20, Phase::OneKilledOnePaused),
+        (total * 4 / 5, Phase::BothBack),
+    ];
+    for (when, phase) in schedule {
+        tokio::time::sleep_until((shared.started + when).into()).await;
+        let what = match phase {
+            Phase::OneKilled => {
+                cluster.node(0).kill();
+                "SIGKILL master 1: its requests fail at once, 4 masters still answer"
+            }
+            Phase::OneKilledOnePaused => {
+                cluster.node(1).pause();
+                "SIGSTOP master 2: it takes requests but never answers; acquires decide without it"
+            }
+            _ => {
+                cluster.node(1).resume();
+                cluster.node(0).restart();
+                "SIGCONT master 2, restart master 1 (empty, but down longer than the TTL: safe)"
+            }
+        };
+        summarise(&shared, shared.phase());
+        *shared.phase.lock().unwrap() = phase;
+        println!("{} ---- {what}", shared.at());
     }
     for task in tasks {
         task.await.expect("demo task");
     }
-    // Let a paused master go so that it can be stopped cleanly.
-    if paused {
-        cluster.node(1).resume();
-    }
+    summarise(&shared, shared.phase());
 
     println!("\nResults by phase:");
     println!(
-        "  {:<46} {:>8} {:>8} {:>7}   uncontended acquire p50 / p99 / max",
-        "phase", "granted", "busy", "errors"
+        "  {:<36} {:>7} {:>9} {:>8}  {:>9} {:>9}  uncontended lock p50 / p99 / max",
+        "phase", "granted", "handovers", "failures", "wait p50", "wait max"
     );
     let stats = shared.stats.lock().unwrap();
     for (phase, s) in stats.iter() {
         let mut probe = s.probe_us.clone();
         probe.sort_unstable();
+        let mut wait = s.wait_us.clone();
+        wait.sort_unstable();
         println!(
-            "  {:<46} {:>8} {:>8} {:>7}   {} / {} / {}{}",
+            "  {:<36} {:>7} {:>9} {:>8}  {:>9} {:>9}  {} / {} / {}",
             phase.describe(),
             s.granted,
-            s.refused,
-            s.errors,
+            s.handovers,
+            s.failures,
+            ms(percentile(&wait, 0.5)),
+            ms(wait.last().copied().unwrap_or(0)),
             ms(percentile(&probe, 0.5)),
             ms(percentile(&probe, 0.99)),
             ms(probe.last().copied().unwrap_or(0)),
-            if s.probe_failures > 0 {
-                format!(" ({} probe failures)", s.probe_failures)
-            } else {
-                String::new()
-            }
         );
     }
 
-    // The safety check: no two critical sections overlapped.
-    let mut holds = shared.holds.lock().unwrap().clone();
+    let overlaps = overlaps(&shared.holds.lock().unwrap());
+    let holds = shared.holds.lock().unwrap().len();
+    let granted_degraded = stats
+        .get(&Phase::OneKilledOnePaused)
+        .map_or(0, |s| s.granted);
+    println!(
+        "\nWith only 3 of 5 masters answering, {granted_degraded} locks were granted: one dead and one frozen master stop nothing."
+    );
+    println!(
+        "Redlock is not fair: a release wakes every waiter and the first attempt to reach a quorum wins (in one process, often the newest waiter), so a worker can lose many races in a row (wait max)."
+    );
+    if overlaps == 0 {
+        println!("Safety: {holds} critical sections, no two holders ever overlapped.");
+    } else {
+        println!("Safety: {overlaps} overlapping critical sections!");
+    }
+    drop(stats);
+    redlock.shutdown().await;
+    drop(cluster);
+    println!("Stopped the 5 masters.");
+    if overlaps > 0 || granted_degraded == 0 {
+        std::process::exit(1);
+    }
+}
+
+/// One line at the end of a phase: what it did to grants and latency.
+fn summarise(shared: &Shared, phase: Phase) {
+    let stats = shared.stats.lock().unwrap();
+    let Some(s) = stats.get(&phase) else { return };
+    let mut probe = s.probe_us.clone();
+    probe.sort_unstable();
+    println!(
+        "{} ---- {}: granted {}, hand-overs {}, failed {}; an uncontended lock took {} (p50)",
+        shared.at(),
+        phase.describe(),
+        s.granted,
+        s.handovers,
+        s.failures,
+        ms(percentile(&probe, 0.5)),
+    );
+}
+
+/// Pairs of critical sections that overlapped in time, printed as found.
+fn overlaps(holds: &[Hold]) -> usize {
+    let mut holds = holds.to_vec();
     holds.sort_by_key(|h| h.start);
     let mut overlaps = 0;
     let mut latest: Option<Hold> = None;
-    for hold in &holds {
-        if let Some(prev) = latest {
-            if hold.start < prev.end {
+    for hold in holds {
+        match latest {
+            Some(prev) if hold.start < prev.end => {
                 overlaps += 1;
                 println!(
                     "  OVERLAP: worker {} and worker {}",
                     prev.worker, hold.worker
                 );
+                if hold.end > prev.end {
+                    latest = Some(hold);
+                }
             }
-            if hold.end > prev.end {
-                latest = Some(*hold);
-            }
-        } else {
-            latest = Some(*hold);
+            _ => latest = Some(hold),
         }
     }
-    let granted_last = stats
-        .get(&Phase::OneKilledOnePaused)
-        .map_or(0, |s| s.granted);
-    println!(
-        "\nThe lock kept working with 3 of 5 masters: {granted_last} locks granted after master 1 was killed and master 2 paused."
-    );
-    if overlaps == 0 {
-        println!(
-            "Safety: checked {} critical sections, no two holders ever overlapped.",
-            holds.len()
-        );
-    } else {
-        println!("Safety: {overlaps} overlapping critical sections!");
-    }
-    drop(stats);
-    drop(cluster);
-    println!("Stopped the 5 masters.");
-    if overlaps > 0 || granted_last == 0 {
-        std::process::exit(1);
-    }
+    overlaps
 }
