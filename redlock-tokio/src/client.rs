@@ -196,7 +196,8 @@ impl Redlock {
     }
 
     /// Acquires the lock on `resource` with options for this call: TTL,
-    /// fencing token, one attempt or retries.
+    /// fencing token, one attempt, retries, or retries for at most a given
+    /// time ([`LockOptions::wait_at_most`]).
     ///
     /// ```no_run
     /// # async fn demo(redlock: redlock_tokio::Redlock) -> Result<(), redlock_tokio::Error> {
@@ -431,7 +432,11 @@ impl Redlock {
             resource = %acquisition.key(),
             kind = acquisition.kind().name(),
             ttl_ms = ttl.as_millis(),
-            retry = matches!(attempts, Attempts::Retry),
+            retry = !matches!(attempts, Attempts::Once),
+            wait_limit_ms = match attempts {
+                Attempts::Within(limit) => Some(u64::try_from(limit.as_millis()).unwrap_or(u64::MAX)),
+                _ => None,
+            },
             fenced = matches!(spec, LockSpec::Fenced(_)),
         );
         async {
