@@ -309,6 +309,8 @@ impl Builder {
             ..self.config
         };
         let settings = Arc::new(config.validate()?);
+        crate::metrics::describe();
+        let metrics = crate::metrics::Nodes::new(settings.nodes().iter().map(String::as_str));
         if servers.iter().any(Server::is_tls) {
             install_crypto_provider();
         }
@@ -318,6 +320,7 @@ impl Builder {
                     .iter()
                     .map(|server| (server.name.clone(), server.client.clone())),
                 self.connect_timeout,
+                metrics.clone(),
             ))
         });
         let shown: Vec<String> = servers.iter().map(|s| s.shown.clone()).collect();
@@ -403,7 +406,7 @@ impl Builder {
             // Dropping the nodes ends any reconnection task already started.
             return Err(error);
         }
-        let client = Redlock::new(settings, nodes, notices);
+        let client = Redlock::new(settings, nodes, notices, metrics);
         debug!(
             nodes = client.nodes().len(),
             connected = client.connected_nodes(),

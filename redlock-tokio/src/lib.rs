@@ -272,6 +272,7 @@ mod driver;
 mod error;
 mod guard;
 mod inspect;
+mod metrics;
 mod node;
 mod notices;
 mod options;
