@@ -135,7 +135,7 @@ where
         in_flight: FuturesUnordered::new(),
         waiter: None,
         finished: false,
-        rounds: metrics::Rounds::default(),
+        rounds: metrics::Rounds::new(),
     };
     run.drive().await
 }

@@ -402,7 +402,7 @@ mod on {
     /// The node-labelled keys of one client, made once when it is built:
     /// the label is the node's canonical name (`host:port/db`, never
     /// credentials), shared, not copied, by every key.
-    #[derive(Clone, Default)]
+    #[derive(Clone)]
     pub(crate) struct Nodes(Arc<[NodeKeys]>);
 
     struct NodeKeys {
@@ -464,12 +464,15 @@ mod on {
     /// Counts the failed votes of each round a driven machine reports,
     /// once per round: a deadline error repeats the votes of an attempt
     /// reported before it.
-    #[derive(Default)]
     pub(crate) struct Rounds {
         last: Option<RoundId>,
     }
 
     impl Rounds {
+        pub(crate) fn new() -> Self {
+            Self { last: None }
+        }
+
         pub(crate) fn event(&mut self, nodes: &Nodes, event: &impl Voted) {
             let Some(votes) = event.votes() else {
                 return;
@@ -520,7 +523,7 @@ mod off {
     #[inline(always)]
     pub(crate) fn released(_: &ReleaseReport) {}
 
-    #[derive(Clone, Default)]
+    #[derive(Clone)]
     pub(crate) struct Nodes;
 
     impl Nodes {
@@ -532,10 +535,13 @@ mod off {
         pub(crate) fn notice(&self, _: usize) {}
     }
 
-    #[derive(Default)]
     pub(crate) struct Rounds;
 
     impl Rounds {
+        #[inline(always)]
+        pub(crate) fn new() -> Self {
+            Rounds
+        }
         #[inline(always)]
         pub(crate) fn event(&mut self, _: &Nodes, _: &impl Voted) {}
     }

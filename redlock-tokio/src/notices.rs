@@ -541,7 +541,7 @@ mod tests {
         Arc::new(Notices::new(
             (0..n).map(|i| (format!("127.0.0.1:1/{i}"), client.clone())),
             Duration::from_millis(100),
-            crate::metrics::Nodes::default(),
+            crate::metrics::Nodes::new([]),
         ))
     }
 
