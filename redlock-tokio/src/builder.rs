@@ -112,7 +112,10 @@ impl Builder {
         self
     }
 
-    /// Attempts after the first one in [`Redlock::lock`]. Default 10.
+    /// Attempts after the first one in [`Redlock::lock`]. Default 10. A
+    /// call with its own wait limit
+    /// ([`LockOptions::wait_at_most`](crate::LockOptions::wait_at_most))
+    /// retries until that limit instead.
     pub fn retry_count(mut self, count: u32) -> Self {
         self.config.retry.count = count;
         self
@@ -137,7 +140,9 @@ impl Builder {
     }
 
     /// An upper bound on a whole [`Redlock::lock`], retries included.
-    /// Default: none, only the retry count bounds it.
+    /// Default: none, only the retry count bounds it. One call can have a
+    /// limit of its own instead:
+    /// [`LockOptions::wait_at_most`](crate::LockOptions::wait_at_most).
     pub fn acquire_deadline(mut self, deadline: Duration) -> Self {
         self.config.acquire_deadline = Some(deadline);
         self
