@@ -48,26 +48,18 @@ async fn exec(common: &Common, args: &ExecArgs, output: &Output) -> Result<u8, F
         nodes: None,
     })?;
     let waits = args.waits();
-    let redlock = connect(common, |builder| {
-        let builder = builder.ttl(args.ttl);
-        if !waits {
-            return builder;
-        }
-        // Wait until acquired: the deadline, if any, is the bound.
-        let builder = builder.retry_count(u32::MAX);
-        match args.deadline {
-            Some(deadline) => builder.acquire_deadline(deadline),
-            None => builder,
-        }
-    })
-    .await?;
+    let redlock = connect(common, |builder| builder.ttl(args.ttl)).await?;
     let key = args.key.as_str();
     let shown = command_line(&args.command);
 
-    let mut options = LockOptions::new().ttl(args.ttl).fencing(args.fencing);
-    if !waits {
-        options = options.once();
-    }
+    let options = LockOptions::new().ttl(args.ttl).fencing(args.fencing);
+    let options = if waits {
+        // Wait until acquired, for at most --deadline: this call's own wait
+        // limit (Duration::MAX: no limit), whatever the retry count.
+        options.wait_at_most(args.deadline.unwrap_or(Duration::MAX))
+    } else {
+        options.once()
+    };
     if waits {
         output.event(
             Level::Progress,

@@ -89,7 +89,8 @@ enum Phase {
 /// The decision comes as soon as it is certain: a quorum of yes votes with
 /// validity left, or enough no votes and failures that a quorum is impossible.
 /// An answer handled at or after the overall deadline
-/// ([`Config::acquire_deadline`](crate::Config::acquire_deadline)) decides
+/// ([`Config::acquire_deadline`](crate::Config::acquire_deadline), or the
+/// call's own [`Attempts::Within`]) decides
 /// nothing but the end: [`AcquireError::DeadlineExceeded`], and the attempt's
 /// keys are released, even if that answer completed a quorum.
 /// Replies from earlier attempts and replies after the decision are ignored.
@@ -152,7 +153,7 @@ impl<R: Rng> Acquisition<R> {
         now: Instant,
         rng: R,
     ) -> Self {
-        Self::with_spec(
+        Self::start(
             settings,
             LockSpec::Exclusive(resource),
             ttl,
@@ -186,7 +187,7 @@ impl<R: Rng> Acquisition<R> {
         now: Instant,
         rng: R,
     ) -> Self {
-        Self::with_spec(
+        Self::start(
             settings,
             LockSpec::Fenced(resource),
             ttl,
@@ -199,8 +200,24 @@ impl<R: Rng> Acquisition<R> {
 
     /// Starts acquiring any kind of lock: read, write, reentrant,
     /// multi-resource, exclusive, fenced. Fails only for a spec that cannot
-    /// work (a multi-resource lock of no resource, an empty owner id).
+    /// work (a multi-resource lock of no resource, an empty owner id) and
+    /// for a zero wait limit ([`Attempts::Within`]:
+    /// [`ConfigError::ZeroDeadline`]).
     pub fn with_spec(
+        settings: Arc<Settings>,
+        spec: LockSpec<'_>,
+        ttl: Ttl,
+        attempts: Attempts,
+        now: Instant,
+        rng: R,
+    ) -> Result<Self, ConfigError> {
+        if attempts == Attempts::Within(Duration::ZERO) {
+            return Err(ConfigError::ZeroDeadline);
+        }
+        Self::start(settings, spec, ttl, attempts, now, rng)
+    }
+
+    fn start(
         settings: Arc<Settings>,
         spec: LockSpec<'_>,
         ttl: Ttl,
@@ -506,7 +523,7 @@ impl<R: Rng> Acquisition<R> {
 
     fn deadline_error(&mut self) -> AcquireError {
         AcquireError::DeadlineExceeded {
-            deadline: self.settings.acquire_deadline().unwrap_or_default(),
+            deadline: self.retries.limit().unwrap_or_default(),
             attempts: self.retries.started(),
             last: self.last_error.take().map(Box::new),
         }

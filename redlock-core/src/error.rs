@@ -97,8 +97,9 @@ pub enum ConfigError {
         /// The length given.
         len: usize,
     },
-    /// The acquire deadline is zero.
-    #[error("the acquire deadline is zero: no attempt could ever start")]
+    /// The acquire deadline ([`Config::acquire_deadline`](crate::Config::acquire_deadline)),
+    /// or one call's wait limit ([`Attempts::Within`](crate::Attempts::Within)), is zero.
+    #[error("the acquire deadline (or wait limit) is zero: no attempt could ever start")]
     ZeroDeadline,
     /// Fencing tokens were asked for on a lock kind that has none.
     #[error(
@@ -216,7 +217,9 @@ pub enum AcquireError {
     /// The overall acquire deadline passed before an attempt succeeded.
     #[error("the acquire deadline of {} passed after {attempts} attempt(s){}", Millis(*deadline), last_error(.last))]
     DeadlineExceeded {
-        /// The configured deadline.
+        /// The deadline that applied: the call's wait limit
+        /// ([`Attempts::Within`](crate::Attempts::Within)) or the
+        /// configured acquire deadline.
         deadline: Duration,
         /// Attempts made (the last one may have been cut short).
         attempts: u32,

@@ -8,14 +8,35 @@ use rand_core::Rng;
 
 use crate::{Key, RetryConfig, Settings};
 
-/// How many attempts an [`Acquisition`](crate::Acquisition) may make.
+/// How many attempts an [`Acquisition`](crate::Acquisition) may make, and
+/// for how long.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Attempts {
     /// One attempt, no retry (a `try_lock`).
     Once,
     /// The first attempt and up to [`RetryConfig::count`](crate::RetryConfig::count)
-    /// retries, within the acquire deadline if one is set.
+    /// retries, within the acquire deadline if one is set
+    /// ([`Settings::acquire_deadline`]).
     Retry,
+    /// Retries for at most this long after the first attempt started,
+    /// however many attempts that takes: this call's own deadline, in place
+    /// of [`Settings::acquire_deadline`], and the retry count does not
+    /// apply (as Redisson's `tryLock(waitTime, leaseTime)`). The retry
+    /// delays are the settings'.
+    ///
+    /// The limit is hard, like the acquire deadline: a quorum counted at or
+    /// after it is released, and the acquisition ends with
+    /// [`AcquireError::DeadlineExceeded`](crate::AcquireError::DeadlineExceeded)
+    /// naming this limit. A limit that takes the deadline past what
+    /// `Instant` can represent (`Duration::MAX`) means no time limit: the
+    /// acquisition retries until it gets the lock or a permanent error.
+    /// Zero is refused by [`Acquisition::with_spec`](crate::Acquisition::with_spec)
+    /// ([`ConfigError::ZeroDeadline`](crate::ConfigError::ZeroDeadline));
+    /// [`Acquisition::new`](crate::Acquisition::new) and
+    /// [`Acquisition::fenced`](crate::Acquisition::fenced), which cannot
+    /// fail, give up at their first decision with it.
+    Within(Duration),
 }
 
 /// The attempts of one acquisition.
@@ -28,6 +49,8 @@ pub(crate) struct Retries {
     /// Attempts that count against `max` (the first and the retries).
     counted: u32,
     deadline: Option<Instant>,
+    /// The limit the deadline was set from, for the error that reports it.
+    limit: Option<Duration>,
 }
 
 /// What follows a failed attempt.
@@ -42,19 +65,28 @@ pub(crate) enum Next {
 
 impl Retries {
     pub(crate) fn new(settings: &Settings, attempts: Attempts, now: Instant) -> Self {
-        let (max, deadline) = match attempts {
+        let (max, limit) = match attempts {
             Attempts::Once => (1, None),
             Attempts::Retry => (
                 settings.retry().count.saturating_add(1),
-                settings.acquire_deadline().map(|d| now + d),
+                settings.acquire_deadline(),
             ),
+            // The time is the bound; a count that never runs out.
+            Attempts::Within(limit) => (u32::MAX, Some(limit)),
         };
         Self {
             max,
             started: 0,
             counted: 1,
-            deadline,
+            // Past what the clock can represent: no deadline at all.
+            deadline: limit.and_then(|limit| now.checked_add(limit)),
+            limit,
         }
+    }
+
+    /// The limit the deadline comes from: the call's own or the settings'.
+    pub(crate) fn limit(&self) -> Option<Duration> {
+        self.limit
     }
 
     /// Attempts started so far.

@@ -112,7 +112,10 @@ impl Builder {
         self
     }
 
-    /// Attempts after the first one in [`Redlock::lock`]. Default 10.
+    /// Attempts after the first one in [`Redlock::lock`]. Default 10. A
+    /// call with its own wait limit
+    /// ([`LockOptions::wait_at_most`](crate::LockOptions::wait_at_most))
+    /// retries until that limit instead.
     pub fn retry_count(mut self, count: u32) -> Self {
         self.config.retry.count = count;
         self
@@ -137,7 +140,9 @@ impl Builder {
     }
 
     /// An upper bound on a whole [`Redlock::lock`], retries included.
-    /// Default: none, only the retry count bounds it.
+    /// Default: none, only the retry count bounds it. One call can have a
+    /// limit of its own instead:
+    /// [`LockOptions::wait_at_most`](crate::LockOptions::wait_at_most).
     pub fn acquire_deadline(mut self, deadline: Duration) -> Self {
         self.config.acquire_deadline = Some(deadline);
         self
@@ -309,6 +314,8 @@ impl Builder {
             ..self.config
         };
         let settings = Arc::new(config.validate()?);
+        crate::metrics::describe();
+        let metrics = crate::metrics::Nodes::new(settings.nodes().iter().map(String::as_str));
         if servers.iter().any(Server::is_tls) {
             install_crypto_provider();
         }
@@ -318,6 +325,7 @@ impl Builder {
                     .iter()
                     .map(|server| (server.name.clone(), server.client.clone())),
                 self.connect_timeout,
+                metrics.clone(),
             ))
         });
         let shown: Vec<String> = servers.iter().map(|s| s.shown.clone()).collect();
@@ -403,7 +411,7 @@ impl Builder {
             // Dropping the nodes ends any reconnection task already started.
             return Err(error);
         }
-        let client = Redlock::new(settings, nodes, notices);
+        let client = Redlock::new(settings, nodes, notices, metrics);
         debug!(
             nodes = client.nodes().len(),
             connected = client.connected_nodes(),

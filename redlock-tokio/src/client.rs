@@ -17,6 +17,7 @@ use crate::KeepAlive;
 use crate::builder::Builder;
 use crate::driver::drive;
 use crate::guard::{LockContext, LockGuard};
+use crate::metrics;
 use crate::node::Node;
 use crate::notices::Notices;
 use crate::options::LockOptions;
@@ -42,6 +43,8 @@ struct Inner {
     background: TaskTracker,
     /// Whether a refused release notice was logged (once per client).
     notice_refusal_logged: std::sync::atomic::AtomicBool,
+    /// The node-labelled metric keys (nothing without the `metrics` feature).
+    metrics: metrics::Nodes,
 }
 
 impl Redlock {
@@ -50,6 +53,7 @@ impl Redlock {
         settings: Arc<Settings>,
         nodes: Arc<[Arc<Node>]>,
         notices: Option<Arc<Notices>>,
+        metrics: metrics::Nodes,
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
@@ -58,6 +62,7 @@ impl Redlock {
                 notices,
                 background: TaskTracker::new(),
                 notice_refusal_logged: Default::default(),
+                metrics,
             }),
         }
     }
@@ -150,6 +155,7 @@ impl Redlock {
     /// at WARN: the lock is released, but waiters fall back on their timer.
     pub(crate) fn log_release(&self, report: &ReleaseReport) {
         debug!(report = %report, "released");
+        metrics::released(report);
         if report.notices_refused() > 0
             && !self
                 .inner
@@ -183,6 +189,10 @@ impl Redlock {
         &self.inner.nodes
     }
 
+    pub(crate) fn node_metrics(&self) -> &metrics::Nodes {
+        &self.inner.metrics
+    }
+
     /// One attempt to acquire the lock on `resource` with the default TTL.
     ///
     /// Fails at once when another owner holds it
@@ -196,7 +206,8 @@ impl Redlock {
     }
 
     /// Acquires the lock on `resource` with options for this call: TTL,
-    /// fencing token, one attempt or retries.
+    /// fencing token, one attempt, retries, or retries for at most a given
+    /// time ([`LockOptions::wait_at_most`]).
     ///
     /// ```no_run
     /// # async fn demo(redlock: redlock_tokio::Redlock) -> Result<(), redlock_tokio::Error> {
@@ -393,6 +404,10 @@ impl Redlock {
         options: LockOptions,
     ) -> Result<LockGuard, Error> {
         let settings = &self.inner.settings;
+        let now = Instant::now();
+        // Reported once, whatever happens below: a `?` before the first
+        // attempt is a `config` outcome, a drop after it a `cancelled` one.
+        let mut report = metrics::Acquire::start(metrics::Kind::of_spec(&spec), now);
         let spec = match (spec, options.fencing) {
             (LockSpec::Exclusive(resource), Some(true)) => LockSpec::Fenced(resource),
             (LockSpec::Exclusive(resource), None) if settings.fencing() => {
@@ -408,15 +423,10 @@ impl Redlock {
             None => settings.default_ttl(),
         };
         let rng = StdRng::from_rng(&mut rand::rng());
-        let mut acquisition = Acquisition::with_spec(
-            Arc::clone(settings),
-            spec,
-            ttl,
-            attempts,
-            Instant::now(),
-            rng,
-        )?;
+        let mut acquisition =
+            Acquisition::with_spec(Arc::clone(settings), spec, ttl, attempts, now, rng)?;
         self.check_slots(acquisition.keys())?;
+        report.sent();
         let resource: Arc<[u8]> = match spec {
             LockSpec::Exclusive(resource)
             | LockSpec::Fenced(resource)
@@ -431,12 +441,17 @@ impl Redlock {
             resource = %acquisition.key(),
             kind = acquisition.kind().name(),
             ttl_ms = ttl.as_millis(),
-            retry = matches!(attempts, Attempts::Retry),
+            retry = !matches!(attempts, Attempts::Once),
+            wait_limit_ms = match attempts {
+                Attempts::Within(limit) => Some(u64::try_from(limit.as_millis()).unwrap_or(u64::MAX)),
+                _ => None,
+            },
             fenced = matches!(spec, LockSpec::Fenced(_)),
         );
         async {
             match drive(&mut acquisition, self).await {
                 AcquireEvent::Acquired(lock) => {
+                    report.finish(metrics::Outcome::Granted, acquisition.attempts());
                     debug!(
                         attempts = acquisition.attempts(),
                         validity_ms = lock.validity(Instant::now()).as_millis() as u64,
@@ -446,6 +461,7 @@ impl Redlock {
                     Ok(LockGuard::new(self.clone(), resource, lock))
                 }
                 AcquireEvent::Failed(error) => {
+                    report.finish(metrics::Outcome::of(&error), acquisition.attempts());
                     debug!(error = %error, "lock not acquired");
                     Err(error.into())
                 }

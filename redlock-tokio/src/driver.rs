@@ -14,6 +14,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{Instrument, Level, debug, warn};
 
 use crate::Redlock;
+use crate::metrics::{self, Voted};
 use crate::node::Node;
 use crate::notices::Waiter;
 
@@ -126,7 +127,7 @@ impl std::fmt::Display for Outcome<'_> {
 /// queues then (an acquisition's releases), all in the background.
 pub(crate) async fn drive<M: Machine>(machine: &mut M, client: &Redlock) -> M::Event
 where
-    M::Event: std::fmt::Debug,
+    M::Event: std::fmt::Debug + Voted,
 {
     let mut run = Run {
         machine,
@@ -134,6 +135,7 @@ where
         in_flight: FuturesUnordered::new(),
         waiter: None,
         finished: false,
+        rounds: metrics::Rounds::new(),
     };
     run.drive().await
 }
@@ -145,11 +147,13 @@ struct Run<'a, M: Machine> {
     /// Release notices on the channels the machine asked for.
     waiter: Option<Waiter>,
     finished: bool,
+    /// The node errors of each round the machine reports, for the metrics.
+    rounds: metrics::Rounds,
 }
 
 impl<M: Machine> Run<'_, M>
 where
-    M::Event: std::fmt::Debug,
+    M::Event: std::fmt::Debug + Voted,
 {
     async fn drive(&mut self) -> M::Event {
         let mut timer = Timer::new();
@@ -165,6 +169,7 @@ where
             }
             let mut last = None;
             while let Some(event) = self.machine.poll_event() {
+                self.rounds.event(self.client.node_metrics(), &event);
                 if let Some(earlier) = last.replace(event) {
                     debug!(event = ?earlier, "retrying");
                 }

@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::driver::drive;
+use crate::metrics::{self, End};
 use crate::{Error, KeepAlive, LossReason, Redlock};
 
 /// A lock held on a quorum of nodes.
@@ -148,11 +149,13 @@ impl LockGuard {
             .expect("a live guard always holds its lock");
         let span = info_span!("redlock.extend", resource = %lock.key(), ttl_ms = ttl.as_millis());
         let mut extension = lock.extend(ttl, Instant::now()).inspect_err(|error| {
+            metrics::extended(Err(error));
             span.in_scope(|| debug!(error = %error, "lock not extended"));
         })?;
         let outcome = drive(&mut extension, &client)
             .instrument(span.clone())
             .await;
+        metrics::extended(outcome.as_ref().map(|_| ()));
         span.in_scope(|| match outcome {
             Ok(extended) => {
                 lock.apply(&extended);
@@ -179,6 +182,7 @@ impl LockGuard {
             .as_mut()
             .expect("a live guard always holds its lock");
         let report = release_lock(&self.client, lock).await;
+        metrics::held(lock, End::Released);
         // Only now: a release cancelled above is redone by `Drop`.
         self.lock = None;
         report
@@ -237,6 +241,7 @@ impl LockGuard {
 impl Drop for LockGuard {
     fn drop(&mut self) {
         if let Some(lock) = self.lock.take() {
+            metrics::held(&lock, End::Released);
             spawn_release(self.client.clone(), lock, None);
         }
     }
@@ -447,8 +452,14 @@ impl KeepAliveGuard {
             task.abort();
             let _ = task.await;
         }
-        let mut lock = self.shared.with(|kept| kept.lock.clone());
+        let (mut lock, lost) = self
+            .shared
+            .with(|kept| (kept.lock.clone(), kept.loss.is_some()));
         let report = release_lock(&self.client, &mut lock).await;
+        if !lost {
+            // A lost lock's hold ended with the loss.
+            metrics::held(&lock, End::Released);
+        }
         self.released = true;
         report
     }
@@ -564,7 +575,12 @@ impl Drop for KeepAliveGuard {
         if self.released {
             return;
         }
-        let lock = self.shared.with(|kept| kept.lock.clone());
+        let (lock, lost) = self
+            .shared
+            .with(|kept| (kept.lock.clone(), kept.loss.is_some()));
+        if !lost {
+            metrics::held(&lock, End::Released);
+        }
         spawn_release(self.client.clone(), lock, self.task.take());
     }
 }
@@ -595,6 +611,8 @@ async fn keep_alive(client: Redlock, shared: Arc<Shared>, options: KeepAlive) {
                 );
             }
             Some(KeepAliveEvent::Lost(reason)) => {
+                metrics::lost(&reason);
+                shared.with(|kept| metrics::held(&kept.lock, End::Lost));
                 shared.lose(reason);
                 return;
             }
@@ -611,11 +629,13 @@ async fn keep_alive(client: Redlock, shared: Arc<Shared>, options: KeepAlive) {
 
 /// One extension round to `ttl`, applied to the lock when it succeeds.
 async fn extend_once(client: &Redlock, shared: &Shared, ttl: Ttl) -> Result<Extended, ExtendError> {
-    let mut extension = shared.with(|kept| kept.lock.extend(ttl, Instant::now()))?;
+    let mut extension = shared
+        .with(|kept| kept.lock.extend(ttl, Instant::now()))
+        .inspect_err(|error| metrics::extended(Err(error)))?;
     let span = info_span!("redlock.extend", attempt = extension.round().0);
-    let extended = drive(&mut extension, client)
-        .instrument(span.clone())
-        .await?;
+    let extended = drive(&mut extension, client).instrument(span.clone()).await;
+    metrics::extended(extended.as_ref().map(|_| ()));
+    let extended = extended?;
     span.in_scope(|| {
         debug!(validity_ms = extended.validity.as_millis() as u64, votes = %extended.votes, "lock extended");
     });

@@ -127,7 +127,8 @@
 //! [`Release`](redlock_core::Release) through the same loop, and whose
 //! keep-alive follows the core's
 //! [`KeepAliveSchedule`](redlock_core::KeepAliveSchedule). Errors are mapped
-//! in `error.rs`, URLs and TLS in `server.rs` and `tls.rs`, the client is
+//! in `error.rs`, URLs and TLS in `server.rs` and `tls.rs`, the metrics
+//! (feature `metrics`) in `metrics.rs`, the client is
 //! built in `builder.rs`, and `inspect.rs` reads a lock's state for
 //! `redlock status`. Nothing here decides: quorums, validity, retries, when
 //! to extend and what a notice means are the core's.
@@ -287,6 +288,39 @@
 //! - WARN: anomalies: a node that refuses a request (error reply, key of
 //!   another type, credentials) or answers something no script returns.
 //!
+//! # Metrics
+//!
+//! With the `metrics` feature, the client reports through the
+//! [`metrics`](https://docs.rs/metrics) facade to whatever recorder the
+//! program installs (a Prometheus, OpenTelemetry or StatsD exporter, ...).
+//! Every figure is an outcome the core already decided; each metric's help
+//! text and unit are described whenever a client is built. Without the
+//! feature there is no metrics code at all.
+//!
+//! | metric | type | labels | what |
+//! |---|---|---|---|
+//! | `redlock_acquires_total` | counter | `kind`, `outcome` | acquire calls by outcome: `granted`, `held_by_other`, `no_quorum`, `validity_exhausted`, `wrong_type`, `deadline` (the acquire deadline or the call's wait limit passed), `cancelled` (the call's future was dropped), `config` (refused before anything was sent: a bad TTL, fencing on a kind without it, keys across cluster slots, ...) |
+//! | `redlock_acquire_wait_seconds` | histogram (seconds) | `kind`, `outcome` | from the start of the call to the lock granted or given up, retries included |
+//! | `redlock_acquire_attempts` | histogram (count) | `kind`, `outcome` | quorum rounds one call started (not for `cancelled` and `config`) |
+//! | `redlock_lock_held_seconds` | histogram (seconds) | `kind`, `end` | from the winning round (`LockGuard::acquired_at`) to the release (`end="released"`: `release()` done, or the guard dropped) or to the keep-alive declaring the lock lost (`end="lost"`); a forgotten guard records nothing |
+//! | `redlock_extensions_total` | counter | `outcome` | extensions, by hand or by a keep-alive: `extended`, `expired`, `lost`, `gone`, `no_quorum` |
+//! | `redlock_locks_lost_total` | counter | `reason` | locks a keep-alive declared lost (what `lost()` reports): `expired`, `lost`, `gone`, `no_quorum` (the extension that failed), `extension_limit` |
+//! | `redlock_releases_total` | counter | `outcome` | releases (guards, keep-alives, `release_value`): `released` (the lock is free), `not_held` (our value was on no master), `incomplete` (so many masters failed that the value may hold the lock until its TTL) |
+//! | `redlock_node_errors_total` | counter | `node`, `error` | failed votes, one per master per round (acquire attempt, extension, release): `error` is `timeout`, `connection`, `auth`, `wrong_type`, `server`, `protocol` or `tls` |
+//! | `redlock_release_notices_total` | counter | `node` | release notices received on each master's pub/sub connection |
+//!
+//! Labels never hold a lock's name or value (private, and one series per
+//! lock): `kind` is `exclusive` (fenced ones too), `read`, `write`,
+//! `reentrant` or `multi`; `node` is the master's canonical address
+//! (`host:port/db`, as in errors and logs, never credentials), so two
+//! clients with different masters stay apart. Recording allocates nothing
+//! in the client: label sets are built once.
+//!
+//! # Cargo features
+//!
+//! - `tls` (default): `rediss://` URLs, with rustls (see "TLS" above).
+//! - `metrics`: the metrics above, through the `metrics` facade.
+//!
 //! # Dropping and cancelling
 //!
 //! - Every future here is cancel-safe. A dropped [`Redlock::lock`] or
@@ -349,6 +383,7 @@ mod driver;
 mod error;
 mod guard;
 mod inspect;
+mod metrics;
 mod node;
 mod notices;
 mod options;

@@ -42,6 +42,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, debug_span, warn};
 
+use crate::metrics;
 use crate::node::map_error;
 
 /// First wait before reconnecting a pub/sub connection; doubles each time.
@@ -56,6 +57,7 @@ pub(crate) struct Notices {
     listeners: Box<[Listener]>,
     /// Ends the listener tasks when the client and its last waiter are gone.
     closed: CancellationToken,
+    metrics: metrics::Nodes,
 }
 
 impl fmt::Debug for Notices {
@@ -127,6 +129,7 @@ impl Notices {
     pub(crate) fn new(
         nodes: impl IntoIterator<Item = (String, redis::Client)>,
         connect_timeout: Duration,
+        metrics: metrics::Nodes,
     ) -> Self {
         let nodes: Vec<(String, redis::Client)> = nodes.into_iter().collect();
         let count = nodes.len();
@@ -148,6 +151,7 @@ impl Notices {
                 })
                 .collect(),
             closed: CancellationToken::new(),
+            metrics,
         }
     }
 
@@ -226,6 +230,7 @@ impl Notices {
                         index,
                         shared: Arc::clone(&self.shared),
                         closed: self.closed.clone(),
+                        metrics: self.metrics.clone(),
                     })
                     .instrument(span),
                 ),
@@ -342,6 +347,7 @@ struct ListenerTask {
     index: usize,
     shared: Arc<Shared>,
     closed: CancellationToken,
+    metrics: metrics::Nodes,
 }
 
 /// A node's pub/sub connection, split: the sink for (un)subscribing, the
@@ -425,7 +431,10 @@ async fn listen(task: ListenerTask) {
             () = retry => {}
             message = message => match message {
                 Some(message) => match message.get_channel::<Vec<u8>>() {
-                    Ok(channel) => task.shared.notice(task.index, &channel, Instant::now()),
+                    Ok(channel) => {
+                        task.metrics.notice(task.index);
+                        task.shared.notice(task.index, &channel, Instant::now());
+                    }
                     Err(error) => warn!(node = %task.name, error = %error, "pub/sub message without a channel name"),
                 },
                 None => {
@@ -532,6 +541,7 @@ mod tests {
         Arc::new(Notices::new(
             (0..n).map(|i| (format!("127.0.0.1:1/{i}"), client.clone())),
             Duration::from_millis(100),
+            crate::metrics::Nodes::new([]),
         ))
     }
 

@@ -22,7 +22,9 @@ impl Default for LockOptions {
 }
 
 impl LockOptions {
-    /// The client's defaults: its TTL, its fencing choice, retries.
+    /// The client's defaults: its TTL, its fencing choice, retries (its
+    /// retry count, within its [acquire deadline](Builder::acquire_deadline)
+    /// if it has one).
     pub fn new() -> Self {
         Self {
             ttl: None,
@@ -46,9 +48,55 @@ impl LockOptions {
         self
     }
 
-    /// One attempt, no retry, as [`Redlock::try_lock`].
+    /// One attempt, no retry, as [`Redlock::try_lock`]. Replaces
+    /// [`wait_at_most`](Self::wait_at_most); the last of the two wins.
     pub fn once(mut self) -> Self {
         self.attempts = Attempts::Once;
+        self
+    }
+
+    /// Waits at most `limit` for this lock, retrying until then however
+    /// many attempts that takes, as Redisson's `tryLock(waitTime,
+    /// leaseTime)`: the call's own deadline, in place of the client's
+    /// [`Builder::acquire_deadline`], and the client's
+    /// [`Builder::retry_count`] does not apply to it (the retry delays and
+    /// release notices do). Replaces [`once`](Self::once); the last of the
+    /// two wins.
+    ///
+    /// The limit counts from the start of the call and is hard: a quorum
+    /// counted at or after it is released, and the call fails with
+    /// [`AcquireError::DeadlineExceeded`](crate::AcquireError::DeadlineExceeded)
+    /// naming `limit` (with the last attempt's error: held by another owner,
+    /// [`Error::is_held_by_other`](crate::Error::is_held_by_other), or nodes
+    /// failing). So a limit below one round trip to the nodes never gets
+    /// the lock.
+    ///
+    /// - Zero is an [`Error::Config`](crate::Error::Config)
+    ///   ([`ConfigError::ZeroDeadline`](crate::ConfigError::ZeroDeadline)):
+    ///   for one attempt without waiting, use [`once`](Self::once).
+    /// - `Duration::MAX` (any limit that would end past what the clock can
+    ///   represent) means no limit: the call retries until it gets the lock
+    ///   or a permanent error ([`Error::is_config`](crate::Error::is_config)),
+    ///   also while nodes are down.
+    ///
+    /// ```no_run
+    /// # async fn demo(redlock: redlock_tokio::Redlock) -> Result<(), redlock_tokio::Error> {
+    /// use std::time::Duration;
+    /// use redlock_tokio::LockOptions;
+    ///
+    /// // Wait up to 2 s for the lock, then hold it for 30 s unless extended.
+    /// let options = LockOptions::new()
+    ///     .wait_at_most(Duration::from_secs(2))
+    ///     .ttl(Duration::from_secs(30));
+    /// match redlock.lock_with("nightly-report", options).await {
+    ///     Ok(guard) => { /* ... work ... */ guard.release().await; }
+    ///     Err(error) if error.is_held_by_other() => println!("busy for 2 s, skipping: {error}"),
+    ///     Err(error) => return Err(error),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn wait_at_most(mut self, limit: Duration) -> Self {
+        self.attempts = Attempts::Within(limit);
         self
     }
 }

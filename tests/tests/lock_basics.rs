@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use redlock_core::{AcquireError, ConfigError, NodeVote};
 use redlock_tests::RedisCluster;
-use redlock_tokio::{Error, LockValue, Redlock};
+use redlock_tokio::{Error, LockOptions, LockValue, Redlock};
 use support::{QUICK, assert_absent, builder, client, eventually, name};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -83,6 +83,71 @@ async fn lock_retries_until_the_holder_releases() {
         guard.votes()
     );
     guard.release().await;
+}
+
+/// A call's own wait limit: the waiter gives up with the deadline error,
+/// naming its limit, although its client would retry for a minute, and the
+/// holder keeps the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_at_most_gives_up_with_the_deadline_error() {
+    let cluster = RedisCluster::start(3);
+    let holder = client(&cluster).await;
+    let waiter = builder(&cluster)
+        .acquire_deadline(Duration::from_secs(60))
+        .retry_count(1)
+        .build()
+        .await
+        .unwrap();
+    let guard = holder.try_lock("busy").await.expect("a free lock");
+
+    let started = Instant::now();
+    let options = LockOptions::new().wait_at_most(Duration::from_millis(300));
+    let error = waiter
+        .lock_with("busy", options)
+        .await
+        .expect_err("held by the holder");
+    let waited = started.elapsed();
+    println!("gave up after {waited:?}");
+    let Error::Acquire(AcquireError::DeadlineExceeded {
+        deadline, attempts, ..
+    }) = &error
+    else {
+        panic!("expected the deadline error, got {error:?}");
+    };
+    assert_eq!(*deadline, Duration::from_millis(300), "{error}");
+    assert!(error.is_held_by_other(), "{error}");
+    assert!(*attempts >= 1);
+    // Not the client's minute: only that it gave up long before it.
+    assert!(waited < Duration::from_secs(30), "{waited:?}");
+    // The waiter held nothing: the holder's value is still on every node.
+    eventually("the holder's value on every node", QUICK, || {
+        cluster
+            .nodes()
+            .iter()
+            .all(|node| node.get("busy").as_deref() == Some(guard.value().as_bytes()))
+    })
+    .await;
+    assert!(guard.is_valid());
+
+    let zero = waiter
+        .lock_with("busy", LockOptions::new().wait_at_most(Duration::ZERO))
+        .await
+        .expect_err("a zero wait limit");
+    assert!(
+        matches!(zero, Error::Config(ConfigError::ZeroDeadline)),
+        "{zero:?}"
+    );
+    guard.release().await;
+    // Free now: a limited wait takes it at once.
+    let guard = waiter
+        .lock_with(
+            "busy",
+            LockOptions::new().wait_at_most(Duration::from_secs(5)),
+        )
+        .await
+        .expect("a free lock");
+    guard.release().await;
+    assert_absent(&cluster, "busy");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use redlock_core::scripts;
 use redlock_tests::{RedisCluster, RedisNode};
-use support::{QUICK, builder, eventually, native_acquire};
+use support::{QUICK, builder, eventually, native_acquire, subscribers};
 
 /// Long enough that a paused node's requests are still wanted when it
 /// resumes, whatever the machine's load.
@@ -142,18 +142,6 @@ fn a_withdraw_reaches_each_node_before_the_next_round() {
             pair[1] > pair[0] + 1,
             "an attempt reached node 1 before the previous attempt's withdraw: {calls:?}"
         );
-    }
-}
-
-/// Subscribers of `resource`'s release channel on `node`.
-fn subscribers(node: &RedisNode, resource: &str) -> i64 {
-    let channel = [resource.as_bytes(), b"\0released"].concat();
-    match node.command([&b"PUBSUB"[..], b"NUMSUB", &channel]) {
-        redis::Value::Array(items) => match items.as_slice() {
-            [_, redis::Value::Int(count)] => *count,
-            other => panic!("PUBSUB NUMSUB answered {other:?}"),
-        },
-        other => panic!("PUBSUB NUMSUB answered {other:?}"),
     }
 }
 

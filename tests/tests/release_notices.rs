@@ -10,7 +10,7 @@ use redis::Value;
 use redlock_core::LockSpec;
 use redlock_tests::{RedisCluster, RedisNode};
 use redlock_tokio::{LockGuard, LockOptions, Redlock};
-use support::{builder, client, eventually, timed};
+use support::{builder, client, eventually, subscribers, timed};
 
 /// The retry delay of the waiters: a release heard through pub/sub gets
 /// them the lock long before it.
@@ -82,18 +82,6 @@ fn pubsub_clients(node: &RedisNode) -> usize {
             text.lines().filter(|line| !line.trim().is_empty()).count()
         }
         other => panic!("CLIENT LIST answered {other:?}"),
-    }
-}
-
-/// Subscribers of `resource`'s release channel on `node`.
-fn subscribers(node: &RedisNode, resource: &str) -> i64 {
-    let channel = [resource.as_bytes(), b"\0released"].concat();
-    match node.command([&b"PUBSUB"[..], b"NUMSUB", &channel]) {
-        Value::Array(items) => match items.as_slice() {
-            [_, Value::Int(count)] => *count,
-            other => panic!("PUBSUB NUMSUB answered {other:?}"),
-        },
-        other => panic!("PUBSUB NUMSUB answered {other:?}"),
     }
 }
 

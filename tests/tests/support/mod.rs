@@ -37,6 +37,18 @@ pub(crate) async fn client(cluster: &RedisCluster) -> Redlock {
     builder(cluster).build().await.expect("client builds")
 }
 
+/// Subscribers of `resource`'s release channel on `node`.
+pub(crate) fn subscribers(node: &RedisNode, resource: &str) -> i64 {
+    let channel = [resource.as_bytes(), b"\0released"].concat();
+    match node.command([&b"PUBSUB"[..], b"NUMSUB", &channel]) {
+        redis::Value::Array(items) => match items.as_slice() {
+            [_, redis::Value::Int(count)] => *count,
+            other => panic!("PUBSUB NUMSUB answered {other:?}"),
+        },
+        other => panic!("PUBSUB NUMSUB answered {other:?}"),
+    }
+}
+
 /// Whether `key` exists on each node, in node order.
 pub(crate) fn presence(cluster: &RedisCluster, key: impl AsRef<[u8]>) -> Vec<bool> {
     cluster

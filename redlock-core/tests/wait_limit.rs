@@ -1,0 +1,215 @@
+//! One acquisition's own wait limit ([`Attempts::Within`]): it replaces the
+//! settings' acquire deadline for that acquisition, the retry count does not
+//! bound it, and it is as hard as the deadline. In virtual time, against
+//! nodes that all answer "held by another owner".
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use redlock_core::{
+    AcquireError, AcquireEvent, Acquisition, Attempts, Config, ConfigError, LockSpec, Machine,
+    Reply, Request, Response, RetryConfig, Settings,
+};
+
+const MS: Duration = Duration::from_millis(1);
+
+/// Three nodes, retries 10..20 ms apart, `count` retries, and the given
+/// client-wide deadline.
+fn settings(count: u32, deadline: Option<Duration>) -> Arc<Settings> {
+    Arc::new(
+        Config {
+            servers: vec!["a".into(), "b".into(), "c".into()],
+            node_timeout: Some(5 * MS),
+            acquire_deadline: deadline,
+            retry: RetryConfig {
+                count,
+                delay: 10 * MS,
+                jitter: 10 * MS,
+            },
+            ..Config::default()
+        }
+        .validate()
+        .unwrap(),
+    )
+}
+
+fn start(settings: &Arc<Settings>, attempts: Attempts, t0: Instant) -> Acquisition<StdRng> {
+    Acquisition::with_spec(
+        Arc::clone(settings),
+        LockSpec::Exclusive(b"w"),
+        settings.default_ttl(),
+        attempts,
+        t0,
+        StdRng::seed_from_u64(5),
+    )
+    .unwrap()
+}
+
+fn held(request: &Request) -> Reply {
+    Reply::to(request, Ok(Response::Data(b"another owner".to_vec())))
+}
+
+/// Runs the acquisition against nodes that all answer "held" 1 ms after
+/// each request, for at most `steps` attempts; returns the final event (if
+/// any) and the virtual time it came at.
+fn run_held(
+    acquire: &mut Acquisition<StdRng>,
+    t0: Instant,
+    steps: u32,
+) -> (Option<AcquireError>, Instant) {
+    let mut now = t0;
+    for _ in 0..steps {
+        let requests: Vec<Request> = std::iter::from_fn(|| acquire.poll_request()).collect();
+        let reply_at = now + MS;
+        let deadline = acquire.poll_timeout().expect("not done");
+        if deadline <= reply_at {
+            // The timer comes first (the deadline cuts the attempt short).
+            now = deadline;
+            acquire.handle_timeout(now);
+        } else {
+            now = reply_at;
+            for request in requests.iter().filter(|r| r.command.ttl().is_some()) {
+                acquire.handle_reply(held(request), now);
+            }
+        }
+        while let Some(event) = acquire.poll_event() {
+            match event {
+                AcquireEvent::Failed(error) => return (Some(error), now),
+                AcquireEvent::Acquired(_) => panic!("every node is held by another owner"),
+                AcquireEvent::AttemptFailed { .. } => {}
+            }
+        }
+        // Waiting: the retry starts at the timer (or the deadline ends it).
+        while acquire.current_attempt().is_none() && !acquire.is_done() {
+            now = acquire.poll_timeout().expect("waiting has a timer");
+            acquire.handle_timeout(now);
+            if let Some(AcquireEvent::Failed(error)) = acquire.poll_event() {
+                return (Some(error), now);
+            }
+        }
+    }
+    (None, now)
+}
+
+#[test]
+fn the_wait_limit_replaces_the_client_deadline_and_is_reported() {
+    // A long client-wide deadline; this acquisition may wait 300 ms only.
+    let settings = settings(1_000, Some(Duration::from_secs(60)));
+    let t0 = Instant::now();
+    let mut acquire = start(&settings, Attempts::Within(300 * MS), t0);
+    assert_eq!(acquire.poll_timeout(), Some(t0 + 5 * MS));
+    let (error, at) = run_held(&mut acquire, t0, 1_000);
+    let Some(AcquireError::DeadlineExceeded {
+        deadline,
+        attempts,
+        last,
+    }) = error
+    else {
+        panic!("expected the deadline error, got {error:?}");
+    };
+    assert_eq!(deadline, 300 * MS, "the call's limit, not the client's");
+    assert!(at <= t0 + 300 * MS, "gave up at {:?}", at - t0);
+    assert!(attempts > 1);
+    let last = last.expect("attempts finished before the limit");
+    assert!(last.is_held_by_other(), "{last:?}");
+}
+
+#[test]
+fn the_retry_count_does_not_bound_a_wait_limit() {
+    // Two retries only: the plain acquisition gives up after three attempts.
+    let settings = settings(2, None);
+    let t0 = Instant::now();
+    let (error, _) = run_held(&mut start(&settings, Attempts::Retry, t0), t0, 100);
+    let error = error.expect("out of attempts");
+    assert!(
+        matches!(error, AcquireError::Held { attempts: 3, .. }),
+        "{error:?}"
+    );
+    // With a 500 ms limit it keeps trying every 10..20 ms until then.
+    let (error, at) = run_held(
+        &mut start(&settings, Attempts::Within(500 * MS), t0),
+        t0,
+        1_000,
+    );
+    let Some(AcquireError::DeadlineExceeded {
+        attempts, deadline, ..
+    }) = error
+    else {
+        panic!("expected the deadline error, got {error:?}");
+    };
+    assert_eq!(deadline, 500 * MS);
+    assert!(
+        attempts > 20,
+        "{attempts} attempts in 500 ms, 10..20 ms apart"
+    );
+    assert!(at <= t0 + 500 * MS);
+}
+
+#[test]
+fn the_wait_limit_is_hard() {
+    // The limit falls inside the first attempt's round: the quorum that
+    // comes with it is no lock, and its keys are released.
+    let settings = settings(10, None);
+    let t0 = Instant::now();
+    let mut acquire = start(&settings, Attempts::Within(3 * MS), t0);
+    assert_eq!(acquire.poll_timeout(), Some(t0 + 3 * MS));
+    let requests: Vec<Request> = std::iter::from_fn(|| acquire.poll_request()).collect();
+    for request in &requests {
+        acquire.handle_reply(Reply::to(request, Ok(Response::Int(1))), t0 + 3 * MS);
+    }
+    let Some(AcquireEvent::Failed(AcquireError::DeadlineExceeded {
+        deadline,
+        last: None,
+        ..
+    })) = acquire.poll_event()
+    else {
+        panic!("a quorum at the limit is no lock");
+    };
+    assert_eq!(deadline, 3 * MS);
+    let releases = std::iter::from_fn(|| acquire.poll_request()).count();
+    assert_eq!(releases, 3, "the attempt's keys are released on every node");
+}
+
+#[test]
+fn a_zero_wait_limit_is_a_config_error() {
+    let settings = settings(10, None);
+    let result = Acquisition::with_spec(
+        Arc::clone(&settings),
+        LockSpec::Read(b"w"),
+        settings.default_ttl(),
+        Attempts::Within(Duration::ZERO),
+        Instant::now(),
+        StdRng::seed_from_u64(1),
+    );
+    assert!(matches!(result, Err(ConfigError::ZeroDeadline)));
+    // The infallible constructors give up at their first decision instead.
+    let t0 = Instant::now();
+    let mut acquire = Acquisition::new(
+        Arc::clone(&settings),
+        b"w",
+        settings.default_ttl(),
+        Attempts::Within(Duration::ZERO),
+        t0,
+        StdRng::seed_from_u64(1),
+    );
+    acquire.handle_timeout(t0);
+    assert!(matches!(
+        acquire.poll_event(),
+        Some(AcquireEvent::Failed(AcquireError::DeadlineExceeded { .. }))
+    ));
+}
+
+#[test]
+fn a_limit_past_the_clock_means_no_limit() {
+    let settings = settings(0, Some(100 * MS));
+    let t0 = Instant::now();
+    let mut acquire = start(&settings, Attempts::Within(Duration::MAX), t0);
+    // No deadline of its own, and not the client's 100 ms either: it is
+    // still retrying after 200 attempts (several seconds of virtual time).
+    let (error, at) = run_held(&mut acquire, t0, 200);
+    assert!(error.is_none(), "{error:?}");
+    assert!(at > t0 + Duration::from_secs(1));
+    assert!(acquire.attempts() >= 200);
+}

@@ -1,0 +1,218 @@
+//! The client's metrics (feature `metrics`), read with a debugging recorder
+//! after a scripted sequence on three real masters: a lock granted, a
+//! `try_lock` refused, a waiter woken by a release notice, releases, an
+//! extension, a kept-alive lock lost, and a master killed, whose failed vote
+//! is counted against its address.
+
+mod support;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+use metrics_util::{CompositeKey, MetricKind};
+use redlock_tests::RedisCluster;
+use redlock_tokio::{ExtendError, KeepAlive, LockOptions, LossReason};
+use support::{QUICK, builder, eventually, subscribers};
+
+/// A snapshot's values by metric kind, name and sorted labels.
+type Values = HashMap<(MetricKind, String, Vec<(String, String)>), DebugValue>;
+
+fn values(
+    snapshot: Vec<(
+        CompositeKey,
+        Option<metrics::Unit>,
+        Option<metrics::SharedString>,
+        DebugValue,
+    )>,
+) -> (Values, HashMap<String, String>) {
+    let mut values = Values::new();
+    let mut help = HashMap::new();
+    for (key, _unit, description, value) in snapshot {
+        let (kind, key) = key.into_parts();
+        let mut labels: Vec<(String, String)> = key
+            .labels()
+            .map(|label| (label.key().to_owned(), label.value().to_owned()))
+            .collect();
+        labels.sort();
+        if let Some(description) = description {
+            help.insert(key.name().to_owned(), description.to_string());
+        }
+        values.insert((kind, key.name().to_owned(), labels), value);
+    }
+    (values, help)
+}
+
+fn labels(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    let mut labels: Vec<(String, String)> = pairs
+        .iter()
+        .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
+        .collect();
+    labels.sort();
+    labels
+}
+
+fn counter(values: &Values, name: &str, pairs: &[(&str, &str)]) -> u64 {
+    match values.get(&(MetricKind::Counter, name.to_owned(), labels(pairs))) {
+        Some(DebugValue::Counter(count)) => *count,
+        None => 0,
+        other => panic!("{name}: {other:?}"),
+    }
+}
+
+fn samples(values: &Values, name: &str, pairs: &[(&str, &str)]) -> usize {
+    match values.get(&(MetricKind::Histogram, name.to_owned(), labels(pairs))) {
+        Some(DebugValue::Histogram(samples)) => samples.len(),
+        None => 0,
+        other => panic!("{name}: {other:?}"),
+    }
+}
+
+#[test]
+fn a_scripted_sequence_is_counted() {
+    let cluster = RedisCluster::start(3);
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let mut names: Vec<String> = Vec::new();
+    let mut value_text = String::new();
+    // The recorder is this thread's, and a current-thread runtime runs
+    // every task of the clients here.
+    metrics::with_local_recorder(&recorder, || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async {
+                let holder = builder(&cluster).build().await.unwrap();
+                // Only a notice wakes this waiter within the test.
+                let waiter = builder(&cluster)
+                    .retry_delay(Duration::from_secs(10))
+                    .build()
+                    .await
+                    .unwrap();
+
+                let mut guard = holder.try_lock("metered").await.expect("a free lock");
+                guard
+                    .extend(Duration::from_secs(10))
+                    .await
+                    .expect("extended");
+                let refused = waiter.try_lock("metered").await.expect_err("held");
+                assert!(refused.is_held_by_other(), "{refused}");
+
+                let waiting = tokio::spawn({
+                    let waiter = waiter.clone();
+                    async move { waiter.lock("metered").await }
+                });
+                eventually("the waiter listens on every node", QUICK * 4, || {
+                    cluster
+                        .nodes()
+                        .iter()
+                        .all(|node| subscribers(node, "metered") >= 1)
+                })
+                .await;
+                guard.release().await;
+                let second = tokio::time::timeout(Duration::from_secs(8), waiting)
+                    .await
+                    .expect("woken by the release notice, not its 10 s timer")
+                    .unwrap()
+                    .expect("the lock, once released");
+                second.release().await;
+
+                // A kept-alive lock whose value an operator releases: its
+                // next extension finds it gone, and the keep-alive loses it.
+                let guard = holder
+                    .lock_with("kept", LockOptions::new().ttl(Duration::from_secs(1)))
+                    .await
+                    .expect("a free lock");
+                let value = guard.value().clone();
+                value_text = value.as_str().to_owned();
+                let kept = guard.keep_alive(KeepAlive::default());
+                holder.release_value("kept", &value).await;
+                let reason = tokio::time::timeout(Duration::from_secs(8), kept.lost())
+                    .await
+                    .expect("lost at its first extension");
+                assert!(
+                    matches!(reason, LossReason::ExtendFailed(ExtendError::Gone { .. })),
+                    "{reason}"
+                );
+                kept.release().await;
+
+                // A master killed: the next release's round counts its
+                // failed vote (refused connection or timeout).
+                names = holder.nodes().to_vec();
+                let guard = holder.lock("after-kill").await.expect("a free lock");
+                cluster.node(2).kill();
+                let report = guard.release().await;
+                assert_eq!(report.failed(), 1, "{report}");
+                holder.shutdown().await;
+                waiter.shutdown().await;
+            });
+    });
+
+    let (values, help) = values(snapshotter.snapshot().into_vec());
+    let mut shown: Vec<String> = values
+        .iter()
+        .map(|(key, value)| format!("{key:?} = {value:?}"))
+        .collect();
+    shown.sort();
+    println!("{}", shown.join("\n"));
+    let exclusive = |outcome| [("kind", "exclusive"), ("outcome", outcome)];
+    let granted = exclusive("granted");
+    assert_eq!(counter(&values, "redlock_acquires_total", &granted), 4);
+    let held = exclusive("held_by_other");
+    assert_eq!(counter(&values, "redlock_acquires_total", &held), 1);
+    assert_eq!(
+        samples(&values, "redlock_acquire_wait_seconds", &granted),
+        4
+    );
+    assert_eq!(samples(&values, "redlock_acquire_attempts", &granted), 4);
+    let released = [("kind", "exclusive"), ("end", "released")];
+    assert_eq!(samples(&values, "redlock_lock_held_seconds", &released), 3);
+    let lost = [("kind", "exclusive"), ("end", "lost")];
+    assert_eq!(samples(&values, "redlock_lock_held_seconds", &lost), 1);
+    // Three guards and the operator's release by value; the lost lock's
+    // own release then found nothing.
+    let releases = |outcome| counter(&values, "redlock_releases_total", &[("outcome", outcome)]);
+    assert_eq!((releases("released"), releases("not_held")), (4, 1));
+    let extensions =
+        |outcome| counter(&values, "redlock_extensions_total", &[("outcome", outcome)]);
+    assert_eq!((extensions("extended"), extensions("gone")), (1, 1));
+    assert_eq!(
+        counter(&values, "redlock_locks_lost_total", &[("reason", "gone")]),
+        1
+    );
+    // At least a quorum of the three masters announced the release.
+    let notices: u64 = names
+        .iter()
+        .map(|name| counter(&values, "redlock_release_notices_total", &[("node", name)]))
+        .sum();
+    assert!(notices >= 2, "{values:#?}");
+    let killed_node = &names[2];
+    let errors: u64 = ["connection", "timeout"]
+        .iter()
+        .map(|error| {
+            counter(
+                &values,
+                "redlock_node_errors_total",
+                &[("node", killed_node), ("error", error)],
+            )
+        })
+        .sum();
+    // Its failed vote in the last release at least (a busy machine may
+    // time a node out in another round too).
+    assert!(errors >= 1, "{killed_node}: {values:#?}");
+    // No lock key or value in any label.
+    for (_, _, labels) in values.keys() {
+        for (_, value) in labels {
+            let private = ["metered", "kept", "after-kill", value_text.as_str()];
+            assert!(
+                private.iter().all(|text| !value.contains(text)),
+                "{labels:?}"
+            );
+        }
+    }
+    // Every metric has its help text.
+    for (_, name, _) in values.keys() {
+        assert!(help.contains_key(name), "{name} has no description");
+    }
+}
