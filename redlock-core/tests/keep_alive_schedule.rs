@@ -267,3 +267,28 @@ fn results_out_of_turn_are_ignored() {
     assert_eq!(schedule.poll_timeout(), before);
     assert_eq!(schedule.poll_event(), None);
 }
+
+/// The schedule is over only once the lock is lost: not while it waits for
+/// the next extension, runs one, waits to retry one, or waits for the end of
+/// a validity it can no longer extend. (Written for `make mutants`: the
+/// other tests only asserted that a lost lock's schedule is done.)
+#[test]
+fn the_schedule_is_over_only_once_the_lock_is_lost() {
+    let t0 = Instant::now();
+    let mut lock = lock(Duration::from_secs(1), 100 * MS, t0);
+    let mut schedule = KeepAliveSchedule::new(&lock, KeepAlive::default());
+    assert!(!schedule.is_done(), "waiting for the first extension");
+    let (at, _) = due(&mut schedule);
+    assert!(!schedule.is_done(), "extending");
+    schedule.handle_failed(no_quorum(&mut lock, at), at + 100 * MS);
+    assert!(!schedule.is_done(), "waiting to retry");
+    let (retry, _) = due(&mut schedule);
+    schedule.handle_failed(no_quorum(&mut lock, retry), lock.valid_until() - 50 * MS);
+    assert!(!schedule.is_done(), "waiting for the end of the validity");
+    schedule.handle_timeout(lock.valid_until());
+    assert!(matches!(
+        schedule.poll_event(),
+        Some(KeepAliveEvent::Lost(_))
+    ));
+    assert!(schedule.is_done(), "lost");
+}

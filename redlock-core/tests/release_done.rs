@@ -1,0 +1,91 @@
+//! When a release is over, and what its report says then: it runs until
+//! every node answered or its per-node timeout passed, is done from that
+//! moment (and asks for no timer any more), and its report is complete only
+//! when no node failed. (Written for `make mutants`: drivers stop on
+//! `is_done`, and no test read it, nor a complete report, back.)
+
+use redlock_core::Machine;
+use std::time::{Duration, Instant};
+
+use redlock_core::{Config, Key, LockValue, Release, Reply, Request, Response, RoundId, Settings};
+
+const MS: Duration = Duration::from_millis(1);
+
+fn settings() -> Settings {
+    Config::new(["a", "b", "c"])
+        .validate()
+        .expect("valid settings")
+}
+
+fn release(settings: &Settings, t0: Instant) -> (Release, Vec<Request>) {
+    let mut release = Release::new(
+        settings,
+        Key::from(&b"done"[..]),
+        LockValue::from_string("0123456789abcdef0123"),
+        RoundId(1),
+        t0,
+    );
+    let requests = std::iter::from_fn(|| release.poll_request()).collect();
+    (release, requests)
+}
+
+#[test]
+fn a_release_is_done_once_every_node_answered_and_its_report_is_complete() {
+    let settings = settings();
+    let t0 = Instant::now();
+    let (mut release, requests) = release(&settings, t0);
+    assert_eq!(requests.len(), 3);
+    assert!(!release.is_done(), "nothing answered yet");
+
+    release.handle_reply(Reply::to(&requests[0], Ok(Response::Int(1))), t0 + MS);
+    release.handle_reply(Reply::to(&requests[1], Ok(Response::Int(0))), t0 + MS);
+    assert!(!release.is_done(), "one node has not answered");
+    assert!(release.poll_event().is_none());
+    assert_eq!(
+        release.poll_timeout(),
+        Some(t0 + settings.release_timeout())
+    );
+
+    release.handle_reply(Reply::to(&requests[2], Ok(Response::Int(1))), t0 + 2 * MS);
+    assert!(release.is_done(), "every node answered");
+    assert_eq!(release.poll_timeout(), None, "no timer once done");
+    let report = release.poll_event().expect("the report");
+    assert!(report.is_complete(), "no node failed: {report}");
+    assert_eq!(
+        (report.released(), report.not_held(), report.failed()),
+        (2, 1, 0)
+    );
+    assert!(report.frees_lock() && !report.held_nowhere());
+    assert_eq!(report.notices_refused(), 0);
+    assert!(release.poll_event().is_none(), "one report");
+}
+
+#[test]
+fn a_release_with_a_silent_node_is_done_at_its_timeout_and_incomplete() {
+    let settings = settings();
+    let t0 = Instant::now();
+    let (mut release, requests) = release(&settings, t0);
+    release.handle_reply(Reply::to(&requests[0], Ok(Response::Int(1))), t0 + MS);
+    release.handle_reply(Reply::to(&requests[1], Ok(Response::Int(1))), t0 + MS);
+
+    let deadline = t0 + settings.release_timeout();
+    release.handle_timeout(deadline - MS);
+    assert!(
+        !release.is_done(),
+        "a timer before the deadline ends nothing"
+    );
+    release.handle_timeout(deadline);
+    assert!(release.is_done(), "the deadline ends the release");
+    assert_eq!(release.poll_timeout(), None);
+    let report = release.poll_event().expect("the report");
+    assert!(!report.is_complete(), "{report}");
+    assert_eq!(
+        (report.released(), report.not_held(), report.failed()),
+        (2, 0, 1)
+    );
+
+    // A late answer changes nothing any more.
+    release.handle_reply(Reply::to(&requests[2], Ok(Response::Int(1))), deadline + MS);
+    assert!(release.is_done());
+    assert!(release.poll_event().is_none());
+}
