@@ -88,8 +88,9 @@ pub(crate) enum Command {
 #[derive(Debug, Args)]
 pub(crate) struct Common {
     /// The Redis masters, comma-separated or repeated:
-    /// `redis://[user:password@]host[:port][/db]`, `rediss://` for TLS. Use an
-    /// odd number of independent masters (no replicas of one another).
+    /// `redis://[user:password@]host[:port][/db]`, `rediss://` for TLS, or a
+    /// whole Redis Cluster as one node: `redis+cluster://host:port,host:port`.
+    /// Use an odd number of independent masters (no replicas of one another).
     #[arg(
         long,
         global = true,

@@ -9,11 +9,7 @@ use crate::failure::Failure;
 /// empty entries. (An even count is the client's to refuse, as for every
 /// user of the library.)
 fn servers(common: &Common) -> Result<Vec<String>, Failure> {
-    let servers: Vec<String> = common
-        .servers
-        .iter()
-        .map(|server| server.trim().to_owned())
-        .collect();
+    let servers = join_cluster_seeds(common.servers.iter().map(|server| server.trim()));
     if servers.iter().all(String::is_empty) {
         return Err(Failure::usage(
             "no servers: give --servers URL[,URL...] or set REDLOCK_SERVERS \
@@ -26,6 +22,29 @@ fn servers(common: &Common) -> Result<Vec<String>, Failure> {
         ));
     }
     Ok(servers)
+}
+
+/// The list split on commas, with a cluster node's seeds put back
+/// together: `redis+cluster://h1:p1,h2:p2` (or `valkey+cluster://`) is one
+/// node, so the entries without a scheme that follow a cluster URL are more
+/// of its seeds.
+fn join_cluster_seeds<'a>(entries: impl Iterator<Item = &'a str>) -> Vec<String> {
+    let mut servers: Vec<String> = Vec::new();
+    for entry in entries {
+        match servers.last_mut() {
+            Some(last)
+                if !entry.is_empty()
+                    && !entry.contains("://")
+                    && (last.starts_with("redis+cluster://")
+                        || last.starts_with("valkey+cluster://")) =>
+            {
+                last.push(',');
+                last.push_str(entry);
+            }
+            _ => servers.push(entry.to_owned()),
+        }
+    }
+    servers
 }
 
 /// Validates the options and connects, with `configure` adding what the
@@ -58,4 +77,29 @@ pub(crate) async fn connect(
         }
         failure
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::join_cluster_seeds;
+
+    #[test]
+    fn a_cluster_node_keeps_its_seeds() {
+        let split = "redis://a:1,redis+cluster://b:1,b:2,b:3,redis://c:1,valkey+cluster://d:1,d:2";
+        assert_eq!(
+            join_cluster_seeds(split.split(',')),
+            [
+                "redis://a:1",
+                "redis+cluster://b:1,b:2,b:3",
+                "redis://c:1",
+                "valkey+cluster://d:1,d:2"
+            ]
+        );
+        // Only after a cluster URL: elsewhere a bare address stays an entry
+        // of its own (and the client refuses it), and empty entries stay.
+        assert_eq!(
+            join_cluster_seeds("redis://a:1,b:2,,redis://c".split(',')),
+            ["redis://a:1", "b:2", "", "redis://c"]
+        );
+    }
 }

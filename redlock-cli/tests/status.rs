@@ -119,3 +119,48 @@ fn common_options_may_come_before_the_subcommand() {
     status.assert_code(0);
     assert!(status.stdout.contains("lock k: "), "{status:#?}");
 }
+
+#[test]
+fn cluster_nodes_are_given_with_all_their_seeds_in_one_list() {
+    use redlock_tests::{RedisNode, ShardedNode};
+
+    let clusters: Vec<ShardedNode> = std::thread::scope(|scope| {
+        let starts: Vec<_> = (0..2)
+            .map(|_| scope.spawn(|| ShardedNode::start(3)))
+            .collect();
+        starts.into_iter().map(|s| s.join().unwrap()).collect()
+    });
+    let plain = RedisNode::start();
+    // `redis+cluster://h:p1,h:p2,h:p3` twice and a plain master, in one
+    // comma-separated list: the seeds stay with their cluster.
+    let servers = [clusters[0].url(), plain.url(), clusters[1].url()].join(",");
+    let exec = |key: &str| {
+        run(support::redlock()
+            .args(["exec", "--servers", &servers, "--node-timeout", "150ms"])
+            .args(["--connect-timeout", "10s", "--fencing", key, "--"])
+            .args(["sh", "-c", "test -n \"$REDLOCK_FENCING_TOKEN\""]))
+    };
+    // Keys on every shard of the first cluster.
+    let mut shards = std::collections::BTreeSet::new();
+    for i in 0.. {
+        let key = format!("k{i}");
+        if shards.insert(clusters[0].shard_index(&key)) {
+            exec(&key).assert_code(0);
+        }
+        if shards.len() == 3 {
+            break;
+        }
+    }
+    let status = run(support::redlock()
+        .args(["status", "--servers", &servers, "--connect-timeout", "10s"])
+        .args(["--node-timeout", "150ms", "--json", "k0"]));
+    status.assert_code(0);
+    let [status] = &status.stdout_json()[..] else {
+        panic!("one JSON object expected: {status:#?}");
+    };
+    assert_eq!(status["state"], "not_held", "{status}");
+    assert_eq!(status["nodes_answered"], 3, "{status}");
+    // The fenced exec left its counter on the first cluster, in the lock
+    // key's slot.
+    assert!(clusters[0].exists("{k0}\0fencing"));
+}

@@ -15,6 +15,11 @@
 //!   acquires a fresh key every 20 ms: a fault that leaves a majority up
 //!   stays in force until the probe was granted a lock (within a cap), and
 //!   with a majority down its calls show the no-quorum timing.
+//! - **cluster** (in model), on local processes: one of three nodes is a
+//!   Redis Cluster of three shards; a shard master is paused, a shard
+//!   master killed and restarted (empty, taking its slots back) after the
+//!   TTL, a plain master killed and restarted after the TTL (see
+//!   `suite/cluster.rs`).
 //! - **sharp** scenarios, one fault each, with two workers and a long hold:
 //!   two masters are down while one worker gets the lock, so it holds it on
 //!   exactly a quorum (masters 1-3); the two come back, and master 1 is then
@@ -44,6 +49,7 @@ use nix::sys::signal::Signal;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
+mod cluster;
 mod instruments;
 mod report;
 mod schedule;
@@ -108,6 +114,13 @@ impl Mode {
             (Mode::Ci, true) => 3,
             (Mode::Full, false) => 12,
             (Mode::Full, true) => 8,
+        }
+    }
+
+    fn cluster_cycles(self) -> usize {
+        match self {
+            Mode::Ci => 2,
+            Mode::Full => 5,
         }
     }
 
@@ -295,6 +308,10 @@ pub async fn run(options: Options) -> Report {
             }
             Err(err) => skipped.push(format!("process/clock_jump: {err}")),
         }
+        scenarios.push(
+            ctx.cluster(rng.random(), options.mode.cluster_cycles())
+                .await,
+        );
     } else {
         skipped.push("process part: not asked for".to_owned());
     }
@@ -613,41 +630,7 @@ impl Context<'_> {
         let records: Records = records.into_iter().collect();
         let reports = checker::liveness(&windows, &records, &probes, &stalls);
         let analysis = records.analyze();
-        let max_probe_ms = gross_no_quorum_ms();
-        let stalled: u64 = stalls.iter().map(|(s, e)| e - s).sum();
-        if stalled > 0 {
-            notes.push(format!(
-                "the machine stalled {} times for {:.0} ms in all (threads not scheduled for over {} ms): probes during stalls are left out of the timings",
-                stalls.len(),
-                ms(stalled),
-                STALL_THRESHOLD.as_millis()
-            ));
-        }
-        for report in &reports {
-            let verdict = report.verdict(max_probe_ms);
-            if verdict == Verdict::Starved {
-                notes.push(format!(
-                    "no verdict on {} ({}): the machine stalled {:.0} ms of it",
-                    report.window.label, report.window.class, report.stalled_ms
-                ));
-            }
-            if verdict == Verdict::Failed {
-                failures.push(format!(
-                    "liveness: {} ({}): grants {}, probes {}/{} granted, {} no-quorum, max {:.1} ms (bound {max_probe_ms:.0} ms); worker calls {}/{} no-quorum, {} held; {} grants without a majority",
-                    report.window.label,
-                    report.window.class,
-                    report.grants,
-                    report.probes_granted,
-                    report.probes,
-                    report.probes_no_quorum,
-                    report.probe_max_ms,
-                    report.worker_no_quorum,
-                    report.worker_attempts,
-                    report.worker_held,
-                    report.grants_without_majority
-                ));
-            }
-        }
+        self.judge_liveness(&reports, &stalls, &mut notes, &mut failures);
         self.check_in_model(&analysis, &mut failures);
         let client_pauses = windows.iter().filter(|w| w.class == "client_pause").count();
         if client_pauses > 0 && analysis.paused_past_validity == 0 {
@@ -673,6 +656,52 @@ impl Context<'_> {
             notes,
             failures,
             seconds: started.elapsed().as_secs_f64(),
+        }
+    }
+
+    /// Notes the machine's stalls, and fails every window whose liveness
+    /// verdict is a failure.
+    fn judge_liveness(
+        &self,
+        reports: &[WindowReport],
+        stalls: &[(u64, u64)],
+        notes: &mut Vec<String>,
+        failures: &mut Vec<String>,
+    ) {
+        let max_probe_ms = gross_no_quorum_ms();
+        let stalled: u64 = stalls.iter().map(|(s, e)| e - s).sum();
+        if stalled > 0 {
+            notes.push(format!(
+                        "the machine stalled {} times for {:.0} ms in all (threads not scheduled for over {} ms): probes during stalls are left out of the timings",
+                        stalls.len(),
+                        ms(stalled),
+                        STALL_THRESHOLD.as_millis()
+                ));
+        }
+        for report in reports {
+            let verdict = report.verdict(max_probe_ms);
+            if verdict == Verdict::Starved {
+                notes.push(format!(
+                    "no verdict on {} ({}): the machine stalled {:.0} ms of it",
+                    report.window.label, report.window.class, report.stalled_ms
+                ));
+            }
+            if verdict == Verdict::Failed {
+                failures.push(format!(
+                            "liveness: {} ({}): grants {}, probes {}/{} granted, {} no-quorum, max {:.1} ms (bound {max_probe_ms:.0} ms); worker calls {}/{} no-quorum, {} held; {} grants without a majority",
+                            report.window.label,
+                            report.window.class,
+                            report.grants,
+                            report.probes_granted,
+                            report.probes,
+                            report.probes_no_quorum,
+                            report.probe_max_ms,
+                            report.worker_no_quorum,
+                            report.worker_attempts,
+                            report.worker_held,
+                            report.grants_without_majority
+                        ));
+            }
         }
     }
 

@@ -354,14 +354,17 @@ async fn hold_lock(
     if keep_alive {
         let kept = guard.keep_alive(KeepAlive::default());
         work(planned, &mut steps, |steps| {
-            steps.tick(STEP, promised);
-            match kept.valid_until() {
-                Some(until) if kept.is_valid() => {
-                    extended(&mut promised, until);
-                    true
-                }
-                _ => false,
+            // The validity as it is now: the keep-alive runs on a task of
+            // its own and may have extended it while this step was late (a
+            // busy machine), in time. Judged against the validity before
+            // that extension, a late step would read as a pause past it.
+            // (A stopped process extends nothing while stopped.)
+            let now_valid = kept.valid_until().filter(|_| kept.is_valid());
+            if let Some(until) = now_valid {
+                extended(&mut promised, until);
             }
+            steps.tick(STEP, promised);
+            now_valid.is_some()
         })
         .await;
         steps.tick(STEP, promised);

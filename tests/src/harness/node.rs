@@ -351,6 +351,25 @@ impl RedisNode {
         self.expect(&build(args))
     }
 
+    /// [`command`](Self::command) on a connection that waits up to
+    /// `timeout` instead of [`CLIENT_TIMEOUT`]: for administration that may
+    /// take longer on a loaded machine (a `CLUSTER SETSLOT` saves the
+    /// cluster configuration with an fsync, a `MIGRATE` waits for the
+    /// target).
+    ///
+    /// # Panics
+    /// If the node cannot be reached or answers with an error.
+    pub fn command_within<I, A>(&self, timeout: Duration, args: I) -> Value
+    where
+        I: IntoIterator<Item = A>,
+        A: ToRedisArgs,
+    {
+        let cmd = build(args);
+        open_connection(self.port, self.options.password.as_deref(), timeout)
+            .and_then(|mut con| cmd.query(&mut con))
+            .unwrap_or_else(|err| panic!("{self}: `{}` failed: {err}", describe(&cmd)))
+    }
+
     /// `GET key`.
     pub fn get(&self, key: impl AsRef<[u8]>) -> Option<Vec<u8>> {
         self.expect(redis::cmd("GET").arg(key.as_ref()))

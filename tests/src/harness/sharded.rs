@@ -5,7 +5,7 @@
 //! `CLUSTER MEET`), not with `redis-cli --cluster create`, so that Redis and
 //! Valkey (whose PyPI build has no `valkey-cli`) are set up the same way.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::panic;
 use std::sync::{Mutex, PoisonError};
 use std::thread;
@@ -19,6 +19,11 @@ use super::node::{NodeOptions, RedisNode};
 /// loaded machine the cluster bus gossips slowly; a healthy start takes well
 /// under a second.
 pub const CLUSTER_READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long one step of forming a cluster or moving a slot may take: each
+/// saves the cluster configuration with an fsync, which a loaded machine
+/// has been seen to take over a second for.
+const ADMIN_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// The number of hash slots of a Redis Cluster.
 const SLOTS: u16 = 16384;
@@ -98,25 +103,31 @@ impl ShardedNode {
     /// the cluster to agree.
     fn form(&self) {
         for (shard, &(first, last)) in self.shards.iter().zip(&self.ranges) {
-            shard.command([
-                "CLUSTER".to_owned(),
-                "ADDSLOTSRANGE".to_owned(),
-                first.to_string(),
-                last.to_string(),
-            ]);
+            shard.command_within(
+                ADMIN_TIMEOUT,
+                [
+                    "CLUSTER".to_owned(),
+                    "ADDSLOTSRANGE".to_owned(),
+                    first.to_string(),
+                    last.to_string(),
+                ],
+            );
         }
         let first = &self.shards[0];
         for other in &self.shards[1..] {
-            first.command([
-                "CLUSTER".to_owned(),
-                "MEET".to_owned(),
-                "127.0.0.1".to_owned(),
-                other.port().to_string(),
-                other
-                    .cluster_port()
-                    .expect("started in cluster mode")
-                    .to_string(),
-            ]);
+            first.command_within(
+                ADMIN_TIMEOUT,
+                [
+                    "CLUSTER".to_owned(),
+                    "MEET".to_owned(),
+                    "127.0.0.1".to_owned(),
+                    other.port().to_string(),
+                    other
+                        .cluster_port()
+                        .expect("started in cluster mode")
+                        .to_string(),
+                ],
+            );
         }
         self.wait_until_ok();
     }
@@ -223,24 +234,59 @@ impl ShardedNode {
     /// # Panics
     /// If a step is refused.
     pub fn move_slot(&self, key: impl AsRef<[u8]>, to: usize) {
+        self.move_slot_paced(key, to, Duration::ZERO);
+    }
+
+    /// [`move_slot`](Self::move_slot) with a pause of `pause` after each
+    /// step, so that clients meet every intermediate state of the move:
+    ///
+    /// 1. the slot `IMPORTING` on the target, `MIGRATING` on the owner: a
+    ///    key the owner lacks is answered `ASK` (created on the target), a
+    ///    script over several keys of which the owner has some but not all
+    ///    is answered `TRYAGAIN`;
+    /// 2. every key migrated: the owner answers `ASK` for all of them;
+    /// 3. the target owns the slot, the old owner still migrating;
+    /// 4. the old owner answers `MOVED`; the other shards still name it as
+    ///    the owner, so a client that reads the slot map from them goes
+    ///    there first;
+    /// 5. every shard names the target.
+    ///
+    /// The new owner is told first, then the old one, then the others (the
+    /// order of the `CLUSTER SETSLOT` documentation): a client sent on by
+    /// `MOVED` never finds the target still refusing the slot.
+    ///
+    /// # Panics
+    /// If a step is refused.
+    pub fn move_slot_paced(&self, key: impl AsRef<[u8]>, to: usize, pause: Duration) {
         let slot = slot(key.as_ref());
         let from = self.shard_index(key.as_ref());
         assert_ne!(from, to, "slot {slot} is on shard {to} already");
         let id = |shard: &RedisNode| -> String {
-            redis::from_redis_value(shard.command(["CLUSTER", "MYID"])).expect("a node id")
+            redis::from_redis_value(shard.command_within(ADMIN_TIMEOUT, ["CLUSTER", "MYID"]))
+                .expect("a node id")
+        };
+        let rest = || {
+            if !pause.is_zero() {
+                thread::sleep(pause);
+            }
         };
         let (source, target) = (&self.shards[from], &self.shards[to]);
         let (source_id, target_id) = (id(source), id(target));
         let slot_arg = slot.to_string();
-        target.command(["CLUSTER", "SETSLOT", &slot_arg, "IMPORTING", &source_id]);
-        source.command(["CLUSTER", "SETSLOT", &slot_arg, "MIGRATING", &target_id]);
+        target.command_within(
+            ADMIN_TIMEOUT,
+            ["CLUSTER", "SETSLOT", &slot_arg, "IMPORTING", &source_id],
+        );
+        source.command_within(
+            ADMIN_TIMEOUT,
+            ["CLUSTER", "SETSLOT", &slot_arg, "MIGRATING", &target_id],
+        );
+        rest();
         loop {
-            let keys: Vec<Vec<u8>> = redis::from_redis_value(source.command([
-                "CLUSTER",
-                "GETKEYSINSLOT",
-                &slot_arg,
-                "100",
-            ]))
+            let keys: Vec<Vec<u8>> = redis::from_redis_value(source.command_within(
+                ADMIN_TIMEOUT,
+                ["CLUSTER", "GETKEYSINSLOT", &slot_arg, "100"],
+            ))
             .expect("a list of keys");
             if keys.is_empty() {
                 break;
@@ -259,15 +305,46 @@ impl ShardedNode {
             .map(|word| word.as_bytes().to_vec())
             .collect();
             migrate.extend(keys);
-            source.command(migrate);
+            source.command_within(ADMIN_TIMEOUT, migrate);
         }
-        for shard in &self.shards {
-            shard.command(["CLUSTER", "SETSLOT", &slot_arg, "NODE", &target_id]);
-        }
+        rest();
+        let setslot = |shard: &RedisNode| {
+            shard.command_within(
+                ADMIN_TIMEOUT,
+                ["CLUSTER", "SETSLOT", &slot_arg, "NODE", &target_id],
+            );
+        };
+        setslot(target);
+        rest();
+        setslot(source);
+        // From here on the old owner answers MOVED: the harness's own reads
+        // go to the new one.
         self.moved
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(slot, to);
+        rest();
+        for (i, shard) in self.shards.iter().enumerate() {
+            if i != from && i != to {
+                setslot(shard);
+            }
+        }
+    }
+
+    /// Errors answered so far by each shard, summed over the shards, by
+    /// code (`INFO errorstats`: `MOVED`, `ASK`, `TRYAGAIN`, ...): how many
+    /// redirections the clients met. The counts start at the shard's start
+    /// (or its last `CONFIG RESETSTAT`).
+    pub fn error_counts(&self) -> BTreeMap<String, u64> {
+        let mut counts = BTreeMap::new();
+        for shard in &self.shards {
+            let info: String = redis::from_redis_value(shard.command(["INFO", "errorstats"]))
+                .expect("INFO is text");
+            for (code, count) in parse_errorstats(&info) {
+                *counts.entry(code).or_default() += count;
+            }
+        }
+        counts
     }
 
     /// The number of keys on each shard (`DBSIZE`), in shard order.
@@ -294,6 +371,19 @@ fn cluster_options() -> NodeOptions {
     }
 }
 
+/// The lines `errorstat_<CODE>:count=<n>` of an `INFO errorstats` reply.
+fn parse_errorstats(info: &str) -> impl Iterator<Item = (String, u64)> + '_ {
+    info.lines().filter_map(|line| {
+        let (code, rest) = line.trim().strip_prefix("errorstat_")?.split_once(':')?;
+        let count = rest
+            .split(',')
+            .find_map(|field| field.strip_prefix("count="))?
+            .parse()
+            .ok()?;
+        Some((code.to_owned(), count))
+    })
+}
+
 /// The hash slot of a key, as the cluster computes it (the client's own
 /// computation: a disagreement with the servers fails the cluster tests).
 fn slot(key: &[u8]) -> u16 {
@@ -309,5 +399,20 @@ mod tests {
         assert_eq!(slot(b"123456789"), 0x31C3);
         assert_eq!(slot(b"{user1000}.following"), slot(b"user1000"));
         assert_ne!(slot(b"foo{}{bar}"), slot(b"bar"));
+    }
+
+    #[test]
+    fn errorstats_are_read_by_code() {
+        let info = "# Errorstats\r\nerrorstat_ASK:count=3\r\nerrorstat_MOVED:count=12\r\n\
+                    errorstat_TRYAGAIN:count=1\r\n";
+        let counts: Vec<(String, u64)> = parse_errorstats(info).collect();
+        assert_eq!(
+            counts,
+            [
+                ("ASK".into(), 3),
+                ("MOVED".into(), 12),
+                ("TRYAGAIN".into(), 1)
+            ]
+        );
     }
 }
