@@ -26,7 +26,7 @@ SHELL := bash
 # Prerequisites of `test` are steps in order, never run in parallel.
 .NOTPARALLEL:
 
-.PHONY: package package-check help demo bench bench-valkey bench-quick mutants model model-check test deps deps-valkey core-purity fmt-check clippy doc nextest nextest-valkey doctest kill-harness-redis chaos chaos-ci
+.PHONY: package package-check help demo bench bench-valkey bench-quick bench-cluster bench-cluster-valkey bench-memory mutants model model-check test deps deps-valkey core-purity fmt-check clippy doc nextest nextest-valkey doctest kill-harness-redis chaos chaos-ci
 
 help: ## List targets
 	@awk 'BEGIN { FS = ":.*## " } /^[a-z-]+:.*## / { printf "  %-20s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -66,12 +66,58 @@ bench-valkey: deps deps-valkey ## Full benchmark run on Valkey (VALKEY_BIN); tab
 	$(MAKE) --no-print-directory kill-harness-redis; \
 	exit $$status
 
+# The cluster-node smoke run (plain masters beside one 3-shard cluster node,
+# every path once, a few seconds) goes before the main program, whose
+# `bench summary: ...` stays the last line.
 bench-quick: deps ## The same in a few seconds per scenario, as CI runs it; results in target/bench-quick/
 	@status=0; \
 	mkdir -p "$(BENCH_QUICK_DIR)"; \
 	$(CARGO) bench --profile release -p redlock-benches --bench core -- --sample-count 20 | tee "$(BENCH_QUICK_DIR)/core.txt" || status=$$?; \
+	BENCH_COMMAND="make bench-quick (cluster smoke run)" \
+		$(CARGO) run --release -p redlock-benches --bin redlock-bench -- --quick --shards 0,3 --nodes 1 --out "$(BENCH_QUICK_DIR)" > "$(BENCH_QUICK_DIR)/cluster.txt" || status=$$?; \
+	tail -n 1 "$(BENCH_QUICK_DIR)/cluster.txt"; \
 	BENCH_COMMAND="make bench-quick$(if $(BENCH_ARGS), BENCH_ARGS='$(BENCH_ARGS)')" \
 		$(CARGO) run --release -p redlock-benches --bin redlock-bench -- --quick --out "$(BENCH_QUICK_DIR)" $(BENCH_ARGS) || status=$$?; \
+	$(MAKE) --no-print-directory kill-harness-redis; \
+	exit $$status
+
+# Cluster nodes: each of N Redlock nodes a Redis Cluster of S shards, beside
+# N plain masters, in one run (benches/src/cluster.rs): latency, 64-task
+# throughput with CPU per cycle of the client and every server process, how
+# commands and CPU spread over the shards, memory per held lock (100,000
+# locks, with and without fencing) and the capacity model computed from
+# them. A few minutes. BENCH_CLUSTER_ARGS is passed to the program. The last
+# line is `bench cluster summary: ...`.
+BENCH_CLUSTER_DEFAULT := --shards 0,1,3 --nodes 3
+BENCH_CLUSTER_ARGS ?= $(BENCH_CLUSTER_DEFAULT)
+
+bench-cluster: deps ## Cluster nodes (1 and 3 shards) beside plain masters, memory per lock, capacity model; benches/results/redis-cluster-nodes-3.md
+	@status=0; \
+	mkdir -p benches/results; \
+	BENCH_COMMAND="make bench-cluster$(if $(subst $(BENCH_CLUSTER_DEFAULT),,$(BENCH_CLUSTER_ARGS)), BENCH_CLUSTER_ARGS='$(BENCH_CLUSTER_ARGS)')" \
+		$(CARGO) run --release -p redlock-benches --bin redlock-bench -- $(BENCH_CLUSTER_ARGS) || status=$$?; \
+	$(MAKE) --no-print-directory kill-harness-redis; \
+	exit $$status
+
+bench-cluster-valkey: deps deps-valkey ## The same on Valkey (VALKEY_BIN); benches/results/valkey-cluster-nodes-3.md
+	@status=0; \
+	mkdir -p benches/results; \
+	REDLOCK_SERVER_BIN="$(VALKEY_BIN)" \
+	BENCH_COMMAND="make bench-cluster-valkey$(if $(subst $(BENCH_CLUSTER_DEFAULT),,$(BENCH_CLUSTER_ARGS)), BENCH_CLUSTER_ARGS='$(BENCH_CLUSTER_ARGS)')" \
+		$(CARGO) run --release -p redlock-benches --bin redlock-bench -- $(BENCH_CLUSTER_ARGS) || status=$$?; \
+	$(MAKE) --no-print-directory kill-harness-redis; \
+	exit $$status
+
+# Memory per held lock alone, on one node of each layout (plain master,
+# clusters of 1 and 3 shards): about a minute, on $REDLOCK_SERVER_BIN or
+# redis-server. BENCH_MEMORY_ARGS="--memory-locks 1000000" holds more.
+BENCH_MEMORY_ARGS ?=
+
+bench-memory: deps ## Memory per held lock, with and without fencing (100,000 locks); benches/results/<server>-lock-memory.md
+	@status=0; \
+	mkdir -p benches/results; \
+	BENCH_COMMAND="make bench-memory$(if $(BENCH_MEMORY_ARGS), BENCH_MEMORY_ARGS='$(BENCH_MEMORY_ARGS)')" \
+		$(CARGO) run --release -p redlock-benches --bin redlock-bench -- --memory $(BENCH_MEMORY_ARGS) || status=$$?; \
 	$(MAKE) --no-print-directory kill-harness-redis; \
 	exit $$status
 

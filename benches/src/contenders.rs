@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use rand::{Rng, RngExt};
-use redis::Value;
 use redis::aio::MultiplexedConnection;
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, RedisResult, Value};
 use redlock_tokio::core::scripts;
 use redlock_tokio::{LockGuard, Redlock, RetryConfig};
 
@@ -221,12 +222,14 @@ impl Contenders {
 /// The floor: what one round of N commands costs here. Raw `SET key value NX
 /// PX ttl` on every node at once over plain multiplexed connections, and raw
 /// `DEL` where the `SET` succeeded. No timeouts of its own, no state machine;
-/// waits for every node.
+/// waits for every node. A node that is a Redis Cluster
+/// (`redis+cluster://h:p,...`) gets the `redis` crate's cluster client
+/// instead, which sends each command to the shard of its key.
 ///
 /// `scripted`: the same with one `EVALSHA` of this library's acquire and
-/// release scripts instead of `SET NX PX` and `DEL`.
+/// release scripts instead of `SET NX PX` and `DEL` (plain nodes only).
 pub(crate) struct Floor {
-    connections: Vec<MultiplexedConnection>,
+    connections: Vec<FloorConnection>,
     quorum: usize,
     scripted: Option<Shas>,
     /// Scripted only: acquire with `SET NX PX GET` rather than the script,
@@ -247,11 +250,60 @@ pub(crate) struct FloorLock {
     scripted: bool,
 }
 
+/// The floor's connection to one node: a master, or a whole cluster.
+#[derive(Clone)]
+enum FloorConnection {
+    Plain(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+impl FloorConnection {
+    async fn query(&self, command: Cmd) -> RedisResult<Value> {
+        match self {
+            FloorConnection::Plain(connection) => {
+                command.query_async(&mut connection.clone()).await
+            }
+            FloorConnection::Cluster(connection) => {
+                command.query_async(&mut connection.clone()).await
+            }
+        }
+    }
+}
+
+/// The seeds of a `redis+cluster://h1:p1,h2:p2` (or `valkey+cluster://`)
+/// URL as `redis://h:p` URLs, or `None` for a plain node's URL. The
+/// benchmark's own servers have no password.
+pub(crate) fn cluster_seeds(url: &str) -> Option<Vec<String>> {
+    let rest = url
+        .strip_prefix("redis+cluster://")
+        .or_else(|| url.strip_prefix("valkey+cluster://"))?;
+    Some(
+        rest.trim_end_matches('/')
+            .split(',')
+            .map(|seed| format!("redis://{seed}"))
+            .collect(),
+    )
+}
+
 impl Floor {
-    async fn connect(urls: &[String], scripted: bool) -> Result<Self, String> {
+    pub(crate) async fn connect(urls: &[String], scripted: bool) -> Result<Self, String> {
         let mut connections = Vec::with_capacity(urls.len());
         let scripts = [scripts::ACQUIRE, scripts::RELEASE];
         for url in urls {
+            if let Some(seeds) = cluster_seeds(url) {
+                if scripted {
+                    return Err(format!(
+                        "floor: {url}: the script floor has no cluster mode"
+                    ));
+                }
+                let connection = redis::cluster::ClusterClient::new(seeds)
+                    .map_err(|err| format!("floor: {url}: {err}"))?
+                    .get_async_connection()
+                    .await
+                    .map_err(|err| format!("floor: {url}: {err}"))?;
+                connections.push(FloorConnection::Cluster(connection));
+                continue;
+            }
             let client = redis::Client::open(url.as_str()).map_err(|err| err.to_string())?;
             let mut connection = client
                 .get_multiplexed_async_connection()
@@ -267,7 +319,7 @@ impl Floor {
                         .map_err(|err| format!("floor: {url}: SCRIPT LOAD: {err}"))?;
                 }
             }
-            connections.push(connection);
+            connections.push(FloorConnection::Plain(connection));
         }
         let sha = |source| redis::Script::new(source).get_hash().to_owned();
         Ok(Self {
@@ -281,7 +333,7 @@ impl Floor {
         })
     }
 
-    async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Acquired, String> {
+    pub(crate) async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Acquired, String> {
         let value = random_value();
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
         let mut replies: FuturesUnordered<_> = self
@@ -289,7 +341,6 @@ impl Floor {
             .iter()
             .enumerate()
             .map(|(node, connection)| {
-                let mut connection = connection.clone();
                 let command = match &self.scripted {
                     None => {
                         let mut command = redis::cmd("SET");
@@ -318,7 +369,7 @@ impl Floor {
                         command
                     }
                 };
-                async move { (node, command.query_async::<Value>(&mut connection).await) }
+                async move { (node, connection.query(command).await) }
             })
             .collect();
         let mut granted = Vec::with_capacity(self.connections.len());
@@ -355,9 +406,9 @@ impl Floor {
         }
     }
 
-    async fn release(&self, lock: FloorLock) {
+    pub(crate) async fn release(&self, lock: FloorLock) {
         let deletes = lock.granted.iter().map(|&node| {
-            let mut connection = self.connections[node].clone();
+            let connection = &self.connections[node];
             let command = match &self.scripted {
                 None => {
                     let mut command = redis::cmd("DEL");
@@ -377,7 +428,7 @@ impl Floor {
                     command
                 }
             };
-            async move { command.query_async::<Value>(&mut connection).await }
+            async move { connection.query(command).await }
         });
         futures::future::join_all(deletes).await;
     }

@@ -41,11 +41,32 @@
 //! `--only` and `--contenders` narrow a run down, for profiling one
 //! contender in one scenario (`perf record -p` on the running program).
 //!
+//! Cluster nodes ([`cluster`]): `--shards 0,1,3` runs instead N nodes of
+//! each layout, plain masters (0) and Redis Clusters of 1 and 3 shards per
+//! node, side by side: (f) latency, (g) 64-task throughput with CPU per
+//! cycle of the client and of every server process, (h) how commands and
+//! CPU spread over the shards, (i) memory per held lock, with and without
+//! fencing ([`memory`]), and a capacity model computed from them. It writes
+//! `redis-cluster-nodes-3.md` and ends with `bench cluster summary: ...`.
+//! `--nodes` is 3 there unless given. `--memory` runs (i) alone on one node
+//! of each layout (`redis-lock-memory.md`); `--memory-locks N` sets how many
+//! locks (i) holds (100,000; 500 with `--quick`; 0 skips it). `--quick`
+//! is a smoke run of a few seconds, as `make bench-quick` (CI) runs it.
+//! `--tasks N` sets the tasks of (g) and (i) (64).
+//!
+//! ```text
+//! redlock-bench --shards 0,1,3 [--nodes N] [--quick] [--tasks N] [--memory-locks N] [--out DIR]
+//! redlock-bench --memory [--shards 0,1,3] [--memory-locks N] [--out DIR]
+//! ```
+//!
 //! `make bench` and `make bench-quick` run it in release mode.
 
 mod chart;
+mod cluster;
+mod cluster_report;
 mod contenders;
 mod cpu;
+mod memory;
 mod monitor;
 mod report;
 mod scenarios;
@@ -133,23 +154,37 @@ struct Args {
     only: String,
     /// Which contenders to run (all by default): for profiling one alone.
     kinds: Vec<Kind>,
-    nodes: usize,
+    /// `None`: 5, or 3 in the cluster mode (1 with `--memory`).
+    nodes: Option<usize>,
     out: Option<PathBuf>,
     ttl: Duration,
     retry_jitter: Duration,
+    /// The cluster mode: shards per node of each layout (0: plain masters).
+    shards: Option<Vec<usize>>,
+    /// The cluster mode's memory part alone.
+    memory: bool,
+    memory_locks: Option<u64>,
+    /// The cluster mode's tasks in (g) and (i).
+    tasks: Option<usize>,
 }
 
-const USAGE: &str = "usage: redlock-bench [--quick] [--nodes 1|3|5|7] [--only abcde] [--contenders ours,rslock,floor,script-floor] [--out DIR] [--ttl-ms MS] [--retry-jitter-ms MS]";
+const USAGE: &str = "usage: redlock-bench [--quick] [--nodes 1|3|5|7] [--only abcde] [--contenders ours,rslock,floor,script-floor] [--out DIR] [--ttl-ms MS] [--retry-jitter-ms MS]
+       redlock-bench --shards 0,1,3 [--nodes N] [--quick] [--tasks N] [--memory-locks N] [--out DIR] [--ttl-ms MS]
+       redlock-bench --memory [--shards 0,1,3] [--memory-locks N] [--out DIR]";
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
         quick: false,
         only: "abcde".to_owned(),
         kinds: Kind::ALL.to_vec(),
-        nodes: 5,
+        nodes: None,
         out: None,
         ttl: Duration::from_secs(10),
         retry_jitter: Duration::from_millis(50),
+        shards: None,
+        memory: false,
+        memory_locks: None,
+        tasks: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -157,12 +192,47 @@ fn parse_args() -> Result<Args, String> {
         match arg.as_str() {
             "--quick" => args.quick = true,
             "--nodes" => {
-                args.nodes = value("--nodes")?
+                let nodes = value("--nodes")?
                     .parse()
                     .map_err(|err| format!("--nodes: {err}"))?;
-                if !(1..=15).contains(&args.nodes) {
+                if !(1..=15).contains(&nodes) {
                     return Err("--nodes: between 1 and 15".to_owned());
                 }
+                args.nodes = Some(nodes);
+            }
+            "--shards" => {
+                let list = value("--shards")?;
+                let mut shards = Vec::new();
+                for item in list.split(',') {
+                    let n: usize = item
+                        .trim()
+                        .parse()
+                        .map_err(|err| format!("--shards: {item:?}: {err}"))?;
+                    if n > 16 {
+                        return Err("--shards: between 0 and 16 shards per node".to_owned());
+                    }
+                    if !shards.contains(&n) {
+                        shards.push(n);
+                    }
+                }
+                args.shards = Some(shards);
+            }
+            "--memory" => args.memory = true,
+            "--tasks" => {
+                let tasks: usize = value("--tasks")?
+                    .parse()
+                    .map_err(|err| format!("--tasks: {err}"))?;
+                if !(1..=4096).contains(&tasks) {
+                    return Err("--tasks: between 1 and 4096".to_owned());
+                }
+                args.tasks = Some(tasks);
+            }
+            "--memory-locks" => {
+                args.memory_locks = Some(
+                    value("--memory-locks")?
+                        .parse()
+                        .map_err(|err| format!("--memory-locks: {err}"))?,
+                );
             }
             "--only" => {
                 args.only = value("--only")?;
@@ -208,7 +278,23 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match run(&args) {
+    let outcome = if args.shards.is_some() || args.memory {
+        cluster_report::run(&cluster_report::ClusterArgs {
+            quick: args.quick,
+            shards: args.shards.clone().unwrap_or_else(|| vec![0, 1, 3]),
+            nodes: args.nodes.unwrap_or(if args.memory { 1 } else { 3 }),
+            latency: !args.memory,
+            memory_locks: args
+                .memory_locks
+                .unwrap_or(if args.quick { 500 } else { 100_000 }),
+            out: args.out.clone(),
+            ttl: args.ttl,
+            tasks: args.tasks,
+        })
+    } else {
+        run(&args)
+    };
+    match outcome {
         Ok(summary) => {
             println!("{summary}");
             ExitCode::SUCCESS
@@ -226,6 +312,7 @@ fn progress(message: &str) {
 
 /// Runs everything; returns the summary line.
 fn run(args: &Args) -> Result<String, String> {
+    let nodes = args.nodes.unwrap_or(5);
     let plan = if args.quick {
         Plan::quick()
     } else {
@@ -235,10 +322,10 @@ fn run(args: &Args) -> Result<String, String> {
     let load_at_start = load_average();
     progress(&format!(
         "starting {} masters: {}",
-        args.nodes,
+        nodes,
         redlock_tests::server()
     ));
-    let cluster = RedisCluster::start(args.nodes);
+    let cluster = RedisCluster::start(nodes);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -323,7 +410,7 @@ fn run(args: &Args) -> Result<String, String> {
         )?;
     }
     // The healthy baseline, one node, then as many as the quorum can do without.
-    let tolerated = (args.nodes - 1) / 2;
+    let tolerated = (nodes - 1) / 2;
     let mut levels = vec![0];
     for level in [1, tolerated] {
         if level >= 1 && level <= tolerated && !levels.contains(&level) {
@@ -336,7 +423,7 @@ fn run(args: &Args) -> Result<String, String> {
     } else if runs('d') {
         progress(&format!(
             "(d) nodes paused: {:?} of {} (0: healthy, same pace)",
-            levels, args.nodes
+            levels, nodes
         ));
         paused = scenarios::paused(
             &runtime,
@@ -368,7 +455,7 @@ fn run(args: &Args) -> Result<String, String> {
             format!("redlock-bench {}", args.join(" "))
         }),
         mode: if args.quick { "quick" } else { "full" },
-        nodes: args.nodes,
+        nodes,
         ttl_ms: args.ttl.as_millis(),
         node_timeout_ms: node_timeout.as_millis(),
         retry_jitter_ms: args.retry_jitter.as_millis(),
@@ -391,10 +478,10 @@ fn run(args: &Args) -> Result<String, String> {
     let stem = format!(
         "{}-nodes-{}",
         redlock_tests::server().name().to_lowercase(),
-        args.nodes
+        nodes
     );
     let chart_name = format!("{stem}.svg");
-    let chart = chart::svg(&results, args.nodes)?;
+    let chart = chart::svg(&results, nodes)?;
     let chart_path = out.join(&chart_name);
     std::fs::write(&chart_path, chart).map_err(|err| format!("{}: {err}", chart_path.display()))?;
     let document = report::document(&results, &info, Some(&chart_name));

@@ -25,7 +25,7 @@ const OP_TIMEOUT: Duration = Duration::from_secs(5);
 /// round, a contender meets a machine that the others warmed up and left
 /// with the most allocator and runtime state; in contention, the last one
 /// won whichever library it was.)
-pub(crate) fn fair_rounds(rounds: usize, kinds: &[Kind]) -> usize {
+pub(crate) fn fair_rounds<T>(rounds: usize, kinds: &[T]) -> usize {
     let len = kinds.len().max(1);
     rounds.max(1).div_ceil(len) * len
 }
