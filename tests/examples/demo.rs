@@ -287,7 +287,7 @@ async fn main() {
         "  {:<36} {:>7} {:>9} {:>8}  {:>9} {:>9}  uncontended lock p50 / p99 / max",
         "phase", "granted", "handovers", "failures", "wait p50", "wait max"
     );
-    let stats = shared.stats.lock().unwrap();
+    let stats = std::mem::take(&mut *shared.stats.lock().unwrap());
     for (phase, s) in stats.iter() {
         let mut probe = s.probe_us.clone();
         probe.sort_unstable();
@@ -323,7 +323,6 @@ async fn main() {
     } else {
         println!("Safety: {overlaps} overlapping critical sections!");
     }
-    drop(stats);
     redlock.shutdown().await;
     drop(cluster);
     println!("Stopped the 5 masters.");
