@@ -317,3 +317,45 @@ impl Reply {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn facts_name_their_server_and_version() {
+        let valkey = NodeFacts::new(Server::Valkey, Version(9, 1, 2));
+        assert_eq!(valkey.server(), Server::Valkey);
+        assert_eq!(valkey.version(), Some(Version(9, 1, 2)));
+        assert_eq!(
+            NodeFacts::from_info("redis_version:7.0.15\r\n").server(),
+            Server::Redis
+        );
+        assert_eq!(NodeFacts::default().server(), Server::Unknown);
+    }
+
+    #[test]
+    fn a_node_of_many_servers_can_do_what_its_oldest_can() {
+        let old = NodeFacts::new(Server::Redis, Version(7, 0, 15));
+        let new = NodeFacts::new(Server::Redis, Version(7, 2, 4));
+        assert_eq!(NodeFacts::lowest([new, old, new]), old);
+        assert_eq!(NodeFacts::lowest([new]), new);
+        assert_eq!(NodeFacts::lowest([new, new]), new);
+        // Another server, or one whose version is unknown: scripts only.
+        let valkey = NodeFacts::new(Server::Valkey, Version(9, 1, 2));
+        assert_eq!(NodeFacts::lowest([new, valkey]), NodeFacts::default());
+        let unknown = NodeFacts {
+            server: Server::Redis,
+            version: None,
+        };
+        assert_eq!(NodeFacts::lowest([new, unknown]), NodeFacts::default());
+        assert_eq!(NodeFacts::lowest([]), NodeFacts::default());
+    }
+
+    #[test]
+    fn plain_commands_are_named_as_the_server_knows_them() {
+        assert_eq!(Native::SetNxGet.name(), "SET");
+        assert_eq!(Native::SetIfEqGet.name(), "SET");
+        assert_eq!(Native::DelIfEq.name(), "DELIFEQ");
+    }
+}

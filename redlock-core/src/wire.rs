@@ -534,3 +534,52 @@ fn interpret_native(command: Command, native: Native, response: Response) -> Nod
         ))
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn script(command: Command, response: Response) -> NodeVote {
+        interpret(command, None, Ok(response))
+    }
+
+    fn is_protocol_error(vote: &NodeVote) -> bool {
+        matches!(vote, NodeVote::Failed(error) if error.kind == NodeErrorKind::Protocol)
+    }
+
+    #[test]
+    fn a_token_store_reads_stored_another_owner_and_missing_apart() {
+        let store = Command::StoreToken { token: 7 };
+        assert_eq!(script(store, Response::Int(1)), NodeVote::Granted);
+        assert_eq!(script(store, Response::Int(0)), NodeVote::HeldByOther(None));
+        assert_eq!(script(store, Response::Int(-1)), NodeVote::Missing);
+        assert!(is_protocol_error(&script(store, Response::Int(3))));
+    }
+
+    #[test]
+    fn a_restore_that_set_the_key_again_is_restored_not_merely_granted() {
+        let restore = Command::Restore { ttl: Ttl(1_000) };
+        assert_eq!(script(restore, Response::Int(2)), NodeVote::Restored);
+        assert_eq!(script(restore, Response::Int(1)), NodeVote::Granted);
+        assert_eq!(
+            script(restore, Response::Int(0)),
+            NodeVote::HeldByOther(None)
+        );
+        // An extend never sets a missing key, so it never answers 2.
+        let extend = Command::Extend { ttl: Ttl(1_000) };
+        assert!(is_protocol_error(&script(extend, Response::Int(2))));
+    }
+
+    #[test]
+    fn a_fenced_grant_needs_a_counter_that_is_not_negative() {
+        let acquire = Command::AcquireFenced { ttl: Ttl(1_000) };
+        let reply = |counter| Response::Array(vec![Response::Int(1), Response::Int(counter)]);
+        assert_eq!(script(acquire, reply(0)), NodeVote::Granted);
+        assert_eq!(script(acquire, reply(41)), NodeVote::Granted);
+        assert!(is_protocol_error(&script(acquire, reply(-1))));
+        let no_counter = Response::Array(vec![Response::Int(1)]);
+        assert!(is_protocol_error(&script(acquire, no_counter)));
+        let not_granted = Response::Array(vec![Response::Int(0), Response::Int(3)]);
+        assert!(is_protocol_error(&script(acquire, not_granted)));
+    }
+}
