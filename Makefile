@@ -31,7 +31,7 @@ SHELL := bash
 help: ## List targets
 	@awk 'BEGIN { FS = ":.*## " } /^[a-z-]+:.*## / { printf "  %-20s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
-demo: deps ## Five local masters, contending workers, one master killed and one paused (DEMO_SECONDS=20)
+demo: deps ## Five local masters, four workers taking turns at a lock; one master killed, one paused, both brought back (DEMO_SECONDS=20)
 	@status=0; \
 	$(CARGO) run --release -p redlock-tests --example demo || status=$$?; \
 	$(MAKE) --no-print-directory kill-harness-redis; \
