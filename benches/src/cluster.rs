@@ -286,22 +286,8 @@ async fn cycle(
     stats.attempts += 1;
     let started = Instant::now();
     let held = match tokio::time::timeout(OP_TIMEOUT, clients.try_acquire(who, key)).await {
-        Err(_) => {
-            stats.timeouts += 1;
-            *stats
-                .errors
-                .entry("no answer within 5 s".to_owned())
-                .or_insert(0) += 1;
-            return;
-        }
-        Ok(Err(error)) => {
-            stats.failures += 1;
-            let error: String = error.chars().take(160).collect();
-            if stats.errors.len() < 20 || stats.errors.contains_key(&error) {
-                *stats.errors.entry(error).or_insert(0) += 1;
-            }
-            return;
-        }
+        Err(_) => return stats.timed_out(),
+        Ok(Err(error)) => return stats.failed(&error),
         Ok(Ok(held)) => held,
     };
     stats.acquire.record(started.elapsed());

@@ -62,6 +62,25 @@ impl Sequential {
         }
         (self.attempts - self.failures - self.timeouts) as f64 / self.attempts as f64
     }
+
+    /// An acquire that got no answer within [`OP_TIMEOUT`].
+    pub(crate) fn timed_out(&mut self) {
+        self.timeouts += 1;
+        *self
+            .errors
+            .entry("no answer within 5 s".to_owned())
+            .or_insert(0) += 1;
+    }
+
+    /// An acquire that failed: its error, cut short, is counted among at
+    /// most 20 different ones.
+    pub(crate) fn failed(&mut self, error: &str) {
+        self.failures += 1;
+        let error: String = error.chars().take(160).collect();
+        if self.errors.len() < 20 || self.errors.contains_key(&error) {
+            *self.errors.entry(error).or_insert(0) += 1;
+        }
+    }
 }
 
 /// One acquire+release cycle on `key`, recorded into `stats`.
@@ -70,22 +89,8 @@ async fn cycle(contenders: &Contenders, kind: Kind, key: &str, stats: &mut Seque
     let started = Instant::now();
     let acquired = tokio::time::timeout(OP_TIMEOUT, contenders.try_acquire(kind, key)).await;
     let acquired = match acquired {
-        Err(_) => {
-            stats.timeouts += 1;
-            *stats
-                .errors
-                .entry("no answer within 5 s".to_owned())
-                .or_insert(0) += 1;
-            return;
-        }
-        Ok(Err(error)) => {
-            stats.failures += 1;
-            let error: String = error.chars().take(160).collect();
-            if stats.errors.len() < 20 || stats.errors.contains_key(&error) {
-                *stats.errors.entry(error).or_insert(0) += 1;
-            }
-            return;
-        }
+        Err(_) => return stats.timed_out(),
+        Ok(Err(error)) => return stats.failed(&error),
         Ok(Ok(acquired)) => acquired,
     };
     stats.acquire.record(started.elapsed());
