@@ -211,6 +211,16 @@ impl Command {
         }
     }
 
+    /// Whether the command removes what we set ([`Release`](Self::Release),
+    /// [`Withdraw`](Self::Withdraw)). Such a command must reach its node even
+    /// when nobody waits for its reply any more: the acquire it undoes may
+    /// have reached the node, and would otherwise stay there for a whole TTL.
+    /// Any other command may be dropped unsent once its deadline has passed
+    /// (a vote that no longer counts).
+    pub fn must_arrive(&self) -> bool {
+        matches!(self, Command::Release | Command::Withdraw)
+    }
+
     /// A short name for logs: `acquire`, `extend`, `release`.
     pub fn name(&self) -> &'static str {
         match self {

@@ -347,6 +347,7 @@ impl Builder {
                 server.client,
                 cluster,
                 self.connect_timeout,
+                settings.node_timeout(),
             )));
         }
         let nodes: Arc<[Arc<Node>]> = nodes.into();

@@ -41,6 +41,9 @@ struct Inner {
     notices: Option<Arc<Notices>>,
     /// The releases sent in the background, for [`Redlock::shutdown`].
     background: TaskTracker,
+    /// Releases and withdraws past their deadline, waiting for their nodes
+    /// (see [`complete_in_background`](crate::driver::complete_in_background)).
+    late: TaskTracker,
     /// Whether a refused release notice was logged (once per client).
     notice_refusal_logged: std::sync::atomic::AtomicBool,
     /// The node-labelled metric keys (nothing without the `metrics` feature).
@@ -61,6 +64,7 @@ impl Redlock {
                 nodes,
                 notices,
                 background: TaskTracker::new(),
+                late: TaskTracker::new(),
                 notice_refusal_logged: Default::default(),
                 metrics,
             }),
@@ -117,15 +121,20 @@ impl Redlock {
         self.inner.nodes.iter().filter(|n| n.is_connected()).count()
     }
 
-    /// Waits until every release this client sends in the background has
-    /// been answered or has timed out: those of dropped guards, and of
-    /// cancelled or failed acquires. Each takes at most one per-node timeout
-    /// once sent.
+    /// Waits until every request this client sends in the background has
+    /// been answered or has reached its deadline (those of dropped guards,
+    /// of cancelled or failed acquires, of slow nodes after a decision),
+    /// then up to one more per-node timeout for releases still queued on a
+    /// node that has not answered them yet (a paused master): they stay
+    /// queued after that, and reach the node if it comes back while the
+    /// process runs.
     ///
-    /// Call it before `main` returns. A Tokio runtime that shuts down drops
-    /// its tasks, and with them any release not yet sent: a guard dropped
-    /// on the way out of `main` (an early `?`, say) would otherwise leave
-    /// its lock held until the TTL. The client stays usable afterwards.
+    /// You need not call it before `main` returns: a guard alive or dropped
+    /// then is still released, on a blocking connection if its runtime has
+    /// gone (see [`LockGuard`](crate::LockGuard)). It is the explicit form,
+    /// for a program that wants its releases answered before it goes on, or
+    /// before it calls [`std::process::exit`], which runs no destructor. The
+    /// client stays usable afterwards.
     ///
     /// ```no_run
     /// # async fn work() -> Result<(), Box<dyn std::error::Error>> { Ok(()) }
@@ -136,7 +145,7 @@ impl Redlock {
     ///     work().await // an error drops the guard: released in the background
     /// }
     /// .await;
-    /// redlock.shutdown().await; // that release is sent before the runtime goes
+    /// redlock.shutdown().await; // that release has been answered
     /// result
     /// # }
     /// ```
@@ -145,10 +154,18 @@ impl Redlock {
         background.close();
         background.wait().await;
         background.reopen();
+        let late = &self.inner.late;
+        late.close();
+        let _ = tokio::time::timeout(self.inner.settings.node_timeout(), late.wait()).await;
+        late.reopen();
     }
 
     pub(crate) fn background(&self) -> &TaskTracker {
         &self.inner.background
+    }
+
+    pub(crate) fn late(&self) -> &TaskTracker {
+        &self.inner.late
     }
 
     /// Logs a release's outcome; a refused release notice once per client,

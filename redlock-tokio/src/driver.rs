@@ -4,13 +4,12 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll, Waker, ready};
 use std::time::Instant;
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use redlock_core::{Machine, Notice, Reply, Request, Response};
-use tokio_util::task::TaskTracker;
 use tracing::{Instrument, Level, debug, warn};
 
 use crate::Redlock;
@@ -18,20 +17,40 @@ use crate::metrics::{self, Voted};
 use crate::node::Node;
 use crate::notices::Waiter;
 
-/// Sends one request to its node, at once: the request is queued on the
-/// node's connection before this returns. The returned future yields the
+/// Sends one request to its node, at once: the request is in the node's
+/// connection queue before this returns. The returned future yields the
 /// node's reply, however late: deadlines are applied by the caller (the
 /// state machine times the node out itself at its
 /// [`poll_timeout`](Machine::poll_timeout); requests left to complete
 /// in the background are bounded by [`Sent::deadline`]).
 ///
-/// Queuing here rather than at the first poll by the caller keeps every
-/// node's requests in the order the state machines emit them, whatever
-/// order the caller's `FuturesUnordered` or tasks poll them in: an acquire
-/// is always ahead of the release that undoes it, also when the acquire
-/// completes in the background and the release is sent by another task.
-/// (Dropping a queued request before it is written makes the connection
-/// skip it, which keeps that order too.)
+/// # The per-node order
+///
+/// For every node and every key, the commands reach the node in the order
+/// the core emitted them: an acquire before the withdraw or release that
+/// undoes it, an extend before the release. It holds because
+///
+/// 1. a request is queued here, when the core emits it, not at a later poll
+///    by whoever owns the returned future (a `FuturesUnordered`, a
+///    background task): the first poll below happens now, unconstrained by
+///    Tokio's budget, and a plain master's connection queue never makes a
+///    sender wait for room ([`CONNECTION_QUEUE`](crate::node::CONNECTION_QUEUE));
+/// 2. a cluster node's request first waits for its key's turn
+///    ([`Order::turn`](crate::order::Order::turn)), taken at that same first
+///    poll: the cluster client routes and redirects each request on its own;
+/// 3. a command refused with `NOSCRIPT` is sent again only while no later
+///    command for its key was sent ([`Order`](crate::order::Order));
+/// 4. a release or withdraw ([`Command::must_arrive`](redlock_core::Command::must_arrive))
+///    is never dropped unsent: past its deadline it stays queued until its
+///    node answers or its connection fails ([`complete_in_background`]),
+///    and if its runtime drops it first (the process is exiting), it is sent
+///    on a blocking connection ([`Node::send_blocking`]). Any other request
+///    may be dropped past its deadline; the connection then skips it if it
+///    was not written yet, which keeps the order too.
+///
+/// `tests/tests/left_behind.rs` shows it under backpressure and storms of
+/// cancellations; `order_under_backpressure` in this file breaks rule 1 on
+/// purpose and sees the order break.
 ///
 /// No timer per request: a round's requests share one deadline, so one
 /// timer per round (in [`drive`]) or per background
@@ -42,6 +61,10 @@ pub(crate) fn send(nodes: &[Arc<Node>], request: Request) -> Sent {
     // which is the length of `nodes`.
     let node = Arc::clone(&nodes[request.node.0]);
     let deadline = request.deadline;
+    let must_arrive = request
+        .command
+        .must_arrive()
+        .then(|| (Arc::clone(&node), request.clone()));
     let mut future = Box::pin(async move {
         // The clock is read for the log line only, when someone listens.
         let started = tracing::enabled!(Level::DEBUG).then(Instant::now);
@@ -62,15 +85,18 @@ pub(crate) fn send(nodes: &[Arc<Node>], request: Request) -> Sent {
         }
         Some(reply)
     });
-    // The first poll queues the request (the connection's channel has room,
-    // or the request waits its turn in the channel's fair queue). Its waker
-    // does nothing: whoever owns the future next polls it again with theirs.
+    // The first poll queues the request (rule 1 above). Its waker does
+    // nothing: whoever owns the future next polls it again with theirs.
     let mut context = Context::from_waker(Waker::noop());
     let state = match future.as_mut().poll(&mut context) {
         Poll::Ready(reply) => SentState::Done(Some(reply)),
         Poll::Pending => SentState::Pending(future),
     };
-    Sent { deadline, state }
+    Sent {
+        deadline,
+        state,
+        must_arrive,
+    }
 }
 
 /// A request already sent: its reply, or the future that waits for it.
@@ -78,6 +104,9 @@ pub(crate) struct Sent {
     /// The request's deadline: past it, the reply no longer counts.
     deadline: Instant,
     state: SentState,
+    /// The node and the request, for a request that must reach its node
+    /// ([`Command::must_arrive`](redlock_core::Command::must_arrive)).
+    must_arrive: Option<(Arc<Node>, Request)>,
 }
 
 enum SentState {
@@ -90,15 +119,36 @@ impl Sent {
     pub(crate) fn deadline(&self) -> Instant {
         self.deadline
     }
+
+    /// Whether the request must reach its node even past its deadline.
+    fn must_arrive(&self) -> bool {
+        self.must_arrive.is_some()
+    }
 }
 
 impl Future for Sent {
     type Output = Option<Reply>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match &mut self.get_mut().state {
+        let state = &mut self.get_mut().state;
+        match state {
             SentState::Done(reply) => Poll::Ready(reply.take().flatten()),
-            SentState::Pending(future) => future.as_mut().poll(cx),
+            SentState::Pending(future) => {
+                let reply = ready!(future.as_mut().poll(cx));
+                *state = SentState::Done(None);
+                Poll::Ready(reply)
+            }
+        }
+    }
+}
+
+impl Drop for Sent {
+    fn drop(&mut self) {
+        // Dropped unanswered: its runtime is shutting down (background tasks
+        // never drop a request that must arrive), or there was none. The
+        // connection would skip it unwritten, after the acquire it undoes.
+        if let (SentState::Pending(_), Some((node, request))) = (&self.state, &self.must_arrive) {
+            node.send_blocking(request);
         }
     }
 }
@@ -176,10 +226,7 @@ where
             }
             if self.machine.is_done() {
                 self.finished = true;
-                complete_in_background(
-                    std::mem::take(&mut self.in_flight),
-                    self.client.background(),
-                );
+                complete_in_background(std::mem::take(&mut self.in_flight), self.client);
                 return last.expect("a machine that is done gave its final event");
             }
             if let Some(event) = last {
@@ -233,7 +280,7 @@ impl<M: Machine> Drop for Run<'_, M> {
         while let Some(request) = self.machine.poll_request() {
             in_flight.push(send(self.client.node_handles(), request));
         }
-        complete_in_background(in_flight, self.client.background());
+        complete_in_background(in_flight, self.client);
     }
 }
 
@@ -276,30 +323,70 @@ impl Timer {
     }
 }
 
-/// Lets requests in flight complete in a background task of `background`,
-/// so that slow nodes get the lock or the new TTL too, and releases sent
+/// Lets requests in flight complete in a background task of `client`, so
+/// that slow nodes get the lock or the new TTL too, and releases sent
 /// without waiting for them reach every node. They are queued already
-/// ([`send`]), so whatever is sent next still runs after them. The task ends
-/// by the latest of their deadlines.
-pub(crate) fn complete_in_background(in_flight: FuturesUnordered<Sent>, background: &TaskTracker) {
+/// ([`send`]), so whatever is sent next still runs after them. The task
+/// waits until the latest of their deadlines; then releases and withdraws
+/// not answered yet go on waiting, in a task of their own, until their
+/// node answers or their connection fails (rule 4 of [`send`]); any other
+/// request is dropped.
+pub(crate) fn complete_in_background(mut in_flight: FuturesUnordered<Sent>, client: &Redlock) {
     let Some(deadline) = in_flight.iter().map(Sent::deadline).max() else {
         return;
     };
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         warn!(
             requests = in_flight.len(),
-            "no Tokio runtime to complete requests on; a key they set expires at its TTL"
+            "no Tokio runtime to complete requests on; releases among them are sent on \
+             blocking connections, a key anything else set expires at its TTL"
         );
         return;
     };
-    {
-        let deadline = tokio::time::Instant::from_std(deadline);
-        background.spawn_on(
-            async move {
-                let _ = tokio::time::timeout_at(deadline, in_flight.for_each(|_| async {})).await;
+    let late = client.late().clone();
+    let spawn_on = runtime.clone();
+    client.background().spawn_on(
+        async move {
+            let deadline = tokio::time::Instant::from_std(deadline);
+            let drain = async { while in_flight.next().await.is_some() {} };
+            if tokio::time::timeout_at(deadline, drain).await.is_ok() {
+                return;
             }
-            .in_current_span(),
-            &runtime,
-        );
-    }
+            let unanswered: FuturesUnordered<Sent> =
+                in_flight.into_iter().filter(Sent::must_arrive).collect();
+            if !unanswered.is_empty() {
+                debug!(
+                    requests = unanswered.len(),
+                    "releases past their deadline stay queued until their nodes answer"
+                );
+                late.spawn_on(
+                    unanswered.for_each(|_| async {}).in_current_span(),
+                    &spawn_on,
+                );
+            }
+        }
+        .in_current_span(),
+        &runtime,
+    );
 }
+
+/// Sends every request of `machine` (a release) on blocking connections,
+/// the nodes in parallel: for when no Tokio runtime can (see
+/// [`Node::send_blocking`]). Bounded by one connect timeout plus one
+/// per-node timeout. The answers are not read.
+pub(crate) fn release_blocking<M: Machine>(client: &Redlock, mut machine: M) {
+    let mut requests = Vec::new();
+    while let Some(request) = machine.poll_request() {
+        requests.push(request);
+    }
+    let nodes = client.node_handles();
+    std::thread::scope(|scope| {
+        for request in &requests {
+            let node = &nodes[request.node.0];
+            scope.spawn(move || node.send_blocking(request));
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests;

@@ -10,7 +10,7 @@ use redlock_core::{
 };
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, debug, info, info_span, warn};
+use tracing::{Instrument, debug, info, info_span};
 
 use crate::driver::drive;
 use crate::metrics::{self, End};
@@ -25,8 +25,13 @@ use crate::{Error, KeepAlive, LossReason, Redlock};
 ///
 /// Dropping the guard without releasing releases the lock in a background
 /// task on the current Tokio runtime (on every node, since any of them may
-/// hold our value). Dropped outside a runtime, nothing can be sent: the key
-/// then stays on the nodes until its TTL expires.
+/// hold our value). When that runtime is shutting down (a guard alive or
+/// dropped as `main` returns, through `?`, a panic or plainly) or there is
+/// none, the release goes out on blocking connections, each waiting at most
+/// one connect timeout and one per-node timeout. Only a process that ends
+/// without running destructors ([`std::process::exit`], `abort`, a signal)
+/// leaves its locks to expire at their TTL; call
+/// [`Redlock::shutdown`](crate::Redlock::shutdown) first there.
 #[must_use = "dropping the guard releases the lock at once"]
 pub struct LockGuard {
     client: Redlock,
@@ -248,27 +253,50 @@ impl Drop for LockGuard {
 }
 
 /// Releases `lock` in the background, after `task` (a keep-alive whose
-/// extensions must not overtake the release) has stopped.
-fn spawn_release(client: Redlock, mut lock: Lock, task: Option<JoinHandle<()>>) {
+/// extensions must not overtake the release) has stopped. If the runtime
+/// drops that task first (it is shutting down: `main` returned with the
+/// guard alive or just dropped), or there is no runtime, the release goes
+/// out on blocking connections instead, at once.
+fn spawn_release(client: Redlock, lock: Lock, task: Option<JoinHandle<()>>) {
+    let unreleased = Unreleased {
+        client,
+        lock: Some(lock),
+    };
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        warn!(
-            key = %lock.key(),
-            "lock dropped outside a Tokio runtime: it stays held until its TTL expires"
-        );
+        debug!("lock dropped outside a Tokio runtime; releasing on blocking connections");
         return;
     };
-    debug!(key = %lock.key(), "lock dropped; releasing in the background");
-    let background = client.background().clone();
+    debug!("lock dropped; releasing in the background");
+    let background = unreleased.client.background().clone();
     background.spawn_on(
         async move {
+            let mut unreleased = unreleased;
             if let Some(task) = task {
                 task.abort();
                 let _ = task.await;
             }
-            release_lock(&client, &mut lock).await;
+            // From the first poll of the release on, its requests are sent
+            // and see to themselves (`driver::send`, rule 4).
+            let mut lock = unreleased.lock.take().expect("taken only here");
+            release_lock(&unreleased.client, &mut lock).await;
         },
         &runtime,
     );
+}
+
+/// A lock whose release has not been sent yet; dropped so, it is released
+/// on blocking connections.
+struct Unreleased {
+    client: Redlock,
+    lock: Option<Lock>,
+}
+
+impl Drop for Unreleased {
+    fn drop(&mut self) {
+        if let Some(mut lock) = self.lock.take() {
+            crate::driver::release_blocking(&self.client, lock.release(Instant::now()));
+        }
+    }
 }
 
 pub(crate) async fn release_lock(client: &Redlock, lock: &mut Lock) -> ReleaseReport {

@@ -139,9 +139,24 @@ pub(crate) struct Node {
     /// Set for a node that is a Redis Cluster; `client` is then unused here.
     cluster: Option<ClusterClient>,
     connect_timeout: Duration,
+    /// The per-node timeout: how long a blocking release waits for an answer.
+    node_timeout: Duration,
     state: Mutex<State>,
     /// The order of the requests sent, per lock key.
     order: Order,
+    /// The connection of [`send_blocking`](Self::send_blocking), made on
+    /// first use: only when a Tokio runtime is gone (or was never there).
+    blocking: Mutex<Blocking>,
+}
+
+/// A plain blocking connection, for releases sent when no runtime can send
+/// them (at process exit, or a guard dropped outside a runtime).
+#[derive(Default)]
+struct Blocking {
+    connection: Option<Box<dyn redis::ConnectionLike + Send>>,
+    /// Set when a connection or a request failed: the node is down or
+    /// paused, and every later blocking release would wait for it again.
+    gave_up: bool,
 }
 
 impl fmt::Debug for Node {
@@ -159,12 +174,15 @@ impl Node {
         client: redis::Client,
         cluster: Option<ClusterClient>,
         connect_timeout: Duration,
+        node_timeout: Duration,
     ) -> Self {
         Self {
             name: name.into(),
             client,
             cluster,
             connect_timeout,
+            node_timeout,
+            blocking: Mutex::default(),
             state: Mutex::new(State {
                 link: Link::Down {
                     error: NodeError::new(NodeErrorKind::Connection, "not connected yet"),
@@ -174,6 +192,24 @@ impl Node {
             }),
             order: Order::default(),
         }
+    }
+
+    /// A node over `connection`, made elsewhere (a test's in-memory server).
+    #[cfg(test)]
+    pub(crate) fn over(connection: MultiplexedConnection) -> Arc<Self> {
+        let client = redis::Client::open("redis://127.0.0.1:1").expect("a valid URL");
+        let node = Arc::new(Self::new(
+            "test".to_owned(),
+            client,
+            None,
+            Duration::from_secs(1),
+            Duration::from_secs(1),
+        ));
+        node.set_up(Connected {
+            connection: Connection::Single(connection),
+            facts: NodeFacts::default(),
+        });
+        node
     }
 
     /// The canonical address, `host:port/db` (`cluster:host:port,...` for
@@ -213,10 +249,7 @@ impl Node {
         if let Some(cluster) = &self.cluster {
             return self.connect_cluster(cluster).await;
         }
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.connect_timeout))
-            // The core applies its own per-node timeout to every request.
-            .set_response_timeout(None);
+        let config = connection_config().set_connection_timeout(Some(self.connect_timeout));
         let attempt = async {
             let connection = self
                 .client
@@ -460,6 +493,14 @@ impl Node {
             Ok(link) => link,
             Err(error) => return Reply::to(request, Err(error)),
         };
+        // A cluster connection keeps no order between requests (each is
+        // routed on its own, and MOVED, ASK and TRYAGAIN send it again
+        // later): a request for a key waits until the one before it on this
+        // node has been answered or given up ([`Order::turn`]).
+        let _turn = match self.cluster {
+            Some(_) => Some(self.order.turn(request.key()).await),
+            None => None,
+        };
         let call = request.call(&facts);
         let result = match call {
             Call::Script(script) => {
@@ -612,6 +653,92 @@ impl Node {
     }
 }
 
+/// How many requests a node's connection queues before a sender has to wait
+/// for room: in practice never. Every request must be in its node's queue
+/// the moment the core emits it (the per-node order, see
+/// [`driver::send`](crate::driver::send)); a sender that waited for room
+/// would queue its request whenever its task is next polled, possibly after
+/// a request emitted later (a release overtaking its acquire). The queue
+/// takes no memory until used; what it holds is bounded by the requests in
+/// flight, each of which the core bounds by its deadline.
+pub(crate) const CONNECTION_QUEUE: usize = usize::MAX >> 4;
+
+/// How every connection to a plain master is set up.
+pub(crate) fn connection_config() -> AsyncConnectionConfig {
+    AsyncConnectionConfig::new()
+        // The core applies its own per-node timeout to every request.
+        .set_response_timeout(None)
+        .set_pipeline_buffer_size(CONNECTION_QUEUE)
+}
+
+impl Node {
+    /// Sends `request` (a release or a withdraw) over a plain blocking
+    /// connection and waits for the answer, at most one connect timeout plus
+    /// one per-node timeout: for when no Tokio runtime can send it (its
+    /// runtime shut down with the request unsent, or there never was one).
+    /// The answer is not read: whoever would act on it is gone, and a
+    /// release is safe to repeat (it deletes only our value). A node that
+    /// fails here is not tried again by later blocking releases, so that a
+    /// process exiting with many locks waits for a dead node once.
+    pub(crate) fn send_blocking(&self, request: &Request) {
+        let facts = match &self.lock_state().link {
+            Link::Up { facts, .. } => *facts,
+            Link::Down { .. } => NodeFacts::default(),
+        };
+        let command = match request.call(&facts) {
+            // The full script: a new connection may meet an empty script
+            // cache, and there is no time for a NOSCRIPT round trip.
+            Call::Script(script) => script_call("EVAL", script, request),
+            Call::Native(native) => plain(native, request),
+        };
+        let mut blocking = self.blocking.lock().unwrap_or_else(PoisonError::into_inner);
+        if blocking.gave_up {
+            return;
+        }
+        let sent = (|| -> redis::RedisResult<()> {
+            let connection = match &mut blocking.connection {
+                Some(connection) => connection,
+                none => none.insert(self.connect_blocking()?),
+            };
+            command.query::<Value>(connection.as_mut()).map(drop)
+        })();
+        match sent {
+            Ok(()) => {
+                debug!(node = %self.name, command = request.command.name(), "sent with a blocking connection")
+            }
+            Err(err)
+                if err.is_timeout()
+                    || err.is_io_error()
+                    || err.is_connection_dropped()
+                    || err.is_connection_refusal() =>
+            {
+                info!(node = %self.name, error = %map_error(&err), "no blocking release on this node; its key expires at its TTL");
+                blocking.connection = None;
+                blocking.gave_up = true;
+            }
+            // An error reply (a key of another type, say): the node is up.
+            Err(err) => {
+                debug!(node = %self.name, error = %map_error(&err), "blocking release refused")
+            }
+        }
+    }
+
+    fn connect_blocking(&self) -> redis::RedisResult<Box<dyn redis::ConnectionLike + Send>> {
+        if let Some(cluster) = &self.cluster {
+            let connection = cluster.get_connection()?;
+            connection.set_read_timeout(Some(self.node_timeout))?;
+            connection.set_write_timeout(Some(self.node_timeout))?;
+            return Ok(Box::new(connection));
+        }
+        let connection = self
+            .client
+            .get_connection_with_timeout(self.connect_timeout)?;
+        connection.set_read_timeout(Some(self.node_timeout))?;
+        connection.set_write_timeout(Some(self.node_timeout))?;
+        Ok(Box::new(connection))
+    }
+}
+
 async fn reconnect(node: Weak<Node>, first_delay: Option<Duration>) {
     let mut backoff = RECONNECT_MIN;
     if let Some(delay) = first_delay {
@@ -680,12 +807,17 @@ fn plain(native: Native, request: &Request) -> redis::Cmd {
 }
 
 fn evalsha(sha: &str, request: &Request) -> redis::Cmd {
+    script_call("EVALSHA", sha, request)
+}
+
+/// `EVALSHA sha` or `EVAL source` (`verb`, `script`) for `request`.
+fn script_call(verb: &str, script: &str, request: &Request) -> redis::Cmd {
     // Sized up front: growing the command's buffers argument by argument
     // (reallocating at 8, 16, 32, ... bytes) cost more than all the rest of
     // building it.
     let arguments = request.arguments().count();
-    let bytes = "EVALSHA".len()
-        + sha.len()
+    let bytes = verb.len()
+        + script.len()
         + 3 // the key count
         + request.keys.iter().map(|key| key.as_bytes().len()).sum::<usize>()
         + request
@@ -696,7 +828,7 @@ fn evalsha(sha: &str, request: &Request) -> redis::Cmd {
             })
             .sum::<usize>();
     let mut call = redis::Cmd::with_capacity(3 + request.keys.len() + arguments, bytes);
-    call.arg("EVALSHA").arg(sha).arg(request.keys.len());
+    call.arg(verb).arg(script).arg(request.keys.len());
     for key in request.keys.iter() {
         call.arg(key.as_bytes());
     }

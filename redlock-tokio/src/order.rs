@@ -28,14 +28,32 @@
 use std::collections::HashMap;
 use std::future::{Future, poll_fn};
 use std::pin::pin;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::Poll;
 
 use redlock_core::Key;
 
-/// Stamps the commands queued on one node, per lock key.
+/// Stamps the commands queued on one node, per lock key; on a cluster node,
+/// also lets the commands for one key run one at a time ([`turn`](Order::turn)).
 #[derive(Debug, Default)]
-pub(crate) struct Order(Mutex<Stamps>);
+pub(crate) struct Order(Mutex<Stamps>, Mutex<Turns>);
+
+/// The queue of each key's commands on a cluster node.
+#[derive(Debug, Default)]
+struct Turns {
+    keys: HashMap<Key, Arc<tokio::sync::Mutex<()>>>,
+    /// The number of keys past which the next [`Order::turn`] forgets keys
+    /// that nobody holds or waits for.
+    sweep_at: usize,
+}
+
+/// A cluster node's command's turn for its key, from its emission until it
+/// is answered or given up; the next command for the key waits for it.
+pub(crate) struct Turn<'a> {
+    order: &'a Order,
+    key: Key,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
 
 #[derive(Debug, Default)]
 struct Stamps {
@@ -64,6 +82,39 @@ impl Order {
     fn lock(&self) -> MutexGuard<'_, Stamps> {
         // Every update is complete before anything that could panic.
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn turns(&self) -> MutexGuard<'_, Turns> {
+        // As for the stamps.
+        self.1.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Waits until every command for `key` emitted on this node before this
+    /// one has been answered or given up: a cluster node's connection routes
+    /// each command on its own and sends it again on MOVED, ASK or TRYAGAIN,
+    /// so commands for one key keep their order only if the next one is
+    /// sent once the last has finished. Called at the first poll of a
+    /// request (when the core emits it), so the turns are taken in the
+    /// order of emission (Tokio's mutex is first come, first served).
+    ///
+    /// Usually free: the command before (the acquire a release undoes) has
+    /// been answered already.
+    pub(crate) async fn turn(&self, key: &Key) -> Turn<'_> {
+        let mutex = {
+            let mut turns = self.turns();
+            if turns.keys.len() > turns.sweep_at {
+                turns.keys.retain(|_, mutex| Arc::strong_count(mutex) > 1);
+                turns.sweep_at = (turns.keys.len() * 2).max(64);
+            }
+            Arc::clone(turns.keys.entry(key.clone()).or_default())
+        };
+        let mut turn = Turn {
+            order: self,
+            key: key.clone(),
+            guard: None,
+        };
+        turn.guard = Some(mutex.lock_owned().await);
+        turn
     }
 
     /// Runs `command`, whose first poll queues a command for `key` on the
@@ -169,6 +220,20 @@ impl Stamps {
     }
 }
 
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        let mut turns = self.order.turns();
+        drop(self.guard.take());
+        if turns
+            .keys
+            .get(&self.key)
+            .is_some_and(|mutex| Arc::strong_count(mutex) == 1)
+        {
+            turns.keys.remove(&self.key);
+        }
+    }
+}
+
 impl Drop for Ticket<'_> {
     fn drop(&mut self) {
         let mut stamps = self.order.lock();
@@ -214,6 +279,37 @@ mod tests {
         // Keys are forgotten once nothing for them is in flight.
         drop((first, later, unrelated));
         assert!(order.lock().keys.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_turn_for_a_key_waits_for_the_one_before_it() {
+        let order = Order::default();
+        let key = Key::from(&b"k"[..]);
+        let other = Key::from(&b"other"[..]);
+        let first = order.turn(&key).await;
+        // Another key does not wait.
+        let unrelated = order.turn(&other).await;
+        let mut second = std::pin::pin!(order.turn(&key));
+        let mut third = std::pin::pin!(order.turn(&key));
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        // Queued in this order, at their first poll.
+        assert!(second.as_mut().poll(&mut cx).is_pending());
+        assert!(third.as_mut().poll(&mut cx).is_pending());
+        drop(first);
+        assert!(
+            third.as_mut().poll(&mut cx).is_pending(),
+            "not before the second"
+        );
+        let Poll::Ready(second) = second.as_mut().poll(&mut cx) else {
+            panic!("the second's turn comes when the first is done");
+        };
+        drop(second);
+        let Poll::Ready(third) = third.as_mut().poll(&mut cx) else {
+            panic!("then the third's");
+        };
+        drop((third, unrelated));
+        // Keys are forgotten once nobody holds or waits for them.
+        assert!(order.turns().keys.is_empty());
     }
 
     #[tokio::test]

@@ -1,6 +1,7 @@
-//! A guard dropped on the way out of `main` (an early `?`): with
-//! `Redlock::shutdown` before `main` returns, no key is left behind, on the
-//! current-thread and the multi-thread runtime alike.
+//! A guard alive or dropped on the way out of `main` (an early `?`, a panic,
+//! a task the runtime drops as it shuts down) leaves no key behind, with or
+//! without `Redlock::shutdown`, on the current-thread and the multi-thread
+//! runtime alike.
 
 mod support;
 
@@ -18,31 +19,25 @@ fn exit_early(cluster: &RedisCluster, flavor: &str, mode: &str, key: &str) {
         .expect("the exit-early program runs");
     let stderr = String::from_utf8_lossy(&output.stderr);
     // It fails on purpose, after it held the lock.
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("the work failed"), "{stderr}");
-}
-
-#[test]
-fn shutdown_before_main_returns_leaves_no_key_on_either_runtime() {
-    init_tracing();
-    let cluster = RedisCluster::start(3);
-    for flavor in ["current", "multi"] {
-        let key = format!("exit-{flavor}");
-        exit_early(&cluster, flavor, "shutdown", &key);
-        // The process is gone: whatever it did not send is lost for good.
-        assert_absent(&cluster, &key);
+    if mode == "panic" {
+        assert_eq!(output.status.code(), Some(101), "{stderr}");
+        assert!(stderr.contains("the work panicked"), "{stderr}");
+    } else {
+        assert_eq!(output.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains("the work failed"), "{stderr}");
     }
 }
 
 #[test]
-fn without_shutdown_a_current_thread_runtime_drops_the_release() {
+fn no_key_is_left_when_main_returns_on_either_runtime() {
     init_tracing();
     let cluster = RedisCluster::start(3);
-    exit_early(&cluster, "current", "no-shutdown", "exit-abrupt");
-    // The limit the docs state: the release task was spawned but never
-    // ran, since the runtime went away first; the key stays until its TTL.
-    for node in cluster.nodes() {
-        let pttl = node.pttl("exit-abrupt");
-        assert!((1..=10_000).contains(&pttl), "{node}: {pttl}");
+    for flavor in ["current", "multi"] {
+        for mode in ["shutdown", "no-shutdown", "panic", "keep"] {
+            let key = format!("exit-{flavor}-{mode}");
+            exit_early(&cluster, flavor, mode, &key);
+            // The process is gone: whatever it did not send is lost for good.
+            assert_absent(&cluster, &key);
+        }
     }
 }

@@ -1,0 +1,170 @@
+//! The per-node order (rule 1 of [`send`]) without a real server: a real
+//! `redis` connection over an in-memory stream to a server that stops
+//! reading (a paused master), so its connection queue fills. Requests are
+//! emitted as a client does (each acquire, then the release that undoes
+//! it) and then polled by their owners in the worst order; the server must
+//! still read every acquire before its release. Deterministic: one thread,
+//! no clock.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use futures::future::join_all;
+use redis::aio::MultiplexedConnection;
+use redlock_core::{Command, Config, Key, LockValue, Machine, Release, Request, RoundId};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+use tokio::sync::Notify;
+
+use super::send;
+use crate::node::{CONNECTION_QUEUE, Node, connection_config};
+
+/// A server that answers `:1` to every command and records each command's
+/// words, and reads nothing while paused.
+struct Server {
+    commands: Mutex<Vec<Vec<Vec<u8>>>>,
+    paused: Mutex<bool>,
+    resumed: Notify,
+}
+
+impl Server {
+    async fn serve(self: Arc<Self>, mut stream: DuplexStream) {
+        let mut buffer = Vec::new();
+        let mut chunk = [0_u8; 256];
+        loop {
+            while *self.paused.lock().unwrap() {
+                self.resumed.notified().await;
+            }
+            let Ok(read) = stream.read(&mut chunk).await else {
+                return;
+            };
+            if read == 0 {
+                return;
+            }
+            buffer.extend_from_slice(&chunk[..read]);
+            while let Some((words, used)) = parse(&buffer) {
+                buffer.drain(..used);
+                self.commands.lock().unwrap().push(words);
+                if stream.write_all(b":1\r\n").await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+
+    fn pause(&self, paused: bool) {
+        *self.paused.lock().unwrap() = paused;
+        self.resumed.notify_waiters();
+    }
+}
+
+/// One command (a RESP array of bulk strings) from the front of `bytes`, and
+/// how many bytes it took; `None` until it is complete.
+fn parse(bytes: &[u8]) -> Option<(Vec<Vec<u8>>, usize)> {
+    fn line(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
+        let end = at + bytes.get(at..)?.windows(2).position(|w| w == b"\r\n")?;
+        let number = std::str::from_utf8(&bytes[at + 1..end])
+            .ok()?
+            .parse()
+            .ok()?;
+        Some((number, end + 2))
+    }
+    let (count, mut at) = line(bytes, 0)?;
+    let mut words = Vec::with_capacity(count);
+    for _ in 0..count {
+        let (len, start) = line(bytes, at)?;
+        words.push(bytes.get(start..start + len)?.to_vec());
+        at = start + len + 2;
+        if bytes.len() < at {
+            return None;
+        }
+    }
+    Some((words, at))
+}
+
+/// How many keys the server saw released before they were acquired, when
+/// the connection queues `queue` requests at most.
+async fn reordered(queue: usize) -> usize {
+    let (client_end, server_end) = tokio::io::duplex(64);
+    let server = Arc::new(Server {
+        commands: Mutex::default(),
+        paused: Mutex::new(false),
+        resumed: Notify::new(),
+    });
+    tokio::spawn(Arc::clone(&server).serve(server_end));
+    let info =
+        redis::IntoConnectionInfo::into_connection_info("redis://127.0.0.1/").expect("a valid URL");
+    let (connection, driver) = MultiplexedConnection::new_with_config(
+        info.redis_settings(),
+        client_end,
+        connection_config().set_pipeline_buffer_size(queue),
+    )
+    .await
+    .expect("connects to the in-memory server");
+    tokio::spawn(driver);
+    let nodes = [Node::over(connection)];
+
+    let settings = Config {
+        servers: vec!["test".to_owned()],
+        ..Config::default()
+    }
+    .validate()
+    .expect("valid settings");
+    let request = |resource: usize, command: Command| -> Request {
+        let key = settings.key(format!("k{resource}").as_bytes());
+        let value = LockValue::from_string(format!("v{resource}"));
+        let mut release = Release::new(
+            &settings,
+            Key::clone(&key),
+            value,
+            RoundId(0),
+            Instant::now(),
+        );
+        let mut request = release.poll_request().expect("a release request");
+        request.command = command;
+        request
+    };
+
+    server.pause(true);
+    let mut acquires = Vec::new();
+    let mut releases = Vec::new();
+    for resource in 0..64 {
+        let ttl = settings.default_ttl();
+        acquires.push(send(&nodes, request(resource, Command::Acquire { ttl })));
+        releases.push(send(&nodes, request(resource, Command::Release)));
+    }
+    // The releases' owner is polled first, as a task that releases at once
+    // can be while the acquires complete in the background.
+    let releases = tokio::spawn(join_all(releases));
+    let acquires = tokio::spawn(join_all(acquires));
+    tokio::task::yield_now().await;
+    server.pause(false);
+    releases.await.expect("releases answered");
+    acquires.await.expect("acquires answered");
+
+    let acquire = redis::Script::new(redlock_core::scripts::ACQUIRE);
+    let commands = server.commands.lock().unwrap();
+    let mut acquired = std::collections::HashSet::new();
+    let mut reordered = 0;
+    for words in commands.iter().filter(|words| words[0] == b"EVALSHA") {
+        let key = words[3].clone();
+        if words[1] == acquire.get_hash().as_bytes() {
+            acquired.insert(key);
+        } else if !acquired.contains(&key) {
+            reordered += 1;
+        }
+    }
+    reordered
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn order_under_backpressure() {
+    assert_eq!(reordered(CONNECTION_QUEUE).await, 0);
+}
+
+/// The test above can see the bug it guards against: with a queue that
+/// makes senders wait for room (the `redis` crate's default is 50), a
+/// release is queued when its owner is polled, ahead of its acquire.
+#[tokio::test(flavor = "current_thread")]
+async fn order_under_backpressure_breaks_with_a_bounded_queue() {
+    assert!(reordered(4).await > 0);
+}

@@ -1,0 +1,226 @@
+//! Nothing left behind under pressure: many tasks on one client with a
+//! node's connection backed up (a paused master), storms of cancelled
+//! acquires, on plain masters and on cluster nodes. Once every client has
+//! shut down, no key of ours is on any master.
+//!
+//! What keeps it so is the per-node order (`redlock-tokio`'s
+//! `ARCHITECTURE` notes and `node.rs`): every request is in its node's
+//! connection queue when the core emits it, so the release of a key never
+//! runs before the acquire it undoes, and a release is never dropped unsent
+//! while its connection lives.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use redlock_tests::{RedisCluster, RedisNode, ShardedNode};
+use redlock_tokio::{Builder, Redlock};
+use support::{NODE_TIMEOUT, init_tracing};
+
+/// Every key on `nodes`, as text, but for a waiting writer's mark that
+/// expires within its hold-off (a little more than the retry interval): it
+/// is meant to outlive the writer's withdrawn attempts, to hold new readers
+/// off between its retries.
+fn keys_on<'a>(nodes: impl IntoIterator<Item = &'a RedisNode>) -> Vec<String> {
+    nodes
+        .into_iter()
+        .flat_map(|node| {
+            node.keys("*").into_iter().filter(|key| {
+                !(key.ends_with(b"\0writer-waiting") && (0..=HOLD_OFF_MS).contains(&node.pttl(key)))
+            })
+        })
+        .map(|key| String::from_utf8_lossy(&key).into_owned())
+        .collect()
+}
+
+/// The longest hold-off of a waiting writer with the default retry settings.
+const HOLD_OFF_MS: i64 = 1_000;
+
+fn assert_nothing_left(keys: Vec<String>, what: &str) {
+    assert!(
+        keys.is_empty(),
+        "{what}: {} keys left, for example {:?}",
+        keys.len(),
+        &keys[..keys.len().min(5)]
+    );
+}
+
+/// 128 tasks on one client lock and release their own keys (TTL 30 s, so a
+/// key left behind stays) while `pause` freezes one master for a while:
+/// its connection's queue fills, which is where a release could overtake
+/// the acquire it undoes. Then `resume`, shut down, and count.
+async fn backpressure(builder: Builder, pause: impl FnOnce(), resume: impl FnOnce()) -> usize {
+    const TASKS: usize = 128;
+    const CYCLES: usize = 60;
+    let redlock = builder
+        .ttl(Duration::from_secs(30))
+        .retry_count(0)
+        .build()
+        .await
+        .expect("client builds");
+    let run = |redlock: Redlock, task: usize| async move {
+        let mut granted = 0;
+        for cycle in 0..CYCLES {
+            if let Ok(guard) = redlock.lock(format!("bp:{task}:{cycle}")).await {
+                granted += 1;
+                guard.release().await;
+            }
+        }
+        granted
+    };
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|task| tokio::spawn(run(redlock.clone(), task)))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    pause();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    resume();
+    let mut granted = 0;
+    for task in tasks {
+        granted += task.await.expect("task runs");
+    }
+    redlock.shutdown().await;
+    granted
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backpressure_on_plain_masters_leaves_no_key() {
+    init_tracing();
+    let cluster = RedisCluster::start(5);
+    let builder = Redlock::builder(cluster.urls()).node_timeout(NODE_TIMEOUT);
+    let granted = backpressure(
+        builder,
+        || cluster.node(0).pause(),
+        || cluster.node(0).resume(),
+    )
+    .await;
+    println!("granted {granted} locks");
+    assert!(granted > 0, "4 of 5 masters answered all along");
+    assert_nothing_left(keys_on(cluster.nodes()), "after shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backpressure_on_cluster_nodes_leaves_no_key() {
+    init_tracing();
+    let nodes: Vec<ShardedNode> = std::thread::scope(|scope| {
+        let starts: Vec<_> = (0..3)
+            .map(|_| scope.spawn(|| ShardedNode::start(2)))
+            .collect();
+        starts.into_iter().map(|s| s.join().unwrap()).collect()
+    });
+    let urls: Vec<String> = nodes.iter().map(ShardedNode::url).collect();
+    let builder = Redlock::builder(&urls).node_timeout(NODE_TIMEOUT);
+    let granted = backpressure(
+        builder,
+        || nodes[0].shard(0).pause(),
+        || nodes[0].shard(0).resume(),
+    )
+    .await;
+    println!("granted {granted} locks");
+    assert!(granted > 0, "2 of 3 cluster nodes answered all along");
+    assert_nothing_left(
+        keys_on(nodes.iter().flat_map(ShardedNode::shards)),
+        "after shutdown",
+    );
+}
+
+/// Rounds of 100 `lock()` futures dropped at random instants (half on keys
+/// of their own, half on one shared key), one master paused in every other
+/// round; a lock that completes in time is released. After the last round
+/// and `shutdown`, nothing is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancellation_storm_leaves_no_key() {
+    init_tracing();
+    let cluster = RedisCluster::start(3);
+    let redlock = Redlock::builder(cluster.urls())
+        .node_timeout(NODE_TIMEOUT)
+        .ttl(Duration::from_secs(30))
+        .build()
+        .await
+        .expect("client builds");
+    let seed: u64 = rand::random();
+    println!("seed {seed}");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let started = Instant::now();
+    for round in 0..5_usize {
+        let paused = round % 2 == 1;
+        if paused {
+            cluster.node(round % 3).pause();
+        }
+        // Paused rounds cut later: the attempt is then surely in flight.
+        let cut_max = if paused { 2_000 } else { 200 };
+        let tasks: Vec<_> = (0..100_usize)
+            .map(|i| {
+                let redlock = redlock.clone();
+                let resource = if i % 2 == 0 {
+                    format!("storm:{round}:{i}")
+                } else {
+                    "storm:shared".to_owned()
+                };
+                let cut = Duration::from_micros(rng.random_range(0..cut_max));
+                tokio::spawn(async move {
+                    if let Ok(Ok(guard)) =
+                        tokio::time::timeout(cut, redlock.lock(resource.as_str())).await
+                    {
+                        guard.release().await;
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.expect("task runs");
+        }
+        if paused {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            cluster.node(round % 3).resume();
+        }
+    }
+    redlock.shutdown().await;
+    println!("5 rounds of 100 in {:?}", started.elapsed());
+    assert_nothing_left(keys_on(cluster.nodes()), "after the storm");
+}
+
+/// The same storm with `lock_all`, `read_lock` and `write_lock`, whose
+/// requests carry several keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancellation_storm_of_other_lock_kinds_leaves_no_key() {
+    init_tracing();
+    let cluster = RedisCluster::start(3);
+    let redlock = Redlock::builder(cluster.urls())
+        .node_timeout(NODE_TIMEOUT)
+        .ttl(Duration::from_secs(30))
+        .build()
+        .await
+        .expect("client builds");
+    let redlock = Arc::new(redlock);
+    let seed: u64 = rand::random();
+    println!("seed {seed}");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let tasks: Vec<_> = (0..300_usize)
+        .map(|i| {
+            let redlock = Arc::clone(&redlock);
+            let cut = Duration::from_micros(rng.random_range(0..300));
+            tokio::spawn(async move {
+                let resource = format!("kinds:{}", i % 7);
+                let acquire = async {
+                    match i % 3 {
+                        0 => redlock.read_lock(resource.as_str()).await,
+                        1 => redlock.write_lock(resource.as_str()).await,
+                        _ => redlock.lock_all(&[resource.as_str(), "kinds:all"]).await,
+                    }
+                };
+                if let Ok(Ok(guard)) = tokio::time::timeout(cut, acquire).await {
+                    guard.release().await;
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("task runs");
+    }
+    redlock.shutdown().await;
+    assert_nothing_left(keys_on(cluster.nodes()), "after the storm");
+}
