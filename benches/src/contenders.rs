@@ -2,6 +2,7 @@
 //! the floor (raw `SET NX PX` on every node at once).
 
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -73,6 +74,10 @@ pub(crate) struct Contenders {
     pub(crate) floor: Floor,
     pub(crate) script_floor: Floor,
     pub(crate) common: Common,
+    /// Nodes where one of our releases found no key of ours although the
+    /// lock was held: the release ran there before the acquire's `SET`
+    /// (a broken per-node order), or the key was lost. Must stay 0.
+    pub(crate) node_misses: AtomicU64,
 }
 
 /// A lock held by one of the contenders.
@@ -126,6 +131,7 @@ impl Contenders {
             floor,
             script_floor,
             common,
+            node_misses: AtomicU64::new(0),
         })
     }
 
@@ -210,7 +216,12 @@ impl Contenders {
     pub(crate) async fn release(&self, held: Held) {
         match held {
             Held::Ours(guard) => {
-                let _report = guard.release().await;
+                let valid = guard.is_valid();
+                let report = guard.release().await;
+                if valid {
+                    self.node_misses
+                        .fetch_add(report.not_held() as u64, Ordering::Relaxed);
+                }
             }
             Held::Rslock(lock) => lock.release().await,
             Held::Floor(lock) if lock.scripted => self.script_floor.release(lock).await,

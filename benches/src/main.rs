@@ -375,6 +375,7 @@ fn run(args: &Args) -> Result<String, String> {
         throughput = runtime.block_on(scenarios::throughput(
             &contenders,
             &all,
+            &cluster,
             &servers,
             plan.tasks,
             plan.throughput_rounds,

@@ -53,6 +53,11 @@ pub(crate) struct Summary {
     pub(crate) paused_success: Option<f64>,
     pub(crate) commands_per_acquire: Option<f64>,
     pub(crate) commands_per_release: Option<f64>,
+    /// Ours in the throughput scenario: nodes where a release of a held lock
+    /// found no key of ours, and keys left after `shutdown`. Both 0 when the
+    /// per-node order holds.
+    pub(crate) node_misses: Option<u64>,
+    pub(crate) keys_left: Option<u64>,
 }
 
 fn get<T>(map: &BTreeMap<Kind, T>, kind: Kind) -> Option<&T> {
@@ -111,6 +116,8 @@ impl Summary {
             paused_success,
             commands_per_acquire: ours_commands.map(|c| c.per_acquire_max),
             commands_per_release: ours_commands.map(|c| c.per_release_max),
+            node_misses: get(&results.throughput, Kind::Ours).map(|t| t.node_misses),
+            keys_left: get(&results.throughput, Kind::Ours).map(|t| t.keys_left),
         }
     }
 
@@ -118,11 +125,12 @@ impl Summary {
     /// their order are the targets').
     pub(crate) fn line(&self) -> String {
         let f = |value: Option<f64>| value.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.2}"));
+        let n = |value: Option<u64>| value.map_or_else(|| "n/a".to_owned(), |v| v.to_string());
         format!(
             "bench summary: acquire_p50_vs_floor={} acquire_p99_vs_rslock={} \
              release_p50_vs_rslock={} throughput_vs_rslock={} throughput_vs_floor={} \
              cpu_per_cycle_vs_floor={} paused_p50_vs_healthy={} commands_per_acquire={} \
-             commands_per_release={}",
+             commands_per_release={} node_misses={} keys_left={}",
             f(self.acquire_p50_vs_floor),
             f(self.acquire_p99_vs_rslock),
             f(self.release_p50_vs_rslock),
@@ -132,6 +140,8 @@ impl Summary {
             f(self.paused_p50_vs_healthy),
             f(self.commands_per_acquire),
             f(self.commands_per_release),
+            n(self.node_misses),
+            n(self.keys_left),
         )
     }
 
@@ -344,6 +354,8 @@ fn throughput_table(out: &mut String, results: &Results, info: &RunInfo) {
             "servers CPU/cycle",
             "total CPU/cycle",
             "failed",
+            "node misses",
+            "keys left",
         ],
     );
     let empty = Throughput::default();
@@ -364,6 +376,12 @@ fn throughput_table(out: &mut String, results: &Results, info: &RunInfo) {
                 format!("{:.1}", s.server_us_per_cycle()),
                 format!("{:.1}", s.cpu_us_per_cycle()),
                 s.failures.to_string(),
+                if kind == Kind::Ours {
+                    s.node_misses.to_string()
+                } else {
+                    "-".to_owned()
+                },
+                s.keys_left.to_string(),
             ],
         );
     }
@@ -381,6 +399,8 @@ fn throughput_table(out: &mut String, results: &Results, info: &RunInfo) {
                 ratio(ours.client_us_per_cycle(), theirs.client_us_per_cycle()),
                 ratio(ours.server_us_per_cycle(), theirs.server_us_per_cycle()),
                 ratio(ours.cpu_us_per_cycle(), theirs.cpu_us_per_cycle()),
+                String::new(),
+                String::new(),
                 String::new(),
             ],
         );

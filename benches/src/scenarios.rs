@@ -4,6 +4,7 @@
 //! Every loop is bounded twice: by a count and by a time budget.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -161,6 +162,12 @@ pub(crate) struct Throughput {
     pub(crate) client_cpu: Duration,
     /// CPU time of the redis-servers during the phases.
     pub(crate) server_cpu: Duration,
+    /// Ours only: nodes where a release of a held lock found no key of ours
+    /// ([`Contenders::node_misses`]).
+    pub(crate) node_misses: u64,
+    /// Keys of the phases still on the servers once the contender is done
+    /// (for ours, after `shutdown`): locks left behind until their TTL.
+    pub(crate) keys_left: u64,
 }
 
 impl Throughput {
@@ -200,6 +207,7 @@ fn per_cycle(cpu: Duration, cycles: u64) -> f64 {
 pub(crate) async fn throughput(
     contenders: &Arc<Contenders>,
     kinds: &[Kind],
+    cluster: &RedisCluster,
     servers: &[u32],
     tasks: usize,
     rounds: usize,
@@ -214,9 +222,20 @@ pub(crate) async fn throughput(
     for round in 0..fair_rounds(rounds, kinds) {
         for kind in rotated(kinds, round) {
             let (client_before, servers_before) = cpu::snapshot(servers);
+            let misses_before = contenders.node_misses.load(Ordering::Relaxed);
             let outcome = throughput_phase(contenders, kind, tasks, round, phase).await;
             let (client_after, servers_after) = cpu::snapshot(servers);
             let total = results.entry(kind).or_default();
+            if kind == Kind::Ours {
+                contenders.ours.shutdown().await;
+                total.node_misses += contenders.node_misses.load(Ordering::Relaxed) - misses_before;
+            }
+            let pattern = format!("b:{}:{round}:*", kind.short());
+            total.keys_left += cluster
+                .nodes()
+                .iter()
+                .map(|node| node.keys(&pattern).len() as u64)
+                .sum::<u64>();
             total.cycles += outcome.cycles;
             total.failures += outcome.failures;
             total.elapsed += outcome.elapsed;

@@ -75,6 +75,27 @@ impl Lock {
         remaining(self.valid_until, now).is_some()
     }
 
+    /// Nodes where `report`, of a release started at `started`, found no
+    /// value of ours although this lock held that node and was still valid
+    /// then: the node lost the key (it restarted empty), or the release ran
+    /// there before the acquire it undoes (a broken per-node order). Zero
+    /// when all is well; a lock released after its validity ended may find
+    /// its keys expired and counts nothing.
+    pub fn node_misses(&self, report: &crate::ReleaseReport, started: Instant) -> usize {
+        if !self.is_valid(started) {
+            return 0;
+        }
+        self.votes
+            .votes()
+            .iter()
+            .zip(report.votes().votes())
+            .filter(|(held, released)| {
+                matches!(held, crate::NodeVote::Granted)
+                    && matches!(released, crate::NodeVote::Missing)
+            })
+            .count()
+    }
+
     /// The votes of the acquiring round.
     pub fn votes(&self) -> &Votes {
         &self.votes

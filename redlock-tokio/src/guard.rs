@@ -301,10 +301,12 @@ impl Drop for Unreleased {
 
 pub(crate) async fn release_lock(client: &Redlock, lock: &mut Lock) -> ReleaseReport {
     let span = info_span!("redlock.release", resource = %lock.key());
-    let mut release = lock.release(Instant::now());
+    let started = Instant::now();
+    let mut release = lock.release(started);
     async {
         let report = drive(&mut release, client).await;
         client.log_release(&report);
+        metrics::node_misses(lock.node_misses(&report, started));
         report
     }
     .instrument(span)

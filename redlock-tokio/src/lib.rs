@@ -136,8 +136,10 @@
 //! # Connections
 //!
 //! - One long-lived multiplexed connection per node, shared by every lock
-//!   and every clone of the [`Redlock`] handle; requests to one node are
-//!   executed in the order they were sent.
+//!   and every clone of the [`Redlock`] handle. For each key, a node runs
+//!   the commands in the order the core emitted them (an acquire before the
+//!   release that undoes it, an extend before the release), under any load:
+//!   see "Dropping and cancelling" below.
 //! - Each connection reads its server's facts (`INFO server`: Redis or
 //!   Valkey, and the version), again after every reconnect, and the core
 //!   picks each request's command by them
@@ -192,10 +194,13 @@
 //!   are the lowest of its masters' ([`NodeFacts::lowest`](redlock_core::NodeFacts::lowest)).
 //! - Release notices are the scripts' classic `PUBLISH`, which a cluster
 //!   forwards to all its nodes; waiters subscribe on the first seed.
-//! - The cluster client retries a command up to 3 times (redirections, a
-//!   reconnect). A command retried after its connection broke may run after
-//!   a later command for the same key: the order kept across `NOSCRIPT` on
-//!   plain masters is not kept across a cluster client's reconnect.
+//! - The cluster client routes each command on its own and retries it up to
+//!   3 times (`MOVED`, `ASK`, `TRYAGAIN`, a reconnect), so it keeps no order
+//!   by itself: a command for a key is sent to a cluster node only once the
+//!   one before it for that key has been answered or given up. One case is
+//!   left: a command given up at its deadline while written to a shard that
+//!   then moves the slot may run after the next one; the core allows for it
+//!   as for a lost reply (an acquire's key then expires at its TTL).
 //! - A failover inside a cluster node can promote a replica that lacks our
 //!   key (replication is asynchronous): the same as a master restarting
 //!   empty. Run cluster nodes without replicas, or fail over only after the
@@ -323,26 +328,35 @@
 //!
 //! # Dropping and cancelling
 //!
-//! - Every future here is cancel-safe. A dropped [`Redlock::lock`] or
-//!   [`Redlock::try_lock`] releases, in a background task, whatever its
-//!   attempt in flight may have set on the nodes.
+//! - Every future here is cancel-safe. A dropped [`Redlock::lock`] (or any
+//!   other acquire) releases, in a background task, whatever its attempt in
+//!   flight may have set on the nodes.
 //! - A [`LockGuard`] or [`KeepAliveGuard`] dropped without `release`
 //!   releases the lock in a background task on the current Tokio runtime.
-//!   Dropped outside a runtime nothing can be sent, and the key stays until
-//!   its TTL expires.
-//! - A runtime that shuts down drops its tasks, background releases among
-//!   them: a guard dropped on the way out of `main` (an early `?`) leaves
-//!   its lock held until the TTL unless [`Redlock::shutdown`] is awaited
-//!   before `main` returns. It waits for every background release of the
-//!   client (at most one per-node timeout each once sent).
+//! - **Exit.** A guard alive or dropped when `main` returns (plainly,
+//!   through `?`, or by a panic), on either runtime flavour, is released
+//!   without any call: a release that its runtime drops unsent (a runtime
+//!   drops its tasks as it shuts down) goes out on a blocking connection
+//!   instead, each node waited for at most one connect timeout plus one
+//!   per-node timeout. So does a guard dropped outside any runtime.
+//!   [`Redlock::shutdown`] is the explicit form (it waits until the
+//!   background releases are answered); call it before
+//!   [`std::process::exit`], which runs no destructor, so nothing can be
+//!   sent there. A process killed (`SIGKILL`, `abort`) leaves its locks to
+//!   expire at their TTL.
+//! - **Order.** Every request is in its node's connection queue the moment
+//!   the core emits it (the queue never makes a sender wait for room), so a
+//!   release always runs after the acquire it undoes, also under heavy load
+//!   and when the acquire completes in the background. A release or
+//!   withdraw is never dropped unsent: past its deadline it stays queued
+//!   until its node answers (a paused master gets it when it resumes) or
+//!   the connection fails.
 //! - Nobody waits for slow nodes: an acquire or extend returns as soon as
 //!   the core decides, and the requests still in flight then complete in the
 //!   background (so the slow nodes get the lock or the new TTL too).
 //!   Releases of failed attempts and of lost locks, and the restores an
 //!   extension sends to masters that lost the value, also go out in the
-//!   background. Every
-//!   request is queued on its node's connection the moment the core emits
-//!   it, so a release always runs after the acquire it undoes.
+//!   background, in order (above).
 //!
 //! # Guarantees and limits
 //!

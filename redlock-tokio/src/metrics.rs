@@ -142,6 +142,7 @@ mod on {
     pub(crate) const RELEASES: &str = "redlock_releases_total";
     pub(crate) const NODE_ERRORS: &str = "redlock_node_errors_total";
     pub(crate) const NOTICES: &str = "redlock_release_notices_total";
+    pub(crate) const NODE_MISSES: &str = "redlock_release_node_misses_total";
 
     static METADATA: Metadata<'static> =
         Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
@@ -288,6 +289,13 @@ mod on {
              its TTL)"
         );
         describe_counter!(
+            NODE_MISSES,
+            Unit::Count,
+            "Nodes where the release of a lock still valid found no value of ours although \
+             the lock held that node: a master that restarted empty, or a release that ran \
+             before its acquire (a broken per-node order); 0 when all is well"
+        );
+        describe_counter!(
             NODE_ERRORS,
             Unit::Count,
             "Failed votes by node (host:port/db) and error: timeout, connection, auth, \
@@ -388,6 +396,17 @@ mod on {
     }
 
     /// A release's report.
+    pub(crate) fn node_misses(misses: usize) {
+        if misses > 0 {
+            static KEY: LazyLock<Key> = LazyLock::new(|| Key::from_name(NODE_MISSES));
+            ::metrics::with_recorder(|recorder| {
+                recorder
+                    .register_counter(&KEY, &METADATA)
+                    .increment(misses as u64)
+            });
+        }
+    }
+
     pub(crate) fn released(report: &ReleaseReport) {
         let index = if !report.frees_lock() {
             2
@@ -522,6 +541,9 @@ mod off {
 
     #[inline(always)]
     pub(crate) fn released(_: &ReleaseReport) {}
+
+    #[inline(always)]
+    pub(crate) fn node_misses(_: usize) {}
 
     #[derive(Clone)]
     pub(crate) struct Nodes;

@@ -135,9 +135,11 @@ pub(crate) fn cluster_client(
 ) -> redis::RedisResult<redis::cluster::ClusterClient> {
     redis::cluster::ClusterClient::builder(seeds)
         .connection_timeout(connect_timeout)
-        // The core applies its own per-node deadline to every request; this
-        // only bounds a request whose caller is gone.
-        .response_timeout(connect_timeout)
+        // No response timeout: the core applies its own per-node deadline
+        // to every request, and a release past its deadline must stay
+        // queued until its shard answers (a request the cluster client
+        // timed out would be dropped unwritten, after the acquire it undoes).
+        // A request whose caller is gone is dropped by the cluster client.
         // MOVED and ASK during resharding, and a refreshed slot map, each
         // take one retry. Few: a command retried after its connection broke
         // may run after a later command for the same key was sent (see the

@@ -216,3 +216,34 @@ fn a_scripted_sequence_is_counted() {
         assert!(help.contains_key(name), "{name} has no description");
     }
 }
+
+/// Node misses: none in a plain run; a master that loses the key of a held
+/// lock (flushed, as a restart without persistence would) is one.
+#[test]
+fn a_release_that_finds_no_key_where_the_lock_was_held_is_a_node_miss() {
+    const MISSES: &str = "redlock_release_node_misses_total";
+    let cluster = RedisCluster::start(3);
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async {
+                let redlock = builder(&cluster).build().await.unwrap();
+                for i in 0..20 {
+                    let guard = redlock.try_lock(format!("plain-{i}")).await.unwrap();
+                    guard.release().await;
+                }
+                let (plain, _) = values(snapshotter.snapshot().into_vec());
+                assert_eq!(counter(&plain, MISSES, &[]), 0, "a plain run");
+
+                let guard = redlock.try_lock("flushed").await.unwrap();
+                cluster.node(1).command(["FLUSHALL"]);
+                assert_eq!(guard.release().await.released(), 2);
+                let (flushed, _) = values(snapshotter.snapshot().into_vec());
+                assert_eq!(counter(&flushed, MISSES, &[]), 1, "the flushed master");
+            });
+    });
+}
