@@ -33,8 +33,10 @@ use crate::notices::Waiter;
 /// 1. a request is queued here, when the core emits it, not at a later poll
 ///    by whoever owns the returned future (a `FuturesUnordered`, a
 ///    background task): the first poll below happens now, unconstrained by
-///    Tokio's budget, and a plain master's connection queue never makes a
-///    sender wait for room ([`CONNECTION_QUEUE`](crate::node::CONNECTION_QUEUE));
+///    Tokio's budget, and a plain master's connection queue makes no
+///    sender wait for room until it holds
+///    [`CONNECTION_QUEUE`](crate::node::CONNECTION_QUEUE) requests, which
+///    only a master that stopped reading under heavy load reaches;
 /// 2. a cluster node's request first waits for its key's turn
 ///    ([`Order::turn`](crate::order::Order::turn)), taken at that same first
 ///    poll: the cluster client routes and redirects each request on its own;
@@ -42,7 +44,8 @@ use crate::notices::Waiter;
 ///    command for its key was sent ([`Order`](crate::order::Order));
 /// 4. a release or withdraw ([`Command::must_arrive`](redlock_core::Command::must_arrive))
 ///    is never dropped unsent: past its deadline it stays queued until its
-///    node answers or its connection fails ([`complete_in_background`]),
+///    node answers or its connection fails, at most one default TTL
+///    ([`complete_in_background`]),
 ///    and if its runtime drops it first (the process is exiting), it is sent
 ///    on a blocking connection ([`Node::send_blocking`]). Any other request
 ///    may be dropped past its deadline; the connection then skips it if it
@@ -329,8 +332,8 @@ impl Timer {
 /// ([`send`]), so whatever is sent next still runs after them. The task
 /// waits until the latest of their deadlines; then releases and withdraws
 /// not answered yet go on waiting, in a task of their own, until their
-/// node answers or their connection fails (rule 4 of [`send`]); any other
-/// request is dropped.
+/// node answers or their connection fails, at most one default TTL (rule 4
+/// of [`send`]); any other request is dropped.
 pub(crate) fn complete_in_background(mut in_flight: FuturesUnordered<Sent>, client: &Redlock) {
     let Some(deadline) = in_flight.iter().map(Sent::deadline).max() else {
         return;
@@ -344,6 +347,11 @@ pub(crate) fn complete_in_background(mut in_flight: FuturesUnordered<Sent>, clie
         return;
     };
     let late = client.late().clone();
+    // How long a release past its deadline waits for a stalled node: one
+    // default TTL, so that a master that stays paused under load cannot make
+    // the client hold ever more requests. A lock whose release gives up so
+    // expires at its TTL once the node runs again.
+    let patience = client.settings().default_ttl().as_duration();
     let spawn_on = runtime.clone();
     client.background().spawn_on(
         async move {
@@ -359,8 +367,12 @@ pub(crate) fn complete_in_background(mut in_flight: FuturesUnordered<Sent>, clie
                     requests = unanswered.len(),
                     "releases past their deadline stay queued until their nodes answer"
                 );
+                let wait = unanswered.for_each(|_| async {});
                 late.spawn_on(
-                    unanswered.for_each(|_| async {}).in_current_span(),
+                    async move {
+                        let _ = tokio::time::timeout(patience, wait).await;
+                    }
+                    .in_current_span(),
                     &spawn_on,
                 );
             }

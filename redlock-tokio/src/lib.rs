@@ -345,12 +345,15 @@
 //!   sent there. A process killed (`SIGKILL`, `abort`) leaves its locks to
 //!   expire at their TTL.
 //! - **Order.** Every request is in its node's connection queue the moment
-//!   the core emits it (the queue never makes a sender wait for room), so a
-//!   release always runs after the acquire it undoes, also under heavy load
-//!   and when the acquire completes in the background. A release or
-//!   withdraw is never dropped unsent: past its deadline it stays queued
-//!   until its node answers (a paused master gets it when it resumes) or
-//!   the connection fails.
+//!   the core emits it, so a release always runs after the acquire it
+//!   undoes, also under heavy load and when the acquire completes in the
+//!   background. A release or withdraw is never dropped unsent: past its
+//!   deadline it stays queued until its node answers (a paused master gets
+//!   it when it resumes), the connection fails, or one default TTL has
+//!   passed. What a master that stops reading can make the client hold is
+//!   bounded: 65,536 queued requests per node and one TTL of releases; a
+//!   master stalled past that under heavy load may keep some keys until
+//!   their TTL.
 //! - Nobody waits for slow nodes: an acquire or extend returns as soon as
 //!   the core decides, and the requests still in flight then complete in the
 //!   background (so the slow nodes get the lock or the new TTL too).

@@ -654,14 +654,17 @@ impl Node {
 }
 
 /// How many requests a node's connection queues before a sender has to wait
-/// for room: in practice never. Every request must be in its node's queue
-/// the moment the core emits it (the per-node order, see
-/// [`driver::send`](crate::driver::send)); a sender that waited for room
-/// would queue its request whenever its task is next polled, possibly after
-/// a request emitted later (a release overtaking its acquire). The queue
-/// takes no memory until used; what it holds is bounded by the requests in
-/// flight, each of which the core bounds by its deadline.
-pub(crate) const CONNECTION_QUEUE: usize = usize::MAX >> 4;
+/// for room. Every request must be in its node's queue the moment the core
+/// emits it (the per-node order, see [`driver::send`](crate::driver::send)):
+/// a sender that waited for room would queue its request whenever its task
+/// is next polled, possibly after a request emitted later (a release
+/// overtaking its acquire). The `redis` crate's default of 50 was reached by
+/// a few dozen tasks on one client; this many is reached only by a master
+/// that stopped reading for a while under heavy load. The queue takes no
+/// memory until used, and bounds what a stalled master can make the client
+/// hold (about 200 bytes a request); past it the order may break, and a key
+/// then left behind expires at its TTL.
+pub(crate) const CONNECTION_QUEUE: usize = 1 << 16;
 
 /// How every connection to a plain master is set up.
 pub(crate) fn connection_config() -> AsyncConnectionConfig {
