@@ -38,7 +38,7 @@ pub enum Error {
     ///
     /// This is a configuration error, so it fails the build, unlike a server
     /// that is merely unreachable.
-    #[error("server {server} rejected the credentials: {error}")]
+    #[error("server {server}: {error}")]
     Auth {
         /// The server's canonical address.
         server: String,
@@ -275,8 +275,7 @@ mod tests {
     fn down() -> NodeError {
         NodeError::new(
             NodeErrorKind::Connection,
-            "not connected, reconnecting in the background; last error: \
-             Connection refused (os error 111)",
+            "not connected; last error: Connection refused (os error 111)",
         )
     }
 
