@@ -91,7 +91,7 @@ impl Output {
     }
 }
 
-/// A duration for people: `9.9s`, `450ms`, `2m 5.0s`.
+/// A duration for people: `450ms`, `9s 900ms`, `2m 5s`.
 pub(crate) struct Human(pub(crate) Duration);
 
 impl fmt::Display for Human {

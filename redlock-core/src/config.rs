@@ -213,7 +213,13 @@ fn derived_node_timeout(ttl: Duration) -> Duration {
         .min(ttl / 2)
 }
 
-/// Validated configuration, shared (behind an `Arc`) by every state machine.
+/// A client's configuration once checked: its nodes and quorum, default
+/// TTL, per-node timeout, drift allowance and retry schedule.
+///
+/// Made by [`Config::validate`] (the Tokio client's builder does it for
+/// you); read it from the client (`Redlock::settings()`) to learn, for
+/// example, the quorum or the per-node timeout it settled on. Cheap to share:
+/// every lock of a client refers to the same one.
 #[derive(Clone, Debug)]
 pub struct Settings {
     nodes: std::sync::Arc<[String]>,

@@ -233,7 +233,12 @@ impl fmt::Display for LockValue {
     }
 }
 
-/// What to lock, for [`Acquisition::with_spec`](crate::Acquisition::with_spec).
+/// What to lock: the kind of lock and its resource(s), for a call that
+/// takes any kind (the Tokio client's `Redlock::lock_spec`, the core's
+/// [`Acquisition::with_spec`](crate::Acquisition::with_spec)).
+///
+/// `LockSpec::Read(b"catalog")` is a read lock on `catalog`; the plain
+/// methods (`lock`, `read_lock`, `lock_all`, ...) build one for you.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LockSpec<'a> {
