@@ -104,11 +104,14 @@ impl fmt::Display for Human {
         const MINUTE: u128 = 60 * SECOND;
         const HOUR: u128 = 60 * MINUTE;
         let millis = self.0.as_millis();
-        let step = match millis {
-            ..SECOND => 1,
-            ..MINUTE => 100,
-            ..HOUR => SECOND,
-            _ => MINUTE,
+        let step = if millis < SECOND {
+            1
+        } else if millis < MINUTE {
+            100
+        } else if millis < HOUR {
+            SECOND
+        } else {
+            MINUTE
         };
         let rounded = u64::try_from(millis - millis % step).unwrap_or(u64::MAX);
         write!(
