@@ -447,9 +447,7 @@ fn failures(votes: &Votes) -> String {
     // third node is up.
     let pending = votes.pending();
     if pending > 0 {
-        held.push_str(&format!(
-            ", {pending} not yet answered when the quorum became impossible"
-        ));
+        held.push_str(&format!(", {pending} still answering"));
     }
     if list.is_empty() {
         format!("{tally}{held}")
