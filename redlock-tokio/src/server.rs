@@ -49,12 +49,6 @@ impl Server {
             server: redact(url),
             reason,
         };
-        if let Some(rest) = CLUSTER_SCHEMES
-            .iter()
-            .find_map(|scheme| url.strip_prefix(scheme))
-        {
-            return Self::cluster(url, rest).map_err(invalid);
-        }
         if TLS_CLUSTER_SCHEMES
             .iter()
             .any(|scheme| url.starts_with(scheme))
@@ -69,6 +63,12 @@ impl Server {
             return Err(invalid(format!(
                 "port {port} out of range: a port is 1 to 65535"
             )));
+        }
+        if let Some(rest) = CLUSTER_SCHEMES
+            .iter()
+            .find_map(|scheme| url.strip_prefix(scheme))
+        {
+            return Self::cluster(url, rest).map_err(invalid);
         }
         if url.ends_with("#insecure") && !cfg!(feature = "insecure-tls") {
             return Err(invalid(
