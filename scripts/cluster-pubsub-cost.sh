@@ -3,7 +3,7 @@
 # cluster forwards it to every node over its bus) against sharded SPUBLISH
 # (stays on the shard that owns the channel's slot), as server CPU
 # (utime + stime from /proc) per message on each shard of a 3-master cluster
-# with no subscribers. Figures, not a test: see the README, "Cluster nodes".
+# with no subscribers. Figures, not a test: see docs/cluster.md.
 #
 # Usage: scripts/cluster-pubsub-cost.sh [SERVER_BIN] [MESSAGES]
 # Needs redis-cli and redis-benchmark. Uses loopback ports 47001-47003 and

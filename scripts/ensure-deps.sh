@@ -2,6 +2,8 @@
 # Installs what the test suite needs, when missing, on a Debian machine:
 # redis-server and redis-cli (apt), openssl (apt; the TLS tests make their
 # certificates with it), rustfmt and clippy (rustup), cargo-nextest.
+# With --demo, only what `make demo` needs: redis-server (a newcomer watching
+# the demo should not pay for the test tools).
 # Idempotent; prints nothing when everything is already there.
 set -euo pipefail
 
@@ -18,6 +20,10 @@ if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/nul
     fi
     log "installing redis-server and redis-tools"
     apt_install redis-server redis-tools >/dev/null
+fi
+
+if [ "${1:-}" = --demo ]; then
+    exit 0
 fi
 
 if ! command -v openssl >/dev/null 2>&1; then

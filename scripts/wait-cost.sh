@@ -4,7 +4,7 @@
 # followed by `WAIT 1 1000` or not, as one pipeline through redis-cli, so a
 # WAIT holds back everything after it until the replica acknowledged.
 # Prints wall time per acquire (a figure, not a test: on a busy machine the
-# digits move, the difference is the point). See the README, "What it
+# digits move, the difference is the point). See docs/guarantees.md, "What it
 # guarantees" (cluster failover).
 #
 # Usage: scripts/wait-cost.sh [SERVER_BIN] [ACQUIRES]

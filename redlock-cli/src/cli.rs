@@ -60,14 +60,19 @@ pub(crate) enum Command {
     /// SIGKILL or SIGSTOP, COMMAND goes on and the lock expires after --ttl.
     /// Let COMMAND check REDLOCK_FENCING_TOKEN or REDLOCK_VALUE where the
     /// protected resource can.
-    #[command(after_help = EXIT_CODES)]
+    // The usage is written out: clap's own lists `--servers` as required
+    // whenever REDLOCK_SERVERS provides it.
+    #[command(
+        after_help = EXIT_CODES,
+        override_usage = "redlock exec [OPTIONS] <KEY> -- <COMMAND>..."
+    )]
     Exec(ExecArgs),
     /// Show who holds a lock: its value, time left and fencing counter on every node.
     ///
     /// Prints the value held on each node. Whoever knows a lock's value can
     /// release it (`redlock release --value`): treat the output as
     /// privileged. Exits 3 when fewer than a quorum of nodes answered.
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = EXIT_CODES, override_usage = "redlock status [OPTIONS] <KEY>")]
     Status(StatusArgs),
     /// Release a lock held by a known value, on every node.
     ///
@@ -79,7 +84,10 @@ pub(crate) enum Command {
     /// nodes failed to tell. A holder that keeps the lock alive (`exec`)
     /// notices at its next extension that its value is gone from a quorum:
     /// it stops its command and exits 4, and the lock stays released.
-    #[command(after_help = EXIT_CODES)]
+    #[command(
+        after_help = EXIT_CODES,
+        override_usage = "redlock release [OPTIONS] --value <VALUE> <KEY>"
+    )]
     Release(ReleaseArgs),
 }
 

@@ -48,6 +48,12 @@ async fn exec(common: &Common, args: &ExecArgs, output: &Output) -> Result<u8, F
         nodes: None,
     })?;
     let waits = args.waits();
+    // Checked before anything is printed or sent: a zero wait limit is a
+    // configuration error, not a wait that ends at once.
+    if args.deadline.is_some_and(|deadline| deadline.is_zero()) {
+        let error = redlock_tokio::Error::Config(redlock_tokio::ConfigError::ZeroDeadline);
+        return Err(Failure::from_error(&error, args.busy_exit_code));
+    }
     let redlock = connect(common, |builder| builder.ttl(args.ttl)).await?;
     let key = args.key.as_str();
     let shown = command_line(&args.command);
@@ -141,17 +147,31 @@ async fn exec(common: &Common, args: &ExecArgs, output: &Output) -> Result<u8, F
             let fencing = token
                 .map(|token| format!(", fencing token {token}"))
                 .unwrap_or_default();
-            // The decision comes once a quorum said yes; the other nodes
-            // are still being asked.
-            let so_far = if votes.granted() < votes.votes().len() {
-                " so far"
+            // The decision comes once a quorum said yes; the nodes that had
+            // not answered yet get the lock in the background.
+            let total = votes.votes().len();
+            let nodes = if votes.granted() == total {
+                format!("on {total} of {total} nodes")
             } else {
-                ""
+                let mut others = Vec::new();
+                if votes.pending() > 0 {
+                    others.push(format!("{} still answering", votes.pending()));
+                }
+                if votes.failed() > 0 {
+                    others.push(format!("{} failed", votes.failed()));
+                }
+                if votes.held_by_other() > 0 {
+                    others.push(format!("{} held by another owner", votes.held_by_other()));
+                }
+                format!(
+                    "with a quorum ({} of {total} nodes granted, quorum {}; {})",
+                    votes.granted(),
+                    redlock.settings().quorum(),
+                    others.join(", ")
+                )
             };
             format!(
-                "locked {key} on {} of {} nodes{so_far}, validity {}{fencing}; running: {shown}",
-                votes.granted(),
-                votes.votes().len(),
+                "locked {key} {nodes}, validity {}{fencing}; running: {shown}",
                 Human(validity),
             )
         },
@@ -331,11 +351,24 @@ async fn release(kept: KeepAliveGuard, key: &str, output: &Output) -> ReleaseRep
                     report.votes().votes().len()
                 )
             } else {
+                // A failed node may never have had the key (it was down at
+                // the acquire too): say what is known, no more.
+                let free = if report.frees_lock() {
+                    "the lock is free"
+                } else {
+                    "too many nodes failed: the lock may stay held until its TTL"
+                };
+                let failed: Vec<String> = report
+                    .votes()
+                    .failures()
+                    .map(|(node, error)| format!("{node}: {error}"))
+                    .collect();
                 format!(
-                    "released {key} on {} of {} nodes; {} failed and keep it until its TTL: {report}",
+                    "released {key} on {} of {} nodes; {free}; {} did not answer, and any key of ours there expires with its TTL ({})",
                     report.released(),
                     report.votes().votes().len(),
                     report.failed(),
+                    failed.join("; "),
                 )
             }
         },

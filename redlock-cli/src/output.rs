@@ -91,21 +91,34 @@ impl Output {
     }
 }
 
-/// A duration for people: `9.9s`, `450ms`, `2m 5.0s`.
+/// A duration for people: `450ms`, `9s 900ms`, `2m 5s`.
 pub(crate) struct Human(pub(crate) Duration);
 
 impl fmt::Display for Human {
+    /// As `humantime::format_duration` writes it (`450ms`, `9s 800ms`,
+    /// `2m 5s`, `19days 19h 12m`), rounded down to a precision that grows
+    /// with the duration, so that a validity never reads longer than it is
+    /// and a long one is not written to the microsecond.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const SECOND: u128 = 1_000;
+        const MINUTE: u128 = 60 * SECOND;
+        const HOUR: u128 = 60 * MINUTE;
         let millis = self.0.as_millis();
-        if millis < 1000 {
-            write!(f, "{millis}ms")
-        } else if millis < 60_000 {
-            write!(f, "{:.1}s", self.0.as_secs_f64())
+        let step = if millis < SECOND {
+            1
+        } else if millis < MINUTE {
+            100
+        } else if millis < HOUR {
+            SECOND
         } else {
-            let secs = self.0.as_secs_f64();
-            let minutes = (secs / 60.0).floor();
-            write!(f, "{minutes:.0}m {:.1}s", secs - minutes * 60.0)
-        }
+            MINUTE
+        };
+        let rounded = u64::try_from(millis - millis % step).unwrap_or(u64::MAX);
+        write!(
+            f,
+            "{}",
+            humantime::format_duration(Duration::from_millis(rounded))
+        )
     }
 }
 
@@ -194,9 +207,16 @@ mod tests {
 
     #[test]
     fn durations_read_well() {
-        assert_eq!(Human(Duration::from_millis(450)).to_string(), "450ms");
-        assert_eq!(Human(Duration::from_millis(9_870)).to_string(), "9.9s");
-        assert_eq!(Human(Duration::from_millis(125_000)).to_string(), "2m 5.0s");
+        let human = |millis: u64| Human(Duration::from_millis(millis)).to_string();
+        assert_eq!(human(0), "0s");
+        assert_eq!(human(450), "450ms");
+        assert_eq!(human(9_870), "9s 800ms");
+        assert_eq!(human(125_400), "2m 5s");
+        // A validity of 20 days, less its drift: no "1425599m 60.0s".
+        let day = 24 * 3600 * 1000;
+        assert_eq!(human(20 * day - day / 5 - 2), "19days 19h 11m");
+        // humantime's years and months are 365.25 and 30.44 days.
+        assert_eq!(human(1000 * day), "2years 8months 25days 23h 31m 12s");
     }
 
     #[test]

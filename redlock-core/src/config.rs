@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::error::ConfigError;
 
 use crate::Ttl;
-use crate::limits::{MAX_TTL_MS, MAX_VALUE_LEN, MIN_VALUE_LEN};
+use crate::limits::{MAX_TTL_MS, MAX_VALUE_LEN, MIN_VALIDITY, MIN_VALUE_LEN};
 
 /// Everything that can be configured, before validation.
 ///
@@ -112,7 +112,12 @@ impl Default for Config {
 /// the next one, so that competing clients fall out of step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RetryConfig {
-    /// Attempts after the first one. Default 10.
+    /// Retries: attempts on the retry timer after the first one, so a call
+    /// makes up to `1 + count` attempts (11 by default). An attempt that a
+    /// release notice brings forward does not use up a retry (unless it ends
+    /// after the retry it jumped ahead of), so a contended call may report
+    /// more attempts than `1 + count` ([`AcquireError::attempts`](crate::AcquireError::attempts)).
+    /// Default 10.
     pub count: u32,
     /// The fixed part of the wait between attempts. Default 50 ms.
     pub delay: Duration,
@@ -208,7 +213,13 @@ fn derived_node_timeout(ttl: Duration) -> Duration {
         .min(ttl / 2)
 }
 
-/// Validated configuration, shared (behind an `Arc`) by every state machine.
+/// A client's configuration once checked: its nodes and quorum, default
+/// TTL, per-node timeout, drift allowance and retry schedule.
+///
+/// Made by [`Config::validate`] (the Tokio client's builder does it for
+/// you); read it from the client (`Redlock::settings()`) to learn, for
+/// example, the quorum or the per-node timeout it settled on. Cheap to share:
+/// every lock of a client refers to the same one.
 #[derive(Clone, Debug)]
 pub struct Settings {
     nodes: std::sync::Arc<[String]>,
@@ -400,7 +411,9 @@ impl Settings {
     /// Validates a TTL for use with these settings.
     ///
     /// Rejected: zero, one so small that drift leaves no validity, one not longer
-    /// than the per-node timeout, one beyond [`MAX_TTL_MS`].
+    /// than the per-node timeout, one that leaves less than [`MIN_VALIDITY`]
+    /// after the drift and one per-node timeout, one beyond [`MAX_TTL_MS`]
+    /// (30 days).
     pub fn ttl(&self, ttl: Duration) -> Result<Ttl, ConfigError> {
         let millis = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
         if millis == 0 {
@@ -424,6 +437,13 @@ impl Settings {
             return Err(ConfigError::NodeTimeoutNotBelowTtl {
                 node_timeout: timeout,
                 ttl,
+            });
+        }
+        if checked.as_duration() < drift + timeout + MIN_VALIDITY {
+            return Err(ConfigError::TtlTooShort {
+                ttl,
+                drift,
+                node_timeout: timeout,
             });
         }
         Ok(checked)

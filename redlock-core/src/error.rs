@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use crate::limits::{MAX_TTL_MS, MAX_VALUE_LEN, MIN_VALUE_LEN, Millis};
+use crate::limits::{MAX_TTL_MS, MAX_VALUE_LEN, MIN_VALIDITY, MIN_VALUE_LEN, Millis};
 use crate::{Key, NodeErrorKind, NodeVote, Votes};
 
 /// A configuration value that cannot work, found by
@@ -54,8 +54,8 @@ pub enum ConfigError {
     /// The TTL is zero.
     #[error("the TTL is zero: a lock must live for at least a few milliseconds")]
     ZeroTtl,
-    /// The TTL does not fit Redis' `PX` argument.
-    #[error("the TTL {ttl:?} is too large for Redis (at most {} ms)", MAX_TTL_MS)]
+    /// The TTL is beyond [`MAX_TTL_MS`] (30 days).
+    #[error("the TTL {ttl:?} is too long: at most {} ms (30 days)", MAX_TTL_MS)]
     TtlTooLarge {
         /// The TTL asked for.
         ttl: Duration,
@@ -67,6 +67,21 @@ pub enum ConfigError {
         ttl: Duration,
         /// The drift allowance for that TTL.
         drift: Duration,
+    },
+    /// The TTL would leave less than [`MIN_VALIDITY`] once the drift
+    /// allowance and one per-node timeout are taken from it: a lock granted
+    /// with it could not be used.
+    #[error(
+        "the TTL {ttl:?} is too short: after the drift allowance of {} and a per-node timeout of {} it leaves less than {} of validity",
+        Millis(*drift), Millis(*node_timeout), Millis(MIN_VALIDITY)
+    )]
+    TtlTooShort {
+        /// The TTL asked for.
+        ttl: Duration,
+        /// The drift allowance for that TTL.
+        drift: Duration,
+        /// The per-node timeout for that TTL.
+        node_timeout: Duration,
     },
     /// The drift factor is outside `[0, 1)`.
     #[error(
@@ -137,7 +152,7 @@ pub enum ConfigError {
     #[error("a reentrant lock needs a non-empty owner id: it decides who may take the lock again")]
     EmptyOwner,
     /// A server address could not be used (reported by adapters, which parse them).
-    #[error("server {server}: {reason}")]
+    #[error("server \"{server}\": {reason}")]
     InvalidServer {
         /// The server as given, credentials removed.
         server: String,
@@ -166,7 +181,8 @@ pub enum AcquireError {
     Held {
         /// The last attempt's votes.
         votes: Votes,
-        /// Attempts made.
+        /// Attempts made: the first, its retries, and any attempt a release
+        /// notice brought forward.
         attempts: u32,
     },
     /// Too many nodes failed or timed out for a quorum, whoever holds the lock.
@@ -174,7 +190,8 @@ pub enum AcquireError {
     NoQuorum {
         /// The last attempt's votes.
         votes: Votes,
-        /// Attempts made.
+        /// Attempts made: the first, its retries, and any attempt a release
+        /// notice brought forward.
         attempts: u32,
     },
     /// A quorum said yes, but so late that no validity was left (slow nodes or a
@@ -185,7 +202,8 @@ pub enum AcquireError {
         votes: Votes,
         /// The TTL asked for.
         ttl: Duration,
-        /// Attempts made.
+        /// Attempts made: the first, its retries, and any attempt a release
+        /// notice brought forward.
         attempts: u32,
     },
     /// A key of the lock holds a value of another type on enough nodes that
@@ -211,7 +229,8 @@ pub enum AcquireError {
         keys: Vec<Key>,
         /// The attempt's votes.
         votes: Votes,
-        /// Attempts made.
+        /// Attempts made: the first, its retries, and any attempt a release
+        /// notice brought forward.
         attempts: u32,
     },
     /// The overall acquire deadline passed before an attempt succeeded.
@@ -240,7 +259,10 @@ impl AcquireError {
         }
     }
 
-    /// Attempts made.
+    /// Attempts made: the first one, the retries
+    /// ([`RetryConfig::count`](crate::RetryConfig::count), up to 10 by
+    /// default), and any attempt a release notice brought forward, which uses
+    /// up no retry. So 12 attempts with 10 retries is one notice-led attempt.
     pub fn attempts(&self) -> u32 {
         match self {
             AcquireError::Held { attempts, .. }
@@ -415,11 +437,18 @@ fn failures(votes: &Votes) -> String {
         crate::quorum(votes.votes().len())
     );
     let held = votes.held_by_other();
-    let held = if held > 0 {
+    let mut held = if held > 0 {
         format!(", {held} held by another owner")
     } else {
         String::new()
     };
+    // A node still answering is not a node that refused: without this, a
+    // round decided by two fast failures reads "0 of 3 granted" although the
+    // third node is up.
+    let pending = votes.pending();
+    if pending > 0 {
+        held.push_str(&format!(", {pending} still answering"));
+    }
     if list.is_empty() {
         format!("{tally}{held}")
     } else {

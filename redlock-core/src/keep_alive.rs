@@ -9,18 +9,57 @@ use crate::{ExtendError, Extended, Lock, Settings, Ttl};
 /// The shortest pause before retrying an extension that found no quorum.
 const MIN_RETRY_PAUSE: Duration = Duration::from_millis(10);
 
-/// How a kept-alive lock is extended: the options of a [`KeepAliveSchedule`].
+/// How a kept-alive lock is extended: the options of the Tokio client's
+/// `LockGuard::keep_alive`, and of a [`KeepAliveSchedule`].
+///
+/// Built from [`KeepAlive::default`] (extend at half the TTL, without limit)
+/// and its builder methods; `#[non_exhaustive]`, so new options can come
+/// without breaking callers.
+///
+/// ```
+/// use redlock_core::KeepAlive;
+///
+/// let options = KeepAlive::default().extend_when_left(0.3).max_extensions(10);
+/// assert_eq!(options.extend_when_left_share(), 0.3);
+/// assert_eq!(options.max_extension_count(), Some(10));
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct KeepAlive {
+    extend_when_left: f64,
+    max_extensions: Option<u64>,
+}
+
+impl KeepAlive {
     /// Extend when the validity left drops to this share of the TTL.
     /// Default 0.5: a 10 s lock is extended about every 5 s. Values are
     /// clamped to `[0.05, 0.95]`; the lead is also at least two per-node
     /// timeouts, so an extension has time to finish.
-    pub extend_when_left: f64,
+    #[must_use]
+    pub fn extend_when_left(mut self, share: f64) -> Self {
+        self.extend_when_left = share;
+        self
+    }
+
     /// Stop extending after this many extensions; the lock is then lost
     /// when its validity runs out ([`LossReason::ExtensionLimit`]).
-    /// Default `None`: extend until released.
-    pub max_extensions: Option<u64>,
+    /// Default: extend until released.
+    #[must_use]
+    pub fn max_extensions(mut self, count: u64) -> Self {
+        self.max_extensions = Some(count);
+        self
+    }
+
+    /// The share of the TTL left at which the lock is extended, as given
+    /// (the schedule clamps it).
+    pub fn extend_when_left_share(&self) -> f64 {
+        self.extend_when_left
+    }
+
+    /// The extension limit, if any.
+    pub fn max_extension_count(&self) -> Option<u64> {
+        self.max_extensions
+    }
 }
 
 impl Default for KeepAlive {
@@ -90,7 +129,7 @@ enum State {
 /// from each result what comes next:
 ///
 /// - An extension starts when the validity left drops to
-///   [`KeepAlive::extend_when_left`] of the TTL, but never later than two
+///   [`KeepAlive::extend_when_left`] share of the TTL, but never later than two
 ///   per-node timeouts before the validity ends (so the round has time to
 ///   finish) and never earlier than 90% into a fresh validity (so large
 ///   leads cannot make it spin).

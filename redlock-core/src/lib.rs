@@ -147,7 +147,7 @@ pub use config::{Config, RetryConfig, Settings};
 pub use error::{AcquireError, ConfigError, ExtendError};
 pub use extend::{Extended, Extension};
 pub use keep_alive::{KeepAlive, KeepAliveEvent, KeepAliveSchedule, LossReason};
-pub use limits::{FIXED_DRIFT, MAX_TTL_MS, MAX_VALUE_LEN, MIN_VALUE_LEN};
+pub use limits::{FIXED_DRIFT, MAX_TTL_MS, MAX_VALUE_LEN, MIN_VALIDITY, MIN_VALUE_LEN};
 pub use lock::Lock;
 pub use machine::{Machine, Notice};
 pub use native::{Call, Native, NodeFacts, Server, Version};

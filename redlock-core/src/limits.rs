@@ -8,13 +8,20 @@ use std::time::Duration;
 /// millisecond as a floor: this is the fixed part of the clock drift allowance.
 pub const FIXED_DRIFT: Duration = Duration::from_millis(2);
 
-/// The largest TTL accepted, in milliseconds.
+/// The largest TTL accepted, in milliseconds: 30 days.
 ///
-/// Redis rejects a `PX` whose absolute expiry (now in Unix milliseconds plus the
-/// TTL) does not fit in a signed 64-bit integer, and an `Instant` must be able to
-/// hold `start + ttl`. Half of `i64::MAX` leaves room for both for millions of
-/// years, so nothing past validation needs to check for overflow.
-pub const MAX_TTL_MS: u64 = (i64::MAX / 2) as u64;
+/// A TTL is how long a lock outlives a holder that crashed, so a lock meant
+/// to last longer than a month is almost surely a typo (`--ttl 100000000y`)
+/// or a lease that wants another tool. The bound also keeps far inside what
+/// Redis' `PX` accepts (an absolute expiry that fits a signed 64-bit integer)
+/// and what an `Instant` can hold as `start + ttl`, so nothing past
+/// validation needs to check for overflow.
+pub const MAX_TTL_MS: u64 = 30 * 24 * 60 * 60 * 1000;
+
+/// The least validity a TTL must leave after the drift allowance and one
+/// per-node timeout: a TTL below that would be granted with no time to use
+/// the lock (`--ttl 3ms`), so it is a configuration error.
+pub const MIN_VALIDITY: Duration = Duration::from_millis(1);
 
 /// Unguessable values need enough entropy; 16 bytes is the floor we accept.
 pub const MIN_VALUE_LEN: usize = 16;

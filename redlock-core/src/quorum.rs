@@ -97,6 +97,15 @@ impl Votes {
             .count()
     }
 
+    /// Nodes that had not answered when the round was decided: the decision
+    /// came without them (a quorum reached, or made impossible, by the others).
+    pub fn pending(&self) -> usize {
+        self.votes
+            .iter()
+            .filter(|v| matches!(v, NodeVote::Pending))
+            .count()
+    }
+
     /// Nodes that failed or timed out.
     pub fn failed(&self) -> usize {
         self.votes

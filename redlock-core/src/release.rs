@@ -87,15 +87,37 @@ impl ReleaseReport {
 }
 
 impl std::fmt::Display for ReleaseReport {
+    /// `released on 3 of 3 nodes in 0.4 ms [a: released; b: released; c: released]`,
+    /// in the words of a release: a node that deleted our key "released",
+    /// never "granted".
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "released on {} node(s), not held on {}, failed on {}: {}",
+            "released on {} of {} nodes",
             self.released(),
-            self.not_held(),
-            self.failed(),
-            self.votes
-        )
+            self.votes.votes().len()
+        )?;
+        if self.not_held() > 0 {
+            write!(f, ", not held on {}", self.not_held())?;
+        }
+        if self.failed() > 0 {
+            write!(f, ", failed on {}", self.failed())?;
+        }
+        write!(f, " in {} [", crate::limits::Millis(self.votes.elapsed()))?;
+        for (i, (name, vote)) in self.votes.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            match vote {
+                NodeVote::Granted | NodeVote::Restored => write!(f, "{name}: released")?,
+                NodeVote::Missing => write!(f, "{name}: not held (key already gone)")?,
+                NodeVote::NotOurs | NodeVote::HeldByOther(_) => {
+                    write!(f, "{name}: not held (another value; left alone)")?
+                }
+                other => write!(f, "{name}: {other}")?,
+            }
+        }
+        f.write_str("]")
     }
 }
 

@@ -184,7 +184,12 @@ impl LockValue {
         Self(value.into().into())
     }
 
-    /// The value as sent to Redis.
+    /// The whole value as sent to Redis: the secret that releases the lock.
+    ///
+    /// The one way to read it in full (`Display` and `Debug` show only a
+    /// prefix, so that a value formatted into a log cannot be used): for a
+    /// release by hand (`redlock release --value`), a compare-and-set token,
+    /// or the command run under `redlock exec` (`REDLOCK_VALUE`).
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -195,23 +200,45 @@ impl LockValue {
     }
 }
 
+impl LockValue {
+    /// The first characters, enough to tell values apart in a log, too few
+    /// to release the lock with.
+    fn redacted(&self) -> impl fmt::Display + '_ {
+        struct Prefix<'a>(&'a str);
+        impl fmt::Display for Prefix<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                let prefix: String = self.0.chars().take(8).collect();
+                write!(f, "{prefix}…")
+            }
+        }
+        Prefix(&self.0)
+    }
+}
+
 impl fmt::Debug for LockValue {
     /// Only a prefix: whoever knows the whole value can release the lock, and
-    /// `Debug` output ends up in logs. [`Display`](fmt::Display) and
-    /// [`LockValue::as_str`] give the whole value when it is really needed.
+    /// `Debug` output ends up in logs. [`LockValue::as_str`] gives the whole
+    /// value when it is really needed.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let prefix: String = self.0.chars().take(8).collect();
-        write!(f, "LockValue({prefix}…)")
+        write!(f, "LockValue({})", self.redacted())
     }
 }
 
 impl fmt::Display for LockValue {
+    /// Only a prefix, as [`Debug`](fmt::Debug): `format!("{value}")` in a log
+    /// line must not hand out the lock. [`LockValue::as_str`] gives the whole
+    /// value.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        write!(f, "{}", self.redacted())
     }
 }
 
-/// What to lock, for [`Acquisition::with_spec`](crate::Acquisition::with_spec).
+/// What to lock: the kind of lock and its resource(s), for a call that
+/// takes any kind (the Tokio client's `Redlock::lock_spec`, the core's
+/// [`Acquisition::with_spec`](crate::Acquisition::with_spec)).
+///
+/// `LockSpec::Read(b"catalog")` is a read lock on `catalog`; the plain
+/// methods (`lock`, `read_lock`, `lock_all`, ...) build one for you.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LockSpec<'a> {
@@ -316,5 +343,20 @@ mod slot_tests {
             assert_eq!(derived.slot(), lock.slot(), "{lock} -> {derived}");
         }
         assert_eq!(key(b"a}b").derived(b"\0x").as_bytes(), b"a}b\0x");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LockValue;
+
+    #[test]
+    fn a_lock_value_formats_redacted_and_reads_whole_only_on_request() {
+        let secret = "5f1c0b1d2e3f40516273849aabbccddeeff00112";
+        let value = LockValue::from_string(secret);
+        assert_eq!(value.to_string(), "5f1c0b1d…");
+        assert_eq!(format!("{value:?}"), "LockValue(5f1c0b1d…)");
+        assert!(!format!("{value} {value:?} {value:#?}").contains(secret));
+        assert_eq!(value.as_str(), secret);
     }
 }

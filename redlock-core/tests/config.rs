@@ -120,8 +120,49 @@ fn defaults_follow_the_spec() {
     // Short TTLs get a short per-node timeout rather than an error.
     let short = with(|c| c.ttl = Duration::from_millis(300)).unwrap();
     assert_eq!(short.node_timeout(), Duration::from_millis(10));
-    let tiny = with(|c| c.ttl = Duration::from_millis(5)).unwrap();
-    assert_eq!(tiny.node_timeout(), Duration::from_micros(2500));
+    let tiny = with(|c| c.ttl = Duration::from_millis(8)).unwrap();
+    assert_eq!(tiny.node_timeout(), Duration::from_millis(4));
+}
+
+#[test]
+fn a_ttl_that_leaves_no_usable_validity_is_refused() {
+    // 3 ms: drift 2.03 ms and a per-node timeout of 1.5 ms leave nothing
+    // (it used to be granted with "validity 0ms", then lost at once).
+    for ttl in [3, 5] {
+        let error = with(|c| c.ttl = Duration::from_millis(ttl)).unwrap_err();
+        assert!(
+            matches!(error, ConfigError::TtlTooShort { .. }),
+            "{ttl} ms: {error:?}"
+        );
+        let message = error.to_string();
+        assert!(message.contains("too short"), "{message}");
+    }
+    // Per-call TTLs meet the same floor.
+    let settings = Config::new(servers(3)).validate().unwrap();
+    assert!(matches!(
+        settings.ttl(Duration::from_millis(4)),
+        Err(ConfigError::TtlTooShort { .. })
+    ));
+    assert!(settings.ttl(Duration::from_millis(8)).is_ok());
+}
+
+#[test]
+fn absurd_ttls_are_refused() {
+    let thirty_days = Duration::from_secs(30 * 24 * 3600);
+    assert_eq!(MAX_TTL_MS, 2_592_000_000);
+    assert!(with(|c| c.ttl = thirty_days).is_ok());
+    let error = with(|c| c.ttl = thirty_days + Duration::from_millis(1)).unwrap_err();
+    assert!(
+        matches!(error, ConfigError::TtlTooLarge { .. }),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("30 days"), "{error}");
+    // `100000000y`, as the CLI once accepted silently.
+    let years = Duration::from_secs(100_000_000 * 365 * 24 * 3600);
+    assert!(matches!(
+        with(|c| c.ttl = years).unwrap_err(),
+        ConfigError::TtlTooLarge { .. }
+    ));
 }
 
 #[test]

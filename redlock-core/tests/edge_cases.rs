@@ -49,12 +49,14 @@ fn acquired(settings: &Arc<Settings>, t0: Instant) -> Lock {
 #[test]
 fn validity_exactly_zero_is_not_a_lock() {
     // TTL 1000 ms, drift 10 + 2 ms: validity ends 988 ms after the start. Make
-    // the node timeout long enough that the quorum can arrive that late.
+    // the node timeout as long as a TTL allows (it must leave 1 ms of
+    // validity, `MIN_VALIDITY`): a reply is counted until its timeout is
+    // handled, so the quorum can still arrive that late.
     let settings = Arc::new(
         redlock_core::Config {
             servers: vec!["a".into()],
             ttl: Duration::from_secs(1),
-            node_timeout: Some(Duration::from_millis(999)),
+            node_timeout: Some(Duration::from_millis(987)),
             ..Default::default()
         }
         .validate()

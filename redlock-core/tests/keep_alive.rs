@@ -77,10 +77,7 @@ fn keep_alive_under_loss_gives_up_in_time() {
         loss: 0.08,
         latency: (Duration::from_micros(50), Duration::from_millis(15)),
         pauses: 4,
-        keep_alive: Some(KeepAlive {
-            extend_when_left: 0.3,
-            max_extensions: None,
-        }),
+        keep_alive: Some(KeepAlive::default().extend_when_left(0.3)),
         hold_share: (1.0, 4.0),
         ..SimConfig::default()
     };
@@ -96,10 +93,7 @@ fn keep_alive_under_loss_gives_up_in_time() {
 #[test]
 fn the_extension_limit_ends_long_holds() {
     let cfg = SimConfig {
-        keep_alive: Some(KeepAlive {
-            max_extensions: Some(1),
-            ..KeepAlive::default()
-        }),
+        keep_alive: Some(KeepAlive::default().max_extensions(1)),
         hold_share: (2.0, 4.0),
         ..SimConfig::default()
     };

@@ -101,10 +101,7 @@ fn the_lead_is_at_least_two_node_timeouts_and_at_most_ninety_percent() {
     let t0 = Instant::now();
     // 5% of 1 s is 50 ms, less than two 100 ms node timeouts.
     let short = lock(Duration::from_secs(1), 100 * MS, t0);
-    let options = KeepAlive {
-        extend_when_left: 0.0, // clamped to 0.05
-        ..KeepAlive::default()
-    };
+    let options = KeepAlive::default().extend_when_left(0.0); // clamped to 0.05
     let schedule = KeepAliveSchedule::new(&short, options);
     assert_eq!(
         short.valid_until() - schedule.poll_timeout().unwrap(),
@@ -114,13 +111,7 @@ fn the_lead_is_at_least_two_node_timeouts_and_at_most_ninety_percent() {
     // 95% of the TTL is more than 90% of validity (TTL - drift).
     let long = lock(Duration::from_secs(10), 50 * MS, t0);
     for share in [2.0, 0.95, f64::NAN] {
-        let schedule = KeepAliveSchedule::new(
-            &long,
-            KeepAlive {
-                extend_when_left: share,
-                ..KeepAlive::default()
-            },
-        );
+        let schedule = KeepAliveSchedule::new(&long, KeepAlive::default().extend_when_left(share));
         let lead = long.valid_until() - schedule.poll_timeout().unwrap();
         let span = Duration::from_secs(10) - long.settings().drift(long.ttl());
         let expected = if share.is_nan() {
@@ -219,10 +210,7 @@ fn any_other_failure_is_a_loss_at_once() {
 fn the_extension_limit_ends_the_lock_with_its_validity() {
     let t0 = Instant::now();
     let mut lock = lock(Duration::from_secs(1), 50 * MS, t0);
-    let options = KeepAlive {
-        max_extensions: Some(1),
-        ..KeepAlive::default()
-    };
+    let options = KeepAlive::default().max_extensions(1);
     let mut schedule = KeepAliveSchedule::new(&lock, options);
     let (at, ttl) = due(&mut schedule);
     let extended = extend(&mut lock, ttl, at, 1).unwrap();
@@ -242,10 +230,7 @@ fn the_extension_limit_ends_the_lock_with_its_validity() {
 
     // Extensions made before the schedule count; a limit of zero never
     // extends.
-    let zero = KeepAlive {
-        max_extensions: Some(0),
-        ..KeepAlive::default()
-    };
+    let zero = KeepAlive::default().max_extensions(0);
     let mut schedule = KeepAliveSchedule::new(&lock, zero);
     assert_eq!(
         schedule.poll_event(),

@@ -57,6 +57,14 @@ fn a_release_is_done_once_every_node_answered_and_its_report_is_complete() {
     );
     assert!(report.frees_lock() && !report.held_nowhere());
     assert_eq!(report.notices_refused(), 0);
+    // In a release's words: nodes "released", never "granted".
+    let shown = report.to_string();
+    assert!(
+        shown.starts_with("released on 2 of 3 nodes, not held on 1 in "),
+        "{shown}"
+    );
+    assert!(shown.contains("a: released; b: not held"), "{shown}");
+    assert!(!shown.contains("granted"), "{shown}");
     assert!(release.poll_event().is_none(), "one report");
 }
 

@@ -122,3 +122,36 @@ fn a_round_lost_to_failures_counts_them_apart_from_holders() {
         (0, 0, 3)
     );
 }
+
+#[test]
+fn a_round_decided_without_a_node_says_it_had_not_answered() {
+    // Two nodes fail at once: no quorum is possible, and the round ends
+    // before the third, which is up, answers. It must not read as a refusal.
+    let settings = settings();
+    let t0 = Instant::now();
+    let (mut acquire, requests) = start(&settings, t0);
+    for request in &requests[..2] {
+        acquire.handle_reply(
+            Reply::to(
+                request,
+                Err(NodeError::new(NodeErrorKind::Connection, "refused")),
+            ),
+            t0 + MS,
+        );
+    }
+    let Some(AcquireEvent::Failed(error)) = acquire.poll_event() else {
+        panic!("two of three failed: no quorum");
+    };
+    let AcquireError::NoQuorum { votes, .. } = &error else {
+        panic!("{error:?}");
+    };
+    assert_eq!(
+        (votes.granted(), votes.failed(), votes.pending()),
+        (0, 2, 1)
+    );
+    let message = error.to_string();
+    assert!(
+        message.contains("0 of 3 nodes granted, quorum 2, 1 still answering"),
+        "{message}"
+    );
+}

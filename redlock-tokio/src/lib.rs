@@ -1,10 +1,11 @@
 //! Redlock for Tokio: a distributed lock held on a majority of N independent
 //! Redis masters.
 //!
-//! This crate is the I/O half of the pair: it owns one connection per node,
-//! sends each round of script calls to all nodes at once, applies the
-//! per-node timeout and feeds the answers to the state machines of
-//! [`redlock_core`], which make every decision (quorum, validity, retries).
+//! For services on several machines that must not do the same work twice:
+//! the lock lives on a majority of N masters, so one dead or paused master
+//! does not stop anyone, and every acquire asks all masters at once and
+//! decides as soon as the outcome is certain. The algorithm itself is
+//! [`redlock_core`]'s; this crate owns the connections.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -39,6 +40,33 @@
 //! # let _ = total;
 //! # Ok(())
 //! # }
+//! ```
+//!
+//! # Work that can fail
+//!
+//! The work's own result comes back inside the lock's:
+//! `Result<T, Error>` where `T` is whatever the work returns. When the work
+//! returns a `Result` and uses `?`, name its error type once (here with
+//! `Ok::<_, E>`), or the compiler cannot infer it (error E0282):
+//!
+//! ```no_run
+//! use redlock_tokio::Redlock;
+//!
+//! async fn export(fencing_token: Option<u64>) -> std::io::Result<u64> {
+//!     # let _ = fencing_token;
+//!     Ok(42)
+//! }
+//!
+//! async fn nightly(redlock: &Redlock) -> Result<u64, Box<dyn std::error::Error>> {
+//!     let rows = redlock
+//!         .with_lock("nightly-export", async |lock| {
+//!             let rows = export(lock.fencing_token()).await?;
+//!             Ok::<_, std::io::Error>(rows)
+//!         })
+//!         .await??; // the first `?`: the lock (held by another, nodes down, lost);
+//!                   // the second: the work's own error
+//!     Ok(rows)
+//! }
 //! ```
 //!
 //! # Lock kinds
@@ -103,35 +131,6 @@
 //!   many masters silent until validity ran out) fires the guard's loss
 //!   signal, and [`Redlock::with_lock`] cancels the work and returns
 //!   [`Error::LockLost`].
-//!
-//! # How a lock flows through the code
-//!
-//! ```text
-//!  Redlock::lock ──▶ core Acquisition ─┐            ┌─▶ node 1 (connection, order.rs)
-//!  LockGuard::extend ─▶ core Extension ├─▶ driver ──┼─▶ node 2      ...
-//!  LockGuard::release ─▶ core Release ─┘  (drive)   └─▶ node N
-//!            ▲                              │  ▲ replies, timer, release notices (notices.rs)
-//!            └── LockGuard / typed error ◀──┘  └──────────────────────────────
-//! ```
-//!
-//! [`Redlock::lock`] (`client.rs`) builds the core's
-//! [`Acquisition`](redlock_core::Acquisition) and hands it to `drive`
-//! (`driver.rs`), the one loop that runs every machine of the core
-//! ([`Machine`](redlock_core::Machine)): it sends each request the moment the
-//! machine queues it, through the node's connection (`node.rs`, which keeps
-//! one lock's commands in order across `NOSCRIPT`, `order.rs`), and feeds back
-//! the answers, the machine's timer and the release notices that `notices.rs`
-//! hears on pub/sub. The machine's final event becomes a [`LockGuard`]
-//! (`guard.rs`), whose `extend` and `release` drive an
-//! [`Extension`](redlock_core::Extension) and a
-//! [`Release`](redlock_core::Release) through the same loop, and whose
-//! keep-alive follows the core's
-//! [`KeepAliveSchedule`](redlock_core::KeepAliveSchedule). Errors are mapped
-//! in `error.rs`, URLs and TLS in `server.rs` and `tls.rs`, the metrics
-//! (feature `metrics`) in `metrics.rs`, the client is
-//! built in `builder.rs`, and `inspect.rs` reads a lock's state for
-//! `redlock status`. Nothing here decides: quorums, validity, retries, when
-//! to extend and what a notice means are the core's.
 //!
 //! # Connections
 //!
@@ -204,7 +203,7 @@
 //! - A failover inside a cluster node can promote a replica that lacks our
 //!   key (replication is asynchronous): the same as a master restarting
 //!   empty. Run cluster nodes without replicas, or fail over only after the
-//!   longest TTL (see the README, "What it guarantees").
+//!   longest TTL (see the guide, `docs/guarantees.md`).
 //!
 //! # TLS
 //!
@@ -236,7 +235,9 @@
 //!   speak TLS at all counts as unreachable.
 //! - A `#insecure` fragment (`rediss://host:6380/#insecure`) accepts any
 //!   server certificate, for any host: for tests only, as it lets anyone on
-//!   the path read and forge the traffic.
+//!   the path read and forge the traffic. It needs the `insecure-tls`
+//!   feature (off by default); without it such a URL is an
+//!   [`Error::Config`], so no URL can turn the check off in a production build.
 //! - Anything else (another root store, RESP3, ...): build the
 //!   `redis::Client`s yourself, for example with
 //!   `redis::Client::build_with_tls`, and pass them to
@@ -324,6 +325,8 @@
 //! # Cargo features
 //!
 //! - `tls` (default): `rediss://` URLs, with rustls (see "TLS" above).
+//! - `insecure-tls` (off): the `#insecure` URL fragment, which accepts any
+//!   server certificate; for tests against self-signed servers only.
 //! - `metrics`: the metrics above, through the `metrics` facade.
 //!
 //! # Dropping and cancelling
@@ -390,8 +393,8 @@
 //! Redlock does **not** promise safety when those assumptions break: a
 //! client paused past its validity, a master's clock that jumps forward, a
 //! master (or a cluster node's promoted replica) that comes back without its
-//! keys, can each let two clients hold one lock. The README's "What it
-//! guarantees, and what it does not" gives each case and what to do about it.
+//! keys, can each let two clients hold one lock. The guide's
+//! `docs/guarantees.md` gives each case and what to do about it.
 #![forbid(unsafe_code)]
 
 mod builder;
@@ -436,6 +439,41 @@ struct ReadmeExamples;
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct CrateReadmeExample;
+
+/// The guide's `docs/guarantees.md` examples, compiled by `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/guarantees.md")]
+struct GuideGuarantees;
+
+/// The guide's `docs/lock-kinds.md` examples, compiled by `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/lock-kinds.md")]
+struct GuideLockKinds;
+
+/// The guide's `docs/waiting.md` examples, compiled by `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/waiting.md")]
+struct GuideWaiting;
+
+/// The guide's `docs/errors.md` examples, compiled by `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/errors.md")]
+struct GuideErrors;
+
+/// The guide's `docs/connecting.md` examples, compiled by `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/connecting.md")]
+struct GuideConnecting;
+
+/// The guide's `docs/cluster.md` examples, compiled by `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/cluster.md")]
+struct GuideCluster;
+
+/// The guide's `docs/metrics-and-logs.md` examples, compiled by `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/metrics-and-logs.md")]
+struct GuideMetricsAndLogs;
 
 #[cfg(test)]
 mod tests {

@@ -441,10 +441,7 @@ impl Node {
             } => {
                 let error = NodeError::new(
                     error.kind,
-                    format!(
-                        "not connected, reconnecting in the background; last error: {}",
-                        error.detail
-                    ),
+                    format!("not connected; last error: {}", error.detail),
                 );
                 if reconnecting.as_ref().is_none_or(JoinHandle::is_finished) {
                     // The reconnection task ended with its runtime (or never
@@ -883,6 +880,11 @@ pub(crate) fn map_error(err: &RedisError) -> NodeError {
             let first = text.lines().next().unwrap_or_default();
             format!("{first} (is this a Redis server?)")
         }
+        // redis' own text ("Password authentication failed -
+        // AuthenticationFailed") says the kind twice; one cause, once.
+        _ if kind == NodeErrorKind::Auth => {
+            "wrong password or unknown user (the server refused AUTH)".to_owned()
+        }
         _ => err.to_string(),
     };
     NodeError::new(kind, tidy(&detail))
@@ -1007,6 +1009,11 @@ mod tests {
             "Password authentication failed",
         ));
         assert_eq!(map_error(&auth).kind, NodeErrorKind::Auth);
+        let shown = map_error(&auth).to_string();
+        assert_eq!(
+            shown,
+            "authentication failed: wrong password or unknown user (the server refused AUTH)"
+        );
         let parse = RedisError::from((ErrorKind::Parse, "garbage"));
         assert_eq!(map_error(&parse).kind, NodeErrorKind::Protocol);
         let wrongtype =

@@ -18,6 +18,15 @@ use redlock_core::ConfigError;
 /// The URL schemes of a node that is a whole Redis Cluster.
 const CLUSTER_SCHEMES: [&str; 2] = ["redis+cluster://", "valkey+cluster://"];
 
+/// Cluster schemes with TLS, which this version does not support: said
+/// plainly rather than "not a Redis URL".
+const TLS_CLUSTER_SCHEMES: [&str; 4] = [
+    "rediss+cluster://",
+    "valkeys+cluster://",
+    "redis+cluster+tls://",
+    "valkey+cluster+tls://",
+];
+
 /// One parsed server: its canonical name and the redis client for it.
 pub(crate) struct Server {
     pub(crate) name: String,
@@ -40,11 +49,33 @@ impl Server {
             server: redact(url),
             reason,
         };
+        if TLS_CLUSTER_SCHEMES
+            .iter()
+            .any(|scheme| url.starts_with(scheme))
+        {
+            return Err(invalid(
+                "cluster nodes take no TLS in this version: use redis+cluster:// \
+                 (plain) or plain rediss:// masters"
+                    .to_owned(),
+            ));
+        }
+        if let Some(port) = port_out_of_range(url) {
+            return Err(invalid(format!(
+                "port {port} out of range: a port is 1 to 65535"
+            )));
+        }
         if let Some(rest) = CLUSTER_SCHEMES
             .iter()
             .find_map(|scheme| url.strip_prefix(scheme))
         {
             return Self::cluster(url, rest).map_err(invalid);
+        }
+        if url.ends_with("#insecure") && !cfg!(feature = "insecure-tls") {
+            return Err(invalid(
+                "the #insecure fragment (no certificate check) needs redlock-tokio's \
+                 `insecure-tls` feature, off by default: it is for tests only"
+                    .to_owned(),
+            ));
         }
         if redis::parse_redis_url(url).is_none() {
             return Err(invalid(
@@ -148,6 +179,20 @@ pub(crate) fn cluster_client(
         .build()
 }
 
+/// The port of a `scheme://[user@]host:port[/...]` URL (or of any seed of a
+/// cluster node's list) when it is a number past 65535, which the URL
+/// parser reports only as "not a URL".
+fn port_out_of_range(url: &str) -> Option<u64> {
+    let rest = &url[url.find("://")? + 3..];
+    let hosts = rest.rsplit_once('@').map_or(rest, |(_, hosts)| hosts);
+    let hosts = hosts.split(['/', '?', '#']).next().unwrap_or(hosts);
+    hosts.split(',').find_map(|host| {
+        let (_, port) = host.rsplit_once(':')?;
+        let port: u64 = port.parse().ok()?;
+        (port > u64::from(u16::MAX)).then_some(port)
+    })
+}
+
 fn describe(err: &redis::RedisError) -> String {
     match err.detail() {
         Some(detail) => format!("{} ({detail})", err.category()),
@@ -236,8 +281,11 @@ mod tests {
         let server = Server::from_url("rediss://user:secret@example.com:6380/1").unwrap();
         assert_eq!(server.name, "example.com:6380/1");
         assert!(server.is_tls());
-        let insecure = Server::from_url("rediss://example.com:6380/#insecure").unwrap();
-        assert_eq!(insecure.name, "example.com:6380/0");
+        #[cfg(feature = "insecure-tls")]
+        {
+            let insecure = Server::from_url("rediss://example.com:6380/#insecure").unwrap();
+            assert_eq!(insecure.name, "example.com:6380/0");
+        }
         assert!(!Server::from_url("redis://example.com").unwrap().is_tls());
     }
 
@@ -258,6 +306,41 @@ mod tests {
             assert!(matches!(err, ConfigError::InvalidServer { .. }), "{bad}");
             assert!(!format!("{err} {err:?}").contains("hunter2"), "{err}");
         }
+    }
+
+    fn reason(url: &str) -> String {
+        match Server::from_url(url) {
+            Err(ConfigError::InvalidServer { reason, .. }) => reason,
+            other => panic!("{url}: {:?}", other.map(|s| s.name)),
+        }
+    }
+
+    #[test]
+    fn bad_urls_say_what_is_wrong() {
+        for url in [
+            "redis://h:99999",
+            "redis://u:pw@h:70000/1",
+            "redis+cluster://h:1,h:123456",
+        ] {
+            assert!(
+                reason(url).contains("out of range"),
+                "{url}: {}",
+                reason(url)
+            );
+        }
+        for url in ["rediss+cluster://h:1,h:2", "valkeys+cluster://h:1"] {
+            assert!(
+                reason(url).contains("cluster nodes take no TLS in this version"),
+                "{url}"
+            );
+        }
+        assert!(reason("http://h").contains("not a Redis URL"));
+    }
+
+    #[cfg(all(feature = "tls", not(feature = "insecure-tls")))]
+    #[test]
+    fn the_insecure_fragment_needs_its_feature() {
+        assert!(reason("rediss://example.com:6380/#insecure").contains("insecure-tls"));
     }
 
     #[test]

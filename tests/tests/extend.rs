@@ -260,10 +260,7 @@ async fn keep_alive_stops_at_the_extension_limit() {
         .lock("bounded")
         .await
         .unwrap()
-        .keep_alive(KeepAlive {
-            extend_when_left: 0.5,
-            max_extensions: Some(2),
-        });
+        .keep_alive(KeepAlive::default().extend_when_left(0.5).max_extensions(2));
     let (reason, elapsed) = timed(tokio::time::timeout(Duration::from_secs(3), kept.lost())).await;
     assert_eq!(
         reason.expect("lost at the limit"),

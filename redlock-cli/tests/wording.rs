@@ -1,0 +1,165 @@
+//! What a newcomer reads: each message says what happened, once, in the
+//! words of the operation (issue #24's trial on a fresh clone). Bad input
+//! exits 2 before anything is printed or sent; the messages of a run say
+//! "released" for a release, and never call a node that is still answering
+//! a failure.
+
+mod support;
+
+use redlock_tests::{NodeOptions, RedisCluster, RedisNode};
+use support::{redlock, redlock_on, run};
+
+const UNREACHABLE: &str = "redis://127.0.0.1:1";
+
+/// Runs `redlock ARGS...` and asserts exit 2, `message` on stderr, and
+/// nothing else said first.
+#[track_caller]
+fn rejects(args: &[&str], message: &str) -> String {
+    let run = run(redlock().args(args));
+    run.assert_code(2);
+    assert!(
+        run.stderr.contains(message),
+        "expected {message:?} for {args:?}: {run:#?}"
+    );
+    assert_eq!(run.stdout, "", "{args:?}");
+    run.stderr
+}
+
+#[test]
+fn a_ttl_too_short_to_use_is_a_configuration_error() {
+    // It used to be granted with "validity 0ms" and lost at once (exit 4).
+    let stderr = rejects(
+        &["exec", "-s", UNREACHABLE, "--ttl", "3ms", "k", "--", "true"],
+        "too short",
+    );
+    assert!(!stderr.contains("locked"), "{stderr}");
+}
+
+#[test]
+fn an_absurd_ttl_is_refused() {
+    rejects(
+        &[
+            "exec",
+            "-s",
+            UNREACHABLE,
+            "--ttl",
+            "100000000y",
+            "k",
+            "--",
+            "true",
+        ],
+        "at most",
+    );
+    rejects(
+        &[
+            "exec",
+            "-s",
+            UNREACHABLE,
+            "--ttl",
+            "31days",
+            "k",
+            "--",
+            "true",
+        ],
+        "30 days",
+    );
+}
+
+#[test]
+fn bad_urls_are_quoted_and_say_what_is_wrong() {
+    rejects(
+        &["status", "-s", "http://example", "k"],
+        "server \"http://example\": not a Redis URL",
+    );
+    rejects(
+        &["status", "-s", "redis://127.0.0.1:99999", "k"],
+        "port 99999 out of range",
+    );
+    rejects(
+        &[
+            "status",
+            "-s",
+            "rediss+cluster://127.0.0.1:7000,127.0.0.1:7001",
+            "k",
+        ],
+        "cluster nodes take no TLS in this version",
+    );
+}
+
+#[test]
+fn a_zero_deadline_is_refused_before_waiting() {
+    let stderr = rejects(
+        &[
+            "exec",
+            "-s",
+            UNREACHABLE,
+            "--wait",
+            "--deadline",
+            "0s",
+            "k",
+            "--",
+            "true",
+        ],
+        "is zero",
+    );
+    assert!(!stderr.contains("waiting for lock"), "{stderr}");
+}
+
+#[test]
+fn usage_does_not_ask_for_servers_the_environment_gives() {
+    let run = run(redlock()
+        .args(["exec", "k"])
+        .env("REDLOCK_SERVERS", UNREACHABLE));
+    run.assert_code(2);
+    assert!(
+        run.stderr.contains("Usage: redlock exec [OPTIONS]"),
+        "{run:#?}"
+    );
+    assert!(!run.stderr.contains("--servers <"), "{run:#?}");
+}
+
+#[test]
+fn a_wrong_password_says_so_once() {
+    let node = RedisNode::start_with(NodeOptions {
+        password: Some("right horse battery".to_owned()),
+        ..NodeOptions::default()
+    });
+    let run = run(redlock().args(["status", "-s", &node.url_with_password("wrong"), "k"]));
+    run.assert_code(2);
+    assert!(run.stderr.contains("wrong password"), "{run:#?}");
+    assert!(!run.stderr.contains("AuthenticationFailed"), "{run:#?}");
+    assert_eq!(
+        run.stderr.matches("authentication failed").count()
+            + run.stderr.matches("rejected the credentials").count(),
+        1,
+        "one cause, once: {run:#?}"
+    );
+}
+
+#[test]
+fn a_run_with_a_node_down_reads_as_a_success_in_release_words() {
+    let cluster = RedisCluster::start(3);
+    cluster.node(2).kill();
+    let run = run(redlock_on(&cluster, "exec").args(["--ttl", "20days", "k", "--", "true"]));
+    run.assert_code(0);
+    let stderr = &run.stderr;
+    // The lock: a quorum, not "so far"; a long validity in humantime's words.
+    assert!(
+        stderr.contains("locked k with a quorum (2 of 3 nodes granted, quorum 2; 1 failed)"),
+        "{run:#?}"
+    );
+    assert!(!stderr.contains("so far"), "{run:#?}");
+    assert!(stderr.contains("validity 19days 19h"), "{run:#?}");
+    // The release: the node that was down never had the key.
+    assert!(
+        stderr.contains("released k on 2 of 3 nodes; the lock is free"),
+        "{run:#?}"
+    );
+    assert!(!stderr.contains("keep it until its TTL"), "{run:#?}");
+    assert!(!stderr.contains("granted (quorum"), "{run:#?}");
+    // A one-shot run does not promise to reconnect.
+    assert!(
+        !stderr.contains("reconnecting in the background"),
+        "{run:#?}"
+    );
+}
