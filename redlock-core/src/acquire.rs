@@ -22,12 +22,15 @@ use crate::{
 pub enum AcquireEvent {
     /// The lock is ours. Last event.
     Acquired(Lock),
-    /// An attempt failed and another will start at `retry_at`. Its release
-    /// requests are already queued.
+    /// An attempt failed and another will start at `retry_at` at the
+    /// latest (a release notice starts one sooner). Its release requests
+    /// are already queued.
     AttemptFailed {
         /// Why the attempt failed.
         error: AcquireError,
-        /// When the next attempt starts.
+        /// When the next attempt starts, unless a release notice starts one
+        /// before. At the overall deadline, the wait ends the acquisition
+        /// ([`AcquireError::DeadlineExceeded`]) instead.
         retry_at: Instant,
     },
     /// No lock; no more attempts. Last event. Its release requests are queued.
@@ -470,16 +473,16 @@ impl<R: Rng> Acquisition<R> {
             self.events.push_back(AcquireEvent::Failed(error));
             return;
         }
-        match self
-            .retries
-            .after_failure(scheduled, now, &self.settings.retry(), &mut self.rng)
-        {
+        // A fenced attempt takes two rounds.
+        let attempt = self.node_timeout * if self.fenced { 2 } else { 1 };
+        match self.retries.after_failure(
+            scheduled,
+            now,
+            attempt,
+            &self.settings.retry(),
+            &mut self.rng,
+        ) {
             Next::Retry(until) => self.wait_for_retry(error, until, now),
-            Next::OutOfTime => {
-                self.last_error = Some(error);
-                let error = self.deadline_error();
-                self.events.push_back(AcquireEvent::Failed(error));
-            }
             Next::OutOfAttempts => self.events.push_back(AcquireEvent::Failed(error)),
         }
     }
