@@ -285,6 +285,61 @@ impl<R: Rng> Acquisition<R> {
         }
     }
 
+    /// The release channels this acquisition listens on while it waits
+    /// (for [`WaitQueue`](crate::WaitQueue)s: one client's waiters per
+    /// channel, first come, first served).
+    pub fn channels(&self) -> Vec<Key> {
+        // A multi-resource release announces every key it frees; the
+        // other kinds announce their first key (the resource's own).
+        let count = match self.kind {
+            LockKind::Multi => self.keys.len(),
+            _ => 1,
+        };
+        self.keys[..count]
+            .iter()
+            .map(|key| self.settings.release_channel(key))
+            .collect()
+    }
+
+    /// Waits behind waiters that came first instead of attempting at once:
+    /// its client's [`WaitQueue`](crate::WaitQueue) for the lock is not
+    /// empty ([`WaitQueue::may_attempt_now`](crate::WaitQueue::may_attempt_now)).
+    /// An attempt now could take the lock just freed for the first of them.
+    ///
+    /// Call it right after the constructor, before draining any request:
+    /// the first attempt's requests are withdrawn (nothing was sent), and
+    /// the acquisition waits as after a failed attempt (asking to listen,
+    /// [`poll_listen`](Machine::poll_listen)) until a notice says its turn
+    /// came or its retry timer fires. The first attempt made then counts
+    /// as the first, not as a retry. Does nothing for one attempt
+    /// ([`Attempts::Once`]: a `try_lock` never waits), with release notices
+    /// off (nothing would say its turn came), or once a request was polled.
+    pub fn queue_behind(&mut self, now: Instant) {
+        let fresh = self.retries.started() == 1
+            && self.requests.len() == self.settings.node_names().len()
+            && matches!(
+                self.state,
+                State::Attempting {
+                    phase: Phase::Lock,
+                    ..
+                }
+            );
+        if self.retries.limit_is_once() || !self.notices.wanted || !fresh {
+            return;
+        }
+        self.requests.clear();
+        self.retries.unstart();
+        self.notices.restart(now);
+        self.notices.asked = true;
+        self.notices.listen = Some(self.channels());
+        let until = now + crate::retry_delay(&self.settings.retry(), &mut self.rng);
+        let until = match self.retries.deadline() {
+            Some(deadline) => until.min(deadline),
+            None => until,
+        };
+        self.state = State::Waiting { until };
+    }
+
     /// Between attempts, starts the next one at once if the lock may have
     /// been released since the last one started.
     fn wake_if_released(&mut self, now: Instant) {
@@ -492,17 +547,7 @@ impl<R: Rng> Acquisition<R> {
         // failed do not publish.
         if error.is_held_by_other() && self.notices.wanted && !self.notices.asked {
             self.notices.asked = true;
-            // A multi-resource release announces every key it frees; the
-            // other kinds announce their first key (the resource's own).
-            let count = match self.kind {
-                LockKind::Multi => self.keys.len(),
-                _ => 1,
-            };
-            let channels = self.keys[..count]
-                .iter()
-                .map(|key| self.settings.release_channel(key))
-                .collect();
-            self.notices.listen = Some(channels);
+            self.notices.listen = Some(self.channels());
         }
         self.state = State::Waiting { until };
         self.events.push_back(AcquireEvent::AttemptFailed {

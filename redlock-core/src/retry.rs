@@ -95,6 +95,11 @@ impl Retries {
         self.limit
     }
 
+    /// Whether this is a one-attempt acquisition (a `try_lock`).
+    pub(crate) fn limit_is_once(&self) -> bool {
+        self.max == 1 && self.limit.is_none()
+    }
+
     /// Attempts started so far.
     pub(crate) fn started(&self) -> u32 {
         self.started
@@ -106,6 +111,14 @@ impl Retries {
 
     pub(crate) fn is_past_deadline(&self, now: Instant) -> bool {
         self.deadline.is_some_and(|deadline| now >= deadline)
+    }
+
+    /// The first attempt was withdrawn before anything was sent: the
+    /// acquisition waits for its turn first, and its first attempt comes
+    /// from a notice or the timer.
+    pub(crate) fn unstart(&mut self) {
+        self.started = 0;
+        self.counted = 0;
     }
 
     /// An attempt starts.

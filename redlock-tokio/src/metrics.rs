@@ -22,6 +22,11 @@ pub(crate) trait Voted {
     /// The votes of the round this event ends, if it ends one.
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     fn votes(&self) -> Option<&Votes>;
+
+    /// Whether this final event hands out a lock (a waiter served).
+    fn granted(&self) -> bool {
+        false
+    }
 }
 
 impl Voted for AcquireEvent {
@@ -32,6 +37,10 @@ impl Voted for AcquireEvent {
                 error.votes()
             }
         }
+    }
+
+    fn granted(&self) -> bool {
+        matches!(self, AcquireEvent::Acquired(_))
     }
 }
 
