@@ -442,6 +442,13 @@ impl Redlock {
         let mut acquisition =
             Acquisition::with_spec(Arc::clone(settings), spec, ttl, attempts, now, rng)?;
         self.check_slots(acquisition.keys())?;
+        // First come, first served: behind this client's waiters (the core's
+        // WaitQueue rule; try_lock is not held back).
+        if let Some(notices) = self.notices()
+            && notices.someone_waits(&acquisition.channels())
+        {
+            acquisition.queue_behind(now);
+        }
         report.sent();
         let resource: Arc<[u8]> = match spec {
             LockSpec::Exclusive(resource)
