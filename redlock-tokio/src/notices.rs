@@ -671,7 +671,7 @@ mod tests {
             vec![Notice::Released(NodeId(0)), Notice::Released(NodeId(2))]
         );
         assert_eq!(events(&mut late), vec![], "told once");
-        assert!(!notices.someone_waits(&[b.clone()]));
+        assert!(!notices.someone_waits(std::slice::from_ref(&b)));
         assert!(notices.someone_waits(&[b, a]));
     }
 
