@@ -312,8 +312,10 @@ impl<R: Rng> Acquisition<R> {
     /// [`poll_listen`](Machine::poll_listen)) until a notice says its turn
     /// came or its retry timer fires. The first attempt made then counts
     /// as the first, not as a retry. Does nothing for one attempt
-    /// ([`Attempts::Once`]: a `try_lock` never waits), with release notices
-    /// off (nothing would say its turn came), or once a request was polled.
+    /// ([`Attempts::Once`]: a `try_lock` never waits), for a reentrant lock
+    /// (its owner may hold it already: taking it again must not wait behind
+    /// others), with release notices off (nothing would say its turn
+    /// came), or once a request was polled.
     pub fn queue_behind(&mut self, now: Instant) {
         let fresh = self.retries.started() == 1
             && self.requests.len() == self.settings.node_names().len()
@@ -324,7 +326,8 @@ impl<R: Rng> Acquisition<R> {
                     ..
                 }
             );
-        if self.retries.limit_is_once() || !self.notices.wanted || !fresh {
+        let reentrant = matches!(self.kind, LockKind::Reentrant { .. });
+        if self.retries.limit_is_once() || reentrant || !self.notices.wanted || !fresh {
             return;
         }
         self.requests.clear();

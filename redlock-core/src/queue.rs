@@ -138,10 +138,12 @@ impl WaitQueue {
         }
     }
 
-    /// `waiter` stops waiting; `served`: with the lock. If it was first and
-    /// leaves without the lock, the next waiter's turn starts with the
-    /// notices it may have missed. If it got the lock, the next release
-    /// (its own) is the next waiter's.
+    /// `waiter` stops waiting; `served`: with a lock that excludes the next
+    /// waiter (any kind but a read lock). If it was first and leaves
+    /// otherwise (without the lock, or with a read lock the next may share),
+    /// the next waiter's turn starts with the notices it may have missed.
+    /// If it got such a lock, the next release (its own) is the next
+    /// waiter's.
     pub fn handle_leave(&mut self, waiter: WaiterId, served: bool) {
         let was_first = self.first() == Some(waiter);
         self.waiters.retain(|other| *other != waiter);

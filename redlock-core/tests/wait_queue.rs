@@ -236,3 +236,25 @@ fn notices_routed_by_the_queue_serve_waiters_in_order() {
     }
     assert_eq!(served, vec![0, 1, 2, 3]);
 }
+
+#[test]
+fn a_reentrant_lock_never_queues() {
+    // Its owner may hold it already: taking it again must not wait behind
+    // other waiters for a release that its owner would have to make.
+    let settings = settings();
+    let t0 = Instant::now();
+    let mut acquire = Acquisition::with_spec(
+        Arc::clone(&settings),
+        redlock_core::LockSpec::Reentrant {
+            resource: b"q",
+            owner: "job-7",
+        },
+        settings.default_ttl(),
+        Attempts::Retry,
+        t0,
+        StdRng::seed_from_u64(4),
+    )
+    .unwrap();
+    acquire.queue_behind(t0);
+    assert_eq!(requests(&mut acquire).len(), 3, "it attempts at once");
+}

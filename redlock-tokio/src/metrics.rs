@@ -23,7 +23,8 @@ pub(crate) trait Voted {
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     fn votes(&self) -> Option<&Votes>;
 
-    /// Whether this final event hands out a lock (a waiter served).
+    /// Whether this final event hands out a lock that excludes other
+    /// waiters (any kind but a read lock): a waiter served.
     fn granted(&self) -> bool {
         false
     }
@@ -40,7 +41,8 @@ impl Voted for AcquireEvent {
     }
 
     fn granted(&self) -> bool {
-        matches!(self, AcquireEvent::Acquired(_))
+        // A reader served leaves the next waiter's turn open: it may share.
+        matches!(self, AcquireEvent::Acquired(lock) if !matches!(lock.kind(), redlock_core::LockKind::Read))
     }
 }
 
