@@ -18,7 +18,11 @@
 //! - (e) commands per node per acquire and per release (`INFO commandstats`);
 //! - (d) one, then the most the quorum tolerates, of the nodes paused with
 //!   `SIGSTOP`, beside a healthy baseline at the same pace (the same idle
-//!   time after each cycle as a paused node costs), measured in the same run.
+//!   time after each cycle as a paused node costs), measured in the same run;
+//! - (j) fairness, this library only ([`fairness`]): 8 tasks of one client,
+//!   then 4 clients of 2 tasks, on one key, each holding it 20 ms: worst
+//!   wait over the fair cycle, Jain's index of the grants, hand-over gap
+//!   p50/p99. Printed after the tables, not in the report file.
 //!
 //! Contenders take turns, and their order rotates: by cycle in (a) and (d),
 //! by round in (b) and (c), whose round counts are whole rotations, so every
@@ -33,7 +37,7 @@
 //! ```
 //!
 //! ```text
-//! redlock-bench [--quick] [--nodes 1|3|5|7] [--only abcde]
+//! redlock-bench [--quick] [--nodes 1|3|5|7] [--only abcdej]
 //!               [--contenders ours,rslock,floor,script-floor]
 //!               [--out DIR] [--ttl-ms MS] [--retry-jitter-ms MS]
 //! ```
@@ -66,6 +70,7 @@ mod cluster;
 mod cluster_report;
 mod contenders;
 mod cpu;
+mod fairness;
 mod memory;
 mod monitor;
 mod report;
@@ -100,6 +105,8 @@ struct Plan {
     contention_budget: Duration,
     paused: PausedPlan,
     command_operations: u64,
+    /// How long each shape of (j) runs.
+    fairness: Duration,
 }
 
 impl Plan {
@@ -122,6 +129,7 @@ impl Plan {
                 budget: Duration::from_secs(40),
             },
             command_operations: 200,
+            fairness: Duration::from_secs(10),
         }
     }
 
@@ -144,13 +152,14 @@ impl Plan {
                 budget: Duration::from_secs(4),
             },
             command_operations: 50,
+            fairness: Duration::from_secs(1),
         }
     }
 }
 
 struct Args {
     quick: bool,
-    /// Which scenarios to run, as letters: "abcde" by default.
+    /// Which scenarios to run, as letters: "abcdej" by default.
     only: String,
     /// Which contenders to run (all by default): for profiling one alone.
     kinds: Vec<Kind>,
@@ -168,14 +177,14 @@ struct Args {
     tasks: Option<usize>,
 }
 
-const USAGE: &str = "usage: redlock-bench [--quick] [--nodes 1|3|5|7] [--only abcde] [--contenders ours,rslock,floor,script-floor] [--out DIR] [--ttl-ms MS] [--retry-jitter-ms MS]
+const USAGE: &str = "usage: redlock-bench [--quick] [--nodes 1|3|5|7] [--only abcdej] [--contenders ours,rslock,floor,script-floor] [--out DIR] [--ttl-ms MS] [--retry-jitter-ms MS]
        redlock-bench --shards 0,1,3 [--nodes N] [--quick] [--tasks N] [--memory-locks N] [--out DIR] [--ttl-ms MS]
        redlock-bench --memory [--shards 0,1,3] [--memory-locks N] [--out DIR]";
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
         quick: false,
-        only: "abcde".to_owned(),
+        only: "abcdej".to_owned(),
         kinds: Kind::ALL.to_vec(),
         nodes: None,
         out: None,
@@ -236,8 +245,8 @@ fn parse_args() -> Result<Args, String> {
             }
             "--only" => {
                 args.only = value("--only")?;
-                if args.only.is_empty() || !args.only.chars().all(|c| "abcde".contains(c)) {
-                    return Err("--only: letters among a, b, c, d, e".to_owned());
+                if args.only.is_empty() || !args.only.chars().all(|c| "abcdej".contains(c)) {
+                    return Err("--only: letters among a, b, c, d, e, j".to_owned());
                 }
             }
             "--contenders" => {
@@ -436,6 +445,23 @@ fn run(args: &Args) -> Result<String, String> {
             plan.paused,
         );
     }
+    let mut fairness = Vec::new();
+    if runs('j') {
+        for (clients, tasks) in [(1, 8), (4, 2)] {
+            progress(&format!(
+                "(j) fairness: {clients} client(s) x {tasks} tasks on one key, {:?}",
+                plan.fairness
+            ));
+            let key = format!("bench-fair-{clients}x{tasks}");
+            fairness.push(runtime.block_on(fairness::run(
+                &cluster.urls(),
+                clients,
+                tasks,
+                plan.fairness,
+                &key,
+            ))?);
+        }
+    }
     drop(contenders);
     runtime.shutdown_timeout(Duration::from_secs(1));
     drop(cluster);
@@ -491,6 +517,16 @@ fn run(args: &Args) -> Result<String, String> {
         .map_err(|err| format!("{}: {err}", report_path.display()))?;
 
     println!("{}", report::tables(&results, &info));
+    if !fairness.is_empty() {
+        println!(
+            "(j) fairness: tasks on one key, each holding it {} ms (fair cycle: tasks x hold)\n{}",
+            fairness::HOLD.as_millis(),
+            fairness::HEADER
+        );
+        for shape in &fairness {
+            println!("{}", shape.line());
+        }
+    }
     let summary = Summary::of(&results);
     for (target, figure, met) in summary.targets() {
         let met = match met {

@@ -22,12 +22,15 @@ use crate::{
 pub enum AcquireEvent {
     /// The lock is ours. Last event.
     Acquired(Lock),
-    /// An attempt failed and another will start at `retry_at`. Its release
-    /// requests are already queued.
+    /// An attempt failed and another will start at `retry_at` at the
+    /// latest (a release notice starts one sooner). Its release requests
+    /// are already queued.
     AttemptFailed {
         /// Why the attempt failed.
         error: AcquireError,
-        /// When the next attempt starts.
+        /// When the next attempt starts, unless a release notice starts one
+        /// before. At the overall deadline, the wait ends the acquisition
+        /// ([`AcquireError::DeadlineExceeded`]) instead.
         retry_at: Instant,
     },
     /// No lock; no more attempts. Last event. Its release requests are queued.
@@ -282,6 +285,64 @@ impl<R: Rng> Acquisition<R> {
         }
     }
 
+    /// The release channels this acquisition listens on while it waits
+    /// (for [`WaitQueue`](crate::WaitQueue)s: one client's waiters per
+    /// channel, first come, first served).
+    pub fn channels(&self) -> Vec<Key> {
+        // A multi-resource release announces every key it frees; the
+        // other kinds announce their first key (the resource's own).
+        let count = match self.kind {
+            LockKind::Multi => self.keys.len(),
+            _ => 1,
+        };
+        self.keys[..count]
+            .iter()
+            .map(|key| self.settings.release_channel(key))
+            .collect()
+    }
+
+    /// Waits behind waiters that came first instead of attempting at once:
+    /// its client's [`WaitQueue`](crate::WaitQueue) for the lock is not
+    /// empty ([`WaitQueue::may_attempt_now`](crate::WaitQueue::may_attempt_now)).
+    /// An attempt now could take the lock just freed for the first of them.
+    ///
+    /// Call it right after the constructor, before draining any request:
+    /// the first attempt's requests are withdrawn (nothing was sent), and
+    /// the acquisition waits as after a failed attempt (asking to listen,
+    /// [`poll_listen`](Machine::poll_listen)) until a notice says its turn
+    /// came or its retry timer fires. The first attempt made then counts
+    /// as the first, not as a retry. Does nothing for one attempt
+    /// ([`Attempts::Once`]: a `try_lock` never waits), for a reentrant lock
+    /// (its owner may hold it already: taking it again must not wait behind
+    /// others), with release notices off (nothing would say its turn
+    /// came), or once a request was polled.
+    pub fn queue_behind(&mut self, now: Instant) {
+        let fresh = self.retries.started() == 1
+            && self.requests.len() == self.settings.node_names().len()
+            && matches!(
+                self.state,
+                State::Attempting {
+                    phase: Phase::Lock,
+                    ..
+                }
+            );
+        let reentrant = matches!(self.kind, LockKind::Reentrant { .. });
+        if self.retries.limit_is_once() || reentrant || !self.notices.wanted || !fresh {
+            return;
+        }
+        self.requests.clear();
+        self.retries.unstart();
+        self.notices.restart(now);
+        self.notices.asked = true;
+        self.notices.listen = Some(self.channels());
+        let until = now + crate::retry_delay(&self.settings.retry(), &mut self.rng);
+        let until = match self.retries.deadline() {
+            Some(deadline) => until.min(deadline),
+            None => until,
+        };
+        self.state = State::Waiting { until };
+    }
+
     /// Between attempts, starts the next one at once if the lock may have
     /// been released since the last one started.
     fn wake_if_released(&mut self, now: Instant) {
@@ -470,16 +531,16 @@ impl<R: Rng> Acquisition<R> {
             self.events.push_back(AcquireEvent::Failed(error));
             return;
         }
-        match self
-            .retries
-            .after_failure(scheduled, now, &self.settings.retry(), &mut self.rng)
-        {
+        // A fenced attempt takes two rounds.
+        let attempt = self.node_timeout * if self.fenced { 2 } else { 1 };
+        match self.retries.after_failure(
+            scheduled,
+            now,
+            attempt,
+            &self.settings.retry(),
+            &mut self.rng,
+        ) {
             Next::Retry(until) => self.wait_for_retry(error, until, now),
-            Next::OutOfTime => {
-                self.last_error = Some(error);
-                let error = self.deadline_error();
-                self.events.push_back(AcquireEvent::Failed(error));
-            }
             Next::OutOfAttempts => self.events.push_back(AcquireEvent::Failed(error)),
         }
     }
@@ -489,17 +550,7 @@ impl<R: Rng> Acquisition<R> {
         // failed do not publish.
         if error.is_held_by_other() && self.notices.wanted && !self.notices.asked {
             self.notices.asked = true;
-            // A multi-resource release announces every key it frees; the
-            // other kinds announce their first key (the resource's own).
-            let count = match self.kind {
-                LockKind::Multi => self.keys.len(),
-                _ => 1,
-            };
-            let channels = self.keys[..count]
-                .iter()
-                .map(|key| self.settings.release_channel(key))
-                .collect();
-            self.notices.listen = Some(channels);
+            self.notices.listen = Some(self.channels());
         }
         self.state = State::Waiting { until };
         self.events.push_back(AcquireEvent::AttemptFailed {

@@ -59,7 +59,10 @@ pub struct Config {
     /// How a blocking acquire retries after a failed attempt.
     pub retry: RetryConfig,
     /// An upper bound on a whole blocking acquire, retries included. `None`: only
-    /// the retry count bounds it. The bound is hard: no lock is handed out at or
+    /// the retry count bounds it. While retries are left, it is waited out: an
+    /// acquire whose next retry would start past it makes a last attempt
+    /// timed to end by it and listens for release notices until it. The
+    /// bound is hard: no lock is handed out at or
     /// after it, also when a quorum's answers are only counted then (they came
     /// in with the timer, or the caller was late); such a lock is released.
     pub acquire_deadline: Option<Duration>,

@@ -134,6 +134,7 @@ mod machine;
 pub mod native;
 #[cfg(feature = "planted-bugs")]
 pub mod planted;
+mod queue;
 mod quorum;
 mod release;
 mod retry;
@@ -151,6 +152,7 @@ pub use limits::{FIXED_DRIFT, MAX_TTL_MS, MAX_VALUE_LEN, MIN_VALIDITY, MIN_VALUE
 pub use lock::Lock;
 pub use machine::{Machine, Notice};
 pub use native::{Call, Native, NodeFacts, Server, Version};
+pub use queue::{WaitQueue, WaiterId, Wake};
 pub use quorum::{Votes, drift, quorum, remaining, valid_until};
 pub use release::{Release, ReleaseReport};
 pub use retry::{Attempts, retry_delay};

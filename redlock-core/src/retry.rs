@@ -25,6 +25,13 @@ pub enum Attempts {
     /// apply (as Redisson's `tryLock(waitTime, leaseTime)`). The retry
     /// delays are the settings'.
     ///
+    /// The limit is waited out: the acquisition never gives up before it.
+    /// When the next retry would start past it, the last one is moved to
+    /// start one attempt's time (the per-node timeout, twice for a fenced
+    /// lock) before the limit, and after that the acquisition still listens
+    /// for release notices until the limit, each of which starts an
+    /// attempt at once.
+    ///
     /// The limit is hard, like the acquire deadline: a quorum counted at or
     /// after it is released, and the acquisition ends with
     /// [`AcquireError::DeadlineExceeded`](crate::AcquireError::DeadlineExceeded)
@@ -55,10 +62,9 @@ pub(crate) struct Retries {
 
 /// What follows a failed attempt.
 pub(crate) enum Next {
-    /// Wait for the next attempt until then.
+    /// Wait for the next attempt until then (listening for release
+    /// notices); at the overall deadline, the wait ends the acquisition.
     Retry(Instant),
-    /// The next attempt would start past the overall deadline.
-    OutOfTime,
     /// Every attempt was made.
     OutOfAttempts,
 }
@@ -89,6 +95,11 @@ impl Retries {
         self.limit
     }
 
+    /// Whether this is a one-attempt acquisition (a `try_lock`).
+    pub(crate) fn limit_is_once(&self) -> bool {
+        self.max == 1 && self.limit.is_none()
+    }
+
     /// Attempts started so far.
     pub(crate) fn started(&self) -> u32 {
         self.started
@@ -102,6 +113,14 @@ impl Retries {
         self.deadline.is_some_and(|deadline| now >= deadline)
     }
 
+    /// The first attempt was withdrawn before anything was sent: the
+    /// acquisition waits for its turn first, and its first attempt comes
+    /// from a notice or the timer.
+    pub(crate) fn unstart(&mut self) {
+        self.started = 0;
+        self.counted = 0;
+    }
+
     /// An attempt starts.
     pub(crate) fn start(&mut self) {
         self.started += 1;
@@ -113,11 +132,13 @@ impl Retries {
     }
 
     /// After a failed attempt at `now`; `scheduled` is the retry an extra
-    /// attempt (after a release notice) jumped ahead of.
+    /// attempt (after a release notice) jumped ahead of, and `attempt` how
+    /// long an attempt may take (its rounds' per-node timeouts).
     pub(crate) fn after_failure<R: Rng + ?Sized>(
         &mut self,
         scheduled: Option<Instant>,
         now: Instant,
+        attempt: Duration,
         retry: &RetryConfig,
         rng: &mut R,
     ) -> Next {
@@ -135,10 +156,20 @@ impl Retries {
             return Next::OutOfAttempts;
         }
         let until = now + retry_delay(retry, rng);
-        if self.deadline.is_some_and(|deadline| until >= deadline) {
-            return Next::OutOfTime;
+        match self.deadline {
+            // A deadline is waited out, never given up on early: a release
+            // can come at any moment before it. The last retry starts in
+            // time to end by the deadline (if that is still ahead); after
+            // it, only release notices start attempts, and the wait ends
+            // at the deadline.
+            Some(deadline) if until >= deadline => Next::Retry(
+                deadline
+                    .checked_sub(attempt)
+                    .filter(|&last| last > now)
+                    .unwrap_or(deadline),
+            ),
+            _ => Next::Retry(until),
         }
-        Next::Retry(until)
     }
 }
 

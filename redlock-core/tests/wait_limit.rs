@@ -10,7 +10,7 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use redlock_core::{
     AcquireError, AcquireEvent, Acquisition, Attempts, Config, ConfigError, LockSpec, Machine,
-    Reply, Request, Response, RetryConfig, Settings,
+    NodeId, Notice, Reply, Request, Response, RetryConfig, Settings,
 };
 
 const MS: Duration = Duration::from_millis(1);
@@ -212,4 +212,136 @@ fn a_limit_past_the_clock_means_no_limit() {
     assert!(error.is_none(), "{error:?}");
     assert!(at > t0 + Duration::from_secs(1));
     assert!(acquire.attempts() >= 200);
+}
+
+/// Three nodes whose retries are far apart (1 s): within a 300 ms limit,
+/// only the last retry and release notices can start attempts.
+fn slow_retries() -> Arc<Settings> {
+    Arc::new(
+        Config {
+            servers: vec!["a".into(), "b".into(), "c".into()],
+            node_timeout: Some(5 * MS),
+            retry: RetryConfig {
+                count: 10,
+                delay: Duration::from_secs(1),
+                jitter: Duration::ZERO,
+            },
+            ..Config::default()
+        }
+        .validate()
+        .unwrap(),
+    )
+}
+
+/// Answers the attempt in flight with "held" on every node at `now`, and
+/// takes the withdraws that follow.
+fn refuse(acquire: &mut Acquisition<StdRng>, now: Instant) {
+    let requests: Vec<Request> = std::iter::from_fn(|| acquire.poll_request()).collect();
+    for request in requests.iter().filter(|r| r.command.ttl().is_some()) {
+        acquire.handle_reply(held(request), now);
+    }
+    // The failed attempt's withdraws.
+    assert_eq!(std::iter::from_fn(|| acquire.poll_request()).count(), 3);
+}
+
+#[test]
+fn a_release_before_the_limit_is_waited_for_and_taken() {
+    // The holder releases at 200 ms; the next timed retry would be at 1 s.
+    let settings = slow_retries();
+    let t0 = Instant::now();
+    let mut acquire = start(&settings, Attempts::Within(300 * MS), t0);
+    refuse(&mut acquire, t0 + MS);
+    assert!(matches!(
+        acquire.poll_event(),
+        Some(AcquireEvent::AttemptFailed { .. })
+    ));
+    assert!(acquire.current_attempt().is_none(), "waiting, not given up");
+    assert!(!acquire.is_done());
+    assert!(acquire.poll_listen().is_some(), "it listens for releases");
+    // Nothing happens until the release: the timer is the limit's last
+    // retry, well after 200 ms.
+    assert_eq!(acquire.poll_timeout(), Some(t0 + 295 * MS));
+    acquire.handle_timeout(t0 + 150 * MS);
+    assert!(acquire.poll_event().is_none() && !acquire.is_done());
+    // The release's notices from two of three nodes: an attempt at once,
+    // no retry timer in between.
+    let release = t0 + 200 * MS;
+    acquire.handle_notice(Notice::Released(NodeId(0)), release);
+    assert!(
+        acquire.current_attempt().is_none(),
+        "one node is no release"
+    );
+    acquire.handle_notice(Notice::Released(NodeId(2)), release);
+    assert!(
+        acquire.current_attempt().is_some(),
+        "attempting at the notice"
+    );
+    let requests: Vec<Request> = std::iter::from_fn(|| acquire.poll_request()).collect();
+    assert_eq!(requests.len(), 3);
+    for request in &requests {
+        acquire.handle_reply(Reply::to(request, Ok(Response::Int(1))), release + MS);
+    }
+    assert!(matches!(
+        acquire.poll_event(),
+        Some(AcquireEvent::Acquired(_))
+    ));
+}
+
+#[test]
+fn without_a_release_the_limit_is_waited_out_with_a_last_attempt() {
+    let settings = slow_retries();
+    let t0 = Instant::now();
+    let mut acquire = start(&settings, Attempts::Within(300 * MS), t0);
+    refuse(&mut acquire, t0 + MS);
+    let Some(AcquireEvent::AttemptFailed { retry_at, .. }) = acquire.poll_event() else {
+        panic!("the first attempt fails");
+    };
+    // The retry drawn (1 s) is past the limit: the last attempt starts one
+    // node timeout (5 ms) before it, so that it can end by the limit.
+    assert_eq!(retry_at, t0 + 295 * MS);
+    acquire.handle_timeout(retry_at);
+    assert!(acquire.current_attempt().is_some(), "the last attempt");
+    refuse(&mut acquire, retry_at + MS);
+    let Some(AcquireEvent::AttemptFailed { retry_at, .. }) = acquire.poll_event() else {
+        panic!("the last attempt fails, and the wait goes on");
+    };
+    assert_eq!(retry_at, t0 + 300 * MS, "to the limit, for notices");
+    assert!(!acquire.is_done());
+    acquire.handle_timeout(t0 + 299 * MS);
+    assert!(acquire.poll_event().is_none() && !acquire.is_done());
+    acquire.handle_timeout(t0 + 300 * MS);
+    let Some(AcquireEvent::Failed(AcquireError::DeadlineExceeded { attempts, last, .. })) =
+        acquire.poll_event()
+    else {
+        panic!("gives up at the limit");
+    };
+    assert_eq!(attempts, 2);
+    assert!(last.expect("the last attempt's error").is_held_by_other());
+}
+
+#[test]
+fn no_waiter_gives_up_before_its_limit() {
+    // Many seeds and limits against nodes that stay held: the final event
+    // comes exactly at the limit, never before.
+    let settings = settings(1_000, None);
+    for seed in 0..20 {
+        for limit in [30 * MS, 113 * MS, 300 * MS] {
+            let t0 = Instant::now();
+            let mut acquire = Acquisition::with_spec(
+                Arc::clone(&settings),
+                LockSpec::Exclusive(b"w"),
+                settings.default_ttl(),
+                Attempts::Within(limit),
+                t0,
+                StdRng::seed_from_u64(seed),
+            )
+            .unwrap();
+            let (error, at) = run_held(&mut acquire, t0, 10_000);
+            assert!(
+                matches!(error, Some(AcquireError::DeadlineExceeded { .. })),
+                "{error:?}"
+            );
+            assert_eq!(at, t0 + limit, "seed {seed}: gave up at {:?}", at - t0);
+        }
+    }
 }

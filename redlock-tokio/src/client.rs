@@ -261,6 +261,22 @@ impl Redlock {
     /// a random delay as configured, until the retry count or the acquire
     /// deadline runs out.
     ///
+    /// What it waits for by default: the first attempt and
+    /// [`Builder::retry_count`](crate::Builder::retry_count) retries (10,
+    /// 50..200 ms apart: about 0.5 to 2 s), and it takes the lock at once
+    /// when the holder releases it in that time (release notices start
+    /// attempts without using up the count). So a lock held for longer is
+    /// an error to handle, as with redsync's `Lock` (32 tries), and unlike
+    /// Redisson's `lock()` or [`tokio::sync::Mutex::lock`], which wait for
+    /// ever: a distributed lock can be held by a client that hangs or
+    /// crashed, and a wait without end hides it. For a wait of a given
+    /// length use [`LockOptions::wait_at_most`] (Redisson's
+    /// `tryLock(waitTime, leaseTime)`: waited out to the limit), for no
+    /// limit `wait_at_most(Duration::MAX)`, and for no wait
+    /// [`try_lock`](Self::try_lock). With an
+    /// [acquire deadline](crate::Builder::acquire_deadline), the deadline
+    /// is waited out too, while retries are left.
+    ///
     /// Cancel-safe: dropping the future (for example in
     /// `tokio::time::timeout`) releases whatever the attempt in flight may
     /// have set on the nodes, in the background.
@@ -443,6 +459,13 @@ impl Redlock {
         let mut acquisition =
             Acquisition::with_spec(Arc::clone(settings), spec, ttl, attempts, now, rng)?;
         self.check_slots(acquisition.keys())?;
+        // First come, first served: behind this client's waiters (the core's
+        // WaitQueue rule; try_lock is not held back).
+        if let Some(notices) = self.notices()
+            && notices.someone_waits(&acquisition.channels())
+        {
+            acquisition.queue_behind(now);
+        }
         report.sent();
         let resource: Arc<[u8]> = match spec {
             LockSpec::Exclusive(resource)

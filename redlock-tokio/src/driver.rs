@@ -229,6 +229,11 @@ where
             }
             if self.machine.is_done() {
                 self.finished = true;
+                if let (Some(waiter), Some(event)) = (&mut self.waiter, &last)
+                    && event.granted()
+                {
+                    waiter.served();
+                }
                 complete_in_background(std::mem::take(&mut self.in_flight), self.client);
                 return last.expect("a machine that is done gave its final event");
             }

@@ -263,8 +263,16 @@
 //!   for it and unsubscribed when the last one leaves.
 //! - Notices only bring an attempt forward: the attempt still runs the
 //!   whole quorum round, and one started by a notice counts as a retry only
-//!   if it ends after the retry it jumped ahead of. Every release wakes
-//!   every waiter of that lock; one wins.
+//!   if it ends after the retry it jumped ahead of.
+//! - **First come, first served inside a client.** A release wakes one of
+//!   the client's waiters for that lock, the one that has waited longest
+//!   (the core's [`WaitQueue`](redlock_core::WaitQueue) decides; if it
+//!   leaves without the lock, the next is told what it missed), and a new
+//!   `lock` on a lock the client's acquires already wait for queues behind
+//!   them instead of attempting, so a holder that releases and asks again
+//!   comes last. `try_lock` never queues. Between clients the fastest
+//!   attempt to a quorum still wins, and every waiter keeps its timed
+//!   retries as the backstop, which can also win a race.
 //! - A release counts once it is heard from more nodes than a failed
 //!   attempt can free while someone else holds a quorum: N - quorum + 1
 //!   (2 of 3, 3 of 5). Failed attempts clean up with the same release

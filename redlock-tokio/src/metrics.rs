@@ -22,6 +22,12 @@ pub(crate) trait Voted {
     /// The votes of the round this event ends, if it ends one.
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     fn votes(&self) -> Option<&Votes>;
+
+    /// Whether this final event hands out a lock that excludes other
+    /// waiters (any kind but a read lock): a waiter served.
+    fn granted(&self) -> bool {
+        false
+    }
 }
 
 impl Voted for AcquireEvent {
@@ -32,6 +38,11 @@ impl Voted for AcquireEvent {
                 error.votes()
             }
         }
+    }
+
+    fn granted(&self) -> bool {
+        // A reader served leaves the next waiter's turn open: it may share.
+        matches!(self, AcquireEvent::Acquired(lock) if !matches!(lock.kind(), redlock_core::LockKind::Read))
     }
 }
 

@@ -7,7 +7,10 @@
 //! came from and when, to the acquisitions that wait for that key
 //! ([`Machine::handle_notice`](redlock_core::Machine::handle_notice)). The
 //! core decides what notices mean (how many nodes make a release, which
-//! ones its attempt had already seen); this only delivers them.
+//! ones its attempt had already seen) and who gets them: per channel, a
+//! [`WaitQueue`] serves the client's waiters first come, first served (a
+//! notice goes to the waiter whose turn it is, not to all). This only
+//! delivers them.
 //!
 //! The shape, chosen so that it can never slow or fail a lock:
 //!
@@ -36,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use redis::aio::{PubSubSink, PubSubStream};
-use redlock_core::{Key, NodeId, Notice};
+use redlock_core::{Key, NodeId, Notice, WaitQueue, WaiterId, Wake};
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -81,8 +84,10 @@ type Sink = mpsc::UnboundedSender<(Notice, Instant)>;
 
 /// One channel some acquires wait on.
 struct Channel {
-    /// Told every event of the channel.
-    waiters: Vec<(u64, Sink)>,
+    /// Where each waiter gets its notices.
+    waiters: HashMap<u64, Sink>,
+    /// Whose turn it is: the core's rule.
+    queue: WaitQueue,
     /// Per node, when its last notice arrived.
     heard: Box<[Option<Instant>]>,
     /// When the channel became subscribed on some node (first, or again
@@ -93,10 +98,40 @@ struct Channel {
 }
 
 impl Channel {
-    fn tell(&self, notice: Notice, at: Instant) {
-        for (_, sink) in &self.waiters {
-            // A waiter that left is removed with its sink: no error here.
-            let _ = sink.send((notice, at));
+    fn new(nodes: usize) -> Self {
+        Self {
+            waiters: HashMap::new(),
+            queue: WaitQueue::new(),
+            heard: vec![None; nodes].into(),
+            subscribed_at: None,
+            active: false,
+        }
+    }
+
+    /// A notice of the channel, for the waiter the queue says.
+    fn tell(&mut self, notice: Notice, at: Instant) {
+        self.queue.handle_notice(notice);
+        self.deliver(at);
+    }
+
+    /// Delivers what the queue asks; `at` is when the notice told came.
+    fn deliver(&mut self, at: Instant) {
+        while let Some(wake) = self.queue.poll_wake() {
+            match wake {
+                Wake::Tell { waiter, notice } => {
+                    if let Some(sink) = self.waiters.get(&waiter.0) {
+                        // A waiter that left is removed with its sink: no
+                        // error here.
+                        let _ = sink.send((notice, at));
+                    }
+                }
+                Wake::Replay { waiter } => {
+                    if let Some(sink) = self.waiters.get(&waiter.0) {
+                        self.replay(sink);
+                    }
+                }
+                _ => {}
+            }
         }
     }
 
@@ -163,10 +198,27 @@ impl Notices {
             .count()
     }
 
-    /// Registers a waiter for these channels. Never waits: the listeners
-    /// subscribe in the background (starting on the current Tokio runtime
-    /// if they are not running), and until they have, the waiter simply gets
-    /// no notice.
+    /// Whether some acquire of this client already waits on one of these
+    /// channels: a new acquire then waits behind it
+    /// ([`WaitQueue::may_attempt_now`]).
+    pub(crate) fn someone_waits(&self, channels: &[Key]) -> bool {
+        let map = self.shared.lock();
+        channels.iter().any(|channel| {
+            map.get(channel)
+                .is_some_and(|entry| !entry.queue.may_attempt_now())
+        })
+    }
+
+    /// Registers a waiter for these channels, last in their queues. Never
+    /// waits: the listeners subscribe in the background (starting on the
+    /// current Tokio runtime if they are not running), and until they have,
+    /// the waiter simply gets no notice.
+    ///
+    /// A waiter that finds nobody ahead of it is told the channel's recent
+    /// events at once: they may be newer than its attempt (the core tells).
+    /// An acquire that queued behind waiters who all left before it got
+    /// here finds a new channel, and is told at its subscription (a
+    /// [`Notice::Subscribed`]) or by its retry timer.
     pub(crate) fn wait_for(self: &Arc<Self>, channels: Vec<Key>) -> Waiter {
         let id = self.shared.next_waiter.fetch_add(1, Ordering::Relaxed);
         let (sink, receiver) = mpsc::unbounded_channel();
@@ -176,15 +228,11 @@ impl Notices {
             for channel in &channels {
                 let entry = map.entry(channel.clone()).or_insert_with(|| {
                     new_channel = true;
-                    Channel {
-                        waiters: Vec::new(),
-                        heard: vec![None; self.shared.nodes].into(),
-                        subscribed_at: None,
-                        active: false,
-                    }
+                    Channel::new(self.shared.nodes)
                 });
-                entry.replay(&sink);
-                entry.waiters.push((id, sink.clone()));
+                entry.waiters.insert(id, sink.clone());
+                entry.queue.handle_join(WaiterId(id));
+                entry.deliver(Instant::now());
             }
         }
         self.ensure_listening();
@@ -196,6 +244,7 @@ impl Notices {
             id,
             channels,
             receiver,
+            served: false,
             _sink: sink,
         }
     }
@@ -293,6 +342,9 @@ pub(crate) struct Waiter {
     id: u64,
     channels: Vec<Key>,
     receiver: mpsc::UnboundedReceiver<(Notice, Instant)>,
+    /// Its acquire got the lock: leaving, it hands the next release to the
+    /// next waiter without telling it the ones before.
+    served: bool,
     /// Keeps the channel open, so `next` never ends.
     _sink: Sink,
 }
@@ -313,6 +365,11 @@ impl Waiter {
     pub(crate) async fn next(&mut self) -> Option<(Notice, Instant)> {
         self.receiver.recv().await
     }
+
+    /// Its acquire got the lock.
+    pub(crate) fn served(&mut self) {
+        self.served = true;
+    }
 }
 
 impl Drop for Waiter {
@@ -322,7 +379,9 @@ impl Drop for Waiter {
             let mut map = self.notices.shared.lock();
             for channel in &self.channels {
                 if let Some(entry) = map.get_mut(channel) {
-                    entry.waiters.retain(|(id, _)| *id != self.id);
+                    entry.waiters.remove(&self.id);
+                    entry.queue.handle_leave(WaiterId(self.id), self.served);
+                    entry.deliver(Instant::now());
                     if entry.waiters.is_empty() {
                         map.remove(channel);
                         emptied = true;
@@ -575,24 +634,45 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn each_node_notice_reaches_the_waiters_of_its_channel() {
+    async fn each_node_notice_reaches_the_first_waiter_of_its_channel() {
         let notices = notices(3);
         let a = Key::from("a\0released");
+        let b = Key::from("b\0released");
         let mut one = notices.wait_for(vec![a.clone()]);
-        let mut two = notices.wait_for(vec![a.clone(), Key::from("b\0released")]);
+        let mut two = notices.wait_for(vec![a.clone(), b.clone()]);
         let mut other = notices.wait_for(vec![Key::from("c\0released")]);
         notices.shared.notice(2, a.as_bytes(), Instant::now());
         notices.shared.notice(0, b"unknown", Instant::now());
         let from_node_2 = vec![Notice::Released(NodeId(2))];
-        assert_eq!(events(&mut one), from_node_2);
-        assert_eq!(events(&mut two), from_node_2);
+        assert_eq!(events(&mut one), from_node_2, "first on a");
+        assert_eq!(events(&mut two), vec![], "second on a");
         assert_eq!(events(&mut other), vec![]);
+        // On b, the second is first.
+        notices.shared.notice(1, b.as_bytes(), Instant::now());
+        assert_eq!(events(&mut two), vec![Notice::Released(NodeId(1))]);
 
-        // A late waiter is told the channel's recent events at once: they
-        // may be newer than its attempt.
+        // A late waiter waits its turn: told nothing.
         let mut late = notices.wait_for(vec![a.clone()]);
-        assert_eq!(events(&mut late), from_node_2);
+        assert_eq!(events(&mut late), vec![]);
+        // The first leaves with the lock: the next release is the second's,
+        // with nothing replayed.
+        let mut one = one;
+        one.served();
+        drop(one);
+        assert_eq!(events(&mut two), vec![]);
+        notices.shared.notice(0, a.as_bytes(), Instant::now());
+        assert_eq!(events(&mut two), vec![Notice::Released(NodeId(0))]);
+        assert_eq!(events(&mut late), vec![]);
+        // The second leaves without it: the late waiter is first and told
+        // the channel's recent events (they may be newer than its attempt).
+        drop(two);
+        assert_eq!(
+            events(&mut late),
+            vec![Notice::Released(NodeId(0)), Notice::Released(NodeId(2))]
+        );
         assert_eq!(events(&mut late), vec![], "told once");
+        assert!(!notices.someone_waits(std::slice::from_ref(&b)));
+        assert!(notices.someone_waits(&[b, a]));
     }
 
     #[tokio::test]

@@ -63,6 +63,13 @@ impl LockOptions {
     /// release notices do). Replaces [`once`](Self::once); the last of the
     /// two wins.
     ///
+    /// The limit is waited out: the call never gives up before it. While
+    /// the lock is held it listens for the holder's release (the release
+    /// notice starts an attempt at once) and, when its next timed retry
+    /// would come after the limit, makes a last one timed to end by it; it
+    /// fails only at the limit. A lock released before the limit is taken,
+    /// unless another waiter takes it first.
+    ///
     /// The limit counts from the start of the call and is hard: a quorum
     /// counted at or after it is released, and the call fails with
     /// [`AcquireError::DeadlineExceeded`](crate::AcquireError::DeadlineExceeded)

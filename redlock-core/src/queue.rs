@@ -1,0 +1,166 @@
+//! First come, first served among one client's waiters for one lock.
+
+use std::collections::VecDeque;
+
+use crate::Notice;
+
+/// One waiter of a [`WaitQueue`]: any id the caller gives it, unique in the
+/// queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WaiterId(pub u64);
+
+/// What a [`WaitQueue`] asks its caller to deliver, drained with
+/// [`WaitQueue::poll_wake`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Wake {
+    /// Give `waiter` this notice (to its
+    /// [`Machine::handle_notice`](crate::Machine::handle_notice)).
+    Tell {
+        /// The waiter whose turn it is.
+        waiter: WaiterId,
+        /// The notice.
+        notice: Notice,
+    },
+    /// `waiter` is first now, after a waiter that was not served: give it
+    /// the channel's recent notices, with the instants they arrived (its
+    /// acquisition ignores the ones its last attempt saw). A release that
+    /// came while it was not first may have gone to the waiter that left.
+    Replay {
+        /// The waiter whose turn it is.
+        waiter: WaiterId,
+    },
+}
+
+/// Who of one client's waiters for one lock (one release channel) attempts
+/// next: the one that came first.
+///
+/// A release frees the lock for one holder, so a release notice wakes one
+/// waiter, the first in the queue, and not every waiter of the client: a
+/// herd of attempts lets the one the runtime happens to run first win
+/// (often the newest), and costs a round to every node per waiter. A new
+/// acquire attempts at once only when nobody waits
+/// ([`may_attempt_now`](Self::may_attempt_now)); otherwise it joins the
+/// queue without attempting, so a holder that releases and asks again
+/// comes after the waiters it kept waiting. The first waiter stays first
+/// until it leaves: its attempt may fail when a client elsewhere took the
+/// lock, and the next release is then its again. When it leaves without
+/// the lock (its wait limit passed, it was cancelled), the next waiter is
+/// first and is told the notices it may have missed.
+///
+/// The queue orders one client's waiters only; other clients compete as
+/// Redlock's clients always do. Each waiter keeps its timed retries as the
+/// backstop: a notice lost on the way (a pub/sub connection down) delays a
+/// waiter, never strands it.
+///
+/// # Calling order
+///
+/// Per channel, under one lock: [`handle_join`](Self::handle_join) when an
+/// acquire starts waiting, [`handle_notice`](Self::handle_notice) for each
+/// notice of the channel, [`handle_leave`](Self::handle_leave) when an
+/// acquire ends; after each, drain [`poll_wake`](Self::poll_wake) and
+/// deliver.
+///
+/// ```
+/// use redlock_core::{NodeId, Notice, WaitQueue, Wake, WaiterId};
+///
+/// let mut queue = WaitQueue::new();
+/// queue.handle_join(WaiterId(1));
+/// queue.handle_join(WaiterId(2));
+/// assert!(!queue.may_attempt_now(), "a new acquire waits behind them");
+/// // The first waiter is first: it may have missed a release before it joined.
+/// assert_eq!(queue.poll_wake(), Some(Wake::Replay { waiter: WaiterId(1) }));
+/// // A release notice goes to the first waiter only.
+/// queue.handle_notice(Notice::Released(NodeId(0)));
+/// assert_eq!(
+///     queue.poll_wake(),
+///     Some(Wake::Tell { waiter: WaiterId(1), notice: Notice::Released(NodeId(0)) }),
+/// );
+/// assert_eq!(queue.poll_wake(), None);
+/// // It got the lock: the next release is the second waiter's.
+/// queue.handle_leave(WaiterId(1), true);
+/// assert_eq!(queue.poll_wake(), None);
+/// queue.handle_notice(Notice::Released(NodeId(2)));
+/// assert!(matches!(queue.poll_wake(), Some(Wake::Tell { waiter: WaiterId(2), .. })));
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct WaitQueue {
+    /// In the order they joined; the first is the one whose turn it is.
+    waiters: VecDeque<WaiterId>,
+    wakes: VecDeque<Wake>,
+}
+
+impl WaitQueue {
+    /// An empty queue.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Whether nobody waits.
+    pub fn is_empty(&self) -> bool {
+        self.waiters.is_empty()
+    }
+
+    /// How many wait.
+    pub fn len(&self) -> usize {
+        self.waiters.len()
+    }
+
+    /// The waiter whose turn it is.
+    pub fn first(&self) -> Option<WaiterId> {
+        self.waiters.front().copied()
+    }
+
+    /// Whether a new acquire may attempt at once: only when nobody waits.
+    /// Otherwise it would jump the queue; it joins instead
+    /// ([`Acquisition::queue_behind`](crate::Acquisition::queue_behind)).
+    pub fn may_attempt_now(&self) -> bool {
+        self.waiters.is_empty()
+    }
+
+    /// `waiter` starts waiting, last. Joining first, it is told at once
+    /// the notices it may have missed. Joining twice changes nothing.
+    pub fn handle_join(&mut self, waiter: WaiterId) {
+        if self.waiters.contains(&waiter) {
+            return;
+        }
+        self.waiters.push_back(waiter);
+        if self.first() == Some(waiter) {
+            self.wakes.push_back(Wake::Replay { waiter });
+        }
+    }
+
+    /// A notice of the channel: for the waiter whose turn it is (none if
+    /// nobody waits).
+    pub fn handle_notice(&mut self, notice: Notice) {
+        if let Some(waiter) = self.first() {
+            self.wakes.push_back(Wake::Tell { waiter, notice });
+        }
+    }
+
+    /// `waiter` stops waiting; `served`: with a lock that excludes the next
+    /// waiter (any kind but a read lock). If it was first and leaves
+    /// otherwise (without the lock, or with a read lock the next may share),
+    /// the next waiter's turn starts with the notices it may have missed.
+    /// If it got such a lock, the next release (its own) is the next
+    /// waiter's.
+    pub fn handle_leave(&mut self, waiter: WaiterId, served: bool) {
+        let was_first = self.first() == Some(waiter);
+        self.waiters.retain(|other| *other != waiter);
+        // Wakes still queued for it go nowhere.
+        self.wakes.retain(|wake| match wake {
+            Wake::Tell { waiter: to, .. } | Wake::Replay { waiter: to } => *to != waiter,
+        });
+        if was_first
+            && !served
+            && let Some(next) = self.first()
+        {
+            self.wakes.push_back(Wake::Replay { waiter: next });
+        }
+    }
+
+    /// The next delivery to make.
+    pub fn poll_wake(&mut self) -> Option<Wake> {
+        self.wakes.pop_front()
+    }
+}
