@@ -17,6 +17,7 @@ fn color(kind: Kind) -> RGBColor {
         Kind::Rslock => RGBColor(0xd6, 0x27, 0x28),
         Kind::Floor => RGBColor(0x33, 0x33, 0x33),
         Kind::ScriptFloor => RGBColor(0x9a, 0x9a, 0x9a),
+        Kind::SafeFloor => RGBColor(0x5a, 0x5a, 0x5a),
     }
 }
 

@@ -32,7 +32,7 @@ use redis::Value;
 use redlock_tests::{RedisCluster, RedisNode, ShardedNode};
 use redlock_tokio::Redlock;
 
-use crate::contenders::{Floor, Held};
+use crate::contenders::{Floor, FloorMode, Held};
 use crate::cpu;
 use crate::scenarios::Sequential;
 use crate::stats::Latencies;
@@ -193,7 +193,7 @@ impl Clients {
             |err: redlock_tokio::Error| format!("redlock-tokio ({}): {err}", layout.label());
         let ours = connected(build(true).await.map_err(error)?)?;
         let quiet = connected(build(false).await.map_err(error)?)?;
-        let floor = Floor::connect(&urls, false).await?;
+        let floor = Floor::connect(&urls, FloorMode::Raw).await?;
         let rslock = (layout.shards == 0).then(|| {
             let mut manager = rslock::LockManager::new(urls.clone());
             manager.set_retry(1, Duration::from_millis(1));

@@ -28,13 +28,25 @@ pub(crate) enum Kind {
     /// over `SET NX PX` and `DEL`; the gap between this one and this library
     /// is the client's own overhead.
     ScriptFloor,
+    /// The least a correct lock can send on this server: `SET NX PX` to
+    /// acquire, and a compare-and-delete to release (`DELIFEQ` on Valkey
+    /// >= 9.0, else this library's release script without its notice).
+    /// Raw `SET NX PX` + `DEL` (the floor) is no safe lock: a release there
+    /// can delete another owner's key.
+    SafeFloor,
 }
 
 impl Kind {
     /// The three contenders of the comparison.
     pub(crate) const MAIN: [Kind; 3] = [Kind::Ours, Kind::Rslock, Kind::Floor];
     /// The three and the script floor.
-    pub(crate) const ALL: [Kind; 4] = [Kind::Ours, Kind::Rslock, Kind::Floor, Kind::ScriptFloor];
+    pub(crate) const ALL: [Kind; 5] = [
+        Kind::Ours,
+        Kind::Rslock,
+        Kind::Floor,
+        Kind::SafeFloor,
+        Kind::ScriptFloor,
+    ];
 
     pub(crate) fn label(self) -> &'static str {
         match self {
@@ -42,6 +54,7 @@ impl Kind {
             Kind::Rslock => "rslock 0.10",
             Kind::Floor => "floor: raw SET NX PX",
             Kind::ScriptFloor => "reference: our commands, sent raw",
+            Kind::SafeFloor => "safe floor: SET NX PX + compare-and-delete",
         }
     }
 
@@ -51,6 +64,7 @@ impl Kind {
             Kind::Rslock => "rslock",
             Kind::Floor => "floor",
             Kind::ScriptFloor => "script-floor",
+            Kind::SafeFloor => "safe-floor",
         }
     }
 }
@@ -73,6 +87,7 @@ pub(crate) struct Contenders {
     pub(crate) rslock_retry: rslock::LockManager,
     pub(crate) floor: Floor,
     pub(crate) script_floor: Floor,
+    pub(crate) safe_floor: Floor,
     pub(crate) common: Common,
     /// Nodes where one of our releases found no key of ours although the
     /// lock was held: the release ran there before the acquire's `SET`
@@ -122,14 +137,16 @@ impl Contenders {
         rslock_once.set_retry(1, Duration::from_millis(1));
         let mut rslock_retry = rslock;
         rslock_retry.set_retry(u32::MAX, common.retry_jitter.max(Duration::from_millis(1)));
-        let floor = Floor::connect(urls, false).await?;
-        let script_floor = Floor::connect(urls, true).await?;
+        let floor = Floor::connect(urls, FloorMode::Raw).await?;
+        let script_floor = Floor::connect(urls, FloorMode::Ours).await?;
+        let safe_floor = Floor::connect(urls, FloorMode::Safe).await?;
         Ok(Self {
             ours,
             rslock_once,
             rslock_retry,
             floor,
             script_floor,
+            safe_floor,
             common,
             node_misses: AtomicU64::new(0),
         })
@@ -158,6 +175,7 @@ impl Contenders {
                 .map_err(|err| err.to_string()),
             Kind::Floor => self.floor.try_acquire(key, self.common.ttl).await,
             Kind::ScriptFloor => self.script_floor.try_acquire(key, self.common.ttl).await,
+            Kind::SafeFloor => self.safe_floor.try_acquire(key, self.common.ttl).await,
         }
     }
 
@@ -186,12 +204,8 @@ impl Contenders {
                         .map_err(|err| err.to_string()),
                 }
             }
-            Kind::Floor | Kind::ScriptFloor => {
-                let floor = if kind == Kind::Floor {
-                    &self.floor
-                } else {
-                    &self.script_floor
-                };
+            Kind::Floor | Kind::ScriptFloor | Kind::SafeFloor => {
+                let floor = self.floor_of(kind);
                 // Bounded by the deadline: every turn either returns or sleeps.
                 loop {
                     if tokio::time::Instant::now() >= deadline {
@@ -224,10 +238,32 @@ impl Contenders {
                 }
             }
             Held::Rslock(lock) => lock.release().await,
-            Held::Floor(lock) if lock.scripted => self.script_floor.release(lock).await,
-            Held::Floor(lock) => self.floor.release(lock).await,
+            Held::Floor(lock) => match lock.mode {
+                FloorMode::Raw => self.floor.release(lock).await,
+                FloorMode::Ours => self.script_floor.release(lock).await,
+                FloorMode::Safe => self.safe_floor.release(lock).await,
+            },
         }
     }
+
+    fn floor_of(&self, kind: Kind) -> &Floor {
+        match kind {
+            Kind::ScriptFloor => &self.script_floor,
+            Kind::SafeFloor => &self.safe_floor,
+            _ => &self.floor,
+        }
+    }
+}
+
+/// What a floor sends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FloorMode {
+    /// `SET NX PX`, then `DEL`.
+    Raw,
+    /// `SET NX PX`, then a compare-and-delete without a notice.
+    Safe,
+    /// This library's commands, raw.
+    Ours,
 }
 
 /// The floor: what one round of N commands costs here. Raw `SET key value NX
@@ -242,7 +278,10 @@ impl Contenders {
 pub(crate) struct Floor {
     connections: Vec<FloorConnection>,
     quorum: usize,
+    mode: FloorMode,
     scripted: Option<Shas>,
+    /// Safe mode: release with `DELIFEQ` (Valkey >= 9.0).
+    delifeq: bool,
     /// Scripted only: acquire with `SET NX PX GET` rather than the script,
     /// as this library does on this server.
     native_acquire: bool,
@@ -258,7 +297,7 @@ pub(crate) struct FloorLock {
     key: String,
     value: String,
     granted: Vec<usize>,
-    scripted: bool,
+    mode: FloorMode,
 }
 
 /// The floor's connection to one node: a master, or a whole cluster.
@@ -297,14 +336,18 @@ pub(crate) fn cluster_seeds(url: &str) -> Option<Vec<String>> {
 }
 
 impl Floor {
-    pub(crate) async fn connect(urls: &[String], scripted: bool) -> Result<Self, String> {
+    pub(crate) async fn connect(urls: &[String], mode: FloorMode) -> Result<Self, String> {
+        // The safe floor needs the release script only where it has no
+        // `DELIFEQ`.
+        let delifeq = mode == FloorMode::Safe && has_delifeq();
+        let scripted = mode == FloorMode::Ours || (mode == FloorMode::Safe && !delifeq);
         let mut connections = Vec::with_capacity(urls.len());
         let scripts = [scripts::ACQUIRE, scripts::RELEASE];
         for url in urls {
             if let Some(seeds) = cluster_seeds(url) {
-                if scripted {
+                if mode != FloorMode::Raw {
                     return Err(format!(
-                        "floor: {url}: the script floor has no cluster mode"
+                        "floor: {url}: only the raw floor has a cluster mode"
                     ));
                 }
                 let connection = redis::cluster::ClusterClient::new(seeds)
@@ -336,7 +379,9 @@ impl Floor {
         Ok(Self {
             quorum: connections.len() / 2 + 1,
             connections,
-            native_acquire: scripted && has_set_nx_get(),
+            mode,
+            delifeq,
+            native_acquire: mode == FloorMode::Ours && has_set_nx_get(),
             scripted: scripted.then(|| Shas {
                 acquire: sha(scripts::ACQUIRE),
                 release: sha(scripts::RELEASE),
@@ -353,11 +398,12 @@ impl Floor {
             .enumerate()
             .map(|(node, connection)| {
                 let command = match &self.scripted {
-                    None => {
+                    _ if self.mode != FloorMode::Ours => {
                         let mut command = redis::cmd("SET");
                         command.arg(key).arg(&value).arg("NX").arg("PX").arg(ttl_ms);
                         command
                     }
+                    None => unreachable!("this library's commands are scripted"),
                     Some(_) if self.native_acquire => {
                         let mut command = redis::cmd("SET");
                         command
@@ -403,7 +449,7 @@ impl Floor {
             key: key.to_owned(),
             value,
             granted,
-            scripted: self.scripted.is_some(),
+            mode: self.mode,
         };
         if lock.granted.len() >= self.quorum {
             Ok(Acquired {
@@ -421,11 +467,17 @@ impl Floor {
         let deletes = lock.granted.iter().map(|&node| {
             let connection = &self.connections[node];
             let command = match &self.scripted {
-                None => {
+                _ if self.mode == FloorMode::Raw => {
                     let mut command = redis::cmd("DEL");
                     command.arg(&lock.key);
                     command
                 }
+                _ if self.delifeq => {
+                    let mut command = redis::cmd("DELIFEQ");
+                    command.arg(&lock.key).arg(&lock.value);
+                    command
+                }
+                None => unreachable!("a compare-and-delete is scripted or DELIFEQ"),
                 Some(shas) => {
                     let mut command = redis::cmd("EVALSHA");
                     command
@@ -433,9 +485,9 @@ impl Floor {
                         .arg(1)
                         .arg(&lock.key)
                         .arg(&lock.value)
-                        // A release (not a withdraw): publishes its notice,
-                        // as this library's release does.
-                        .arg(1);
+                        // This library's release publishes its notice; the
+                        // safe floor's does not.
+                        .arg(u8::from(self.mode == FloorMode::Ours));
                     command
                 }
             };
@@ -456,6 +508,18 @@ fn has_set_nx_get() -> bool {
         .and_then(|major| major.parse().ok())
         .unwrap_or(0);
     server.name().eq_ignore_ascii_case("valkey") || major >= 7
+}
+
+/// Whether the benchmark's servers take `DELIFEQ key value` (Valkey >= 9.0).
+fn has_delifeq() -> bool {
+    let server = redlock_tests::server();
+    let major: u32 = server
+        .version()
+        .split('.')
+        .next()
+        .and_then(|major| major.parse().ok())
+        .unwrap_or(0);
+    server.name().eq_ignore_ascii_case("valkey") && major >= 9
 }
 
 /// 20 random bytes, hex: the same size as this library's lock values.

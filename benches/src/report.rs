@@ -48,6 +48,9 @@ pub(crate) struct Summary {
     pub(crate) throughput_vs_floor: Option<f64>,
     /// Client and servers' CPU per 64-task cycle, ours over the floor's.
     pub(crate) cpu_per_cycle_vs_floor: Option<f64>,
+    /// The same against the safe floor (`SET NX PX` + compare-and-delete).
+    pub(crate) throughput_vs_safe_floor: Option<f64>,
+    pub(crate) cpu_per_cycle_vs_safe_floor: Option<f64>,
     pub(crate) acquire_p50_vs_floor: Option<f64>,
     pub(crate) paused_p50_vs_healthy: Option<f64>,
     pub(crate) paused_success: Option<f64>,
@@ -109,6 +112,14 @@ impl Summary {
                 cpu_per_cycle(Kind::Ours),
                 cpu_per_cycle(Kind::Floor),
             ),
+            throughput_vs_safe_floor: ratio_value(
+                throughput(Kind::Ours),
+                throughput(Kind::SafeFloor),
+            ),
+            cpu_per_cycle_vs_safe_floor: ratio_value(
+                cpu_per_cycle(Kind::Ours),
+                cpu_per_cycle(Kind::SafeFloor),
+            ),
             acquire_p50_vs_floor: ratio_value(ours_p50, single(Kind::Floor, |s| s.acquire.p50())),
             paused_p50_vs_healthy: worst_paused
                 .zip(healthy_paced)
@@ -130,7 +141,8 @@ impl Summary {
             "bench summary: acquire_p50_vs_floor={} acquire_p99_vs_rslock={} \
              release_p50_vs_rslock={} throughput_vs_rslock={} throughput_vs_floor={} \
              cpu_per_cycle_vs_floor={} paused_p50_vs_healthy={} commands_per_acquire={} \
-             commands_per_release={} node_misses={} keys_left={}",
+             commands_per_release={} throughput_vs_safe_floor={} \
+             cpu_per_cycle_vs_safe_floor={} node_misses={} keys_left={}",
             f(self.acquire_p50_vs_floor),
             f(self.acquire_p99_vs_rslock),
             f(self.release_p50_vs_rslock),
@@ -140,6 +152,8 @@ impl Summary {
             f(self.paused_p50_vs_healthy),
             f(self.commands_per_acquire),
             f(self.commands_per_release),
+            f(self.throughput_vs_safe_floor),
+            f(self.cpu_per_cycle_vs_safe_floor),
             n(self.node_misses),
             n(self.keys_left),
         )
@@ -179,6 +193,16 @@ impl Summary {
                 "CPU per cycle (client + servers) <= 1.25x floor",
                 show(self.cpu_per_cycle_vs_floor),
                 check(self.cpu_per_cycle_vs_floor, |v| v <= 1.25),
+            ),
+            (
+                "64-task throughput >= 0.95x safe floor",
+                show(self.throughput_vs_safe_floor),
+                check(self.throughput_vs_safe_floor, |v| v >= 0.95),
+            ),
+            (
+                "CPU per cycle (client + servers) <= 1.10x safe floor",
+                show(self.cpu_per_cycle_vs_safe_floor),
+                check(self.cpu_per_cycle_vs_safe_floor, |v| v <= 1.10),
             ),
             // Earlier targets, kept for comparison with earlier runs.
             (
@@ -313,7 +337,7 @@ fn single_table(out: &mut String, results: &Results, info: &RunInfo) {
         row(out, &cells);
     }
     let ours = stats(Kind::Ours);
-    for reference in [Kind::Rslock, Kind::Floor] {
+    for reference in [Kind::Rslock, Kind::Floor, Kind::SafeFloor] {
         let theirs = stats(reference);
         let mut cells = vec![format!("**ours / {}**", reference.short())];
         let (a, b) = (quantiles(&ours.acquire), quantiles(&theirs.acquire));

@@ -500,7 +500,7 @@ pub(crate) fn paused(
             .filter(|kind| match kind {
                 Kind::Ours | Kind::Rslock => true,
                 Kind::Floor => level == 0,
-                Kind::ScriptFloor => false,
+                Kind::ScriptFloor | Kind::SafeFloor => false,
             })
             .collect();
         let pace = if level == 0 { pace } else { Duration::ZERO };
