@@ -29,8 +29,8 @@ pub(crate) enum Kind {
     /// is the client's own overhead.
     ScriptFloor,
     /// The least a correct lock can send on this server: `SET NX PX` to
-    /// acquire, and a compare-and-delete to release (`DELIFEQ` on Valkey
-    /// >= 9.0, else this library's release script without its notice).
+    /// acquire, and a compare-and-delete to release (`DELIFEQ` on Valkey 9
+    /// and later, else this library's release script without its notice).
     /// Raw `SET NX PX` + `DEL` (the floor) is no safe lock: a release there
     /// can delete another owner's key.
     SafeFloor,
