@@ -140,15 +140,11 @@ async fn backpressure_on_cluster_nodes_leaves_no_key() {
 }
 
 /// Rounds of 100 `lock()` futures dropped at random instants (half on keys
-/// of their own, half on one shared key), one master paused in every other
-/// round; a lock that completes in time is released. After the last round
-/// and `shutdown`, nothing is left.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cancellation_storm_leaves_no_key() {
-    init_tracing();
-    let cluster = RedisCluster::start(3);
-    let redlock = Redlock::builder(cluster.urls())
-        .node_timeout(NODE_TIMEOUT)
+/// of their own, half on one shared key), a master paused (`pause(i)`, then
+/// `resume(i)`) in every other round; a lock that completes in time is
+/// released. After the last round and `shutdown`, nothing is left.
+async fn storm(builder: Builder, pause: impl Fn(usize), resume: impl Fn(usize)) {
+    let redlock = builder
         .ttl(Duration::from_secs(30))
         .build()
         .await
@@ -160,7 +156,7 @@ async fn a_cancellation_storm_leaves_no_key() {
     for round in 0..5_usize {
         let paused = round % 2 == 1;
         if paused {
-            cluster.node(round % 3).pause();
+            pause(round % 3);
         }
         // Paused rounds cut later: the attempt is then surely in flight.
         let cut_max = if paused { 2_000 } else { 200 };
@@ -187,12 +183,47 @@ async fn a_cancellation_storm_leaves_no_key() {
         }
         if paused {
             tokio::time::sleep(Duration::from_millis(100)).await;
-            cluster.node(round % 3).resume();
+            resume(round % 3);
         }
     }
     redlock.shutdown().await;
     println!("5 rounds of 100 in {:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancellation_storm_leaves_no_key() {
+    init_tracing();
+    let cluster = RedisCluster::start(3);
+    let builder = Redlock::builder(cluster.urls()).node_timeout(NODE_TIMEOUT);
+    storm(
+        builder,
+        |i| cluster.node(i).pause(),
+        |i| cluster.node(i).resume(),
+    )
+    .await;
     nothing_left(|| keys_on(cluster.nodes())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancellation_storm_on_cluster_nodes_leaves_no_key() {
+    init_tracing();
+    let nodes: Vec<ShardedNode> = std::thread::scope(|scope| {
+        let starts: Vec<_> = (0..3)
+            .map(|_| scope.spawn(|| ShardedNode::start(2)))
+            .collect();
+        starts.into_iter().map(|s| s.join().unwrap()).collect()
+    });
+    let urls: Vec<String> = nodes.iter().map(ShardedNode::url).collect();
+    let builder = Redlock::builder(&urls).node_timeout(NODE_TIMEOUT);
+    // Both shards of the node: every key of the round waits.
+    let shards = |i: usize| nodes[i].shards().iter();
+    storm(
+        builder,
+        |i| shards(i).for_each(RedisNode::pause),
+        |i| shards(i).for_each(RedisNode::resume),
+    )
+    .await;
+    nothing_left(|| keys_on(nodes.iter().flat_map(ShardedNode::shards))).await;
 }
 
 /// The same storm with `lock_all`, `read_lock` and `write_lock`, whose
