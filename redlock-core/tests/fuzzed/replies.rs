@@ -326,17 +326,27 @@ fn documented_answer(fed: &Fed) -> bool {
         return false;
     };
     use Command::*;
-    yes_answer(fed)
-        || match (fed.native, fed.command, response) {
-            (None, Acquire { .. } | AcquireFenced { .. }, Response::Data(_)) => true,
-            (None, StoreToken { .. } | Extend { .. }, Response::Int(0 | -1)) => true,
-            (None, Restore { .. }, Response::Int(0)) => true,
-            (None, Release | Withdraw, Response::Int(0 | -1)) => true,
-            (Some(Native::SetNxGet), Acquire { .. }, Response::Data(_)) => true,
-            (Some(Native::DelIfEq), Release | Withdraw, Response::Int(0)) => true,
-            (Some(Native::SetIfEqGet), Extend { .. }, Response::Data(_) | Response::Nil) => true,
-            _ => false,
-        }
+    let no = matches!(
+        (fed.native, fed.command, response),
+        (
+            None,
+            Acquire { .. } | AcquireFenced { .. },
+            Response::Data(_)
+        ) | (
+            None,
+            StoreToken { .. } | Extend { .. },
+            Response::Int(0 | -1)
+        ) | (None, Restore { .. }, Response::Int(0))
+            | (None, Release | Withdraw, Response::Int(0 | -1))
+            | (Some(Native::SetNxGet), Acquire { .. }, Response::Data(_))
+            | (Some(Native::DelIfEq), Release | Withdraw, Response::Int(0))
+            | (
+                Some(Native::SetIfEqGet),
+                Extend { .. },
+                Response::Data(_) | Response::Nil
+            )
+    );
+    no || yes_answer(fed)
 }
 
 /// Every vote is explained by an answer that node gave in that round.
@@ -364,7 +374,9 @@ fn check_votes(votes: &Votes, log: &Log) {
             NodeVote::Failed(error) if error.kind == NodeErrorKind::Protocol => true,
             // A timeout needs no answer; another failure was fed as such.
             NodeVote::Failed(error) if error.kind == NodeErrorKind::Timeout => true,
-            NodeVote::Failed(error) => fed.iter().any(|fed| fed.result.as_ref().err() == Some(error)),
+            NodeVote::Failed(error) => fed
+                .iter()
+                .any(|fed| fed.result.as_ref().err() == Some(error)),
             _ => true,
         };
         assert!(

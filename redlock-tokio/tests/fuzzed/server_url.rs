@@ -107,7 +107,10 @@ fn check_url(url: &str, secret: Option<&str>) {
     match node_name(url) {
         Ok(name) => {
             assert!(!name.is_empty(), "{url:?}: an empty name");
-            assert!(!shows(&name), "{url:?}: the name {name:?} shows the password");
+            assert!(
+                !shows(&name),
+                "{url:?}: the name {name:?} shows the password"
+            );
             // A name stands for one node: the same URL, the same name.
             assert_eq!(node_name(url).ok(), Some(name));
         }
