@@ -227,9 +227,10 @@ const MAX_DURATION: Duration = Duration::from_secs(100 * 31_557_600); // humanti
 /// `10s`, `500ms`, `2m`, `1h 30m`: humantime's syntax, up to a century.
 ///
 /// Every duration becomes a deadline (now + duration), and adding one
-/// beyond the clock's range panics: `--kill-grace 300000000000y` was accepted
-/// and crashed redlock when it signalled the command (found by the
-/// `cli_args` fuzz target).
+/// beyond the clock's range panics. The `cli_args` fuzz target found such
+/// durations accepted (`--node-timeout 18374686479671623834s`); `exec` adds
+/// `--kill-grace` to now when it signals the command, so
+/// `--kill-grace 300000000000y` would have panicked there.
 fn parse_duration(text: &str) -> Result<Duration, String> {
     let duration = humantime::parse_duration(text.trim())
         .map_err(|error| format!("{error} (expected a duration such as 10s, 500ms or 2m)"))?;
