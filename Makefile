@@ -26,7 +26,7 @@ SHELL := bash
 # Prerequisites of `test` are steps in order, never run in parallel.
 .NOTPARALLEL:
 
-.PHONY: deps-demo docs-check package package-check help demo bench bench-valkey bench-quick bench-cluster bench-cluster-valkey bench-memory mutants model model-check test deps deps-valkey core-purity fmt-check clippy doc nextest nextest-valkey doctest kill-harness-redis chaos chaos-ci
+.PHONY: fuzz deps-demo docs-check package package-check help demo bench bench-valkey bench-quick bench-cluster bench-cluster-valkey bench-memory mutants model model-check test deps deps-valkey core-purity fmt-check clippy doc nextest nextest-valkey doctest kill-harness-redis chaos chaos-ci
 
 help: ## List targets
 	@awk 'BEGIN { FS = ":.*## " } /^[a-z-]+:.*## / { printf "  %-20s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -161,6 +161,19 @@ model: ## Model check of the core (full runs, a few minutes), planted bugs in th
 	exit $$status
 
 model-check: model ## Alias of `model`
+
+# Fuzzing (fuzz/, cargo-fuzz on nightly, installed when missing by
+# scripts/ensure-fuzz.sh): node replies and INFO texts the core reads,
+# server URLs, the CLI's arguments. Each target runs FUZZ_SECONDS, seeded
+# from fuzz/corpus/<target>/; the last lines are one per target,
+# `fuzz <target>: execs=N seconds=S crashes=C`. Not part of `make test`
+# (nightly); the same properties run there briefly on stable
+# (tests fuzzed_inputs, fuzzed_urls and the CLI's fuzzed module).
+FUZZ_SECONDS ?= 60
+
+fuzz: ## Every fuzz target for FUZZ_SECONDS each (nightly, cargo-fuzz installed when missing); a summary line per target
+	@CARGO="$(CARGO)" scripts/ensure-fuzz.sh
+	@CARGO="$(CARGO)" FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz.sh
 
 test: deps deps-valkey docs-check core-purity package-check fmt-check clippy doc ## Everything CI checks: deps, fmt, clippy, docs, tests (Redis, then Valkey), doctests, chaos (CI schedule), bench-quick
 	@status=0; \

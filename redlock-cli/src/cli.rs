@@ -228,10 +228,24 @@ pub(crate) struct ReleaseArgs {
     pub(crate) value: String,
 }
 
-/// `10s`, `500ms`, `2m`, `1h 30m`: humantime's syntax.
+/// The longest duration an option takes: a century, far beyond any use,
+/// and far inside what a deadline (now + duration) can hold.
+const MAX_DURATION: Duration = Duration::from_secs(100 * 31_557_600); // humantime's 100y
+
+/// `10s`, `500ms`, `2m`, `1h 30m`: humantime's syntax, up to a century.
+///
+/// Every duration becomes a deadline (now + duration), and adding one
+/// beyond the clock's range panics. The `cli_args` fuzz target found such
+/// durations accepted (`--node-timeout 18374686479671623834s`); `exec` adds
+/// `--kill-grace` to now when it signals the command, so
+/// `--kill-grace 300000000000y` would have panicked there.
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text.trim())
-        .map_err(|error| format!("{error} (expected a duration such as 10s, 500ms or 2m)"))
+    let duration = humantime::parse_duration(text.trim())
+        .map_err(|error| format!("{error} (expected a duration such as 10s, 500ms or 2m)"))?;
+    if duration > MAX_DURATION {
+        return Err("longer than 100 years".to_owned());
+    }
+    Ok(duration)
 }
 
 #[cfg(test)]
@@ -251,6 +265,26 @@ mod tests {
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert!(parse_duration("ten").is_err());
         assert!(parse_duration("10").is_err());
+        assert_eq!(parse_duration("100y"), Ok(MAX_DURATION));
+    }
+
+    #[test]
+    fn a_duration_too_long_for_a_deadline_is_a_usage_error() {
+        assert!(parse_duration("101y").is_err());
+        assert!(parse_duration("18374686479671623834s").is_err());
+        let argv = [
+            "redlock",
+            "exec",
+            "-s",
+            "redis://a",
+            "--kill-grace",
+            "300000000000y",
+            "k",
+            "--",
+            "true",
+        ];
+        let error = Cli::try_parse_from(argv).unwrap_err();
+        assert_eq!(error.kind(), clap::error::ErrorKind::ValueValidation);
     }
 
     fn exec(args: &[&str]) -> (Common, ExecArgs) {

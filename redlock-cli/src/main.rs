@@ -20,6 +20,8 @@ mod cli;
 mod connect;
 mod exec;
 mod failure;
+#[cfg(test)]
+mod fuzzed;
 mod output;
 mod release;
 mod status;

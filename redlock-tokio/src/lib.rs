@@ -427,6 +427,7 @@ pub use error::Error;
 pub use guard::{KeepAliveGuard, LockContext, LockGuard};
 pub use inspect::NodeInspection;
 pub use options::LockOptions;
+pub use server::node_name;
 
 /// The core crate, re-exported: configuration, errors and votes.
 pub use redlock_core as core;

@@ -159,6 +159,27 @@ impl Server {
     }
 }
 
+/// The node name a server URL stands for (`host:port/db`, `unix:/path/db`
+/// or `cluster:seed,seed`), checked as [`Builder::build`](crate::Builder::build)
+/// checks it, without connecting: a name, or
+/// [`ConfigError::InvalidServer`] with the password redacted. The name never
+/// carries credentials or options; two URLs with the same name are the same
+/// node (the builder refuses them as [`ConfigError::DuplicateServer`]).
+///
+/// ```
+/// use redlock_tokio::{ConfigError, node_name};
+///
+/// assert_eq!(node_name("redis://user:secret@LocalHost:7001/2")?, "localhost:7001/2");
+/// assert_eq!(node_name("redis://localhost")?, node_name("redis://localhost:6379/0")?);
+/// let error = node_name("redis://user:secret@host:99999").unwrap_err();
+/// assert!(matches!(error, ConfigError::InvalidServer { .. }));
+/// assert!(!error.to_string().contains("secret"));
+/// # Ok::<(), ConfigError>(())
+/// ```
+pub fn node_name(url: &str) -> Result<String, ConfigError> {
+    Server::from_url(url).map(|server| server.name)
+}
+
 /// The cluster client of a cluster node's seeds.
 pub(crate) fn cluster_client(
     seeds: Vec<redis::ConnectionInfo>,
@@ -230,7 +251,16 @@ pub(crate) fn canonical_name(info: &ConnectionInfo) -> String {
 /// URLs that failed to parse: everything between `://` and the last `@` is
 /// treated as user info, which may over-redact but never leaks.
 pub(crate) fn redact(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
+    // A scheme is a letter, then letters, digits, `+`, `-` or `.` (RFC 3986);
+    // text before a later `://` is not one, and may hold a password
+    // (`user:pw@host://`).
+    let is_scheme = |scheme: &str| {
+        scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+            && scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+    };
+    let Some(scheme_end) = url.find("://").filter(|&end| is_scheme(&url[..end])) else {
         // Not URL-shaped: a password could be anywhere in it.
         return if url.contains('@') {
             "*** (unparsable, redacted)".to_owned()
@@ -351,6 +381,11 @@ mod tests {
         assert_eq!(redact("redis://onlyuser@h"), "redis://***@h");
         assert_eq!(redact("redis://u:p@ss/w@rd@h"), "redis://u:***@h");
         assert_eq!(redact("u:pw@h"), "*** (unparsable, redacted)");
+        // Found by the server_url fuzz target: a `://` after the user info
+        // is no scheme, and the password showed.
+        assert_eq!(redact("u:pw@h://"), "*** (unparsable, redacted)");
+        assert_eq!(redact("u:pw@h:1/redis://x"), "*** (unparsable, redacted)");
+        assert_eq!(redact("redis+unix:///tmp/s"), "redis+unix:///tmp/s");
     }
 
     #[test]
