@@ -348,6 +348,7 @@ impl Builder {
                 cluster,
                 self.connect_timeout,
                 settings.node_timeout(),
+                settings.default_ttl().as_duration(),
             )));
         }
         let nodes: Arc<[Arc<Node>]> = nodes.into();

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use redlock_core::{Machine, Notice, Reply, Request, Response};
+use redlock_core::{Machine, NodeErrorKind, Notice, Reply, Request, Response};
 use tracing::{Instrument, Level, debug, warn};
 
 use crate::Redlock;
@@ -47,7 +47,10 @@ use crate::notices::Waiter;
 ///    node answers or its connection fails, at most one default TTL
 ///    ([`complete_in_background`]),
 ///    and if its runtime drops it first (the process is exiting), it is sent
-///    on a blocking connection ([`Node::send_blocking`]). Any other request
+///    on a blocking connection ([`Node::send_blocking`]). One that meets a
+///    broken connection is sent again on the next one, within a default TTL
+///    ([`Node::resend_later`]); a runtime that shuts down drops the node's
+///    connection first, and the resend then goes out on a blocking one. Any other request
 ///    may be dropped past its deadline; the connection then skips it if it
 ///    was not written yet, which keeps the order too.
 ///
@@ -74,6 +77,13 @@ pub(crate) fn send(nodes: &[Arc<Node>], request: Request) -> Sent {
         // Unconstrained: Tokio's cooperative budget must not make the first
         // poll return before the request is queued.
         let reply = tokio::task::unconstrained(node.execute(&request)).await;
+        if request.command.must_arrive()
+            && matches!(&reply.result, Err(error) if error.kind == NodeErrorKind::Connection)
+        {
+            // Maybe never sent, maybe run: sent again on the next
+            // connection (rule 4).
+            node.resend_later(request.clone());
+        }
         if let Some(started) = started {
             debug!(
                 node = node.name(),

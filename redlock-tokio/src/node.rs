@@ -141,6 +141,13 @@ pub(crate) struct Node {
     connect_timeout: Duration,
     /// The per-node timeout: how long a blocking release waits for an answer.
     node_timeout: Duration,
+    /// How long a release that met a broken connection waits for the next
+    /// one ([`resend_later`](Self::resend_later)): the client's default TTL.
+    patience: Duration,
+    /// Told when a connection is made, for releases waiting to be sent again.
+    connected: tokio::sync::Notify,
+    /// Releases waiting to be sent again on this node, at most [`RESENDS`].
+    resends: std::sync::atomic::AtomicUsize,
     state: Mutex<State>,
     /// The order of the requests sent, per lock key.
     order: Order,
@@ -175,6 +182,7 @@ impl Node {
         cluster: Option<ClusterClient>,
         connect_timeout: Duration,
         node_timeout: Duration,
+        patience: Duration,
     ) -> Self {
         Self {
             name: name.into(),
@@ -182,6 +190,9 @@ impl Node {
             cluster,
             connect_timeout,
             node_timeout,
+            patience,
+            connected: tokio::sync::Notify::new(),
+            resends: std::sync::atomic::AtomicUsize::new(0),
             blocking: Mutex::default(),
             state: Mutex::new(State {
                 link: Link::Down {
@@ -202,6 +213,7 @@ impl Node {
             "test".to_owned(),
             client,
             None,
+            Duration::from_secs(1),
             Duration::from_secs(1),
             Duration::from_secs(1),
         ));
@@ -423,6 +435,8 @@ impl Node {
             facts: connected.facts,
             generation: state.generation,
         };
+        drop(state);
+        self.connected.notify_waiters();
     }
 
     /// The connection to use, its server's facts and its generation, or
@@ -723,6 +737,33 @@ impl Node {
         }
     }
 
+    /// Sends `request` (a release or a withdraw that met a broken
+    /// connection) again once the node has a connection, within
+    /// [`patience`](Self::patience): the node may have run the acquire it
+    /// undoes before the connection broke (a master that restarted with its
+    /// data, a connection cut by a proxy). Sending it again is safe: it
+    /// removes only our value. A runtime that shuts down first drops the
+    /// task, and the request goes out on a blocking connection instead
+    /// ([`send_blocking`](Self::send_blocking)): so a runtime that drops the
+    /// node's connection while a release waits for its answer still sends
+    /// it. At most [`RESENDS`] wait per node; past that, a key left expires
+    /// at its TTL.
+    pub(crate) fn resend_later(self: &Arc<Self>, request: Request) {
+        use std::sync::atomic::Ordering;
+        if self.resends.fetch_add(1, Ordering::Relaxed) >= RESENDS {
+            self.resends.fetch_sub(1, Ordering::Relaxed);
+            return;
+        }
+        let resend = Resend {
+            node: Arc::clone(self),
+            request: Some(request),
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(resend.run());
+        }
+        // Else `resend` is dropped here: sent on a blocking connection.
+    }
+
     fn connect_blocking(&self) -> redis::RedisResult<Box<dyn redis::ConnectionLike + Send>> {
         if let Some(cluster) = &self.cluster {
             let connection = cluster.get_connection()?;
@@ -736,6 +777,59 @@ impl Node {
         connection.set_read_timeout(Some(self.node_timeout))?;
         connection.set_write_timeout(Some(self.node_timeout))?;
         Ok(Box::new(connection))
+    }
+}
+
+/// Releases waiting to be sent again on one node, at most.
+const RESENDS: usize = 4_096;
+
+/// A release waiting for its node's next connection; dropped before it was
+/// answered, it is sent on a blocking connection.
+struct Resend {
+    node: Arc<Node>,
+    request: Option<Request>,
+}
+
+impl Resend {
+    async fn run(mut self) {
+        let deadline = tokio::time::Instant::now() + self.node.patience;
+        while let Some(request) = self.request.clone() {
+            let connected = self.node.connected.notified();
+            let mut connected = std::pin::pin!(connected);
+            connected.as_mut().enable();
+            if !self.node.is_connected()
+                && tokio::time::timeout_at(deadline, connected).await.is_err()
+            {
+                break;
+            }
+            let reply = self.node.execute(&request).await;
+            match reply.result {
+                Err(error)
+                    if error.kind == NodeErrorKind::Connection
+                        && tokio::time::Instant::now() < deadline =>
+                {
+                    // Not again at once: a cluster node stays "connected"
+                    // while one shard is down.
+                    tokio::time::sleep(self.node.node_timeout).await;
+                }
+                _ => {
+                    debug!(node = %self.node.name, command = request.command.name(), "sent again after a reconnect");
+                    break;
+                }
+            }
+        }
+        self.request = None;
+    }
+}
+
+impl Drop for Resend {
+    fn drop(&mut self) {
+        if let Some(request) = self.request.take() {
+            self.node.send_blocking(&request);
+        }
+        self.node
+            .resends
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use redlock_tests::{RedisCluster, RedisNode, ShardedNode};
+use redlock_tests::{NodeOptions, RedisCluster, RedisNode, ShardedNode};
 use redlock_tokio::{Builder, Redlock};
 use support::{NODE_TIMEOUT, init_tracing};
 
@@ -49,7 +49,7 @@ async fn nothing_left(keys: impl Fn() -> Vec<String>) {
     loop {
         let left = keys();
         if left.is_empty() {
-            println!("nothing left {:?} after shutdown", started.elapsed());
+            println!("nothing left {:?} after the last call", started.elapsed());
             return;
         }
         assert!(
@@ -266,4 +266,35 @@ async fn a_cancellation_storm_of_other_lock_kinds_leaves_no_key() {
     }
     redlock.shutdown().await;
     nothing_left(|| keys_on(cluster.nodes())).await;
+}
+
+/// A release that meets a master down is sent again when it comes back: a
+/// master that restarts with its data (AOF) would otherwise keep the key of
+/// a released lock for its whole TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_reaches_a_master_that_comes_back_with_its_data() {
+    init_tracing();
+    let options = NodeOptions {
+        extra_args: vec![
+            "--appendonly".into(),
+            "yes".into(),
+            "--appendfsync".into(),
+            "always".into(),
+        ],
+        ..NodeOptions::default()
+    };
+    let cluster = RedisCluster::start_with(3, &options);
+    let redlock = Redlock::builder(cluster.urls())
+        .node_timeout(NODE_TIMEOUT)
+        .ttl(Duration::from_secs(30))
+        .build()
+        .await
+        .expect("client builds");
+    let guard = redlock.lock("comes-back").await.expect("a free lock");
+    cluster.node(0).kill();
+    let report = guard.release().await;
+    assert_eq!(report.released(), 2, "{report}");
+    cluster.node(0).restart_keeping_data();
+    nothing_left(|| keys_on(cluster.nodes())).await;
+    redlock.shutdown().await;
 }
