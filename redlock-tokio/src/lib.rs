@@ -362,7 +362,8 @@
 //!   background. A release or withdraw is never dropped unsent: past its
 //!   deadline it stays queued until its node answers (a paused master gets
 //!   it when it resumes), the connection fails, or one default TTL has
-//!   passed. What a master that stops reading can make the client hold is
+//!   passed; one that meets a broken connection is sent again on the next
+//!   (a master that restarts with its data gets it). What a master that stops reading can make the client hold is
 //!   bounded: 65,536 queued requests per node and one TTL of releases; a
 //!   master stalled past that under heavy load may keep some keys until
 //!   their TTL.
