@@ -403,6 +403,8 @@ mod notices;
 mod options;
 mod order;
 mod server;
+#[doc(hidden)]
+pub mod sim;
 #[cfg(feature = "tls")]
 mod tls;
 
