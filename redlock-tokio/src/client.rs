@@ -164,6 +164,11 @@ impl Redlock {
         late.reopen();
     }
 
+    /// The simulation this client runs in, if any (see [`crate::sim`]).
+    pub(crate) fn simulation(&self) -> Option<&crate::sim::Simulation> {
+        self.inner.simulation.as_ref()
+    }
+
     pub(crate) fn background(&self) -> &TaskTracker {
         &self.inner.background
     }

@@ -281,7 +281,14 @@ impl<M: Machine> Drop for Run<'_, M> {
         // the acquire it undoes.)
         let in_flight = std::mem::take(&mut self.in_flight);
         self.machine.abandon(crate::sim::now());
+        let planted_bug = self
+            .client
+            .simulation()
+            .is_some_and(crate::sim::Simulation::skips_cancelled_withdraws);
         while let Some(request) = self.machine.poll_request() {
+            if planted_bug {
+                continue;
+            }
             in_flight.push(send(self.client.node_handles(), request));
         }
         complete_in_background(in_flight, self.client);

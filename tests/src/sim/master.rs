@@ -294,8 +294,9 @@ impl Master {
         let response = self.answer(words);
         let mut bytes = Vec::new();
         encode(&response, &mut bytes);
+        let frozen = self.state().frozen.is_some();
         self.history
-            .command(self.index, self.clock(), words, &bytes);
+            .command(self.index, self.clock(), frozen, words, &bytes);
         bytes
     }
 
@@ -466,6 +467,7 @@ pub(crate) struct Blocking(pub(crate) Arc<Master>);
 impl Blocking {
     fn run(&self, packed: &[u8]) -> redis::RedisResult<Value> {
         let master = &self.0;
+
         let clock = master.clock();
         let at = Duration::from_secs_f64(clock / 1e6);
         if master
@@ -491,7 +493,10 @@ impl Blocking {
         let response = master.answer(&words);
         let mut bytes = Vec::new();
         encode(&response, &mut bytes);
-        master.history.command(master.index, clock, &words, &bytes);
+        let frozen = master.state().frozen.is_some();
+        master
+            .history
+            .command(master.index, clock, frozen, &words, &bytes);
         match response {
             Ok(response) => Ok(value(response)),
             Err(error) => Err(redis::RedisError::from((
