@@ -349,7 +349,7 @@ impl Node {
             None => config,
         };
         let (connection, driver) = MultiplexedConnection::new_with_config(
-            &self.client.get_connection_info().redis_settings(),
+            self.client.get_connection_info().redis_settings(),
             stream,
             config,
         )

@@ -613,18 +613,15 @@ fn judge(
                     }
                 }
             }
-            if mode != Mode::Restart {
-                if let (Some(a), Some(b)) =
-                    (first.token, holds.get(i + 1).and_then(|next| next.token))
-                {
-                    if b <= a {
-                        report.failures.push(format!(
-                            "fencing token {b} of {} not above {a} of {}",
-                            holds[i + 1].who,
-                            first.who
-                        ));
-                    }
-                }
+            let next = holds.get(i + 1).and_then(|next| next.token);
+            if let (Some(a), Some(b), false) = (first.token, next, mode == Mode::Restart)
+                && b <= a
+            {
+                report.failures.push(format!(
+                    "fencing token {b} of {} not above {a} of {}",
+                    holds[i + 1].who,
+                    first.who
+                ));
             }
         }
     }
