@@ -45,7 +45,9 @@ fn sweep(mode: Mode, planted: Option<Planted>) -> Vec<Report> {
         for line in &report.log {
             println!("{line}");
         }
-        if !report.failures.is_empty() {
+        if !report.failures.is_empty() && failing.len() >= 5 {
+            failing.push(report);
+        } else if !report.failures.is_empty() {
             println!(
                 "seed {seed} FAILED (history {:016x}; replay: SIM_SEED={seed} SIM_VERBOSE=1):",
                 report.history
