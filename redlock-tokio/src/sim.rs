@@ -2,13 +2,12 @@
 //! virtual time (the `tests` crate's client sim: `tests/src/sim/`): plain
 //! masters reached through an injected connector instead of TCP, lock values
 //! and jitter drawn from a seeded RNG instead of the OS's, and optionally a
-//! bounded connection queue (a planted bug: see [`CONNECTION_QUEUE`]).
+//! bounded connection queue (a planted bug: the client's own is unbounded,
+//! see `CONNECTION_QUEUE` in `node.rs`).
 //!
 //! Hidden from the docs and outside the API's stability promise. A client
 //! built without it never looks at it beyond one `Option` per connection
 //! attempt and per acquire.
-//!
-//! [`CONNECTION_QUEUE`]: crate::node::CONNECTION_QUEUE
 
 use std::fmt;
 use std::io;

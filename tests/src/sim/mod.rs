@@ -2,9 +2,9 @@
 //! per-node order, node connections, guards, keep-alive, shutdown) run in
 //! virtual time against simulated masters, one seed per run.
 //!
-//! Each run builds one to three clients through [`Builder`] with a
+//! Each run builds one to three clients through [`Builder`](redlock_tokio::Builder) with a
 //! [`Simulation`] hook: every connection to a master is an in-memory stream
-//! (`tokio::io::duplex`) to a [`master`] that speaks RESP and answers from
+//! (`tokio::io::duplex`) to a master (`master.rs`) that speaks RESP and answers from
 //! the core's simulation model, the same model `tests/tests/lua_model.rs`
 //! checks against the real Lua. The runtime is current-thread with paused
 //! time (it jumps ahead whenever every task waits on a timer), lock values
