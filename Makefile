@@ -26,7 +26,10 @@ SHELL := bash
 # Prerequisites of `test` are steps in order, never run in parallel.
 .NOTPARALLEL:
 
-.PHONY: fuzz deps-demo docs-check package package-check help demo bench bench-valkey bench-quick bench-cluster bench-cluster-valkey bench-memory mutants model model-check test deps deps-valkey core-purity fmt-check clippy doc nextest nextest-valkey doctest kill-harness-redis chaos chaos-ci
+# The client sim (tests/tests/client_sim.rs): seeds per mode for `make sim`.
+SEEDS ?= 20000
+
+.PHONY: sim fuzz deps-demo docs-check package package-check help demo bench bench-valkey bench-quick bench-cluster bench-cluster-valkey bench-memory mutants model model-check test deps deps-valkey core-purity fmt-check clippy doc nextest nextest-valkey doctest kill-harness-redis chaos chaos-ci
 
 help: ## List targets
 	@awk 'BEGIN { FS = ":.*## " } /^[a-z-]+:.*## / { printf "  %-20s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -175,6 +178,11 @@ fuzz: ## Every fuzz target for FUZZ_SECONDS each (nightly, cargo-fuzz installed 
 	@CARGO="$(CARGO)" scripts/ensure-fuzz.sh
 	@CARGO="$(CARGO)" FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz.sh
 
+# `make test` runs 1,500 seeds per mode (SIM_SEEDS); a failing seed prints
+# its history hash and replays with SIM_SEED=<seed> SIM_VERBOSE=1.
+sim: ## The real client in virtual time over simulated masters, SEEDS per mode (default 20000); no server needed
+	SIM_SEEDS=$(SEEDS) $(CARGO) nextest run -p redlock-tests --test client_sim --profile $(NEXTEST_PROFILE) --no-capture
+
 test: deps deps-valkey docs-check core-purity package-check fmt-check clippy doc ## Everything CI checks: deps, fmt, clippy, docs, tests (Redis, then Valkey), doctests, chaos (CI schedule), bench-quick
 	@status=0; \
 	$(MAKE) --no-print-directory nextest nextest-valkey doctest chaos-ci bench-quick || status=$$?; \
@@ -226,7 +234,7 @@ nextest: ## Unit and integration tests under nextest (profile ci by default), on
 
 nextest-valkey: deps-valkey ## The real-server tests (redlock-tests/tests/) again, on Valkey (VALKEY_BIN)
 	@server="$$(scripts/which-server.sh "$(VALKEY_BIN)")"; echo "real-server tests on: $$server"
-	REDLOCK_SERVER_BIN="$(VALKEY_BIN)" $(CARGO) nextest run -p redlock-tests --profile $(NEXTEST_PROFILE) -E 'kind(test)'
+	REDLOCK_SERVER_BIN="$(VALKEY_BIN)" $(CARGO) nextest run -p redlock-tests --profile $(NEXTEST_PROFILE) -E 'kind(test) & !binary(client_sim)'
 
 doctest: ## Documentation examples (nextest does not run them)
 	$(CARGO) test --workspace --doc

@@ -11,6 +11,7 @@ use tracing::{debug, info};
 use crate::node::Node;
 use crate::notices::Notices;
 use crate::server::{Server, redact};
+use crate::sim::Simulation;
 use crate::{Error, Redlock};
 
 /// The default for [`Builder::connect_timeout`].
@@ -31,6 +32,7 @@ pub struct Builder {
     config: Config,
     connect_timeout: Duration,
     release_notices: bool,
+    simulation: Option<Simulation>,
     #[cfg(feature = "tls")]
     tls: crate::tls::TlsFiles,
 }
@@ -76,6 +78,7 @@ impl Builder {
             config: Config::default(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             release_notices: true,
+            simulation: None,
             #[cfg(feature = "tls")]
             tls: crate::tls::TlsFiles::default(),
         }
@@ -208,6 +211,15 @@ impl Builder {
         self
     }
 
+    /// Runs the client in a simulation: plain masters are reached through
+    /// its connector instead of TCP, randomness comes from its seed. For
+    /// the `tests` crate's client sim only; not part of the API.
+    #[doc(hidden)]
+    pub fn simulation(mut self, simulation: Simulation) -> Self {
+        self.simulation = Some(simulation);
+        self
+    }
+
     /// Accept an even number of servers (2, 4, ...). Default false: the
     /// build fails with [`ConfigError::EvenServers`], since an even count is
     /// more often a master left out or listed twice than a choice, and N = 4
@@ -330,7 +342,7 @@ impl Builder {
         });
         let shown: Vec<String> = servers.iter().map(|s| s.shown.clone()).collect();
         let mut nodes = Vec::with_capacity(servers.len());
-        for server in servers {
+        for (index, server) in servers.into_iter().enumerate() {
             let cluster = match server.cluster {
                 Some(seeds) => Some(
                     crate::server::cluster_client(seeds, self.connect_timeout).map_err(|err| {
@@ -342,14 +354,18 @@ impl Builder {
                 ),
                 None => None,
             };
-            nodes.push(Arc::new(Node::new(
+            let mut node = Node::new(
                 server.name,
                 server.client,
                 cluster,
                 self.connect_timeout,
                 settings.node_timeout(),
                 settings.default_ttl().as_duration(),
-            )));
+            );
+            if let Some(simulation) = &self.simulation {
+                node = node.simulated(index, simulation.clone());
+            }
+            nodes.push(Arc::new(node));
         }
         let nodes: Arc<[Arc<Node>]> = nodes.into();
         let results = futures::future::join_all(nodes.iter().map(|node| node.connect())).await;
@@ -413,7 +429,7 @@ impl Builder {
             // Dropping the nodes ends any reconnection task already started.
             return Err(error);
         }
-        let client = Redlock::new(settings, nodes, notices, metrics);
+        let client = Redlock::new(settings, nodes, notices, metrics, self.simulation);
         debug!(
             nodes = client.nodes().len(),
             connected = client.connected_nodes(),

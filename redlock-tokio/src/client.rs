@@ -3,7 +3,7 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -48,6 +48,8 @@ struct Inner {
     notice_refusal_logged: std::sync::atomic::AtomicBool,
     /// The node-labelled metric keys (nothing without the `metrics` feature).
     metrics: metrics::Nodes,
+    /// Set in a simulation only: its seeded RNG replaces the OS's.
+    simulation: Option<crate::sim::Simulation>,
 }
 
 impl Redlock {
@@ -57,6 +59,7 @@ impl Redlock {
         nodes: Arc<[Arc<Node>]>,
         notices: Option<Arc<Notices>>,
         metrics: metrics::Nodes,
+        simulation: Option<crate::sim::Simulation>,
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
@@ -67,6 +70,7 @@ impl Redlock {
                 late: TaskTracker::new(),
                 notice_refusal_logged: Default::default(),
                 metrics,
+                simulation,
             }),
         }
     }
@@ -158,6 +162,11 @@ impl Redlock {
         late.close();
         let _ = tokio::time::timeout(self.inner.settings.node_timeout(), late.wait()).await;
         late.reopen();
+    }
+
+    /// The simulation this client runs in, if any (see [`crate::sim`]).
+    pub(crate) fn simulation(&self) -> Option<&crate::sim::Simulation> {
+        self.inner.simulation.as_ref()
     }
 
     pub(crate) fn background(&self) -> &TaskTracker {
@@ -371,7 +380,7 @@ impl Redlock {
         let settings = self.settings();
         let key = settings.key(resource.as_ref());
         let span = info_span!("redlock.release", resource = %key);
-        let mut release = Release::new(settings, key, value.clone(), RoundId(0), Instant::now());
+        let mut release = Release::new(settings, key, value.clone(), RoundId(0), crate::sim::now());
         async {
             let report = drive(&mut release, self).await;
             self.log_release(&report);
@@ -437,7 +446,7 @@ impl Redlock {
         options: LockOptions,
     ) -> Result<LockGuard, Error> {
         let settings = &self.inner.settings;
-        let now = Instant::now();
+        let now = crate::sim::now();
         // Reported once, whatever happens below: a `?` before the first
         // attempt is a `config` outcome, a drop after it a `cancelled` one.
         let mut report = metrics::Acquire::start(metrics::Kind::of_spec(&spec), now);
@@ -455,7 +464,10 @@ impl Redlock {
             Some(ttl) => settings.ttl(ttl)?,
             None => settings.default_ttl(),
         };
-        let rng = StdRng::from_rng(&mut rand::rng());
+        let rng = match &self.inner.simulation {
+            None => StdRng::from_rng(&mut rand::rng()),
+            Some(simulation) => simulation.rng(),
+        };
         let mut acquisition =
             Acquisition::with_spec(Arc::clone(settings), spec, ttl, attempts, now, rng)?;
         self.check_slots(acquisition.keys())?;
@@ -494,7 +506,7 @@ impl Redlock {
                     report.finish(metrics::Outcome::Granted, acquisition.attempts());
                     debug!(
                         attempts = acquisition.attempts(),
-                        validity_ms = lock.validity(Instant::now()).as_millis() as u64,
+                        validity_ms = lock.validity(crate::sim::now()).as_millis() as u64,
                         votes = %lock.votes(),
                         "lock acquired"
                     );

@@ -90,7 +90,7 @@ pub(crate) fn send(nodes: &[Arc<Node>], request: Request) -> Sent {
                 attempt = request.round.0,
                 command = request.command.name(),
                 latency_us = started.elapsed().as_micros() as u64,
-                late = Instant::now() > request.deadline,
+                late = crate::sim::now() > request.deadline,
                 via = reply.native.map_or("script", |native| native.name()),
                 outcome = %Outcome(&reply.result),
                 "node answered"
@@ -255,15 +255,19 @@ where
                 panic!("a machine that is not done has no timeout");
             };
             let sleep = timer.until(at);
+            // Biased: a reply already in counts before the timer that
+            // raced it, and a run is the same on every replay (Tokio's
+            // random branch order would not be).
             tokio::select! {
+                biased;
                 Some(reply) = self.in_flight.next(), if !self.in_flight.is_empty() => {
                     if let Some(reply) = reply {
-                        self.machine.handle_reply(reply, Instant::now());
+                        self.machine.handle_reply(reply, crate::sim::now());
                     }
                 }
                 () = sleep => {
                     timer.fired();
-                    self.machine.handle_timeout(Instant::now());
+                    self.machine.handle_timeout(crate::sim::now());
                 }
                 Some((notice, at)) = next_notice(&mut self.waiter) => {
                     self.machine.handle_notice(notice, at);
@@ -294,8 +298,15 @@ impl<M: Machine> Drop for Run<'_, M> {
         // on a busy machine and be dropped before its node saw it, after
         // the acquire it undoes.)
         let in_flight = std::mem::take(&mut self.in_flight);
-        self.machine.abandon(Instant::now());
+        self.machine.abandon(crate::sim::now());
+        let planted_bug = self
+            .client
+            .simulation()
+            .is_some_and(crate::sim::Simulation::skips_cancelled_withdraws);
         while let Some(request) = self.machine.poll_request() {
+            if planted_bug {
+                continue;
+            }
             in_flight.push(send(self.client.node_handles(), request));
         }
         complete_in_background(in_flight, self.client);

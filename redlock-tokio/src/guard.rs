@@ -46,7 +46,7 @@ impl fmt::Debug for LockGuard {
         if let Some(lock) = &self.lock {
             s.field("key", lock.key())
                 .field("ttl", &lock.ttl())
-                .field("validity", &lock.validity(Instant::now()))
+                .field("validity", &lock.validity(crate::sim::now()))
                 .field("extensions", &lock.extensions());
         }
         s.finish_non_exhaustive()
@@ -88,12 +88,12 @@ impl LockGuard {
     /// Validity left now: the lock is ours for this long at most, as far as
     /// this client's clock can tell. Zero once expired.
     pub fn validity(&self) -> Duration {
-        self.core().validity(Instant::now())
+        self.core().validity(crate::sim::now())
     }
 
     /// Whether any validity is left now.
     pub fn is_valid(&self) -> bool {
-        self.core().is_valid(Instant::now())
+        self.core().is_valid(crate::sim::now())
     }
 
     /// The instant the validity ends.
@@ -153,7 +153,7 @@ impl LockGuard {
             .as_mut()
             .expect("a live guard always holds its lock");
         let span = info_span!("redlock.extend", resource = %lock.key(), ttl_ms = ttl.as_millis());
-        let mut extension = lock.extend(ttl, Instant::now()).inspect_err(|error| {
+        let mut extension = lock.extend(ttl, crate::sim::now()).inspect_err(|error| {
             metrics::extended(Err(error));
             span.in_scope(|| debug!(error = %error, "lock not extended"));
         })?;
@@ -164,7 +164,7 @@ impl LockGuard {
         span.in_scope(|| match outcome {
             Ok(extended) => {
                 lock.apply(&extended);
-                let validity = lock.validity(Instant::now());
+                let validity = lock.validity(crate::sim::now());
                 debug!(validity_ms = validity.as_millis() as u64, votes = %extended.votes, "lock extended");
                 Ok(validity)
             }
@@ -294,14 +294,14 @@ struct Unreleased {
 impl Drop for Unreleased {
     fn drop(&mut self) {
         if let Some(mut lock) = self.lock.take() {
-            crate::driver::release_blocking(&self.client, lock.release(Instant::now()));
+            crate::driver::release_blocking(&self.client, lock.release(crate::sim::now()));
         }
     }
 }
 
 pub(crate) async fn release_lock(client: &Redlock, lock: &mut Lock) -> ReleaseReport {
     let span = info_span!("redlock.release", resource = %lock.key());
-    let started = Instant::now();
+    let started = crate::sim::now();
     let mut release = lock.release(started);
     async {
         let report = drive(&mut release, client).await;
@@ -334,7 +334,7 @@ impl Shared {
     fn validity(&self) -> Duration {
         self.with(|kept| match kept.loss {
             Some(_) => Duration::ZERO,
-            None => kept.lock.validity(Instant::now()),
+            None => kept.lock.validity(crate::sim::now()),
         })
     }
 
@@ -623,7 +623,7 @@ async fn keep_alive(client: Redlock, shared: Arc<Shared>, options: KeepAlive) {
         match schedule.poll_event() {
             Some(KeepAliveEvent::Extend { ttl }) => {
                 let result = extend_once(&client, &shared, ttl).await;
-                let now = Instant::now();
+                let now = crate::sim::now();
                 match result {
                     Ok(extended) => schedule.handle_extended(&extended, now),
                     Err(error) => {
@@ -651,7 +651,7 @@ async fn keep_alive(client: Redlock, shared: Arc<Shared>, options: KeepAlive) {
                     .poll_timeout()
                     .expect("a schedule that is not lost waits for a timer between extensions");
                 tokio::time::sleep_until(at.into()).await;
-                schedule.handle_timeout(Instant::now());
+                schedule.handle_timeout(crate::sim::now());
             }
         }
     }
@@ -660,7 +660,7 @@ async fn keep_alive(client: Redlock, shared: Arc<Shared>, options: KeepAlive) {
 /// One extension round to `ttl`, applied to the lock when it succeeds.
 async fn extend_once(client: &Redlock, shared: &Shared, ttl: Ttl) -> Result<Extended, ExtendError> {
     let mut extension = shared
-        .with(|kept| kept.lock.extend(ttl, Instant::now()))
+        .with(|kept| kept.lock.extend(ttl, crate::sim::now()))
         .inspect_err(|error| metrics::extended(Err(error)))?;
     let span = info_span!("redlock.extend", attempt = extension.round().0);
     let extended = drive(&mut extension, client).instrument(span.clone()).await;

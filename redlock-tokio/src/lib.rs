@@ -419,6 +419,8 @@ mod notices;
 mod options;
 mod order;
 mod server;
+#[doc(hidden)]
+pub mod sim;
 #[cfg(feature = "tls")]
 mod tls;
 

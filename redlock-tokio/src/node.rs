@@ -39,6 +39,7 @@ use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
 use crate::order::Order;
+use crate::sim::Simulation;
 
 /// First wait before reconnecting after a failed attempt; doubles each time.
 const RECONNECT_MIN: Duration = Duration::from_millis(50);
@@ -154,6 +155,9 @@ pub(crate) struct Node {
     /// The connection of [`send_blocking`](Self::send_blocking), made on
     /// first use: only when a Tokio runtime is gone (or was never there).
     blocking: Mutex<Blocking>,
+    /// Set in a simulation only: this node's index and the simulation's
+    /// connector and RNG ([`Simulation`]).
+    simulation: Option<(usize, Simulation)>,
 }
 
 /// A plain blocking connection, for releases sent when no runtime can send
@@ -202,7 +206,15 @@ impl Node {
                 generation: 0,
             }),
             order: Order::default(),
+            simulation: None,
         }
+    }
+
+    /// This node, node `index` of a simulation: connected through its
+    /// connector (a plain master only).
+    pub(crate) fn simulated(mut self, index: usize, simulation: Simulation) -> Self {
+        self.simulation = Some((index, simulation));
+        self
     }
 
     /// A node over `connection`, made elsewhere (a test's in-memory server).
@@ -263,11 +275,17 @@ impl Node {
         }
         let config = connection_config().set_connection_timeout(Some(self.connect_timeout));
         let attempt = async {
-            let connection = self
-                .client
-                .get_multiplexed_async_connection_with_config(&config)
-                .await
-                .map_err(|err| map_error(&err))?;
+            let connection = match &self.simulation {
+                None => self
+                    .client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await
+                    .map_err(|err| map_error(&err))?,
+                Some((index, simulation)) => self
+                    .connect_simulated(*index, simulation, config.clone())
+                    .await
+                    .map_err(|err| map_error(&err))?,
+            };
             // Sent together on the multiplexed connection, so one round trip
             // loads them all, and steady state is one EVALSHA per request.
             // (Separate commands rather than a pipeline, whose errors lose
@@ -326,6 +344,30 @@ impl Node {
                 ),
             )),
         }
+    }
+
+    /// The connection of [`connect`](Self::connect) in a simulation: over
+    /// the stream its connector gives, with its connection queue if it sets
+    /// one.
+    async fn connect_simulated(
+        &self,
+        index: usize,
+        simulation: &Simulation,
+        config: AsyncConnectionConfig,
+    ) -> redis::RedisResult<MultiplexedConnection> {
+        let stream = simulation.connect(index).await?;
+        let config = match simulation.queue() {
+            Some(requests) => config.set_pipeline_buffer_size(requests),
+            None => config,
+        };
+        let (connection, driver) = MultiplexedConnection::new_with_config(
+            self.client.get_connection_info().redis_settings(),
+            stream,
+            config,
+        )
+        .await?;
+        tokio::spawn(driver);
+        Ok(connection)
     }
 
     /// [`connect`](Self::connect) for a cluster node: the cluster client
@@ -765,6 +807,9 @@ impl Node {
     }
 
     fn connect_blocking(&self) -> redis::RedisResult<Box<dyn redis::ConnectionLike + Send>> {
+        if let Some((index, simulation)) = &self.simulation {
+            return simulation.blocking(*index);
+        }
         if let Some(cluster) = &self.cluster {
             let connection = cluster.get_connection()?;
             connection.set_read_timeout(Some(self.node_timeout))?;
@@ -835,6 +880,12 @@ impl Drop for Resend {
 
 async fn reconnect(node: Weak<Node>, first_delay: Option<Duration>) {
     let mut backoff = RECONNECT_MIN;
+    let mut rng = node.upgrade().and_then(|node| {
+        node.simulation
+            .as_ref()
+            .map(|(_, simulation)| simulation.rng())
+    });
+    let mut jittered = move |delay| jittered(delay, rng.as_mut());
     if let Some(delay) = first_delay {
         tokio::time::sleep(jittered(delay)).await;
     }
@@ -873,10 +924,16 @@ fn run_id(info: &str) -> Option<String> {
         .filter(|id| !id.is_empty())
 }
 
-/// `delay` minus up to a quarter, so that many clients do not reconnect in step.
-fn jittered(delay: Duration) -> Duration {
+/// `delay` minus up to a quarter, so that many clients do not reconnect in
+/// step; drawn from `rng` in a simulation.
+fn jittered(delay: Duration, rng: Option<&mut rand::rngs::StdRng>) -> Duration {
+    use rand::RngExt;
     let quarter = u64::try_from(delay.as_micros() / 4).unwrap_or(u64::MAX);
-    delay - Duration::from_micros(rand::random_range(0..=quarter))
+    let cut = match rng {
+        Some(rng) => rng.random_range(0..=quarter),
+        None => rand::random_range(0..=quarter),
+    };
+    delay - Duration::from_micros(cut)
 }
 
 /// The plain command `native` for `request`, sized up front as

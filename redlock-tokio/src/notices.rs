@@ -492,7 +492,7 @@ async fn listen(task: ListenerTask) {
                 Some(message) => match message.get_channel::<Vec<u8>>() {
                     Ok(channel) => {
                         task.metrics.notice(task.index);
-                        task.shared.notice(task.index, &channel, Instant::now());
+                        task.shared.notice(task.index, &channel, crate::sim::now());
                     }
                     Err(error) => warn!(node = %task.name, error = %error, "pub/sub message without a channel name"),
                 },
@@ -543,7 +543,7 @@ impl ListenerTask {
                 .await?;
             debug!(channels = add.len(), "subscribed");
             self.shared
-                .subscribed(&add, Instant::now(), link.replaces_lost);
+                .subscribed(&add, crate::sim::now(), link.replaces_lost);
             link.subscribed.extend(add);
         }
         if !remove.is_empty() {

@@ -74,6 +74,7 @@
 
 pub mod chaos;
 mod harness;
+pub mod sim;
 
 pub use harness::{
     CLIENT_TIMEOUT, CLUSTER_READY_TIMEOUT, GARBAGE_REPLY, GarbageServer, HARNESS_DIR_ENV,

@@ -41,6 +41,21 @@ impl Store {
         }
     }
 
+    /// The keys alive at `clock` that expire (locks, readers, marks; not
+    /// fencing counters, which never do), sorted: what a run left behind.
+    /// (Used by the client sim, `tests/src/sim/`.)
+    #[allow(dead_code)]
+    pub fn live_keys(&self, clock: f64) -> Vec<Vec<u8>> {
+        let mut keys: Vec<Vec<u8>> = self
+            .data
+            .iter()
+            .filter(|(_, entry)| entry.expires > clock && entry.expires.is_finite())
+            .map(|(key, _)| key.clone())
+            .collect();
+        keys.sort();
+        keys
+    }
+
     pub fn clear(&mut self) {
         self.data.clear();
     }

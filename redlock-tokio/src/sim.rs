@@ -1,0 +1,130 @@
+//! What a simulation swaps in to run this client, unchanged otherwise, in
+//! virtual time (the `tests` crate's client sim: `tests/src/sim/`): plain
+//! masters reached through an injected connector instead of TCP, lock values
+//! and jitter drawn from a seeded RNG instead of the OS's, and optionally a
+//! bounded connection queue (a planted bug: the client's own is unbounded,
+//! see `CONNECTION_QUEUE` in `node.rs`).
+//!
+//! Hidden from the docs and outside the API's stability promise. A client
+//! built without it never looks at it beyond one `Option` per connection
+//! attempt and per acquire.
+
+use std::fmt;
+use std::io;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use futures::future::BoxFuture;
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+/// A byte stream to one simulated master.
+pub trait Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> Stream for T {}
+
+type Connect = dyn Fn(usize) -> BoxFuture<'static, io::Result<Box<dyn Stream>>> + Send + Sync;
+type ConnectBlocking =
+    dyn Fn(usize) -> io::Result<Box<dyn redis::ConnectionLike + Send>> + Send + Sync;
+
+/// The hooks of a simulated client; give it to
+/// [`Builder::simulation`](crate::Builder::simulation).
+#[derive(Clone)]
+pub struct Simulation {
+    connect: Arc<Connect>,
+    connect_blocking: Option<Arc<ConnectBlocking>>,
+    connection_queue: Option<usize>,
+    skip_cancelled_withdraws: bool,
+    rng: Arc<Mutex<StdRng>>,
+}
+
+impl fmt::Debug for Simulation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Simulation")
+            .field("connection_queue", &self.connection_queue)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Simulation {
+    /// Connections to node `i` (in the builder's order) come from
+    /// `connect(i)`; randomness from an RNG seeded with `seed`.
+    pub fn new<F>(seed: u64, connect: F) -> Self
+    where
+        F: Fn(usize) -> BoxFuture<'static, io::Result<Box<dyn Stream>>> + Send + Sync + 'static,
+    {
+        Self {
+            connect: Arc::new(connect),
+            connect_blocking: None,
+            connection_queue: None,
+            skip_cancelled_withdraws: false,
+            rng: Arc::new(Mutex::new(StdRng::seed_from_u64(seed))),
+        }
+    }
+
+    /// The blocking connections of releases sent when no runtime can (the
+    /// process exiting with guards alive). Without it they fail at once.
+    #[must_use]
+    pub fn connect_blocking<F>(mut self, connect: F) -> Self
+    where
+        F: Fn(usize) -> io::Result<Box<dyn redis::ConnectionLike + Send>> + Send + Sync + 'static,
+    {
+        self.connect_blocking = Some(Arc::new(connect));
+        self
+    }
+
+    /// How many requests a connection queues before a sender waits for
+    /// room (the `redis` crate's pipeline buffer). The client's own is
+    /// unbounded; a small one is a planted bug.
+    #[must_use]
+    pub fn connection_queue(mut self, requests: usize) -> Self {
+        self.connection_queue = Some(requests);
+        self
+    }
+
+    /// A planted bug: a cancelled acquire sends no withdraws, so the
+    /// nodes it won keep its key for a whole TTL.
+    #[cfg(feature = "planted-bugs")]
+    #[must_use]
+    pub fn skip_cancelled_withdraws(mut self) -> Self {
+        self.skip_cancelled_withdraws = true;
+        self
+    }
+
+    pub(crate) fn skips_cancelled_withdraws(&self) -> bool {
+        self.skip_cancelled_withdraws
+    }
+
+    pub(crate) fn queue(&self) -> Option<usize> {
+        self.connection_queue
+    }
+
+    pub(crate) fn connect(&self, node: usize) -> BoxFuture<'static, io::Result<Box<dyn Stream>>> {
+        (self.connect)(node)
+    }
+
+    pub(crate) fn blocking(
+        &self,
+        node: usize,
+    ) -> redis::RedisResult<Box<dyn redis::ConnectionLike + Send>> {
+        match &self.connect_blocking {
+            Some(connect) => Ok(connect(node)?),
+            None => Err(io::Error::new(
+                io::ErrorKind::ConnectionRefused,
+                "no blocking connections in this simulation",
+            )
+            .into()),
+        }
+    }
+
+    /// A fresh RNG drawn from the seeded one.
+    pub(crate) fn rng(&self) -> StdRng {
+        StdRng::from_rng(&mut *self.rng.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+/// Now, on Tokio's clock: the same as [`std::time::Instant::now`] unless
+/// the runtime's time is paused (Tokio's `test-util`), which is how a
+/// simulation runs this client in virtual time.
+pub(crate) fn now() -> std::time::Instant {
+    tokio::time::Instant::now().into_std()
+}

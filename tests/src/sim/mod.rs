@@ -1,0 +1,660 @@
+//! The client sim: the real `redlock-tokio` client (builder, driver,
+//! per-node order, node connections, guards, keep-alive, shutdown) run in
+//! virtual time against simulated masters, one seed per run.
+//!
+//! Each run builds one to three clients through [`Builder`](redlock_tokio::Builder) with a
+//! [`Simulation`] hook: every connection to a master is an in-memory stream
+//! (`tokio::io::duplex`) to a master (`master.rs`) that speaks RESP and answers from
+//! the core's simulation model, the same model `tests/tests/lua_model.rs`
+//! checks against the real Lua. The runtime is current-thread with paused
+//! time (it jumps ahead whenever every task waits on a timer), lock values
+//! and jitter come from the seed, so a seed replays exactly: the same
+//! commands reach the same masters at the same virtual instants, and the
+//! run's history hash ([`Report::history`]) is the same.
+//!
+//! Faults, chosen by the seed ([`Plan`]): per-master latency and jitter, a
+//! master paused (reads, runs and writes nothing for a while), connections
+//! dropped mid-request (the command run or not), small stream buffers
+//! (backpressure on the connection queue), `lock()` futures dropped at
+//! random instants, and, by [`Mode`], the process exiting with guards alive
+//! (the runtime dropped) or a master restarting empty (outside Redlock's
+//! model: overlaps are counted, not judged).
+//!
+//! Judged after every run ([`Report::failures`]): no two holds of one key
+//! overlap while valid, fencing tokens grow with grants, no key is left on
+//! a master once every client shut down (or, at exit, once the blocking
+//! releases ran) unless that master missed a request (a dropped
+//! connection, a pause at exit), every wait limit is honoured, and a
+//! kept-alive lock whose validity ran out was signalled lost.
+//!
+//! Release notices (pub/sub) are off: the sim's masters do not speak it.
+
+#[path = "../../../redlock-core/tests/sim/redis.rs"]
+#[allow(dead_code, unreachable_pub, missing_docs)]
+mod model;
+
+mod master;
+
+use std::collections::BTreeMap;
+use std::hash::{DefaultHasher, Hasher};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use futures::FutureExt;
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use redlock_tokio::sim::Simulation;
+use redlock_tokio::{KeepAlive, LockOptions, Redlock};
+use tokio::time::Instant;
+
+pub use master::MasterFaults;
+use master::{Blocking, Master};
+
+/// What a run does besides its faults.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Clients shut down at the end.
+    Faults,
+    /// The process "exits" with guards alive: the runtime is dropped, and
+    /// the guards' releases go out on blocking connections.
+    Exit,
+    /// One master restarts empty mid-run: outside Redlock's model, so
+    /// overlaps are a figure here, not a failure.
+    Restart,
+}
+
+/// A bug planted in the client through the sim's hooks, to show the sim
+/// finds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Planted {
+    /// Connections whose queue holds two requests (the `redis` crate makes
+    /// a sender wait for room): a release can overtake its acquire.
+    BoundedQueue,
+    /// A cancelled acquire sends no withdraws: what it won stays set.
+    NoCancelledWithdraws,
+}
+
+/// The run's choices, all drawn from the seed.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// The masters and their faults.
+    pub masters: Vec<MasterFaults>,
+    /// Clients, each with its own connections.
+    pub clients: usize,
+    /// Tasks per client, each taking locks one after another.
+    pub tasks: usize,
+    /// Locks each task tries.
+    pub rounds: usize,
+    /// Resource names the tasks share.
+    pub resources: usize,
+    /// The lock TTL.
+    pub ttl: Duration,
+    /// The per-node timeout.
+    pub node_timeout: Duration,
+    /// Whether acquires use `SET NX PX GET` where the master has it.
+    pub native: bool,
+    /// Whether locks carry fencing tokens.
+    pub fencing: bool,
+    /// When the process exits (the [`Mode::Exit`] runs).
+    pub exit_at: Duration,
+}
+
+impl Plan {
+    /// The plan of `seed`.
+    pub fn of(seed: u64, mode: Mode) -> Self {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let nodes = if rng.random_bool(0.5) { 3 } else { 5 };
+        let node_timeout = Duration::from_millis(rng.random_range(5..=50));
+        let faulty = rng.random_range(0..=nodes / 2);
+        let restart = (mode == Mode::Restart).then(|| rng.random_range(0..nodes));
+        let masters = (0..nodes)
+            .map(|i| {
+                let mut faults = MasterFaults {
+                    latency: Duration::from_micros(rng.random_range(50..2_000)),
+                    jitter: Duration::from_micros(rng.random_range(0..3_000)),
+                    buffer: [256, 4096, 65536][rng.random_range(0..3)],
+                    ..MasterFaults::default()
+                };
+                if i < faulty {
+                    match rng.random_range(0..4) {
+                        0 => {
+                            faults.latency = node_timeout.mul_f64(rng.random_range(0.5..2.0));
+                        }
+                        1 => faults.drops_per_mille = rng.random_range(5..60),
+                        _ => {
+                            for _ in 0..rng.random_range(1..=2) {
+                                let from = Duration::from_millis(rng.random_range(0..800));
+                                let length = Duration::from_millis(rng.random_range(5..400));
+                                faults.pauses.push((from, length));
+                            }
+                        }
+                    }
+                }
+                if restart == Some(i) {
+                    faults.restart_at = Some(Duration::from_millis(rng.random_range(50..600)));
+                }
+                faults
+            })
+            .collect();
+        Self {
+            masters,
+            clients: rng.random_range(1..=3),
+            tasks: rng.random_range(1..=4),
+            rounds: rng.random_range(1..=4),
+            resources: rng.random_range(1..=3),
+            ttl: Duration::from_millis(rng.random_range(300..3_000)),
+            node_timeout,
+            native: rng.random_bool(0.5),
+            fencing: rng.random_bool(0.3),
+            exit_at: Duration::from_millis(rng.random_range(20..600)),
+        }
+    }
+
+    /// Many tasks on distinct resources and one master paused behind a
+    /// small stream buffer: connection queues fill up (for
+    /// [`Planted::BoundedQueue`]).
+    fn backpressure(&mut self, seed: u64) {
+        let mut rng = StdRng::seed_from_u64(!seed);
+        self.tasks = rng.random_range(8..=16);
+        self.resources = 64;
+        self.ttl = Duration::from_secs(5);
+        let paused = &mut self.masters[0];
+        paused.buffer = 256;
+        paused.drops_per_mille = 0;
+        paused.pauses = vec![(
+            // After the clients connected (a master paused then is only
+            // down for them), while the tasks take their first locks.
+            Duration::from_millis(rng.random_range(10..60)),
+            Duration::from_millis(rng.random_range(100..400)),
+        )];
+    }
+
+    /// How many faults the plan injects (besides cancellations).
+    pub fn faults(&self) -> usize {
+        self.masters
+            .iter()
+            .map(|m| {
+                m.pauses.len()
+                    + usize::from(m.drops_per_mille > 0)
+                    + usize::from(m.restart_at.is_some())
+                    + usize::from(m.latency > self.node_timeout / 2)
+            })
+            .sum()
+    }
+}
+
+/// What happened in a run, as a hash of every command each master ran (at
+/// its virtual instant, with its reply) and of every hold. Each master has
+/// its own hash: at exit, the blocking releases of one guard reach the
+/// masters from parallel threads.
+#[derive(Default)]
+pub struct History {
+    masters: Mutex<BTreeMap<usize, (DefaultHasher, u64)>>,
+    notes: Mutex<(DefaultHasher, Vec<String>)>,
+    verbose: bool,
+}
+
+impl History {
+    fn with_log(verbose: bool) -> Self {
+        Self {
+            verbose,
+            ..Self::default()
+        }
+    }
+
+    fn command(&self, master: usize, clock: f64, frozen: bool, words: &[Vec<u8>], reply: &[u8]) {
+        {
+            let mut one = DefaultHasher::new();
+            one.write_u64(clock as u64);
+            for word in words {
+                one.write(word);
+            }
+            one.write(reply);
+            let mut masters = self.masters.lock().unwrap_or_else(PoisonError::into_inner);
+            let (hasher, at_exit) = masters.entry(master).or_default();
+            if frozen {
+                // At exit the runtime drops its tasks in an order that
+                // depends on task ids, which count across runtimes: the
+                // blocking releases are a set, summed.
+                *at_exit = at_exit.wrapping_add(one.finish());
+            } else {
+                hasher.write_u64(one.finish());
+            }
+        }
+        if self.verbose {
+            let words: Vec<String> = words
+                .iter()
+                .map(|w| String::from_utf8_lossy(w).chars().take(44).collect())
+                .collect();
+            let line = format!(
+                "{:>10.3} ms m{master} {} -> {}",
+                clock / 1e3,
+                words.join(" "),
+                String::from_utf8_lossy(reply).trim_end()
+            );
+            let mut notes = self.notes.lock().unwrap_or_else(PoisonError::into_inner);
+            notes.1.push(line);
+        }
+    }
+
+    fn note(&self, text: String) {
+        let mut notes = self.notes.lock().unwrap_or_else(PoisonError::into_inner);
+        notes.0.write(text.as_bytes());
+        if self.verbose {
+            notes.1.push(text);
+        }
+    }
+
+    fn finish(&self) -> (u64, Vec<String>) {
+        let notes = self.notes.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut hasher = notes.0.clone();
+        for (master, (hash, at_exit)) in self.masters.lock().unwrap().iter() {
+            hasher.write_usize(*master);
+            hasher.write_u64(hash.finish());
+            hasher.write_u64(*at_exit);
+        }
+        (hasher.finish(), notes.1.clone())
+    }
+}
+
+/// One hold of a lock, in virtual ms since the run started.
+#[derive(Clone, Debug)]
+struct Hold {
+    key: Vec<u8>,
+    value: String,
+    who: String,
+    granted: f64,
+    /// The end of its validity (the last one known, for a kept-alive lock).
+    valid_until: f64,
+    /// When its holder let go (release called, guard dropped), if it did.
+    let_go: Option<f64>,
+    token: Option<u64>,
+}
+
+impl Hold {
+    fn end(&self) -> f64 {
+        self.let_go
+            .map_or(self.valid_until, |t| t.min(self.valid_until))
+    }
+}
+
+#[derive(Default)]
+struct Log {
+    holds: Vec<Hold>,
+    cancelled: u64,
+    failures: Vec<String>,
+}
+
+/// What one run found.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// The seed.
+    pub seed: u64,
+    /// The history hash: the same seed gives the same hash.
+    pub history: u64,
+    /// Locks granted.
+    pub locks: u64,
+    /// `lock()` futures dropped before they finished.
+    pub cancelled: u64,
+    /// Faults injected (pauses, dropping masters, slow masters, restarts).
+    pub faults: u64,
+    /// Holds of one key that overlapped while valid.
+    pub overlaps: u64,
+    /// Keys left on masters that missed no request.
+    pub keys_left: u64,
+    /// Keys left on masters that missed a request (not judged).
+    pub keys_excused: u64,
+    /// Every broken promise, one line each (empty: the run passed).
+    pub failures: Vec<String>,
+    /// Every command with its reply, when asked for (`SIM_VERBOSE`).
+    pub log: Vec<String>,
+}
+
+fn ms(at: Instant, start: Instant) -> f64 {
+    (at - start).as_secs_f64() * 1e3
+}
+
+fn ms_std(at: std::time::Instant, start: Instant) -> f64 {
+    ms(Instant::from_std(at), start)
+}
+
+/// Runs seed `seed`.
+pub fn run(seed: u64, mode: Mode, planted: Option<Planted>, verbose: bool) -> Report {
+    let mut plan = Plan::of(seed, mode);
+    if planted == Some(Planted::BoundedQueue) {
+        plan.backpressure(seed);
+    }
+    let history = Arc::new(History::with_log(verbose));
+    let log = Arc::new(Mutex::new(Log::default()));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .expect("a runtime");
+    let (masters, start) = runtime.block_on(async {
+        let start = Instant::now();
+        let masters: Vec<Arc<Master>> = plan
+            .masters
+            .iter()
+            .enumerate()
+            .map(|(i, faults)| Master::new(i, seed, faults.clone(), Arc::clone(&history)))
+            .collect();
+        (masters, start)
+    });
+    let clients = runtime.block_on(async {
+        for master in &masters {
+            tokio::spawn(Arc::clone(master).restart_when_due());
+        }
+        let mut clients = Vec::new();
+        for c in 0..plan.clients {
+            clients.push(build(&plan, &masters, seed, c, planted).await);
+        }
+        clients
+    });
+    let tasks = runtime.block_on(async {
+        let mut tasks = Vec::new();
+        for (c, client) in clients.iter().enumerate() {
+            for t in 0..plan.tasks {
+                let rng = StdRng::seed_from_u64(seed ^ ((c as u64) << 40) ^ ((t as u64) << 24));
+                tasks.push(tokio::spawn(work(
+                    client.clone(),
+                    plan.clone(),
+                    rng,
+                    format!("c{c}t{t}"),
+                    Arc::clone(&log),
+                    start,
+                )));
+            }
+        }
+        tasks
+    });
+    if mode == Mode::Exit {
+        runtime.block_on(async {
+            tokio::time::sleep(plan.exit_at).await;
+            // On the virtual clock, which only a runtime reads.
+            for master in &masters {
+                master.freeze();
+            }
+        });
+        drop(clients);
+        drop(tasks);
+        // The process exits: every task is dropped with its guards.
+        drop(runtime);
+    } else {
+        runtime.block_on(async {
+            for task in tasks {
+                if let Err(error) = task.await {
+                    log.lock()
+                        .unwrap()
+                        .failures
+                        .push(format!("a task panicked: {error}"));
+                }
+            }
+            for client in &clients {
+                client.shutdown().await;
+            }
+            // Past every pause, the late releases reach their masters.
+            let last_pause = masters.iter().map(|m| m.last_pause_end()).max();
+            tokio::time::sleep_until(start + last_pause.unwrap_or_default()).await;
+            tokio::time::sleep(plan.node_timeout * 4).await;
+            for client in &clients {
+                client.shutdown().await;
+            }
+        });
+    }
+    judge(seed, mode, &plan, &masters, &log, &history)
+}
+
+async fn build(
+    plan: &Plan,
+    masters: &[Arc<Master>],
+    seed: u64,
+    client: usize,
+    planted: Option<Planted>,
+) -> Redlock {
+    let connecting = masters.to_vec();
+    let blocking = masters.to_vec();
+    let mut simulation = Simulation::new(seed ^ (client as u64 + 1) << 56, move |i| {
+        let master = Arc::clone(&connecting[i]);
+        async move {
+            let stream = master.accept()?;
+            Ok(Box::new(stream) as Box<dyn redlock_tokio::sim::Stream>)
+        }
+        .boxed()
+    })
+    .connect_blocking(move |i| {
+        Ok(Box::new(Blocking(Arc::clone(&blocking[i]))) as Box<dyn redis::ConnectionLike + Send>)
+    });
+    match planted {
+        Some(Planted::BoundedQueue) => simulation = simulation.connection_queue(2),
+        Some(Planted::NoCancelledWithdraws) => simulation = simulation.skip_cancelled_withdraws(),
+        None => {}
+    }
+    let urls: Vec<String> = (0..masters.len())
+        .map(|i| format!("redis://sim-master-{i}:6379"))
+        .collect();
+    Redlock::builder(urls)
+        .ttl(plan.ttl)
+        .node_timeout(plan.node_timeout)
+        .connect_timeout(Duration::from_millis(200))
+        .retry_delay(Duration::from_millis(40))
+        .retry_jitter(Duration::from_millis(60))
+        .native_commands(plan.native)
+        .fencing(plan.fencing)
+        .release_notices(false)
+        .simulation(simulation)
+        .build()
+        .await
+        .expect("the sim's client builds")
+}
+
+/// One task: takes locks one after another, holds, extends, releases,
+/// drops guards and cancels acquires, as the seed says.
+async fn work(
+    client: Redlock,
+    plan: Plan,
+    mut rng: StdRng,
+    name: String,
+    log: Arc<Mutex<Log>>,
+    start: Instant,
+) {
+    for round in 0..plan.rounds {
+        let who = format!("{name}r{round}");
+        let resource = format!("res{}", rng.random_range(0..plan.resources));
+        let limit = Duration::from_millis(rng.random_range(1..400));
+        let options = LockOptions::new().wait_at_most(limit);
+        let begun = Instant::now();
+        let acquire = client.lock_with(&resource, options);
+        let cancel_after = rng
+            .random_bool(0.25)
+            .then(|| Duration::from_micros(rng.random_range(0..20_000)));
+        let result = match cancel_after {
+            Some(after) => match tokio::time::timeout(after, acquire).await {
+                Ok(result) => result,
+                Err(_) => {
+                    log.lock().unwrap().cancelled += 1;
+                    continue;
+                }
+            },
+            None => acquire.await,
+        };
+        let returned = Instant::now();
+        if returned - begun > limit {
+            log.lock().unwrap().failures.push(format!(
+                "{who}: a wait limit of {limit:?} took {:?}",
+                returned - begun
+            ));
+        }
+        let Ok(mut guard) = result else {
+            tokio::time::sleep(Duration::from_millis(rng.random_range(0..30))).await;
+            continue;
+        };
+        let mut hold = Hold {
+            key: guard.key().as_bytes().to_vec(),
+            value: guard.value().as_str().to_owned(),
+            who: who.clone(),
+            granted: ms(returned, start),
+            valid_until: ms_std(guard.valid_until(), start),
+            let_go: None,
+            token: guard.fencing_token(),
+        };
+        if ms_std(guard.acquired_at(), start) > ms(begun, start) + limit.as_secs_f64() * 1e3 {
+            log.lock().unwrap().failures.push(format!(
+                "{who}: granted by a round sent past its wait limit"
+            ));
+        }
+        let held_for = plan.ttl.mul_f64(rng.random_range(0.0..1.5));
+        match rng.random_range(0..4) {
+            // Held, maybe extended once, released.
+            0 | 1 => {
+                let index = log_hold(&log, hold.clone());
+                tokio::time::sleep(held_for / 2).await;
+                if rng.random_bool(0.5) && guard.extend(plan.ttl).await.is_ok() {
+                    hold.valid_until = ms_std(guard.valid_until(), start);
+                    update_hold(&log, index, |h| h.valid_until = hold.valid_until);
+                }
+                tokio::time::sleep(held_for / 2).await;
+                let at = ms(Instant::now(), start);
+                update_hold(&log, index, |h| h.let_go = Some(at));
+                if rng.random_bool(0.5) {
+                    let _report = guard.release().await;
+                } else {
+                    drop(guard);
+                }
+            }
+            // Kept alive for a while: its loss must be signalled.
+            2 => {
+                let index = log_hold(&log, hold.clone());
+                let kept = guard.keep_alive(KeepAlive::default());
+                let until = Instant::now() + held_for * 2;
+                while Instant::now() < until {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    let now = ms(Instant::now(), start);
+                    match kept.valid_until() {
+                        Some(valid) => {
+                            let valid = ms_std(valid, start);
+                            update_hold(&log, index, |h| h.valid_until = valid);
+                            // Decided at the end of the extension round
+                            // in flight, so up to one per-node timeout late.
+                            if valid + plan.node_timeout.as_secs_f64() * 1e3 < now {
+                                log.lock().unwrap().failures.push(format!(
+                                    "{who}: a kept-alive lock ran out at {valid:.3} ms unsignalled"
+                                ));
+                                break;
+                            }
+                        }
+                        None => break,
+                    }
+                }
+                let at = ms(Instant::now(), start);
+                update_hold(&log, index, |h| h.let_go = Some(at));
+                let _report = kept.release().await;
+            }
+            // Held past its validity maybe, then released.
+            _ => {
+                let index = log_hold(&log, hold);
+                tokio::time::sleep(held_for * 2).await;
+                let at = ms(Instant::now(), start);
+                update_hold(&log, index, |h| h.let_go = Some(at));
+                let _report = guard.release().await;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(rng.random_range(0..30))).await;
+    }
+}
+
+fn log_hold(log: &Mutex<Log>, hold: Hold) -> usize {
+    let mut log = log.lock().unwrap();
+    log.holds.push(hold);
+    log.holds.len() - 1
+}
+
+fn update_hold(log: &Mutex<Log>, index: usize, change: impl FnOnce(&mut Hold)) {
+    change(&mut log.lock().unwrap().holds[index]);
+}
+
+fn judge(
+    seed: u64,
+    mode: Mode,
+    plan: &Plan,
+    masters: &[Arc<Master>],
+    log: &Mutex<Log>,
+    history: &History,
+) -> Report {
+    let log = log.lock().unwrap();
+    let mut report = Report {
+        seed,
+        locks: log.holds.len() as u64,
+        cancelled: log.cancelled,
+        faults: plan.faults() as u64,
+        failures: log.failures.clone(),
+        ..Report::default()
+    };
+    let mut by_key: BTreeMap<&[u8], Vec<&Hold>> = BTreeMap::new();
+    for hold in &log.holds {
+        by_key.entry(&hold.key).or_default().push(hold);
+    }
+    for holds in by_key.values_mut() {
+        holds.sort_by(|a, b| a.granted.total_cmp(&b.granted));
+        for (i, first) in holds.iter().enumerate() {
+            for second in &holds[i + 1..] {
+                if second.granted < first.end() && first.value != second.value {
+                    report.overlaps += 1;
+                    if mode != Mode::Restart {
+                        report.failures.push(format!(
+                            "overlap on {}: {} held [{:.3}, {:.3}] ms, {} granted at {:.3} ms",
+                            String::from_utf8_lossy(&first.key),
+                            first.who,
+                            first.granted,
+                            first.end(),
+                            second.who,
+                            second.granted
+                        ));
+                    }
+                }
+            }
+            let next = holds.get(i + 1).and_then(|next| next.token);
+            if let (Some(a), Some(b), false) = (first.token, next, mode == Mode::Restart)
+                && b <= a
+            {
+                report.failures.push(format!(
+                    "fencing token {b} of {} not above {a} of {}",
+                    holds[i + 1].who,
+                    first.who
+                ));
+            }
+        }
+    }
+    for (i, master) in masters.iter().enumerate() {
+        let keys = master.live_keys();
+        if master.missed_requests() {
+            report.keys_excused += keys.len() as u64;
+            continue;
+        }
+        report.keys_left += keys.len() as u64;
+        // Exit too: a release whose connection the dying runtime dropped
+        // first is sent again on a blocking connection (about 2.5% of exit
+        // seeds left a key before that was so).
+        for key in keys {
+            report.failures.push(format!(
+                "key {} left on master {i}",
+                String::from_utf8_lossy(&key)
+            ));
+        }
+    }
+    for hold in &log.holds {
+        history.note(format!(
+            "hold {} of {} by {}: [{:.3}, {:.3}] ms, token {:?}",
+            hold.value,
+            String::from_utf8_lossy(&hold.key),
+            hold.who,
+            hold.granted,
+            hold.end(),
+            hold.token
+        ));
+    }
+    let (hash, lines) = history.finish();
+    report.history = hash;
+    report.log = lines;
+    report
+}
