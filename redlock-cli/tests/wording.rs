@@ -48,7 +48,8 @@ fn an_absurd_ttl_is_refused() {
             "--",
             "true",
         ],
-        "at most",
+        // Refused as it is parsed: no option takes more than 100 years.
+        "longer than 100 years",
     );
     rejects(
         &[

@@ -672,11 +672,26 @@ impl RedlockModel {
     /// Checks the model with `threads` workers, breadth first, and returns
     /// the figures and the first counterexample found (if any).
     pub fn check(self, threads: usize, stop_at_first: bool) -> Report {
+        let until = stop_at_first.then_some(HasDiscoveries::AnyFailures);
+        self.check_until(threads, until)
+    }
+
+    /// [`check`](Self::check) that stops once `property` has a
+    /// counterexample: with several workers, which property is violated
+    /// first depends on their timing, so a control that expects one
+    /// property waits for that one.
+    pub fn check_for(self, threads: usize, property: &'static str) -> Report {
+        let until = HasDiscoveries::AnyOf([property].into_iter().collect());
+        self.check_until(threads, Some(until))
+    }
+
+    fn check_until(self, threads: usize, until: Option<HasDiscoveries>) -> Report {
+        let stop_at_first = until.is_some();
         let setup = self.setup.clone();
         let started = Instant::now();
         let mut builder = self.checker().threads(threads);
-        if stop_at_first {
-            builder = builder.finish_when(HasDiscoveries::AnyFailures);
+        if let Some(until) = until {
+            builder = builder.finish_when(until);
         }
         // A hunt for a counterexample goes depth first (deep paths come
         // sooner); a full run breadth first.

@@ -41,7 +41,8 @@ fn operator_release_is_never_undone() {
 #[test]
 fn out_of_model_controls_are_caught() {
     for (setup, expected) in configurations::out_of_model() {
-        let report = run(setup, true);
+        let report = RedlockModel::new(setup).check_for(2, expected);
+        println!("{}", report.line());
         assert!(
             report.violations.iter().any(|(p, _)| *p == expected),
             "expected a counterexample to {expected}: {}",

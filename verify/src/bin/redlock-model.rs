@@ -72,7 +72,7 @@ fn main() {
 
     println!("== out of model (positive controls): a counterexample must be found ==");
     for (setup, expected) in configurations::out_of_model() {
-        let report = RedlockModel::new(setup).check(threads, true);
+        let report = RedlockModel::new(setup).check_for(threads, expected);
         println!("{}", report.line());
         match report.violations.first() {
             Some((_, trace)) => println!("{trace}"),
