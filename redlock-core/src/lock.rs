@@ -76,8 +76,9 @@ impl Lock {
     }
 
     /// Nodes where `report`, of a release started at `started`, found no
-    /// value of ours although this lock held that node and was still valid
-    /// then: the node lost the key (it restarted empty), or the release ran
+    /// value of ours although the node said yes in the round that decided
+    /// this lock (a node that answered after the decision is not counted)
+    /// and the lock was still valid then: the node lost the key (it restarted empty), or the release ran
     /// there before the acquire it undoes (a broken per-node order). Zero
     /// when all is well; a lock released after its validity ended may find
     /// its keys expired and counts nothing.
