@@ -16,23 +16,6 @@ use redlock_tests::{RedisNode, ShardedNode};
 use redlock_tokio::{Builder, Error, LockGuard, LockOptions, Redlock};
 use support::{NODE_TIMEOUT, eventually, init_tracing};
 
-/// Starts `n` independent clusters of `shards` masters each, in parallel.
-fn clusters(n: usize, shards: usize) -> Vec<ShardedNode> {
-    std::thread::scope(|scope| {
-        let starts: Vec<_> = (0..n)
-            .map(|_| scope.spawn(move || ShardedNode::start(shards)))
-            .collect();
-        starts
-            .into_iter()
-            .map(|start| {
-                start
-                    .join()
-                    .unwrap_or_else(|p| std::panic::resume_unwind(p))
-            })
-            .collect()
-    })
-}
-
 fn builder(urls: Vec<String>) -> Builder {
     init_tracing();
     // A cluster connection reads the slot map and loads the scripts on
@@ -74,7 +57,7 @@ async fn try_spec(redlock: &Redlock, spec: LockSpec<'_>) -> Result<LockGuard, Er
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exclusive_locks_spread_over_the_shards_of_every_cluster_node() {
-    let nodes = clusters(3, 3);
+    let nodes = ShardedNode::start_many(3, 3);
     let redlock = client(urls(&nodes)).await;
     assert_eq!(redlock.connected_nodes(), 3);
     let other = client(urls(&nodes)).await;
@@ -127,7 +110,7 @@ async fn exclusive_locks_spread_over_the_shards_of_every_cluster_node() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_lock_kind_works_on_cluster_nodes() {
-    let nodes = clusters(3, 3);
+    let nodes = ShardedNode::start_many(3, 3);
     let redlock = client(urls(&nodes)).await;
     let other = client(urls(&nodes)).await;
     for name in spread(&nodes[0], 3) {
@@ -229,7 +212,7 @@ async fn every_lock_kind_works_on_cluster_nodes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locks_whose_keys_cannot_share_a_slot_are_refused_before_anything_is_sent() {
-    let nodes = clusters(3, 3);
+    let nodes = ShardedNode::start_many(3, 3);
     let redlock = client(urls(&nodes)).await;
     // Two names in different slots.
     let (a, b) = ("alpha", "beta");
@@ -323,7 +306,7 @@ async fn two_plain_masters_and_one_cluster_make_one_quorum() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_shard_master_fails_its_node_and_the_quorum_goes_on() {
-    let nodes = clusters(3, 3);
+    let nodes = ShardedNode::start_many(3, 3);
     let redlock = client(urls(&nodes)).await;
     let names = spread(&nodes[0], 3);
     let held: Vec<LockGuard> = {
@@ -402,7 +385,7 @@ async fn one_cluster_listed_twice_is_one_server() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_follows_its_slot_when_it_moves_to_another_shard() {
-    let nodes = clusters(3, 3);
+    let nodes = ShardedNode::start_many(3, 3);
     let redlock = client(urls(&nodes)).await;
     let other = client(urls(&nodes)).await;
     for kind in ["exclusive", "read", "fenced"] {

@@ -81,23 +81,6 @@ fn log(shared: &Shared) -> std::sync::MutexGuard<'_, Log> {
     shared.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Starts `n` independent clusters of `shards` masters each, in parallel.
-fn clusters(n: usize, shards: usize) -> Vec<ShardedNode> {
-    std::thread::scope(|scope| {
-        let starts: Vec<_> = (0..n)
-            .map(|_| scope.spawn(move || ShardedNode::start(shards)))
-            .collect();
-        starts
-            .into_iter()
-            .map(|start| {
-                start
-                    .join()
-                    .unwrap_or_else(|p| std::panic::resume_unwind(p))
-            })
-            .collect()
-    })
-}
-
 /// One hold's record for the checker.
 fn hold(client: usize, number: u64, key: &str, granted: u64, until: u64, released: u64) -> Hold {
     Hold {
@@ -315,7 +298,7 @@ fn reshard(node: &ShardedNode, offset: usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locks_stay_exclusive_while_their_slots_move_between_shards() {
     init_tracing();
-    let nodes = Arc::new(clusters(3, 3));
+    let nodes = Arc::new(ShardedNode::start_many(3, 3));
     let urls: Vec<String> = nodes.iter().map(ShardedNode::url).collect();
     let shared: Shared = Arc::default();
     let mut clients = Vec::new();

@@ -121,12 +121,7 @@ async fn backpressure_on_plain_masters_leaves_no_key() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backpressure_on_cluster_nodes_leaves_no_key() {
     init_tracing();
-    let nodes: Vec<ShardedNode> = std::thread::scope(|scope| {
-        let starts: Vec<_> = (0..3)
-            .map(|_| scope.spawn(|| ShardedNode::start(2)))
-            .collect();
-        starts.into_iter().map(|s| s.join().unwrap()).collect()
-    });
+    let nodes = ShardedNode::start_many(3, 2);
     let urls: Vec<String> = nodes.iter().map(ShardedNode::url).collect();
     let builder = Redlock::builder(&urls).node_timeout(NODE_TIMEOUT);
     let granted = backpressure(
@@ -207,12 +202,7 @@ async fn a_cancellation_storm_leaves_no_key() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancellation_storm_on_cluster_nodes_leaves_no_key() {
     init_tracing();
-    let nodes: Vec<ShardedNode> = std::thread::scope(|scope| {
-        let starts: Vec<_> = (0..3)
-            .map(|_| scope.spawn(|| ShardedNode::start(2)))
-            .collect();
-        starts.into_iter().map(|s| s.join().unwrap()).collect()
-    });
+    let nodes = ShardedNode::start_many(3, 2);
     let urls: Vec<String> = nodes.iter().map(ShardedNode::url).collect();
     let builder = Redlock::builder(&urls).node_timeout(NODE_TIMEOUT);
     // Both shards of the node: every key of the round waits.

@@ -449,6 +449,13 @@ pub fn gross_no_quorum_ms() -> f64 {
     ms(nanos(NODE_TIMEOUT * GROSS_FACTOR))
 }
 
+/// What [`Context::finish_run`] hands back to build a scenario's result.
+struct Finished {
+    analysis: Analysis,
+    reports: Vec<WindowReport>,
+    probes: Vec<Attempt>,
+}
+
 struct Context<'a> {
     options: &'a Options,
     log: &'a Log,
@@ -617,21 +624,19 @@ impl Context<'_> {
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
 
-        let probes = probe.stop().await;
-        let stalls = monitor.stop().await;
-        save_lines(
-            &dir.join("probe.jsonl"),
-            probes.iter().cloned().map(Record::Attempt),
-        );
-        save_lines(&dir.join("faults.jsonl"), windows.iter());
-        save_lines(&dir.join("stalls.jsonl"), stalls.iter());
-        let (records, problems) = workers.stop().await;
-        failures.extend(problems);
-        let records: Records = records.into_iter().collect();
-        let reports = checker::liveness(&windows, &records, &probes, &stalls);
-        let analysis = records.analyze();
-        self.judge_liveness(&reports, &stalls, &mut notes, &mut failures);
-        self.check_in_model(&analysis, &mut failures);
+        let Finished {
+            analysis,
+            reports,
+            probes,
+        } = self
+            .finish_run(
+                &dir,
+                (probe, monitor, workers),
+                &windows,
+                &mut notes,
+                &mut failures,
+            )
+            .await;
         let client_pauses = windows.iter().filter(|w| w.class == "client_pause").count();
         if client_pauses > 0 && analysis.paused_past_validity == 0 {
             failures.push(
@@ -656,6 +661,39 @@ impl Context<'_> {
             notes,
             failures,
             seconds: started.elapsed().as_secs_f64(),
+        }
+    }
+
+    /// Ends a run: stops its probe, lag monitor and workers, saves what
+    /// they saw in `dir`, and judges it (liveness of every window, the
+    /// in-model checks) into `notes` and `failures`.
+    async fn finish_run(
+        &self,
+        dir: &Path,
+        (probe, monitor, workers): (Probe, LagMonitor, Workers),
+        windows: &[Window],
+        notes: &mut Vec<String>,
+        failures: &mut Vec<String>,
+    ) -> Finished {
+        let probes = probe.stop().await;
+        let stalls = monitor.stop().await;
+        save_lines(
+            &dir.join("probe.jsonl"),
+            probes.iter().cloned().map(Record::Attempt),
+        );
+        save_lines(&dir.join("faults.jsonl"), windows.iter());
+        save_lines(&dir.join("stalls.jsonl"), stalls.iter());
+        let (records, problems) = workers.stop().await;
+        failures.extend(problems);
+        let records: Records = records.into_iter().collect();
+        let reports = checker::liveness(windows, &records, &probes, &stalls);
+        let analysis = records.analyze();
+        self.judge_liveness(&reports, &stalls, notes, failures);
+        self.check_in_model(&analysis, failures);
+        Finished {
+            analysis,
+            reports,
+            probes,
         }
     }
 

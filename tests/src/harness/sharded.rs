@@ -52,6 +52,27 @@ pub struct ShardedNode {
 }
 
 impl ShardedNode {
+    /// Starts `count` clusters of `shards` masters each, in parallel (see
+    /// [`start`](Self::start)).
+    ///
+    /// # Panics
+    /// As [`start`](Self::start), with the first failure's panic.
+    pub fn start_many(count: usize, shards: usize) -> Vec<Self> {
+        thread::scope(|scope| {
+            let starts: Vec<_> = (0..count)
+                .map(|_| scope.spawn(move || Self::start(shards)))
+                .collect();
+            starts
+                .into_iter()
+                .map(|start| {
+                    start
+                        .join()
+                        .unwrap_or_else(|p| std::panic::resume_unwind(p))
+                })
+                .collect()
+        })
+    }
+
     /// Starts a cluster of `n` masters and waits until every shard reports
     /// `cluster_state:ok` and knows every other (at most
     /// [`CLUSTER_READY_TIMEOUT`]).

@@ -22,12 +22,11 @@ use rand::{RngExt, SeedableRng};
 use super::instruments::{LagMonitor, Probe, Workers};
 use super::schedule::between;
 use super::{
-    Context, GRANT_CAP, MIXED_TTL, NODE_TIMEOUT, RECONNECT_ALLOWANCE, ScenarioResult, blocking,
-    hold_open, save_lines,
+    Context, Finished, GRANT_CAP, MIXED_TTL, NODE_TIMEOUT, RECONNECT_ALLOWANCE, ScenarioResult,
+    blocking, hold_open,
 };
-use crate::chaos::checker::{self, Records, Window};
+use crate::chaos::checker::Window;
 use crate::chaos::clock::{mono_ns, ms};
-use crate::chaos::record::Record;
 use crate::{RedisNode, ShardedNode};
 
 /// Shards of the cluster node.
@@ -219,21 +218,19 @@ impl Context<'_> {
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
 
-        let probes = probe.stop().await;
-        let stalls = monitor.stop().await;
-        save_lines(
-            &dir.join("probe.jsonl"),
-            probes.iter().cloned().map(Record::Attempt),
-        );
-        save_lines(&dir.join("faults.jsonl"), windows.iter());
-        save_lines(&dir.join("stalls.jsonl"), stalls.iter());
-        let (records, problems) = workers.stop().await;
-        failures.extend(problems);
-        let records: Records = records.into_iter().collect();
-        let reports = checker::liveness(&windows, &records, &probes, &stalls);
-        let analysis = records.analyze();
-        self.judge_liveness(&reports, &stalls, &mut notes, &mut failures);
-        self.check_in_model(&analysis, &mut failures);
+        let Finished {
+            analysis,
+            reports,
+            probes,
+        } = self
+            .finish_run(
+                &dir,
+                (probe, monitor, workers),
+                &windows,
+                &mut notes,
+                &mut failures,
+            )
+            .await;
         let faults = windows.len();
         ScenarioResult {
             name,
