@@ -29,7 +29,7 @@ SHELL := bash
 # The client sim (tests/tests/client_sim.rs): seeds per mode for `make sim`.
 SEEDS ?= 20000
 
-.PHONY: sim fuzz deps-demo docs-check package package-check help demo bench bench-valkey bench-quick bench-cluster bench-cluster-valkey bench-memory mutants model model-check test deps deps-valkey core-purity fmt-check clippy doc nextest nextest-valkey doctest kill-harness-redis chaos chaos-ci
+.PHONY: sim fuzz deps-demo docs-check package package-check help demo bench bench-valkey bench-scaling bench-scaling-valkey bench-quick bench-cluster bench-cluster-valkey bench-memory mutants model model-check test deps deps-valkey core-purity fmt-check clippy doc nextest nextest-valkey doctest kill-harness-redis chaos chaos-ci
 
 help: ## List targets
 	@awk 'BEGIN { FS = ":.*## " } /^[a-z-]+:.*## / { printf "  %-20s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -67,6 +67,26 @@ bench-valkey: deps deps-valkey ## Full benchmark run on Valkey (VALKEY_BIN); tab
 	REDLOCK_SERVER_BIN="$(VALKEY_BIN)" \
 	BENCH_COMMAND="make bench-valkey$(if $(BENCH_ARGS), BENCH_ARGS='$(BENCH_ARGS)')" \
 		$(CARGO) run --release -p redlock-benches --bin redlock-bench -- $(BENCH_ARGS) || status=$$?; \
+	$(MAKE) --no-print-directory kill-harness-redis; \
+	exit $$status
+
+# Scaling curves (benches/src/scaling.rs): cycles/s of scenario (b) against
+# tasks (1, 4, 16, 64, 256 on 5 masters) and masters (1, 3, 5, 7 with 64
+# tasks), for ours, rslock and both floors; a few minutes. Not in `make test`.
+bench-scaling: deps ## Scaling curves on Redis; benches/results/redis-scaling.{md,svg}
+	@status=0; \
+	mkdir -p benches/results; \
+	BENCH_COMMAND="make bench-scaling" \
+		$(CARGO) run --release -p redlock-benches --bin redlock-bench -- --scaling $(BENCH_ARGS) || status=$$?; \
+	$(MAKE) --no-print-directory kill-harness-redis; \
+	exit $$status
+
+bench-scaling-valkey: deps deps-valkey ## Scaling curves on Valkey (VALKEY_BIN); benches/results/valkey-scaling.{md,svg}
+	@status=0; \
+	mkdir -p benches/results; \
+	REDLOCK_SERVER_BIN="$(VALKEY_BIN)" \
+	BENCH_COMMAND="make bench-scaling-valkey" \
+		$(CARGO) run --release -p redlock-benches --bin redlock-bench -- --scaling $(BENCH_ARGS) || status=$$?; \
 	$(MAKE) --no-print-directory kill-harness-redis; \
 	exit $$status
 

@@ -63,6 +63,15 @@
 //! redlock-bench --memory [--shards 0,1,3] [--memory-locks N] [--out DIR]
 //! ```
 //!
+//! Scaling curves ([`scaling`]): `--scaling` (or `--only scaling`) runs
+//! (b) at 1, 4, 16, 64 and 256 tasks on 5 masters and at 1, 3, 5 and 7
+//! masters with 64 tasks, for ours, rslock and both floors, and writes
+//! `redis-scaling.md` and `redis-scaling.svg` (`make bench-scaling`).
+//!
+//! ```text
+//! redlock-bench --scaling [--quick] [--contenders ours,rslock,floor,safe-floor] [--out DIR]
+//! ```
+//!
 //! `make bench` and `make bench-quick` run it in release mode.
 
 mod chart;
@@ -74,6 +83,7 @@ mod fairness;
 mod memory;
 mod monitor;
 mod report;
+mod scaling;
 mod scenarios;
 mod stats;
 
@@ -175,11 +185,14 @@ struct Args {
     memory_locks: Option<u64>,
     /// The cluster mode's tasks in (g) and (i).
     tasks: Option<usize>,
+    /// The scaling curves alone ([`scaling`]).
+    scaling: bool,
 }
 
 const USAGE: &str = "usage: redlock-bench [--quick] [--nodes 1|3|5|7] [--only abcdej] [--contenders ours,rslock,floor,script-floor] [--out DIR] [--ttl-ms MS] [--retry-jitter-ms MS]
        redlock-bench --shards 0,1,3 [--nodes N] [--quick] [--tasks N] [--memory-locks N] [--out DIR] [--ttl-ms MS]
-       redlock-bench --memory [--shards 0,1,3] [--memory-locks N] [--out DIR]";
+       redlock-bench --memory [--shards 0,1,3] [--memory-locks N] [--out DIR]
+       redlock-bench --scaling [--quick] [--contenders ours,rslock,floor,safe-floor] [--out DIR]";
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
@@ -194,6 +207,7 @@ fn parse_args() -> Result<Args, String> {
         memory: false,
         memory_locks: None,
         tasks: None,
+        scaling: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -227,6 +241,7 @@ fn parse_args() -> Result<Args, String> {
                 args.shards = Some(shards);
             }
             "--memory" => args.memory = true,
+            "--scaling" => args.scaling = true,
             "--tasks" => {
                 let tasks: usize = value("--tasks")?
                     .parse()
@@ -245,6 +260,10 @@ fn parse_args() -> Result<Args, String> {
             }
             "--only" => {
                 args.only = value("--only")?;
+                if args.only == "scaling" {
+                    args.scaling = true;
+                    continue;
+                }
                 if args.only.is_empty() || !args.only.chars().all(|c| "abcdej".contains(c)) {
                     return Err("--only: letters among a, b, c, d, e, j".to_owned());
                 }
@@ -287,7 +306,17 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let outcome = if args.shards.is_some() || args.memory {
+    let outcome = if args.scaling {
+        scaling::run(&scaling::ScalingArgs {
+            quick: args.quick,
+            kinds: args.kinds.clone(),
+            out: args.out.clone(),
+            common: Common {
+                ttl: args.ttl,
+                retry_jitter: args.retry_jitter,
+            },
+        })
+    } else if args.shards.is_some() || args.memory {
         cluster_report::run(&cluster_report::ClusterArgs {
             quick: args.quick,
             shards: args.shards.clone().unwrap_or_else(|| vec![0, 1, 3]),

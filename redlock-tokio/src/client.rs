@@ -41,8 +41,11 @@ struct Inner {
     notices: Option<Arc<Notices>>,
     /// The releases sent in the background, for [`Redlock::shutdown`].
     background: TaskTracker,
-    /// Releases and withdraws past their deadline, waiting for their nodes
-    /// (see [`complete_in_background`](crate::driver::complete_in_background)).
+    /// Requests in flight when their operation finished, completed in one
+    /// task ([`complete_in_background`](crate::driver::complete_in_background)).
+    drain: crate::drain::Drain,
+    /// Releases and withdraws past their deadline, waiting for their nodes,
+    /// of operations on another runtime than the drain's.
     late: TaskTracker,
     /// Whether a refused release notice was logged (once per client).
     notice_refusal_logged: std::sync::atomic::AtomicBool,
@@ -61,12 +64,14 @@ impl Redlock {
         metrics: metrics::Nodes,
         simulation: Option<crate::sim::Simulation>,
     ) -> Self {
+        let patience = settings.default_ttl().as_duration();
         Self {
             inner: Arc::new(Inner {
                 settings,
                 nodes,
                 notices,
                 background: TaskTracker::new(),
+                drain: crate::drain::Drain::new(patience),
                 late: TaskTracker::new(),
                 notice_refusal_logged: Default::default(),
                 metrics,
@@ -158,9 +163,15 @@ impl Redlock {
         background.close();
         background.wait().await;
         background.reopen();
+        let drain = &self.inner.drain;
+        drain.settled().await;
         let late = &self.inner.late;
         late.close();
-        let _ = tokio::time::timeout(self.inner.settings.node_timeout(), late.wait()).await;
+        let _ = tokio::time::timeout(
+            self.inner.settings.node_timeout(),
+            futures::future::join(late.wait(), drain.idle()),
+        )
+        .await;
         late.reopen();
     }
 
@@ -171,6 +182,10 @@ impl Redlock {
 
     pub(crate) fn background(&self) -> &TaskTracker {
         &self.inner.background
+    }
+
+    pub(crate) fn drain(&self) -> &crate::drain::Drain {
+        &self.inner.drain
     }
 
     pub(crate) fn late(&self) -> &TaskTracker {

@@ -134,7 +134,7 @@ impl Sent {
     }
 
     /// Whether the request must reach its node even past its deadline.
-    fn must_arrive(&self) -> bool {
+    pub(crate) fn must_arrive(&self) -> bool {
         self.must_arrive.is_some()
     }
 }
@@ -157,8 +157,9 @@ impl Future for Sent {
 
 impl Drop for Sent {
     fn drop(&mut self) {
-        // Dropped unanswered: its runtime is shutting down (background tasks
-        // never drop a request that must arrive), or there was none. The
+        // Dropped unanswered: its runtime is shutting down (the drain drops a
+        // request that must arrive only after one default TTL), or there was
+        // none. The
         // connection would skip it unwritten, after the acquire it undoes.
         if let (SentState::Pending(_), Some((node, request))) = (&self.state, &self.must_arrive) {
             node.send_blocking(request);
@@ -352,15 +353,25 @@ impl Timer {
     }
 }
 
-/// Lets requests in flight complete in a background task of `client`, so
-/// that slow nodes get the lock or the new TTL too, and releases sent
-/// without waiting for them reach every node. They are queued already
-/// ([`send`]), so whatever is sent next still runs after them. The task
-/// waits until the latest of their deadlines; then releases and withdraws
-/// not answered yet go on waiting, in a task of their own, until their
-/// node answers or their connection fails, at most one default TTL (rule 4
-/// of [`send`]); any other request is dropped.
-pub(crate) fn complete_in_background(mut in_flight: FuturesUnordered<Sent>, client: &Redlock) {
+/// Lets requests in flight complete in the background, so that slow nodes
+/// get the lock or the new TTL too, and releases sent without waiting for
+/// them reach every node. They are queued already ([`send`]), so whatever
+/// is sent next still runs after them. They wait until the latest of their
+/// deadlines; then releases and withdraws not answered yet go on waiting
+/// until their node answers or their connection fails, at most one default
+/// TTL (rule 4 of [`send`]); any other request is dropped.
+///
+/// They go to the client's one drain ([`crate::drain`]), not to a task of
+/// their own, unless it runs on another runtime than this one.
+pub(crate) fn complete_in_background(in_flight: FuturesUnordered<Sent>, client: &Redlock) {
+    if let Err(in_flight) = client.drain().submit(in_flight) {
+        complete_in_a_task(in_flight, client);
+    }
+}
+
+/// [`complete_in_background`] in a task of its own, on this runtime: for
+/// an operation on another runtime than the client's drain.
+fn complete_in_a_task(mut in_flight: FuturesUnordered<Sent>, client: &Redlock) {
     let Some(deadline) = in_flight.iter().map(Sent::deadline).max() else {
         return;
     };
@@ -373,10 +384,7 @@ pub(crate) fn complete_in_background(mut in_flight: FuturesUnordered<Sent>, clie
         return;
     };
     let late = client.late().clone();
-    // How long a release past its deadline waits for a stalled node: one
-    // default TTL, so that a master that stays paused under load cannot make
-    // the client hold ever more requests. A lock whose release gives up so
-    // expires at its TTL once the node runs again.
+    // One default TTL, as in the drain.
     let patience = client.settings().default_ttl().as_duration();
     let spawn_on = runtime.clone();
     client.background().spawn_on(

@@ -409,6 +409,7 @@
 
 mod builder;
 mod client;
+mod drain;
 mod driver;
 mod error;
 mod guard;

@@ -1,0 +1,359 @@
+//! One drain per client: the requests still in flight when a machine
+//! finishes (slow nodes after a decision, the releases of a dropped guard or
+//! of a cancelled acquire) complete in one long-lived task, not in a task
+//! spawned per operation.
+//!
+//! A spawned task costs an allocation, a trip through the scheduler, a
+//! [`TaskTracker`](tokio_util::task::TaskTracker) token and a timer on
+//! Tokio's timer wheel, for requests that mostly answer a few microseconds
+//! later. Here an operation hands its requests over as one [`Batch`] (the
+//! driver's own set of futures, moved, not copied) under a short lock, and
+//! wakes the drain; the drain keeps one timer, set for the earliest
+//! deadline it knows, and looks at the batches only when it fires.
+//!
+//! What it keeps of [`send`](crate::driver::send)'s rule 4: a batch waits
+//! until its deadline (the latest of its requests'); then its releases and
+//! withdraws ([`Command::must_arrive`](redlock_core::Command::must_arrive))
+//! not answered yet go on waiting, at most one default TTL, and any other
+//! request is dropped. A request that must arrive and is dropped unanswered
+//! (its runtime shuts down and drops the drain, or it waited a whole TTL)
+//! is sent on a blocking connection ([`Sent`]'s `Drop`).
+//!
+//! The drain runs on the runtime of the operation that first needed it, and
+//! ends when its client is dropped and its batches are done, or when that
+//! runtime shuts down; the next operation starts another. Requests of an
+//! operation on another runtime are not mixed in (their timers belong to
+//! their runtime, which may shut down first): the caller completes them in a
+//! task of their own ([`Drain::submit`] gives them back).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use tokio::sync::oneshot;
+use tracing::debug;
+
+use crate::driver::{Sent, Timer};
+
+/// The drain of one client; dropping it (the client is gone) lets its task
+/// end once its batches are done.
+pub(crate) struct Drain {
+    shared: Arc<Shared>,
+    /// How long a release past its deadline waits for a stalled node: one
+    /// default TTL, so that a master that stays paused under load cannot
+    /// make the client hold ever more requests. A lock whose release gives
+    /// up so expires at its TTL once the node runs again.
+    patience: Duration,
+}
+
+struct Shared {
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Batches handed over and not taken by the task yet.
+    inbox: Vec<Batch>,
+    /// The task's waker, taken by whoever wakes it.
+    waker: Option<Waker>,
+    /// The runtime the task runs on, while it runs.
+    runtime: Option<tokio::runtime::Id>,
+    /// The client is gone: the task ends once it has nothing left.
+    closed: bool,
+    /// Told when no batch is before its deadline ([`Drain::settled`]).
+    settled: Vec<oneshot::Sender<()>>,
+    /// Told when no batch is left at all ([`Drain::idle`]).
+    idle: Vec<oneshot::Sender<()>>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Every update under this lock is a push, a take or an assignment:
+        // a panic cannot leave the state half-written.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The requests of one operation still in flight, completed together.
+struct Batch {
+    in_flight: FuturesUnordered<Sent>,
+    /// Before it: wait for every request. After it: a fresh batch keeps its
+    /// requests that must arrive, for one more `patience`; a late batch is
+    /// dropped.
+    deadline: Instant,
+    /// Past its first deadline: only requests that must arrive are left.
+    late: bool,
+}
+
+impl Future for Batch {
+    /// Whether the batch was late.
+    type Output = bool;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<bool> {
+        while let Some(_reply) = futures::ready!(self.in_flight.poll_next_unpin(cx)) {}
+        Poll::Ready(self.late)
+    }
+}
+
+impl Drain {
+    pub(crate) fn new(patience: Duration) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                state: Mutex::new(State::default()),
+            }),
+            patience,
+        }
+    }
+
+    /// Hands `in_flight` over to the drain, which completes it in the
+    /// background; starts the drain on the current runtime if none runs.
+    /// Gives `in_flight` back when there is no runtime or when the drain
+    /// runs on another one.
+    pub(crate) fn submit(
+        &self,
+        in_flight: FuturesUnordered<Sent>,
+    ) -> Result<(), FuturesUnordered<Sent>> {
+        let Some(deadline) = in_flight.iter().map(Sent::deadline).max() else {
+            return Ok(());
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return Err(in_flight);
+        };
+        let here = runtime.id();
+        let batch = Batch {
+            in_flight,
+            deadline,
+            late: false,
+        };
+        let mut state = self.shared.lock();
+        match state.runtime {
+            Some(there) if there == here => {
+                state.inbox.push(batch);
+                let waker = state.waker.take();
+                drop(state);
+                if let Some(waker) = waker {
+                    waker.wake();
+                }
+                Ok(())
+            }
+            Some(_) => Err(batch.in_flight),
+            None => {
+                state.runtime = Some(here);
+                state.inbox.push(batch);
+                drop(state);
+                // Spawned on a runtime that is shutting down, the task is
+                // dropped at once: its `Drop` empties the inbox.
+                runtime.spawn(Task {
+                    shared: Arc::clone(&self.shared),
+                    batches: FuturesUnordered::new(),
+                    intake: Vec::new(),
+                    timer: Timer::new(),
+                    check_at: None,
+                    fresh: 0,
+                    late: 0,
+                    patience: self.patience,
+                    settled: Vec::new(),
+                    idle: Vec::new(),
+                });
+                Ok(())
+            }
+        }
+    }
+
+    /// Waits until no batch handed over so far is before its deadline:
+    /// each has been answered, or only its requests that must arrive are
+    /// left, waiting for their nodes.
+    pub(crate) async fn settled(&self) {
+        self.wait(|state| &mut state.settled).await;
+    }
+
+    /// Waits until nothing is left in the drain.
+    pub(crate) async fn idle(&self) {
+        self.wait(|state| &mut state.idle).await;
+    }
+
+    async fn wait(&self, list: impl FnOnce(&mut State) -> &mut Vec<oneshot::Sender<()>>) {
+        let (told, waker) = {
+            let mut state = self.shared.lock();
+            if state.runtime.is_none() {
+                return;
+            }
+            let (tell, told) = oneshot::channel();
+            list(&mut state).push(tell);
+            (told, state.waker.take())
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+        // An error: the drain was dropped with its runtime, which sent what
+        // it held on blocking connections.
+        let _ = told.await;
+    }
+}
+
+impl Drop for Drain {
+    fn drop(&mut self) {
+        let waker = {
+            let mut state = self.shared.lock();
+            state.closed = true;
+            state.waker.take()
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+}
+
+/// The drain's task.
+struct Task {
+    shared: Arc<Shared>,
+    batches: FuturesUnordered<Batch>,
+    /// The inbox, swapped out under the lock (its buffer is reused).
+    intake: Vec<Batch>,
+    /// One timer, for the earliest deadline known when it was set; batches
+    /// that complete first leave it set (it then fires for nothing).
+    timer: Timer,
+    check_at: Option<Instant>,
+    /// Batches before their deadline.
+    fresh: usize,
+    /// Batches past it, their requests that must arrive waiting.
+    late: usize,
+    patience: Duration,
+    settled: Vec<oneshot::Sender<()>>,
+    idle: Vec<oneshot::Sender<()>>,
+}
+
+impl Future for Task {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let task = self.get_mut();
+        loop {
+            let closed = {
+                let mut state = task.shared.lock();
+                std::mem::swap(&mut state.inbox, &mut task.intake);
+                match &state.waker {
+                    Some(waker) if waker.will_wake(cx.waker()) => {}
+                    _ => state.waker = Some(cx.waker().clone()),
+                }
+                task.settled.append(&mut state.settled);
+                task.idle.append(&mut state.idle);
+                state.closed
+            };
+            for batch in task.intake.drain(..) {
+                task.fresh += 1;
+                if task.check_at.is_none_or(|at| batch.deadline < at) {
+                    task.check_at = Some(batch.deadline);
+                }
+                task.batches.push(batch);
+            }
+            while let Poll::Ready(Some(late)) = task.batches.poll_next_unpin(cx) {
+                if late {
+                    task.late -= 1;
+                } else {
+                    task.fresh -= 1;
+                }
+            }
+            let mut expired = false;
+            if let Some(at) = task.check_at {
+                if task.batches.is_empty() {
+                    task.check_at = None;
+                } else if task.timer.until(at).poll(cx).is_ready() {
+                    task.timer.fired();
+                    task.expire(crate::sim::now());
+                    expired = true;
+                }
+            }
+            if task.fresh == 0 {
+                for tell in task.settled.drain(..) {
+                    let _ = tell.send(());
+                }
+                if task.late == 0 {
+                    for tell in task.idle.drain(..) {
+                        let _ = tell.send(());
+                    }
+                }
+            }
+            if closed && task.batches.is_empty() {
+                return Poll::Ready(());
+            }
+            if !expired {
+                return Poll::Pending;
+            }
+            // Expired batches changed the set: poll it, and the timer for
+            // the next deadline, again.
+        }
+    }
+}
+
+impl Task {
+    /// Takes the batches past their deadline out: a fresh one keeps its
+    /// requests that must arrive, for one more `patience`; a late one is
+    /// dropped (its requests that must arrive are sent on blocking
+    /// connections). Sets the timer's next check to the earliest deadline
+    /// left.
+    fn expire(&mut self, now: Instant) {
+        let mut next: Option<Instant> = None;
+        let mut keep = |batch: Batch, batches: &mut FuturesUnordered<Batch>| {
+            next = Some(next.map_or(batch.deadline, |at| at.min(batch.deadline)));
+            batches.push(batch);
+        };
+        for batch in std::mem::take(&mut self.batches) {
+            if batch.deadline > now {
+                keep(batch, &mut self.batches);
+            } else if batch.late {
+                self.late -= 1;
+                debug!(
+                    requests = batch.in_flight.len(),
+                    "releases unanswered for a whole TTL; sending them on blocking connections"
+                );
+            } else {
+                self.fresh -= 1;
+                let unanswered: FuturesUnordered<Sent> = batch
+                    .in_flight
+                    .into_iter()
+                    .filter(Sent::must_arrive)
+                    .collect();
+                if !unanswered.is_empty() {
+                    debug!(
+                        requests = unanswered.len(),
+                        "releases past their deadline stay queued until their nodes answer"
+                    );
+                    self.late += 1;
+                    let late = Batch {
+                        in_flight: unanswered,
+                        deadline: batch.deadline + self.patience,
+                        late: true,
+                    };
+                    keep(late, &mut self.batches);
+                }
+            }
+        }
+        self.check_at = next;
+    }
+}
+
+impl Drop for Task {
+    fn drop(&mut self) {
+        // Ended, or dropped by its runtime (shutting down): the next
+        // operation starts another drain. What was handed over and not
+        // taken yet is dropped here, outside the lock; the batches with
+        // the task's fields.
+        let (inbox, settled, idle) = {
+            let mut state = self.shared.lock();
+            state.runtime = None;
+            state.waker = None;
+            (
+                std::mem::take(&mut state.inbox),
+                std::mem::take(&mut state.settled),
+                std::mem::take(&mut state.idle),
+            )
+        };
+        drop((settled, idle));
+        drop(inbox);
+    }
+}
