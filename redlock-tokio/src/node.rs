@@ -682,30 +682,6 @@ fn is_anomaly(kind: NodeErrorKind) -> bool {
     )
 }
 
-impl Node {
-    /// Runs one command on this node's connection, as it is: no script
-    /// cache, no retry. For diagnostics ([`Redlock::inspect`](crate::Redlock::inspect)).
-    /// An error that leaves the connection unusable starts the
-    /// reconnection, as for [`execute`](Self::execute).
-    ///
-    /// No timeout here: the caller applies one.
-    pub(crate) async fn query(self: &Arc<Self>, command: &redis::Cmd) -> Result<Value, NodeError> {
-        let (mut connection, _, generation) = self.connection()?;
-        command
-            .query_async::<Value>(&mut connection)
-            .await
-            .map_err(|err| {
-                let error = map_error(&err);
-                // A cluster connection reconnects to its shards by itself:
-                // one shard down must not cut the node off from the others.
-                if err.is_unrecoverable_error() && self.cluster.is_none() {
-                    self.connection_failed(generation, &error);
-                }
-                error
-            })
-    }
-}
-
 /// How many requests a node's connection queues before a sender has to wait
 /// for room. Every request must be in its node's queue the moment the core
 /// emits it (the per-node order, see [`driver::send`](crate::driver::send)):
