@@ -242,11 +242,6 @@ impl Node {
         &self.name
     }
 
-    /// Whether this node is a Redis Cluster.
-    pub(crate) fn is_cluster(&self) -> bool {
-        self.cluster.is_some()
-    }
-
     /// Whether a connection is up (as far as the last request could tell).
     pub(crate) fn is_connected(&self) -> bool {
         matches!(self.lock_state().link, Link::Up { .. })
