@@ -45,10 +45,16 @@ fn one_inspect_request_per_node_on_the_key_and_its_counter() {
         assert!(!request.command.must_arrive(), "a read may be dropped");
         assert_eq!(request.script(), redlock_core::scripts::INSPECT);
         let key = settings.key(b"report");
-        assert_eq!(&request.keys[..], &[key.clone(), settings.fencing_key(&key)]);
+        assert_eq!(
+            &request.keys[..],
+            &[key.clone(), settings.fencing_key(&key)]
+        );
         assert_eq!(request.deadline, t0 + settings.node_timeout());
     }
-    assert_eq!(inspection.poll_timeout(), Some(t0 + settings.node_timeout()));
+    assert_eq!(
+        inspection.poll_timeout(),
+        Some(t0 + settings.node_timeout())
+    );
 }
 
 #[test]
@@ -70,7 +76,10 @@ fn the_report_comes_once_every_node_answered() {
     assert!(report.reads[2].as_ref().unwrap().holding.is_none());
     let status = report.status();
     assert_eq!(status.state(), LockState::Held);
-    assert_eq!(status.holder.unwrap().remaining, Some(Duration::from_millis(800)));
+    assert_eq!(
+        status.holder.unwrap().remaining,
+        Some(Duration::from_millis(800))
+    );
     assert_eq!(report.votes().failed(), 0);
     assert_eq!(inspection.poll_event(), None, "one report");
 }

@@ -62,7 +62,10 @@ fn extends_when_due_and_waits_again_after_each_extension() {
         assert!(due < kept.lock().valid_until());
         let sent = requests(&mut kept);
         assert_eq!(sent.len(), 3);
-        assert!(sent.iter().all(|r| matches!(r.command, Command::Extend { .. })));
+        assert!(
+            sent.iter()
+                .all(|r| matches!(r.command, Command::Extend { .. }))
+        );
         // While the extension runs, the timer is its deadline.
         assert!(kept.poll_timeout().unwrap() <= due + Duration::from_millis(50));
         let now = due + Duration::from_millis(1);
@@ -105,7 +108,10 @@ fn a_missing_quorum_is_retried_then_lost_at_the_end_of_validity() {
                 KeptLockEvent::ExtendFailed(ExtendError::NoQuorum { .. }) => {}
                 KeptLockEvent::ExtendFailed(ExtendError::Expired { .. }) => {}
                 KeptLockEvent::Lost(LossReason::ExtendFailed(_)) => {
-                    assert!(at >= end - Duration::from_millis(50), "lost early at {at:?}");
+                    assert!(
+                        at >= end - Duration::from_millis(50),
+                        "lost early at {at:?}"
+                    );
                 }
                 other => panic!("unexpected {other:?}"),
             }
@@ -127,10 +133,15 @@ fn another_owner_is_a_loss_at_once() {
     let events = events(&mut kept);
     assert!(matches!(
         events.last(),
-        Some(KeptLockEvent::Lost(LossReason::ExtendFailed(ExtendError::Lost { .. })))
+        Some(KeptLockEvent::Lost(LossReason::ExtendFailed(
+            ExtendError::Lost { .. }
+        )))
     ));
     assert!(kept.is_done());
-    assert!(kept.lock().valid_until() > due, "the loss comes before the validity ends");
+    assert!(
+        kept.lock().valid_until() > due,
+        "the loss comes before the validity ends"
+    );
 }
 
 #[test]
@@ -143,10 +154,15 @@ fn the_limit_ends_the_lock_with_its_validity() {
     ));
     assert_eq!(kept.poll_timeout(), Some(kept.lock().valid_until()));
     let end = fire(&mut kept);
-    assert!(requests(&mut kept).is_empty(), "no extension past the limit");
+    assert!(
+        requests(&mut kept).is_empty(),
+        "no extension past the limit"
+    );
     assert!(matches!(
         events(&mut kept).as_slice(),
-        [KeptLockEvent::Lost(LossReason::ExtensionLimit { extensions: 0 })]
+        [KeptLockEvent::Lost(LossReason::ExtensionLimit {
+            extensions: 0
+        })]
     ));
     assert_eq!(end, kept.into_lock().valid_until());
 }

@@ -28,7 +28,9 @@ fn fencing_follows_the_call_then_the_default_for_exclusive_locks() {
     ] {
         let settings = settings(default);
         assert_eq!(
-            settings.fencing_choice(LockSpec::Exclusive(r), asked).unwrap(),
+            settings
+                .fencing_choice(LockSpec::Exclusive(r), asked)
+                .unwrap(),
             expected,
             "default {default}, asked {asked:?}"
         );
@@ -36,7 +38,9 @@ fn fencing_follows_the_call_then_the_default_for_exclusive_locks() {
     // A fenced spec asked without fencing is exclusive; with, fenced.
     let settings = settings(false);
     assert_eq!(
-        settings.fencing_choice(LockSpec::Fenced(r), Some(false)).unwrap(),
+        settings
+            .fencing_choice(LockSpec::Fenced(r), Some(false))
+            .unwrap(),
         LockSpec::Exclusive(r)
     );
     assert_eq!(
@@ -52,12 +56,18 @@ fn other_kinds_take_no_fencing_default_and_refuse_it_when_asked() {
     for spec in [
         LockSpec::Read(r),
         LockSpec::Write(r),
-        LockSpec::Reentrant { resource: r, owner: "me" },
+        LockSpec::Reentrant {
+            resource: r,
+            owner: "me",
+        },
         LockSpec::Multi(&names),
     ] {
         let with_default = settings(true);
         assert_eq!(with_default.fencing_choice(spec, None).unwrap(), spec);
-        assert_eq!(with_default.fencing_choice(spec, Some(false)).unwrap(), spec);
+        assert_eq!(
+            with_default.fencing_choice(spec, Some(false)).unwrap(),
+            spec
+        );
         assert!(matches!(
             with_default.fencing_choice(spec, Some(true)),
             Err(ConfigError::FencingUnsupported)
