@@ -139,9 +139,14 @@ impl LockGuard {
     /// owner holds it, [`ExtendError::Gone`] when our value is gone from more
     /// nodes than a quorum can spare (released by its value, for example by
     /// `redlock release --value`: the keys are then not re-created), and
-    /// [`ExtendError::NoQuorum`] when too few nodes answered. After a failure, treat the lock as lost; the guard still
-    /// releases on drop. Cancel-safe: a dropped extension changes nothing
-    /// here.
+    /// [`ExtendError::NoQuorum`] when too few nodes answered. After a
+    /// failure, treat the lock as lost; the guard still releases on drop.
+    /// Cancel-safe: a dropped extension changes nothing here.
+    ///
+    /// [`ExtendError::Expired`]: crate::ExtendError::Expired
+    /// [`ExtendError::Lost`]: crate::ExtendError::Lost
+    /// [`ExtendError::Gone`]: crate::ExtendError::Gone
+    /// [`ExtendError::NoQuorum`]: crate::ExtendError::NoQuorum
     pub async fn extend(&mut self, ttl: Duration) -> Result<Duration, Error> {
         let ttl = self.client.settings().ttl(ttl)?;
         let client = self.client.clone();
