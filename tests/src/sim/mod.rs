@@ -192,6 +192,8 @@ pub struct History {
     masters: Mutex<BTreeMap<usize, (DefaultHasher, u64)>>,
     notes: Mutex<(DefaultHasher, Vec<String>)>,
     verbose: bool,
+    /// Commands the masters ran, to tell when they have gone quiet.
+    commands: std::sync::atomic::AtomicU64,
 }
 
 impl History {
@@ -203,6 +205,8 @@ impl History {
     }
 
     fn command(&self, master: usize, clock: f64, frozen: bool, words: &[Vec<u8>], reply: &[u8]) {
+        self.commands
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         {
             let mut one = DefaultHasher::new();
             one.write_u64(clock as u64);
@@ -400,6 +404,17 @@ pub fn run(seed: u64, mode: Mode, planted: Option<Planted>, verbose: bool) -> Re
             let last_pause = masters.iter().map(|m| m.last_pause_end()).max();
             tokio::time::sleep_until(start + last_pause.unwrap_or_default()).await;
             tokio::time::sleep(plan.node_timeout * 4).await;
+            // A master paused long works through its backlog one command
+            // at a time after it resumes: wait until every master has gone
+            // quiet (bounded), so a release queued behind that backlog is
+            // judged once it ran, not while it waits its turn.
+            for _ in 0..1_000 {
+                let ran = history.commands.load(std::sync::atomic::Ordering::Relaxed);
+                tokio::time::sleep(plan.node_timeout * 2).await;
+                if history.commands.load(std::sync::atomic::Ordering::Relaxed) == ran {
+                    break;
+                }
+            }
             for client in &clients {
                 client.shutdown().await;
             }
