@@ -203,9 +203,12 @@ impl<R: Rng> Acquisition<R> {
 
     /// Starts acquiring any kind of lock: read, write, reentrant,
     /// multi-resource, exclusive, fenced. Fails only for a spec that cannot
-    /// work (a multi-resource lock of no resource, an empty owner id) and
-    /// for a zero wait limit ([`Attempts::Within`]:
-    /// [`ConfigError::ZeroDeadline`]).
+    /// work (a multi-resource lock of no resource, an empty owner id; on
+    /// settings with a Redis Cluster node, keys in different hash slots:
+    /// [`ConfigError::CrossSlot`], see
+    /// [`Settings::with_cluster_nodes`]) and for a zero wait limit
+    /// ([`Attempts::Within`]: [`ConfigError::ZeroDeadline`]). Nothing is
+    /// sent for a refused spec.
     pub fn with_spec(
         settings: Arc<Settings>,
         spec: LockSpec<'_>,
@@ -217,7 +220,10 @@ impl<R: Rng> Acquisition<R> {
         if attempts == Attempts::Within(Duration::ZERO) {
             return Err(ConfigError::ZeroDeadline);
         }
-        Self::start(settings, spec, ttl, attempts, now, rng)
+        let this = Self::start(settings, spec, ttl, attempts, now, rng)?;
+        // Refused before a request is polled: nothing was sent.
+        this.settings.check_slots(&this.keys)?;
+        Ok(this)
     }
 
     fn start(

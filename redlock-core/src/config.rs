@@ -200,6 +200,7 @@ impl Config {
             fencing: self.fencing,
             release_notices: self.release_notices,
             native_commands: self.native_commands,
+            cluster_node: None,
         };
         settings.node_timeout = match self.node_timeout {
             Some(timeout) => timeout,
@@ -237,9 +238,79 @@ pub struct Settings {
     fencing: bool,
     release_notices: bool,
     native_commands: bool,
+    /// The first node that is a Redis Cluster, if any (see
+    /// [`with_cluster_nodes`](Self::with_cluster_nodes)).
+    cluster_node: Option<usize>,
 }
 
 impl Settings {
+    /// These settings for nodes of which `nodes` are each a Redis Cluster
+    /// (told by the adapter, which knows how it reaches each node). A
+    /// cluster runs a script only on keys of one hash slot, so every
+    /// acquisition on such settings refuses a lock whose keys are in
+    /// different slots before anything is sent ([`ConfigError::CrossSlot`]):
+    /// such a lock could at best be held on part of that node.
+    #[must_use]
+    pub fn with_cluster_nodes(mut self, nodes: impl IntoIterator<Item = crate::NodeId>) -> Self {
+        self.cluster_node = nodes
+            .into_iter()
+            .map(|node| node.0)
+            .filter(|&node| node < self.nodes.len())
+            .min();
+        self
+    }
+
+    /// Refuses `keys` (one lock's keys) if they are in different hash slots
+    /// and a node is a Redis Cluster ([`with_cluster_nodes`](Self::with_cluster_nodes)).
+    pub(crate) fn check_slots(&self, keys: &[crate::Key]) -> Result<(), ConfigError> {
+        let (Some(node), Some(first)) = (self.cluster_node, keys.first()) else {
+            return Ok(());
+        };
+        match keys.iter().find(|key| key.slot() != first.slot()) {
+            Some(other) => Err(ConfigError::CrossSlot {
+                node: self.nodes[node].clone(),
+                first: first.clone(),
+                first_slot: first.slot(),
+                second: other.clone(),
+                second_slot: other.slot(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// The lock `spec` becomes once the fencing choice is made: `asked` is
+    /// the call's own choice (`None`: the client's default,
+    /// [`fencing`](Self::fencing)). An exclusive lock asked with fencing
+    /// becomes [`LockSpec::Fenced`](crate::LockSpec::Fenced), a fenced one
+    /// asked without becomes [`LockSpec::Exclusive`](crate::LockSpec::Exclusive);
+    /// the default applies to exclusive locks only, and asking for fencing
+    /// on another kind is [`ConfigError::FencingUnsupported`].
+    ///
+    /// ```
+    /// use redlock_core::{Config, ConfigError, LockSpec};
+    ///
+    /// let settings = Config { fencing: true, ..Config::new(["a"]) }.validate()?;
+    /// let spec = settings.fencing_choice(LockSpec::Exclusive(b"r"), None)?;
+    /// assert_eq!(spec, LockSpec::Fenced(b"r"));
+    /// assert_eq!(settings.fencing_choice(LockSpec::Read(b"r"), None)?, LockSpec::Read(b"r"));
+    /// assert!(settings.fencing_choice(LockSpec::Read(b"r"), Some(true)).is_err());
+    /// # Ok::<(), ConfigError>(())
+    /// ```
+    pub fn fencing_choice<'a>(
+        &self,
+        spec: crate::LockSpec<'a>,
+        asked: Option<bool>,
+    ) -> Result<crate::LockSpec<'a>, ConfigError> {
+        use crate::LockSpec;
+        Ok(match (spec, asked) {
+            (LockSpec::Exclusive(resource), Some(true)) => LockSpec::Fenced(resource),
+            (LockSpec::Exclusive(resource), None) if self.fencing => LockSpec::Fenced(resource),
+            (LockSpec::Fenced(resource), Some(false)) => LockSpec::Exclusive(resource),
+            (LockSpec::Exclusive(_) | LockSpec::Fenced(_), _) | (_, None | Some(false)) => spec,
+            (_, Some(true)) => return Err(ConfigError::FencingUnsupported),
+        })
+    }
+
     /// The command that releases a held lock: [`Command::Release`](crate::Command::Release), which
     /// publishes a release notice, or with
     /// [`Config::release_notices`] off [`Command::Withdraw`](crate::Command::Withdraw), which does not.

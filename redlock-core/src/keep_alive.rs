@@ -4,7 +4,8 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::{ExtendError, Extended, Lock, Settings, Ttl};
+use crate::machine::Machine;
+use crate::{ExtendError, Extended, Extension, Lock, Reply, Request, Settings, Ttl};
 
 /// The shortest pause before retrying an extension that found no quorum.
 const MIN_RETRY_PAUSE: Duration = Duration::from_millis(10);
@@ -331,5 +332,226 @@ impl KeepAliveSchedule {
     fn lose(&mut self, reason: LossReason) {
         self.state = State::Done;
         self.events.push_back(KeepAliveEvent::Lost(reason));
+    }
+}
+
+/// What a [`KeptLock`] reports, drained with [`Machine::poll_event`].
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum KeptLockEvent {
+    /// An extension counted; it is applied to [`KeptLock::lock`] already.
+    /// Apply it to any copy of the lock the driver keeps ([`Lock::apply`]).
+    Extended(Extended),
+    /// An extension failed, or could not start
+    /// ([`Lock::extend`] refused). When only too few nodes answered
+    /// ([`ExtendError::NoQuorum`]) it is retried while validity is left;
+    /// otherwise [`Lost`](Self::Lost) follows.
+    ExtendFailed(ExtendError),
+    /// The extension limit is reached: no more extensions; the lock is lost
+    /// when its validity ends.
+    LimitReached {
+        /// Extensions made.
+        extensions: u64,
+    },
+    /// The lock can no longer be counted on. Last event.
+    Lost(LossReason),
+}
+
+/// A held lock kept alive, as one [`Machine`]: the [`KeepAliveSchedule`]
+/// decides when to extend, and each extension ([`Lock::extend`]) runs inside
+/// this machine, so a driver runs the whole keep-alive with the same loop as
+/// every other machine: its [`poll_timeout`](Machine::poll_timeout) is the
+/// instant the next extension is due (or, while one runs, that extension's
+/// own deadline), and its requests are the extensions' requests.
+///
+/// It never ends on its own while extensions succeed; its final event is
+/// [`KeptLockEvent::Lost`]. A driver that stops earlier (the lock is being
+/// released) simply drops it: requests in flight then are extends, which
+/// change nothing once the release that follows them is sent.
+///
+/// ```
+/// # use std::{sync::Arc, time::{Duration, Instant}};
+/// # use rand::{SeedableRng, rngs::StdRng};
+/// # use redlock_core::*;
+/// # let settings = Arc::new(Config::new(["n1"]).validate()?);
+/// # let t0 = Instant::now();
+/// # let mut acquire = Acquisition::new(settings.clone(), b"job", settings.default_ttl(),
+/// #     Attempts::Once, t0, StdRng::seed_from_u64(1));
+/// # let request = acquire.poll_request().unwrap();
+/// # acquire.handle_reply(Reply::to(&request, Ok(Response::Int(1))), t0);
+/// # let Some(AcquireEvent::Acquired(lock)) = acquire.poll_event() else { panic!() };
+/// let mut kept = KeptLock::new(lock, KeepAlive::default().max_extensions(1));
+/// // Nothing to send until the extension is due, about 5 s before the end.
+/// assert_eq!(kept.poll_request(), None);
+/// let due = kept.poll_timeout().unwrap();
+/// kept.handle_timeout(due);
+/// let request = kept.poll_request().expect("the extension's request");
+/// kept.handle_reply(Reply::to(&request, Ok(Response::Int(1))), due);
+/// assert!(matches!(kept.poll_event(), Some(KeptLockEvent::Extended(_))));
+/// assert!(matches!(kept.poll_event(), Some(KeptLockEvent::LimitReached { extensions: 1 })));
+/// // No more extensions: the lock is lost when its validity ends.
+/// let end = kept.poll_timeout().unwrap();
+/// assert_eq!(end, kept.lock().valid_until());
+/// kept.handle_timeout(end);
+/// assert!(matches!(kept.poll_event(), Some(KeptLockEvent::Lost(LossReason::ExtensionLimit { .. }))));
+/// assert!(kept.is_done());
+/// # Ok::<(), ConfigError>(())
+/// ```
+#[derive(Debug)]
+pub struct KeptLock {
+    lock: Lock,
+    schedule: KeepAliveSchedule,
+    extension: Option<Extension>,
+    requests: VecDeque<Request>,
+    events: VecDeque<KeptLockEvent>,
+    done: bool,
+}
+
+impl KeptLock {
+    /// Keeps `lock` alive with `options`, from the state the lock is in.
+    pub fn new(lock: Lock, options: KeepAlive) -> Self {
+        let schedule = KeepAliveSchedule::new(&lock, options);
+        let mut this = Self {
+            lock,
+            schedule,
+            extension: None,
+            requests: VecDeque::new(),
+            events: VecDeque::new(),
+            done: false,
+        };
+        // A limit of zero is reached at once.
+        this.advance(None);
+        this
+    }
+
+    /// The lock, with every extension so far applied.
+    pub fn lock(&self) -> &Lock {
+        &self.lock
+    }
+
+    /// The lock, given back (to release it).
+    pub fn into_lock(self) -> Lock {
+        self.lock
+    }
+
+    /// Does what the schedule asks: starts an extension, or reports.
+    /// `now` is `None` only at construction, where the schedule asks for
+    /// nothing but a limit already reached.
+    fn advance(&mut self, now: Option<Instant>) {
+        while let Some(event) = self.schedule.poll_event() {
+            match event {
+                KeepAliveEvent::Extend { ttl } => {
+                    let now = now.expect("the schedule asks for an extension only at a time");
+                    match self.lock.extend(ttl, now) {
+                        Ok(extension) => {
+                            self.extension = Some(extension);
+                            self.take_requests();
+                        }
+                        Err(error) => {
+                            self.events
+                                .push_back(KeptLockEvent::ExtendFailed(error.clone()));
+                            self.schedule.handle_failed(error, now);
+                        }
+                    }
+                }
+                KeepAliveEvent::LimitReached { extensions } => {
+                    self.events
+                        .push_back(KeptLockEvent::LimitReached { extensions });
+                }
+                KeepAliveEvent::Lost(reason) => {
+                    self.done = true;
+                    self.events.push_back(KeptLockEvent::Lost(reason));
+                }
+            }
+        }
+    }
+
+    /// Moves the running extension's requests to this machine's queue, and
+    /// its result, once decided, to the schedule.
+    fn take_requests(&mut self) {
+        let Some(extension) = &mut self.extension else {
+            return;
+        };
+        while let Some(request) = extension.poll_request() {
+            self.requests.push_back(request);
+        }
+    }
+
+    fn finish_extension(&mut self, now: Instant) {
+        self.take_requests();
+        let Some(extension) = &mut self.extension else {
+            return;
+        };
+        let Some(result) = extension.poll_event() else {
+            return;
+        };
+        self.extension = None;
+        match result {
+            Ok(extended) => {
+                self.lock.apply(&extended);
+                self.schedule.handle_extended(&extended, now);
+                self.events.push_back(KeptLockEvent::Extended(extended));
+            }
+            Err(error) => {
+                self.events
+                    .push_back(KeptLockEvent::ExtendFailed(error.clone()));
+                self.schedule.handle_failed(error, now);
+            }
+        }
+        self.advance(Some(now));
+    }
+}
+
+impl Machine for KeptLock {
+    type Event = KeptLockEvent;
+
+    fn poll_request(&mut self) -> Option<Request> {
+        self.requests.pop_front()
+    }
+
+    fn poll_event(&mut self) -> Option<KeptLockEvent> {
+        self.events.pop_front()
+    }
+
+    /// The running extension's deadline, else when the schedule wants
+    /// something (the next extension, or the end of the validity of a lock
+    /// no longer extended). `None` once lost.
+    fn poll_timeout(&self) -> Option<Instant> {
+        if self.done {
+            return None;
+        }
+        match &self.extension {
+            Some(extension) => extension.poll_timeout(),
+            None => self.schedule.poll_timeout(),
+        }
+    }
+
+    fn handle_reply(&mut self, reply: Reply, now: Instant) {
+        // A reply of an extension that has ended belongs to no round
+        // running now: ignored, like every late reply.
+        if let Some(extension) = &mut self.extension {
+            extension.handle_reply(reply, now);
+            self.finish_extension(now);
+        }
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        if self.done {
+            return;
+        }
+        match &mut self.extension {
+            Some(extension) => {
+                extension.handle_timeout(now);
+                self.finish_extension(now);
+            }
+            None => {
+                self.schedule.handle_timeout(now);
+                self.advance(Some(now));
+            }
+        }
+    }
+
+    fn is_done(&self) -> bool {
+        self.done
     }
 }

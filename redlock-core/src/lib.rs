@@ -12,7 +12,9 @@
 //!   │ Acquisition  │                                        │ adapter  │──▶ N Redis masters
 //!   │ Extension    │ ◀─────────── Reply  ◀──────────────── │ (I/O,    │◀──
 //!   │ Release      │ handle_reply(reply, now)              │  clock)  │
-//!   └──────────────┘ handle_timeout(now) at poll_timeout()  └──────────┘
+//!   │ KeptLock     │                                        │          │
+//!   │ Inspection   │ handle_timeout(now) at poll_timeout()  │          │
+//!   └──────────────┘                                        └──────────┘
 //!          │ poll_event()            (every machine: the Machine trait)
 //!          ▼
 //!   Lock (key, value, valid_until) or a typed error with every node's vote
@@ -147,7 +149,9 @@ pub use acquire::{AcquireEvent, Acquisition};
 pub use config::{Config, RetryConfig, Settings};
 pub use error::{AcquireError, ConfigError, ExtendError};
 pub use extend::{Extended, Extension};
-pub use keep_alive::{KeepAlive, KeepAliveEvent, KeepAliveSchedule, LossReason};
+pub use keep_alive::{
+    KeepAlive, KeepAliveEvent, KeepAliveSchedule, KeptLock, KeptLockEvent, LossReason,
+};
 pub use limits::{FIXED_DRIFT, MAX_TTL_MS, MAX_VALUE_LEN, MIN_VALIDITY, MIN_VALUE_LEN};
 pub use lock::Lock;
 pub use machine::{Machine, Notice};
@@ -156,7 +160,7 @@ pub use queue::{WaitQueue, WaiterId, Wake};
 pub use quorum::{Votes, drift, quorum, remaining, valid_until};
 pub use release::{Release, ReleaseReport};
 pub use retry::{Attempts, retry_delay};
-pub use status::{Holder, Holding, InspectReply, LockState, LockStatus};
+pub use status::{Holder, Holding, InspectReply, InspectReport, Inspection, LockState, LockStatus};
 pub use types::{Key, LockSpec, LockValue, NodeId, RoundId, Ttl};
 pub use wire::{
     Argument, Command, LockKind, NodeError, NodeErrorKind, NodeVote, Reply, Request, Response,

@@ -5,8 +5,11 @@ use std::time::Instant;
 use crate::{Key, NodeId, Reply, Request};
 
 /// What every state machine of the core ([`Acquisition`](crate::Acquisition),
-/// [`Extension`](crate::Extension), [`Release`](crate::Release)) offers its
-/// driver: inputs `handle_*`, each with the time, and outputs `poll_*`.
+/// [`Extension`](crate::Extension), [`Release`](crate::Release), the
+/// keep-alive [`KeptLock`](crate::KeptLock) and the status read
+/// [`Inspection`](crate::Inspection)) offers its driver: inputs `handle_*`,
+/// each with the time, and outputs `poll_*`. One driver loop runs them all,
+/// so every request of every path takes the same way to its node.
 ///
 /// # Calling order
 ///

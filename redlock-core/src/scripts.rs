@@ -470,8 +470,8 @@ return -1
 "#;
 
 /// Read a lock key and its fencing counter on one node, atomically, for
-/// diagnostics ([`InspectReply`](crate::InspectReply) reads the reply). Not a
-/// vote, and not in [`ALL`]: no state machine sends it.
+/// diagnostics: sent by an [`Inspection`](crate::Inspection), whose
+/// [`InspectReply`](crate::InspectReply) reads the reply. Not a vote.
 ///
 /// - `KEYS[1]`: the lock key. `KEYS[2]`: the resource's fencing counter.
 ///
@@ -490,7 +490,7 @@ return {value, pttl, counter}"#;
 
 /// Every script the state machines may ask a node to run, to load (`SCRIPT
 /// LOAD`) when a connection is made.
-pub const ALL: [&str; 16] = [
+pub const ALL: [&str; 17] = [
     ACQUIRE,
     EXTEND,
     RELEASE,
@@ -507,4 +507,5 @@ pub const ALL: [&str; 16] = [
     MULTI_ACQUIRE,
     MULTI_EXTEND,
     MULTI_RELEASE,
+    INSPECT,
 ];

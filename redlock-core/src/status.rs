@@ -3,15 +3,22 @@
 //! Nothing here takes part in the algorithm: the reads are not votes, and a
 //! lock seen on a quorum may expire the next moment. They answer "who holds
 //! this key, where, and for how long" for a human or a script (the
-//! `redlock status` command). Each node runs
-//! [`scripts::INSPECT`](crate::scripts::INSPECT); its reply
-//! is read by [`InspectReply::parse`], and the replies of every node are
-//! summed up by [`LockStatus::from_reads`].
+//! `redlock status` command). An [`Inspection`], driven like every
+//! [`Machine`], sends [`scripts::INSPECT`](crate::scripts::INSPECT) to each
+//! node; each reply is read by [`InspectReply::parse`], and the replies of
+//! every node are summed up by [`LockStatus::from_reads`].
 
+use std::collections::VecDeque;
 use std::fmt;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use crate::{NodeError, NodeErrorKind, Response, quorum};
+use crate::machine::Machine;
+use crate::quorum::Round;
+use crate::{
+    Command, LockKind, LockValue, NodeError, NodeErrorKind, NodeVote, Reply, Request, Response,
+    RoundId, Settings, Votes, quorum,
+};
 
 /// A lock key present on a node.
 #[derive(Clone, PartialEq, Eq)]
@@ -229,5 +236,166 @@ impl LockStatus {
         } else {
             LockState::NotHeld
         }
+    }
+}
+
+/// What an [`Inspection`] read on every node: its final event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct InspectReport {
+    /// One entry per node, in node order: the node's reply, or why it could
+    /// not be read (an error, or no answer within the per-node timeout).
+    pub reads: Vec<Result<InspectReply, NodeError>>,
+    votes: Votes,
+}
+
+impl InspectReport {
+    /// The reads as [`Votes`], for logs and metrics: a node read is
+    /// [`NodeVote::Granted`], a node that could not be read
+    /// [`NodeVote::Failed`]. Not votes on the lock: nothing was asked.
+    pub fn votes(&self) -> &Votes {
+        &self.votes
+    }
+
+    /// What the reads say together ([`LockStatus::from_reads`]).
+    pub fn status(&self) -> LockStatus {
+        LockStatus::from_reads(
+            self.reads
+                .iter()
+                .map(|read| read.as_ref().map(|reply| reply.holding.as_ref())),
+        )
+    }
+}
+
+/// One read of a lock key on every node ([`scripts::INSPECT`](crate::scripts::INSPECT)),
+/// as a state machine driven like every [`Machine`]: the read behind
+/// `redlock status`.
+///
+/// It sends one request per node at once, all with the per-node timeout
+/// ([`Settings::node_timeout`]), and gives its [`InspectReport`] once every
+/// node answered or at that deadline, whichever comes first: a node that has
+/// not answered then is reported as timed out. It decides nothing about the
+/// lock and writes nothing.
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// use redlock_core::{Config, Inspection, LockState, Machine, Reply, Response, RoundId};
+///
+/// let settings = Config::new(["a", "b", "c"]).validate().unwrap();
+/// let start = Instant::now();
+/// let mut inspection = Inspection::new(&settings, b"report", RoundId(7), start);
+/// let requests: Vec<_> = std::iter::from_fn(|| inspection.poll_request()).collect();
+/// let held = Response::Array(vec![
+///     Response::Data(b"v".to_vec()), Response::Int(900), Response::Nil,
+/// ]);
+/// inspection.handle_reply(Reply::to(&requests[0], Ok(held.clone())), start);
+/// inspection.handle_reply(Reply::to(&requests[1], Ok(held)), start);
+/// assert_eq!(inspection.poll_event(), None); // the third may still answer
+/// // Its timeout: the third node did not answer.
+/// inspection.handle_timeout(inspection.poll_timeout().unwrap());
+/// let report = inspection.poll_event().unwrap();
+/// assert!(inspection.is_done());
+/// assert!(report.reads[2].is_err());
+/// assert_eq!(report.status().state(), LockState::Held);
+/// ```
+#[derive(Debug)]
+pub struct Inspection {
+    round: Round,
+    reads: Vec<Option<Result<InspectReply, NodeError>>>,
+    requests: VecDeque<Request>,
+    report: Option<InspectReport>,
+    done: bool,
+}
+
+impl Inspection {
+    /// Reads the lock on `resource` on every node, starting at `now`, in
+    /// round `round` (copied into every request; replies of other rounds are
+    /// ignored).
+    pub fn new(settings: &Settings, resource: &[u8], round: RoundId, now: Instant) -> Self {
+        let key = settings.key(resource);
+        let counter = settings.fencing_key(&key);
+        let keys: Arc<[crate::Key]> = Arc::from([key, counter]);
+        let round = Round::new(round, settings, now, settings.node_timeout());
+        // The script takes no value: an empty one goes as its unused ARGV.
+        let value = LockValue::from_string(String::new());
+        let requests = round
+            .fan_out(
+                &keys,
+                &LockKind::Exclusive,
+                &value,
+                Command::Inspect,
+                round.deadline,
+            )
+            .collect();
+        Self {
+            reads: vec![None; settings.node_names().len()],
+            round,
+            requests,
+            report: None,
+            done: false,
+        }
+    }
+
+    fn finish(&mut self, now: Instant) {
+        self.done = true;
+        let timeout = self.round.timeout;
+        let reads = std::mem::take(&mut self.reads)
+            .into_iter()
+            .map(|read| read.unwrap_or_else(|| Err(NodeError::timeout(timeout))))
+            .collect();
+        self.report = Some(InspectReport {
+            reads,
+            votes: self.round.votes(now),
+        });
+    }
+}
+
+impl Machine for Inspection {
+    /// The report, once every node answered or timed out.
+    type Event = InspectReport;
+
+    fn poll_request(&mut self) -> Option<Request> {
+        self.requests.pop_front()
+    }
+
+    fn poll_event(&mut self) -> Option<InspectReport> {
+        self.report.take()
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        (!self.done).then_some(self.round.deadline)
+    }
+
+    fn handle_reply(&mut self, reply: Reply, now: Instant) {
+        if self.done {
+            return;
+        }
+        let read = reply.result.and_then(InspectReply::parse);
+        let vote = match &read {
+            Ok(_) => NodeVote::Granted,
+            Err(error) => NodeVote::Failed(error.clone()),
+        };
+        // Counted once per node: a repeated or stray answer changes nothing.
+        if !self.round.record(reply.round, reply.node, vote) {
+            return;
+        }
+        if let Some(slot) = self.reads.get_mut(reply.node.0) {
+            *slot = Some(read);
+        }
+        if self.round.all_answered() {
+            self.finish(now);
+        }
+    }
+
+    /// Times out the nodes that have not answered.
+    fn handle_timeout(&mut self, now: Instant) {
+        if !self.done && now >= self.round.deadline {
+            self.round.expire();
+            self.finish(now);
+        }
+    }
+
+    fn is_done(&self) -> bool {
+        self.done
     }
 }

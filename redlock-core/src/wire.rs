@@ -63,6 +63,7 @@ impl Request {
             (LockKind::Multi, Acquire { .. }) => scripts::MULTI_ACQUIRE,
             (LockKind::Multi, Extend { .. } | Restore { .. }) => scripts::MULTI_EXTEND,
             (LockKind::Multi, Release | Withdraw) => scripts::MULTI_RELEASE,
+            (_, Inspect) => scripts::INSPECT,
         }
     }
 
@@ -82,6 +83,7 @@ impl Request {
             Command::StoreToken { token } => Some(token),
             Command::Release => Some(1),
             Command::Withdraw => Some(0),
+            Command::Inspect => None,
         };
         let third = match (&self.kind, self.command) {
             (LockKind::Write { readers_hold_off }, Command::Acquire { .. }) => {
@@ -197,6 +199,10 @@ pub enum Command {
         /// The fencing token.
         token: u64,
     },
+    /// Read the lock key, its PTTL and the resource's fencing counter
+    /// ([`scripts::INSPECT`]), for an [`Inspection`](crate::Inspection).
+    /// Writes nothing; not a vote.
+    Inspect,
 }
 
 impl Command {
@@ -207,7 +213,10 @@ impl Command {
             | Command::AcquireFenced { ttl }
             | Command::Extend { ttl }
             | Command::Restore { ttl } => Some(*ttl),
-            Command::Release | Command::Withdraw | Command::StoreToken { .. } => None,
+            Command::Release
+            | Command::Withdraw
+            | Command::StoreToken { .. }
+            | Command::Inspect => None,
         }
     }
 
@@ -231,6 +240,7 @@ impl Command {
             Command::Withdraw => "withdraw",
             Command::AcquireFenced { .. } => "acquire (fenced)",
             Command::StoreToken { .. } => "store token",
+            Command::Inspect => "inspect",
         }
     }
 }

@@ -325,7 +325,17 @@ impl Builder {
             servers: servers.iter().map(|s| s.name.clone()).collect(),
             ..self.config
         };
-        let settings = Arc::new(config.validate()?);
+        // Which nodes are clusters is the adapter's to know (it reaches
+        // them); what that forbids (a lock's keys in two slots) is the core's.
+        let clusters = servers
+            .iter()
+            .enumerate()
+            .filter(|(_, server)| server.cluster.is_some());
+        let settings = Arc::new(
+            config
+                .validate()?
+                .with_cluster_nodes(clusters.map(|(index, _)| redlock_core::NodeId(index))),
+        );
         crate::metrics::describe();
         let metrics = crate::metrics::Nodes::new(settings.nodes().iter().map(String::as_str));
         if servers.iter().any(Server::is_tls) {

@@ -8,8 +8,8 @@ use std::time::Duration;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use redlock_core::{
-    AcquireEvent, Acquisition, Attempts, ConfigError, Key, LockSpec, LockValue, Release,
-    ReleaseReport, RoundId, Settings,
+    AcquireEvent, Acquisition, Attempts, LockSpec, LockValue, Release, ReleaseReport, RoundId,
+    Settings,
 };
 use tracing::{Instrument, debug, info_span};
 
@@ -454,7 +454,9 @@ impl Redlock {
 
     /// Acquires any kind of lock ([`LockSpec`]) with options for this call.
     /// The client's default fencing applies to exclusive locks only; asking
-    /// for fencing on another kind is a [`ConfigError::FencingUnsupported`].
+    /// for fencing on another kind is a
+    /// [`ConfigError::FencingUnsupported`](crate::ConfigError::FencingUnsupported)
+    /// (the choice is the core's: [`Settings::fencing_choice`]).
     pub async fn lock_spec(
         &self,
         spec: LockSpec<'_>,
@@ -465,15 +467,9 @@ impl Redlock {
         // Reported once, whatever happens below: a `?` before the first
         // attempt is a `config` outcome, a drop after it a `cancelled` one.
         let mut report = metrics::Acquire::start(metrics::Kind::of_spec(&spec), now);
-        let spec = match (spec, options.fencing) {
-            (LockSpec::Exclusive(resource), Some(true)) => LockSpec::Fenced(resource),
-            (LockSpec::Exclusive(resource), None) if settings.fencing() => {
-                LockSpec::Fenced(resource)
-            }
-            (LockSpec::Fenced(resource), Some(false)) => LockSpec::Exclusive(resource),
-            (LockSpec::Exclusive(_) | LockSpec::Fenced(_), _) | (_, None | Some(false)) => spec,
-            (_, Some(true)) => return Err(ConfigError::FencingUnsupported.into()),
-        };
+        // The core's choices: fencing, and (in `with_spec`) the refusal of
+        // keys in different hash slots on a cluster node.
+        let spec = settings.fencing_choice(spec, options.fencing)?;
         let attempts = options.attempts;
         let ttl = match options.ttl {
             Some(ttl) => settings.ttl(ttl)?,
@@ -485,7 +481,6 @@ impl Redlock {
         };
         let mut acquisition =
             Acquisition::with_spec(Arc::clone(settings), spec, ttl, attempts, now, rng)?;
-        self.check_slots(acquisition.keys())?;
         // First come, first served: behind this client's waiters (the core's
         // WaitQueue rule; try_lock is not held back).
         if let Some(notices) = self.notices()
@@ -539,28 +534,6 @@ impl Redlock {
         }
         .instrument(span)
         .await
-    }
-
-    /// On a client with a cluster node, refuses a lock whose keys are in
-    /// different hash slots before anything is sent: a cluster runs a
-    /// script only on keys of one slot, so such a lock could at best be
-    /// held on part of that node ([`ConfigError::CrossSlot`]).
-    fn check_slots(&self, keys: &[Key]) -> Result<(), Error> {
-        let Some(node) = self.node_handles().iter().find(|node| node.is_cluster()) else {
-            return Ok(());
-        };
-        let first = &keys[0];
-        match keys.iter().find(|key| key.slot() != first.slot()) {
-            Some(other) => Err(ConfigError::CrossSlot {
-                node: node.name().to_owned(),
-                first: first.clone(),
-                first_slot: first.slot(),
-                second: other.clone(),
-                second_slot: other.slot(),
-            }
-            .into()),
-            None => Ok(()),
-        }
     }
 
     async fn acquire(&self, resource: &[u8], options: LockOptions) -> Result<LockGuard, Error> {

@@ -193,9 +193,24 @@ pub(crate) async fn drive<M: Machine>(machine: &mut M, client: &Redlock) -> M::E
 where
     M::Event: std::fmt::Debug + Voted,
 {
+    drive_with(machine, client, |event| debug!(event = ?event, "retrying")).await
+}
+
+/// [`drive`], handing every event before the final one to `on_event` as it
+/// is drained: for a machine whose events along the way matter (a kept-alive
+/// lock's extensions).
+pub(crate) async fn drive_with<M: Machine>(
+    machine: &mut M,
+    client: &Redlock,
+    mut on_event: impl FnMut(&M::Event) + Send,
+) -> M::Event
+where
+    M::Event: std::fmt::Debug + Voted,
+{
     let mut run = Run {
         machine,
         client,
+        on_event: &mut on_event,
         in_flight: FuturesUnordered::new(),
         waiter: None,
         finished: false,
@@ -207,6 +222,8 @@ where
 struct Run<'a, M: Machine> {
     machine: &'a mut M,
     client: &'a Redlock,
+    /// Sees every event but the final one.
+    on_event: &'a mut (dyn FnMut(&M::Event) + Send),
     in_flight: FuturesUnordered<Sent>,
     /// Release notices on the channels the machine asked for.
     waiter: Option<Waiter>,
@@ -235,7 +252,7 @@ where
             while let Some(event) = self.machine.poll_event() {
                 self.rounds.event(self.client.node_metrics(), &event);
                 if let Some(earlier) = last.replace(event) {
-                    debug!(event = ?earlier, "retrying");
+                    (self.on_event)(&earlier);
                 }
             }
             if self.machine.is_done() {
@@ -249,7 +266,7 @@ where
                 return last.expect("a machine that is done gave its final event");
             }
             if let Some(event) = last {
-                debug!(event = ?event, "retrying");
+                (self.on_event)(&event);
             }
             let Some(at) = self.machine.poll_timeout() else {
                 // A machine has a timeout until it is done.

@@ -4,15 +4,12 @@ use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use redlock_core::{
-    ExtendError, Extended, KeepAliveEvent, KeepAliveSchedule, Key, Lock, LockValue, ReleaseReport,
-    Ttl, Votes,
-};
+use redlock_core::{KeptLock, KeptLockEvent, Key, Lock, LockValue, ReleaseReport, Votes};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span};
 
-use crate::driver::drive;
+use crate::driver::{drive, drive_with};
 use crate::metrics::{self, End};
 use crate::{Error, KeepAlive, LossReason, Redlock};
 
@@ -142,9 +139,14 @@ impl LockGuard {
     /// owner holds it, [`ExtendError::Gone`] when our value is gone from more
     /// nodes than a quorum can spare (released by its value, for example by
     /// `redlock release --value`: the keys are then not re-created), and
-    /// [`ExtendError::NoQuorum`] when too few nodes answered. After a failure, treat the lock as lost; the guard still
-    /// releases on drop. Cancel-safe: a dropped extension changes nothing
-    /// here.
+    /// [`ExtendError::NoQuorum`] when too few nodes answered. After a
+    /// failure, treat the lock as lost; the guard still releases on drop.
+    /// Cancel-safe: a dropped extension changes nothing here.
+    ///
+    /// [`ExtendError::Expired`]: crate::ExtendError::Expired
+    /// [`ExtendError::Lost`]: crate::ExtendError::Lost
+    /// [`ExtendError::Gone`]: crate::ExtendError::Gone
+    /// [`ExtendError::NoQuorum`]: crate::ExtendError::NoQuorum
     pub async fn extend(&mut self, ttl: Duration) -> Result<Duration, Error> {
         let ttl = self.client.settings().ttl(ttl)?;
         let client = self.client.clone();
@@ -615,60 +617,38 @@ impl Drop for KeepAliveGuard {
     }
 }
 
-/// The keep-alive loop: does what the core's schedule says (sleep, extend,
-/// give up) and feeds each extension's result back.
+/// The keep-alive: the core's [`KeptLock`] (the schedule and its
+/// extensions, one machine) run by the one driver, which sleeps until the
+/// instant the core names and sends what it queues. Each extension is
+/// applied to the guard's copy of the lock as it is reported; the final
+/// event is the loss.
 async fn keep_alive(client: Redlock, shared: Arc<Shared>, options: KeepAlive) {
-    let mut schedule = shared.with(|kept| KeepAliveSchedule::new(&kept.lock, options));
-    loop {
-        match schedule.poll_event() {
-            Some(KeepAliveEvent::Extend { ttl }) => {
-                let result = extend_once(&client, &shared, ttl).await;
-                let now = crate::sim::now();
-                match result {
-                    Ok(extended) => schedule.handle_extended(&extended, now),
-                    Err(error) => {
-                        // Nodes down are reported by their connections; the
-                        // loss, if it comes, at INFO.
-                        debug!(error = %error, "extension failed");
-                        schedule.handle_failed(error, now);
-                    }
-                }
+    let mut kept = shared.with(|kept| KeptLock::new(kept.lock.clone(), options));
+    let event = drive_with(&mut kept, &client, |event| match event {
+            KeptLockEvent::Extended(extended) => {
+                metrics::extended(Ok(()));
+                debug!(validity_ms = extended.validity.as_millis() as u64, votes = %extended.votes, "lock extended");
+                shared.with(|kept| kept.lock.apply(extended));
             }
-            Some(KeepAliveEvent::LimitReached { extensions }) => {
+            KeptLockEvent::ExtendFailed(error) => {
+                metrics::extended(Err(error));
+                // Nodes down are reported by their connections; the loss,
+                // if it comes, at INFO.
+                debug!(error = %error, "extension failed");
+            }
+            KeptLockEvent::LimitReached { extensions } => {
                 debug!(
                     extensions,
                     "extension limit reached; the lock ends with its validity"
                 );
             }
-            Some(KeepAliveEvent::Lost(reason)) => {
-                metrics::lost(&reason);
-                shared.with(|kept| metrics::held(&kept.lock, End::Lost));
-                shared.lose(reason);
-                return;
-            }
-            None => {
-                let at = schedule
-                    .poll_timeout()
-                    .expect("a schedule that is not lost waits for a timer between extensions");
-                tokio::time::sleep_until(at.into()).await;
-                schedule.handle_timeout(crate::sim::now());
-            }
-        }
-    }
-}
-
-/// One extension round to `ttl`, applied to the lock when it succeeds.
-async fn extend_once(client: &Redlock, shared: &Shared, ttl: Ttl) -> Result<Extended, ExtendError> {
-    let mut extension = shared
-        .with(|kept| kept.lock.extend(ttl, crate::sim::now()))
-        .inspect_err(|error| metrics::extended(Err(error)))?;
-    let span = info_span!("redlock.extend", attempt = extension.round().0);
-    let extended = drive(&mut extension, client).instrument(span.clone()).await;
-    metrics::extended(extended.as_ref().map(|_| ()));
-    let extended = extended?;
-    span.in_scope(|| {
-        debug!(validity_ms = extended.validity.as_millis() as u64, votes = %extended.votes, "lock extended");
-    });
-    shared.with(|kept| kept.lock.apply(&extended));
-    Ok(extended)
+            other => debug!(event = ?other, "keep-alive"),
+    })
+    .await;
+    let KeptLockEvent::Lost(reason) = event else {
+        unreachable!("a kept lock's final event is its loss, not {event:?}");
+    };
+    metrics::lost(&reason);
+    shared.with(|kept| metrics::held(&kept.lock, End::Lost));
+    shared.lose(reason);
 }

@@ -1,11 +1,15 @@
 //! Reading a lock's state on every node, for diagnostics and operators: the
-//! core's [`scripts::INSPECT`] sent to every node, its replies read by
-//! [`InspectReply`] (what it all means: [`redlock_core::LockStatus`]).
+//! core's [`Inspection`] (one [`scripts::INSPECT`](redlock_core::scripts::INSPECT)
+//! per node, its timeout decided by the core) driven by the one driver like
+//! every other machine, so it takes the per-node order, the `NOSCRIPT`
+//! handling and the metrics of every request (what it all means:
+//! [`redlock_core::LockStatus`]).
 
-use redlock_core::{Holding, InspectReply, NodeError, scripts};
+use redlock_core::{Holding, Inspection, NodeError, RoundId};
+use tracing::{Instrument, debug, info_span};
 
 use crate::Redlock;
-use crate::node::map_value;
+use crate::driver::drive;
 
 /// What one node holds for a lock key, as read by [`Redlock::inspect`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,7 +39,8 @@ impl Redlock {
     /// counter.
     ///
     /// One read-only script per node, sent to all nodes at once over the
-    /// existing connections, each with the per-node timeout
+    /// existing connections like every other request (in order with this
+    /// client's other commands for the key), each with the per-node timeout
     /// ([`Settings::node_timeout`](redlock_core::Settings::node_timeout)).
     /// It never fails as a whole: each node's entry says what went wrong
     /// there.
@@ -46,32 +51,31 @@ impl Redlock {
     /// to whoever may do that.
     pub async fn inspect(&self, resource: impl AsRef<[u8]>) -> Vec<NodeInspection> {
         let settings = self.settings();
-        let key = settings.key(resource.as_ref());
-        let counter = settings.fencing_key(&key);
-        let timeout = settings.node_timeout();
-        let mut command = redis::cmd("EVAL");
-        command
-            .arg(scripts::INSPECT)
-            .arg(2)
-            .arg(key.as_bytes())
-            .arg(counter.as_bytes());
-        let command = &command;
-        let reads = self.node_handles().iter().map(|node| async move {
-            let read = match tokio::time::timeout(timeout, node.query(command)).await {
-                Ok(Ok(value)) => InspectReply::parse(map_value(value)),
-                Ok(Err(error)) => Err(error),
-                Err(_) => Err(NodeError::timeout(timeout)),
-            };
-            let (result, fencing_counter) = match read {
-                Ok(reply) => (Ok(reply.holding), reply.fencing_counter),
-                Err(error) => (Err(error), None),
-            };
-            NodeInspection {
-                node: node.name().to_owned(),
-                result,
-                fencing_counter,
-            }
-        });
-        futures::future::join_all(reads).await
+        let mut inspection =
+            Inspection::new(settings, resource.as_ref(), RoundId(0), crate::sim::now());
+        let span = info_span!("redlock.inspect", resource = %settings.key(resource.as_ref()));
+        let report = async {
+            let report = drive(&mut inspection, self).await;
+            debug!(reads = %report.votes(), "inspected");
+            report
+        }
+        .instrument(span)
+        .await;
+        report
+            .reads
+            .into_iter()
+            .zip(settings.nodes())
+            .map(|(read, node)| {
+                let (result, fencing_counter) = match read {
+                    Ok(reply) => (Ok(reply.holding), reply.fencing_counter),
+                    Err(error) => (Err(error), None),
+                };
+                NodeInspection {
+                    node: node.clone(),
+                    result,
+                    fencing_counter,
+                }
+            })
+            .collect()
     }
 }

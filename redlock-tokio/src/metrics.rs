@@ -14,7 +14,8 @@
 //! installed recorder, and no allocation here.
 
 use redlock_core::{
-    AcquireError, AcquireEvent, ExtendError, Extended, LockKind, LockSpec, ReleaseReport, Votes,
+    AcquireError, AcquireEvent, ExtendError, Extended, InspectReport, KeptLockEvent, LockKind,
+    LockSpec, ReleaseReport, Votes,
 };
 
 /// Whatever a driven machine's event says about its round's votes.
@@ -58,6 +59,23 @@ impl Voted for Result<Extended, ExtendError> {
 impl Voted for ReleaseReport {
     fn votes(&self) -> Option<&Votes> {
         Some(ReleaseReport::votes(self))
+    }
+}
+
+impl Voted for KeptLockEvent {
+    fn votes(&self) -> Option<&Votes> {
+        match self {
+            KeptLockEvent::Extended(extended) => Some(&extended.votes),
+            KeptLockEvent::ExtendFailed(error)
+            | KeptLockEvent::Lost(redlock_core::LossReason::ExtendFailed(error)) => error.votes(),
+            _ => None,
+        }
+    }
+}
+
+impl Voted for InspectReport {
+    fn votes(&self) -> Option<&Votes> {
+        Some(InspectReport::votes(self))
     }
 }
 

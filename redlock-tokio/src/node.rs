@@ -242,11 +242,6 @@ impl Node {
         &self.name
     }
 
-    /// Whether this node is a Redis Cluster.
-    pub(crate) fn is_cluster(&self) -> bool {
-        self.cluster.is_some()
-    }
-
     /// Whether a connection is up (as far as the last request could tell).
     pub(crate) fn is_connected(&self) -> bool {
         matches!(self.lock_state().link, Link::Up { .. })
@@ -680,30 +675,6 @@ fn is_anomaly(kind: NodeErrorKind) -> bool {
             | NodeErrorKind::WrongType
             | NodeErrorKind::Auth
     )
-}
-
-impl Node {
-    /// Runs one command on this node's connection, as it is: no script
-    /// cache, no retry. For diagnostics ([`Redlock::inspect`](crate::Redlock::inspect)).
-    /// An error that leaves the connection unusable starts the
-    /// reconnection, as for [`execute`](Self::execute).
-    ///
-    /// No timeout here: the caller applies one.
-    pub(crate) async fn query(self: &Arc<Self>, command: &redis::Cmd) -> Result<Value, NodeError> {
-        let (mut connection, _, generation) = self.connection()?;
-        command
-            .query_async::<Value>(&mut connection)
-            .await
-            .map_err(|err| {
-                let error = map_error(&err);
-                // A cluster connection reconnects to its shards by itself:
-                // one shard down must not cut the node off from the others.
-                if err.is_unrecoverable_error() && self.cluster.is_none() {
-                    self.connection_failed(generation, &error);
-                }
-                error
-            })
-    }
 }
 
 /// How many requests a node's connection queues before a sender has to wait

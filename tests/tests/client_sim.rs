@@ -38,6 +38,7 @@ fn sweep(mode: Mode, planted: Option<Planted>) -> Vec<Report> {
         count += 1;
         totals.locks += report.locks;
         totals.cancelled += report.cancelled;
+        totals.inspects += report.inspects;
         totals.faults += report.faults;
         totals.overlaps += report.overlaps;
         totals.keys_left += report.keys_left;
@@ -61,11 +62,12 @@ fn sweep(mode: Mode, planted: Option<Planted>) -> Vec<Report> {
         }
     }
     println!(
-        "client sim {mode:?}{}: seeds={count} locks={} cancelled={} faults={} overlaps={} \
+        "client sim {mode:?}{}: seeds={count} locks={} cancelled={} inspects={} faults={} overlaps={} \
          keys_left={} (excused after missed requests: {}) failing_seeds={} in {:.1} s",
         planted.map_or(String::new(), |p| format!(" with planted {p:?}")),
         totals.locks,
         totals.cancelled,
+        totals.inspects,
         totals.faults,
         totals.overlaps,
         totals.keys_left,

@@ -255,3 +255,45 @@ fn a_release_that_finds_no_key_where_the_lock_was_held_is_a_node_miss() {
             });
     });
 }
+
+/// `inspect` (the read behind `redlock status`) goes through the one driver
+/// like every request: a master that cannot be read counts in
+/// `redlock_node_errors_total` against its address, and the others read.
+#[test]
+fn an_inspect_counts_the_master_it_could_not_read() {
+    const ERRORS: &str = "redlock_node_errors_total";
+    let cluster = RedisCluster::start(3);
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async {
+                let redlock = builder(&cluster).build().await.unwrap();
+                let guard = redlock.try_lock("inspected").await.unwrap();
+                let reads = redlock.inspect("inspected").await;
+                assert!(reads.iter().all(|read| read.result.is_ok()), "{reads:?}");
+                let errors_of = |name: &str| -> u64 {
+                    let (values, _) = values(snapshotter.snapshot().into_vec());
+                    ["connection", "timeout"]
+                        .iter()
+                        .map(|error| counter(&values, ERRORS, &[("node", name), ("error", error)]))
+                        .sum()
+                };
+                let killed = redlock.nodes()[2].clone();
+                assert_eq!(errors_of(&killed), 0, "all read");
+                cluster.node(2).kill();
+                let reads = redlock.inspect("inspected").await;
+                assert!(reads[2].result.is_err(), "{reads:?}");
+                assert!(
+                    reads[..2].iter().all(|read| read.result.is_ok()),
+                    "{reads:?}"
+                );
+                assert!(errors_of(&killed) >= 1, "the killed master's failed read");
+                guard.release().await;
+                redlock.shutdown().await;
+            });
+    });
+}

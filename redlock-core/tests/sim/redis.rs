@@ -367,6 +367,28 @@ impl Store {
                     -1
                 })
             }
+            // `{value, pttl, counter}` (scripts::INSPECT): PTTL in whole
+            // node milliseconds, -2 for no key, -1 for no expiry.
+            (_, Command::Inspect) => {
+                let value = self.get_str(keys[0], clock);
+                let pttl = match self.data.get(keys[0]) {
+                    None => -2,
+                    Some(entry) if entry.expires.is_infinite() => -1,
+                    Some(entry) => ((entry.expires / MS).floor() - now_ms) as i64,
+                };
+                let counter = match self.live(keys[1], clock) {
+                    Some(Entry {
+                        val: Val::Str(counter),
+                        ..
+                    }) => Response::Data(counter.clone()),
+                    _ => Response::Nil,
+                };
+                Response::Array(vec![
+                    value.map_or(Response::Nil, Response::Data),
+                    Response::Int(pttl),
+                    counter,
+                ])
+            }
             (kind, command) => panic!("the simulation does not know {command:?} on {kind:?}"),
         }
     }

@@ -385,6 +385,8 @@ impl Master {
             Command::StoreToken {
                 token: number(arg(1)?)?,
             }
+        } else if script == scripts::INSPECT {
+            return Ok(self.build(keys, b"", Command::Inspect));
         } else {
             return Err("ERR the simulation models the exclusive scripts only".to_owned());
         };

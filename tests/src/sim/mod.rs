@@ -192,6 +192,8 @@ pub struct History {
     masters: Mutex<BTreeMap<usize, (DefaultHasher, u64)>>,
     notes: Mutex<(DefaultHasher, Vec<String>)>,
     verbose: bool,
+    /// Commands the masters ran, to tell when they have gone quiet.
+    commands: std::sync::atomic::AtomicU64,
 }
 
 impl History {
@@ -203,6 +205,8 @@ impl History {
     }
 
     fn command(&self, master: usize, clock: f64, frozen: bool, words: &[Vec<u8>], reply: &[u8]) {
+        self.commands
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         {
             let mut one = DefaultHasher::new();
             one.write_u64(clock as u64);
@@ -282,6 +286,7 @@ impl Hold {
 struct Log {
     holds: Vec<Hold>,
     cancelled: u64,
+    inspects: u64,
     failures: Vec<String>,
 }
 
@@ -296,6 +301,8 @@ pub struct Report {
     pub locks: u64,
     /// `lock()` futures dropped before they finished.
     pub cancelled: u64,
+    /// `inspect()` calls (the read behind `redlock status`).
+    pub inspects: u64,
     /// Faults injected (pauses, dropping masters, slow masters, restarts).
     pub faults: u64,
     /// Holds of one key that overlapped while valid.
@@ -397,6 +404,17 @@ pub fn run(seed: u64, mode: Mode, planted: Option<Planted>, verbose: bool) -> Re
             let last_pause = masters.iter().map(|m| m.last_pause_end()).max();
             tokio::time::sleep_until(start + last_pause.unwrap_or_default()).await;
             tokio::time::sleep(plan.node_timeout * 4).await;
+            // A master paused long works through its backlog one command
+            // at a time after it resumes: wait until every master has gone
+            // quiet (bounded), so a release queued behind that backlog is
+            // judged once it ran, not while it waits its turn.
+            for _ in 0..1_000 {
+                let ran = history.commands.load(std::sync::atomic::Ordering::Relaxed);
+                tokio::time::sleep(plan.node_timeout * 2).await;
+                if history.commands.load(std::sync::atomic::Ordering::Relaxed) == ran {
+                    break;
+                }
+            }
             for client in &clients {
                 client.shutdown().await;
             }
@@ -461,6 +479,9 @@ async fn work(
     for round in 0..plan.rounds {
         let who = format!("{name}r{round}");
         let resource = format!("res{}", rng.random_range(0..plan.resources));
+        if rng.random_bool(0.2) {
+            inspect(&client, &plan, &resource, None, &who, &log).await;
+        }
         let limit = Duration::from_millis(rng.random_range(1..400));
         let options = LockOptions::new().wait_at_most(limit);
         let begun = Instant::now();
@@ -509,6 +530,10 @@ async fn work(
             0 | 1 => {
                 let index = log_hold(&log, hold.clone());
                 tokio::time::sleep(held_for / 2).await;
+                if rng.random_bool(0.3) {
+                    let ours = (guard.value().as_str(), guard.valid_until());
+                    inspect(&client, &plan, &resource, Some(ours), &who, &log).await;
+                }
                 if rng.random_bool(0.5) && guard.extend(plan.ttl).await.is_ok() {
                     hold.valid_until = ms_std(guard.valid_until(), start);
                     update_hold(&log, index, |h| h.valid_until = hold.valid_until);
@@ -525,10 +550,26 @@ async fn work(
             // Kept alive for a while: its loss must be signalled.
             2 => {
                 let index = log_hold(&log, hold.clone());
-                let kept = guard.keep_alive(KeepAlive::default());
+                // The defaults, or a lead and a limit from the seed: the
+                // limit's loss must be signalled like any other.
+                let options = if rng.random_bool(0.5) {
+                    KeepAlive::default()
+                } else {
+                    KeepAlive::default()
+                        .extend_when_left(rng.random_range(0.05..0.95))
+                        .max_extensions(rng.random_range(0..4))
+                };
+                let kept = guard.keep_alive(options);
                 let until = Instant::now() + held_for * 2;
                 while Instant::now() < until {
                     tokio::time::sleep(Duration::from_millis(5)).await;
+                    // A read of the key while extensions run on it.
+                    if rng.random_bool(0.05)
+                        && let Some(valid) = kept.valid_until()
+                    {
+                        let ours = (kept.value().as_str(), valid);
+                        inspect(&client, &plan, &resource, Some(ours), &who, &log).await;
+                    }
                     let now = ms(Instant::now(), start);
                     match kept.valid_until() {
                         Some(valid) => {
@@ -563,6 +604,58 @@ async fn work(
     }
 }
 
+/// Reads `resource` on every master ([`Redlock::inspect`], the read
+/// behind `redlock status`), judged: one entry per master, an answer by
+/// the core's per-node timeout, and, while `ours` (our value and the end
+/// of its validity) lasts, no other value on a quorum of masters (ours is
+/// on a quorum then, and two quorums meet). A master restarted empty is
+/// outside that promise.
+async fn inspect(
+    client: &Redlock,
+    plan: &Plan,
+    resource: &str,
+    ours: Option<(&str, std::time::Instant)>,
+    who: &str,
+    log: &Mutex<Log>,
+) {
+    let begun = Instant::now();
+    let reads = client.inspect(resource).await;
+    let returned = Instant::now();
+    let mut log = log.lock().unwrap();
+    log.inspects += 1;
+    if reads.len() != plan.masters.len() {
+        log.failures.push(format!(
+            "{who}: inspect gave {} entries for {} masters",
+            reads.len(),
+            plan.masters.len()
+        ));
+    }
+    // Tokio's timer fires on whole milliseconds: up to one late.
+    if returned - begun > plan.node_timeout + Duration::from_millis(1) {
+        log.failures.push(format!(
+            "{who}: inspect took {:?}, past the per-node timeout of {:?}",
+            returned - begun,
+            plan.node_timeout
+        ));
+    }
+    let restarts = plan.masters.iter().any(|m| m.restart_at.is_some());
+    let Some((value, valid_until)) = ours else {
+        return;
+    };
+    if restarts || returned.into_std() >= valid_until {
+        return;
+    }
+    let status = redlock_tokio::LockStatus::from_reads(reads.iter().map(|r| r.read()));
+    if let Some(holder) = &status.holder
+        && holder.value != value.as_bytes()
+    {
+        log.failures.push(format!(
+            "{who}: while our lock was valid, inspect saw another value on {} masters",
+            holder.nodes
+        ));
+    }
+}
+
 fn log_hold(log: &Mutex<Log>, hold: Hold) -> usize {
     let mut log = log.lock().unwrap();
     log.holds.push(hold);
@@ -586,6 +679,7 @@ fn judge(
         seed,
         locks: log.holds.len() as u64,
         cancelled: log.cancelled,
+        inspects: log.inspects,
         faults: plan.faults() as u64,
         failures: log.failures.clone(),
         ..Report::default()
