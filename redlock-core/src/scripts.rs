@@ -107,6 +107,54 @@ end
 return -1
 "#;
 
+/// Announce a waiter on one node: the releases of an exclusive lock publish
+/// only while such a mark lives ([`RELEASE_IF_WAITED`]).
+///
+/// - `KEYS[1]`: the lock key (unused; it routes the call to the key's slot).
+///   `KEYS[2]`: the resource's waiters mark
+///   ([`Settings::waiters_key`](crate::Settings::waiters_key)).
+/// - `ARGV[1]`: the waiter's lock value of its next attempt (unused).
+///   `ARGV[2]`: how long the mark must live, in milliseconds.
+///
+/// Returns integer `1`. The mark's TTL is only ever raised, never shortened:
+/// several waiters share one mark, and one with a short wait must not cut
+/// another's. A waiter sends it to a node just before each of its attempts
+/// there (the per-node order puts it first), once it listens on the release
+/// channel; see [`Acquisition`](crate::Acquisition), "Release notices".
+pub const MARK_WAITING: &str = r#"if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[2]) then
+  redis.call('SET', KEYS[2], '1', 'PX', ARGV[2])
+end
+return 1
+"#;
+
+/// Release our exclusive lock on one node (compare-and-delete), and publish
+/// a release notice only when a waiter announced itself ([`MARK_WAITING`]).
+///
+/// - `KEYS[1]`: the lock key. `KEYS[2]`: the resource's waiters mark.
+/// - `ARGV[1]`: our lock value. `ARGV[2]`: `1` to publish when a waiter is
+///   marked, `0` never to publish.
+///
+/// Returns what [`RELEASE`] returns: `1` deleted (and published if a mark
+/// lives), `2` deleted but the server refused the `PUBLISH`, `0` held by
+/// another value, `-1` absent, `WRONGTYPE` another type. The mark is read
+/// with `redis.pcall`: where it cannot be read (an ACL user without rights
+/// on that key) the release publishes, as [`RELEASE`] always did, so a
+/// waiter is never missed. Nobody waiting, the server runs `GET`, `DEL` and
+/// `EXISTS`: no `PUBLISH`.
+pub const RELEASE_IF_WAITED: &str = r#"local held = redis.call('GET', KEYS[1])
+if held == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  if ARGV[2] == '1' and redis.pcall('EXISTS', KEYS[2]) ~= 0 and type(redis.pcall('PUBLISH', KEYS[1] .. '\0released', '')) == 'table' then
+    return 2
+  end
+  return 1
+end
+if held then
+  return 0
+end
+return -1
+"#;
+
 /// Acquire one node and read its fencing counter (fenced locks).
 ///
 /// - `KEYS[1]`: the lock key. `KEYS[2]`: the resource's fencing counter
@@ -490,7 +538,7 @@ return {value, pttl, counter}"#;
 
 /// Every script the state machines may ask a node to run, to load (`SCRIPT
 /// LOAD`) when a connection is made.
-pub const ALL: [&str; 16] = [
+pub const ALL: [&str; 18] = [
     ACQUIRE,
     EXTEND,
     RELEASE,
@@ -507,4 +555,6 @@ pub const ALL: [&str; 16] = [
     MULTI_ACQUIRE,
     MULTI_EXTEND,
     MULTI_RELEASE,
+    MARK_WAITING,
+    RELEASE_IF_WAITED,
 ];

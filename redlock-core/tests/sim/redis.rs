@@ -56,6 +56,14 @@ impl Store {
         keys
     }
 
+    /// Whether a waiter's mark lives at `key` (the `EXISTS` of
+    /// `RELEASE_IF_WAITED`): a release of an exclusive lock publishes only
+    /// then.
+    #[allow(dead_code)]
+    pub fn marked(&mut self, key: &[u8], clock: f64) -> bool {
+        self.live(key, clock).is_some()
+    }
+
     pub fn clear(&mut self) {
         self.data.clear();
     }
@@ -224,6 +232,17 @@ impl Store {
                         Response::Int(2)
                     }
                 }
+            }
+            // `MARK_WAITING`: the mark's TTL only ever grows.
+            (_, Command::MarkWaiting { ttl }) => {
+                let ms = ttl.as_millis();
+                let pttl_ms = self
+                    .live(keys[1], clock)
+                    .map(|entry| ((entry.expires - clock) / MS).floor());
+                if pttl_ms.is_none_or(|left| left < ms as f64) {
+                    self.set_str(keys[1], b"1", clock, ms);
+                }
+                Response::Int(1)
             }
             (
                 LockKind::Exclusive | LockKind::Write { .. },
