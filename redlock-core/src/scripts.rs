@@ -15,12 +15,26 @@
 //! [`NodeErrorKind::WrongType`](crate::NodeErrorKind::WrongType), never
 //! mistaken for someone else's lock or for a node that is down.
 //!
-//! Every release that frees a held lock publishes an empty message on the channel
+//! A release that frees a held lock publishes an empty message on the channel
 //! `<key>\0released` ([`Settings::release_channel`](crate::Settings::release_channel)),
 //! so that blocked clients can try again at once
 //! ([`Machine::handle_notice`](crate::Machine::handle_notice))
-//! instead of sleeping out their retry delay. Publishing to a channel nobody
-//! listens to costs next to nothing.
+//! instead of sleeping out their retry delay. An exclusive lock's release
+//! ([`RELEASE_IF_WAITED`]) publishes only while a waiter's mark lives
+//! ([`MARK_WAITING`], at [`Settings::waiters_key`](crate::Settings::waiters_key)),
+//! which every waiter that listens sets before each of its attempts: the
+//! common release, nobody waiting, runs no `PUBLISH`. The other kinds'
+//! releases always publish.
+//!
+//! The invariant: **a waiter never misses the release it waits for.** Its
+//! first attempt after it subscribed is a fresh one, and on each node its
+//! mark comes before that attempt's check (one connection, in order). A
+//! release there comes before the check (the attempt finds the key free) or
+//! after the mark (it publishes to a listening waiter). The mark lives until
+//! the waiter's next attempt marks again
+//! ([`Settings::waiters_mark_ttl`](crate::Settings::waiters_mark_ttl)); its
+//! TTL only grows, since waiters share it, and nobody deletes it: it expires
+//! within one mark TTL of the last waiter's last attempt.
 
 /// Acquire one node.
 ///

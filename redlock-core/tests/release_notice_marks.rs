@@ -25,8 +25,8 @@ use std::time::{Duration, Instant};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use redlock_core::{
-    AcquireEvent, Acquisition, Attempts, Command, Config, Machine, NodeId, Notice, Reply,
-    Request, Response, RetryConfig, Settings, scripts,
+    AcquireEvent, Acquisition, Attempts, Command, Config, Machine, NodeId, Notice, Reply, Request,
+    Response, RetryConfig, Settings, scripts,
 };
 
 const NODES: usize = 3;

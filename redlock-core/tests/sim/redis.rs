@@ -64,6 +64,23 @@ impl Store {
         self.live(key, clock).is_some()
     }
 
+    /// `PTTL key` in whole milliseconds (`-2`: no such key, `-1`: no
+    /// expiry). (Used by `tests/tests/lua_model.rs`.)
+    #[allow(dead_code)]
+    pub fn pttl(&mut self, key: &[u8], clock: f64) -> i64 {
+        match self.live(key, clock) {
+            None => -2,
+            Some(entry) if !entry.expires.is_finite() => -1,
+            Some(entry) => ((entry.expires - clock) / MS).floor() as i64,
+        }
+    }
+
+    /// `DEL key`. (Used by `tests/tests/lua_model.rs`.)
+    #[allow(dead_code)]
+    pub fn forget(&mut self, key: &[u8]) {
+        self.del(key);
+    }
+
     pub fn clear(&mut self) {
         self.data.clear();
     }
