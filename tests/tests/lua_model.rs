@@ -107,7 +107,7 @@ fn workload(extend_script: Option<&'static str>) -> Result<usize, String> {
                     let key = lock.keys()[0].clone();
                     pair.compare_mark(&settings.waiters_key(&key))?;
                 }
-                10 => {
+                9 => {
                     // A waiter's mark: its TTL only grows.
                     let key = settings.key(["r1", "r2"][rng.random_range(0..2)].as_bytes());
                     let ttl = settings
@@ -128,7 +128,7 @@ fn workload(extend_script: Option<&'static str>) -> Result<usize, String> {
                     pair.run(&request)?;
                     pair.compare_mark(&settings.waiters_key(&key))?;
                 }
-                11 => {
+                10 => {
                     // The last waiter's mark expired.
                     let key = settings.key(["r1", "r2"][rng.random_range(0..2)].as_bytes());
                     let mark = settings.waiters_key(&key);
