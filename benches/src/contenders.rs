@@ -290,6 +290,8 @@ pub(crate) struct Floor {
 struct Shas {
     acquire: String,
     release: String,
+    /// This library's release: it publishes only for a waiter's mark.
+    release_if_waited: String,
 }
 
 /// Where the floor's `SET NX` succeeded.
@@ -342,7 +344,11 @@ impl Floor {
         let delifeq = mode == FloorMode::Safe && has_delifeq();
         let scripted = mode == FloorMode::Ours || (mode == FloorMode::Safe && !delifeq);
         let mut connections = Vec::with_capacity(urls.len());
-        let scripts = [scripts::ACQUIRE, scripts::RELEASE];
+        let scripts = [
+            scripts::ACQUIRE,
+            scripts::RELEASE,
+            scripts::RELEASE_IF_WAITED,
+        ];
         for url in urls {
             if let Some(seeds) = cluster_seeds(url) {
                 if mode != FloorMode::Raw {
@@ -385,6 +391,7 @@ impl Floor {
             scripted: scripted.then(|| Shas {
                 acquire: sha(scripts::ACQUIRE),
                 release: sha(scripts::RELEASE),
+                release_if_waited: sha(scripts::RELEASE_IF_WAITED),
             }),
         })
     }
@@ -478,6 +485,19 @@ impl Floor {
                     command
                 }
                 None => unreachable!("a compare-and-delete is scripted or DELIFEQ"),
+                // This library's release publishes its notice when a waiter
+                // marked itself (nobody does here); the safe floor's never.
+                Some(shas) if self.mode == FloorMode::Ours => {
+                    let mut command = redis::cmd("EVALSHA");
+                    command
+                        .arg(&shas.release_if_waited)
+                        .arg(2)
+                        .arg(&lock.key)
+                        .arg(format!("{{{}}}\0waiters", lock.key))
+                        .arg(&lock.value)
+                        .arg(1);
+                    command
+                }
                 Some(shas) => {
                     let mut command = redis::cmd("EVALSHA");
                     command
@@ -485,9 +505,7 @@ impl Floor {
                         .arg(1)
                         .arg(&lock.key)
                         .arg(&lock.value)
-                        // This library's release publishes its notice; the
-                        // safe floor's does not.
-                        .arg(u8::from(self.mode == FloorMode::Ours));
+                        .arg(0);
                     command
                 }
             };

@@ -378,6 +378,7 @@ impl<R: Rng> Acquisition<R> {
             Command::Acquire { ttl: self.ttl }
         };
         self.counters = vec![None; round.nodes().len()];
+        self.mark_waiting(&round, &value);
         self.send_round(&round, &value, command);
         self.state = State::Attempting {
             round,
@@ -385,6 +386,43 @@ impl<R: Rng> Acquisition<R> {
             phase: Phase::Lock,
             scheduled,
         };
+    }
+
+    /// Before an attempt of a waiter that listens for release notices: on
+    /// every node, announce that we wait ([`Command::MarkWaiting`]), so that
+    /// the holder's release publishes there. Queued before the attempt's
+    /// requests, so each node marks before it checks the key: a release
+    /// after that check sees the mark. A release before it is seen by the
+    /// attempt itself. The mark lives until our next attempt marks again
+    /// ([`Settings::waiters_mark_ttl`]). Exclusive and multi-resource locks
+    /// only: their releases publish only for a mark; the other kinds always
+    /// publish.
+    fn mark_waiting(&mut self, round: &Round, value: &LockValue) {
+        if !self.notices.asked || !matches!(self.kind, LockKind::Exclusive | LockKind::Multi) {
+            return;
+        }
+        let command = Command::MarkWaiting {
+            ttl: self.settings.waiters_mark_ttl(self.node_timeout),
+        };
+        // Its own round: nobody counts its replies.
+        let id = RoundId(self.rng.next_u64());
+        let count = match self.kind {
+            LockKind::Multi => self.keys.len(),
+            _ => 1,
+        };
+        for key in &self.keys[..count] {
+            let keys: Arc<[Key]> = Arc::from([key.clone(), self.settings.waiters_key(key)]);
+            self.requests.extend(round.nodes().map(|node| Request {
+                round: id,
+                node,
+                keys: keys.clone(),
+                value: value.clone(),
+                kind: LockKind::Exclusive,
+                command,
+                native: false,
+                deadline: round.deadline,
+            }));
+        }
     }
 
     fn send_round(&mut self, round: &Round, value: &LockValue, command: Command) {

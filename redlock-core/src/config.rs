@@ -414,6 +414,37 @@ impl Settings {
         key.derived(b"\0fencing")
     }
 
+    /// The key where waiters of an exclusive lock announce themselves
+    /// ([`scripts::MARK_WAITING`](crate::scripts::MARK_WAITING)): the lock
+    /// key followed by a NUL byte and `waiters`, in the lock key's hash slot
+    /// (`{res}\0waiters` for the lock key `res`). A release publishes its
+    /// notice only while this key lives
+    /// ([`scripts::RELEASE_IF_WAITED`](crate::scripts::RELEASE_IF_WAITED)).
+    /// It expires on its own, one retry interval or so after the last
+    /// waiter's last attempt ([`Settings::waiters_mark_ttl`]).
+    pub fn waiters_key(&self, key: &crate::Key) -> crate::Key {
+        key.derived(b"\0waiters")
+    }
+
+    /// How long a waiter's mark lives after one of its attempts: until its
+    /// next attempt has surely reached the node and marked again, that is,
+    /// the longest retry wait (`delay + jitter`) plus two per-node
+    /// timeouts (the attempt that marked, and the next one on its way),
+    /// plus the drift allowance of a node's clock (1% + 2 ms of the span,
+    /// as for a lock). About 0.3 s with the defaults.
+    pub fn waiters_mark_ttl(&self, node_timeout: std::time::Duration) -> crate::Ttl {
+        let retry = self.retry();
+        let span = retry
+            .delay
+            .saturating_add(retry.jitter)
+            .saturating_add(node_timeout.saturating_mul(2));
+        let span = span
+            .saturating_add(span / 100)
+            .saturating_add(std::time::Duration::from_millis(2));
+        let millis = u64::try_from(span.as_millis()).unwrap_or(u64::MAX).max(1);
+        crate::Ttl(millis)
+    }
+
     /// The script keys and lock kind for a spec (see
     /// [`LockSpec`](crate::LockSpec)).
     pub(crate) fn lock_keys(

@@ -19,7 +19,9 @@
 //!
 //! Everything else stays a script:
 //! - a release that frees a lock must publish a notice only when it deleted
-//!   our value, which no plain command does in one step (with notices off,
+//!   our value and (an exclusive lock's) a waiter marked itself, which no
+//!   plain command does in one step; `DELIFEQ` alone would need the holder
+//!   to know that nobody waits, which only the node knows (with notices off,
 //!   [`Settings::release_command`](crate::Settings::release_command) is a
 //!   withdraw, which goes native);
 //! - a restore sets a missing key again ([`Command::Restore`]), which

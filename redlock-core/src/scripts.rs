@@ -15,12 +15,26 @@
 //! [`NodeErrorKind::WrongType`](crate::NodeErrorKind::WrongType), never
 //! mistaken for someone else's lock or for a node that is down.
 //!
-//! Every release that frees a held lock publishes an empty message on the channel
+//! A release that frees a held lock publishes an empty message on the channel
 //! `<key>\0released` ([`Settings::release_channel`](crate::Settings::release_channel)),
 //! so that blocked clients can try again at once
 //! ([`Machine::handle_notice`](crate::Machine::handle_notice))
-//! instead of sleeping out their retry delay. Publishing to a channel nobody
-//! listens to costs next to nothing.
+//! instead of sleeping out their retry delay. An exclusive lock's release
+//! ([`RELEASE_IF_WAITED`]) publishes only while a waiter's mark lives
+//! ([`MARK_WAITING`], at [`Settings::waiters_key`](crate::Settings::waiters_key)),
+//! which every waiter that listens sets before each of its attempts: the
+//! common release, nobody waiting, runs no `PUBLISH`. The other kinds'
+//! releases always publish.
+//!
+//! The invariant: **a waiter never misses the release it waits for.** Its
+//! first attempt after it subscribed is a fresh one, and on each node its
+//! mark comes before that attempt's check (one connection, in order). A
+//! release there comes before the check (the attempt finds the key free) or
+//! after the mark (it publishes to a listening waiter). The mark lives until
+//! the waiter's next attempt marks again
+//! ([`Settings::waiters_mark_ttl`](crate::Settings::waiters_mark_ttl)); its
+//! TTL only grows, since waiters share it, and nobody deletes it: it expires
+//! within one mark TTL of the last waiter's last attempt.
 
 /// Acquire one node.
 ///
@@ -97,6 +111,54 @@ pub const RELEASE: &str = r#"local held = redis.call('GET', KEYS[1])
 if held == ARGV[1] then
   redis.call('DEL', KEYS[1])
   if ARGV[2] == '1' and type(redis.pcall('PUBLISH', KEYS[1] .. '\0released', '')) == 'table' then
+    return 2
+  end
+  return 1
+end
+if held then
+  return 0
+end
+return -1
+"#;
+
+/// Announce a waiter on one node: the releases of an exclusive lock publish
+/// only while such a mark lives ([`RELEASE_IF_WAITED`]).
+///
+/// - `KEYS[1]`: the lock key (unused; it routes the call to the key's slot).
+///   `KEYS[2]`: the resource's waiters mark
+///   ([`Settings::waiters_key`](crate::Settings::waiters_key)).
+/// - `ARGV[1]`: the waiter's lock value of its next attempt (unused).
+///   `ARGV[2]`: how long the mark must live, in milliseconds.
+///
+/// Returns integer `1`. The mark's TTL is only ever raised, never shortened:
+/// several waiters share one mark, and one with a short wait must not cut
+/// another's. A waiter sends it to a node just before each of its attempts
+/// there (the per-node order puts it first), once it listens on the release
+/// channel; see [`Acquisition`](crate::Acquisition), "Release notices".
+pub const MARK_WAITING: &str = r#"if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[2]) then
+  redis.call('SET', KEYS[2], '1', 'PX', ARGV[2])
+end
+return 1
+"#;
+
+/// Release our exclusive lock on one node (compare-and-delete), and publish
+/// a release notice only when a waiter announced itself ([`MARK_WAITING`]).
+///
+/// - `KEYS[1]`: the lock key. `KEYS[2]`: the resource's waiters mark.
+/// - `ARGV[1]`: our lock value. `ARGV[2]`: `1` to publish when a waiter is
+///   marked, `0` never to publish.
+///
+/// Returns what [`RELEASE`] returns: `1` deleted (and published if a mark
+/// lives), `2` deleted but the server refused the `PUBLISH`, `0` held by
+/// another value, `-1` absent, `WRONGTYPE` another type. The mark is read
+/// with `redis.pcall`: where it cannot be read (an ACL user without rights
+/// on that key) the release publishes, as [`RELEASE`] always did, so a
+/// waiter is never missed. Nobody waiting, the server runs `GET`, `DEL` and
+/// `EXISTS`: no `PUBLISH`.
+pub const RELEASE_IF_WAITED: &str = r#"local held = redis.call('GET', KEYS[1])
+if held == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  if ARGV[2] == '1' and redis.pcall('EXISTS', KEYS[2]) ~= 0 and type(redis.pcall('PUBLISH', KEYS[1] .. '\0released', '')) == 'table' then
     return 2
   end
   return 1
@@ -490,7 +552,7 @@ return {value, pttl, counter}"#;
 
 /// Every script the state machines may ask a node to run, to load (`SCRIPT
 /// LOAD`) when a connection is made.
-pub const ALL: [&str; 17] = [
+pub const ALL: [&str; 19] = [
     ACQUIRE,
     EXTEND,
     RELEASE,
@@ -508,4 +570,6 @@ pub const ALL: [&str; 17] = [
     MULTI_EXTEND,
     MULTI_RELEASE,
     INSPECT,
+    MARK_WAITING,
+    RELEASE_IF_WAITED,
 ];

@@ -47,6 +47,8 @@ impl Request {
         match (&self.kind, self.command) {
             (_, AcquireFenced { .. }) => scripts::ACQUIRE_FENCED,
             (_, StoreToken { .. }) => scripts::STORE_TOKEN,
+            (_, MarkWaiting { .. }) => scripts::MARK_WAITING,
+            (LockKind::Exclusive, Release) => scripts::RELEASE_IF_WAITED,
             (LockKind::Exclusive, Acquire { .. }) => scripts::ACQUIRE,
             (LockKind::Exclusive, Extend { .. } | Restore { .. }) => scripts::EXTEND,
             (LockKind::Exclusive | LockKind::Write { .. }, Release | Withdraw) => scripts::RELEASE,
@@ -79,7 +81,8 @@ impl Request {
             Command::Acquire { ttl }
             | Command::AcquireFenced { ttl }
             | Command::Extend { ttl }
-            | Command::Restore { ttl } => Some(ttl.as_millis()),
+            | Command::Restore { ttl }
+            | Command::MarkWaiting { ttl } => Some(ttl.as_millis()),
             Command::StoreToken { token } => Some(token),
             Command::Release => Some(1),
             Command::Withdraw => Some(0),
@@ -203,6 +206,16 @@ pub enum Command {
     /// ([`scripts::INSPECT`]), for an [`Inspection`](crate::Inspection).
     /// Writes nothing; not a vote.
     Inspect,
+    /// Announce that a client waits for the lock, so that its holder's
+    /// release publishes a notice ([`scripts::MARK_WAITING`]; `keys` are
+    /// the lock key and its
+    /// [`Settings::waiters_key`](crate::Settings::waiters_key)). Sent just
+    /// before an attempt, on its own round: nobody reads its reply, and a
+    /// lost one only leaves the waiter to its retry timer.
+    MarkWaiting {
+        /// How long the mark lives at least.
+        ttl: Ttl,
+    },
 }
 
 impl Command {
@@ -216,7 +229,8 @@ impl Command {
             Command::Release
             | Command::Withdraw
             | Command::StoreToken { .. }
-            | Command::Inspect => None,
+            | Command::Inspect
+            | Command::MarkWaiting { .. } => None,
         }
     }
 
@@ -241,6 +255,7 @@ impl Command {
             Command::AcquireFenced { .. } => "acquire (fenced)",
             Command::StoreToken { .. } => "store token",
             Command::Inspect => "inspect",
+            Command::MarkWaiting { .. } => "mark waiting",
         }
     }
 }

@@ -38,7 +38,11 @@ fn settings() -> Arc<Settings> {
 }
 
 fn drain(acquire: &mut Acquisition<StdRng>) -> Vec<Request> {
-    std::iter::from_fn(|| acquire.poll_request()).collect()
+    std::iter::from_fn(|| acquire.poll_request())
+        // A waiter's marks before each attempt (`Command::MarkWaiting`)
+        // are no votes: `release_notice_marks.rs` checks them.
+        .filter(|r| !matches!(r.command, redlock_core::Command::MarkWaiting { .. }))
+        .collect()
 }
 
 fn yes(request: &Request) -> Reply {

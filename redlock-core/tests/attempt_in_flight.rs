@@ -38,6 +38,8 @@ fn settings() -> Arc<Settings> {
 fn attempt(acquire: &mut Acquisition<StdRng>) -> Vec<Request> {
     std::iter::from_fn(|| acquire.poll_request())
         .filter(|r| r.command != Command::Withdraw)
+        // A waiter's marks go on their own round (no votes).
+        .filter(|r| !matches!(r.command, Command::MarkWaiting { .. }))
         .collect()
 }
 

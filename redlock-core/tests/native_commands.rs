@@ -148,9 +148,14 @@ fn other_kinds_and_fenced_locks_stay_scripted() {
 fn releases_with_a_notice_stay_scripted_and_withdraws_use_delifeq_on_valkey_9() {
     let t0 = Instant::now();
     let value = LockValue::from_string("v");
-    for (notices, on_valkey) in [
-        (true, Call::Script(scripts::RELEASE)),
-        (false, Call::Native(Native::DelIfEq)),
+    // With notices, the release that publishes only for a waiter's mark.
+    for (notices, script, on_valkey) in [
+        (
+            true,
+            scripts::RELEASE_IF_WAITED,
+            Call::Script(scripts::RELEASE_IF_WAITED),
+        ),
+        (false, scripts::RELEASE, Call::Native(Native::DelIfEq)),
     ] {
         let settings = settings(notices);
         let mut release = Release::new(
@@ -162,8 +167,8 @@ fn releases_with_a_notice_stay_scripted_and_withdraws_use_delifeq_on_valkey_9() 
         );
         let request = requests(&mut release).remove(0);
         assert_eq!(request.call(&valkey9()), on_valkey);
-        assert_eq!(request.call(&valkey8()), Call::Script(scripts::RELEASE));
-        assert_eq!(request.call(&redis7()), Call::Script(scripts::RELEASE));
+        assert_eq!(request.call(&valkey8()), Call::Script(script));
+        assert_eq!(request.call(&redis7()), Call::Script(script));
     }
 }
 

@@ -122,7 +122,11 @@ fn acquisition(settings: &Arc<Settings>, attempts: Attempts, t0: Instant) -> Acq
 }
 
 fn requests(acquire: &mut Acquisition<StdRng>) -> Vec<Request> {
-    std::iter::from_fn(|| acquire.poll_request()).collect()
+    std::iter::from_fn(|| acquire.poll_request())
+        // A waiter's marks before each attempt (`Command::MarkWaiting`)
+        // are no votes: `release_notice_marks.rs` checks them.
+        .filter(|r| !matches!(r.command, redlock_core::Command::MarkWaiting { .. }))
+        .collect()
 }
 
 #[test]

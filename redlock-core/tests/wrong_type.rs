@@ -29,7 +29,11 @@ fn start(settings: &Arc<Settings>, t0: Instant) -> Acquisition<StdRng> {
 }
 
 fn drain(acquire: &mut Acquisition<StdRng>) -> Vec<Request> {
-    std::iter::from_fn(|| acquire.poll_request()).collect()
+    std::iter::from_fn(|| acquire.poll_request())
+        // A waiter's marks before each attempt (`Command::MarkWaiting`)
+        // are no votes: `release_notice_marks.rs` checks them.
+        .filter(|r| !matches!(r.command, redlock_core::Command::MarkWaiting { .. }))
+        .collect()
 }
 
 /// What a node answers when the script's `GET` meets a list (Redis 7).

@@ -1,8 +1,12 @@
 //! Release notices: waking a blocked acquire the moment a lock is released,
 //! instead of letting it sleep out its retry delay.
 //!
-//! Every release script that frees a lock publishes an empty message on
-//! `<key>\0released` ([`Settings::release_channel`](redlock_core::Settings::release_channel)).
+//! A release script that frees a lock publishes an empty message on
+//! `<key>\0released` ([`Settings::release_channel`](redlock_core::Settings::release_channel));
+//! an exclusive lock's only while a waiter's mark lives, which the core has
+//! every listening waiter set before each attempt
+//! ([`scripts::MARK_WAITING`](redlock_core::scripts::MARK_WAITING)). Nothing
+//! here changes for it: the marks are requests like any other.
 //! This module listens for those messages and hands each, with the node it
 //! came from and when, to the acquisitions that wait for that key
 //! ([`Machine::handle_notice`](redlock_core::Machine::handle_notice)). The

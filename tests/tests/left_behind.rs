@@ -23,20 +23,24 @@ use support::{NODE_TIMEOUT, init_tracing};
 /// Every key on `nodes`, as text, but for a waiting writer's mark that
 /// expires within its hold-off (a little more than the retry interval): it
 /// is meant to outlive the writer's withdrawn attempts, to hold new readers
-/// off between its retries.
+/// off between its retries; and likewise a waiters mark (`\0waiters`),
+/// which lives until its waiter's next attempt (about 0.5 s here:
+/// `Settings::waiters_mark_ttl`) so that releases publish for it.
 fn keys_on<'a>(nodes: impl IntoIterator<Item = &'a RedisNode>) -> Vec<String> {
     nodes
         .into_iter()
         .flat_map(|node| {
             node.keys("*").into_iter().filter(|key| {
-                !(key.ends_with(b"\0writer-waiting") && (0..=HOLD_OFF_MS).contains(&node.pttl(key)))
+                let mark = key.ends_with(b"\0writer-waiting") || key.ends_with(b"\0waiters");
+                !(mark && (0..=HOLD_OFF_MS).contains(&node.pttl(key)))
             })
         })
         .map(|key| String::from_utf8_lossy(&key).into_owned())
         .collect()
 }
 
-/// The longest hold-off of a waiting writer with the default retry settings.
+/// The longest hold-off of a waiting writer, and the longest life of a
+/// waiters mark, with the default retry settings.
 const HOLD_OFF_MS: i64 = 1_000;
 
 /// Waits until `keys` finds nothing, at most [`SETTLE`]: `shutdown` has

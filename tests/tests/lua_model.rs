@@ -1,6 +1,6 @@
 //! The simulation's Redis model is the Lua that really runs: random
 //! workloads of the core's own machines (every lock kind; acquire, extend,
-//! restore, release, withdraw, fenced rounds), each request run both by the real
+//! restore, release, withdraw, fenced rounds, waiters marks), each request run both by the real
 //! server (its script, as the client sends it) and by the simulation's
 //! node (`redlock-core/tests/sim/redis.rs`), must get the same answer
 //! every time. A script changed without its model (or the reverse) fails
@@ -68,7 +68,7 @@ fn workload(extend_script: Option<&'static str>) -> Result<usize, String> {
         let mut rng = StdRng::seed_from_u64(seed);
         let mut held: Vec<Lock> = Vec::new();
         for _ in 0..STEPS {
-            match rng.random_range(0..10) {
+            match rng.random_range(0..12) {
                 0..5 => {
                     let spec_rng = StdRng::seed_from_u64(rng.next_u64());
                     if let Some(lock) = pair.acquire(&settings, &mut rng, spec_rng)? {
@@ -103,6 +103,40 @@ fn workload(extend_script: Option<&'static str>) -> Result<usize, String> {
                     let mut lock = held.swap_remove(at);
                     let mut release = lock.release(Instant::now());
                     pair.drive(&mut release)?;
+                    // A release reads the mark and leaves it.
+                    let key = lock.keys()[0].clone();
+                    pair.compare_mark(&settings.waiters_key(&key))?;
+                }
+                9 => {
+                    // A waiter's mark: its TTL only grows.
+                    let key = settings.key(["r1", "r2"][rng.random_range(0..2)].as_bytes());
+                    let ttl = settings
+                        .ttl(Duration::from_millis(
+                            [1_000, 2_000, 60_000][rng.random_range(0..3)],
+                        ))
+                        .unwrap();
+                    let request = Request {
+                        round: RoundId(0),
+                        node: redlock_core::NodeId(0),
+                        keys: Arc::from([key.clone(), settings.waiters_key(&key)]),
+                        value: LockValue::random(&mut rng, settings.value_len()),
+                        kind: redlock_core::LockKind::Exclusive,
+                        command: Command::MarkWaiting { ttl },
+                        native: false,
+                        deadline: Instant::now(),
+                    };
+                    pair.run(&request)?;
+                    pair.compare_mark(&settings.waiters_key(&key))?;
+                }
+                10 => {
+                    // The last waiter's mark expired.
+                    let key = settings.key(["r1", "r2"][rng.random_range(0..2)].as_bytes());
+                    let mark = settings.waiters_key(&key);
+                    let _: i64 = redis::cmd("DEL")
+                        .arg(mark.as_bytes())
+                        .query(&mut pair.real)
+                        .unwrap();
+                    pair.model.forget(mark.as_bytes());
                 }
                 _ => {
                     // A release by a value that may be anyone's or no one's.
@@ -194,6 +228,29 @@ impl Pair {
                 .expect("an unfinished machine has a timeout");
             machine.handle_timeout(at);
         }
+    }
+
+    /// A waiters mark on both: present on both or on neither, with TTLs
+    /// within 100 ms of each other (the two clocks tick apart).
+    fn compare_mark(&mut self, mark: &redlock_core::Key) -> Result<(), String> {
+        let real: i64 = redis::cmd("PTTL")
+            .arg(mark.as_bytes())
+            .query(&mut self.real)
+            .unwrap();
+        let clock = self.start.elapsed().as_micros() as f64;
+        let modelled = self.model.pttl(mark.as_bytes(), clock);
+        // Near its expiry one may have dropped it a moment before the other.
+        let agree = match (real, modelled) {
+            (-2, -2) => true,
+            (-2, left) | (left, -2) => (0..=100).contains(&left),
+            (real, modelled) => real >= 0 && modelled >= 0 && (real - modelled).abs() <= 100,
+        };
+        if !agree {
+            return Err(format!(
+                "the waiters mark {mark:?}: PTTL {real} on the server, {modelled} in the model"
+            ));
+        }
+        Ok(())
     }
 
     /// One request on both; their answers must agree.

@@ -490,3 +490,106 @@ async fn nodes_that_forbid_subscribe_leave_waiters_on_their_timer() {
         assert!(made <= 15, "{node}: {made} connections in {took:?}");
     }
 }
+
+/// `PUBLISH` calls on each node since its stats were reset (a script's
+/// inner calls count).
+fn publishes(cluster: &RedisCluster) -> Vec<u64> {
+    cluster
+        .nodes()
+        .iter()
+        .map(|node| node.commandstats().get("publish").copied().unwrap_or(0))
+        .collect()
+}
+
+/// Waiters marks (`{<key>}\0waiters`) on each node, with their PTTLs.
+fn marks(cluster: &RedisCluster) -> Vec<Vec<i64>> {
+    cluster
+        .nodes()
+        .iter()
+        .map(|node| {
+            node.keys("*waiters")
+                .into_iter()
+                .map(|key| node.pttl(key))
+                .collect()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nobody_waiting_a_release_publishes_nothing() {
+    let cluster = RedisCluster::start(3);
+    let redlock = client(&cluster).await;
+    for node in cluster.nodes() {
+        node.reset_stats();
+    }
+    for _ in 0..20 {
+        let guard = redlock.lock("alone").await.unwrap();
+        let report = guard.release().await;
+        assert_eq!(report.released(), 3, "{report}");
+    }
+    assert_eq!(publishes(&cluster), vec![0, 0, 0]);
+    assert_eq!(marks(&cluster), vec![Vec::<i64>::new(); 3], "nobody waited");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_marks_itself_is_woken_and_its_mark_expires_after_it() {
+    let cluster = RedisCluster::start(3);
+    let holder = client(&cluster).await;
+    // Retries every second: its mark lives a little longer than that.
+    let waiter = waiter_every(&cluster, true, Duration::from_secs(1)).await;
+    let mark_ttl = redlock_core::Config {
+        servers: vec!["a".into()],
+        retry: redlock_core::RetryConfig {
+            count: 3,
+            delay: Duration::from_secs(1),
+            jitter: Duration::ZERO,
+        },
+        ..Default::default()
+    }
+    .validate()
+    .unwrap()
+    .waiters_mark_ttl(support::NODE_TIMEOUT);
+
+    let held = holder.lock("queued").await.unwrap();
+    for node in cluster.nodes() {
+        node.reset_stats();
+    }
+    let (guard, ()) = tokio::join!(waiter.lock("queued"), async {
+        tokio::time::sleep(HOLD).await;
+        eventually("the waiter listens", Duration::from_secs(10), || {
+            cluster
+                .nodes()
+                .iter()
+                .all(|node| subscribers(node, "queued") >= 1)
+        })
+        .await;
+        // It marked itself on every node once it listened, before its
+        // attempt there: the release sees it.
+        eventually("the waiter marked itself", Duration::from_secs(10), || {
+            marks(&cluster).iter().all(|marks| marks.len() == 1)
+        })
+        .await;
+        for node_marks in marks(&cluster) {
+            assert!(
+                node_marks[0] > 0 && node_marks[0] <= mark_ttl.as_millis() as i64,
+                "a mark lives at most {mark_ttl:?}: {node_marks:?}"
+            );
+        }
+        let report = held.release().await;
+        assert!(report.released() >= 2, "{report}");
+    });
+    let guard = guard.expect("the waiter gets the lock once released");
+    let published = publishes(&cluster);
+    assert!(
+        published.iter().filter(|&&count| count > 0).count() >= 2,
+        "the release published where the waiter marked itself: {published:?}"
+    );
+    guard.release().await;
+    // Nothing left: the mark expires on its own within its TTL.
+    eventually(
+        "the waiter's mark expires",
+        Duration::from_millis(mark_ttl.as_millis()) + Duration::from_secs(10),
+        || marks(&cluster).iter().all(Vec::is_empty),
+    )
+    .await;
+}

@@ -260,6 +260,8 @@ impl Node {
                 Some(_) => Response::Int(0),
                 None => Response::Int(-1),
             },
+            // The model's clients run with release notices off (see
+            // `Setup`), so they never mark themselves as waiting.
             other => unreachable!("the model's clients never send {other:?}"),
         }
     }

@@ -655,9 +655,20 @@ impl World {
             );
         }
         // Only the release script publishes (the core never sends a release
-        // with a notice as a plain command).
+        // with a notice as a plain command); an exclusive lock's only while
+        // a waiter's mark lives (`scripts::RELEASE_IF_WAITED`).
+        let script = (reply.native.is_none()).then(|| request.script());
+        let marked = match script {
+            Some(source) if source == redlock_core::scripts::RELEASE_IF_WAITED => {
+                let node = &mut self.nodes[request.node.0];
+                let clock = node.clock(now);
+                node.store.marked(request.keys[1].as_bytes(), clock)
+            }
+            _ => true,
+        };
         let freed = request.command == redlock_core::Command::Release
             && reply.native.is_none()
+            && marked
             && response == redlock_core::Response::Int(1);
         self.answer(client, request.node.0, reply, drop_reply);
         if freed && self.cfg.notices {

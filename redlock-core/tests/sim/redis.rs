@@ -56,6 +56,31 @@ impl Store {
         keys
     }
 
+    /// Whether a waiter's mark lives at `key` (the `EXISTS` of
+    /// `RELEASE_IF_WAITED`): a release of an exclusive lock publishes only
+    /// then.
+    #[allow(dead_code)]
+    pub fn marked(&mut self, key: &[u8], clock: f64) -> bool {
+        self.live(key, clock).is_some()
+    }
+
+    /// `PTTL key` in whole milliseconds (`-2`: no such key, `-1`: no
+    /// expiry). (Used by `tests/tests/lua_model.rs`.)
+    #[allow(dead_code)]
+    pub fn pttl(&mut self, key: &[u8], clock: f64) -> i64 {
+        match self.live(key, clock) {
+            None => -2,
+            Some(entry) if !entry.expires.is_finite() => -1,
+            Some(entry) => ((entry.expires - clock) / MS).floor() as i64,
+        }
+    }
+
+    /// `DEL key`. (Used by `tests/tests/lua_model.rs`.)
+    #[allow(dead_code)]
+    pub fn forget(&mut self, key: &[u8]) {
+        self.del(key);
+    }
+
     pub fn clear(&mut self) {
         self.data.clear();
     }
@@ -224,6 +249,17 @@ impl Store {
                         Response::Int(2)
                     }
                 }
+            }
+            // `MARK_WAITING`: the mark's TTL only ever grows.
+            (_, Command::MarkWaiting { ttl }) => {
+                let ms = ttl.as_millis();
+                let pttl_ms = self
+                    .live(keys[1], clock)
+                    .map(|entry| ((entry.expires - clock) / MS).floor());
+                if pttl_ms.is_none_or(|left| left < ms as f64) {
+                    self.set_str(keys[1], b"1", clock, ms);
+                }
+                Response::Int(1)
             }
             (
                 LockKind::Exclusive | LockKind::Write { .. },

@@ -375,7 +375,11 @@ impl Master {
             } else {
                 Command::Extend { ttl }
             }
-        } else if script == scripts::RELEASE {
+        } else if script == scripts::MARK_WAITING {
+            Command::MarkWaiting {
+                ttl: self.ttl(arg(1)?)?,
+            }
+        } else if script == scripts::RELEASE || script == scripts::RELEASE_IF_WAITED {
             if arg(1)? == b"1" {
                 Command::Release
             } else {

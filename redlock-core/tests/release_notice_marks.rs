@@ -1,0 +1,337 @@
+//! A waiter never misses the release it waits for, though a release
+//! publishes only while a waiter's mark lives (`scripts::MARK_WAITING`,
+//! `scripts::RELEASE_IF_WAITED`).
+//!
+//! Every placement of the holder's release on each of three nodes, relative
+//! to the waiter's requests there (before it listens, before its mark,
+//! between its mark and its attempt, after its attempt), and every order in
+//! which the nodes run their queues: the waiter must get the lock without
+//! its retry timer ever firing (its retry delay is ten seconds; only a
+//! notice, or the fresh attempt made once it listens, can wake it). The
+//! nodes run the simulation's script models (`sim/redis.rs`), which
+//! `tests/tests/lua_model.rs` checks against the real Lua.
+//!
+//! Two broken variants show that the check has teeth: a waiter whose marks
+//! are lost, and one whose mark reaches a node after its attempt there.
+
+#[path = "sim/redis.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod redis;
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use redlock_core::{
+    AcquireEvent, Acquisition, Attempts, Command, Config, Machine, NodeId, Notice, Reply, Request,
+    Response, RetryConfig, Settings, scripts,
+};
+
+const NODES: usize = 3;
+
+/// How the waiter's marks are handled, for the controls.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Marks {
+    /// As the core sends them.
+    Sent,
+    /// Lost on the way.
+    Lost,
+    /// Each reaches its node after the attempt it was queued before.
+    Late,
+}
+
+fn settings() -> Arc<Settings> {
+    Arc::new(
+        Config {
+            servers: (0..NODES).map(|i| format!("n{i}")).collect(),
+            ttl: Duration::from_secs(30),
+            retry: RetryConfig {
+                count: 5,
+                delay: Duration::from_secs(10),
+                jitter: Duration::ZERO,
+            },
+            native_commands: false,
+            ..Default::default()
+        }
+        .validate()
+        .unwrap(),
+    )
+}
+
+/// One operation queued at a node.
+#[derive(Debug)]
+enum Op {
+    Waiter(Request),
+    Holder(Request),
+}
+
+struct World {
+    start: Instant,
+    step: u64,
+    stores: Vec<redis::Store>,
+    queues: Vec<VecDeque<Op>>,
+    waiter: Acquisition<StdRng>,
+    subscribed: bool,
+    marks: Marks,
+    acquired: bool,
+    timer_needed: bool,
+    /// Release notices the waiter heard.
+    heard: usize,
+}
+
+impl World {
+    fn now(&mut self) -> Instant {
+        self.step += 1;
+        self.start + Duration::from_millis(self.step)
+    }
+
+    fn clock(&self) -> f64 {
+        self.step as f64 * 1000.0
+    }
+
+    /// Queues the waiter's new requests at their nodes, in order.
+    fn drain_waiter(&mut self) {
+        let mut late: Vec<Vec<Request>> = vec![Vec::new(); NODES];
+        while let Some(request) = self.waiter.poll_request() {
+            let node = request.node.0;
+            match (request.command, self.marks) {
+                (Command::MarkWaiting { .. }, Marks::Lost) => {}
+                (Command::MarkWaiting { .. }, Marks::Late) => late[node].push(request),
+                _ => self.queues[node].push_back(Op::Waiter(request)),
+            }
+        }
+        for (node, marks) in late.into_iter().enumerate() {
+            for mark in marks {
+                self.queues[node].push_back(Op::Waiter(mark));
+            }
+        }
+        while let Some(event) = self.waiter.poll_event() {
+            match event {
+                AcquireEvent::Acquired(_) => self.acquired = true,
+                AcquireEvent::Failed(error) => panic!("the waiter gave up: {error}"),
+                AcquireEvent::AttemptFailed { .. } => {}
+            }
+        }
+        let _ = self.waiter.poll_listen();
+    }
+
+    /// Runs the next operation queued at `node`; false if none.
+    fn run(&mut self, node: usize) -> bool {
+        let Some(op) = self.queues[node].pop_front() else {
+            return false;
+        };
+        let now = self.now();
+        let clock = self.clock();
+        match op {
+            Op::Waiter(request) => {
+                let response = self.stores[node].run(clock, &request);
+                self.waiter
+                    .handle_reply(Reply::to(&request, Ok(response)), now);
+            }
+            Op::Holder(request) => {
+                assert_eq!(request.script(), scripts::RELEASE_IF_WAITED);
+                let response = self.stores[node].run(clock, &request);
+                let published = response == Response::Int(1)
+                    && self.stores[node].marked(request.keys[1].as_bytes(), clock);
+                if published && self.subscribed {
+                    self.heard += 1;
+                    self.waiter
+                        .handle_notice(Notice::Released(NodeId(node)), now);
+                }
+            }
+        }
+        self.drain_waiter();
+        true
+    }
+}
+
+/// Whether the waiter got the lock without its timer, for one placement of
+/// the release per node (0: before the waiter listens, 1: before its next
+/// mark, 2: between mark and attempt, 3: after the attempt) and one order
+/// of the nodes.
+fn waiter_is_woken(placement: [usize; NODES], order: [usize; NODES], marks: Marks) -> bool {
+    woken_after(placement, order, marks).is_some()
+}
+
+/// As [`waiter_is_woken`]: `Some(notices heard)` when it was.
+fn woken_after(placement: [usize; NODES], order: [usize; NODES], marks: Marks) -> Option<usize> {
+    let settings = settings();
+    let start = Instant::now();
+    let mut stores: Vec<redis::Store> = (0..NODES).map(|_| redis::Store::default()).collect();
+    // The holder takes the lock on every node.
+    let mut holder = Acquisition::new(
+        settings.clone(),
+        b"job",
+        settings.default_ttl(),
+        Attempts::Once,
+        start,
+        StdRng::seed_from_u64(1),
+    );
+    while let Some(request) = holder.poll_request() {
+        let response = stores[request.node.0].run(0.0, &request);
+        holder.handle_reply(Reply::to(&request, Ok(response)), start);
+    }
+    let Some(AcquireEvent::Acquired(mut lock)) = holder.poll_event() else {
+        panic!("the holder takes the free lock");
+    };
+    let waiter = Acquisition::new(
+        settings.clone(),
+        b"job",
+        settings.default_ttl(),
+        Attempts::Retry,
+        start,
+        StdRng::seed_from_u64(2),
+    );
+    let mut world = World {
+        start,
+        step: 0,
+        stores,
+        queues: (0..NODES).map(|_| VecDeque::new()).collect(),
+        waiter,
+        subscribed: false,
+        marks,
+        acquired: false,
+        timer_needed: false,
+        heard: 0,
+    };
+    // Its first attempt finds the lock held and asks to listen.
+    world.drain_waiter();
+    for node in 0..NODES {
+        while world.run(node) {}
+    }
+    assert!(!world.acquired);
+    let release_at = world.now();
+    let mut release = lock.release(release_at);
+    let releases: Vec<Request> = std::iter::from_fn(|| release.poll_request()).collect();
+    // Releases placed before the waiter listens.
+    for request in &releases {
+        if placement[request.node.0] == 0 {
+            world.queues[request.node.0].push_back(Op::Holder(request.clone()));
+            world.run(request.node.0);
+        }
+    }
+    // It listens now: a fresh attempt, marking first.
+    world.subscribed = true;
+    let now = world.now();
+    world.waiter.handle_notice(Notice::Subscribed, now);
+    world.drain_waiter();
+    for request in releases {
+        let node = request.node.0;
+        let at = match placement[node] {
+            0 => continue,
+            1 => 0,
+            2 => 1,
+            _ => world.queues[node].len(),
+        };
+        let at = at.min(world.queues[node].len());
+        world.queues[node].insert(at, Op::Holder(request));
+    }
+    // The nodes run their queues in `order`, one operation each in turn.
+    for _ in 0..1_000 {
+        let ran = order.iter().fold(false, |ran, &node| world.run(node) | ran);
+        if !ran {
+            break;
+        }
+    }
+    if !world.acquired && !world.waiter.is_done() {
+        world.timer_needed = true;
+    }
+    (world.acquired && !world.timer_needed).then_some(world.heard)
+}
+
+fn orders() -> Vec<[usize; NODES]> {
+    vec![
+        [0, 1, 2],
+        [0, 2, 1],
+        [1, 0, 2],
+        [1, 2, 0],
+        [2, 0, 1],
+        [2, 1, 0],
+    ]
+}
+
+fn placements() -> impl Iterator<Item = [usize; NODES]> {
+    (0..4usize.pow(NODES as u32)).map(|mut code| {
+        let mut placement = [0; NODES];
+        for slot in &mut placement {
+            *slot = code % 4;
+            code /= 4;
+        }
+        placement
+    })
+}
+
+#[test]
+fn a_waiter_is_woken_by_the_release_wherever_it_falls() {
+    let (mut cases, mut by_notice) = (0, 0);
+    for placement in placements() {
+        for order in orders() {
+            let heard = woken_after(placement, order, Marks::Sent).unwrap_or_else(|| {
+                panic!(
+                    "release placed {placement:?}, nodes run in order {order:?}: \
+                     the waiter needed its retry timer"
+                )
+            });
+            cases += 1;
+            by_notice += usize::from(heard > 0);
+        }
+    }
+    println!("{cases} schedules: the waiter was woken in every one, {by_notice} by notices");
+    // Both ways are exercised: the attempt that finds the lock free, and
+    // the notice of a release that came after it.
+    assert!(by_notice > 0 && by_notice < cases);
+}
+
+#[test]
+fn a_waiter_whose_marks_are_lost_misses_a_release() {
+    let missed = placements()
+        .flat_map(|placement| orders().into_iter().map(move |order| (placement, order)))
+        .find(|&(placement, order)| !waiter_is_woken(placement, order, Marks::Lost));
+    println!("missed: {missed:?}");
+    assert!(missed.is_some(), "no mark, yet every release was heard");
+}
+
+#[test]
+fn a_mark_that_comes_after_the_attempt_misses_a_release() {
+    let missed = placements()
+        .flat_map(|placement| orders().into_iter().map(move |order| (placement, order)))
+        .find(|&(placement, order)| !waiter_is_woken(placement, order, Marks::Late));
+    println!("missed: {missed:?}");
+    assert!(missed.is_some(), "a late mark, yet every release was heard");
+}
+
+#[test]
+fn nobody_waiting_the_release_publishes_nothing() {
+    let settings = settings();
+    let start = Instant::now();
+    let mut stores: Vec<redis::Store> = (0..NODES).map(|_| redis::Store::default()).collect();
+    let mut holder = Acquisition::new(
+        settings.clone(),
+        b"job",
+        settings.default_ttl(),
+        Attempts::Once,
+        start,
+        StdRng::seed_from_u64(1),
+    );
+    while let Some(request) = holder.poll_request() {
+        let response = stores[request.node.0].run(0.0, &request);
+        holder.handle_reply(Reply::to(&request, Ok(response)), start);
+    }
+    let Some(AcquireEvent::Acquired(mut lock)) = holder.poll_event() else {
+        panic!("the holder takes the free lock");
+    };
+    let mut release = lock.release(start);
+    while let Some(request) = release.poll_request() {
+        assert_eq!(request.script(), scripts::RELEASE_IF_WAITED);
+        assert_eq!(
+            request.keys[1],
+            settings.waiters_key(&settings.key(b"job")),
+            "the release reads the waiters mark"
+        );
+        let response = stores[request.node.0].run(1.0, &request);
+        assert_eq!(response, Response::Int(1));
+        assert!(!stores[request.node.0].marked(request.keys[1].as_bytes(), 1.0));
+    }
+}
