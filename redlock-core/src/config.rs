@@ -388,6 +388,28 @@ impl Settings {
                     },
                 )
             }
+            LockSpec::Fair(resource) => {
+                let key = self.key(resource);
+                let keys = vec![key.derived(b"\0queue"), key.derived(b"\0queue-expiry")];
+                let keys: std::sync::Arc<[crate::Key]> = std::iter::once(key).chain(keys).collect();
+                // Renewed by every attempt: two retry delays and two
+                // round trips cover the next one; a dead waiter's entry
+                // dies then, and never outlives the lock's own TTL.
+                let node_timeout = self.node_timeout_for(ttl);
+                let entry = (self.retry.delay + self.retry.jitter + node_timeout) * 2;
+                let millis = u64::try_from(entry.as_millis())
+                    .unwrap_or(MAX_TTL_MS)
+                    .clamp(1, ttl.as_millis());
+                (
+                    keys,
+                    LockKind::Fair {
+                        // Drawn by the acquisition, from its RNG.
+                        waiter: "".into(),
+                        entry: Ttl(millis),
+                        by_queue: true,
+                    },
+                )
+            }
             LockSpec::Multi(resources) => {
                 let mut keys: Vec<crate::Key> = resources
                     .iter()
