@@ -472,8 +472,9 @@ return -1
 // ---------------------------------------------------------------------------
 // Fair locks. KEYS = [key, queue, queue expiry]: the key holds the holder's
 // value (a string, as for an exclusive lock); `{<key>}\0queue` is a sorted
-// set of waiter ids scored by the node time (`TIME`, ms) each first asked,
-// the order of the queue; `{<key>}\0queue-expiry` scores the same ids by
+// set of waiter ids scored by their arrival (one more than the last
+// entry's score: the order of the queue, with no ties that clocks could
+// decide); `{<key>}\0queue-expiry` scores the same ids by
 // when their entry dies unless the waiter asks again. Both are in the key's
 // hash slot (`Key::derived`), every call drops the dead entries first, and
 // both keys expire with their last entry (Redis deletes an emptied sorted
@@ -512,7 +513,8 @@ if not held then
   end
 end
 if not redis.call('ZSCORE', KEYS[2], ARGV[3]) then
-  redis.call('ZADD', KEYS[2], now, ARGV[3])
+  local tail = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2]
+  redis.call('ZADD', KEYS[2], (tonumber(tail) or 0) + 1, ARGV[3])
 end
 redis.call('ZADD', KEYS[3], now + tonumber(ARGV[4]), ARGV[3])
 local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')

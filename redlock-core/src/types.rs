@@ -276,7 +276,7 @@ pub enum LockSpec<'a> {
     /// across processes, while a quorum of masters is up.
     ///
     /// Each master keeps a queue of waiter ids next to the key
-    /// (`{<key>}\0queue`, ordered by when the master first saw each waiter,
+    /// (`{<key>}\0queue`, in the order the master first saw each waiter,
     /// and `{<key>}\0queue-expiry`, both in the key's hash slot); its
     /// acquire script ([`scripts::FAIR_ACQUIRE`](crate::scripts::FAIR_ACQUIRE))
     /// grants a free key only to the head of the live queue and otherwise

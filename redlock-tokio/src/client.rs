@@ -450,7 +450,14 @@ impl Redlock {
         // Reported once, whatever happens below: a `?` before the first
         // attempt is a `config` outcome, a drop after it a `cancelled` one.
         let mut report = metrics::Acquire::start(metrics::Kind::of_spec(&spec), now);
+        let spec = match (spec, options.fair, options.fencing) {
+            (_, false, _) | (LockSpec::Fair(_), true, None | Some(false)) => spec,
+            (LockSpec::Exclusive(resource), true, None | Some(false)) => LockSpec::Fair(resource),
+            (_, true, _) => return Err(ConfigError::FairUnsupported.into()),
+        };
         let spec = match (spec, options.fencing) {
+            (LockSpec::Fair(_), Some(true)) => return Err(ConfigError::FairUnsupported.into()),
+            (LockSpec::Fair(_), _) => spec,
             (LockSpec::Exclusive(resource), Some(true)) => LockSpec::Fenced(resource),
             (LockSpec::Exclusive(resource), None) if settings.fencing() => {
                 LockSpec::Fenced(resource)
@@ -484,7 +491,8 @@ impl Redlock {
             | LockSpec::Fenced(resource)
             | LockSpec::Read(resource)
             | LockSpec::Write(resource)
-            | LockSpec::Reentrant { resource, .. } => resource.into(),
+            | LockSpec::Reentrant { resource, .. }
+            | LockSpec::Fair(resource) => resource.into(),
             LockSpec::Multi(resources) => resources.first().copied().unwrap_or_default().into(),
             _ => acquisition.key().as_bytes().into(),
         };

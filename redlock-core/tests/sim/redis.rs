@@ -433,7 +433,8 @@ impl Store {
                     self.put_zset(keys[2], expiry, expiry_expires);
                     return Response::Int(1);
                 }
-                order.entry(waiter.to_vec()).or_insert(now_ms);
+                let tail = order.values().cloned().fold(0.0, f64::max);
+                order.entry(waiter.to_vec()).or_insert(tail + 1.0);
                 expiry.insert(waiter.to_vec(), now_ms + entry.as_millis() as f64);
                 let last = expiry.values().cloned().fold(f64::MIN, f64::max) * MS;
                 let mut ranked: Vec<(&Vec<u8>, &f64)> = order.iter().collect();
