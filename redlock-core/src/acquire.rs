@@ -144,18 +144,25 @@ pub struct Acquisition<R> {
     /// Release notices since the current attempt started.
     notices: Notices,
     /// Fair locks: failed attempts in a row that found the key free on some
-    /// master but another waiter's turn there, and held by no quorum.
+    /// master but another waiter's turn there, held by no quorum, and us no
+    /// nearer the head than the attempt before.
     stalls: u32,
+    /// Fair locks: our place in each master's queue (from 1) as the current
+    /// attempt's answers say, where the key was free but not ours.
+    positions: Vec<Option<u64>>,
+    /// Fair locks: our best place in the last attempt that was told one.
+    best_position: Option<u64>,
 }
 
 /// Fair locks ([`LockSpec::Fair`]): after this many attempts in a row that
 /// failed on a key no quorum held, with some master saying another waiter's
-/// turn, an acquisition takes the lock by the plain rule until an attempt
-/// finds it held by a quorum again. The masters' queues disagree then (each
-/// head is first on too few masters), or their head died; either way the
-/// waiters would wait for nothing. Three attempts: a notice-started attempt
-/// that races the head's grant fails once, the head's grant is seen by the
-/// next.
+/// turn and our place in the queues no better than the attempt before, an
+/// acquisition takes the lock by the plain rule until an attempt finds it
+/// held by a quorum or our place improves. The queue does not move then:
+/// the masters' queues disagree (each head is first on too few masters), or
+/// their head died; either way the waiters would wait for nothing. A queue
+/// that moves (each release serves its head, and we come nearer) never
+/// counts, however many releases we wait through.
 pub const FAIR_PATIENCE: u32 = 3;
 
 impl<R: Rng> Acquisition<R> {
@@ -270,6 +277,8 @@ impl<R: Rng> Acquisition<R> {
             last_error: None,
             notices,
             stalls: 0,
+            positions: Vec::new(),
+            best_position: None,
         };
         this.start_attempt(now, None);
         Ok(this)
@@ -390,6 +399,7 @@ impl<R: Rng> Acquisition<R> {
             Command::Acquire { ttl: self.ttl }
         };
         self.counters = vec![None; round.nodes().len()];
+        self.positions = vec![None; round.nodes().len()];
         self.send_round(&round, &value, command);
         self.state = State::Attempting {
             round,
@@ -591,7 +601,15 @@ impl<R: Rng> Acquisition<R> {
         // without one, the key was free and another waiter was first.
         let held = round.count(|vote| matches!(vote, NodeVote::HeldByOther(Some(_))));
         let queued = round.count(|vote| matches!(vote, NodeVote::HeldByOther(None)));
-        if held >= self.settings.quorum() {
+        let best = self.positions.iter().flatten().min().copied();
+        let nearer = match (best, self.best_position) {
+            (Some(now), Some(before)) => now < before,
+            _ => false,
+        };
+        if best.is_some() {
+            self.best_position = best;
+        }
+        if held >= self.settings.quorum() || nearer {
             self.stalls = 0;
         } else if queued > 0 {
             self.stalls = self.stalls.saturating_add(1);
@@ -719,6 +737,13 @@ impl<R: Rng> Machine for Acquisition<R> {
             Phase::Lock => Command::Acquire { ttl: self.ttl },
             Phase::Fence { token, .. } => Command::StoreToken { token: *token },
         };
+        let position = match (&self.kind, &reply.result) {
+            (LockKind::Fair { .. }, Ok(Response::Array(items))) => match items.as_slice() {
+                [Response::Int(0), Response::Int(position)] => u64::try_from(*position).ok(),
+                _ => None,
+            },
+            _ => None,
+        };
         let counter = match (&command, &reply.result) {
             (Command::AcquireFenced { .. }, Ok(Response::Array(items))) => match items.as_slice() {
                 [Response::Int(1), Response::Int(counter)] => u64::try_from(*counter).ok(),
@@ -730,6 +755,9 @@ impl<R: Rng> Machine for Acquisition<R> {
         if round.record(reply.round, reply.node, vote) {
             if let Some(slot) = self.counters.get_mut(reply.node.0) {
                 *slot = counter;
+            }
+            if let Some(slot) = self.positions.get_mut(reply.node.0) {
+                *slot = position;
             }
             self.decide(now);
         }

@@ -289,9 +289,11 @@ pub enum LockSpec<'a> {
     /// - **Masters that disagree** on the order (a waiter first on some,
     ///   another first on others) cannot deadlock it: an acquisition whose
     ///   attempts keep failing on a key that no quorum holds, with some
-    ///   master saying "another waiter's turn", takes the lock by the plain
-    ///   rule after [`FAIR_PATIENCE`](crate::FAIR_PATIENCE) such attempts in
-    ///   a row (until an attempt finds the lock held by a quorum).
+    ///   master saying "another waiter's turn" and its place in the queues
+    ///   no better than before, takes the lock by the plain rule after
+    ///   [`FAIR_PATIENCE`](crate::FAIR_PATIENCE) such attempts in a row
+    ///   (until an attempt finds the lock held by a quorum, or its place
+    ///   improves).
     /// - **Nothing stays behind**: an acquisition that ends (got the lock,
     ///   gave up, was abandoned) leaves every queue
     ///   ([`Command::Leave`](crate::Command::Leave)); an emptied queue key is
