@@ -454,7 +454,10 @@ fn run(args: &Args) -> Result<String, String> {
                 if fair { ", fair option" } else { "" },
                 plan.fairness
             ));
-            let key = format!("bench-fair-{clients}x{tasks}{}", if fair { "-fair" } else { "" });
+            let key = format!(
+                "bench-fair-{clients}x{tasks}{}",
+                if fair { "-fair" } else { "" }
+            );
             fairness.push(runtime.block_on(fairness::run(
                 &cluster.urls(),
                 clients,

@@ -271,10 +271,9 @@ impl Command {
             | Command::AcquireFenced { ttl }
             | Command::Extend { ttl }
             | Command::Restore { ttl } => Some(*ttl),
-            Command::Release
-            | Command::Withdraw
-            | Command::Leave
-            | Command::StoreToken { .. } => None,
+            Command::Release | Command::Withdraw | Command::Leave | Command::StoreToken { .. } => {
+                None
+            }
         }
     }
 
@@ -586,9 +585,7 @@ pub(crate) fn interpret_acquire(
     result: Result<Response, NodeError>,
 ) -> NodeVote {
     match (kind, command, native, &result) {
-        (LockKind::Fair { .. }, Command::Acquire { .. }, None, Ok(Response::Array(items)))
-            if matches!(items.as_slice(), [Response::Int(0), Response::Int(p)] if *p >= 1) =>
-        {
+        (LockKind::Fair { .. }, Command::Acquire { .. }, None, Ok(Response::Array(items))) if matches!(items.as_slice(), [Response::Int(0), Response::Int(p)] if *p >= 1) => {
             NodeVote::HeldByOther(None)
         }
         _ => interpret(command, native, result),

@@ -16,11 +16,11 @@ use std::time::{Duration, Instant};
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
+use redis::Store;
 use redlock_core::{
     AcquireEvent, Acquisition, Attempts, Command, Config, FAIR_PATIENCE, Lock, LockKind, LockSpec,
     Machine, Reply, Request, Settings,
 };
-use redis::Store;
 
 const RESOURCE: &[u8] = b"printer";
 
@@ -226,7 +226,11 @@ fn a_waiter_that_gives_up_leaves_every_queue() {
     let mut held = world.step(&mut holder).expect("a free lock");
     let mut waiter = world.waiter(2);
     assert!(world.step(&mut waiter).is_none());
-    assert!(world.keys().iter().all(|keys| keys.len() == 3), "queued: {:?}", world.keys());
+    assert!(
+        world.keys().iter().all(|keys| keys.len() == 3),
+        "queued: {:?}",
+        world.keys()
+    );
     waiter.abandon(world.instant());
     world.step(&mut waiter);
     world.release(&mut held);

@@ -14,7 +14,9 @@ use redlock_tokio::{LockOptions, Redlock};
 use support::{builder, eventually};
 
 fn fair() -> LockOptions {
-    LockOptions::new().fair(true).wait_at_most(Duration::from_secs(60))
+    LockOptions::new()
+        .fair(true)
+        .wait_at_most(Duration::from_secs(60))
 }
 
 /// Every key of a master (the test uses one resource, so all are its).

@@ -243,20 +243,18 @@ impl Store {
             (
                 LockKind::Exclusive | LockKind::Fair { .. },
                 Command::Extend { ttl } | Command::Restore { ttl },
-            ) => {
-                match self.get_str(keys[0], clock) {
-                    Some(held) if held == ours => {
-                        self.pexpire(keys[0], clock, ttl.as_millis());
-                        Response::Int(1)
-                    }
-                    Some(_) => Response::Int(0),
-                    None if !restore => Response::Int(-1),
-                    None => {
-                        self.set_str(keys[0], ours, clock, ttl.as_millis());
-                        Response::Int(2)
-                    }
+            ) => match self.get_str(keys[0], clock) {
+                Some(held) if held == ours => {
+                    self.pexpire(keys[0], clock, ttl.as_millis());
+                    Response::Int(1)
                 }
-            }
+                Some(_) => Response::Int(0),
+                None if !restore => Response::Int(-1),
+                None => {
+                    self.set_str(keys[0], ours, clock, ttl.as_millis());
+                    Response::Int(2)
+                }
+            },
             (
                 LockKind::Exclusive | LockKind::Write { .. },
                 Command::Release | Command::Withdraw,
@@ -424,7 +422,8 @@ impl Store {
                     .iter()
                     .min_by(|a, b| a.1.total_cmp(b.1).then_with(|| a.0.cmp(b.0)))
                     .map(|(member, _)| member.clone());
-                if held.is_none() && (!*by_queue || head.is_none() || head.as_deref() == Some(waiter))
+                if held.is_none()
+                    && (!*by_queue || head.is_none() || head.as_deref() == Some(waiter))
                 {
                     self.set_str(keys[0], ours, clock, ttl.as_millis());
                     order.remove(waiter);
