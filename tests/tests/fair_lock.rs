@@ -127,7 +127,7 @@ async fn four_clients_of_two_tasks_are_all_served_and_leave_nothing() {
         task.await.unwrap();
     }
     assert_eq!(overlaps.load(Ordering::SeqCst), 0, "no two holders at once");
-    let grants = grants.lock().unwrap();
+    let grants = grants.lock().unwrap().clone();
     assert_eq!(grants.len(), 8 * ROUNDS);
     for client in 0..4 {
         for task in 0..2 {
