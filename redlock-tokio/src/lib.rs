@@ -277,7 +277,7 @@
 //!   [`LockOptions::fair`] keeps a queue of waiters on every master, and a
 //!   master grants a free key only to the head of its queue, so while a
 //!   quorum is up the waiter the quorum saw first is served first (see
-//!   [`LockSpec::Fair`](redlock_core::LockSpec::Fair) for the bounds: a dead
+//!   [`LockSpec::Fair`] for the bounds: a dead
 //!   waiter, masters that disagree, nothing left behind).
 //! - A release counts once it is heard from more nodes than a failed
 //!   attempt can free while someone else holds a quorum: N - quorum + 1
