@@ -9,9 +9,11 @@
 //! - **hand-over gap**: from a release's reply to the next grant (the lock
 //!   idle between two holders), p50 and p99.
 //!
-//! Two shapes: one client with every task, and several clients with some
+//! Three shapes: one client with every task, several clients with some
 //! tasks each (waiters queue first come, first served inside a client only;
-//! between clients Redlock's race decides).
+//! between clients Redlock's race decides), and the same several clients
+//! with the fair option (`LockOptions::fair`: the masters' queues order the
+//! clients; the goal is a worst wait of at most 3 fair cycles).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -27,6 +29,7 @@ pub(crate) const HOLD: Duration = Duration::from_millis(20);
 pub(crate) struct Fairness {
     pub(crate) clients: usize,
     pub(crate) tasks_per_client: usize,
+    pub(crate) fair: bool,
     pub(crate) grants: Vec<u64>,
     pub(crate) failures: u64,
     pub(crate) worst_wait: Duration,
@@ -60,9 +63,10 @@ impl Fairness {
 
     pub(crate) fn line(&self) -> String {
         format!(
-            "| {} x {} | {} | {} | {:.2} | {:.3} | {} | {} | {} | {} |",
+            "| {} x {}{} | {} | {} | {:.2} | {:.3} | {} | {} | {} | {} |",
             self.clients,
             self.tasks_per_client,
+            if self.fair { ", fair" } else { "" },
             self.grants.iter().sum::<u64>(),
             ms(self.worst_wait.as_secs_f64() * 1e6),
             self.worst_over_cycle(),
@@ -94,6 +98,7 @@ pub(crate) async fn run(
     urls: &[String],
     clients: usize,
     tasks_per_client: usize,
+    fair: bool,
     duration: Duration,
     key: &str,
 ) -> Result<Fairness, String> {
@@ -118,7 +123,9 @@ pub(crate) async fn run(
                 let (mut grants, mut failures) = (0u64, 0u64);
                 let mut worst = Duration::ZERO;
                 let mut waits = Latencies::new();
-                let options = LockOptions::new().wait_at_most(Duration::from_secs(30));
+                let options = LockOptions::new()
+                    .wait_at_most(Duration::from_secs(30))
+                    .fair(fair);
                 while Instant::now() < end {
                     let asked = Instant::now();
                     match redlock.lock_with(&key, options).await {
@@ -159,6 +166,7 @@ pub(crate) async fn run(
     let mut result = Fairness {
         clients,
         tasks_per_client,
+        fair,
         grants: Vec::new(),
         failures: 0,
         worst_wait: Duration::ZERO,

@@ -20,7 +20,8 @@
 //!   `SIGSTOP`, beside a healthy baseline at the same pace (the same idle
 //!   time after each cycle as a paused node costs), measured in the same run;
 //! - (j) fairness, this library only ([`fairness`]): 8 tasks of one client,
-//!   then 4 clients of 2 tasks, on one key, each holding it 20 ms: worst
+//!   then 4 clients of 2 tasks, without and with the fair option, on one
+//!   key, each holding it 20 ms: worst
 //!   wait over the fair cycle, Jain's index of the grants, hand-over gap
 //!   p50/p99. Printed after the tables, not in the report file.
 //!
@@ -476,16 +477,21 @@ fn run(args: &Args) -> Result<String, String> {
     }
     let mut fairness = Vec::new();
     if runs('j') {
-        for (clients, tasks) in [(1, 8), (4, 2)] {
+        for (clients, tasks, fair) in [(1, 8, false), (4, 2, false), (4, 2, true)] {
             progress(&format!(
-                "(j) fairness: {clients} client(s) x {tasks} tasks on one key, {:?}",
+                "(j) fairness: {clients} client(s) x {tasks} tasks on one key{}, {:?}",
+                if fair { ", fair option" } else { "" },
                 plan.fairness
             ));
-            let key = format!("bench-fair-{clients}x{tasks}");
+            let key = format!(
+                "bench-fair-{clients}x{tasks}{}",
+                if fair { "-fair" } else { "" }
+            );
             fairness.push(runtime.block_on(fairness::run(
                 &cluster.urls(),
                 clients,
                 tasks,
+                fair,
                 plan.fairness,
                 &key,
             ))?);

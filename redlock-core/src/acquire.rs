@@ -9,10 +9,10 @@ use rand_core::Rng;
 use crate::machine::{Machine, Notice};
 use crate::quorum::{Round, Tally, remaining, valid_until};
 use crate::retry::{Next, Notices, Retries};
-use crate::wire::interpret;
+use crate::wire::interpret_acquire;
 use crate::{
-    AcquireError, Attempts, Command, ConfigError, Key, Lock, LockKind, LockSpec, LockValue, Reply,
-    Request, Response, RoundId, Settings, Ttl, Votes,
+    AcquireError, Attempts, Command, ConfigError, Key, Lock, LockKind, LockSpec, LockValue,
+    NodeVote, Reply, Request, Response, RoundId, Settings, Ttl, Votes,
 };
 
 /// What an [`Acquisition`] reports, drained with [`Acquisition::poll_event`].
@@ -143,7 +143,27 @@ pub struct Acquisition<R> {
     last_error: Option<AcquireError>,
     /// Release notices since the current attempt started.
     notices: Notices,
+    /// Fair locks: failed attempts in a row that found the key free on some
+    /// master but another waiter's turn there, held by no quorum, and us no
+    /// nearer the head than the attempt before.
+    stalls: u32,
+    /// Fair locks: our place in each master's queue (from 1) as the current
+    /// attempt's answers say, where the key was free but not ours.
+    positions: Vec<Option<u64>>,
+    /// Fair locks: our best place in the last attempt that was told one.
+    best_position: Option<u64>,
 }
+
+/// Fair locks ([`LockSpec::Fair`]): after this many attempts in a row that
+/// failed on a key no quorum held, with some master saying another waiter's
+/// turn and our place in the queues no better than the attempt before, an
+/// acquisition takes the lock by the plain rule until an attempt finds it
+/// held by a quorum or our place improves. The queue does not move then:
+/// the masters' queues disagree (each head is first on too few masters), or
+/// their head died; either way the waiters would wait for nothing. A queue
+/// that moves (each release serves its head, and we come nearer) never
+/// counts, however many releases we wait through.
+pub const FAIR_PATIENCE: u32 = 3;
 
 impl<R: Rng> Acquisition<R> {
     /// Starts the first attempt at `now`. `rng` supplies the lock values and the
@@ -240,6 +260,10 @@ impl<R: Rng> Acquisition<R> {
             *readers_hold_off = Ttl::NONE;
         }
         let fenced = matches!(spec, LockSpec::Fenced(_));
+        let mut rng = rng;
+        if let LockKind::Fair { waiter, .. } = &mut kind {
+            *waiter = LockValue::random(&mut rng, 10).as_str().into();
+        }
         let retries = Retries::new(&settings, attempts, now);
         let notices = Notices::new(&settings, now);
         let mut this = Self {
@@ -258,6 +282,9 @@ impl<R: Rng> Acquisition<R> {
             events: VecDeque::new(),
             last_error: None,
             notices,
+            stalls: 0,
+            positions: Vec::new(),
+            best_position: None,
         };
         this.start_attempt(now, None);
         Ok(this)
@@ -379,6 +406,7 @@ impl<R: Rng> Acquisition<R> {
         };
         self.counters = vec![None; round.nodes().len()];
         self.mark_waiting(&round, &value);
+        self.positions = vec![None; round.nodes().len()];
         self.send_round(&round, &value, command);
         self.state = State::Attempting {
             round,
@@ -509,6 +537,15 @@ impl<R: Rng> Acquisition<R> {
                     else {
                         unreachable!("matched Attempting above");
                     };
+                    if matches!(self.kind, LockKind::Fair { .. }) {
+                        // Our entry is gone where we were granted; the
+                        // others keep it until told.
+                        let deadline = now + self.settings.release_timeout();
+                        let leave = round
+                            .fan_out(&self.keys, &self.kind, &value, Command::Leave, deadline)
+                            .filter(|request| !round.granted(request.node));
+                        self.requests.extend(leave);
+                    }
                     let (votes, fencing_token) = match phase {
                         Phase::Lock => (round.votes(now), None),
                         Phase::Fence {
@@ -567,11 +604,10 @@ impl<R: Rng> Acquisition<R> {
         else {
             return;
         };
-        // Release everywhere, also where the node seemed to say no or timed
-        // out: a reply can be lost after the node set the key.
-        self.queue_releases(&round, &value, now);
+        self.count_stall(&round);
         if error.is_wrong_type() {
             // Permanent: every retry would find the same key.
+            self.queue_releases(&round, &value, now, true);
             self.events.push_back(AcquireEvent::Failed(error));
             return;
         }
@@ -584,9 +620,45 @@ impl<R: Rng> Acquisition<R> {
             &self.settings.retry(),
             &mut self.rng,
         ) {
-            Next::Retry(until) => self.wait_for_retry(error, until, now),
-            Next::OutOfAttempts => self.events.push_back(AcquireEvent::Failed(error)),
+            Next::Retry(until) => {
+                // Release everywhere, also where the node seemed to say no
+                // or timed out: a reply can be lost after the node set the
+                // key. A fair waiter keeps its place in the queues.
+                self.queue_releases(&round, &value, now, false);
+                self.wait_for_retry(error, until, now)
+            }
+            Next::OutOfAttempts => {
+                self.queue_releases(&round, &value, now, true);
+                self.events.push_back(AcquireEvent::Failed(error))
+            }
         }
+    }
+
+    /// Fair locks: counts the attempts that found the key free somewhere
+    /// but another waiter's turn, and no quorum holding it, and switches to
+    /// the plain rule after [`FAIR_PATIENCE`] of them in a row.
+    fn count_stall(&mut self, round: &Round) {
+        let LockKind::Fair { by_queue, .. } = &mut self.kind else {
+            return;
+        };
+        // A fair acquire's "held by another" carries the holder's value;
+        // without one, the key was free and another waiter was first.
+        let held = round.count(|vote| matches!(vote, NodeVote::HeldByOther(Some(_))));
+        let queued = round.count(|vote| matches!(vote, NodeVote::HeldByOther(None)));
+        let best = self.positions.iter().flatten().min().copied();
+        let nearer = match (best, self.best_position) {
+            (Some(now), Some(before)) => now < before,
+            _ => false,
+        };
+        if best.is_some() {
+            self.best_position = best;
+        }
+        if held >= self.settings.quorum() || nearer {
+            self.stalls = 0;
+        } else if queued > 0 {
+            self.stalls = self.stalls.saturating_add(1);
+        }
+        *by_queue = self.stalls < FAIR_PATIENCE || planted!(FairNeverFallsBack);
     }
 
     fn wait_for_retry(&mut self, error: AcquireError, until: Instant, now: Instant) {
@@ -607,11 +679,7 @@ impl<R: Rng> Acquisition<R> {
     }
 
     fn give_up_at_deadline(&mut self, now: Instant) {
-        if let State::Attempting { round, value, .. } =
-            std::mem::replace(&mut self.state, State::Done)
-        {
-            self.queue_releases(&round, &value, now);
-        }
+        self.leave(now);
         let error = self.deadline_error();
         self.events.push_back(AcquireEvent::Failed(error));
     }
@@ -624,11 +692,49 @@ impl<R: Rng> Acquisition<R> {
         }
     }
 
-    fn queue_releases(&mut self, round: &Round, value: &LockValue, now: Instant) {
+    /// Ends the acquisition without a lock: withdraws the attempt in flight
+    /// (if any) on every node and, for a fair lock, leaves every queue.
+    fn leave(&mut self, now: Instant) {
+        match std::mem::replace(&mut self.state, State::Done) {
+            State::Attempting { round, value, .. } => {
+                self.queue_releases(&round, &value, now, true);
+            }
+            State::Waiting { .. } if matches!(self.kind, LockKind::Fair { .. }) => {
+                // Between attempts nothing of ours is set, but our entries
+                // wait in the queues.
+                let round = Round::new(
+                    RoundId(self.rng.next_u64()),
+                    &self.settings,
+                    now,
+                    self.settings.release_timeout(),
+                );
+                let value = LockValue::random(&mut self.rng, self.settings.value_len());
+                self.queue_leave(&round, &value, now);
+            }
+            State::Waiting { .. } | State::Done => {}
+        }
+    }
+
+    /// Withdraws what the attempt of `round` may have set; `last`: the
+    /// acquisition ends, and a fair waiter leaves the queues too.
+    fn queue_releases(&mut self, round: &Round, value: &LockValue, now: Instant, last: bool) {
         let deadline = now + self.settings.release_timeout();
         let requests = round.fan_out(&self.keys, &self.kind, value, Command::Withdraw, deadline);
         let requests =
             requests.filter(|r| !(planted!(ReleaseSkipsTimedOut) && round.timed_out(r.node)));
+        self.requests.extend(requests);
+        if last {
+            self.queue_leave(round, value, now);
+        }
+    }
+
+    /// A fair acquisition that ends without the lock leaves every queue.
+    fn queue_leave(&mut self, round: &Round, value: &LockValue, now: Instant) {
+        if !matches!(self.kind, LockKind::Fair { .. }) || planted!(FairLeaveForgotten) {
+            return;
+        }
+        let deadline = now + self.settings.release_timeout();
+        let requests = round.fan_out(&self.keys, &self.kind, value, Command::Leave, deadline);
         self.requests.extend(requests);
     }
 }
@@ -675,6 +781,13 @@ impl<R: Rng> Machine for Acquisition<R> {
             Phase::Lock => Command::Acquire { ttl: self.ttl },
             Phase::Fence { token, .. } => Command::StoreToken { token: *token },
         };
+        let position = match (&self.kind, &reply.result) {
+            (LockKind::Fair { .. }, Ok(Response::Array(items))) => match items.as_slice() {
+                [Response::Int(0), Response::Int(position)] => u64::try_from(*position).ok(),
+                _ => None,
+            },
+            _ => None,
+        };
         let counter = match (&command, &reply.result) {
             (Command::AcquireFenced { .. }, Ok(Response::Array(items))) => match items.as_slice() {
                 [Response::Int(1), Response::Int(counter)] => u64::try_from(*counter).ok(),
@@ -682,10 +795,13 @@ impl<R: Rng> Machine for Acquisition<R> {
             },
             _ => None,
         };
-        let vote = interpret(command, reply.native, reply.result);
+        let vote = interpret_acquire(&self.kind, command, reply.native, reply.result);
         if round.record(reply.round, reply.node, vote) {
             if let Some(slot) = self.counters.get_mut(reply.node.0) {
                 *slot = counter;
+            }
+            if let Some(slot) = self.positions.get_mut(reply.node.0) {
+                *slot = position;
             }
             self.decide(now);
         }
@@ -750,10 +866,6 @@ impl<R: Rng> Machine for Acquisition<R> {
     /// Queues a release of the attempt in flight (if any) on every node and
     /// ends with no event: an attempt in flight may already hold some nodes.
     fn abandon(&mut self, now: Instant) {
-        if let State::Attempting { round, value, .. } =
-            std::mem::replace(&mut self.state, State::Done)
-        {
-            self.queue_releases(&round, &value, now);
-        }
+        self.leave(now);
     }
 }

@@ -303,11 +303,42 @@ impl Settings {
     ) -> Result<crate::LockSpec<'a>, ConfigError> {
         use crate::LockSpec;
         Ok(match (spec, asked) {
+            (LockSpec::Fair(_), Some(true)) => return Err(ConfigError::FairUnsupported),
             (LockSpec::Exclusive(resource), Some(true)) => LockSpec::Fenced(resource),
             (LockSpec::Exclusive(resource), None) if self.fencing => LockSpec::Fenced(resource),
             (LockSpec::Fenced(resource), Some(false)) => LockSpec::Exclusive(resource),
             (LockSpec::Exclusive(_) | LockSpec::Fenced(_), _) | (_, None | Some(false)) => spec,
             (_, Some(true)) => return Err(ConfigError::FencingUnsupported),
+        })
+    }
+
+    /// The lock `spec` becomes once the fairness choice is made (`fair`: the
+    /// call's `LockOptions::fair`): an exclusive lock asked to be fair
+    /// becomes [`LockSpec::Fair`](crate::LockSpec::Fair); fairness on any
+    /// other kind is [`ConfigError::FairUnsupported`]. Made before
+    /// [`fencing_choice`](Self::fencing_choice), which refuses fencing on a
+    /// fair lock.
+    ///
+    /// ```
+    /// use redlock_core::{Config, ConfigError, LockSpec};
+    ///
+    /// let settings = Config::new(["a"]).validate()?;
+    /// assert_eq!(settings.fair_choice(LockSpec::Exclusive(b"r"), true)?, LockSpec::Fair(b"r"));
+    /// assert_eq!(settings.fair_choice(LockSpec::Read(b"r"), false)?, LockSpec::Read(b"r"));
+    /// assert!(settings.fair_choice(LockSpec::Read(b"r"), true).is_err());
+    /// assert!(settings.fencing_choice(LockSpec::Fair(b"r"), Some(true)).is_err());
+    /// # Ok::<(), ConfigError>(())
+    /// ```
+    pub fn fair_choice<'a>(
+        &self,
+        spec: crate::LockSpec<'a>,
+        fair: bool,
+    ) -> Result<crate::LockSpec<'a>, ConfigError> {
+        use crate::LockSpec;
+        Ok(match (spec, fair) {
+            (_, false) | (LockSpec::Fair(_), true) => spec,
+            (LockSpec::Exclusive(resource), true) => LockSpec::Fair(resource),
+            (_, true) => return Err(ConfigError::FairUnsupported),
         })
     }
 
@@ -487,6 +518,28 @@ impl Settings {
                     vec![self.key(resource)].into(),
                     LockKind::Reentrant {
                         owner: owner.into(),
+                    },
+                )
+            }
+            LockSpec::Fair(resource) => {
+                let key = self.key(resource);
+                let keys = vec![key.derived(b"\0queue"), key.derived(b"\0queue-expiry")];
+                let keys: std::sync::Arc<[crate::Key]> = std::iter::once(key).chain(keys).collect();
+                // Renewed by every attempt: two retry delays and two
+                // round trips cover the next one; a dead waiter's entry
+                // dies then, and never outlives the lock's own TTL.
+                let node_timeout = self.node_timeout_for(ttl);
+                let entry = (self.retry.delay + self.retry.jitter + node_timeout) * 2;
+                let millis = u64::try_from(entry.as_millis())
+                    .unwrap_or(MAX_TTL_MS)
+                    .clamp(1, ttl.as_millis());
+                (
+                    keys,
+                    LockKind::Fair {
+                        // Drawn by the acquisition, from its RNG.
+                        waiter: "".into(),
+                        entry: Ttl(millis),
+                        by_queue: true,
                     },
                 )
             }

@@ -121,6 +121,12 @@ pub enum ConfigError {
         "fencing tokens exist for exclusive locks only, not for read, write, reentrant or multi-resource locks"
     )]
     FencingUnsupported,
+    /// Fairness ([`LockSpec::Fair`](crate::LockSpec::Fair)) was asked for a
+    /// lock that is not a plain exclusive one, or with a fencing token.
+    #[error(
+        "fair waiting exists for exclusive locks without a fencing token only, not for fenced, read, write, reentrant or multi-resource locks"
+    )]
+    FairUnsupported,
     /// A multi-resource lock names no resource.
     #[error("a multi-resource lock needs at least one resource")]
     NoResources,

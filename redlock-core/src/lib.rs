@@ -145,7 +145,7 @@ mod status;
 mod types;
 mod wire;
 
-pub use acquire::{AcquireEvent, Acquisition};
+pub use acquire::{AcquireEvent, Acquisition, FAIR_PATIENCE};
 pub use config::{Config, RetryConfig, Settings};
 pub use error::{AcquireError, ConfigError, ExtendError};
 pub use extend::{Extended, Extension};

@@ -30,16 +30,26 @@ pub enum Bug {
     /// that answered, not from those that timed out (whose set may have
     /// happened, with the answer lost).
     ReleaseSkipsTimedOut,
+    /// A fair acquisition never falls back on the plain rule: masters whose
+    /// queues disagree on the head (or whose head died) keep every waiter
+    /// waiting.
+    FairNeverFallsBack,
+    /// A fair acquisition that ends without the lock withdraws its attempt
+    /// but keeps its place in the queues: its entry holds the others back
+    /// until it expires.
+    FairLeaveForgotten,
 }
 
 impl Bug {
     /// Every bug, in a fixed order.
-    pub const ALL: [Bug; 5] = [
+    pub const ALL: [Bug; 7] = [
         Bug::ValidityFromDecisionTime,
         Bug::QuorumHalf,
         Bug::DuplicateVoteCounted,
         Bug::ExtendMissingAsOurs,
         Bug::ReleaseSkipsTimedOut,
+        Bug::FairNeverFallsBack,
+        Bug::FairLeaveForgotten,
     ];
 }
 

@@ -272,6 +272,36 @@ pub enum LockSpec<'a> {
     /// Each resource's key is an ordinary exclusive lock key, so a
     /// multi-resource lock excludes single locks on any of its resources.
     Multi(&'a [&'a [u8]]),
+    /// An exclusive lock whose waiters are served first come, first served
+    /// across processes, while a quorum of masters is up.
+    ///
+    /// Each master keeps a queue of waiter ids next to the key
+    /// (`{<key>}\0queue`, in the order the master first saw each waiter,
+    /// and `{<key>}\0queue-expiry`, both in the key's hash slot); its
+    /// acquire script ([`scripts::FAIR_ACQUIRE`](crate::scripts::FAIR_ACQUIRE))
+    /// grants a free key only to the head of the live queue and otherwise
+    /// adds or renews the caller's entry. So while a quorum is up, the lock
+    /// goes to the waiter the quorum saw first.
+    ///
+    /// - **A dead waiter** holds the queue at most until its entry expires:
+    ///   each attempt renews it for two retry delays and two per-node
+    ///   timeouts, never longer than the lock's TTL.
+    /// - **Masters that disagree** on the order (a waiter first on some,
+    ///   another first on others) cannot deadlock it: an acquisition whose
+    ///   attempts keep failing on a key that no quorum holds, with some
+    ///   master saying "another waiter's turn" and its place in the queues
+    ///   no better than before, takes the lock by the plain rule after
+    ///   [`FAIR_PATIENCE`](crate::FAIR_PATIENCE) such attempts in a row
+    ///   (until an attempt finds the lock held by a quorum, or its place
+    ///   improves).
+    /// - **Nothing stays behind**: an acquisition that ends (got the lock,
+    ///   gave up, was abandoned) leaves every queue
+    ///   ([`Command::Leave`](crate::Command::Leave)); an emptied queue key is
+    ///   gone.
+    ///
+    /// Fair locks exclude each other; they do not wait in line with plain
+    /// exclusive locks of the same resource (those ignore the queue).
+    Fair(&'a [u8]),
 }
 
 /// A TTL checked against the settings: whole milliseconds, positive validity

@@ -65,7 +65,12 @@ impl Request {
             (LockKind::Multi, Acquire { .. }) => scripts::MULTI_ACQUIRE,
             (LockKind::Multi, Extend { .. } | Restore { .. }) => scripts::MULTI_EXTEND,
             (LockKind::Multi, Release | Withdraw) => scripts::MULTI_RELEASE,
+            (LockKind::Fair { .. }, Acquire { .. }) => scripts::FAIR_ACQUIRE,
+            (LockKind::Fair { .. }, Extend { .. } | Restore { .. }) => scripts::EXTEND,
+            (LockKind::Fair { .. }, Release | Withdraw | Leave) => scripts::FAIR_RELEASE,
             (_, Inspect) => scripts::INSPECT,
+            // Only a fair lock has a place in a queue to leave.
+            (_, Leave) => scripts::RELEASE,
         }
     }
 
@@ -73,7 +78,12 @@ impl Request {
     /// fencing token, or for a release whether to publish a release notice:
     /// `1` for [`Command::Release`], `0` for [`Command::Withdraw`]); then, for
     /// a write lock's acquire, how long readers are held off, and for a
-    /// reentrant lock, the owner; last, for an extend script, whether it may
+    /// reentrant lock, the owner, and for a fair lock's acquire and release
+    /// its waiter id, then (acquire) how long its queue entry lives and
+    /// whether it waits for its turn (`1`) or takes the lock by the plain rule
+    /// (`0`), or (release) `0` to keep its place in the queue (a withdraw),
+    /// `1` to leave it (a release), `2` to leave it without touching the
+    /// lock key ([`Command::Leave`]); last, for an extend script, whether it may
     /// set a missing lock again: `1` for [`Command::Restore`], `0` for
     /// [`Command::Extend`].
     pub fn arguments(&self) -> impl Iterator<Item = Argument<'_>> {
@@ -85,7 +95,7 @@ impl Request {
             | Command::MarkWaiting { ttl } => Some(ttl.as_millis()),
             Command::StoreToken { token } => Some(token),
             Command::Release => Some(1),
-            Command::Withdraw => Some(0),
+            Command::Withdraw | Command::Leave => Some(0),
             Command::Inspect => None,
         };
         let third = match (&self.kind, self.command) {
@@ -105,9 +115,41 @@ impl Request {
             Command::Restore { .. } => Some(Argument::Int(1)),
             _ => None,
         };
+        // A fair lock's waiter id and what goes with it.
+        let (waiter, fair) = match (&self.kind, self.command) {
+            (
+                LockKind::Fair {
+                    waiter,
+                    entry,
+                    by_queue,
+                },
+                Command::Acquire { .. },
+            ) => (
+                Some(Argument::Bytes(waiter.as_bytes())),
+                [
+                    Some(Argument::Int(entry.as_millis())),
+                    Some(Argument::Int(u64::from(*by_queue))),
+                ],
+            ),
+            (LockKind::Fair { waiter, .. }, Command::Release) => (
+                Some(Argument::Bytes(waiter.as_bytes())),
+                [Some(Argument::Int(1)), None],
+            ),
+            (LockKind::Fair { waiter, .. }, Command::Leave) => (
+                Some(Argument::Bytes(waiter.as_bytes())),
+                [Some(Argument::Int(2)), None],
+            ),
+            (LockKind::Fair { waiter, .. }, Command::Withdraw) => (
+                Some(Argument::Bytes(waiter.as_bytes())),
+                [Some(Argument::Int(0)), None],
+            ),
+            _ => (None, [None, None]),
+        };
         std::iter::once(Argument::Bytes(self.value.as_bytes()))
             .chain(second)
             .chain(third)
+            .chain(waiter)
+            .chain(fair.into_iter().flatten())
             .chain(restore)
     }
 }
@@ -142,6 +184,20 @@ pub enum LockKind {
     },
     /// All of several resources at once, or none.
     Multi,
+    /// One holder at a time, served in the order the masters' queues saw
+    /// the waiters (see [`LockSpec::Fair`](crate::LockSpec::Fair)).
+    Fair {
+        /// This acquisition's place in the queues: random, drawn once per
+        /// acquisition (its lock values change with each attempt).
+        waiter: Arc<str>,
+        /// How long a queue entry lives unless the waiter's next attempt
+        /// renews it: a waiter that died holds the queue no longer.
+        entry: Ttl,
+        /// `true`: the lock is granted on a master only to the head of its
+        /// queue; `false`: by the plain rule (free: granted), the bounded
+        /// fall-back of a waiter the masters' queues could not agree on.
+        by_queue: bool,
+    },
 }
 
 impl LockKind {
@@ -153,6 +209,7 @@ impl LockKind {
             LockKind::Write { .. } => "write",
             LockKind::Reentrant { .. } => "reentrant",
             LockKind::Multi => "multi",
+            LockKind::Fair { .. } => "fair",
         }
     }
 }
@@ -190,6 +247,13 @@ pub enum Command {
     /// release notice: nobody held the lock, so waking waiters would only
     /// start a storm of attempts that fail while the real holder holds on.
     Withdraw,
+    /// A fair lock only: leave the masters' queues, without touching the
+    /// lock key ([`scripts::FAIR_RELEASE`]), when an acquisition ends: it
+    /// won and leaves the queues of the masters that did not grant, or it
+    /// failed or was abandoned (after the [`Withdraw`](Self::Withdraw) of
+    /// its attempt, if one was in flight). A [`NodeVote::Granted`] when our
+    /// entry was there, [`NodeVote::Missing`] when not.
+    Leave,
     /// Set the key to our value if absent and read the node's fencing counter
     /// ([`scripts::ACQUIRE_FENCED`]).
     AcquireFenced {
@@ -228,6 +292,7 @@ impl Command {
             | Command::Restore { ttl } => Some(*ttl),
             Command::Release
             | Command::Withdraw
+            | Command::Leave
             | Command::StoreToken { .. }
             | Command::Inspect
             | Command::MarkWaiting { .. } => None,
@@ -241,7 +306,7 @@ impl Command {
     /// Any other command may be dropped unsent once its deadline has passed
     /// (a vote that no longer counts).
     pub fn must_arrive(&self) -> bool {
-        matches!(self, Command::Release | Command::Withdraw)
+        matches!(self, Command::Release | Command::Withdraw | Command::Leave)
     }
 
     /// A short name for logs: `acquire`, `extend`, `release`.
@@ -252,6 +317,7 @@ impl Command {
             Command::Restore { .. } => "restore",
             Command::Release => "release",
             Command::Withdraw => "withdraw",
+            Command::Leave => "leave",
             Command::AcquireFenced { .. } => "acquire (fenced)",
             Command::StoreToken { .. } => "store token",
             Command::Inspect => "inspect",
@@ -506,12 +572,20 @@ pub(crate) fn interpret(
         (Command::Extend { .. }, Response::Int(-1)) => Some(NodeVote::Missing),
         (Command::Restore { .. }, Response::Int(2)) => Some(NodeVote::Restored),
         (
-            Command::Extend { .. } | Command::Restore { .. } | Command::Release | Command::Withdraw,
+            Command::Extend { .. }
+            | Command::Restore { .. }
+            | Command::Release
+            | Command::Withdraw
+            | Command::Leave,
             Response::Int(0),
         ) => Some(NodeVote::HeldByOther(None)),
         // 2: released, but the server refused the notice (PUBLISH).
-        (Command::Release | Command::Withdraw, Response::Int(1 | 2)) => Some(NodeVote::Granted),
-        (Command::Release | Command::Withdraw, Response::Int(-1)) => Some(NodeVote::Missing),
+        (Command::Release | Command::Withdraw | Command::Leave, Response::Int(1 | 2)) => {
+            Some(NodeVote::Granted)
+        }
+        (Command::Release | Command::Withdraw | Command::Leave, Response::Int(-1)) => {
+            Some(NodeVote::Missing)
+        }
         _ => None,
     };
     vote.unwrap_or_else(|| {
@@ -523,6 +597,23 @@ pub(crate) fn interpret(
             ),
         ))
     })
+}
+
+/// As [`interpret`], for an acquire of a lock of `kind`: a fair acquire
+/// may also answer that the key is free but another waiter is ahead of us
+/// in the master's queue (`{0, position}`, from 1), a no without a holder.
+pub(crate) fn interpret_acquire(
+    kind: &LockKind,
+    command: Command,
+    native: Option<Native>,
+    result: Result<Response, NodeError>,
+) -> NodeVote {
+    match (kind, command, native, &result) {
+        (LockKind::Fair { .. }, Command::Acquire { .. }, None, Ok(Response::Array(items))) if matches!(items.as_slice(), [Response::Int(0), Response::Int(p)] if *p >= 1) => {
+            NodeVote::HeldByOther(None)
+        }
+        _ => interpret(command, native, result),
+    }
 }
 
 /// As [`interpret`], for an extend, whose plain command answers with the

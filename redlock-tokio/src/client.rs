@@ -467,8 +467,9 @@ impl Redlock {
         // Reported once, whatever happens below: a `?` before the first
         // attempt is a `config` outcome, a drop after it a `cancelled` one.
         let mut report = metrics::Acquire::start(metrics::Kind::of_spec(&spec), now);
-        // The core's choices: fencing, and (in `with_spec`) the refusal of
-        // keys in different hash slots on a cluster node.
+        // The core's choices: fairness, fencing, and (in `with_spec`) the
+        // refusal of keys in different hash slots on a cluster node.
+        let spec = settings.fair_choice(spec, options.fair)?;
         let spec = settings.fencing_choice(spec, options.fencing)?;
         let attempts = options.attempts;
         let ttl = match options.ttl {
@@ -494,7 +495,8 @@ impl Redlock {
             | LockSpec::Fenced(resource)
             | LockSpec::Read(resource)
             | LockSpec::Write(resource)
-            | LockSpec::Reentrant { resource, .. } => resource.into(),
+            | LockSpec::Reentrant { resource, .. }
+            | LockSpec::Fair(resource) => resource.into(),
             LockSpec::Multi(resources) => resources.first().copied().unwrap_or_default().into(),
             _ => acquisition.key().as_bytes().into(),
         };

@@ -273,6 +273,12 @@
 //!   comes last. `try_lock` never queues. Between clients the fastest
 //!   attempt to a quorum still wins, and every waiter keeps its timed
 //!   retries as the backstop, which can also win a race.
+//! - **First come, first served across clients, as an option**:
+//!   [`LockOptions::fair`] keeps a queue of waiters on every master, and a
+//!   master grants a free key only to the head of its queue, so while a
+//!   quorum is up the waiter the quorum saw first is served first (see
+//!   [`LockSpec::Fair`] for the bounds: a dead
+//!   waiter, masters that disagree, nothing left behind).
 //! - A release counts once it is heard from more nodes than a failed
 //!   attempt can free while someone else holds a quorum: N - quorum + 1
 //!   (2 of 3, 3 of 5). Failed attempts clean up with the same release

@@ -13,6 +13,7 @@ pub struct LockOptions {
     pub(crate) ttl: Option<Duration>,
     pub(crate) fencing: Option<bool>,
     pub(crate) attempts: Attempts,
+    pub(crate) fair: bool,
 }
 
 impl Default for LockOptions {
@@ -30,6 +31,7 @@ impl LockOptions {
             ttl: None,
             fencing: None,
             attempts: Attempts::Retry,
+            fair: false,
         }
     }
 
@@ -45,6 +47,39 @@ impl LockOptions {
     /// trip per node and keeps a counter key per resource on every node.
     pub fn fencing(mut self, fencing: bool) -> Self {
         self.fencing = Some(fencing);
+        self
+    }
+
+    /// Whether waiters of this lock are served first come, first served
+    /// across processes (default `false`): a fair lock
+    /// ([`LockSpec::Fair`](crate::LockSpec::Fair)). Each master keeps a queue of
+    /// the waiters next to the key and grants a free key only to the head
+    /// of its queue, so while a quorum of masters is up the lock goes to
+    /// the waiter the quorum saw first. A dead waiter holds the queue at
+    /// most until its entry expires (two retry delays and two per-node
+    /// timeouts, never more than the TTL), and masters that disagree on the
+    /// order fall back on the plain rule after
+    /// [`FAIR_PATIENCE`](redlock_core::FAIR_PATIENCE) attempts. Every
+    /// client of the resource must ask for it: a plain lock does not wait in
+    /// line.
+    ///
+    /// For an exclusive lock without a fencing token: with
+    /// [`fencing(true)`](Self::fencing), or through
+    /// [`Redlock::lock_spec`] for another kind, the call fails with
+    /// [`ConfigError::FairUnsupported`](crate::ConfigError::FairUnsupported)
+    /// (the client's default fencing does not apply to a fair lock).
+    ///
+    /// ```no_run
+    /// # async fn demo(redlock: redlock_tokio::Redlock) -> Result<(), redlock_tokio::Error> {
+    /// use redlock_tokio::LockOptions;
+    ///
+    /// let guard = redlock.lock_with("printer", LockOptions::new().fair(true)).await?;
+    /// // ... print ...
+    /// guard.release().await;
+    /// # Ok(()) }
+    /// ```
+    pub fn fair(mut self, fair: bool) -> Self {
+        self.fair = fair;
         self
     }
 

@@ -50,6 +50,9 @@ fn workload(extend_script: Option<&'static str>) -> Result<usize, String> {
             ttl: Duration::from_secs(60),
             retry: redlock_core::RetryConfig {
                 count: 0,
+                // Fair queue entries then live a whole TTL: none expires
+                // between the model's clock and the server's.
+                delay: Duration::from_secs(30),
                 ..Default::default()
             },
             ..Default::default()
@@ -67,8 +70,44 @@ fn workload(extend_script: Option<&'static str>) -> Result<usize, String> {
     for seed in 0..10 {
         let mut rng = StdRng::seed_from_u64(seed);
         let mut held: Vec<Lock> = Vec::new();
+        // Fair acquisitions between attempts: their entries wait in the
+        // queue while other steps run.
+        let mut waiting: Vec<Acquisition<StdRng>> = Vec::new();
         for _ in 0..STEPS {
-            match rng.random_range(0..12) {
+            match rng.random_range(0..14) {
+                12 => {
+                    let resource = ["r1", "r2"][rng.random_range(0..2)].as_bytes();
+                    let mut acquisition = Acquisition::with_spec(
+                        Arc::clone(&settings),
+                        LockSpec::Fair(resource),
+                        settings.default_ttl(),
+                        Attempts::Within(Duration::from_secs(3_600)),
+                        Instant::now(),
+                        StdRng::seed_from_u64(rng.next_u64()),
+                    )
+                    .unwrap();
+                    match pair.step(&mut acquisition)? {
+                        Some(lock) => held.push(lock),
+                        None => waiting.push(acquisition),
+                    }
+                }
+                13 if !waiting.is_empty() => {
+                    let at = rng.random_range(0..waiting.len());
+                    let mut acquisition = waiting.swap_remove(at);
+                    if rng.random_bool(0.3) {
+                        // Gives up: leaves the queue.
+                        acquisition.abandon(Instant::now());
+                        pair.step(&mut acquisition)?;
+                        continue;
+                    }
+                    // Its next attempt, now.
+                    let at = acquisition.poll_timeout().expect("still waiting");
+                    acquisition.handle_timeout(at);
+                    match pair.step(&mut acquisition)? {
+                        Some(lock) => held.push(lock),
+                        None => waiting.push(acquisition),
+                    }
+                }
                 0..5 => {
                     let spec_rng = StdRng::seed_from_u64(rng.next_u64());
                     if let Some(lock) = pair.acquire(&settings, &mut rng, spec_rng)? {
@@ -98,7 +137,7 @@ fn workload(extend_script: Option<&'static str>) -> Result<usize, String> {
                         lock.apply(&extended);
                     }
                 }
-                7..9 if !held.is_empty() => {
+                7 | 8 if !held.is_empty() => {
                     let at = rng.random_range(0..held.len());
                     let mut lock = held.swap_remove(at);
                     let mut release = lock.release(Instant::now());
@@ -205,6 +244,28 @@ impl Pair {
         match self.drive(&mut acquisition)? {
             AcquireEvent::Acquired(lock) => Ok(Some(lock)),
             _ => Ok(None),
+        }
+    }
+
+    /// Sends what a fair acquisition queued (an attempt, or the leaves at
+    /// its end) to both, and its lock if it won.
+    fn step(&mut self, acquisition: &mut Acquisition<StdRng>) -> Result<Option<Lock>, String> {
+        let mut lock = None;
+        loop {
+            let mut sent = false;
+            while let Some(request) = acquisition.poll_request() {
+                sent = true;
+                let answer = self.run(&request)?;
+                acquisition.handle_reply(Reply::to(&request, Ok(answer)), Instant::now());
+            }
+            while let Some(event) = acquisition.poll_event() {
+                if let AcquireEvent::Acquired(won) = event {
+                    lock = Some(won);
+                }
+            }
+            if !sent {
+                return Ok(lock);
+            }
         }
     }
 

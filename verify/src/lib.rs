@@ -1409,6 +1409,9 @@ pub mod configurations {
         };
         Bug::ALL
             .iter()
+            // Fair locks are not in this model yet: their planted bugs are
+            // caught by `redlock-core/tests/fair_queue.rs`.
+            .filter(|bug| !matches!(bug, Bug::FairNeverFallsBack | Bug::FairLeaveForgotten))
             .map(|&bug| {
                 let setup = match bug {
                     // The decision must come later than the round's start.

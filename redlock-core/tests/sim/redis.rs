@@ -152,6 +152,35 @@ impl Store {
         );
     }
 
+    /// A sorted set as it is (no member removed) and when its key expires
+    /// (node microseconds): the fair lock's queue keys.
+    fn zset(&mut self, key: &[u8], clock: f64) -> (BTreeMap<Vec<u8>, f64>, f64) {
+        match self.live(key, clock) {
+            Some(Entry {
+                val: Val::ZSet(set),
+                expires,
+            }) => (set.clone(), *expires),
+            Some(_) => panic!("queue key of another type"),
+            None => (BTreeMap::new(), f64::INFINITY),
+        }
+    }
+
+    /// Stores a sorted set with its key's expiry; an empty one is gone, as
+    /// in Redis.
+    fn put_zset(&mut self, key: &[u8], set: BTreeMap<Vec<u8>, f64>, expires: f64) {
+        if set.is_empty() {
+            self.data.remove(key);
+            return;
+        }
+        self.data.insert(
+            key.to_vec(),
+            Entry {
+                val: Val::ZSet(set),
+                expires,
+            },
+        );
+    }
+
     pub fn counter(&mut self, key: &[u8], clock: f64) -> u64 {
         self.get_str(key, clock)
             .map_or(0, |v| std::str::from_utf8(&v).unwrap().parse().unwrap())
@@ -236,20 +265,21 @@ impl Store {
                     Response::Int(1)
                 }
             },
-            (LockKind::Exclusive, Command::Extend { ttl } | Command::Restore { ttl }) => {
-                match self.get_str(keys[0], clock) {
-                    Some(held) if held == ours => {
-                        self.pexpire(keys[0], clock, ttl.as_millis());
-                        Response::Int(1)
-                    }
-                    Some(_) => Response::Int(0),
-                    None if !restore => Response::Int(-1),
-                    None => {
-                        self.set_str(keys[0], ours, clock, ttl.as_millis());
-                        Response::Int(2)
-                    }
+            (
+                LockKind::Exclusive | LockKind::Fair { .. },
+                Command::Extend { ttl } | Command::Restore { ttl },
+            ) => match self.get_str(keys[0], clock) {
+                Some(held) if held == ours => {
+                    self.pexpire(keys[0], clock, ttl.as_millis());
+                    Response::Int(1)
                 }
-            }
+                Some(_) => Response::Int(0),
+                None if !restore => Response::Int(-1),
+                None => {
+                    self.set_str(keys[0], ours, clock, ttl.as_millis());
+                    Response::Int(2)
+                }
+            },
             // `MARK_WAITING`: the mark's TTL only ever grows.
             (_, Command::MarkWaiting { ttl }) => {
                 let ms = ttl.as_millis();
@@ -424,6 +454,82 @@ impl Store {
                     Response::Int(pttl),
                     counter,
                 ])
+            }
+            (
+                LockKind::Fair {
+                    waiter,
+                    entry,
+                    by_queue,
+                },
+                Command::Acquire { ttl },
+            ) => {
+                let waiter = waiter.as_bytes();
+                let held = self.get_str(keys[0], clock);
+                let (mut order, order_expires) = self.zset(keys[1], clock);
+                let (mut expiry, expiry_expires) = self.zset(keys[2], clock);
+                let dead: Vec<Vec<u8>> = expiry
+                    .iter()
+                    .filter(|(_, score)| **score <= now_ms)
+                    .map(|(member, _)| member.clone())
+                    .collect();
+                for member in &dead {
+                    order.remove(member);
+                    expiry.remove(member);
+                }
+                let head = order
+                    .iter()
+                    .min_by(|a, b| a.1.total_cmp(b.1).then_with(|| a.0.cmp(b.0)))
+                    .map(|(member, _)| member.clone());
+                if held.is_none()
+                    && (!*by_queue || head.is_none() || head.as_deref() == Some(waiter))
+                {
+                    self.set_str(keys[0], ours, clock, ttl.as_millis());
+                    order.remove(waiter);
+                    expiry.remove(waiter);
+                    self.put_zset(keys[1], order, order_expires);
+                    self.put_zset(keys[2], expiry, expiry_expires);
+                    return Response::Int(1);
+                }
+                let tail = order.values().cloned().fold(0.0, f64::max);
+                order.entry(waiter.to_vec()).or_insert(tail + 1.0);
+                expiry.insert(waiter.to_vec(), now_ms + entry.as_millis() as f64);
+                let last = expiry.values().cloned().fold(f64::MIN, f64::max) * MS;
+                let mut ranked: Vec<(&Vec<u8>, &f64)> = order.iter().collect();
+                ranked.sort_by(|a, b| a.1.total_cmp(b.1).then_with(|| a.0.cmp(b.0)));
+                let position = ranked.iter().position(|(m, _)| m.as_slice() == waiter);
+                let position = position.expect("just added") as i64 + 1;
+                self.put_zset(keys[1], order, last);
+                self.put_zset(keys[2], expiry, last);
+                match held {
+                    Some(held) => Response::Data(held),
+                    None => Response::Array(vec![Response::Int(0), Response::Int(position)]),
+                }
+            }
+            (
+                LockKind::Fair { waiter, .. },
+                command @ (Command::Release | Command::Withdraw | Command::Leave),
+            ) => {
+                let mut left = false;
+                if command != Command::Withdraw {
+                    for key in &keys[1..3] {
+                        let (mut set, expires) = self.zset(key, clock);
+                        // The script answers by the order key's ZREM.
+                        let removed = set.remove(waiter.as_bytes()).is_some();
+                        left = left || (removed && *key == keys[1]);
+                        self.put_zset(key, set, expires);
+                    }
+                }
+                if command == Command::Leave {
+                    return Response::Int(if left { 1 } else { -1 });
+                }
+                match self.get_str(keys[0], clock) {
+                    Some(held) if held == ours => {
+                        self.del(keys[0]);
+                        Response::Int(1)
+                    }
+                    Some(_) => Response::Int(0),
+                    None => Response::Int(-1),
+                }
             }
             (kind, command) => panic!("the simulation does not know {command:?} on {kind:?}"),
         }
