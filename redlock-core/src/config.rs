@@ -457,6 +457,33 @@ impl Settings {
         key.derived(b"\0waiters")
     }
 
+    /// The keys a release of a lock with `keys` sends: an exclusive lock's
+    /// release with a notice publishes only for a waiter that announced
+    /// itself ([`scripts::RELEASE_IF_WAITED`](crate::scripts::RELEASE_IF_WAITED)),
+    /// so it reads the waiters mark, not the fencing counter a fenced lock
+    /// carries. Where the mark cannot share the lock key's hash slot (a
+    /// name with a `}` and no hash tag, on a cluster node) the release
+    /// sends the lock key alone, and the script then always publishes.
+    /// Every release of a held lock goes through here: its own release and
+    /// the clean-up of an extension that found it gone.
+    pub(crate) fn release_keys(
+        &self,
+        keys: std::sync::Arc<[crate::Key]>,
+        kind: &crate::LockKind,
+        command: crate::Command,
+    ) -> std::sync::Arc<[crate::Key]> {
+        if *kind != crate::LockKind::Exclusive || command != crate::Command::Release {
+            return keys;
+        }
+        let key = keys[0].clone();
+        let mark = self.waiters_key(&key);
+        if mark.slot() == key.slot() {
+            std::sync::Arc::from([key, mark])
+        } else {
+            std::sync::Arc::from([key])
+        }
+    }
+
     /// How long a waiter's mark lives after one of its attempts: until its
     /// next attempt has surely reached the node and marked again, that is,
     /// the longest retry wait (`delay + jitter`) plus two per-node

@@ -83,6 +83,9 @@ pub struct Extension {
     value: crate::LockValue,
     release_timeout: Duration,
     release_command: Command,
+    /// The keys its clean-up release sends (the waiters mark in place of
+    /// a fenced lock's counter: see `Settings::release_keys`).
+    release_keys: std::sync::Arc<[crate::Key]>,
     ttl: Ttl,
     drift: Duration,
     old_valid_until: Instant,
@@ -112,6 +115,11 @@ impl Extension {
             value: lock.value().clone(),
             release_timeout: settings.release_timeout(),
             release_command: settings.release_command(),
+            release_keys: settings.release_keys(
+                lock.keys().clone(),
+                lock.kind(),
+                settings.release_command(),
+            ),
             round,
             ttl,
             old_valid_until: lock.valid_until(),
@@ -211,9 +219,13 @@ impl Extension {
     fn queue_releases(&mut self, now: Instant) {
         let deadline = now + self.release_timeout;
         let command = self.release_command;
-        let requests = self
-            .round
-            .fan_out(&self.keys, &self.kind, &self.value, command, deadline);
+        let requests = self.round.fan_out(
+            &self.release_keys,
+            &self.kind,
+            &self.value,
+            command,
+            deadline,
+        );
         self.requests.extend(requests);
     }
 }

@@ -168,14 +168,7 @@ impl Release {
     ) -> Self {
         let round = Round::new(id, settings, now, settings.release_timeout());
         let command = settings.release_command();
-        // An exclusive lock's release publishes only for a waiter that
-        // announced itself (`scripts::RELEASE_IF_WAITED`): it reads the
-        // waiters mark, not the fencing counter a fenced lock carries.
-        let keys = if kind == LockKind::Exclusive && command == Command::Release {
-            Arc::from([keys[0].clone(), settings.waiters_key(&keys[0])])
-        } else {
-            keys
-        };
+        let keys = settings.release_keys(keys, &kind, command);
         let requests = round
             .fan_out(&keys, &kind, &value, command, round.deadline)
             .collect();

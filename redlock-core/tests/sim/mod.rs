@@ -662,7 +662,12 @@ impl World {
             Some(source) if source == redlock_core::scripts::RELEASE_IF_WAITED => {
                 let node = &mut self.nodes[request.node.0];
                 let clock = node.clock(now);
-                node.store.marked(request.keys[1].as_bytes(), clock)
+                // Without a mark key (it could not share the lock key's
+                // slot) the script's `EXISTS` fails and it publishes.
+                request
+                    .keys
+                    .get(1)
+                    .is_none_or(|mark| node.store.marked(mark.as_bytes(), clock))
             }
             _ => true,
         };
