@@ -285,13 +285,34 @@ where
                 }
                 () = sleep => {
                     timer.fired();
-                    self.machine.handle_timeout(crate::sim::now());
+                    let now = crate::sim::now();
+                    self.machine.handle_timeout(now);
+                    self.hand_off_expired(now);
                 }
                 Some((notice, at)) = next_notice(&mut self.waiter) => {
                     self.machine.handle_notice(notice, at);
                 }
             }
         }
+    }
+}
+
+impl<M: Machine> Run<'_, M> {
+    /// Requests past their deadline count for the machine no more: they go
+    /// to the background like those of a finished operation (releases and
+    /// withdraws still arrive, anything else is dropped), so that a machine
+    /// that runs long (a keep-alive) does not hold a cluster node's turn for
+    /// its key (rule 2 of [`send`]) with a request nobody waits for.
+    fn hand_off_expired(&mut self, now: Instant) {
+        if !self.in_flight.iter().any(|sent| sent.deadline() <= now) {
+            return;
+        }
+        let (expired, live): (FuturesUnordered<Sent>, FuturesUnordered<Sent>) =
+            std::mem::take(&mut self.in_flight)
+                .into_iter()
+                .partition(|sent| sent.deadline() <= now);
+        self.in_flight = live;
+        complete_in_background(expired, self.client);
     }
 }
 
