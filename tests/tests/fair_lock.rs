@@ -41,6 +41,26 @@ fn queue(node: &RedisNode, resource: &str) -> Vec<String> {
     }
 }
 
+/// Waits until the holder's key is on every master. A lock is granted by a
+/// quorum; the last master may get the holder's request later, after a
+/// waiter's (another client, another connection): it then grants that
+/// waiter there, which never queues there while the holder keeps the
+/// others. The tests that count queue entries on every master start from
+/// a lock held on all of them.
+async fn held_everywhere(cluster: &RedisCluster) {
+    eventually(
+        "the holder's key is on every master",
+        Duration::from_secs(10),
+        || {
+            cluster
+                .nodes()
+                .iter()
+                .all(|node| keys(node).contains(&"fair".to_owned()))
+        },
+    )
+    .await;
+}
+
 async fn clients(cluster: &RedisCluster, count: usize) -> Vec<Redlock> {
     let mut clients = Vec::new();
     for _ in 0..count {
@@ -60,6 +80,7 @@ async fn waiters_of_several_clients_are_served_in_the_order_they_asked() {
         .lock_with("fair", LockOptions::new().fair(true).once())
         .await
         .expect("a free lock");
+    held_everywhere(&cluster).await;
     let served = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for (index, redlock) in clients[..4].iter().enumerate() {
@@ -154,6 +175,7 @@ async fn a_waiter_that_gives_up_leaves_the_queue() {
         .lock_with("fair", LockOptions::new().fair(true).once())
         .await
         .expect("a free lock");
+    held_everywhere(&cluster).await;
     // One gives up at its limit, one is cancelled while it waits.
     let limited = clients[1]
         .lock_with(
