@@ -196,14 +196,7 @@ pub(crate) fn run(args: &ClusterArgs) -> Result<String, String> {
         elapsed_s: started.elapsed().as_secs_f64(),
         load: (load_at_start, crate::load_average()),
     };
-    let out = args.out.clone().unwrap_or_else(|| {
-        if args.quick {
-            PathBuf::from("target/bench-quick")
-        } else {
-            PathBuf::from("benches/results")
-        }
-    });
-    std::fs::create_dir_all(&out).map_err(|err| format!("{}: {err}", out.display()))?;
+    let out = crate::out_dir(args.out.as_deref(), args.quick)?;
     let server = redlock_tests::server().name().to_lowercase();
     let stem = if args.latency {
         format!("{server}-cluster-nodes-{}", args.nodes)

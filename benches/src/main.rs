@@ -528,14 +528,7 @@ fn run(args: &Args) -> Result<String, String> {
         elapsed_s: started.elapsed().as_secs_f64(),
         load: (load_at_start, load_average()),
     };
-    let out = args.out.clone().unwrap_or_else(|| {
-        if args.quick {
-            PathBuf::from("target/bench-quick")
-        } else {
-            PathBuf::from("benches/results")
-        }
-    });
-    std::fs::create_dir_all(&out).map_err(|err| format!("{}: {err}", out.display()))?;
+    let out = out_dir(args.out.as_deref(), args.quick)?;
     // Named after the server, so that a Redis and a Valkey run sit side by side.
     let stem = format!(
         "{}-nodes-{}",
@@ -592,6 +585,23 @@ fn command_output(program: &str, args: &[&str]) -> Option<String> {
 }
 
 /// The 1-minute load average, or "n/a".
+/// Where a run writes its tables and charts, created: `--out`, else
+/// `target/bench-quick` for a quick run and `benches/results` for a full one.
+pub(crate) fn out_dir(out: Option<&std::path::Path>, quick: bool) -> Result<PathBuf, String> {
+    let out = out.map_or_else(
+        || {
+            PathBuf::from(if quick {
+                "target/bench-quick"
+            } else {
+                "benches/results"
+            })
+        },
+        std::path::Path::to_path_buf,
+    );
+    std::fs::create_dir_all(&out).map_err(|err| format!("{}: {err}", out.display()))?;
+    Ok(out)
+}
+
 fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .ok()

@@ -404,9 +404,12 @@ impl<R: Rng> Acquisition<R> {
         } else {
             Command::Acquire { ttl: self.ttl }
         };
-        self.counters = vec![None; round.nodes().len()];
+        // Reset in place: an attempt allocates nothing for them.
+        for slots in [&mut self.counters, &mut self.positions] {
+            slots.clear();
+            slots.resize(round.nodes().len(), None);
+        }
         self.mark_waiting(&round, &value);
-        self.positions = vec![None; round.nodes().len()];
         self.send_round(&round, &value, command);
         self.state = State::Attempting {
             round,

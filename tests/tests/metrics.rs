@@ -9,7 +9,7 @@ mod support;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use metrics_util::{CompositeKey, MetricKind};
 use redlock_tests::RedisCluster;
 use redlock_tokio::{ExtendError, KeepAlive, LockOptions, LossReason};
@@ -68,85 +68,92 @@ fn samples(values: &Values, name: &str, pairs: &[(&str, &str)]) -> usize {
     }
 }
 
-#[test]
-fn a_scripted_sequence_is_counted() {
-    let cluster = RedisCluster::start(3);
+/// Runs `body` with a debugging recorder as this thread's, on a
+/// current-thread runtime (every task of the clients runs here, so every
+/// metric reaches the recorder); `body` and the caller read it through the
+/// snapshotter.
+fn recorded<F: Future<Output = ()>>(body: impl FnOnce(Snapshotter) -> F) -> Snapshotter {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
-    let mut names: Vec<String> = Vec::new();
-    let mut value_text = String::new();
-    // The recorder is this thread's, and a current-thread runtime runs
-    // every task of the clients here.
     metrics::with_local_recorder(&recorder, || {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap()
-            .block_on(async {
-                let holder = builder(&cluster).build().await.unwrap();
-                // Only a notice wakes this waiter within the test.
-                let waiter = builder(&cluster)
-                    .retry_delay(Duration::from_secs(10))
-                    .build()
-                    .await
-                    .unwrap();
+            .block_on(body(snapshotter.clone()));
+    });
+    snapshotter
+}
 
-                let mut guard = holder.try_lock("metered").await.expect("a free lock");
-                guard
-                    .extend(Duration::from_secs(10))
-                    .await
-                    .expect("extended");
-                let refused = waiter.try_lock("metered").await.expect_err("held");
-                assert!(refused.is_held_by_other(), "{refused}");
+#[test]
+fn a_scripted_sequence_is_counted() {
+    let cluster = RedisCluster::start(3);
+    let mut names: Vec<String> = Vec::new();
+    let mut value_text = String::new();
+    let snapshotter = recorded(async |_| {
+        let holder = builder(&cluster).build().await.unwrap();
+        // Only a notice wakes this waiter within the test.
+        let waiter = builder(&cluster)
+            .retry_delay(Duration::from_secs(10))
+            .build()
+            .await
+            .unwrap();
 
-                let waiting = tokio::spawn({
-                    let waiter = waiter.clone();
-                    async move { waiter.lock("metered").await }
-                });
-                eventually("the waiter listens on every node", QUICK * 4, || {
-                    cluster
-                        .nodes()
-                        .iter()
-                        .all(|node| subscribers(node, "metered") >= 1)
-                })
-                .await;
-                guard.release().await;
-                let second = tokio::time::timeout(Duration::from_secs(8), waiting)
-                    .await
-                    .expect("woken by the release notice, not its 10 s timer")
-                    .unwrap()
-                    .expect("the lock, once released");
-                second.release().await;
+        let mut guard = holder.try_lock("metered").await.expect("a free lock");
+        guard
+            .extend(Duration::from_secs(10))
+            .await
+            .expect("extended");
+        let refused = waiter.try_lock("metered").await.expect_err("held");
+        assert!(refused.is_held_by_other(), "{refused}");
 
-                // A kept-alive lock whose value an operator releases: its
-                // next extension finds it gone, and the keep-alive loses it.
-                let guard = holder
-                    .lock_with("kept", LockOptions::new().ttl(Duration::from_secs(1)))
-                    .await
-                    .expect("a free lock");
-                let value = guard.value().clone();
-                value_text = value.as_str().to_owned();
-                let kept = guard.keep_alive(KeepAlive::default());
-                holder.release_value("kept", &value).await;
-                let reason = tokio::time::timeout(Duration::from_secs(8), kept.lost())
-                    .await
-                    .expect("lost at its first extension");
-                assert!(
-                    matches!(reason, LossReason::ExtendFailed(ExtendError::Gone { .. })),
-                    "{reason}"
-                );
-                kept.release().await;
+        let waiting = tokio::spawn({
+            let waiter = waiter.clone();
+            async move { waiter.lock("metered").await }
+        });
+        eventually("the waiter listens on every node", QUICK * 4, || {
+            cluster
+                .nodes()
+                .iter()
+                .all(|node| subscribers(node, "metered") >= 1)
+        })
+        .await;
+        guard.release().await;
+        let second = tokio::time::timeout(Duration::from_secs(8), waiting)
+            .await
+            .expect("woken by the release notice, not its 10 s timer")
+            .unwrap()
+            .expect("the lock, once released");
+        second.release().await;
 
-                // A master killed: the next release's round counts its
-                // failed vote (refused connection or timeout).
-                names = holder.nodes().to_vec();
-                let guard = holder.lock("after-kill").await.expect("a free lock");
-                cluster.node(2).kill();
-                let report = guard.release().await;
-                assert_eq!(report.failed(), 1, "{report}");
-                holder.shutdown().await;
-                waiter.shutdown().await;
-            });
+        // A kept-alive lock whose value an operator releases: its
+        // next extension finds it gone, and the keep-alive loses it.
+        let guard = holder
+            .lock_with("kept", LockOptions::new().ttl(Duration::from_secs(1)))
+            .await
+            .expect("a free lock");
+        let value = guard.value().clone();
+        value_text = value.as_str().to_owned();
+        let kept = guard.keep_alive(KeepAlive::default());
+        holder.release_value("kept", &value).await;
+        let reason = tokio::time::timeout(Duration::from_secs(8), kept.lost())
+            .await
+            .expect("lost at its first extension");
+        assert!(
+            matches!(reason, LossReason::ExtendFailed(ExtendError::Gone { .. })),
+            "{reason}"
+        );
+        kept.release().await;
+
+        // A master killed: the next release's round counts its
+        // failed vote (refused connection or timeout).
+        names = holder.nodes().to_vec();
+        let guard = holder.lock("after-kill").await.expect("a free lock");
+        cluster.node(2).kill();
+        let report = guard.release().await;
+        assert_eq!(report.failed(), 1, "{report}");
+        holder.shutdown().await;
+        waiter.shutdown().await;
     });
 
     let (values, help) = values(snapshotter.snapshot().into_vec());
@@ -223,36 +230,28 @@ fn a_scripted_sequence_is_counted() {
 fn a_release_that_finds_no_key_where_the_lock_was_held_is_a_node_miss() {
     const MISSES: &str = "redlock_release_node_misses_total";
     let cluster = RedisCluster::start(3);
-    let recorder = DebuggingRecorder::new();
-    let snapshotter = recorder.snapshotter();
-    metrics::with_local_recorder(&recorder, || {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(async {
-                let redlock = builder(&cluster).build().await.unwrap();
-                for i in 0..20 {
-                    let guard = redlock.try_lock(format!("plain-{i}")).await.unwrap();
-                    guard.release().await;
-                }
-                let (plain, _) = values(snapshotter.snapshot().into_vec());
-                assert_eq!(counter(&plain, MISSES, &[]), 0, "a plain run");
+    recorded(async |snapshotter| {
+        let redlock = builder(&cluster).build().await.unwrap();
+        for i in 0..20 {
+            let guard = redlock.try_lock(format!("plain-{i}")).await.unwrap();
+            guard.release().await;
+        }
+        let (plain, _) = values(snapshotter.snapshot().into_vec());
+        assert_eq!(counter(&plain, MISSES, &[]), 0, "a plain run");
 
-                let guard = redlock.try_lock("flushed").await.unwrap();
-                // A master that said yes before the lock was decided (the
-                // last may answer after it, in the background).
-                let held = guard
-                    .votes()
-                    .votes()
-                    .iter()
-                    .position(|vote| matches!(vote, redlock_core::NodeVote::Granted))
-                    .expect("a quorum said yes");
-                cluster.node(held).command(["FLUSHALL"]);
-                assert_eq!(guard.release().await.released(), 2);
-                let (flushed, _) = values(snapshotter.snapshot().into_vec());
-                assert_eq!(counter(&flushed, MISSES, &[]), 1, "the flushed master");
-            });
+        let guard = redlock.try_lock("flushed").await.unwrap();
+        // A master that said yes before the lock was decided (the
+        // last may answer after it, in the background).
+        let held = guard
+            .votes()
+            .votes()
+            .iter()
+            .position(|vote| matches!(vote, redlock_core::NodeVote::Granted))
+            .expect("a quorum said yes");
+        cluster.node(held).command(["FLUSHALL"]);
+        assert_eq!(guard.release().await.released(), 2);
+        let (flushed, _) = values(snapshotter.snapshot().into_vec());
+        assert_eq!(counter(&flushed, MISSES, &[]), 1, "the flushed master");
     });
 }
 
@@ -263,37 +262,29 @@ fn a_release_that_finds_no_key_where_the_lock_was_held_is_a_node_miss() {
 fn an_inspect_counts_the_master_it_could_not_read() {
     const ERRORS: &str = "redlock_node_errors_total";
     let cluster = RedisCluster::start(3);
-    let recorder = DebuggingRecorder::new();
-    let snapshotter = recorder.snapshotter();
-    metrics::with_local_recorder(&recorder, || {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(async {
-                let redlock = builder(&cluster).build().await.unwrap();
-                let guard = redlock.try_lock("inspected").await.unwrap();
-                let reads = redlock.inspect("inspected").await;
-                assert!(reads.iter().all(|read| read.result.is_ok()), "{reads:?}");
-                let errors_of = |name: &str| -> u64 {
-                    let (values, _) = values(snapshotter.snapshot().into_vec());
-                    ["connection", "timeout"]
-                        .iter()
-                        .map(|error| counter(&values, ERRORS, &[("node", name), ("error", error)]))
-                        .sum()
-                };
-                let killed = redlock.nodes()[2].clone();
-                assert_eq!(errors_of(&killed), 0, "all read");
-                cluster.node(2).kill();
-                let reads = redlock.inspect("inspected").await;
-                assert!(reads[2].result.is_err(), "{reads:?}");
-                assert!(
-                    reads[..2].iter().all(|read| read.result.is_ok()),
-                    "{reads:?}"
-                );
-                assert!(errors_of(&killed) >= 1, "the killed master's failed read");
-                guard.release().await;
-                redlock.shutdown().await;
-            });
+    recorded(async |snapshotter| {
+        let redlock = builder(&cluster).build().await.unwrap();
+        let guard = redlock.try_lock("inspected").await.unwrap();
+        let reads = redlock.inspect("inspected").await;
+        assert!(reads.iter().all(|read| read.result.is_ok()), "{reads:?}");
+        let errors_of = |name: &str| -> u64 {
+            let (values, _) = values(snapshotter.snapshot().into_vec());
+            ["connection", "timeout"]
+                .iter()
+                .map(|error| counter(&values, ERRORS, &[("node", name), ("error", error)]))
+                .sum()
+        };
+        let killed = redlock.nodes()[2].clone();
+        assert_eq!(errors_of(&killed), 0, "all read");
+        cluster.node(2).kill();
+        let reads = redlock.inspect("inspected").await;
+        assert!(reads[2].result.is_err(), "{reads:?}");
+        assert!(
+            reads[..2].iter().all(|read| read.result.is_ok()),
+            "{reads:?}"
+        );
+        assert!(errors_of(&killed) >= 1, "the killed master's failed read");
+        guard.release().await;
+        redlock.shutdown().await;
     });
 }

@@ -622,8 +622,6 @@ impl Context<'_> {
             }
             tokio::time::sleep(between(&mut rng, 300, 600)).await;
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-
         let Finished {
             analysis,
             reports,
@@ -675,6 +673,8 @@ impl Context<'_> {
         notes: &mut Vec<String>,
         failures: &mut Vec<String>,
     ) -> Finished {
+        // The last holds and probes of the run land first.
+        tokio::time::sleep(Duration::from_millis(500)).await;
         let probes = probe.stop().await;
         let stalls = monitor.stop().await;
         save_lines(

@@ -216,8 +216,6 @@ impl Context<'_> {
             }
             tokio::time::sleep(between(&mut rng, 300, 600)).await;
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-
         let Finished {
             analysis,
             reports,
