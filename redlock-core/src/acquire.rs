@@ -152,6 +152,9 @@ pub struct Acquisition<R> {
     positions: Vec<Option<u64>>,
     /// Fair locks: our best place in the last attempt that was told one.
     best_position: Option<u64>,
+    /// Fair locks: the highest score a master gave us in the current
+    /// attempt (see the `ticket` of [`LockKind::Fair`]).
+    scores: u64,
 }
 
 /// Fair locks ([`LockSpec::Fair`]): after this many attempts in a row that
@@ -284,6 +287,7 @@ impl<R: Rng> Acquisition<R> {
             notices,
             stalls: 0,
             positions: Vec::new(),
+            scores: 0,
             best_position: None,
         };
         this.start_attempt(now, None);
@@ -347,7 +351,9 @@ impl<R: Rng> Acquisition<R> {
     /// as the first, not as a retry. Does nothing for one attempt
     /// ([`Attempts::Once`]: a `try_lock` never waits), for a reentrant lock
     /// (its owner may hold it already: taking it again must not wait behind
-    /// others), with release notices off (nothing would say its turn
+    /// others), for a fair lock (the masters' queues order its waiters, and
+    /// its first attempt takes its place there, behind the waiters that came
+    /// first), with release notices off (nothing would say its turn
     /// came), or once a request was polled.
     pub fn queue_behind(&mut self, now: Instant) {
         let fresh = self.retries.started() == 1
@@ -359,8 +365,11 @@ impl<R: Rng> Acquisition<R> {
                     ..
                 }
             );
-        let reentrant = matches!(self.kind, LockKind::Reentrant { .. });
-        if self.retries.limit_is_once() || reentrant || !self.notices.wanted || !fresh {
+        let own_order = matches!(
+            self.kind,
+            LockKind::Reentrant { .. } | LockKind::Fair { .. }
+        );
+        if self.retries.limit_is_once() || own_order || !self.notices.wanted || !fresh {
             return;
         }
         self.requests.clear();
@@ -409,6 +418,7 @@ impl<R: Rng> Acquisition<R> {
             slots.clear();
             slots.resize(round.nodes().len(), None);
         }
+        self.scores = 0;
         self.mark_waiting(&round, &value);
         self.send_round(&round, &value, command);
         self.state = State::Attempting {
@@ -541,8 +551,8 @@ impl<R: Rng> Acquisition<R> {
                         unreachable!("matched Attempting above");
                     };
                     if matches!(self.kind, LockKind::Fair { .. }) {
-                        // Our entry is gone where we were granted; the
-                        // others keep it until told.
+                        // Our entry stays where we were granted, until the
+                        // release; the others keep it until told.
                         let deadline = now + self.settings.release_timeout();
                         let leave = round
                             .fan_out(&self.keys, &self.kind, &value, Command::Leave, deadline)
@@ -607,7 +617,7 @@ impl<R: Rng> Acquisition<R> {
         else {
             return;
         };
-        self.count_stall(&round);
+        let reordered = self.count_stall(&round);
         if error.is_wrong_type() {
             // Permanent: every retry would find the same key.
             self.queue_releases(&round, &value, now, true);
@@ -628,7 +638,11 @@ impl<R: Rng> Acquisition<R> {
                 // or timed out: a reply can be lost after the node set the
                 // key. A fair waiter keeps its place in the queues.
                 self.queue_releases(&round, &value, now, false);
-                self.wait_for_retry(error, until, now)
+                self.wait_for_retry(error, until, now);
+                if reordered && matches!(self.state, State::Waiting { .. }) {
+                    // As for a notice: an extra attempt, the retry stays.
+                    self.start_attempt(now, Some(until));
+                }
             }
             Next::OutOfAttempts => {
                 self.queue_releases(&round, &value, now, true);
@@ -640,10 +654,24 @@ impl<R: Rng> Acquisition<R> {
     /// Fair locks: counts the attempts that found the key free somewhere
     /// but another waiter's turn, and no quorum holding it, and switches to
     /// the plain rule after [`FAIR_PATIENCE`] of them in a row.
-    fn count_stall(&mut self, round: &Round) {
-        let LockKind::Fair { by_queue, .. } = &mut self.kind else {
-            return;
+    ///
+    /// Also takes the highest score the masters gave us as our ticket, and
+    /// says whether to try again at once: the key was free somewhere and
+    /// held by no quorum, and a master ranked us higher than the ticket
+    /// this attempt carried. Masters that saw waiters arrive in different
+    /// orders may each have a different head, and then no release comes to
+    /// end the wait; the next attempt carries the higher ticket, so each of
+    /// them ranks us alike (each waiter's ticket only rises, and rises once
+    /// per place a master gave it: a bounded number of extra attempts).
+    fn count_stall(&mut self, round: &Round) -> bool {
+        let LockKind::Fair {
+            by_queue, ticket, ..
+        } = &mut self.kind
+        else {
+            return false;
         };
+        let raised = self.scores > *ticket;
+        *ticket = (*ticket).max(self.scores);
         // A fair acquire's "held by another" carries the holder's value;
         // without one, the key was free and another waiter was first.
         let held = round.count(|vote| matches!(vote, NodeVote::HeldByOther(Some(_))));
@@ -662,6 +690,7 @@ impl<R: Rng> Acquisition<R> {
             self.stalls = self.stalls.saturating_add(1);
         }
         *by_queue = self.stalls < FAIR_PATIENCE || planted!(FairNeverFallsBack);
+        raised && queued > 0 && held < self.settings.quorum()
     }
 
     fn wait_for_retry(&mut self, error: AcquireError, until: Instant, now: Instant) {
@@ -775,6 +804,11 @@ impl<R: Rng> Machine for Acquisition<R> {
         self.notices.listen.take()
     }
 
+    /// A fair lock's waiters are ordered by the masters' queues.
+    fn ordered_by_masters(&self) -> bool {
+        matches!(self.kind, LockKind::Fair { .. })
+    }
+
     fn handle_reply(&mut self, reply: Reply, now: Instant) {
         let State::Attempting { round, phase, .. } = &mut self.state else {
             return;
@@ -784,12 +818,18 @@ impl<R: Rng> Machine for Acquisition<R> {
             Phase::Lock => Command::Acquire { ttl: self.ttl },
             Phase::Fence { token, .. } => Command::StoreToken { token: *token },
         };
-        let position = match (&self.kind, &reply.result) {
+        let (position, score) = match (&self.kind, &reply.result) {
             (LockKind::Fair { .. }, Ok(Response::Array(items))) => match items.as_slice() {
-                [Response::Int(0), Response::Int(position)] => u64::try_from(*position).ok(),
-                _ => None,
+                [Response::Int(0), Response::Int(position), rest @ ..] => (
+                    u64::try_from(*position).ok(),
+                    match rest {
+                        [Response::Int(score)] => u64::try_from(*score).ok(),
+                        _ => None,
+                    },
+                ),
+                _ => (None, None),
             },
-            _ => None,
+            _ => (None, None),
         };
         let counter = match (&command, &reply.result) {
             (Command::AcquireFenced { .. }, Ok(Response::Array(items))) => match items.as_slice() {
@@ -806,6 +846,7 @@ impl<R: Rng> Machine for Acquisition<R> {
             if let Some(slot) = self.positions.get_mut(reply.node.0) {
                 *slot = position;
             }
+            self.scores = self.scores.max(score.unwrap_or(0));
             self.decide(now);
         }
     }

@@ -342,11 +342,14 @@ impl Settings {
         })
     }
 
-    /// The command that releases a held lock: [`Command::Release`](crate::Command::Release), which
+    /// The command that releases a held lock of `kind`: [`Command::Release`](crate::Command::Release), which
     /// publishes a release notice, or with
     /// [`Config::release_notices`] off [`Command::Withdraw`](crate::Command::Withdraw), which does not.
-    pub fn release_command(&self) -> crate::Command {
-        if self.release_notices {
+    /// A fair lock's release is always a `Release`: a `Withdraw` keeps the
+    /// waiter's place in the queues (a lost attempt does), and the holder's
+    /// place at the head would hold every waiter back until it expired.
+    pub fn release_command(&self, kind: &crate::LockKind) -> crate::Command {
+        if self.release_notices || matches!(kind, crate::LockKind::Fair { .. }) {
             crate::Command::Release
         } else {
             crate::Command::Withdraw
@@ -567,6 +570,7 @@ impl Settings {
                         waiter: "".into(),
                         entry: Ttl(millis),
                         by_queue: true,
+                        ticket: 0,
                     },
                 )
             }

@@ -114,11 +114,11 @@ impl Extension {
             kind: lock.kind().clone(),
             value: lock.value().clone(),
             release_timeout: settings.release_timeout(),
-            release_command: settings.release_command(),
+            release_command: settings.release_command(lock.kind()),
             release_keys: settings.release_keys(
                 lock.keys().clone(),
                 lock.kind(),
-                settings.release_command(),
+                settings.release_command(lock.kind()),
             ),
             round,
             ttl,

@@ -80,6 +80,14 @@ pub trait Machine {
         None
     }
 
+    /// Whether the masters order this machine's waiters, not its client: a
+    /// fair lock's queues on the masters decide who is next, across
+    /// processes and inside one. Its driver then tells it every release
+    /// notice of its channels ([`WaitQueue::handle_join_by_masters`](crate::WaitQueue::handle_join_by_masters)),
+    /// not only when it is the first of its client's waiters.
+    fn ordered_by_masters(&self) -> bool {
+        false
+    }
     /// Feeds one node's answer. Answers of other rounds, of unknown nodes or
     /// of nodes that already answered are ignored.
     fn handle_reply(&mut self, reply: Reply, now: Instant);

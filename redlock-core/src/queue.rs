@@ -87,6 +87,8 @@ pub enum Wake {
 pub struct WaitQueue {
     /// In the order they joined; the first is the one whose turn it is.
     waiters: VecDeque<WaiterId>,
+    /// Waiters the masters order (fair locks): told every notice.
+    by_masters: Vec<WaiterId>,
     wakes: VecDeque<Wake>,
 }
 
@@ -98,12 +100,12 @@ impl WaitQueue {
 
     /// Whether nobody waits.
     pub fn is_empty(&self) -> bool {
-        self.waiters.is_empty()
+        self.waiters.is_empty() && self.by_masters.is_empty()
     }
 
     /// How many wait.
     pub fn len(&self) -> usize {
-        self.waiters.len()
+        self.waiters.len() + self.by_masters.len()
     }
 
     /// The waiter whose turn it is.
@@ -111,9 +113,9 @@ impl WaitQueue {
         self.waiters.front().copied()
     }
 
-    /// Whether a new acquire may attempt at once: only when nobody waits.
-    /// Otherwise it would jump the queue; it joins instead
-    /// ([`Acquisition::queue_behind`](crate::Acquisition::queue_behind)).
+    /// Whether a new acquire may attempt at once: only when nobody waits
+    /// whom this client orders. Otherwise it would jump the queue; it joins
+    /// instead ([`Acquisition::queue_behind`](crate::Acquisition::queue_behind)).
     pub fn may_attempt_now(&self) -> bool {
         self.waiters.is_empty()
     }
@@ -121,7 +123,7 @@ impl WaitQueue {
     /// `waiter` starts waiting, last. Joining first, it is told at once
     /// the notices it may have missed. Joining twice changes nothing.
     pub fn handle_join(&mut self, waiter: WaiterId) {
-        if self.waiters.contains(&waiter) {
+        if self.contains(waiter) {
             return;
         }
         self.waiters.push_back(waiter);
@@ -130,11 +132,34 @@ impl WaitQueue {
         }
     }
 
+    /// `waiter` starts waiting for a lock whose masters order the waiters
+    /// ([`Machine::ordered_by_masters`](crate::Machine::ordered_by_masters):
+    /// a fair lock). The masters' queues say whose turn it is, and this
+    /// client cannot know it: the head of the masters' queues may be any of
+    /// its waiters. So such a waiter is told every notice of the channel,
+    /// and is told at once the notices it may have missed; it neither waits
+    /// behind this client's other waiters nor holds them back.
+    pub fn handle_join_by_masters(&mut self, waiter: WaiterId) {
+        if self.contains(waiter) {
+            return;
+        }
+        self.by_masters.push(waiter);
+        self.wakes.push_back(Wake::Replay { waiter });
+    }
+
+    fn contains(&self, waiter: WaiterId) -> bool {
+        self.waiters.contains(&waiter) || self.by_masters.contains(&waiter)
+    }
+
     /// A notice of the channel: for the waiter whose turn it is (none if
-    /// nobody waits).
+    /// nobody waits), and for every waiter the masters order.
     pub fn handle_notice(&mut self, notice: Notice) {
-        if let Some(waiter) = self.first() {
-            self.wakes.push_back(Wake::Tell { waiter, notice });
+        let first = self.first();
+        for waiter in first.iter().chain(&self.by_masters) {
+            self.wakes.push_back(Wake::Tell {
+                waiter: *waiter,
+                notice,
+            });
         }
     }
 
@@ -147,6 +172,7 @@ impl WaitQueue {
     pub fn handle_leave(&mut self, waiter: WaiterId, served: bool) {
         let was_first = self.first() == Some(waiter);
         self.waiters.retain(|other| *other != waiter);
+        self.by_masters.retain(|other| *other != waiter);
         // Wakes still queued for it go nowhere.
         self.wakes.retain(|wake| match wake {
             Wake::Tell { waiter: to, .. } | Wake::Replay { waiter: to } => *to != waiter,

@@ -167,7 +167,7 @@ impl Release {
         now: Instant,
     ) -> Self {
         let round = Round::new(id, settings, now, settings.release_timeout());
-        let command = settings.release_command();
+        let command = settings.release_command(&kind);
         let keys = settings.release_keys(keys, &kind, command);
         let requests = round
             .fan_out(&keys, &kind, &value, command, round.deadline)

@@ -548,15 +548,22 @@ return -1
 ///   `ARGV[3]`: our waiter id. `ARGV[4]`: how long our queue entry lives
 ///   from now, in milliseconds. `ARGV[5]`: `1` to wait for our turn, `0`
 ///   to take a free key by the plain rule (the bounded fall-back).
+///   `ARGV[6]`: our ticket, the highest score a master gave us (`0` for
+///   none yet).
+///
+/// Every call first adds our entry (scored one more than the last entry,
+/// or our ticket if that is higher) or renews it (raised to our ticket if
+/// that is higher), so masters that saw waiters arrive in different orders
+/// come to rank them alike once each has asked with its ticket. The entry
+/// stays while we hold the lock: a withdraw (a lost attempt) keeps our
+/// place, and the release takes it.
 ///
 /// Returns:
-/// - integer `1`: the key was free and we were at the head of the live
-///   queue, or the queue was empty, or `ARGV[5]` is `0`: the key is ours
-///   and our entry is gone;
+/// - integer `1`: the key was free and we are the head of the live queue,
+///   or `ARGV[5]` is `0`: the key is ours;
 /// - bulk string: the key is held by another value (its first 64 bytes);
-///   our entry is added or renewed;
-/// - array `{0, position}`: the key is free but another waiter is ahead of
-///   us; our entry is added or renewed, and `position` (from 1) is ours;
+/// - array `{0, position, score}`: the key is free but another waiter is
+///   ahead of us; `position` (from 1) and `score` are ours;
 /// - error `WRONGTYPE ...`: a key exists with another type.
 pub const FAIR_ACQUIRE: &str = r#"local held = redis.call('GET', KEYS[1])
 local t = redis.call('TIME')
@@ -565,18 +572,15 @@ for _, dead in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)) do
   redis.call('ZREM', KEYS[2], dead)
   redis.call('ZREM', KEYS[3], dead)
 end
-if not held then
-  local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
-  if ARGV[5] == '0' or not head or head == ARGV[3] then
-    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-    redis.call('ZREM', KEYS[2], ARGV[3])
-    redis.call('ZREM', KEYS[3], ARGV[3])
-    return 1
-  end
-end
-if not redis.call('ZSCORE', KEYS[2], ARGV[3]) then
+local ticket = tonumber(ARGV[6])
+local score = tonumber(redis.call('ZSCORE', KEYS[2], ARGV[3]))
+if not score then
   local tail = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2]
-  redis.call('ZADD', KEYS[2], (tonumber(tail) or 0) + 1, ARGV[3])
+  score = math.max((tonumber(tail) or 0) + 1, ticket)
+  redis.call('ZADD', KEYS[2], score, ARGV[3])
+elseif ticket > score then
+  score = ticket
+  redis.call('ZADD', KEYS[2], score, ARGV[3])
 end
 redis.call('ZADD', KEYS[3], now + tonumber(ARGV[4]), ARGV[3])
 local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
@@ -585,7 +589,11 @@ redis.call('PEXPIREAT', KEYS[3], last[2])
 if held then
   return string.sub(held, 1, 64)
 end
-return {0, redis.call('ZRANK', KEYS[2], ARGV[3]) + 1}
+if ARGV[5] == '0' or redis.call('ZRANGE', KEYS[2], 0, 0)[1] == ARGV[3] then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+return {0, redis.call('ZRANK', KEYS[2], ARGV[3]) + 1, score}
 "#;
 
 /// Release a fair lock, withdraw a failed attempt, or leave the queue, on

@@ -81,7 +81,7 @@ impl Request {
     /// reentrant lock, the owner, and for a fair lock's acquire and release
     /// its waiter id, then (acquire) how long its queue entry lives and
     /// whether it waits for its turn (`1`) or takes the lock by the plain rule
-    /// (`0`), or (release) `0` to keep its place in the queue (a withdraw),
+    /// (`0`) and its ticket (the place it asks for), or (release) `0` to keep its place in the queue (a withdraw),
     /// `1` to leave it (a release), `2` to leave it without touching the
     /// lock key ([`Command::Leave`]); last, for an extend script, whether it may
     /// set a missing lock again: `1` for [`Command::Restore`], `0` for
@@ -122,6 +122,7 @@ impl Request {
                     waiter,
                     entry,
                     by_queue,
+                    ticket,
                 },
                 Command::Acquire { .. },
             ) => (
@@ -129,21 +130,22 @@ impl Request {
                 [
                     Some(Argument::Int(entry.as_millis())),
                     Some(Argument::Int(u64::from(*by_queue))),
+                    Some(Argument::Int(*ticket)),
                 ],
             ),
             (LockKind::Fair { waiter, .. }, Command::Release) => (
                 Some(Argument::Bytes(waiter.as_bytes())),
-                [Some(Argument::Int(1)), None],
+                [Some(Argument::Int(1)), None, None],
             ),
             (LockKind::Fair { waiter, .. }, Command::Leave) => (
                 Some(Argument::Bytes(waiter.as_bytes())),
-                [Some(Argument::Int(2)), None],
+                [Some(Argument::Int(2)), None, None],
             ),
             (LockKind::Fair { waiter, .. }, Command::Withdraw) => (
                 Some(Argument::Bytes(waiter.as_bytes())),
-                [Some(Argument::Int(0)), None],
+                [Some(Argument::Int(0)), None, None],
             ),
-            _ => (None, [None, None]),
+            _ => (None, [None, None, None]),
         };
         std::iter::once(Argument::Bytes(self.value.as_bytes()))
             .chain(second)
@@ -197,6 +199,13 @@ pub enum LockKind {
         /// queue; `false`: by the plain rule (free: granted), the bounded
         /// fall-back of a waiter the masters' queues could not agree on.
         by_queue: bool,
+        /// The highest place in the queues (a score, the same order on
+        /// every master) any master gave this waiter, `0` before one did.
+        /// Each attempt sends it, and a master that ranks us lower raises
+        /// our entry to it, so that masters that saw two waiters arrive in
+        /// different orders come to agree on them (as in Lamport's bakery:
+        /// the larger number goes after, ties go by waiter id).
+        ticket: u64,
     },
 }
 
@@ -601,7 +610,8 @@ pub(crate) fn interpret(
 
 /// As [`interpret`], for an acquire of a lock of `kind`: a fair acquire
 /// may also answer that the key is free but another waiter is ahead of us
-/// in the master's queue (`{0, position}`, from 1), a no without a holder.
+/// in the master's queue (`{0, position, ticket}`, position from 1), a no
+/// without a holder.
 pub(crate) fn interpret_acquire(
     kind: &LockKind,
     command: Command,
@@ -609,7 +619,7 @@ pub(crate) fn interpret_acquire(
     result: Result<Response, NodeError>,
 ) -> NodeVote {
     match (kind, command, native, &result) {
-        (LockKind::Fair { .. }, Command::Acquire { .. }, None, Ok(Response::Array(items))) if matches!(items.as_slice(), [Response::Int(0), Response::Int(p)] if *p >= 1) => {
+        (LockKind::Fair { .. }, Command::Acquire { .. }, None, Ok(Response::Array(items))) if matches!(items.as_slice(), [Response::Int(0), Response::Int(p), ..] if *p >= 1) => {
             NodeVote::HeldByOther(None)
         }
         _ => interpret(command, native, result),

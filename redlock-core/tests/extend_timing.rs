@@ -109,7 +109,7 @@ fn releases_after_a_lost_lock_get_a_full_release_timeout() {
     let releases = drain(&mut ext);
     assert_eq!(releases.len(), 3);
     for release in &releases {
-        assert_eq!(release.command, settings.release_command());
+        assert_eq!(release.command, settings.release_command(&release.kind));
         assert_eq!(release.deadline, decided + settings.release_timeout());
     }
 }

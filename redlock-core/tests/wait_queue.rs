@@ -93,6 +93,46 @@ fn the_first_keeps_its_turn_until_it_leaves() {
     assert!(queue.is_empty() && queue.may_attempt_now());
 }
 
+/// Fair locks: the masters' queues say whose turn it is, and it may be any
+/// of the client's waiters, so each is told every notice; they neither
+/// hold back nor wait behind the client's own order.
+#[test]
+fn waiters_ordered_by_the_masters_are_told_every_notice() {
+    let mut queue = WaitQueue::new();
+    queue.handle_join_by_masters(WaiterId(1));
+    queue.handle_join_by_masters(WaiterId(2));
+    assert!(queue.may_attempt_now(), "they hold no one back");
+    assert_eq!(
+        wakes(&mut queue),
+        vec![
+            Wake::Replay {
+                waiter: WaiterId(1)
+            },
+            Wake::Replay {
+                waiter: WaiterId(2)
+            },
+        ]
+    );
+    queue.handle_join(WaiterId(3));
+    let notice = Notice::Released(NodeId(0));
+    queue.handle_notice(notice);
+    assert_eq!(
+        wakes(&mut queue),
+        vec![
+            Wake::Replay {
+                waiter: WaiterId(3)
+            },
+            tell(3, notice),
+            tell(1, notice),
+            tell(2, notice),
+        ]
+    );
+    queue.handle_leave(WaiterId(1), true);
+    queue.handle_notice(notice);
+    assert_eq!(wakes(&mut queue), vec![tell(3, notice), tell(2, notice)]);
+    assert_eq!(queue.len(), 2);
+}
+
 fn settings() -> Arc<Settings> {
     Arc::new(
         Config {

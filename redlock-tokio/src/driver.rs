@@ -246,7 +246,7 @@ where
             if let Some(channels) = self.machine.poll_listen()
                 && let Some(notices) = self.client.notices()
             {
-                self.waiter = Some(notices.wait_for(channels));
+                self.waiter = Some(notices.wait_for(channels, self.machine.ordered_by_masters()));
             }
             let mut last = None;
             while let Some(event) = self.machine.poll_event() {

@@ -223,7 +223,11 @@ impl Notices {
     /// An acquire that queued behind waiters who all left before it got
     /// here finds a new channel, and is told at its subscription (a
     /// [`Notice::Subscribed`]) or by its retry timer.
-    pub(crate) fn wait_for(self: &Arc<Self>, channels: Vec<Key>) -> Waiter {
+    ///
+    /// `by_masters`: the masters order the waiters of this lock (a fair
+    /// lock, [`Machine::ordered_by_masters`](redlock_core::Machine::ordered_by_masters)):
+    /// the waiter is told every notice ([`WaitQueue::handle_join_by_masters`]).
+    pub(crate) fn wait_for(self: &Arc<Self>, channels: Vec<Key>, by_masters: bool) -> Waiter {
         let id = self.shared.next_waiter.fetch_add(1, Ordering::Relaxed);
         let (sink, receiver) = mpsc::unbounded_channel();
         let mut new_channel = false;
@@ -235,7 +239,11 @@ impl Notices {
                     Channel::new(self.shared.nodes)
                 });
                 entry.waiters.insert(id, sink.clone());
-                entry.queue.handle_join(WaiterId(id));
+                if by_masters {
+                    entry.queue.handle_join_by_masters(WaiterId(id));
+                } else {
+                    entry.queue.handle_join(WaiterId(id));
+                }
                 entry.deliver(Instant::now());
             }
         }
@@ -620,8 +628,8 @@ mod tests {
         let notices = notices(3);
         let a = Key::from("a\0released");
         let b = Key::from("b\0released");
-        let first = notices.wait_for(vec![a.clone()]);
-        let second = notices.wait_for(vec![a.clone(), b.clone()]);
+        let first = notices.wait_for(vec![a.clone()], false);
+        let second = notices.wait_for(vec![a.clone(), b.clone()], false);
         assert_eq!(
             notices.shared.wanted(),
             HashSet::from([a.clone(), b.clone()])
@@ -642,9 +650,9 @@ mod tests {
         let notices = notices(3);
         let a = Key::from("a\0released");
         let b = Key::from("b\0released");
-        let mut one = notices.wait_for(vec![a.clone()]);
-        let mut two = notices.wait_for(vec![a.clone(), b.clone()]);
-        let mut other = notices.wait_for(vec![Key::from("c\0released")]);
+        let mut one = notices.wait_for(vec![a.clone()], false);
+        let mut two = notices.wait_for(vec![a.clone(), b.clone()], false);
+        let mut other = notices.wait_for(vec![Key::from("c\0released")], false);
         notices.shared.notice(2, a.as_bytes(), Instant::now());
         notices.shared.notice(0, b"unknown", Instant::now());
         let from_node_2 = vec![Notice::Released(NodeId(2))];
@@ -656,7 +664,7 @@ mod tests {
         assert_eq!(events(&mut two), vec![Notice::Released(NodeId(1))]);
 
         // A late waiter waits its turn: told nothing.
-        let mut late = notices.wait_for(vec![a.clone()]);
+        let mut late = notices.wait_for(vec![a.clone()], false);
         assert_eq!(events(&mut late), vec![]);
         // The first leaves with the lock: the next release is the second's,
         // with nothing replayed.
@@ -683,7 +691,7 @@ mod tests {
     async fn subscriptions_are_events_the_first_time_and_after_a_lost_connection() {
         let notices = notices(5);
         let a = Key::from("a\0released");
-        let mut waiter = notices.wait_for(vec![a.clone()]);
+        let mut waiter = notices.wait_for(vec![a.clone()], false);
         let subscribed = |again| {
             notices
                 .shared

@@ -460,13 +460,14 @@ impl Store {
                     waiter,
                     entry,
                     by_queue,
+                    ticket,
                 },
                 Command::Acquire { ttl },
             ) => {
                 let waiter = waiter.as_bytes();
                 let held = self.get_str(keys[0], clock);
-                let (mut order, order_expires) = self.zset(keys[1], clock);
-                let (mut expiry, expiry_expires) = self.zset(keys[2], clock);
+                let (mut order, _) = self.zset(keys[1], clock);
+                let (mut expiry, _) = self.zset(keys[2], clock);
                 let dead: Vec<Vec<u8>> = expiry
                     .iter()
                     .filter(|(_, score)| **score <= now_ms)
@@ -476,22 +477,13 @@ impl Store {
                     order.remove(member);
                     expiry.remove(member);
                 }
-                let head = order
-                    .iter()
-                    .min_by(|a, b| a.1.total_cmp(b.1).then_with(|| a.0.cmp(b.0)))
-                    .map(|(member, _)| member.clone());
-                if held.is_none()
-                    && (!*by_queue || head.is_none() || head.as_deref() == Some(waiter))
-                {
-                    self.set_str(keys[0], ours, clock, ttl.as_millis());
-                    order.remove(waiter);
-                    expiry.remove(waiter);
-                    self.put_zset(keys[1], order, order_expires);
-                    self.put_zset(keys[2], expiry, expiry_expires);
-                    return Response::Int(1);
-                }
+                let ticket = *ticket as f64;
                 let tail = order.values().cloned().fold(0.0, f64::max);
-                order.entry(waiter.to_vec()).or_insert(tail + 1.0);
+                let score = order
+                    .entry(waiter.to_vec())
+                    .or_insert((tail + 1.0).max(ticket));
+                *score = score.max(ticket);
+                let score = *score;
                 expiry.insert(waiter.to_vec(), now_ms + entry.as_millis() as f64);
                 let last = expiry.values().cloned().fold(f64::MIN, f64::max) * MS;
                 let mut ranked: Vec<(&Vec<u8>, &f64)> = order.iter().collect();
@@ -502,7 +494,15 @@ impl Store {
                 self.put_zset(keys[2], expiry, last);
                 match held {
                     Some(held) => Response::Data(held),
-                    None => Response::Array(vec![Response::Int(0), Response::Int(position)]),
+                    None if !*by_queue || position == 1 => {
+                        self.set_str(keys[0], ours, clock, ttl.as_millis());
+                        Response::Int(1)
+                    }
+                    None => Response::Array(vec![
+                        Response::Int(0),
+                        Response::Int(position),
+                        Response::Int(score as i64),
+                    ]),
                 }
             }
             (
