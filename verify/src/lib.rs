@@ -170,10 +170,11 @@ impl Setup {
     /// stalls in a row the next attempt takes the key by the plain rule
     /// and is granted wherever the key is free, a quorum: so
     /// `FAIR_PATIENCE + 1` attempts. Only a better place in the queues
-    /// resets the count, and a waiter's best place (from 2: at 1 on a
-    /// free key it is served) improves at most `clients - 2` times, each
-    /// costing one attempt more than a stall run: `(clients - 1) *
-    /// (FAIR_PATIENCE + 1)`, which is `FAIR_PATIENCE + 1` for two clients.
+    /// resets the count. With two clients that never happens (the other
+    /// waiter is the only one that can be ahead: our place is always 2).
+    /// With more, each better place may cost one more run of stalls: the
+    /// bound is `(clients - 1) * (FAIR_PATIENCE + 1)` if places only
+    /// improve (unchecked: the model runs two clients).
     pub fn served_within(&self) -> u32 {
         (self.clients.max(2) as u32 - 1) * (FAIR_PATIENCE + 1)
     }
@@ -449,11 +450,13 @@ struct Client {
     outcomes: Vec<Outcome>,
 }
 
-/// How one acquisition went, for [`NO_STANDOFF`].
+/// How one acquisition of a fair client went, for [`NO_STANDOFF`]. No
+/// ticks: states that differ only in when things happened stay one.
 #[derive(Clone, Debug)]
 struct Outcome {
-    started: u64,
-    served_at: Option<u64>,
+    served: bool,
+    /// Another client was served after this acquisition started.
+    other_served: bool,
     /// It failed for a cause other than a stand-off: its last attempt
     /// could not have won by the plain rule either (fewer than a quorum of
     /// masters answered with a free key: the others held it for another
@@ -699,7 +702,7 @@ impl RedlockModel {
     /// Drains the client's machine after an input, as an adapter does.
     fn step(&self, state: &mut State, c: usize) {
         let now = self.instant(state.now);
-        let tick = state.now;
+        let mut served = false;
         let State {
             clients,
             out,
@@ -742,7 +745,8 @@ impl RedlockModel {
                                 lock.fencing_token().map(|t| (t, value_name(lock.value())));
                             client.turned_away = 0;
                             if let Some(outcome) = client.outcomes.last_mut() {
-                                outcome.served_at = Some(tick);
+                                outcome.served = true;
+                                served = true;
                             }
                             next = Some(Phase::Holding {
                                 lock: Box::new(lock),
@@ -875,6 +879,15 @@ impl RedlockModel {
         if let Some(phase) = next {
             client.phase = phase;
         }
+        if served {
+            for (d, other) in state.clients.iter_mut().enumerate() {
+                if d != c {
+                    for outcome in &mut other.outcomes {
+                        outcome.other_served = true;
+                    }
+                }
+            }
+        }
         for (property, detail) in broken {
             Self::break_property(state, property, detail);
         }
@@ -967,20 +980,11 @@ impl RedlockModel {
         if may_start || state.clients.iter().any(acquiring) {
             return true;
         }
-        state.clients.iter().enumerate().all(|(c, client)| {
-            client.outcomes.iter().all(|outcome| {
-                let other_served = || {
-                    state.clients.iter().enumerate().any(|(d, other)| {
-                        d != c
-                            && other
-                                .outcomes
-                                .iter()
-                                .any(|o| o.served_at.is_some_and(|at| at >= outcome.started))
-                    })
-                };
-                outcome.served_at.is_some() || outcome.explained || other_served()
-            })
-        })
+        state
+            .clients
+            .iter()
+            .flat_map(|client| &client.outcomes)
+            .all(|outcome| outcome.served || outcome.explained || outcome.other_served)
     }
 
     /// [`NOTHING_LEFT`] in one state.
@@ -1499,11 +1503,13 @@ impl Model for RedlockModel {
                 .expect("a valid spec");
                 client.phase = Phase::Acquiring(Box::new(machine));
                 client.turned_away = 0;
-                client.outcomes.push(Outcome {
-                    started: state.now,
-                    served_at: None,
-                    explained: false,
-                });
+                if self.setup.fair {
+                    client.outcomes.push(Outcome {
+                        served: false,
+                        other_served: false,
+                        explained: false,
+                    });
+                }
                 self.step(&mut state, c);
             }
             Action::Extend(c) => {
