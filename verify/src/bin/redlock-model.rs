@@ -40,28 +40,28 @@ fn main() {
     let mut failed = false;
     let mut known_gaps = 0;
 
-    println!("== in model: every property must hold ==");
-    for setup in configurations::in_model(quick) {
-        let report = RedlockModel::new(setup).check(threads, false);
-        println!("{}", report.line());
-        states += report.unique_states;
-        for (_, trace) in &report.violations {
-            println!("{trace}");
+    let in_model = [
+        (
+            "in model: every property must hold",
+            configurations::in_model(quick),
+        ),
+        (
+            "fair locks: every property must hold, fair ones included",
+            configurations::fair(quick),
+        ),
+    ];
+    for (title, setups) in in_model {
+        println!("== {title} ==");
+        for setup in setups {
+            let report = RedlockModel::new(setup).check(threads, false);
+            println!("{}", report.line());
+            states += report.unique_states;
+            for (_, trace) in &report.violations {
+                println!("{trace}");
+            }
+            violations += report.violations.len();
+            failed |= !report.violations.is_empty();
         }
-        violations += report.violations.len();
-        failed |= !report.violations.is_empty();
-    }
-
-    println!("== fair locks: every property must hold, fair ones included ==");
-    for setup in configurations::fair(quick) {
-        let report = RedlockModel::new(setup).check(threads, false);
-        println!("{}", report.line());
-        states += report.unique_states;
-        for (_, trace) in &report.violations {
-            println!("{trace}");
-        }
-        violations += report.violations.len();
-        failed |= !report.violations.is_empty();
     }
 
     println!("== operator release by value: must hold (extensions count confirmed values only) ==");
