@@ -1738,6 +1738,19 @@ pub mod configurations {
                 horizon: 10,
                 ..Setup::fair()
             },
+            // Three waiters, so places in the queues can improve; the
+            // biggest fair run (minutes). Two retries stay below
+            // `served_within` (8 attempts with three clients): this row
+            // checks exclusion, clean-up and the queues left behind.
+            Setup {
+                name: "N=3 C=3 fair, 2 retries, all start at t=0",
+                clients: 3,
+                retries: 2,
+                start_by: 0,
+                horizon: 6,
+                crashes: 0,
+                ..Setup::fair()
+            },
         ]
     }
 
