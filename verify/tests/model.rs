@@ -1,5 +1,5 @@
 //! The bounded model runs of `make test`: the short in-model configuration
-//! must violate nothing; each out-of-model control and each planted bug
+//! and the fair one must violate nothing; each out-of-model control and each planted bug
 //! must produce a counterexample. State counts are printed, never judged.
 
 use redlock_verify::{OPERATOR, RedlockModel, Report, configurations};
