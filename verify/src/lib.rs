@@ -23,12 +23,20 @@
 //! - **An operator** may release a held lock by its value on a quorum of
 //!   masters (`redlock release --value`), while none of the holder's requests
 //!   is in flight.
+//! - **Fair queues** ([`Setup::fair`]): each master also keeps the queue of
+//!   `scripts::FAIR_ACQUIRE` and `FAIR_RELEASE`, waiter ids in arrival
+//!   order, each entry dying with its waiter's entry TTL; fair clients retry
+//!   ([`Setup::retries`], one tick apart, no jitter: the model's scheduler
+//!   stands for the jitter and tries every order of the clients' attempts).
 //!
 //! Properties, checked in every reachable state (see [`PROPERTIES`]):
 //! mutual exclusion in true time, handed-out validity covered by a quorum of
 //! keys, strictly increasing fencing tokens, no holding reported once the
 //! validity ran out, an operator release never undone by an extension, and
-//! failed attempts withdrawing their value everywhere it may have been set.
+//! failed attempts withdrawing their value everywhere it may have been set;
+//! for fair locks also no stand-off, service within a bound of attempts,
+//! and no queue entry left behind (see [`NO_STANDOFF`], [`SERVED_WITHIN`],
+//! [`NOTHING_LEFT`]).
 //!
 //! The core's planted bugs (`redlock_core::planted`) are switched on per
 //! thread; the model sets the switch on whichever worker thread explores a
@@ -45,8 +53,9 @@ use std::time::{Duration, Instant};
 
 use redlock_core::planted::{self, Bug};
 use redlock_core::{
-    AcquireEvent, Acquisition, Attempts, Command, Config, ExtendError, Extension, Lock, LockValue,
-    Machine, NodeError, NodeErrorKind, Release, Reply, Request, Response, Settings, Ttl,
+    AcquireError, AcquireEvent, Acquisition, Attempts, Command, Config, ExtendError, Extension,
+    FAIR_PATIENCE, Lock, LockKind, LockSpec, LockValue, Machine, NodeError, NodeErrorKind,
+    NodeVote, Release, Reply, Request, Response, RetryConfig, Settings, Ttl, Votes,
 };
 use stateright::{Checker, HasDiscoveries, Model, Path, Property};
 
@@ -95,6 +104,12 @@ pub struct Setup {
     pub operator: bool,
     /// Whether clients take fenced locks (fencing tokens).
     pub fenced: bool,
+    /// Whether clients take fair locks (`LockSpec::Fair`): the masters
+    /// keep the fair queues, and the fair properties apply.
+    pub fair: bool,
+    /// Retries of each acquisition (`Attempts::Retry`), one tick after a
+    /// failed attempt; 0: a single attempt (`Attempts::Once`).
+    pub retries: u32,
     /// The planted bug switched on, if any.
     pub bug: Option<Bug>,
 }
@@ -121,8 +136,47 @@ impl Setup {
             early: vec![2, 2, 0],
             operator: false,
             fenced: false,
+            fair: false,
+            retries: 0,
             bug: None,
         }
+    }
+
+    /// N = 3 masters, 2 clients taking fair locks with 4 retries, one
+    /// master crash: the smallest world where masters can disagree on the
+    /// head of their queues (each waiter first on one master, the third
+    /// master down), so a waiter's attempts are turned away by queues alone.
+    pub fn fair() -> Self {
+        Self {
+            name: "N=3 C=2 fair, 1 crash",
+            fair: true,
+            retries: 4,
+            start_by: 1,
+            horizon: 8,
+            extensions: 0,
+            faults: 0,
+            crashes: 1,
+            delays: 0,
+            ..Self::small()
+        }
+    }
+
+    /// [`SERVED_WITHIN`]'s bound: the attempts in a row a fair waiter may be
+    /// turned away by the queues alone (the key free on a quorum, held by
+    /// no one) before it must be served.
+    ///
+    /// Each such attempt is a stall to the core: the key was free, another
+    /// waiter's turn somewhere, no quorum held it. After `FAIR_PATIENCE`
+    /// stalls in a row the next attempt takes the key by the plain rule
+    /// and is granted wherever the key is free, a quorum: so
+    /// `FAIR_PATIENCE + 1` attempts. Only a better place in the queues
+    /// resets the count. With two clients that never happens (the other
+    /// waiter is the only one that can be ahead: our place is always 2).
+    /// With more, each better place may cost one more run of stalls: the
+    /// bound is `(clients - 1) * (FAIR_PATIENCE + 1)` if places only
+    /// improve (unchecked: the model runs two clients).
+    pub fn served_within(&self) -> u32 {
+        (self.clients.max(2) as u32 - 1) * (FAIR_PATIENCE + 1)
     }
 
     /// The quorum of the real algorithm (never the planted one).
@@ -132,13 +186,16 @@ impl Setup {
 }
 
 /// The names of the properties, in the order they are checked.
-pub const PROPERTIES: [&str; 6] = [
+pub const PROPERTIES: [&str; 9] = [
     MUTUAL_EXCLUSION,
     COVERED,
     FENCING,
     NO_STALE_HOLD,
     OPERATOR,
     CLEAN_UP,
+    NO_STANDOFF,
+    SERVED_WITHIN,
+    NOTHING_LEFT,
 ];
 
 /// Never two clients holding with validity left at the same instant.
@@ -153,6 +210,42 @@ pub const NO_STALE_HOLD: &str = "no holding reported after the validity ran out"
 pub const OPERATOR: &str = "operator release never undone by an extension";
 /// A failed attempt queues a withdraw to every master it may have set.
 pub const CLEAN_UP: &str = "failed attempt withdraws everywhere";
+/// Fair locks: the waiters never all wait for nothing (a deadlock: every
+/// waiter turned away by the queues on a key free on every master that
+/// answers, nobody served). A liveness property, made finite in two parts:
+///
+/// - **Every acquisition ends.** Attempts are bounded ([`Setup::retries`])
+///   and the horizon leaves room for all of them: at the horizon, once no
+///   message moves, no client is still acquiring.
+/// - **Every failure is explained.** Once every client is done (none
+///   acquiring, none left to start), each acquisition that failed either
+///   met a cause the queues do not make, or waited behind a waiter that got
+///   its turn: its last attempt could not have won by the plain rule either
+///   (fewer than a quorum of free answers: the key held for another value,
+///   or masters failed), or it ran out of time, or another client was
+///   served after it started, or it ran out of attempts before its
+///   patience ran out (turned away by queues alone fewer than
+///   [`Setup::served_within`] attempts in a row at the end: with more
+///   retries it would have fallen back on the plain rule).
+///
+/// A master that is down does not excuse a failure by itself: the
+/// stand-off of two waiters each first on one master, the third master
+/// down, leaves the key free on a quorum.
+pub const NO_STANDOFF: &str =
+    "fair: no stand-off (every acquisition ends, served or its failure explained)";
+/// Fair locks: a waiter whose attempts keep finding the key free on a
+/// quorum and held by no one, turned away only because another waiter is
+/// first on some master, is served within [`Setup::served_within`]
+/// attempts in a row (`FAIR_PATIENCE + 1` with two clients).
+pub const SERVED_WITHIN: &str =
+    "fair: a waiter turned away by queues alone is served within the bound";
+/// Fair locks: a client that is done (idle, none of its requests in
+/// flight) has no live entry in the queue of a master that is up, except
+/// where its leave never ran (the master was down, or the request lost) or
+/// ran out of order (it overtook the request ahead of it).
+/// Expired entries are gone: every tick drops them, as every script call
+/// does.
+pub const NOTHING_LEFT: &str = "fair: a finished client leaves no queue entry";
 
 /// A deterministic RNG for the core: ids and values name their client and
 /// their order, so traces read `c0.2` instead of random hex.
@@ -187,18 +280,32 @@ impl rand_core::TryRng for ModelRng {
 
 /// A value's short name: `c<client>.<n>`.
 pub fn value_name(value: &LockValue) -> String {
-    let hex = value.as_str();
+    let (client, n) = model_bytes(value.as_str());
+    format!("c{client}.{n}")
+}
+
+/// The client and sequence number a [`ModelRng`] wrote into a value or a
+/// fair waiter id (hex).
+fn model_bytes(hex: &str) -> (u8, u8) {
     let byte = |i: usize| u8::from_str_radix(hex.get(i..i + 2).unwrap_or("00"), 16).unwrap_or(0);
-    format!("c{}.{}", byte(0), byte(2))
+    (byte(0), byte(2))
+}
+
+/// A fair waiter id's short name: `w<client>.<n>`.
+fn waiter_name(waiter: &str) -> String {
+    let (client, n) = model_bytes(waiter);
+    format!("w{client}.{n}")
 }
 
 /// One master: up or down, the lock key (value and expiry tick in true
-/// time), and the fencing counter.
+/// time), the fencing counter, and the fair queue: waiter ids in arrival
+/// order, each with the tick its entry dies.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 struct Node {
     up: bool,
     key: Option<(LockValue, u64)>,
     counter: u64,
+    queue: Vec<(Arc<str>, u64)>,
 }
 
 impl Node {
@@ -210,14 +317,62 @@ impl Node {
     }
 
     /// Runs one request at tick `now`: the contracts of `scripts::ACQUIRE`,
-    /// `ACQUIRE_FENCED`, `STORE_TOKEN`, `EXTEND` and `RELEASE`.
+    /// `ACQUIRE_FENCED`, `STORE_TOKEN`, `EXTEND` and `RELEASE`, and for a
+    /// fair lock `FAIR_ACQUIRE` and `FAIR_RELEASE` (its extension is
+    /// `EXTEND`'s).
     fn run(&mut self, request: &Request, now: u64, early: u64) -> Response {
         if self.live(now).is_none() {
             self.key = None;
         }
+        // Every fair script drops the dead entries first.
+        self.queue.retain(|(_, dies)| *dies > now);
         let ours = &request.value;
+        // The master's clock runs `early` ticks fast: keys and queue
+        // entries alike die early.
         let expiry = |ttl: Ttl| now + ttl.as_millis() - early.min(ttl.as_millis() - 1);
         let held = self.key.as_ref().map(|(value, _)| value.clone());
+        if let LockKind::Fair {
+            waiter,
+            entry,
+            by_queue,
+        } = &request.kind
+        {
+            let place = self.queue.iter().position(|(w, _)| w == waiter);
+            match request.command {
+                // Granted when free and we are the head, or the queue is
+                // empty, or by the plain rule; our entry goes. Otherwise
+                // our entry is added (once, at the tail) or renewed.
+                Command::Acquire { ttl } => {
+                    let head = self.queue.first().map(|(w, _)| w);
+                    if held.is_none() && (!by_queue || head.is_none_or(|h| h == waiter)) {
+                        self.key = Some((ours.clone(), expiry(ttl)));
+                        self.queue.retain(|(w, _)| w != waiter);
+                        return Response::Int(1);
+                    }
+                    let place = place.unwrap_or_else(|| {
+                        self.queue.push((waiter.clone(), 0));
+                        self.queue.len() - 1
+                    });
+                    self.queue[place].1 = expiry(*entry);
+                    return match held {
+                        Some(other) => Response::Data(other.as_bytes().to_vec()),
+                        None => {
+                            Response::Array(vec![Response::Int(0), Response::Int(place as i64 + 1)])
+                        }
+                    };
+                }
+                // A withdraw keeps our place; a release and a leave drop it.
+                Command::Release | Command::Leave => {
+                    if let Some(place) = place {
+                        self.queue.remove(place);
+                    }
+                    if request.command == Command::Leave {
+                        return Response::Int(if place.is_some() { 1 } else { -1 });
+                    }
+                }
+                _ => {}
+            }
+        }
         match request.command {
             Command::Acquire { ttl } | Command::AcquireFenced { ttl } => match held {
                 Some(other) => Response::Data(other.as_bytes().to_vec()),
@@ -288,6 +443,61 @@ struct Client {
     started: u8,
     /// The value of the last acquire requests sent.
     attempt_value: Option<LockValue>,
+    /// Failed attempts in a row turned away by the queues alone (see
+    /// [`SERVED_WITHIN`]).
+    turned_away: u32,
+    /// How each acquisition went, the current one last.
+    outcomes: Vec<Outcome>,
+}
+
+/// How one acquisition of a fair client went, for [`NO_STANDOFF`]. No
+/// ticks: states that differ only in when things happened stay one.
+#[derive(Clone, Debug)]
+struct Outcome {
+    served: bool,
+    /// Another client was served after this acquisition started.
+    other_served: bool,
+    /// It failed for a cause other than a stand-off: its last attempt
+    /// could not have won by the plain rule either (fewer than a quorum of
+    /// masters answered with a free key: the others held it for another
+    /// value or failed), or ran out of time, or the acquisition ran out of
+    /// attempts before its patience did (turned away by the queues alone
+    /// fewer than [`Setup::served_within`] attempts in a row at the end:
+    /// with more retries it would have fallen back on the plain rule).
+    explained: bool,
+}
+
+/// Masters whose answer in a fair acquire said the key was free: granted,
+/// or free but another waiter first (a fair acquire's "held by another"
+/// without a holder).
+fn free_answers(votes: &Votes) -> usize {
+    votes
+        .votes()
+        .iter()
+        .filter(|vote| matches!(vote, NodeVote::Granted | NodeVote::HeldByOther(None)))
+        .count()
+}
+
+/// Whether a failed attempt's votes say: the key free on a quorum and
+/// held by no other value, turned away only because another waiter was
+/// first on some master.
+fn turned_away_by_queues(votes: &Votes, quorum: usize) -> bool {
+    let held = votes
+        .votes()
+        .iter()
+        .any(|vote| matches!(vote, NodeVote::HeldByOther(Some(_))));
+    !held && free_answers(votes) >= quorum && votes.granted() < quorum
+}
+
+/// Whether a failed acquisition's last attempt could not have won by the
+/// plain rule either, or ran out of time (see [`Outcome::explained`]).
+fn held_or_failed(error: &AcquireError, quorum: usize) -> bool {
+    match error {
+        AcquireError::Held { votes, .. } | AcquireError::NoQuorum { votes, .. } => {
+            free_answers(votes) < quorum
+        }
+        _ => true,
+    }
 }
 
 /// One state of the world.
@@ -309,6 +519,10 @@ pub struct State {
     operator_left: bool,
     /// Values the operator released on a quorum, and when.
     released: Vec<(LockValue, u64)>,
+    /// Fair waiters whose leave (or release) never ran on a master, or ran
+    /// ahead of the request before it: the master was down, the request
+    /// was lost or overtook. Their entries may stay there.
+    leave_missed: Vec<(Arc<str>, usize)>,
     highest_token: u64,
     /// Properties broken by a transition (checked by the flag properties),
     /// with what happened.
@@ -396,6 +610,13 @@ impl RedlockModel {
             ttl: Duration::from_millis(setup.ttl_ms),
             node_timeout: Some(Duration::from_millis(setup.node_timeout_ms)),
             release_notices: false,
+            // One tick between attempts, no jitter (the scheduler tries
+            // every order of the clients' attempts).
+            retry: RetryConfig {
+                count: setup.retries,
+                delay: Duration::from_millis(1),
+                jitter: Duration::ZERO,
+            },
             drift_factor: setup.drift_factor,
             native_commands: false,
             ..Config::default()
@@ -426,8 +647,9 @@ impl RedlockModel {
             let mut w = HashWriter(&mut hasher);
             let _ = write!(
                 w,
-                "{}|{:?}|{}|{:?}|{}|{}|{}|{:?}|{}|{:?}",
+                "{}|{:?}|{:?}|{}|{:?}|{}|{}|{}|{:?}|{}|{:?}",
                 state.now,
+                state.leave_missed,
                 state.out_held,
                 state.delays_left,
                 state.nodes,
@@ -480,6 +702,7 @@ impl RedlockModel {
     /// Drains the client's machine after an input, as an adapter does.
     fn step(&self, state: &mut State, c: usize) {
         let now = self.instant(state.now);
+        let mut served = false;
         let State {
             clients,
             out,
@@ -520,13 +743,46 @@ impl RedlockModel {
                             }
                             token_seen =
                                 lock.fencing_token().map(|t| (t, value_name(lock.value())));
+                            client.turned_away = 0;
+                            if let Some(outcome) = client.outcomes.last_mut() {
+                                outcome.served = true;
+                                served = true;
+                            }
                             next = Some(Phase::Holding {
                                 lock: Box::new(lock),
                                 extension: None,
                                 extensions_left: self.setup.extensions,
                             });
                         }
-                        AcquireEvent::AttemptFailed { .. } | AcquireEvent::Failed(_) => {
+                        AcquireEvent::AttemptFailed { ref error, .. }
+                        | AcquireEvent::Failed(ref error) => {
+                            if self.setup.fair {
+                                let quorum = self.setup.quorum();
+                                let queues_only = error
+                                    .votes()
+                                    .is_some_and(|votes| turned_away_by_queues(votes, quorum));
+                                client.turned_away = if queues_only {
+                                    client.turned_away + 1
+                                } else {
+                                    0
+                                };
+                                let bound = self.setup.served_within();
+                                if client.turned_away >= bound {
+                                    broken.push((
+                                        SERVED_WITHIN,
+                                        format!(
+                                            "c{c} was turned away by the queues alone {} attempts in a row, on a key free on a quorum and held by no one (bound {bound} attempts, FAIR_PATIENCE = {FAIR_PATIENCE})",
+                                            client.turned_away
+                                        ),
+                                    ));
+                                }
+                                if let (AcquireEvent::Failed(_), Some(outcome)) =
+                                    (&event, client.outcomes.last_mut())
+                                {
+                                    outcome.explained =
+                                        held_or_failed(error, quorum) || client.turned_away < bound;
+                                }
+                            }
                             if let Some(value) = &client.attempt_value {
                                 for (n, node) in nodes.iter().enumerate() {
                                     let link = &out[c][n];
@@ -623,6 +879,15 @@ impl RedlockModel {
         if let Some(phase) = next {
             client.phase = phase;
         }
+        if served {
+            for (d, other) in state.clients.iter_mut().enumerate() {
+                if d != c {
+                    for outcome in &mut other.outcomes {
+                        outcome.other_served = true;
+                    }
+                }
+            }
+        }
         for (property, detail) in broken {
             Self::break_property(state, property, detail);
         }
@@ -663,12 +928,79 @@ impl RedlockModel {
         let result = if state.nodes[n].up {
             Ok(state.nodes[n].run(request, state.now, self.setup.early[n]))
         } else {
+            Self::note_leave_missed(state, request);
             Err(NodeError::new(
                 NodeErrorKind::Connection,
                 "connection refused",
             ))
         };
         Reply::to(request, result)
+    }
+
+    /// A fair waiter's leave (or release) that never runs on its master.
+    fn note_leave_missed(state: &mut State, request: &Request) {
+        if let LockKind::Fair { waiter, .. } = &request.kind {
+            let missed = (waiter.clone(), request.node.0);
+            if matches!(request.command, Command::Leave | Command::Release)
+                && !state.leave_missed.contains(&missed)
+            {
+                state.leave_missed.push(missed);
+            }
+        }
+    }
+
+    /// Whether a request not held back is in flight: time waits for it.
+    /// Replies in `back` are all held back: they never stop the clock.
+    fn moving(state: &State) -> bool {
+        state
+            .out
+            .iter()
+            .flatten()
+            .zip(state.out_held.iter().flatten())
+            .any(|(link, held)| !link.is_empty() && !held)
+    }
+
+    /// [`NO_STANDOFF`] in one state.
+    fn no_standoff(&self, state: &State) -> bool {
+        if !self.setup.fair {
+            return true;
+        }
+        let acquiring = |client: &Client| matches!(client.phase, Phase::Acquiring(_));
+        let quiet_end = state.now >= self.setup.horizon && !Self::moving(state);
+        if quiet_end && state.clients.iter().any(acquiring) {
+            // An acquisition outlived the horizon: no stand-off can be
+            // judged (the horizon is too short for the retries).
+            return false;
+        }
+        let may_start = state.now <= self.setup.start_by
+            && state
+                .clients
+                .iter()
+                .any(|client| matches!(client.phase, Phase::Idle) && client.acquisitions_left > 0);
+        if may_start || state.clients.iter().any(acquiring) {
+            return true;
+        }
+        state
+            .clients
+            .iter()
+            .flat_map(|client| &client.outcomes)
+            .all(|outcome| outcome.served || outcome.explained || outcome.other_served)
+    }
+
+    /// [`NOTHING_LEFT`] in one state.
+    fn nothing_left(state: &State) -> bool {
+        state.clients.iter().enumerate().all(|(c, client)| {
+            let done =
+                matches!(client.phase, Phase::Idle) && state.out[c].iter().all(VecDeque::is_empty);
+            !done
+                || state.nodes.iter().enumerate().all(|(n, node)| {
+                    !node.up
+                        || node.queue.iter().all(|(waiter, _)| {
+                            usize::from(model_bytes(waiter).0) != c
+                                || state.leave_missed.contains(&(waiter.clone(), n))
+                        })
+                })
+        })
     }
 
     /// Checks the model with `threads` workers, breadth first, and returns
@@ -856,7 +1188,17 @@ impl RedlockModel {
             } else {
                 String::new()
             };
-            let _ = write!(text, "n{n}{down}:{key}{counter}  ");
+            let queue = if self.setup.fair {
+                let waiters: Vec<_> = node
+                    .queue
+                    .iter()
+                    .map(|(waiter, dies)| format!("{}<{dies}", waiter_name(waiter)))
+                    .collect();
+                format!(" [{}]", waiters.join(","))
+            } else {
+                String::new()
+            };
+            let _ = write!(text, "n{n}{down}:{key}{counter}{queue}  ");
         }
         text.push_str("| ");
         for (c, client) in state.clients.iter().enumerate() {
@@ -975,6 +1317,7 @@ impl Model for RedlockModel {
                     up: true,
                     key: None,
                     counter: 0,
+                    queue: Vec::new(),
                 };
                 n
             ],
@@ -988,12 +1331,15 @@ impl Model for RedlockModel {
                     acquisitions_left: self.setup.acquisitions,
                     started: 0,
                     attempt_value: None,
+                    turned_away: 0,
+                    outcomes: Vec::new(),
                 })
                 .collect(),
             faults_left: self.setup.faults,
             crashes_left: self.setup.crashes,
             operator_left: self.setup.operator,
             released: Vec::new(),
+            leave_missed: Vec::new(),
             highest_token: 0,
             broken: Vec::new(),
             fingerprint: 0,
@@ -1007,16 +1353,7 @@ impl Model for RedlockModel {
         }
         let now = self.instant(state.now);
         // Time moves on once every message in flight is held back.
-        fn moving<T>(links: &[Vec<VecDeque<T>>], held: &[Vec<bool>]) -> bool {
-            links
-                .iter()
-                .flatten()
-                .zip(held.iter().flatten())
-                .any(|(link, held)| !link.is_empty() && !held)
-        }
-        // Replies in `back` are all held back: they never stop the clock.
-        let moving = moving(&state.out, &state.out_held);
-        if state.now < self.setup.horizon && !moving {
+        if state.now < self.setup.horizon && !Self::moving(state) {
             actions.push(Action::Tick);
         }
         for (c, client) in state.clients.iter().enumerate() {
@@ -1109,6 +1446,13 @@ impl Model for RedlockModel {
         match action {
             Action::Tick => {
                 state.now += 1;
+                // Dead queue entries count for nothing: drop them now,
+                // as the next script call would, so states do not differ
+                // by them.
+                let tick = state.now;
+                for node in &mut state.nodes {
+                    node.queue.retain(|(_, dies)| *dies > tick);
+                }
                 let at = now(&state);
                 for c in 0..state.clients.len() {
                     match &mut state.clients[c].phase {
@@ -1136,26 +1480,36 @@ impl Model for RedlockModel {
                     client: c as u8,
                     seq: client.started.wrapping_mul(32),
                 };
-                let machine = if self.setup.fenced {
-                    Acquisition::fenced(
-                        self.settings.clone(),
-                        RESOURCE,
-                        self.ttl,
-                        Attempts::Once,
-                        at,
-                        rng,
-                    )
+                let spec = if self.setup.fair {
+                    LockSpec::Fair(RESOURCE)
+                } else if self.setup.fenced {
+                    LockSpec::Fenced(RESOURCE)
                 } else {
-                    Acquisition::new(
-                        self.settings.clone(),
-                        RESOURCE,
-                        self.ttl,
-                        Attempts::Once,
-                        at,
-                        rng,
-                    )
+                    LockSpec::Exclusive(RESOURCE)
                 };
+                let attempts = if self.setup.retries > 0 {
+                    Attempts::Retry
+                } else {
+                    Attempts::Once
+                };
+                let machine = Acquisition::with_spec(
+                    self.settings.clone(),
+                    spec,
+                    self.ttl,
+                    attempts,
+                    at,
+                    rng,
+                )
+                .expect("a valid spec");
                 client.phase = Phase::Acquiring(Box::new(machine));
+                client.turned_away = 0;
+                if self.setup.fair {
+                    client.outcomes.push(Outcome {
+                        served: false,
+                        other_served: false,
+                        explained: false,
+                    });
+                }
                 self.step(&mut state, c);
             }
             Action::Extend(c) => {
@@ -1206,7 +1560,8 @@ impl Model for RedlockModel {
             }
             Action::LoseRequest(c, n) => {
                 state.faults_left -= 1;
-                state.out[c][n].pop_front()?;
+                let request = state.out[c][n].pop_front()?;
+                Self::note_leave_missed(&mut state, &request);
             }
             Action::LoseReply(c, n) => {
                 state.faults_left -= 1;
@@ -1216,6 +1571,8 @@ impl Model for RedlockModel {
             Action::Overtake(c, n) => {
                 state.faults_left -= 1;
                 let request = state.out[c][n].remove(1)?;
+                // A leave ahead of the acquire it follows undoes nothing.
+                Self::note_leave_missed(&mut state, &request);
                 let reply = self.run(&mut state, &request);
                 self.answer(&mut state, c, reply);
             }
@@ -1243,6 +1600,7 @@ impl Model for RedlockModel {
                 if !self.setup.keep_data {
                     node.key = None;
                     node.counter = 0;
+                    node.queue.clear();
                 }
             }
             Action::OperatorRelease(c, nodes) => {
@@ -1300,6 +1658,15 @@ impl Model for RedlockModel {
             }),
             Property::always(OPERATOR, |_: &Self, state: &State| flag(state, OPERATOR)),
             Property::always(CLEAN_UP, |_: &Self, state: &State| flag(state, CLEAN_UP)),
+            Property::always(NO_STANDOFF, |model: &Self, state: &State| {
+                model.no_standoff(state)
+            }),
+            Property::always(SERVED_WITHIN, |_: &Self, state: &State| {
+                flag(state, SERVED_WITHIN)
+            }),
+            Property::always(NOTHING_LEFT, |_: &Self, state: &State| {
+                Self::nothing_left(state)
+            }),
         ]
     }
 }
@@ -1356,6 +1723,37 @@ pub mod configurations {
         ]
     }
 
+    /// Fair-lock configurations: no property may be violated. `quick`: the
+    /// one `make test` runs.
+    pub fn fair(quick: bool) -> Vec<Setup> {
+        let short = Setup::fair();
+        if quick {
+            return vec![short];
+        }
+        vec![
+            short,
+            Setup {
+                name: "N=3 C=2 fair, 1 crash, clients start by t=3",
+                start_by: 3,
+                horizon: 10,
+                ..Setup::fair()
+            },
+            // Three waiters, so places in the queues can improve; the
+            // biggest fair run (minutes). Two retries stay below
+            // `served_within` (8 attempts with three clients): this row
+            // checks exclusion, clean-up and the queues left behind.
+            Setup {
+                name: "N=3 C=3 fair, 2 retries, all start at t=0",
+                clients: 3,
+                retries: 2,
+                start_by: 0,
+                horizon: 6,
+                crashes: 0,
+                ..Setup::fair()
+            },
+        ]
+    }
+
     /// The operator-release configuration: holds since an extension counts
     /// only the masters that confirmed our value (extend.rs); before that
     /// rule it gave the counterexample of a bare-quorum release undone.
@@ -1394,6 +1792,23 @@ pub mod configurations {
                 },
                 super::MUTUAL_EXCLUSION,
             ),
+            (
+                // A known gap, kept as a control (move it in model once the
+                // core closes it): an acquire that a master runs twice
+                // re-queues its winner there (FAIR_ACQUIRE enqueues a
+                // caller that finds the key held, by its own value too);
+                // the winner leaves only the masters that did not grant, and
+                // its release, a withdraw while release notices are off,
+                // keeps the entry until it expires. Adapters never send an
+                // acquire twice.
+                Setup {
+                    name: "N=3 C=2 fair, 1 fault: an acquire run twice (out of model)",
+                    faults: 1,
+                    crashes: 0,
+                    ..Setup::fair()
+                },
+                super::NOTHING_LEFT,
+            ),
         ]
     }
 
@@ -1409,11 +1824,11 @@ pub mod configurations {
         };
         Bug::ALL
             .iter()
-            // Fair locks are not in this model yet: their planted bugs are
-            // caught by `redlock-core/tests/fair_queue.rs`.
-            .filter(|bug| !matches!(bug, Bug::FairNeverFallsBack | Bug::FairLeaveForgotten))
             .map(|&bug| {
                 let setup = match bug {
+                    // Fair bugs need fair clients that retry, and a master
+                    // down so that queues can disagree.
+                    Bug::FairNeverFallsBack | Bug::FairLeaveForgotten => Setup::fair(),
                     // The decision must come later than the round's start.
                     Bug::ValidityFromDecisionTime => Setup {
                         delays: 1,
@@ -1444,5 +1859,18 @@ pub mod configurations {
                 )
             })
             .collect()
+    }
+
+    /// The property a planted bug must break, where one is meant (the
+    /// others may break any).
+    pub fn caught_by(bug: Bug) -> Option<&'static str> {
+        match bug {
+            // The stand-off it leaves in place holds a waiter back
+            // beyond FAIR_PATIENCE + 1 attempts.
+            Bug::FairNeverFallsBack => Some(super::SERVED_WITHIN),
+            // A waiter that gave up keeps its queue entries.
+            Bug::FairLeaveForgotten => Some(super::NOTHING_LEFT),
+            _ => None,
+        }
     }
 }

@@ -1,5 +1,5 @@
 //! The bounded model runs of `make test`: the short in-model configuration
-//! must violate nothing; each out-of-model control and each planted bug
+//! and the fair one must violate nothing; each out-of-model control and each planted bug
 //! must produce a counterexample. State counts are printed, never judged.
 
 use redlock_verify::{OPERATOR, RedlockModel, Report, configurations};
@@ -16,6 +16,16 @@ fn run(setup: redlock_verify::Setup, stop_at_first: bool) -> Report {
 #[test]
 fn short_run_in_model_violates_nothing() {
     for setup in configurations::in_model(true) {
+        let report = run(setup, false);
+        assert!(report.violations.is_empty(), "{}", report.line());
+    }
+}
+
+/// Fair locks: mutual exclusion and the rest, no stand-off, service within
+/// `FAIR_PATIENCE + 1` attempts, nothing left in the queues.
+#[test]
+fn fair_run_violates_nothing() {
+    for setup in configurations::fair(true) {
         let report = run(setup, false);
         assert!(report.violations.is_empty(), "{}", report.line());
     }
@@ -59,11 +69,26 @@ macro_rules! planted {
                 .into_iter()
                 .find(|(bug, _)| *bug == redlock_core::planted::Bug::$bug)
                 .expect("every bug has a configuration");
-            let report = run(setup, true);
+            let bug = redlock_core::planted::Bug::$bug;
+            let report = match configurations::caught_by(bug) {
+                Some(property) => {
+                    let report = RedlockModel::new(setup).check_for(2, property);
+                    println!("{}", report.line());
+                    for (_, trace) in &report.violations {
+                        println!("{trace}");
+                    }
+                    assert!(
+                        report.violations.iter().any(|(p, _)| *p == property),
+                        "planted bug {bug:?} not caught by \"{property}\": {}",
+                        report.line()
+                    );
+                    report
+                }
+                None => run(setup, true),
+            };
             assert!(
                 !report.violations.is_empty(),
-                "planted bug {} not caught: {}",
-                stringify!($bug),
+                "planted bug {bug:?} not caught: {}",
                 report.line()
             );
         }
@@ -78,3 +103,5 @@ planted!(planted_quorum_half, QuorumHalf);
 planted!(planted_duplicate_vote_counted, DuplicateVoteCounted);
 planted!(planted_extend_missing_as_ours, ExtendMissingAsOurs);
 planted!(planted_release_skips_timed_out, ReleaseSkipsTimedOut);
+planted!(planted_fair_never_falls_back, FairNeverFallsBack);
+planted!(planted_fair_leave_forgotten, FairLeaveForgotten);

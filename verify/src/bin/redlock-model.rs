@@ -40,16 +40,28 @@ fn main() {
     let mut failed = false;
     let mut known_gaps = 0;
 
-    println!("== in model: every property must hold ==");
-    for setup in configurations::in_model(quick) {
-        let report = RedlockModel::new(setup).check(threads, false);
-        println!("{}", report.line());
-        states += report.unique_states;
-        for (_, trace) in &report.violations {
-            println!("{trace}");
+    let in_model = [
+        (
+            "in model: every property must hold",
+            configurations::in_model(quick),
+        ),
+        (
+            "fair locks: every property must hold, fair ones included",
+            configurations::fair(quick),
+        ),
+    ];
+    for (title, setups) in in_model {
+        println!("== {title} ==");
+        for setup in setups {
+            let report = RedlockModel::new(setup).check(threads, false);
+            println!("{}", report.line());
+            states += report.unique_states;
+            for (_, trace) in &report.violations {
+                println!("{trace}");
+            }
+            violations += report.violations.len();
+            failed |= !report.violations.is_empty();
         }
-        violations += report.violations.len();
-        failed |= !report.violations.is_empty();
     }
 
     println!("== operator release by value: must hold (extensions count confirmed values only) ==");
@@ -87,15 +99,30 @@ fn main() {
     let bugs = configurations::planted();
     let mut caught = 0;
     for (bug, setup) in &bugs {
-        let report = RedlockModel::new(setup.clone()).check(threads, true);
+        let model = RedlockModel::new(setup.clone());
+        // A bug with a property of its own must break that one.
+        let expected = configurations::caught_by(*bug);
+        let report = match expected {
+            Some(property) => model.check_for(threads, property),
+            None => model.check(threads, true),
+        };
         println!("{bug:?}: {}", report.line());
-        match report.violations.first() {
+        let found = report
+            .violations
+            .iter()
+            .find(|(property, _)| expected.is_none_or(|e| e == *property));
+        match found {
             Some((_, trace)) => {
                 caught += 1;
                 println!("{trace}");
             }
             None => {
-                println!("  NOT CAUGHT");
+                println!(
+                    "  NOT CAUGHT{}",
+                    expected
+                        .map(|e| format!(": expected a violation of \"{e}\""))
+                        .unwrap_or_default()
+                );
                 failed = true;
             }
         }
