@@ -24,8 +24,9 @@
 //!   masters (`redlock release --value`), while none of the holder's requests
 //!   is in flight.
 //! - **Fair queues** ([`Setup::fair`]): each master also keeps the queue of
-//!   `scripts::FAIR_ACQUIRE` and `FAIR_RELEASE`, waiter ids in arrival
-//!   order, each entry dying with its waiter's entry TTL; fair clients retry
+//!   `scripts::FAIR_ACQUIRE` and `FAIR_RELEASE`, waiter ids ordered by
+//!   score (one past the tail, raised to the waiter's ticket) and id, each
+//!   entry dying with its waiter's entry TTL; fair clients retry
 //!   ([`Setup::retries`], one tick apart, no jitter: the model's scheduler
 //!   stands for the jitter and tries every order of the clients' attempts).
 //!
@@ -298,14 +299,23 @@ fn waiter_name(waiter: &str) -> String {
 }
 
 /// One master: up or down, the lock key (value and expiry tick in true
-/// time), the fencing counter, and the fair queue: waiter ids in arrival
-/// order, each with the tick its entry dies.
+/// time), the fencing counter, and the fair queue in its order (score, then
+/// waiter id), each entry with the tick it dies.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 struct Node {
     up: bool,
     key: Option<(LockValue, u64)>,
     counter: u64,
-    queue: Vec<(Arc<str>, u64)>,
+    queue: Vec<Entry>,
+}
+
+/// One waiter's entry in a master's fair queue; the derived order is the
+/// queue's (a sorted set: by score, ties by member).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
+struct Entry {
+    score: u64,
+    waiter: Arc<str>,
+    dies: u64,
 }
 
 impl Node {
@@ -325,7 +335,7 @@ impl Node {
             self.key = None;
         }
         // Every fair script drops the dead entries first.
-        self.queue.retain(|(_, dies)| *dies > now);
+        self.queue.retain(|entry| entry.dies > now);
         let ours = &request.value;
         // The master's clock runs `early` ticks fast: keys and queue
         // entries alike die early.
@@ -335,30 +345,41 @@ impl Node {
             waiter,
             entry,
             by_queue,
+            ticket,
         } = &request.kind
         {
-            let place = self.queue.iter().position(|(w, _)| w == waiter);
+            let place = self.queue.iter().position(|e| &e.waiter == waiter);
             match request.command {
-                // Granted when free and we are the head, or the queue is
-                // empty, or by the plain rule; our entry goes. Otherwise
-                // our entry is added (once, at the tail) or renewed.
+                // Our entry is added (scored one past the tail, or our
+                // ticket if higher) or renewed (raised to our ticket);
+                // then granted when free and we are the head, or by the
+                // plain rule. The entry stays while we hold the lock.
                 Command::Acquire { ttl } => {
-                    let head = self.queue.first().map(|(w, _)| w);
-                    if held.is_none() && (!by_queue || head.is_none_or(|h| h == waiter)) {
-                        self.key = Some((ours.clone(), expiry(ttl)));
-                        self.queue.retain(|(w, _)| w != waiter);
-                        return Response::Int(1);
-                    }
-                    let place = place.unwrap_or_else(|| {
-                        self.queue.push((waiter.clone(), 0));
-                        self.queue.len() - 1
-                    });
-                    self.queue[place].1 = expiry(*entry);
+                    let tail = self.queue.last().map_or(0, |e| e.score);
+                    let mut mine = match place {
+                        Some(place) => self.queue.remove(place),
+                        None => Entry {
+                            score: (tail + 1).max(*ticket),
+                            waiter: waiter.clone(),
+                            dies: 0,
+                        },
+                    };
+                    mine.score = mine.score.max(*ticket);
+                    mine.dies = expiry(*entry);
+                    let score = mine.score;
+                    let place = self.queue.partition_point(|e| *e < mine);
+                    self.queue.insert(place, mine);
                     return match held {
                         Some(other) => Response::Data(other.as_bytes().to_vec()),
-                        None => {
-                            Response::Array(vec![Response::Int(0), Response::Int(place as i64 + 1)])
+                        None if !by_queue || place == 0 => {
+                            self.key = Some((ours.clone(), expiry(ttl)));
+                            Response::Int(1)
                         }
+                        None => Response::Array(vec![
+                            Response::Int(0),
+                            Response::Int(place as i64 + 1),
+                            Response::Int(score as i64),
+                        ]),
                     };
                 }
                 // A withdraw keeps our place; a release and a leave drop it.
@@ -726,6 +747,10 @@ impl RedlockModel {
         match &mut client.phase {
             Phase::Idle => {}
             Phase::Acquiring(machine) => {
+                // An attempt that fails here was sent before: a fair
+                // waiter's next attempt may start at once (its higher
+                // ticket), in the same drain as the withdraws of this one.
+                let failed_value = client.attempt_value.clone();
                 while let Some(request) = machine.poll_request() {
                     send(request, &mut client.attempt_value);
                 }
@@ -783,7 +808,7 @@ impl RedlockModel {
                                         held_or_failed(error, quorum) || client.turned_away < bound;
                                 }
                             }
-                            if let Some(value) = &client.attempt_value {
+                            if let Some(value) = &failed_value {
                                 for (n, node) in nodes.iter().enumerate() {
                                     let link = &out[c][n];
                                     let set_here =
@@ -995,9 +1020,9 @@ impl RedlockModel {
             !done
                 || state.nodes.iter().enumerate().all(|(n, node)| {
                     !node.up
-                        || node.queue.iter().all(|(waiter, _)| {
-                            usize::from(model_bytes(waiter).0) != c
-                                || state.leave_missed.contains(&(waiter.clone(), n))
+                        || node.queue.iter().all(|entry| {
+                            usize::from(model_bytes(&entry.waiter).0) != c
+                                || state.leave_missed.contains(&(entry.waiter.clone(), n))
                         })
                 })
         })
@@ -1192,7 +1217,10 @@ impl RedlockModel {
                 let waiters: Vec<_> = node
                     .queue
                     .iter()
-                    .map(|(waiter, dies)| format!("{}<{dies}", waiter_name(waiter)))
+                    .map(|entry| {
+                        let name = waiter_name(&entry.waiter);
+                        format!("{name}#{}<{}", entry.score, entry.dies)
+                    })
                     .collect();
                 format!(" [{}]", waiters.join(","))
             } else {
@@ -1451,7 +1479,7 @@ impl Model for RedlockModel {
                 // by them.
                 let tick = state.now;
                 for node in &mut state.nodes {
-                    node.queue.retain(|(_, dies)| *dies > tick);
+                    node.queue.retain(|entry| entry.dies > tick);
                 }
                 let at = now(&state);
                 for c in 0..state.clients.len() {
@@ -1738,6 +1766,15 @@ pub mod configurations {
                 horizon: 10,
                 ..Setup::fair()
             },
+            // One lost, duplicated or reordered message. A master that
+            // runs an acquire twice finds the key held by the winner's own
+            // value and renews the winner's entry; the release takes it.
+            Setup {
+                name: "N=3 C=2 fair, 1 fault",
+                faults: 1,
+                crashes: 0,
+                ..Setup::fair()
+            },
             // Three waiters, so places in the queues can improve; the
             // biggest fair run (minutes). Two retries stay below
             // `served_within` (8 attempts with three clients): this row
@@ -1791,23 +1828,6 @@ pub mod configurations {
                     ..Setup::small()
                 },
                 super::MUTUAL_EXCLUSION,
-            ),
-            (
-                // A known gap, kept as a control (move it in model once the
-                // core closes it): an acquire that a master runs twice
-                // re-queues its winner there (FAIR_ACQUIRE enqueues a
-                // caller that finds the key held, by its own value too);
-                // the winner leaves only the masters that did not grant, and
-                // its release, a withdraw while release notices are off,
-                // keeps the entry until it expires. Adapters never send an
-                // acquire twice.
-                Setup {
-                    name: "N=3 C=2 fair, 1 fault: an acquire run twice (out of model)",
-                    faults: 1,
-                    crashes: 0,
-                    ..Setup::fair()
-                },
-                super::NOTHING_LEFT,
             ),
         ]
     }
