@@ -100,6 +100,9 @@ fn workload(extend_script: Option<&'static str>) -> Result<usize, String> {
                         pair.step(&mut acquisition)?;
                         continue;
                     }
+                    if rng.random_bool(0.3) {
+                        pair.ticket(&acquisition, &settings, rng.random_range(0..8))?;
+                    }
                     // Its next attempt, now.
                     let at = acquisition.poll_timeout().expect("still waiting");
                     acquisition.handle_timeout(at);
@@ -245,6 +248,51 @@ impl Pair {
             AcquireEvent::Acquired(lock) => Ok(Some(lock)),
             _ => Ok(None),
         }
+    }
+
+    /// A fair acquire of `acquisition`'s waiter carrying `ticket`, as if
+    /// another master had given it that place: one node alone never
+    /// raises an entry or places a new one past the tail otherwise. A
+    /// grant it wins is released at once (both compared too).
+    fn ticket(
+        &mut self,
+        acquisition: &Acquisition<StdRng>,
+        settings: &Settings,
+        ticket: u64,
+    ) -> Result<(), String> {
+        let redlock_core::LockKind::Fair {
+            waiter,
+            entry,
+            by_queue,
+            ..
+        } = acquisition.kind().clone()
+        else {
+            unreachable!("a fair acquisition")
+        };
+        let request = Request {
+            round: RoundId(ticket),
+            node: redlock_core::NodeId(0),
+            keys: acquisition.keys().clone(),
+            value: LockValue::from_string(format!("ticket-{ticket}")),
+            kind: redlock_core::LockKind::Fair {
+                waiter,
+                entry,
+                by_queue,
+                ticket,
+            },
+            command: Command::Acquire {
+                ttl: settings.default_ttl(),
+            },
+            native: false,
+            deadline: Instant::now() + Duration::from_secs(1),
+        };
+        if self.run(&request)? == Response::Int(1) {
+            self.run(&Request {
+                command: Command::Withdraw,
+                ..request
+            })?;
+        }
+        Ok(())
     }
 
     /// Sends what a fair acquisition queued (an attempt, or the leaves at
