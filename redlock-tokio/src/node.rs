@@ -38,7 +38,7 @@ use redlock_core::{
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
-use crate::order::Order;
+use crate::order::{Order, Ticket};
 use crate::sim::Simulation;
 
 /// First wait before reconnecting after a failed attempt; doubles each time.
@@ -574,7 +574,6 @@ impl Node {
         request: &Request,
         script: &'static str,
     ) -> Result<Response, NodeError> {
-        let command = request.command;
         let sha = sha_of(script);
         let call = evalsha(&sha, request);
         // Every request carries the lock key first.
@@ -585,48 +584,66 @@ impl Node {
             .send(key, &mut ticket, call.query_async::<Value>(connection))
             .await;
         let result = match (first, ticket) {
-            (Err(err), Some(mut ticket))
+            (Err(err), Some(ticket))
                 if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
             {
-                // The load and the request go out back to back, so nothing
-                // queued after them runs between the two.
-                let mut loading = connection.clone();
-                let mut load = redis::cmd("SCRIPT");
-                load.arg("LOAD").arg(script);
-                let load = load.query_async::<String>(&mut loading);
-                let again = call.query_async::<Value>(connection);
-                match self
-                    .order
-                    .resend(&mut ticket, futures::future::join(load, again))
-                    .await
-                {
-                    Some((_, again)) => {
-                        debug!(node = %self.name, command = command.name(), "NOSCRIPT: script loaded and request sent again");
-                        again
-                    }
-                    None => {
-                        // Load the script for the requests to come all
-                        // the same; this one failed.
-                        let load = redis::cmd("SCRIPT")
-                            .arg("LOAD")
-                            .arg(script)
-                            .query_async::<String>(connection)
-                            .await;
-                        if let Err(err) = load {
-                            return Err(map_error(&err));
-                        }
-                        debug!(node = %self.name, command = command.name(), "NOSCRIPT: not sent again, a later request for the key was sent already");
-                        return Err(NodeError::new(
-                            NodeErrorKind::Server,
-                            "NOSCRIPT: the node's script cache was flushed; the request \
-                             was not sent again, to keep the key's commands in order",
-                        ));
-                    }
-                }
+                // Boxed: the rare path would otherwise more than double
+                // the size of every request's future (allocated per request,
+                // past the allocator's fast sizes).
+                Box::pin(self.reload(connection, request, script, &call, ticket)).await?
             }
             (first, _) => first,
         };
         self.finish(request, generation, result)
+    }
+
+    /// After `NOSCRIPT`: loads `script` and sends `call` again, unless a
+    /// later request for its key was sent meanwhile (then the request
+    /// fails, and the script is loaded for the requests to come).
+    async fn reload(
+        &self,
+        connection: &mut Connection,
+        request: &Request,
+        script: &'static str,
+        call: &Cmd,
+        mut ticket: Ticket<'_>,
+    ) -> Result<Result<Value, RedisError>, NodeError> {
+        let command = request.command;
+        // The load and the request go out back to back, so nothing
+        // queued after them runs between the two.
+        let mut loading = connection.clone();
+        let mut load = redis::cmd("SCRIPT");
+        load.arg("LOAD").arg(script);
+        let load = load.query_async::<String>(&mut loading);
+        let again = call.query_async::<Value>(connection);
+        match self
+            .order
+            .resend(&mut ticket, futures::future::join(load, again))
+            .await
+        {
+            Some((_, again)) => {
+                debug!(node = %self.name, command = command.name(), "NOSCRIPT: script loaded and request sent again");
+                Ok(again)
+            }
+            None => {
+                // Load the script for the requests to come all the same;
+                // this one failed.
+                let load = redis::cmd("SCRIPT")
+                    .arg("LOAD")
+                    .arg(script)
+                    .query_async::<String>(connection)
+                    .await;
+                if let Err(err) = load {
+                    return Err(map_error(&err));
+                }
+                debug!(node = %self.name, command = command.name(), "NOSCRIPT: not sent again, a later request for the key was sent already");
+                Err(NodeError::new(
+                    NodeErrorKind::Server,
+                    "NOSCRIPT: the node's script cache was flushed; the request \
+                     was not sent again, to keep the key's commands in order",
+                ))
+            }
+        }
     }
 
     /// The node's answer as a `Response`; an error that leaves the
