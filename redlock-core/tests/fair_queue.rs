@@ -108,6 +108,29 @@ impl World {
         assert!(release.is_done());
     }
 
+    /// Serves every waiter, one per round: in each round those not served
+    /// yet attempt, newest first; exactly one wins and releases. The order
+    /// they were served in.
+    fn serve(&mut self, waiters: &mut [Acquisition<StdRng>]) -> Vec<usize> {
+        let mut served = Vec::new();
+        for _round in 0..waiters.len() {
+            let mut winner = None;
+            for index in (0..waiters.len()).rev() {
+                if served.contains(&index) {
+                    continue;
+                }
+                if let Some(lock) = self.attempt(&mut waiters[index]) {
+                    assert!(winner.is_none(), "two holders at once");
+                    winner = Some((index, lock));
+                }
+            }
+            let (index, mut lock) = winner.expect("someone is served each round");
+            served.push(index);
+            self.release(&mut lock);
+        }
+        served
+    }
+
     /// Keys alive on each master (locks and queue keys).
     fn keys(&self) -> Vec<Vec<Vec<u8>>> {
         let clock = self.clock();
@@ -177,23 +200,7 @@ fn waiters_are_served_in_the_order_the_masters_queued_them() {
     }
     world.release(&mut held);
     // They attempt newest first; each time only the oldest left wins.
-    let mut served = Vec::new();
-    for _round in 0..6 {
-        let mut winner = None;
-        for index in (0..waiters.len()).rev() {
-            if served.contains(&index) {
-                continue;
-            }
-            if let Some(lock) = world.attempt(&mut waiters[index]) {
-                assert!(winner.is_none(), "two holders at once");
-                winner = Some((index, lock));
-            }
-        }
-        let (index, mut lock) = winner.expect("someone is served each round");
-        served.push(index);
-        world.release(&mut lock);
-    }
-    assert_eq!(served, vec![0, 1, 2, 3, 4, 5]);
+    assert_eq!(world.serve(&mut waiters), vec![0, 1, 2, 3, 4, 5]);
     assert!(
         world.keys().iter().all(Vec::is_empty),
         "left: {:?}",
@@ -230,19 +237,7 @@ fn masters_that_saw_waiters_arrive_in_different_orders_come_to_agree() {
         assert!(world.step(waiter).is_none(), "held");
     }
     world.release(&mut held);
-    let mut served = Vec::new();
-    for _round in 0..3 {
-        let mut winner = None;
-        for index in (0..3).rev().filter(|index| !served.contains(index)) {
-            if let Some(lock) = world.attempt(&mut waiters[index]) {
-                assert!(winner.is_none(), "two holders at once");
-                winner = Some((index, lock));
-            }
-        }
-        let (index, mut lock) = winner.expect("someone is served each round");
-        served.push(index);
-        world.release(&mut lock);
-    }
+    world.serve(&mut waiters);
     for waiter in &waiters {
         assert!(
             matches!(waiter.kind(), LockKind::Fair { by_queue: true, .. }),
