@@ -535,8 +535,9 @@ return -1
 // Fair locks. KEYS = [key, queue, queue expiry]: the key holds the holder's
 // value (a string, as for an exclusive lock); `{<key>}\0queue` is a sorted
 // set of waiter ids scored by their arrival (one more than the last
-// entry's score: the order of the queue, with no ties that clocks could
-// decide); `{<key>}\0queue-expiry` scores the same ids by
+// entry's score, or the waiter's ticket if higher: the order of the queue,
+// ties by id, none that clocks could decide); `{<key>}\0queue-expiry`
+// scores the same ids by
 // when their entry dies unless the waiter asks again. Both are in the key's
 // hash slot (`Key::derived`), every call drops the dead entries first, and
 // both keys expire with their last entry (Redis deletes an emptied sorted

@@ -279,15 +279,21 @@ pub enum LockSpec<'a> {
     /// (`{<key>}\0queue`, in the order the master first saw each waiter,
     /// and `{<key>}\0queue-expiry`, both in the key's hash slot); its
     /// acquire script ([`scripts::FAIR_ACQUIRE`](crate::scripts::FAIR_ACQUIRE))
-    /// grants a free key only to the head of the live queue and otherwise
-    /// adds or renews the caller's entry. So while a quorum is up, the lock
-    /// goes to the waiter the quorum saw first.
+    /// adds or renews the caller's entry and grants a free key only to the
+    /// head of the live queue. So while a quorum is up, the lock goes to
+    /// the waiter the quorum saw first.
+    ///
+    /// - **Masters that saw waiters arrive in different orders** come to
+    ///   agree: each waiter carries a ticket, the highest place score a
+    ///   master gave it, and a master raises its entry to it (ties go by
+    ///   waiter id); an attempt that learns a higher ticket on a free key
+    ///   tries again at once.
     ///
     /// - **A dead waiter** holds the queue at most until its entry expires:
     ///   each attempt renews it for two retry delays and two per-node
     ///   timeouts, never longer than the lock's TTL.
-    /// - **Masters that disagree** on the order (a waiter first on some,
-    ///   another first on others) cannot deadlock it: an acquisition whose
+    /// - **Masters that still disagree** (a head that died on some of them)
+    ///   cannot deadlock it: an acquisition whose
     ///   attempts keep failing on a key that no quorum holds, with some
     ///   master saying "another waiter's turn" and its place in the queues
     ///   no better than before, takes the lock by the plain rule after
