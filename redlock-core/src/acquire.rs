@@ -155,6 +155,11 @@ pub struct Acquisition<R> {
     /// Fair locks: the highest score a master gave us in the current
     /// attempt (see the `ticket` of [`LockKind::Fair`]).
     scores: u64,
+    /// Until when this acquisition's last mark surely lives on the nodes
+    /// it reached ([`Command::MarkWaiting`], see `mark_waiting`).
+    marked_until: Option<Instant>,
+    /// The current attempt went without a mark of its own.
+    unmarked: bool,
 }
 
 /// Fair locks ([`LockSpec::Fair`]): after this many attempts in a row that
@@ -288,6 +293,8 @@ impl<R: Rng> Acquisition<R> {
             stalls: 0,
             positions: Vec::new(),
             scores: 0,
+            marked_until: None,
+            unmarked: false,
             best_position: None,
         };
         this.start_attempt(now, None);
@@ -326,16 +333,7 @@ impl<R: Rng> Acquisition<R> {
     /// (for [`WaitQueue`](crate::WaitQueue)s: one client's waiters per
     /// channel, first come, first served).
     pub fn channels(&self) -> Vec<Key> {
-        // A multi-resource release announces every key it frees; the
-        // other kinds announce their first key (the resource's own).
-        let count = match self.kind {
-            LockKind::Multi => self.keys.len(),
-            _ => 1,
-        };
-        self.keys[..count]
-            .iter()
-            .map(|key| self.settings.release_channel(key))
-            .collect()
+        crate::config::release_channels(&self.keys, &self.kind)
     }
 
     /// Waits behind waiters that came first instead of attempting at once:
@@ -377,6 +375,13 @@ impl<R: Rng> Acquisition<R> {
         self.notices.restart(now);
         self.notices.asked = true;
         self.notices.listen = Some(self.channels());
+        // Marked now, off the path of the hand-over: the attempt that a
+        // release notice starts needs no mark of its own (see
+        // `mark_waiting`).
+        if let State::Attempting { round, value, .. } = &self.state {
+            let (round, value) = (round.clone(), value.clone());
+            self.mark_waiting(&round, &value, round.deadline, now);
+        }
         let until = now + crate::retry_delay(&self.settings.retry(), &mut self.rng);
         let until = match self.retries.deadline() {
             Some(deadline) => until.min(deadline),
@@ -419,7 +424,10 @@ impl<R: Rng> Acquisition<R> {
             slots.resize(round.nodes().len(), None);
         }
         self.scores = 0;
-        self.mark_waiting(&round, &value);
+        self.unmarked = self.mark_lives_past(scheduled, now);
+        if !self.unmarked {
+            self.mark_waiting(&round, &value, round.deadline, now);
+        }
         self.send_round(&round, &value, command);
         self.state = State::Attempting {
             round,
@@ -438,10 +446,18 @@ impl<R: Rng> Acquisition<R> {
     /// ([`Settings::waiters_mark_ttl`]). Exclusive and multi-resource locks
     /// only: their releases publish only for a mark; the other kinds always
     /// publish.
-    fn mark_waiting(&mut self, round: &Round, value: &LockValue) {
+    ///
+    /// An extra attempt between retries (one a notice starts) sends no mark
+    /// when the last one lives past the retry it goes back to
+    /// ([`mark_lives_past`](Self::mark_lives_past)): that mark was set on
+    /// each node before this attempt's check there, and it lives until the
+    /// next mark arrives. So the attempt that a hand-over or a release
+    /// notice starts costs one request per node, not two.
+    fn mark_waiting(&mut self, round: &Round, value: &LockValue, deadline: Instant, now: Instant) {
         if !self.notices.asked || !matches!(self.kind, LockKind::Exclusive | LockKind::Multi) {
             return;
         }
+        self.marked_until = Some(now + self.settings.waiters_mark_span(self.node_timeout));
         let command = Command::MarkWaiting {
             ttl: self.settings.waiters_mark_ttl(self.node_timeout),
         };
@@ -461,8 +477,22 @@ impl<R: Rng> Acquisition<R> {
                 kind: LockKind::Exclusive,
                 command,
                 native: false,
-                deadline: round.deadline,
+                deadline,
             }));
+        }
+    }
+
+    /// Whether an attempt starting at `now` may go without a mark: it is an
+    /// extra attempt (`scheduled`: the retry it goes back to if it fails),
+    /// and the last mark lives until the next one has reached the nodes:
+    /// the retry's, or, when the attempt ends after the retry's time, the
+    /// one its failure sends then (`fail_attempt`). A fenced attempt takes
+    /// two rounds.
+    fn mark_lives_past(&self, scheduled: Option<Instant>, now: Instant) -> bool {
+        let attempt = self.node_timeout * if self.fenced { 2 } else { 1 };
+        match (scheduled, self.marked_until) {
+            (Some(until), Some(marked)) => marked >= until.max(now + attempt) + self.node_timeout,
+            _ => false,
         }
     }
 
@@ -638,6 +668,11 @@ impl<R: Rng> Acquisition<R> {
                 // or timed out: a reply can be lost after the node set the
                 // key. A fair waiter keeps its place in the queues.
                 self.queue_releases(&round, &value, now, false);
+                if self.unmarked && scheduled.is_some_and(|scheduled| scheduled <= now) {
+                    // It took the place of the retry whose mark the last
+                    // one was to live until: mark now, for the next.
+                    self.mark_waiting(&round, &value, now + self.node_timeout, now);
+                }
                 self.wait_for_retry(error, until, now);
                 if reordered && matches!(self.state, State::Waiting { .. }) {
                     // As for a notice: an extra attempt, the retry stays.
@@ -881,8 +916,11 @@ impl<R: Rng> Machine for Acquisition<R> {
     ///
     /// The lock may have been released when notices came from more nodes than
     /// failed attempts can free while another client holds a quorum
-    /// (N - quorum + 1: 2 of 3, 3 of 5), or when the channels were newly
-    /// subscribed. Failed attempts release what they set, and those releases
+    /// (N - quorum + 1: 2 of 3, 3 of 5), when the channels were newly
+    /// subscribed, or when this client released the lock itself
+    /// ([`Notice::HandedOver`]: its release runs on every node before the
+    /// attempt, so the hand-over takes one round trip and no notice).
+    /// Failed attempts release what they set, and those releases
     /// publish too; a holder of a quorum leaves at most N - quorum nodes to
     /// them, so their clean-ups alone never wake a waiter.
     ///
@@ -899,6 +937,7 @@ impl<R: Rng> Machine for Acquisition<R> {
                 }
             }
             Notice::Subscribed => self.notices.subscribed = true,
+            Notice::HandedOver => self.notices.handed_over = true,
         }
         self.wake_if_released(now);
     }

@@ -487,6 +487,21 @@ impl Settings {
         }
     }
 
+    /// How long a waiter's mark surely lives, measured on our clock from
+    /// when it was sent: [`waiters_mark_ttl`](Self::waiters_mark_ttl)
+    /// without the drift allowance (a node counts the TTL from when the
+    /// mark reached it, and its clock may run fast by that allowance).
+    pub(crate) fn waiters_mark_span(
+        &self,
+        node_timeout: std::time::Duration,
+    ) -> std::time::Duration {
+        let retry = self.retry();
+        retry
+            .delay
+            .saturating_add(retry.jitter)
+            .saturating_add(node_timeout.saturating_mul(2))
+    }
+
     /// How long a waiter's mark lives after one of its attempts: until its
     /// next attempt has surely reached the node and marked again, that is,
     /// the longest retry wait (`delay + jitter`) plus two per-node
@@ -494,11 +509,7 @@ impl Settings {
     /// plus the drift allowance of a node's clock (1% + 2 ms of the span,
     /// as for a lock). About 0.3 s with the defaults.
     pub fn waiters_mark_ttl(&self, node_timeout: std::time::Duration) -> crate::Ttl {
-        let retry = self.retry();
-        let span = retry
-            .delay
-            .saturating_add(retry.jitter)
-            .saturating_add(node_timeout.saturating_mul(2));
+        let span = self.waiters_mark_span(node_timeout);
         let span = span
             .saturating_add(span / 100)
             .saturating_add(std::time::Duration::from_millis(2));
@@ -594,7 +605,7 @@ impl Settings {
     /// The pub/sub channel on which a node announces that the lock on `key`
     /// was released: the key followed by a NUL byte and `released`.
     pub fn release_channel(&self, key: &crate::Key) -> crate::Key {
-        key.with_suffix(b"\0released")
+        release_channel(key)
     }
 
     /// Validates a TTL for use with these settings.
@@ -662,4 +673,23 @@ impl Settings {
                 .min(derived_node_timeout(ttl.as_duration())),
         }
     }
+}
+
+/// [`Settings::release_channel`].
+fn release_channel(key: &crate::Key) -> crate::Key {
+    key.with_suffix(b"\0released")
+}
+
+/// The channels a release of a lock of `kind` on `keys` announces on, and
+/// its waiters listen to: every key's for a multi-resource lock, the first
+/// key's (the resource's own) for the other kinds.
+pub(crate) fn release_channels(keys: &[crate::Key], kind: &crate::LockKind) -> Vec<crate::Key> {
+    let count = match kind {
+        crate::LockKind::Multi => keys.len(),
+        _ => 1,
+    };
+    keys[..count.min(keys.len())]
+        .iter()
+        .map(release_channel)
+        .collect()
 }

@@ -20,7 +20,9 @@ use crate::{Key, NodeId, Reply, Request};
 ///    order: a withdraw before the next attempt, a release after the extend
 ///    it undoes).
 /// 2. Drain [`poll_listen`](Self::poll_listen) and start listening for release
-///    notices on those channels, if the driver can.
+///    notices on those channels, if the driver can; drain
+///    [`poll_hand_over`](Self::poll_hand_over) and tell the driver's own
+///    waiters on those channels ([`Notice::HandedOver`]).
 /// 3. Drain [`poll_event`](Self::poll_event). Once [`is_done`](Self::is_done),
 ///    the last event drained was the final one: stop (requests still in
 ///    flight may complete in the background; late answers change nothing).
@@ -88,6 +90,17 @@ pub trait Machine {
     fn ordered_by_masters(&self) -> bool {
         false
     }
+
+    /// Release channels on which the driver's own waiters may attempt at
+    /// once ([`Notice::HandedOver`]): the machine has queued the release of
+    /// a lock there on every node, so an attempt sent from now on reaches
+    /// each node after it. Given once every request of the release was
+    /// drained, at most once per machine. Only a [`Release`](crate::Release)
+    /// hands over, of any kind of lock but a read lock.
+    fn poll_hand_over(&mut self) -> Option<Vec<Key>> {
+        None
+    }
+
     /// Feeds one node's answer. Answers of other rounds, of unknown nodes or
     /// of nodes that already answered are ignored.
     fn handle_reply(&mut self, reply: Reply, now: Instant);
@@ -119,4 +132,10 @@ pub enum Notice {
     /// The channels became subscribed (first, or again after a lost
     /// connection): a release before this instant may not have been heard.
     Subscribed,
+    /// The client released a lock on one of the channels itself, and its
+    /// release is queued on every node ahead of anything sent from this
+    /// instant ([`Machine::poll_hand_over`]): an attempt now meets the key
+    /// freed on every node that runs the release, one round trip after it,
+    /// without waiting for the nodes' notices.
+    HandedOver,
 }

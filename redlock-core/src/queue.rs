@@ -48,6 +48,12 @@ pub enum Wake {
 /// the lock (its wait limit passed, it was cancelled), the next waiter is
 /// first and is told the notices it may have missed.
 ///
+/// When a waiter got the lock, its own release hands it to the next
+/// ([`Notice::HandedOver`], told when the release is queued on every node:
+/// the next attempt runs after it everywhere, one round trip later, with no
+/// notice to wait for). Until then the nodes' notices go to nobody: none
+/// can be a release a waiter could win.
+///
 /// The queue orders one client's waiters only; other clients compete as
 /// Redlock's clients always do. Each waiter keeps its timed retries as the
 /// backstop: a notice lost on the way (a pub/sub connection down) delays a
@@ -77,11 +83,14 @@ pub enum Wake {
 ///     Some(Wake::Tell { waiter: WaiterId(1), notice: Notice::Released(NodeId(0)) }),
 /// );
 /// assert_eq!(queue.poll_wake(), None);
-/// // It got the lock: the next release is the second waiter's.
+/// // It got the lock: the next release, its own, is the second waiter's.
 /// queue.handle_leave(WaiterId(1), true);
 /// assert_eq!(queue.poll_wake(), None);
-/// queue.handle_notice(Notice::Released(NodeId(2)));
-/// assert!(matches!(queue.poll_wake(), Some(Wake::Tell { waiter: WaiterId(2), .. })));
+/// queue.handle_notice(Notice::HandedOver);
+/// assert_eq!(
+///     queue.poll_wake(),
+///     Some(Wake::Tell { waiter: WaiterId(2), notice: Notice::HandedOver }),
+/// );
 /// ```
 #[derive(Clone, Debug, Default)]
 pub struct WaitQueue {
@@ -89,6 +98,9 @@ pub struct WaitQueue {
     waiters: VecDeque<WaiterId>,
     /// Waiters the masters order (fair locks): told every notice.
     by_masters: Vec<WaiterId>,
+    /// A waiter left with the lock, and has not released it yet: its
+    /// release will hand over ([`Notice::HandedOver`]).
+    held_here: bool,
     wakes: VecDeque<Wake>,
 }
 
@@ -127,7 +139,7 @@ impl WaitQueue {
             return;
         }
         self.waiters.push_back(waiter);
-        if self.first() == Some(waiter) {
+        if self.first() == Some(waiter) && !self.held_here {
             self.wakes.push_back(Wake::Replay { waiter });
         }
     }
@@ -144,7 +156,9 @@ impl WaitQueue {
             return;
         }
         self.by_masters.push(waiter);
-        self.wakes.push_back(Wake::Replay { waiter });
+        if !self.held_here {
+            self.wakes.push_back(Wake::Replay { waiter });
+        }
     }
 
     fn contains(&self, waiter: WaiterId) -> bool {
@@ -153,7 +167,20 @@ impl WaitQueue {
 
     /// A notice of the channel: for the waiter whose turn it is (none if
     /// nobody waits), and for every waiter the masters order.
+    ///
+    /// While a waiter of this client holds the lock (it left served), a
+    /// node's notice goes to nobody: no release a waiter could win comes
+    /// before that holder's own, which hands over. Such notices are the
+    /// echoes of the release that handed the lock to it, or clean-ups of
+    /// failed attempts; told, they would send the next waiter at a held
+    /// lock, and that attempt, in flight at the real release, would make
+    /// the hand-over take two rounds.
     pub fn handle_notice(&mut self, notice: Notice) {
+        match notice {
+            Notice::Released(_) if self.held_here => return,
+            Notice::HandedOver => self.held_here = false,
+            _ => {}
+        }
         let first = self.first();
         for waiter in first.iter().chain(&self.by_masters) {
             self.wakes.push_back(Wake::Tell {
@@ -170,6 +197,7 @@ impl WaitQueue {
     /// If it got such a lock, the next release (its own) is the next
     /// waiter's.
     pub fn handle_leave(&mut self, waiter: WaiterId, served: bool) {
+        self.held_here |= served;
         let was_first = self.first() == Some(waiter);
         self.waiters.retain(|other| *other != waiter);
         self.by_masters.retain(|other| *other != waiter);
@@ -179,6 +207,7 @@ impl WaitQueue {
         });
         if was_first
             && !served
+            && !self.held_here
             && let Some(next) = self.first()
         {
             self.wakes.push_back(Wake::Replay { waiter: next });

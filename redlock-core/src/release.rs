@@ -133,6 +133,9 @@ pub struct Release {
     round: Round,
     notices_refused: usize,
     requests: VecDeque<Request>,
+    /// The keys and kind whose channels the release hands over on, until
+    /// given ([`Machine::poll_hand_over`]).
+    hand_over: Option<(Arc<[Key]>, LockKind)>,
     report: Option<ReleaseReport>,
     done: bool,
 }
@@ -168,14 +171,23 @@ impl Release {
     ) -> Self {
         let round = Round::new(id, settings, now, settings.release_timeout());
         let command = settings.release_command(&kind);
-        let keys = settings.release_keys(keys, &kind, command);
+        let announced = Arc::clone(&keys);
         let requests = round
-            .fan_out(&keys, &kind, &value, command, round.deadline)
+            .fan_out(
+                &settings.release_keys(keys, &kind, command),
+                &kind,
+                &value,
+                command,
+                round.deadline,
+            )
             .collect();
+        let hand_over =
+            (settings.release_notices() && hands_over(&kind)).then_some((announced, kind));
         Self {
             round,
             notices_refused: 0,
             requests,
+            hand_over,
             report: None,
             done: false,
         }
@@ -190,6 +202,15 @@ impl Release {
     }
 }
 
+/// Whether releasing a lock of `kind` hands it over to this client's next
+/// waiter: any kind but a read lock, which other readers may hold on (its
+/// waiters learn of the last reader's release from the nodes). A reentrant
+/// lock's owner may hold it more than once: a waiter's attempt then fails
+/// and it goes on waiting.
+fn hands_over(kind: &LockKind) -> bool {
+    !matches!(kind, LockKind::Read)
+}
+
 impl Machine for Release {
     /// The report, once every node answered or timed out.
     type Event = ReleaseReport;
@@ -200,6 +221,17 @@ impl Machine for Release {
 
     fn poll_event(&mut self) -> Option<ReleaseReport> {
         self.report.take()
+    }
+
+    /// The lock's channels, once the release is queued for every node: a
+    /// waiter of this client attempts then, and its attempt runs after the
+    /// release on each node.
+    fn poll_hand_over(&mut self) -> Option<Vec<Key>> {
+        if !self.requests.is_empty() {
+            return None;
+        }
+        let (keys, kind) = self.hand_over.take()?;
+        Some(crate::config::release_channels(&keys, &kind))
     }
 
     fn poll_timeout(&self) -> Option<Instant> {

@@ -190,6 +190,9 @@ pub(crate) struct Notices {
     /// The channels were subscribed (again) since: releases before that
     /// were not heard.
     pub(crate) subscribed: bool,
+    /// A holder of this client released the lock since
+    /// ([`Notice::HandedOver`](crate::Notice::HandedOver)).
+    pub(crate) handed_over: bool,
 }
 
 impl Notices {
@@ -201,26 +204,32 @@ impl Notices {
             since: now,
             heard: vec![false; settings.node_names().len()],
             subscribed: false,
+            handed_over: false,
         }
     }
 
     /// Whether the lock may have been released after the current attempt
     /// started: notices came from more nodes than failed attempts can free
     /// while another client holds a quorum (N - quorum + 1: 2 of 3, 3 of 5),
-    /// or the channels were newly subscribed. Failed attempts release what
+    /// or the channels were newly subscribed, or a holder of this client
+    /// released it (its release runs on each node before our next
+    /// attempt). Failed attempts release what
     /// they set, and those releases publish too; counting single notices
     /// let each clean-up wake every other waiter, whose failing attempts
     /// cleaned up in turn: a storm of attempts for as long as the lock was
     /// held. A real release frees a quorum at once.
     pub(crate) fn released(&self, quorum: usize) -> bool {
         let threshold = self.heard.len() - quorum + 1;
-        self.subscribed || self.heard.iter().filter(|&&heard| heard).count() >= threshold
+        self.subscribed
+            || self.handed_over
+            || self.heard.iter().filter(|&&heard| heard).count() >= threshold
     }
 
     pub(crate) fn restart(&mut self, now: Instant) {
         self.since = now;
         self.heard.fill(false);
         self.subscribed = false;
+        self.handed_over = false;
     }
 }
 

@@ -79,6 +79,8 @@ struct World {
     timer_needed: bool,
     /// Release notices the waiter heard.
     heard: usize,
+    /// Marks the waiter sent.
+    marks_sent: usize,
 }
 
 impl World {
@@ -96,6 +98,9 @@ impl World {
         let mut late: Vec<Vec<Request>> = vec![Vec::new(); NODES];
         while let Some(request) = self.waiter.poll_request() {
             let node = request.node.0;
+            if matches!(request.command, Command::MarkWaiting { .. }) {
+                self.marks_sent += 1;
+            }
             match (request.command, self.marks) {
                 (Command::MarkWaiting { .. }, Marks::Lost) => {}
                 (Command::MarkWaiting { .. }, Marks::Late) => late[node].push(request),
@@ -155,8 +160,30 @@ fn waiter_is_woken(placement: [usize; NODES], order: [usize; NODES], marks: Mark
     woken_after(placement, order, marks).is_some()
 }
 
+/// How the waiter comes to wait.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Shape {
+    /// Its first attempt finds the lock held; its first attempt once it
+    /// listens marks.
+    Attempted,
+    /// It queues behind its client's waiters (`Acquisition::queue_behind`):
+    /// it marks at once, without attempting, and its first attempt once
+    /// it listens, an extra one before its retry, sends no mark of its own.
+    Queued,
+}
+
 /// As [`waiter_is_woken`]: `Some(notices heard)` when it was.
 fn woken_after(placement: [usize; NODES], order: [usize; NODES], marks: Marks) -> Option<usize> {
+    woken_in(Shape::Attempted, placement, order, marks)
+}
+
+/// As [`woken_after`], for a waiter of `shape`.
+fn woken_in(
+    shape: Shape,
+    placement: [usize; NODES],
+    order: [usize; NODES],
+    marks: Marks,
+) -> Option<usize> {
     let settings = settings();
     let start = Instant::now();
     let mut stores: Vec<redis::Store> = (0..NODES).map(|_| redis::Store::default()).collect();
@@ -176,7 +203,7 @@ fn woken_after(placement: [usize; NODES], order: [usize; NODES], marks: Marks) -
     let Some(AcquireEvent::Acquired(mut lock)) = holder.poll_event() else {
         panic!("the holder takes the free lock");
     };
-    let waiter = Acquisition::new(
+    let mut waiter = Acquisition::new(
         settings.clone(),
         b"job",
         settings.default_ttl(),
@@ -184,6 +211,9 @@ fn woken_after(placement: [usize; NODES], order: [usize; NODES], marks: Marks) -
         start,
         StdRng::seed_from_u64(2),
     );
+    if shape == Shape::Queued {
+        waiter.queue_behind(start);
+    }
     let mut world = World {
         start,
         step: 0,
@@ -195,13 +225,16 @@ fn woken_after(placement: [usize; NODES], order: [usize; NODES], marks: Marks) -
         acquired: false,
         timer_needed: false,
         heard: 0,
+        marks_sent: 0,
     };
-    // Its first attempt finds the lock held and asks to listen.
+    // Its first attempt finds the lock held and asks to listen, or it
+    // marks and asks to listen without attempting.
     world.drain_waiter();
     for node in 0..NODES {
         while world.run(node) {}
     }
     assert!(!world.acquired);
+    let marked_before = world.marks_sent;
     let release_at = world.now();
     let mut release = lock.release(release_at);
     let releases: Vec<Request> = std::iter::from_fn(|| release.poll_request()).collect();
@@ -217,6 +250,14 @@ fn woken_after(placement: [usize; NODES], order: [usize; NODES], marks: Marks) -
     let now = world.now();
     world.waiter.handle_notice(Notice::Subscribed, now);
     world.drain_waiter();
+    let marks_of_attempt = world.marks_sent - marked_before;
+    match shape {
+        Shape::Attempted => assert_eq!(marks_of_attempt, NODES),
+        Shape::Queued => {
+            assert_eq!(marked_before, NODES, "marked when it queued");
+            assert_eq!(marks_of_attempt, 0, "its mark lives past the retry");
+        }
+    }
     for request in releases {
         let node = request.node.0;
         let at = match placement[node] {
@@ -282,6 +323,26 @@ fn a_waiter_is_woken_by_the_release_wherever_it_falls() {
     // Both ways are exercised: the attempt that finds the lock free, and
     // the notice of a release that came after it.
     assert!(by_notice > 0 && by_notice < cases);
+}
+
+#[test]
+fn a_queued_waiter_whose_attempt_sends_no_mark_is_woken_wherever_the_release_falls() {
+    for placement in placements() {
+        for order in orders() {
+            assert!(
+                woken_in(Shape::Queued, placement, order, Marks::Sent).is_some(),
+                "release placed {placement:?}, nodes run in order {order:?}: \
+                 the queued waiter needed its retry timer"
+            );
+        }
+    }
+    // Its marks lost, it misses one.
+    let missed = placements()
+        .flat_map(|placement| orders().into_iter().map(move |order| (placement, order)))
+        .find(|&(placement, order)| {
+            woken_in(Shape::Queued, placement, order, Marks::Lost).is_none()
+        });
+    assert!(missed.is_some(), "no mark, yet every release was heard");
 }
 
 #[test]

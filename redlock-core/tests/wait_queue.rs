@@ -67,15 +67,38 @@ fn the_first_keeps_its_turn_until_it_leaves() {
     queue.handle_leave(WaiterId(1), true);
     assert_eq!(wakes(&mut queue), vec![]);
     assert_eq!(queue.first(), Some(WaiterId(2)));
-    // Gone without the lock: the third is first and told what it missed.
+    // While it holds, the nodes' notices (echoes of the release that
+    // handed it the lock, clean-ups of failed attempts) go to nobody, and
+    // the second leaving misses nothing: the third is told nothing.
     queue.handle_notice(Notice::Released(NodeId(2)));
+    assert_eq!(wakes(&mut queue), vec![]);
     queue.handle_leave(WaiterId(2), false);
+    assert_eq!(wakes(&mut queue), vec![]);
+    // Its release hands over to the third.
+    queue.handle_notice(Notice::HandedOver);
+    assert_eq!(wakes(&mut queue), vec![tell(3, Notice::HandedOver)]);
+    // Then the nodes' notices count again (another client may take it).
+    queue.handle_notice(Notice::Released(NodeId(2)));
+    assert_eq!(
+        wakes(&mut queue),
+        vec![tell(3, Notice::Released(NodeId(2)))]
+    );
+    // Gone without the lock: the next is first and told what it missed.
+    queue.handle_join(WaiterId(6));
+    queue.handle_leave(WaiterId(3), false);
+    assert_eq!(
+        wakes(&mut queue),
+        vec![Wake::Replay {
+            waiter: WaiterId(6)
+        }],
+    );
+    queue.handle_join(WaiterId(3));
+    queue.handle_leave(WaiterId(6), false);
     assert_eq!(
         wakes(&mut queue),
         vec![Wake::Replay {
             waiter: WaiterId(3)
         }],
-        "the notice for the one that left goes nowhere; the next is told"
     );
     // A waiter that leaves from the middle changes nobody's turn.
     queue.handle_join(WaiterId(4));
@@ -129,7 +152,18 @@ fn waiters_ordered_by_the_masters_are_told_every_notice() {
     );
     queue.handle_leave(WaiterId(1), true);
     queue.handle_notice(notice);
-    assert_eq!(wakes(&mut queue), vec![tell(3, notice), tell(2, notice)]);
+    assert_eq!(wakes(&mut queue), vec![], "it holds the lock");
+    queue.handle_notice(Notice::HandedOver);
+    queue.handle_notice(notice);
+    assert_eq!(
+        wakes(&mut queue),
+        vec![
+            tell(3, Notice::HandedOver),
+            tell(2, Notice::HandedOver),
+            tell(3, notice),
+            tell(2, notice),
+        ]
+    );
     assert_eq!(queue.len(), 2);
 }
 
@@ -227,8 +261,9 @@ fn try_lock_never_queues() {
 fn notices_routed_by_the_queue_serve_waiters_in_order() {
     // Four acquisitions of one client on a lock held elsewhere; the first
     // attempted and failed, the others queued behind it. Each release (the
-    // holder's, then each waiter's own) is routed by the queue; the
-    // waiters are served in the order they came.
+    // holder's, announced by the nodes, then each waiter's own, handed over
+    // and echoed by the nodes) is routed by the queue; the waiters are
+    // served in the order they came.
     let settings = settings();
     let t0 = Instant::now();
     let mut queue = WaitQueue::new();
@@ -251,9 +286,12 @@ fn notices_routed_by_the_queue_serve_waiters_in_order() {
     }
     let mut now = t0 + 10 * MS;
     let mut served = Vec::new();
-    for _ in 0..4 {
-        // A release: every node announces it.
+    for round in 0..4 {
         now += 10 * MS;
+        if round > 0 {
+            queue.handle_notice(Notice::HandedOver);
+        }
+        // Every node announces the release.
         for node in 0..3 {
             queue.handle_notice(Notice::Released(NodeId(node)));
         }

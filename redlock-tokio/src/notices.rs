@@ -94,6 +94,9 @@ struct Channel {
     queue: WaitQueue,
     /// Per node, when its last notice arrived.
     heard: Box<[Option<Instant>]>,
+    /// When a holder of this client last released the lock
+    /// ([`Notice::HandedOver`]).
+    handed_over: Option<Instant>,
     /// When the channel became subscribed on some node (first, or again
     /// after a lost connection).
     subscribed_at: Option<Instant>,
@@ -107,6 +110,7 @@ impl Channel {
             waiters: HashMap::new(),
             queue: WaitQueue::new(),
             heard: vec![None; nodes].into(),
+            handed_over: None,
             subscribed_at: None,
             active: false,
         }
@@ -145,7 +149,8 @@ impl Channel {
         let heard = self.heard.iter().enumerate();
         let notices = heard.filter_map(|(node, at)| Some((Notice::Released(NodeId(node)), (*at)?)));
         let subscribed = self.subscribed_at.map(|at| (Notice::Subscribed, at));
-        for event in notices.chain(subscribed) {
+        let handed_over = self.handed_over.map(|at| (Notice::HandedOver, at));
+        for event in notices.chain(subscribed).chain(handed_over) {
             let _ = sink.send(event);
         }
     }
@@ -211,6 +216,25 @@ impl Notices {
             map.get(channel)
                 .is_some_and(|entry| !entry.queue.may_attempt_now())
         })
+    }
+
+    /// Whether some acquire of this client waits on any channel: only then
+    /// may a release hand over ([`Notices::hand_over`]).
+    pub(crate) fn someone_waits_anywhere(&self) -> bool {
+        !self.shared.lock().is_empty()
+    }
+
+    /// A release of this client was queued on every node at `at`, for a
+    /// lock on these channels ([`Machine::poll_hand_over`](redlock_core::Machine::poll_hand_over)):
+    /// their queues tell whose turn it is ([`Notice::HandedOver`]).
+    pub(crate) fn hand_over(&self, channels: &[Key], at: Instant) {
+        let mut map = self.shared.lock();
+        for channel in channels {
+            if let Some(entry) = map.get_mut(channel) {
+                entry.handed_over = Some(at);
+                entry.tell(Notice::HandedOver, at);
+            }
+        }
     }
 
     /// Registers a waiter for these channels, last in their queues. Never
@@ -666,12 +690,17 @@ mod tests {
         // A late waiter waits its turn: told nothing.
         let mut late = notices.wait_for(vec![a.clone()], false);
         assert_eq!(events(&mut late), vec![]);
-        // The first leaves with the lock: the next release is the second's,
-        // with nothing replayed.
+        // The first leaves with the lock: the next release, its own, is
+        // the second's, with nothing replayed. Until then the nodes'
+        // notices go to nobody.
         let mut one = one;
         one.served();
         drop(one);
         assert_eq!(events(&mut two), vec![]);
+        notices.shared.notice(0, a.as_bytes(), Instant::now());
+        assert_eq!(events(&mut two), vec![]);
+        notices.hand_over(std::slice::from_ref(&a), Instant::now());
+        assert_eq!(events(&mut two), vec![Notice::HandedOver]);
         notices.shared.notice(0, a.as_bytes(), Instant::now());
         assert_eq!(events(&mut two), vec![Notice::Released(NodeId(0))]);
         assert_eq!(events(&mut late), vec![]);
@@ -680,7 +709,11 @@ mod tests {
         drop(two);
         assert_eq!(
             events(&mut late),
-            vec![Notice::Released(NodeId(0)), Notice::Released(NodeId(2))]
+            vec![
+                Notice::Released(NodeId(0)),
+                Notice::Released(NodeId(2)),
+                Notice::HandedOver
+            ]
         );
         assert_eq!(events(&mut late), vec![], "told once");
         assert!(!notices.someone_waits(std::slice::from_ref(&b)));

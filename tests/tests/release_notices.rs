@@ -491,6 +491,34 @@ async fn nodes_that_forbid_subscribe_leave_waiters_on_their_timer() {
     }
 }
 
+/// A release by the waiter's own client hands the lock over at once, with
+/// no notice from any node: here no node lets it subscribe, and its retry
+/// delay is ten seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_by_the_same_client_hands_over_without_any_notice() {
+    let cluster = RedisCluster::start(3);
+    for node in cluster.nodes() {
+        node.command(["ACL", "SETUSER", "default", "-subscribe"]);
+    }
+    let redlock = slow_waiter(&cluster, true).await;
+    let held = redlock.lock("job").await.unwrap();
+    let released = release_later(held);
+    let (guard, took) = timed(redlock.lock("job")).await;
+    let guard = guard.expect("handed over");
+    released.await.unwrap();
+    assert!(
+        took >= HOLD - Duration::from_millis(50),
+        "it waited: {took:?}"
+    );
+    assert!(took < WOKEN, "handed over, not timed: {took:?}");
+    assert_eq!(
+        redlock.release_notice_connections(),
+        0,
+        "no node let it listen"
+    );
+    guard.release().await;
+}
+
 /// `PUBLISH` calls on each node since its stats were reset (a script's
 /// inner calls count).
 fn publishes(cluster: &RedisCluster) -> Vec<u64> {

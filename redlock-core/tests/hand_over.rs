@@ -1,0 +1,280 @@
+//! The local hand-over: a client that releases a lock tells its own first
+//! waiter at once ([`Notice::HandedOver`]), once the release is queued on
+//! every node, and the waiter attempts then, without the nodes' notices.
+//! In virtual time; asserts what is sent and in which order.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use redlock_core::{
+    AcquireEvent, Acquisition, Attempts, Command, Config, Lock, LockSpec, Machine, Notice, Reply,
+    Request, Response, RetryConfig, Settings,
+};
+
+const MS: Duration = Duration::from_millis(1);
+
+/// Three nodes, retries every 10 s: a waiter that attempts sooner was told.
+fn settings(notices: bool) -> Arc<Settings> {
+    Arc::new(
+        Config {
+            servers: vec!["a".into(), "b".into(), "c".into()],
+            ttl: Duration::from_secs(1),
+            node_timeout: Some(10 * MS),
+            retry: RetryConfig {
+                count: 3,
+                delay: Duration::from_secs(10),
+                jitter: Duration::ZERO,
+            },
+            release_notices: notices,
+            ..Default::default()
+        }
+        .validate()
+        .unwrap(),
+    )
+}
+
+fn acquisition(settings: &Arc<Settings>, spec: LockSpec<'_>, now: Instant) -> Acquisition<StdRng> {
+    Acquisition::with_spec(
+        Arc::clone(settings),
+        spec,
+        settings.default_ttl(),
+        Attempts::Retry,
+        now,
+        StdRng::seed_from_u64(7),
+    )
+    .unwrap()
+}
+
+/// The votes an attempt sends (a waiter's marks are no votes).
+fn votes<M: Machine>(machine: &mut M) -> Vec<Request> {
+    std::iter::from_fn(|| machine.poll_request())
+        .filter(|r| !matches!(r.command, Command::MarkWaiting { .. }))
+        .collect()
+}
+
+/// A lock of `spec`, granted on every node at `now`.
+fn held(settings: &Arc<Settings>, spec: LockSpec<'_>, now: Instant) -> Lock {
+    let mut acquire = acquisition(settings, spec, now);
+    for request in votes(&mut acquire) {
+        acquire.handle_reply(Reply::to(&request, Ok(Response::Int(1))), now);
+    }
+    match acquire.poll_event() {
+        Some(AcquireEvent::Acquired(lock)) => lock,
+        other => panic!("expected the lock, got {other:?}"),
+    }
+}
+
+/// An acquisition turned away on every node at `now`: it waits for its
+/// retry, listening.
+fn waiter(settings: &Arc<Settings>, now: Instant) -> Acquisition<StdRng> {
+    let mut acquire = acquisition(settings, LockSpec::Exclusive(b"job"), now);
+    for request in votes(&mut acquire) {
+        acquire.handle_reply(
+            Reply::to(&request, Ok(Response::Data(b"other".to_vec()))),
+            now,
+        );
+    }
+    assert!(matches!(
+        acquire.poll_event(),
+        Some(AcquireEvent::AttemptFailed { .. })
+    ));
+    assert!(acquire.poll_listen().is_some());
+    // The failed attempt's withdraws, and nothing else until told.
+    assert!(
+        votes(&mut acquire)
+            .iter()
+            .all(|r| r.command == Command::Withdraw)
+    );
+    acquire
+}
+
+#[test]
+fn a_release_hands_over_once_it_is_queued_on_every_node() {
+    let settings = settings(true);
+    let t0 = Instant::now();
+    let mut release = held(&settings, LockSpec::Exclusive(b"job"), t0).release(t0 + MS);
+    let first = release
+        .poll_request()
+        .expect("a release for the first node");
+    assert_eq!(first.command, Command::Release);
+    assert_eq!(
+        release.poll_hand_over(),
+        None,
+        "not before the release is queued on every node"
+    );
+    assert_eq!(votes(&mut release).len(), 2);
+    assert_eq!(
+        release.poll_hand_over(),
+        Some(vec![settings.release_channel(&first.keys[0])])
+    );
+    assert_eq!(release.poll_hand_over(), None, "once");
+}
+
+#[test]
+fn every_release_hands_over_but_a_read_locks() {
+    let t0 = Instant::now();
+    let with_notices = settings(true);
+    let mut frees = 0;
+    for spec in [
+        LockSpec::Exclusive(b"job"),
+        LockSpec::Write(b"doc"),
+        LockSpec::Multi(&[b"a", b"b"]),
+        LockSpec::Reentrant {
+            resource: b"job",
+            owner: "worker-7",
+        },
+    ] {
+        let mut release = held(&with_notices, spec, t0).release(t0 + MS);
+        votes(&mut release);
+        frees += usize::from(release.poll_hand_over().is_some());
+    }
+    assert_eq!(frees, 4);
+    // Other readers may hold on.
+    let mut release = held(&with_notices, LockSpec::Read(b"doc"), t0).release(t0 + MS);
+    votes(&mut release);
+    assert_eq!(release.poll_hand_over(), None);
+    // Without notices nobody of this client waits listening.
+    let mut release = held(&settings(false), LockSpec::Exclusive(b"job"), t0).release(t0 + MS);
+    votes(&mut release);
+    assert_eq!(release.poll_hand_over(), None);
+}
+
+#[test]
+fn a_multi_resource_release_hands_over_on_every_resource() {
+    let settings = settings(true);
+    let t0 = Instant::now();
+    let mut release = held(&settings, LockSpec::Multi(&[b"a", b"b"]), t0).release(t0 + MS);
+    votes(&mut release);
+    let channels = release.poll_hand_over().unwrap();
+    assert_eq!(channels.len(), 2);
+}
+
+#[test]
+fn a_waiter_told_of_a_hand_over_attempts_at_once_without_the_nodes_notices() {
+    let settings = settings(true);
+    let t0 = Instant::now();
+    let mut waiter = waiter(&settings, t0);
+    // The holder's release is queued at t0 + 5 ms: the waiter attempts
+    // then, 10 s before its retry, having heard from no node.
+    waiter.handle_notice(Notice::HandedOver, t0 + 5 * MS);
+    let attempt = votes(&mut waiter);
+    assert_eq!(attempt.len(), 3);
+    assert!(
+        attempt
+            .iter()
+            .all(|r| matches!(r.command, Command::Acquire { .. }))
+    );
+    for request in &attempt {
+        waiter.handle_reply(Reply::to(request, Ok(Response::Int(1))), t0 + 6 * MS);
+    }
+    assert!(matches!(
+        waiter.poll_event(),
+        Some(AcquireEvent::Acquired(_))
+    ));
+}
+
+#[test]
+fn a_hand_over_from_before_an_attempt_was_seen_by_it() {
+    let settings = settings(true);
+    let t0 = Instant::now();
+    let mut waiter = waiter(&settings, t0 + 5 * MS);
+    // Queued before the attempt that failed at t0 + 5 ms: that attempt ran
+    // after the release on every node, and was turned away all the same.
+    waiter.handle_notice(Notice::HandedOver, t0 + 4 * MS);
+    assert!(votes(&mut waiter).is_empty());
+}
+
+#[test]
+fn a_hand_over_during_an_attempt_counts_once_it_fails() {
+    let settings = settings(true);
+    let t0 = Instant::now();
+    let mut acquire = acquisition(&settings, LockSpec::Exclusive(b"job"), t0);
+    let attempt = votes(&mut acquire);
+    // The holder's release was queued after this attempt's requests: they
+    // were turned away, but the next attempt comes right after the release.
+    acquire.handle_notice(Notice::HandedOver, t0 + MS);
+    assert!(
+        votes(&mut acquire).is_empty(),
+        "not while the attempt is in flight"
+    );
+    for request in &attempt {
+        acquire.handle_reply(
+            Reply::to(request, Ok(Response::Data(b"other".to_vec()))),
+            t0 + 2 * MS,
+        );
+    }
+    assert!(matches!(
+        acquire.poll_event(),
+        Some(AcquireEvent::AttemptFailed { .. })
+    ));
+    let next = votes(&mut acquire);
+    assert!(
+        next.iter()
+            .any(|r| matches!(r.command, Command::Acquire { .. })),
+        "{next:?}"
+    );
+}
+
+/// A waiter queued behind its client's others marks when it queues, so the
+/// attempt a hand-over starts sends one request per node. If that attempt
+/// ends after the retry it stood in for, its failure marks again: the
+/// earlier mark lives only until that retry's mark.
+#[test]
+fn a_queued_waiter_marks_when_it_queues_and_again_when_an_attempt_outlives_its_retry() {
+    let settings = Arc::new(
+        Config {
+            servers: vec!["a".into(), "b".into(), "c".into()],
+            ttl: Duration::from_secs(1),
+            node_timeout: Some(10 * MS),
+            retry: RetryConfig {
+                count: 3,
+                delay: 100 * MS,
+                jitter: Duration::ZERO,
+            },
+            ..Default::default()
+        }
+        .validate()
+        .unwrap(),
+    );
+    let t0 = Instant::now();
+    let marks = |requests: &[Request]| {
+        requests
+            .iter()
+            .filter(|r| matches!(r.command, Command::MarkWaiting { .. }))
+            .count()
+    };
+    let mut waiter = acquisition(&settings, LockSpec::Exclusive(b"job"), t0);
+    waiter.queue_behind(t0);
+    let queued: Vec<Request> = std::iter::from_fn(|| waiter.poll_request()).collect();
+    assert_eq!((queued.len(), marks(&queued)), (3, 3), "marks only");
+    // Handed over at 95 ms, before its retry at 100 ms: no mark.
+    waiter.handle_notice(Notice::HandedOver, t0 + 95 * MS);
+    let attempt: Vec<Request> = std::iter::from_fn(|| waiter.poll_request()).collect();
+    assert_eq!((attempt.len(), marks(&attempt)), (3, 0));
+    // Turned away at 101 ms, past the retry it stood in for: withdraws,
+    // and a mark for the next retry.
+    for request in &attempt {
+        waiter.handle_reply(
+            Reply::to(request, Ok(Response::Data(b"other".to_vec()))),
+            t0 + 101 * MS,
+        );
+    }
+    let after: Vec<Request> = std::iter::from_fn(|| waiter.poll_request()).collect();
+    assert_eq!(marks(&after), 3, "{after:?}");
+    // Turned away before its retry, an unmarked attempt marks nothing.
+    let mut waiter = acquisition(&settings, LockSpec::Exclusive(b"job"), t0);
+    waiter.queue_behind(t0);
+    std::iter::from_fn(|| waiter.poll_request()).for_each(drop);
+    waiter.handle_notice(Notice::HandedOver, t0 + 50 * MS);
+    let attempt: Vec<Request> = std::iter::from_fn(|| waiter.poll_request()).collect();
+    for request in &attempt {
+        waiter.handle_reply(
+            Reply::to(request, Ok(Response::Data(b"other".to_vec()))),
+            t0 + 51 * MS,
+        );
+    }
+    let after: Vec<Request> = std::iter::from_fn(|| waiter.poll_request()).collect();
+    assert_eq!(marks(&after), 0, "{after:?}");
+}
