@@ -855,13 +855,11 @@ impl<R: Rng> Machine for Acquisition<R> {
         };
         let (position, score) = match (&self.kind, &reply.result) {
             (LockKind::Fair { .. }, Ok(Response::Array(items))) => match items.as_slice() {
-                [Response::Int(0), Response::Int(position), rest @ ..] => (
-                    u64::try_from(*position).ok(),
-                    match rest {
-                        [Response::Int(score)] => u64::try_from(*score).ok(),
-                        _ => None,
-                    },
-                ),
+                [
+                    Response::Int(0),
+                    Response::Int(position),
+                    Response::Int(score),
+                ] => (u64::try_from(*position).ok(), u64::try_from(*score).ok()),
                 _ => (None, None),
             },
             _ => (None, None),

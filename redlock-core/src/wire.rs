@@ -619,7 +619,7 @@ pub(crate) fn interpret_acquire(
     result: Result<Response, NodeError>,
 ) -> NodeVote {
     match (kind, command, native, &result) {
-        (LockKind::Fair { .. }, Command::Acquire { .. }, None, Ok(Response::Array(items))) if matches!(items.as_slice(), [Response::Int(0), Response::Int(p), ..] if *p >= 1) => {
+        (LockKind::Fair { .. }, Command::Acquire { .. }, None, Ok(Response::Array(items))) if matches!(items.as_slice(), [Response::Int(0), Response::Int(p), Response::Int(score)] if *p >= 1 && *score >= 0) => {
             NodeVote::HeldByOther(None)
         }
         _ => interpret(command, native, result),
