@@ -22,7 +22,8 @@ use crate::{Key, NodeId, Reply, Request};
 /// 2. Drain [`poll_listen`](Self::poll_listen) and start listening for release
 ///    notices on those channels, if the driver can; drain
 ///    [`poll_hand_over`](Self::poll_hand_over) and tell the driver's own
-///    waiters on those channels ([`Notice::HandedOver`]).
+///    waiters on those channels ([`Notice::HandedOver`]) through their
+///    [`WaitQueue`](crate::WaitQueue).
 /// 3. Drain [`poll_event`](Self::poll_event). Once [`is_done`](Self::is_done),
 ///    the last event drained was the final one: stop (requests still in
 ///    flight may complete in the background; late answers change nothing).

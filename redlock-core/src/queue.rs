@@ -48,11 +48,14 @@ pub enum Wake {
 /// the lock (its wait limit passed, it was cancelled), the next waiter is
 /// first and is told the notices it may have missed.
 ///
-/// When a waiter got the lock, its own release hands it to the next
-/// ([`Notice::HandedOver`], told when the release is queued on every node:
-/// the next attempt runs after it everywhere, one round trip later, with no
-/// notice to wait for). Until then the nodes' notices go to nobody: none
-/// can be a release a waiter could win.
+/// While a waiter that got the lock holds it, the nodes' notices go to
+/// nobody: none can be a release a waiter could win before that holder's
+/// own, which the client announces itself ([`Notice::HandedOver`], when
+/// the release is queued on every node). That hand-over is told to the
+/// waiters the masters order (a fair lock: the next attempt runs after the
+/// release everywhere, one round trip later), and otherwise only ends the
+/// hold: the first waiter then hears the nodes' notices as other clients'
+/// waiters do, so that it does not overtake them.
 ///
 /// The queue orders one client's waiters only; other clients compete as
 /// Redlock's clients always do. Each waiter keeps its timed retries as the
@@ -87,10 +90,8 @@ pub enum Wake {
 /// queue.handle_leave(WaiterId(1), true);
 /// assert_eq!(queue.poll_wake(), None);
 /// queue.handle_notice(Notice::HandedOver);
-/// assert_eq!(
-///     queue.poll_wake(),
-///     Some(Wake::Tell { waiter: WaiterId(2), notice: Notice::HandedOver }),
-/// );
+/// queue.handle_notice(Notice::Released(NodeId(2)));
+/// assert!(matches!(queue.poll_wake(), Some(Wake::Tell { waiter: WaiterId(2), .. })));
 /// ```
 #[derive(Clone, Debug, Default)]
 pub struct WaitQueue {
@@ -166,19 +167,37 @@ impl WaitQueue {
     }
 
     /// A notice of the channel: for the waiter whose turn it is (none if
-    /// nobody waits), and for every waiter the masters order.
+    /// nobody waits), and for every waiter the masters order; a
+    /// [`Notice::HandedOver`] only for the latter.
     ///
     /// While a waiter of this client holds the lock (it left served), a
     /// node's notice goes to nobody: no release a waiter could win comes
-    /// before that holder's own, which hands over. Such notices are the
-    /// echoes of the release that handed the lock to it, or clean-ups of
-    /// failed attempts; told, they would send the next waiter at a held
-    /// lock, and that attempt, in flight at the real release, would make
-    /// the hand-over take two rounds.
+    /// before that holder's own, which the client announces. Such notices
+    /// are the echoes of the release before, or clean-ups of failed
+    /// attempts; told, they would send the next waiter at a held lock, and
+    /// that attempt, in flight at the real release, would make the
+    /// hand-over take two rounds.
     pub fn handle_notice(&mut self, notice: Notice) {
         match notice {
             Notice::Released(_) if self.held_here => return,
-            Notice::HandedOver => self.held_here = false,
+            Notice::HandedOver => {
+                self.held_here = false;
+                // Only for waiters the masters order: their queues decide,
+                // so a head start overtakes nobody. This client's own
+                // order is first come, first served among its waiters, but
+                // the waiters of other clients hear of the release from
+                // the masters: told now, our first waiter would always win
+                // before them (4 clients x 2 tasks: the worst wait went
+                // from 6x to 60x the fair cycle). It hears the masters'
+                // notices with them.
+                for waiter in &self.by_masters {
+                    self.wakes.push_back(Wake::Tell {
+                        waiter: *waiter,
+                        notice,
+                    });
+                }
+                return;
+            }
             _ => {}
         }
         let first = self.first();

@@ -223,9 +223,10 @@ impl Machine for Release {
         self.report.take()
     }
 
-    /// The lock's channels, once the release is queued for every node: a
-    /// waiter of this client attempts then, and its attempt runs after the
-    /// release on each node.
+    /// The lock's channels, once the release is queued for every node: the
+    /// client's waiters learn of it at once (who may attempt then is the
+    /// [`WaitQueue`](crate::WaitQueue)'s rule), and an attempt sent from
+    /// now on runs after the release on each node.
     fn poll_hand_over(&mut self) -> Option<Vec<Key>> {
         if !self.requests.is_empty() {
             return None;

@@ -94,9 +94,6 @@ struct Channel {
     queue: WaitQueue,
     /// Per node, when its last notice arrived.
     heard: Box<[Option<Instant>]>,
-    /// When a holder of this client last released the lock
-    /// ([`Notice::HandedOver`]).
-    handed_over: Option<Instant>,
     /// When the channel became subscribed on some node (first, or again
     /// after a lost connection).
     subscribed_at: Option<Instant>,
@@ -110,7 +107,6 @@ impl Channel {
             waiters: HashMap::new(),
             queue: WaitQueue::new(),
             heard: vec![None; nodes].into(),
-            handed_over: None,
             subscribed_at: None,
             active: false,
         }
@@ -149,8 +145,7 @@ impl Channel {
         let heard = self.heard.iter().enumerate();
         let notices = heard.filter_map(|(node, at)| Some((Notice::Released(NodeId(node)), (*at)?)));
         let subscribed = self.subscribed_at.map(|at| (Notice::Subscribed, at));
-        let handed_over = self.handed_over.map(|at| (Notice::HandedOver, at));
-        for event in notices.chain(subscribed).chain(handed_over) {
+        for event in notices.chain(subscribed) {
             let _ = sink.send(event);
         }
     }
@@ -231,7 +226,6 @@ impl Notices {
         let mut map = self.shared.lock();
         for channel in channels {
             if let Some(entry) = map.get_mut(channel) {
-                entry.handed_over = Some(at);
                 entry.tell(Notice::HandedOver, at);
             }
         }
@@ -700,7 +694,11 @@ mod tests {
         notices.shared.notice(0, a.as_bytes(), Instant::now());
         assert_eq!(events(&mut two), vec![]);
         notices.hand_over(std::slice::from_ref(&a), Instant::now());
-        assert_eq!(events(&mut two), vec![Notice::HandedOver]);
+        assert_eq!(
+            events(&mut two),
+            vec![],
+            "told only to waiters the masters order"
+        );
         notices.shared.notice(0, a.as_bytes(), Instant::now());
         assert_eq!(events(&mut two), vec![Notice::Released(NodeId(0))]);
         assert_eq!(events(&mut late), vec![]);
@@ -709,11 +707,7 @@ mod tests {
         drop(two);
         assert_eq!(
             events(&mut late),
-            vec![
-                Notice::Released(NodeId(0)),
-                Notice::Released(NodeId(2)),
-                Notice::HandedOver
-            ]
+            vec![Notice::Released(NodeId(0)), Notice::Released(NodeId(2))]
         );
         assert_eq!(events(&mut late), vec![], "told once");
         assert!(!notices.someone_waits(std::slice::from_ref(&b)));
