@@ -48,14 +48,12 @@ pub enum Wake {
 /// the lock (its wait limit passed, it was cancelled), the next waiter is
 /// first and is told the notices it may have missed.
 ///
-/// While a waiter that got the lock holds it, the nodes' notices go to
-/// nobody: none can be a release a waiter could win before that holder's
-/// own, which the client announces itself ([`Notice::HandedOver`], when
-/// the release is queued on every node). That hand-over is told to the
-/// waiters the masters order (a fair lock: the next attempt runs after the
-/// release everywhere, one round trip later), and otherwise only ends the
-/// hold: the first waiter then hears the nodes' notices as other clients'
-/// waiters do, so that it does not overtake them.
+/// The client's own release of the lock ([`Notice::HandedOver`], when the
+/// release is queued on every node) is told to the waiters the masters
+/// order (a fair lock: the next attempt runs after the release everywhere,
+/// one round trip later). The first waiter of this client's own order is
+/// not told: it hears the nodes' notices as other clients' waiters do, so
+/// that it does not overtake them.
 ///
 /// The queue orders one client's waiters only; other clients compete as
 /// Redlock's clients always do. Each waiter keeps its timed retries as the
@@ -99,9 +97,6 @@ pub struct WaitQueue {
     waiters: VecDeque<WaiterId>,
     /// Waiters the masters order (fair locks): told every notice.
     by_masters: Vec<WaiterId>,
-    /// A waiter left with the lock, and has not released it yet: its
-    /// release will hand over ([`Notice::HandedOver`]).
-    held_here: bool,
     wakes: VecDeque<Wake>,
 }
 
@@ -140,7 +135,7 @@ impl WaitQueue {
             return;
         }
         self.waiters.push_back(waiter);
-        if self.first() == Some(waiter) && !self.held_here {
+        if self.first() == Some(waiter) {
             self.wakes.push_back(Wake::Replay { waiter });
         }
     }
@@ -157,9 +152,7 @@ impl WaitQueue {
             return;
         }
         self.by_masters.push(waiter);
-        if !self.held_here {
-            self.wakes.push_back(Wake::Replay { waiter });
-        }
+        self.wakes.push_back(Wake::Replay { waiter });
     }
 
     fn contains(&self, waiter: WaiterId) -> bool {
@@ -169,19 +162,9 @@ impl WaitQueue {
     /// A notice of the channel: for the waiter whose turn it is (none if
     /// nobody waits), and for every waiter the masters order; a
     /// [`Notice::HandedOver`] only for the latter.
-    ///
-    /// While a waiter of this client holds the lock (it left served), a
-    /// node's notice goes to nobody: no release a waiter could win comes
-    /// before that holder's own, which the client announces. Such notices
-    /// are the echoes of the release before, or clean-ups of failed
-    /// attempts; told, they would send the next waiter at a held lock, and
-    /// that attempt, in flight at the real release, would make the
-    /// hand-over take two rounds.
     pub fn handle_notice(&mut self, notice: Notice) {
         match notice {
-            Notice::Released(_) if self.held_here => return,
             Notice::HandedOver => {
-                self.held_here = false;
                 // Only for waiters the masters order: their queues decide,
                 // so a head start overtakes nobody. This client's own
                 // order is first come, first served among its waiters, but
@@ -216,7 +199,6 @@ impl WaitQueue {
     /// If it got such a lock, the next release (its own) is the next
     /// waiter's.
     pub fn handle_leave(&mut self, waiter: WaiterId, served: bool) {
-        self.held_here |= served;
         let was_first = self.first() == Some(waiter);
         self.waiters.retain(|other| *other != waiter);
         self.by_masters.retain(|other| *other != waiter);
@@ -226,7 +208,6 @@ impl WaitQueue {
         });
         if was_first
             && !served
-            && !self.held_here
             && let Some(next) = self.first()
         {
             self.wakes.push_back(Wake::Replay { waiter: next });
