@@ -676,7 +676,7 @@ impl Settings {
 }
 
 /// [`Settings::release_channel`].
-fn release_channel(key: &crate::Key) -> crate::Key {
+pub(crate) fn release_channel(key: &crate::Key) -> crate::Key {
     key.with_suffix(b"\0released")
 }
 

@@ -97,7 +97,7 @@ pub trait Machine {
     /// a lock there on every node, so an attempt sent from now on reaches
     /// each node after it. Given once every request of the release was
     /// drained, at most once per machine. Only a [`Release`](crate::Release)
-    /// hands over, of any kind of lock but a read lock.
+    /// of a fair lock hands over.
     fn poll_hand_over(&mut self) -> Option<Vec<Key>> {
         None
     }

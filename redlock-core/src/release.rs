@@ -133,9 +133,9 @@ pub struct Release {
     round: Round,
     notices_refused: usize,
     requests: VecDeque<Request>,
-    /// The keys and kind whose channels the release hands over on, until
-    /// given ([`Machine::poll_hand_over`]).
-    hand_over: Option<(Arc<[Key]>, LockKind)>,
+    /// The key on whose channel the release hands over, until given
+    /// ([`Machine::poll_hand_over`]).
+    hand_over: Option<Key>,
     report: Option<ReleaseReport>,
     done: bool,
 }
@@ -171,18 +171,11 @@ impl Release {
     ) -> Self {
         let round = Round::new(id, settings, now, settings.release_timeout());
         let command = settings.release_command(&kind);
-        let announced = Arc::clone(&keys);
+        let hand_over = (settings.release_notices() && hands_over(&kind)).then(|| keys[0].clone());
+        let keys = settings.release_keys(keys, &kind, command);
         let requests = round
-            .fan_out(
-                &settings.release_keys(keys, &kind, command),
-                &kind,
-                &value,
-                command,
-                round.deadline,
-            )
+            .fan_out(&keys, &kind, &value, command, round.deadline)
             .collect();
-        let hand_over =
-            (settings.release_notices() && hands_over(&kind)).then_some((announced, kind));
         Self {
             round,
             notices_refused: 0,
@@ -202,13 +195,13 @@ impl Release {
     }
 }
 
-/// Whether releasing a lock of `kind` hands it over to this client's next
-/// waiter: any kind but a read lock, which other readers may hold on (its
-/// waiters learn of the last reader's release from the nodes). A reentrant
-/// lock's owner may hold it more than once: a waiter's attempt then fails
-/// and it goes on waiting.
+/// Whether releasing a lock of `kind` hands it over to this client's
+/// waiters: a fair lock's only. Its waiters attempt at once, and the
+/// masters' queues decide who is next; a plain lock's first waiter told
+/// first would always win before other clients' waiters, who hear of the
+/// release from the masters (see [`WaitQueue`](crate::WaitQueue)).
 fn hands_over(kind: &LockKind) -> bool {
-    !matches!(kind, LockKind::Read)
+    matches!(kind, LockKind::Fair { .. })
 }
 
 impl Machine for Release {
@@ -231,8 +224,8 @@ impl Machine for Release {
         if !self.requests.is_empty() {
             return None;
         }
-        let (keys, kind) = self.hand_over.take()?;
-        Some(crate::config::release_channels(&keys, &kind))
+        let key = self.hand_over.take()?;
+        Some(vec![crate::config::release_channel(&key)])
     }
 
     fn poll_timeout(&self) -> Option<Instant> {

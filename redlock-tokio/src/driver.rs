@@ -249,7 +249,6 @@ where
                 self.waiter = Some(notices.wait_for(channels, self.machine.ordered_by_masters()));
             }
             if let Some(notices) = self.client.notices()
-                && notices.someone_waits_anywhere()
                 && let Some(channels) = self.machine.poll_hand_over()
             {
                 notices.hand_over(&channels, crate::sim::now());

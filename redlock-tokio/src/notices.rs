@@ -213,12 +213,6 @@ impl Notices {
         })
     }
 
-    /// Whether some acquire of this client waits on any channel: only then
-    /// may a release hand over ([`Notices::hand_over`]).
-    pub(crate) fn someone_waits_anywhere(&self) -> bool {
-        !self.shared.lock().is_empty()
-    }
-
     /// A release of this client was queued on every node at `at`, for a
     /// lock on these channels ([`Machine::poll_hand_over`](redlock_core::Machine::poll_hand_over)):
     /// their queues tell whose turn it is ([`Notice::HandedOver`]).
