@@ -34,7 +34,7 @@
 //! the tables, and ends with one line a script can read:
 //!
 //! ```text
-//! bench summary: acquire_p50_vs_floor=R acquire_p99_vs_rslock=R release_p50_vs_rslock=R throughput_vs_rslock=R throughput_vs_floor=R cpu_per_cycle_vs_floor=R paused_p50_vs_healthy=R commands_per_acquire=C commands_per_release=C
+//! bench summary: acquire_p50_vs_floor=R acquire_p99_vs_rslock=R release_p50_vs_rslock=R throughput_vs_rslock=R throughput_vs_floor=R cpu_per_cycle_vs_floor=R paused_p50_vs_healthy=R commands_per_acquire=C commands_per_release=C throughput_vs_safe_floor=R cpu_per_cycle_vs_safe_floor=R node_misses=N keys_left=N gap_p99_in_round_trips=R
 //! ```
 //!
 //! ```text

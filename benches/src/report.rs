@@ -61,6 +61,9 @@ pub(crate) struct Summary {
     /// per-node order holds.
     pub(crate) node_misses: Option<u64>,
     pub(crate) keys_left: Option<u64>,
+    /// Ours in (c): the hand-over gap's p99 in round trips, a round trip
+    /// being (a)'s floor until the quorum-th `OK` at the same percentile.
+    pub(crate) gap_p99_in_round_trips: Option<f64>,
 }
 
 fn get<T>(map: &BTreeMap<Kind, T>, kind: Kind) -> Option<&T> {
@@ -129,6 +132,12 @@ impl Summary {
             commands_per_release: ours_commands.map(|c| c.per_release_max),
             node_misses: get(&results.throughput, Kind::Ours).map(|t| t.node_misses),
             keys_left: get(&results.throughput, Kind::Ours).map(|t| t.keys_left),
+            gap_p99_in_round_trips: ratio_value(
+                get(&results.contention, Kind::Ours).map_or(f64::NAN, |c| c.idle_gap.p99()),
+                get(&results.single, Kind::Floor)
+                    .filter(|s| s.quorum.len() > 0)
+                    .map_or(f64::NAN, |s| s.quorum.p99()),
+            ),
         }
     }
 
@@ -142,7 +151,8 @@ impl Summary {
              release_p50_vs_rslock={} throughput_vs_rslock={} throughput_vs_floor={} \
              cpu_per_cycle_vs_floor={} paused_p50_vs_healthy={} commands_per_acquire={} \
              commands_per_release={} throughput_vs_safe_floor={} \
-             cpu_per_cycle_vs_safe_floor={} node_misses={} keys_left={}",
+             cpu_per_cycle_vs_safe_floor={} node_misses={} keys_left={} \
+             gap_p99_in_round_trips={}",
             f(self.acquire_p50_vs_floor),
             f(self.acquire_p99_vs_rslock),
             f(self.release_p50_vs_rslock),
@@ -156,6 +166,7 @@ impl Summary {
             f(self.cpu_per_cycle_vs_safe_floor),
             n(self.node_misses),
             n(self.keys_left),
+            f(self.gap_p99_in_round_trips),
         )
     }
 
@@ -203,6 +214,12 @@ impl Summary {
                 "CPU per cycle (client + servers) <= 1.10x safe floor",
                 show(self.cpu_per_cycle_vs_safe_floor),
                 check(self.cpu_per_cycle_vs_safe_floor, |v| v <= 1.10),
+            ),
+            (
+                "contention: hand-over gap p99 <= 3 round trips (quorum-th OK, p99)",
+                self.gap_p99_in_round_trips
+                    .map_or_else(|| "n/a".to_owned(), |v| format!("{v:.2}")),
+                check(self.gap_p99_in_round_trips, |v| v <= 3.0),
             ),
             // Earlier targets, kept for comparison with earlier runs.
             (

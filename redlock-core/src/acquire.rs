@@ -468,7 +468,7 @@ impl<R: Rng> Acquisition<R> {
             _ => 1,
         };
         for key in &self.keys[..count] {
-            let keys: Arc<[Key]> = Arc::from([key.clone(), self.settings.waiters_key(key)]);
+            let keys = self.settings.mark_keys(key);
             self.requests.extend(round.nodes().map(|node| Request {
                 round: id,
                 node,
@@ -476,6 +476,7 @@ impl<R: Rng> Acquisition<R> {
                 value: value.clone(),
                 kind: LockKind::Exclusive,
                 command,
+                client: self.settings.client_tag().cloned(),
                 native: false,
                 deadline,
             }));

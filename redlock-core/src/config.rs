@@ -201,6 +201,7 @@ impl Config {
             release_notices: self.release_notices,
             native_commands: self.native_commands,
             cluster_node: None,
+            client_tag: None,
         };
         settings.node_timeout = match self.node_timeout {
             Some(timeout) => timeout,
@@ -241,6 +242,8 @@ pub struct Settings {
     /// The first node that is a Redis Cluster, if any (see
     /// [`with_cluster_nodes`](Self::with_cluster_nodes)).
     cluster_node: Option<usize>,
+    /// This client, to the masters (see [`with_client_tag`](Self::with_client_tag)).
+    client_tag: Option<crate::LockValue>,
 }
 
 impl Settings {
@@ -460,6 +463,48 @@ impl Settings {
         key.derived(b"\0waiters")
     }
 
+    /// The key that says a waiter of another client was marked
+    /// ([`scripts::MARK_WAITING`](crate::scripts::MARK_WAITING)): the
+    /// waiters mark holds the client that marked last, and a waiter that
+    /// overwrites another client's mark sets this one for as long as that
+    /// mark had left. The lock key followed by a NUL byte and `others`, in
+    /// the lock key's hash slot (`{res}\0others` for the lock key `res`).
+    pub fn others_waiting_key(&self, key: &crate::Key) -> crate::Key {
+        key.derived(b"\0others")
+    }
+
+    /// The keys a waiter's mark for the lock key `key` sends
+    /// ([`scripts::MARK_WAITING`](crate::scripts::MARK_WAITING)).
+    pub(crate) fn mark_keys(&self, key: &crate::Key) -> std::sync::Arc<[crate::Key]> {
+        std::sync::Arc::from([
+            key.clone(),
+            self.waiters_key(key),
+            self.others_waiting_key(key),
+        ])
+    }
+
+    /// This client, as its waiters' marks and its releases name it to the
+    /// masters ([`with_client_tag`](Self::with_client_tag)).
+    pub fn client_tag(&self) -> Option<&crate::LockValue> {
+        self.client_tag.as_ref()
+    }
+
+    /// These settings for a client that `tag` names to the masters: a
+    /// random value, the same for every lock of the client and its
+    /// clones, and unique among clients (the adapter draws it, 8 random
+    /// bytes or more). Its waiters mark themselves with it, and an
+    /// exclusive lock's release reports whether a waiter of another client
+    /// is marked ([`scripts::RELEASE_IF_WAITED`](crate::scripts::RELEASE_IF_WAITED)):
+    /// only while none is does the client hand such a lock over to its own
+    /// next waiter ([`WaitQueue`](crate::WaitQueue)). Without a tag every
+    /// waiter counts as another client's, and plain locks are never handed
+    /// over.
+    #[must_use]
+    pub fn with_client_tag(mut self, tag: crate::LockValue) -> Self {
+        self.client_tag = Some(tag);
+        self
+    }
+
     /// The keys a release of a lock with `keys` sends: an exclusive lock's
     /// release with a notice publishes only for a waiter that announced
     /// itself ([`scripts::RELEASE_IF_WAITED`](crate::scripts::RELEASE_IF_WAITED)),
@@ -481,7 +526,8 @@ impl Settings {
         let key = keys[0].clone();
         let mark = self.waiters_key(&key);
         if mark.slot() == key.slot() {
-            std::sync::Arc::from([key, mark])
+            let others = self.others_waiting_key(&key);
+            std::sync::Arc::from([key, mark, others])
         } else {
             std::sync::Arc::from([key])
         }

@@ -21,8 +21,8 @@ use crate::{Key, NodeId, Reply, Request};
 ///    it undoes).
 /// 2. Drain [`poll_listen`](Self::poll_listen) and start listening for release
 ///    notices on those channels, if the driver can; drain
-///    [`poll_hand_over`](Self::poll_hand_over) and tell the driver's own
-///    waiters on those channels ([`Notice::HandedOver`]) through their
+///    [`poll_hand_over`](Self::poll_hand_over) and give it to the driver's
+///    own waiters on those channels through their
 ///    [`WaitQueue`](crate::WaitQueue).
 /// 3. Drain [`poll_event`](Self::poll_event). Once [`is_done`](Self::is_done),
 ///    the last event drained was the final one: stop (requests still in
@@ -92,13 +92,16 @@ pub trait Machine {
         false
     }
 
-    /// Release channels on which the driver's own waiters may attempt at
-    /// once ([`Notice::HandedOver`]): the machine has queued the release of
-    /// a lock there on every node, so an attempt sent from now on reaches
-    /// each node after it. Given once every request of the release was
-    /// drained, at most once per machine. Only a [`Release`](crate::Release)
-    /// of a fair lock hands over.
-    fn poll_hand_over(&mut self) -> Option<Vec<Key>> {
+    /// What a release tells the driver's own waiters on its channels,
+    /// through their [`WaitQueue`](crate::WaitQueue)
+    /// ([`WaitQueue::handle_hand_over`](crate::WaitQueue::handle_hand_over)):
+    /// first that it is queued on every node
+    /// ([`HandOver::Queued`], once every request was drained), then, for an
+    /// exclusive lock, whether its nodes saw a waiter of another client
+    /// ([`HandOver::Answered`], once every node answered or timed out).
+    /// Only a [`Release`](crate::Release) of a fair or an exclusive lock
+    /// hands over.
+    fn poll_hand_over(&mut self) -> Option<HandOver> {
         None
     }
 
@@ -119,9 +122,47 @@ pub trait Machine {
     fn is_done(&self) -> bool;
 
     /// The driver stops before the end: queue whatever must be undone (an
-    /// acquisition releases the attempt in flight). No event follows.
+    /// acquisition releases the attempt in flight). No event follows; a
+    /// release still gives what it tells its client's waiters
+    /// ([`poll_hand_over`](Self::poll_hand_over)).
     fn abandon(&mut self, now: Instant) {
         let _ = now;
+    }
+}
+
+/// What a release tells its client's waiters ([`Machine::poll_hand_over`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HandOver {
+    /// The release is queued on every node ahead of anything sent from
+    /// now: an attempt sent now meets the key freed on every node that
+    /// runs the release ([`Notice::HandedOver`]).
+    Queued {
+        /// The lock's release channels.
+        channels: Vec<Key>,
+    },
+    /// The release's nodes answered.
+    Answered {
+        /// The lock's release channels.
+        channels: Vec<Key>,
+        /// Whether a waiter of another client may wait for the lock: some
+        /// node that deleted our key found one marked, or could not say
+        /// ([`scripts::RELEASE_IF_WAITED`](crate::scripts::RELEASE_IF_WAITED)
+        /// answers `3` or `2`), or no node deleted it.
+        others_waiting: bool,
+        /// Whether some node deleted our key and published no notice
+        /// (`RELEASE_IF_WAITED` answers `1`): the client's own waiters
+        /// marked there hear of this release only from their client.
+        unheard: bool,
+    },
+}
+
+impl HandOver {
+    /// The release channels it concerns.
+    pub fn channels(&self) -> &[Key] {
+        match self {
+            HandOver::Queued { channels } | HandOver::Answered { channels, .. } => channels,
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 
-use crate::Notice;
+use crate::{HandOver, Notice};
 
 /// One waiter of a [`WaitQueue`]: any id the caller gives it, unique in the
 /// queue.
@@ -48,12 +48,17 @@ pub enum Wake {
 /// the lock (its wait limit passed, it was cancelled), the next waiter is
 /// first and is told the notices it may have missed.
 ///
-/// The client's own release of the lock ([`Notice::HandedOver`], when the
-/// release is queued on every node) is told to the waiters the masters
-/// order (a fair lock: the next attempt runs after the release everywhere,
-/// one round trip later). The first waiter of this client's own order is
-/// not told: it hears the nodes' notices as other clients' waiters do, so
-/// that it does not overtake them.
+/// The client's own release of the lock ([`HandOver::Queued`], when the
+/// release is queued on every node) is told ([`Notice::HandedOver`]) to
+/// the waiters the masters order (a fair lock: the next attempt runs after
+/// the release everywhere, one round trip later), and to the first waiter
+/// of this client's own order only while the client's last release of the
+/// lock found no waiter of another client marked on its nodes
+/// ([`HandOver::Answered`]). Told first, that waiter would always win
+/// before other clients' waiters, who hear of the release from the
+/// masters: so while they wait, it hears the nodes' notices with them.
+/// Until a release of the client answered, it is not told: a client that
+/// starts waiting does not know yet who else does.
 ///
 /// The queue orders one client's waiters only; other clients compete as
 /// Redlock's clients always do. Each waiter keeps its timed retries as the
@@ -69,7 +74,7 @@ pub enum Wake {
 /// deliver.
 ///
 /// ```
-/// use redlock_core::{NodeId, Notice, WaitQueue, Wake, WaiterId};
+/// use redlock_core::{HandOver, Key, NodeId, Notice, WaitQueue, Wake, WaiterId};
 ///
 /// let mut queue = WaitQueue::new();
 /// queue.handle_join(WaiterId(1));
@@ -90,6 +95,20 @@ pub enum Wake {
 /// queue.handle_notice(Notice::HandedOver);
 /// queue.handle_notice(Notice::Released(NodeId(2)));
 /// assert!(matches!(queue.poll_wake(), Some(Wake::Tell { waiter: WaiterId(2), .. })));
+/// assert_eq!(queue.poll_wake(), None, "the hand-over is not its: another client may wait");
+/// // That release found no other client's waiter, and published nothing
+/// // where only this client's were marked: the first is told now.
+/// let channels = vec![Key::from("r\0released")];
+/// queue.handle_hand_over(&HandOver::Answered {
+///     channels: channels.clone(),
+///     others_waiting: false,
+///     unheard: true,
+/// });
+/// let handed_over = Some(Wake::Tell { waiter: WaiterId(2), notice: Notice::HandedOver });
+/// assert_eq!(queue.poll_wake(), handed_over);
+/// // So the next release is handed over when it is queued.
+/// queue.handle_hand_over(&HandOver::Queued { channels });
+/// assert_eq!(queue.poll_wake(), handed_over);
 /// ```
 #[derive(Clone, Debug, Default)]
 pub struct WaitQueue {
@@ -97,6 +116,13 @@ pub struct WaitQueue {
     waiters: VecDeque<WaiterId>,
     /// Waiters the masters order (fair locks): told every notice.
     by_masters: Vec<WaiterId>,
+    /// The client's last release of the lock found no waiter of another
+    /// client marked ([`HandOver::Answered`]): its next release is handed
+    /// over to the first waiter.
+    alone: bool,
+    /// The first waiter was told of the client's release in flight when
+    /// it was queued.
+    handed: bool,
     wakes: VecDeque<Wake>,
 }
 
@@ -161,17 +187,19 @@ impl WaitQueue {
 
     /// A notice of the channel: for the waiter whose turn it is (none if
     /// nobody waits), and for every waiter the masters order; a
-    /// [`Notice::HandedOver`] only for the latter.
+    /// [`Notice::HandedOver`] for the first only while no other client
+    /// waits ([`handle_hand_over`](Self::handle_hand_over)).
     pub fn handle_notice(&mut self, notice: Notice) {
-        // The client's own release goes only to waiters the masters order:
+        // The client's own release goes to waiters the masters order:
         // their queues decide, so a head start overtakes nobody. This
         // client's own order is first come, first served among its
         // waiters, but the waiters of other clients hear of the release
         // from the masters: told now, our first waiter would always win
         // before them (4 clients x 2 tasks: the worst wait went from 6x to
-        // 60x the fair cycle). It hears the masters' notices with them.
+        // 60x the fair cycle). So it is told only while no other client
+        // waits, and otherwise hears the masters' notices with them.
         let first = match notice {
-            Notice::HandedOver => None,
+            Notice::HandedOver if !self.alone => None,
             _ => self.first(),
         };
         for waiter in first.iter().chain(&self.by_masters) {
@@ -179,6 +207,45 @@ impl WaitQueue {
                 waiter: *waiter,
                 notice,
             });
+        }
+    }
+
+    /// What the client's own release of the lock tells
+    /// ([`Machine::poll_hand_over`](crate::Machine::poll_hand_over)): queued
+    /// on every node, it is a [`Notice::HandedOver`]
+    /// ([`handle_notice`](Self::handle_notice)); answered, it says whether
+    /// the next one may go to the first waiter when it is queued, and,
+    /// where a node published no notice because only this client's
+    /// waiters were marked there, it is a [`Notice::HandedOver`] for the
+    /// first waiter if it was not told yet. Deliver that notice with the
+    /// instant the release was queued (an attempt that started after it
+    /// ran after the release on every node).
+    pub fn handle_hand_over(&mut self, hand_over: &HandOver) {
+        match *hand_over {
+            HandOver::Queued { .. } => {
+                self.handed = self.alone && self.first().is_some();
+                self.handle_notice(Notice::HandedOver);
+            }
+            HandOver::Answered {
+                others_waiting,
+                unheard,
+                ..
+            } => {
+                // A node that published nothing left the client's own
+                // waiters to their client: the first is told now, if it
+                // was not when the release was queued.
+                if unheard
+                    && !self.handed
+                    && let Some(waiter) = self.first()
+                {
+                    self.wakes.push_back(Wake::Tell {
+                        waiter,
+                        notice: Notice::HandedOver,
+                    });
+                }
+                self.handed = false;
+                self.alone = !others_waiting;
+            }
         }
     }
 

@@ -226,6 +226,7 @@ impl Round {
             value: value.clone(),
             kind: kind.clone(),
             command,
+            client: None,
             native,
             deadline,
         })

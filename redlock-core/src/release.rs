@@ -9,7 +9,7 @@ use crate::wire::interpret;
 use std::sync::Arc;
 
 use crate::{
-    Command, Key, LockKind, LockValue, NodeVote, Reply, Request, RoundId, Settings, Votes,
+    Command, HandOver, Key, LockKind, LockValue, NodeVote, Reply, Request, RoundId, Settings, Votes,
 };
 
 /// What a release did on each node.
@@ -136,6 +136,16 @@ pub struct Release {
     /// The key on whose channel the release hands over, until given
     /// ([`Machine::poll_hand_over`]).
     hand_over: Option<Key>,
+    /// The channel on which it tells, once answered, whether another
+    /// client's waiter was marked (an exclusive lock's), until given.
+    answer: Option<Key>,
+    /// Nodes that deleted our key and said that no other client's waiter
+    /// is marked there ([`scripts::RELEASE_IF_WAITED`](crate::scripts::RELEASE_IF_WAITED)
+    /// answering `1`), and nodes that deleted it and did not.
+    alone: usize,
+    not_alone: usize,
+    /// Its driver stopped before every node answered.
+    abandoned: bool,
     report: Option<ReleaseReport>,
     done: bool,
 }
@@ -172,18 +182,46 @@ impl Release {
         let round = Round::new(id, settings, now, settings.release_timeout());
         let command = settings.release_command(&kind);
         let hand_over = (settings.release_notices() && hands_over(&kind)).then(|| keys[0].clone());
+        let answer = hand_over
+            .clone()
+            .filter(|_| matches!(kind, LockKind::Exclusive) && command == Command::Release);
         let keys = settings.release_keys(keys, &kind, command);
+        // Named by its client, the release publishes nothing for the
+        // client's own waiters: the client tells them (`poll_hand_over`).
+        let client = answer.as_ref().and(settings.client_tag());
         let requests = round
             .fan_out(&keys, &kind, &value, command, round.deadline)
+            .map(|request| Request {
+                client: client.cloned(),
+                ..request
+            })
             .collect();
         Self {
             round,
             notices_refused: 0,
             requests,
             hand_over,
+            answer,
+            alone: 0,
+            not_alone: 0,
+            abandoned: false,
             report: None,
             done: false,
         }
+    }
+
+    /// This release for a driver that gives its hand-over to nobody (one
+    /// that sends its requests and reads no answer): it does not name its
+    /// client, so it publishes for every marked waiter, the client's own
+    /// too.
+    #[must_use]
+    pub fn unattended(mut self) -> Self {
+        for request in &mut self.requests {
+            request.client = None;
+        }
+        self.hand_over = None;
+        self.answer = None;
+        self
     }
 
     fn finish(&mut self, now: Instant) {
@@ -196,12 +234,14 @@ impl Release {
 }
 
 /// Whether releasing a lock of `kind` hands it over to this client's
-/// waiters: a fair lock's only. Its waiters attempt at once, and the
-/// masters' queues decide who is next; a plain lock's first waiter told
-/// first would always win before other clients' waiters, who hear of the
-/// release from the masters (see [`WaitQueue`](crate::WaitQueue)).
+/// waiters: a fair lock's (its waiters attempt at once, and the masters'
+/// queues decide who is next) and an exclusive lock's, whose release
+/// tells whether a waiter of another client is marked: its own first
+/// waiter, told first, would win before other clients' waiters, who hear
+/// of the release from the masters, so the
+/// [`WaitQueue`](crate::WaitQueue) tells it only while none is.
 fn hands_over(kind: &LockKind) -> bool {
-    matches!(kind, LockKind::Fair { .. })
+    matches!(kind, LockKind::Fair { .. } | LockKind::Exclusive)
 }
 
 impl Machine for Release {
@@ -220,12 +260,36 @@ impl Machine for Release {
     /// client's waiters learn of it at once (who may attempt then is the
     /// [`WaitQueue`](crate::WaitQueue)'s rule), and an attempt sent from
     /// now on runs after the release on each node.
-    fn poll_hand_over(&mut self) -> Option<Vec<Key>> {
+    fn poll_hand_over(&mut self) -> Option<HandOver> {
         if !self.requests.is_empty() {
             return None;
         }
-        let key = self.hand_over.take()?;
-        Some(vec![crate::config::release_channel(&key)])
+        if let Some(key) = self.hand_over.take() {
+            let channels = vec![crate::config::release_channel(&key)];
+            return Some(HandOver::Queued { channels });
+        }
+        if !self.done {
+            return None;
+        }
+        let key = self.answer.take()?;
+        Some(HandOver::Answered {
+            channels: vec![crate::config::release_channel(&key)],
+            others_waiting: self.abandoned || self.alone == 0 || self.not_alone > 0,
+            unheard: self.abandoned || self.alone > 0,
+        })
+    }
+
+    /// Its driver stops before every node answered: what it does not know
+    /// it tells as the worst case, another client waiting and a node that
+    /// published nothing ([`HandOver::Answered`]), so that the client's
+    /// own first waiter attempts rather than waiting for a notice that may
+    /// never come.
+    fn abandon(&mut self, now: Instant) {
+        if !self.done {
+            self.abandoned = true;
+            self.finish(now);
+            self.report = None;
+        }
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
@@ -238,6 +302,8 @@ impl Machine for Release {
         }
         // Only the release script answers 2 (a refused notice).
         let refused = reply.native.is_none() && matches!(reply.result, Ok(crate::Response::Int(2)));
+        // 1 from the exclusive release: no other client's waiter is marked.
+        let alone = reply.native.is_none() && matches!(reply.result, Ok(crate::Response::Int(1)));
         let vote = interpret(Command::Release, reply.native, reply.result);
         let granted = matches!(vote, NodeVote::Granted);
         // Counted once per node: a repeated answer is not recorded again.
@@ -246,6 +312,11 @@ impl Machine for Release {
         }
         if refused && granted {
             self.notices_refused += 1;
+        }
+        match (granted, alone) {
+            (true, true) => self.alone += 1,
+            (true, false) => self.not_alone += 1,
+            (false, _) => {}
         }
         if self.round.all_answered() {
             self.finish(now);

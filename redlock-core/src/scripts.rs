@@ -22,16 +22,20 @@
 //! instead of sleeping out their retry delay. An exclusive lock's release
 //! ([`RELEASE_IF_WAITED`]) publishes only while a waiter's mark lives
 //! ([`MARK_WAITING`], at [`Settings::waiters_key`](crate::Settings::waiters_key)),
-//! which every waiter that listens sets before each of its attempts: the
-//! common release, nobody waiting, runs no `PUBLISH`. The other kinds'
-//! releases always publish.
+//! which every waiter that listens sets before each of its attempts, and
+//! only when that waiter may be another client's: the common release,
+//! nobody waiting, runs no `PUBLISH`, and a client tells its own waiters
+//! of its own releases itself ([`HandOver`](crate::HandOver)). The other
+//! kinds' releases always publish.
 //!
 //! The invariant: **a waiter never misses the release it waits for.** Its
 //! first attempt after it subscribed is a fresh one, and on each node its
 //! mark comes before that attempt's check (one connection, in order). A
 //! release there comes before the check (the attempt finds the key free) or
-//! after the mark (it publishes to a listening waiter). The mark lives until
-//! the waiter's next attempt marks again
+//! after the mark: it publishes to a listening waiter of another client,
+//! and answers the releasing client that only its own waiters are marked,
+//! which it then tells ([`WaitQueue::handle_hand_over`](crate::WaitQueue::handle_hand_over)).
+//! The mark lives until the waiter's next attempt marks again
 //! ([`Settings::waiters_mark_ttl`](crate::Settings::waiters_mark_ttl)); its
 //! TTL only grows, since waiters share it, and nobody deletes it: it expires
 //! within one mark TTL of the last waiter's last attempt.
@@ -126,42 +130,80 @@ return -1
 ///
 /// - `KEYS[1]`: the lock key (unused; it routes the call to the key's slot).
 ///   `KEYS[2]`: the resource's waiters mark
-///   ([`Settings::waiters_key`](crate::Settings::waiters_key)).
-/// - `ARGV[1]`: the waiter's lock value of its next attempt (unused).
-///   `ARGV[2]`: how long the mark must live, in milliseconds.
+///   ([`Settings::waiters_key`](crate::Settings::waiters_key)). `KEYS[3]`:
+///   the mark that another client's waiter was overwritten
+///   ([`Settings::others_waiting_key`](crate::Settings::others_waiting_key)).
+/// - `ARGV[1]`: the waiter's lock value of its next attempt.
+///   `ARGV[2]`: how long the mark must live, in milliseconds. `ARGV[3]`:
+///   the waiter's client ([`Settings::with_client_tag`](crate::Settings::with_client_tag));
+///   without it the waiter's lock value stands in, so that it counts as
+///   another client for every release.
 ///
-/// Returns integer `1`. The mark's TTL is only ever raised, never shortened:
-/// several waiters share one mark, and one with a short wait must not cut
-/// another's. A waiter sends it to a node just before each of its attempts
-/// there (the per-node order puts it first), once it listens on the release
-/// channel; see [`Acquisition`](crate::Acquisition), "Release notices".
-pub const MARK_WAITING: &str = r#"if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[2]) then
-  redis.call('SET', KEYS[2], '1', 'PX', ARGV[2])
+/// Returns integer `1`. The mark holds the client of the last waiter that
+/// marked, and its TTL is only ever raised, never shortened: several
+/// waiters share one mark, and one with a short wait must not cut
+/// another's. A waiter that overwrites another client's mark first makes
+/// the others mark live as long as that mark had left, so a release sees
+/// until then that another client waits ([`RELEASE_IF_WAITED`]). A waiter
+/// sends it to a node just before each of its attempts there (the
+/// per-node order puts it first), once it listens on the release channel;
+/// see [`Acquisition`](crate::Acquisition), "Release notices".
+pub const MARK_WAITING: &str = r#"local client = ARGV[3] or ARGV[1]
+local left = redis.call('PTTL', KEYS[2])
+local mark = redis.pcall('GET', KEYS[2])
+if type(mark) ~= 'string' then
+  mark = false
+end
+if mark and mark ~= client and left > 0 and redis.call('PTTL', KEYS[3]) < left then
+  redis.call('SET', KEYS[3], '1', 'PX', left)
+end
+if mark ~= client or left < tonumber(ARGV[2]) then
+  redis.call('SET', KEYS[2], client, 'PX', math.max(left, tonumber(ARGV[2])))
 end
 return 1
 "#;
 
 /// Release our exclusive lock on one node (compare-and-delete), and publish
-/// a release notice only when a waiter announced itself ([`MARK_WAITING`]).
+/// a release notice only when a waiter of another client may have
+/// announced itself ([`MARK_WAITING`]).
 ///
 /// - `KEYS[1]`: the lock key. `KEYS[2]`: the resource's waiters mark.
+///   `KEYS[3]`: its others mark.
 /// - `ARGV[1]`: our lock value. `ARGV[2]`: `1` to publish when a waiter is
-///   marked, `0` never to publish.
+///   marked, `0` never to publish. `ARGV[3]`: our client
+///   ([`Settings::with_client_tag`](crate::Settings::with_client_tag)), if
+///   it has one.
 ///
-/// Returns what [`RELEASE`] returns: `1` deleted (and published if a mark
-/// lives), `2` deleted but the server refused the `PUBLISH`, `0` held by
-/// another value, `-1` absent, `WRONGTYPE` another type. The mark is read
-/// with `redis.pcall`: where it cannot be read (an ACL user without rights
-/// on that key) the release publishes, as [`RELEASE`] always did, so a
-/// waiter is never missed. Nobody waiting, the server runs `GET`, `DEL` and
-/// `EXISTS`: no `PUBLISH`.
+/// Returns what [`RELEASE`] returns: `0` held by another value, `-1`
+/// absent, `WRONGTYPE` another type; and once our key is deleted:
+/// - `1`: no waiter of another client is marked, and nothing is published:
+///   nobody is marked, or only our own client's waiters are (the mark is
+///   ours and the others mark does not live), and our client tells them
+///   itself ([`HandOver`](crate::HandOver));
+/// - `3`: a waiter of another client may be marked (the mark is another
+///   client's, the others mark lives, or the marks cannot be read), and a
+///   notice is published;
+/// - `2`: the same, but the server refused the `PUBLISH`.
+///
+/// The marks are read with `redis.pcall`: where they cannot be read (an
+/// ACL user without rights on those keys, or keys in another slot left
+/// out) the release publishes, as [`RELEASE`] always did, so a waiter is
+/// never missed. Nobody waiting, the server runs `GET`, `DEL` and `GET`: no
+/// `PUBLISH`; nor when only our own waiters wait.
 pub const RELEASE_IF_WAITED: &str = r#"local held = redis.call('GET', KEYS[1])
 if held == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  if ARGV[2] == '1' and redis.pcall('EXISTS', KEYS[2]) ~= 0 and type(redis.pcall('PUBLISH', KEYS[1] .. '\0released', '')) == 'table' then
+  if ARGV[2] ~= '1' then
+    return 1
+  end
+  local mark = redis.pcall('GET', KEYS[2])
+  if not mark or (mark == ARGV[3] and redis.pcall('EXISTS', KEYS[3]) == 0) then
+    return 1
+  end
+  if type(redis.pcall('PUBLISH', KEYS[1] .. '\0released', '')) == 'table' then
     return 2
   end
-  return 1
+  return 3
 end
 if held then
   return 0

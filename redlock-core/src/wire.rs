@@ -27,6 +27,11 @@ pub struct Request {
     pub kind: LockKind,
     /// What to run.
     pub command: Command,
+    /// The client that sends it, for the scripts that name it to the
+    /// masters (a waiter's mark and an exclusive lock's release,
+    /// [`Settings::with_client_tag`](crate::Settings::with_client_tag));
+    /// `None` for every other request and for a client without a tag.
+    pub client: Option<LockValue>,
     /// Whether the core may send it as a plain command where the node's
     /// server has one ([`Request::call`],
     /// [`Config::native_commands`](crate::Config::native_commands)).
@@ -77,8 +82,9 @@ impl Request {
     /// The script's `ARGV`: our value; then the TTL in milliseconds (or the
     /// fencing token, or for a release whether to publish a release notice:
     /// `1` for [`Command::Release`], `0` for [`Command::Withdraw`]); then, for
-    /// a write lock's acquire, how long readers are held off, and for a
-    /// reentrant lock, the owner, and for a fair lock's acquire and release
+    /// a write lock's acquire, how long readers are held off, for a
+    /// reentrant lock, the owner, for a waiter's mark and an exclusive
+    /// lock's release, the [client](Self::client) if it has one, and for a fair lock's acquire and release
     /// its waiter id, then (acquire) how long its queue entry lives and
     /// whether it waits for its turn (`1`) or takes the lock by the plain rule
     /// (`0`) and its ticket (the place it asks for), or (release) `0` to keep its place in the queue (a withdraw),
@@ -103,6 +109,10 @@ impl Request {
                 Some(Argument::Int(readers_hold_off.as_millis()))
             }
             (LockKind::Reentrant { owner }, _) => Some(Argument::Bytes(owner.as_bytes())),
+            (LockKind::Exclusive, Command::Release | Command::MarkWaiting { .. }) => self
+                .client
+                .as_ref()
+                .map(|client| Argument::Bytes(client.as_bytes())),
             _ => None,
         };
         let second = match (second, &third) {
@@ -592,6 +602,8 @@ pub(crate) fn interpret(
         (Command::Release | Command::Withdraw | Command::Leave, Response::Int(1 | 2)) => {
             Some(NodeVote::Granted)
         }
+        // 3: released, and a waiter of another client may be marked.
+        (Command::Release, Response::Int(3)) => Some(NodeVote::Granted),
         (Command::Release | Command::Withdraw | Command::Leave, Response::Int(-1)) => {
             Some(NodeVote::Missing)
         }

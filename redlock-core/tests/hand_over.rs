@@ -1,6 +1,9 @@
-//! The local hand-over: a client that releases a fair lock tells its own
-//! waiters at once ([`Notice::HandedOver`]), once the release is queued on
-//! every node, and a waiter told attempts then, without the nodes' notices.
+//! The local hand-over: a client that releases a fair or an exclusive lock
+//! tells its own waiters at once ([`Notice::HandedOver`]), once the release
+//! is queued on every node, and a waiter told attempts then, without the
+//! nodes' notices; an exclusive lock's release then says whether a waiter
+//! of another client is marked, which decides whether the next hand-over
+//! goes to the client's first waiter (`WaitQueue`).
 //! In virtual time; asserts what is sent and in which order.
 
 use std::sync::Arc;
@@ -9,8 +12,8 @@ use std::time::{Duration, Instant};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use redlock_core::{
-    AcquireEvent, Acquisition, Attempts, Command, Config, Lock, LockSpec, Machine, Notice, Reply,
-    Request, Response, RetryConfig, Settings,
+    AcquireEvent, Acquisition, Argument, Attempts, Command, Config, HandOver, Lock, LockSpec,
+    LockValue, Machine, Notice, Release, Reply, Request, Response, RetryConfig, Settings, scripts,
 };
 
 const MS: Duration = Duration::from_millis(1);
@@ -123,19 +126,155 @@ fn a_fair_release_hands_over_once_it_is_queued_on_every_node() {
     assert_eq!(votes(&mut release).len(), 2);
     assert_eq!(
         release.poll_hand_over(),
-        Some(vec![settings.release_channel(&first.keys[0])])
+        Some(HandOver::Queued {
+            channels: vec![settings.release_channel(&first.keys[0])]
+        })
     );
     assert_eq!(release.poll_hand_over(), None, "once");
+    // Its answers tell nothing more: the masters' queues decide.
+    for request in [first].iter().chain(&votes(&mut release)) {
+        release.handle_reply(Reply::to(request, Ok(Response::Int(1))), t0 + 2 * MS);
+    }
+    assert_eq!(release.poll_hand_over(), None);
+}
+
+/// An exclusive lock's release, of a client named `tag`, granted at `t0`
+/// and released at `t0 + 1 ms`; its requests.
+fn exclusive_release(settings: &Arc<Settings>, t0: Instant) -> (Release, Vec<Request>) {
+    let mut release = held(settings, LockSpec::Exclusive(b"job"), t0).release(t0 + MS);
+    let requests = votes(&mut release);
+    (release, requests)
 }
 
 #[test]
-fn only_a_fair_release_hands_over() {
+fn an_exclusive_release_hands_over_and_then_says_whether_another_client_waits() {
+    let t0 = Instant::now();
+    let tag = LockValue::from_string("client-1");
+    let settings = Arc::new(settings(true).as_ref().clone().with_client_tag(tag.clone()));
+    let channel = settings.release_channel(&settings.key(b"job"));
+    let answered = |others_waiting, unheard| HandOver::Answered {
+        channels: vec![channel.clone()],
+        others_waiting,
+        unheard,
+    };
+    // What each node answered: 1 no other client's waiter marked (nothing
+    // published), 3 one may be (published), 2 the notice refused, -1 not
+    // held there.
+    for (answers, others_waiting, unheard) in [
+        ([1, 1, 1], false, true),
+        ([1, 1, -1], false, true),
+        ([1, 3, 1], true, true),
+        ([1, 2, 1], true, true),
+        ([3, 3, 3], true, false),
+        ([-1, -1, -1], true, false),
+    ] {
+        let (mut release, requests) = exclusive_release(&settings, t0);
+        // It names the client and reads both marks.
+        for request in &requests {
+            let args: Vec<_> = request.arguments().collect();
+            assert_eq!(args.get(2), Some(&Argument::Bytes(tag.as_bytes())));
+            assert_eq!(request.keys.len(), 3);
+            assert_eq!(request.script(), scripts::RELEASE_IF_WAITED);
+        }
+        assert_eq!(
+            release.poll_hand_over(),
+            Some(HandOver::Queued {
+                channels: vec![channel.clone()]
+            })
+        );
+        for (request, answer) in requests.iter().zip(answers).take(2) {
+            release.handle_reply(Reply::to(request, Ok(Response::Int(answer))), t0 + 2 * MS);
+        }
+        assert_eq!(
+            release.poll_hand_over(),
+            None,
+            "not before every node answered"
+        );
+        release.handle_reply(
+            Reply::to(&requests[2], Ok(Response::Int(answers[2]))),
+            t0 + 3 * MS,
+        );
+        assert_eq!(
+            release.poll_hand_over(),
+            Some(answered(others_waiting, unheard)),
+            "{answers:?}"
+        );
+        assert_eq!(release.poll_hand_over(), None, "once");
+        assert!(release.is_done());
+    }
+    // A node that does not answer tells nothing: the others decide.
+    let (mut release, requests) = exclusive_release(&settings, t0);
+    release.poll_hand_over();
+    for request in &requests[..2] {
+        release.handle_reply(Reply::to(request, Ok(Response::Int(1))), t0 + 2 * MS);
+    }
+    release.handle_timeout(t0 + Duration::from_secs(1));
+    assert_eq!(release.poll_hand_over(), Some(answered(false, true)));
+    // Abandoned before its answers, it tells the worst: another client
+    // may wait, and a node may have published nothing.
+    let (mut release, requests) = exclusive_release(&settings, t0);
+    release.poll_hand_over();
+    release.handle_reply(Reply::to(&requests[0], Ok(Response::Int(3))), t0 + 2 * MS);
+    release.abandon(t0 + 2 * MS);
+    assert_eq!(release.poll_hand_over(), Some(answered(true, true)));
+    assert_eq!(release.poll_event(), None, "no event follows");
+    // Unattended (no driver to hand over), it names no client: it
+    // publishes for every marked waiter, the client's own too.
+    let mut release = held(&settings, LockSpec::Exclusive(b"job"), t0)
+        .release(t0 + MS)
+        .unattended();
+    for request in votes(&mut release) {
+        assert_eq!(request.client, None);
+        assert_eq!(request.arguments().count(), 2);
+    }
+    assert_eq!(release.poll_hand_over(), None);
+}
+
+#[test]
+fn a_waiters_mark_names_its_client() {
+    let t0 = Instant::now();
+    let tag = LockValue::from_string("client-1");
+    let tagged = Arc::new(settings(true).as_ref().clone().with_client_tag(tag.clone()));
+    let mut acquire = waiter(&tagged, t0);
+    acquire.handle_notice(Notice::Subscribed, t0 + MS);
+    let marks: Vec<Request> = sent(&mut acquire)
+        .into_iter()
+        .filter(|r| matches!(r.command, Command::MarkWaiting { .. }))
+        .collect();
+    assert_eq!(marks.len(), 3);
+    for mark in &marks {
+        assert_eq!(mark.script(), scripts::MARK_WAITING);
+        let key = tagged.key(b"job");
+        assert_eq!(
+            mark.keys.as_ref(),
+            [
+                key.clone(),
+                tagged.waiters_key(&key),
+                tagged.others_waiting_key(&key)
+            ]
+        );
+        let args: Vec<_> = mark.arguments().collect();
+        assert_eq!(args.get(2), Some(&Argument::Bytes(tag.as_bytes())));
+    }
+    // Without a tag the mark names no client: the script takes the
+    // waiter's own value, which no release carries.
+    let mut acquire = waiter(&settings(true), t0);
+    acquire.handle_notice(Notice::Subscribed, t0 + MS);
+    let mark = sent(&mut acquire)
+        .into_iter()
+        .find(|r| matches!(r.command, Command::MarkWaiting { .. }))
+        .expect("a mark");
+    assert_eq!(mark.arguments().count(), 2);
+}
+
+#[test]
+fn only_fair_and_exclusive_releases_hand_over() {
     let t0 = Instant::now();
     let with_notices = settings(true);
     // Their first waiter told first would win before other clients'
-    // waiters, who hear of the release from the nodes.
+    // waiters, who hear of the release from the nodes, and their release
+    // cannot tell whether any waits.
     for spec in [
-        LockSpec::Exclusive(b"job"),
         LockSpec::Write(b"doc"),
         LockSpec::Read(b"doc"),
         LockSpec::Multi(&[b"a", b"b"]),

@@ -138,7 +138,7 @@ impl World {
             Op::Holder(request) => {
                 assert_eq!(request.script(), scripts::RELEASE_IF_WAITED);
                 let response = self.stores[node].run(clock, &request);
-                let published = response == Response::Int(1)
+                let published = response == Response::Int(3)
                     && self.stores[node].marked(request.keys[1].as_bytes(), clock);
                 if published && self.subscribed {
                     self.heard += 1;

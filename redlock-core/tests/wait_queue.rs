@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use redlock_core::{
-    AcquireEvent, Acquisition, Attempts, Config, Machine, NodeId, Notice, Reply, Request, Response,
-    RetryConfig, Settings, WaitQueue, WaiterId, Wake,
+    AcquireEvent, Acquisition, Attempts, Config, HandOver, Key, Machine, NodeId, Notice, Reply,
+    Request, Response, RetryConfig, Settings, WaitQueue, WaiterId, Wake,
 };
 
 const MS: Duration = Duration::from_millis(1);
@@ -147,6 +147,64 @@ fn waiters_ordered_by_the_masters_are_told_every_notice() {
         ]
     );
     assert_eq!(queue.len(), 2);
+}
+
+/// The client's own release, queued on every node.
+fn queued() -> HandOver {
+    HandOver::Queued {
+        channels: vec![Key::from("job\0released")],
+    }
+}
+
+/// The client's own release, answered.
+fn answered(others_waiting: bool, unheard: bool) -> HandOver {
+    HandOver::Answered {
+        channels: vec![Key::from("job\0released")],
+        others_waiting,
+        unheard,
+    }
+}
+
+#[test]
+fn the_clients_own_release_goes_to_its_first_waiter_once_and_only_while_no_other_client_waits() {
+    let mut queue = WaitQueue::new();
+    for id in 1..=2 {
+        queue.handle_join(WaiterId(id));
+    }
+    wakes(&mut queue);
+    let handed_over = vec![tell(1, Notice::HandedOver)];
+    // Before any release answered, the client does not know who else
+    // waits: the first hears the nodes.
+    queue.handle_hand_over(&queued());
+    assert_eq!(wakes(&mut queue), vec![]);
+    // The nodes published (another client's waiter is marked): nothing
+    // more to tell.
+    queue.handle_hand_over(&answered(true, false));
+    assert_eq!(wakes(&mut queue), vec![]);
+    // Some node published nothing (only this client's waiters are marked
+    // there): the first hears of it from its client, at the answer.
+    queue.handle_hand_over(&queued());
+    queue.handle_hand_over(&answered(true, true));
+    assert_eq!(wakes(&mut queue), handed_over);
+    // Another client still waits: the next is not handed over when queued.
+    queue.handle_hand_over(&queued());
+    assert_eq!(wakes(&mut queue), vec![]);
+    queue.handle_hand_over(&answered(false, true));
+    assert_eq!(wakes(&mut queue), handed_over);
+    // Nobody else waits: handed over when queued, and not told twice.
+    queue.handle_hand_over(&queued());
+    assert_eq!(wakes(&mut queue), handed_over);
+    queue.handle_hand_over(&answered(false, true));
+    assert_eq!(wakes(&mut queue), vec![]);
+    // The first got the lock; the second's turn: its release is the
+    // second's, at once.
+    queue.handle_leave(WaiterId(1), true);
+    queue.handle_hand_over(&queued());
+    assert_eq!(wakes(&mut queue), vec![tell(2, Notice::HandedOver)]);
+    // Then another client's waiter shows up: the hand-over stops.
+    queue.handle_hand_over(&answered(true, false));
+    queue.handle_hand_over(&queued());
+    assert_eq!(wakes(&mut queue), vec![]);
 }
 
 fn settings() -> Arc<Settings> {

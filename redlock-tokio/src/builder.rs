@@ -5,6 +5,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use rand::SeedableRng;
+use rand::rngs::StdRng;
 use redlock_core::{Config, ConfigError, NodeErrorKind, RetryConfig};
 use tracing::{debug, info};
 
@@ -331,10 +333,17 @@ impl Builder {
             .iter()
             .enumerate()
             .filter(|(_, server)| server.cluster.is_some());
+        // Who this client is to the masters: its waiters' marks and its
+        // releases carry it (the core's `Settings::with_client_tag`).
+        let mut rng = match &self.simulation {
+            None => StdRng::from_rng(&mut rand::rng()),
+            Some(simulation) => simulation.rng(),
+        };
         let settings = Arc::new(
             config
                 .validate()?
-                .with_cluster_nodes(clusters.map(|(index, _)| redlock_core::NodeId(index))),
+                .with_cluster_nodes(clusters.map(|(index, _)| redlock_core::NodeId(index)))
+                .with_client_tag(redlock_core::LockValue::random(&mut rng, 8)),
         );
         crate::metrics::describe();
         let metrics = crate::metrics::Nodes::new(settings.nodes().iter().map(String::as_str));

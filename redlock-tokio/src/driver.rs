@@ -248,10 +248,10 @@ where
             {
                 self.waiter = Some(notices.wait_for(channels, self.machine.ordered_by_masters()));
             }
-            if let Some(notices) = self.client.notices()
-                && let Some(channels) = self.machine.poll_hand_over()
-            {
-                notices.hand_over(&channels, crate::sim::now());
+            while let Some(hand_over) = self.machine.poll_hand_over() {
+                if let Some(notices) = self.client.notices() {
+                    notices.hand_over(&hand_over, crate::sim::now());
+                }
             }
             let mut last = None;
             while let Some(event) = self.machine.poll_event() {
@@ -342,7 +342,14 @@ impl<M: Machine> Drop for Run<'_, M> {
         // on a busy machine and be dropped before its node saw it, after
         // the acquire it undoes.)
         let in_flight = std::mem::take(&mut self.in_flight);
-        self.machine.abandon(crate::sim::now());
+        let now = crate::sim::now();
+        self.machine.abandon(now);
+        // A release's waiters hear what it could not learn.
+        while let Some(hand_over) = self.machine.poll_hand_over() {
+            if let Some(notices) = self.client.notices() {
+                notices.hand_over(&hand_over, now);
+            }
+        }
         let planted_bug = self
             .client
             .simulation()

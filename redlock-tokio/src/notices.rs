@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use redis::aio::{PubSubSink, PubSubStream};
-use redlock_core::{Key, NodeId, Notice, WaitQueue, WaiterId, Wake};
+use redlock_core::{HandOver, Key, NodeId, Notice, WaitQueue, WaiterId, Wake};
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -97,6 +97,9 @@ struct Channel {
     /// When the channel became subscribed on some node (first, or again
     /// after a lost connection).
     subscribed_at: Option<Instant>,
+    /// When the client's last release on the channel was queued on every
+    /// node ([`HandOver::Queued`]).
+    handed_over_at: Option<Instant>,
     /// Subscribed on at least one node since the first waiter came.
     active: bool,
 }
@@ -108,6 +111,7 @@ impl Channel {
             queue: WaitQueue::new(),
             heard: vec![None; nodes].into(),
             subscribed_at: None,
+            handed_over_at: None,
             active: false,
         }
     }
@@ -145,7 +149,9 @@ impl Channel {
         let heard = self.heard.iter().enumerate();
         let notices = heard.filter_map(|(node, at)| Some((Notice::Released(NodeId(node)), (*at)?)));
         let subscribed = self.subscribed_at.map(|at| (Notice::Subscribed, at));
-        for event in notices.chain(subscribed) {
+        // The client's own releases publish nothing for its own waiters.
+        let handed_over = self.handed_over_at.map(|at| (Notice::HandedOver, at));
+        for event in notices.chain(subscribed).chain(handed_over) {
             let _ = sink.send(event);
         }
     }
@@ -213,14 +219,21 @@ impl Notices {
         })
     }
 
-    /// A release of this client was queued on every node at `at`, for a
-    /// lock on these channels ([`Machine::poll_hand_over`](redlock_core::Machine::poll_hand_over)):
-    /// their queues tell whose turn it is ([`Notice::HandedOver`]).
-    pub(crate) fn hand_over(&self, channels: &[Key], at: Instant) {
+    /// What a release of this client tells its waiters at `at`
+    /// ([`Machine::poll_hand_over`](redlock_core::Machine::poll_hand_over)):
+    /// their queues decide who hears it.
+    pub(crate) fn hand_over(&self, hand_over: &HandOver, at: Instant) {
         let mut map = self.shared.lock();
-        for channel in channels {
+        for channel in hand_over.channels() {
             if let Some(entry) = map.get_mut(channel) {
-                entry.tell(Notice::HandedOver, at);
+                // Told when it is answered, the hand-over is still the
+                // instant the release was queued.
+                let at = match hand_over {
+                    HandOver::Queued { .. } => *entry.handed_over_at.insert(at),
+                    _ => entry.handed_over_at.unwrap_or(at),
+                };
+                entry.queue.handle_hand_over(hand_over);
+                entry.deliver(at);
             }
         }
     }
@@ -680,22 +693,42 @@ mod tests {
         assert_eq!(events(&mut late), vec![]);
         // The first leaves with the lock: the next release is the second's,
         // with nothing replayed. The client's own release is not told to
-        // it: it hears the nodes, as other clients' waiters do.
+        // it while another client may wait: it hears the nodes, as other
+        // clients' waiters do.
         let mut one = one;
         one.served();
         drop(one);
         assert_eq!(events(&mut two), vec![]);
-        notices.hand_over(std::slice::from_ref(&a), Instant::now());
+        let channels = vec![a.clone()];
+        let queued = HandOver::Queued {
+            channels: channels.clone(),
+        };
+        notices.hand_over(&queued, Instant::now());
         assert_eq!(events(&mut two), vec![]);
+        // Once a release found no other client's waiter, it is.
+        let alone = HandOver::Answered {
+            channels,
+            others_waiting: false,
+            unheard: false,
+        };
+        notices.hand_over(&alone, Instant::now());
+        assert_eq!(events(&mut two), vec![]);
+        notices.hand_over(&queued, Instant::now());
+        assert_eq!(events(&mut two), vec![Notice::HandedOver]);
         notices.shared.notice(0, a.as_bytes(), Instant::now());
         assert_eq!(events(&mut two), vec![Notice::Released(NodeId(0))]);
         assert_eq!(events(&mut late), vec![]);
         // The second leaves without it: the late waiter is first and told
-        // the channel's recent events (they may be newer than its attempt).
+        // the channel's recent events (they may be newer than its attempt),
+        // the client's own last release too.
         drop(two);
         assert_eq!(
             events(&mut late),
-            vec![Notice::Released(NodeId(0)), Notice::Released(NodeId(2))]
+            vec![
+                Notice::Released(NodeId(0)),
+                Notice::Released(NodeId(2)),
+                Notice::HandedOver
+            ]
         );
         assert_eq!(events(&mut late), vec![], "told once");
         assert!(!notices.someone_waits(std::slice::from_ref(&b)));

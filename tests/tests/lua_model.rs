@@ -58,7 +58,8 @@ fn workload(extend_script: Option<&'static str>) -> Result<usize, String> {
             ..Default::default()
         }
         .validate()
-        .unwrap(),
+        .unwrap()
+        .with_client_tag(LockValue::from_string("this client")),
     );
     let mut pair = Pair {
         real: node.connection().unwrap(),
@@ -145,35 +146,54 @@ fn workload(extend_script: Option<&'static str>) -> Result<usize, String> {
                     let mut lock = held.swap_remove(at);
                     let mut release = lock.release(Instant::now());
                     pair.drive(&mut release)?;
-                    // A release reads the mark and leaves it.
+                    // A release reads the marks and leaves them.
                     let key = lock.keys()[0].clone();
                     pair.compare_mark(&settings.waiters_key(&key))?;
+                    pair.compare_mark(&settings.others_waiting_key(&key))?;
                 }
                 9 => {
-                    // A waiter's mark: its TTL only grows.
+                    // A waiter's mark, of this client, another one or an
+                    // anonymous one: its TTL only grows. (Long TTLs: no mark
+                    // expires between the model's clock and the server's,
+                    // where their answers could differ; step 10 drops them.)
                     let key = settings.key(["r1", "r2"][rng.random_range(0..2)].as_bytes());
                     let ttl = settings
                         .ttl(Duration::from_millis(
-                            [1_000, 2_000, 60_000][rng.random_range(0..3)],
+                            [30_000, 45_000, 60_000][rng.random_range(0..3)],
                         ))
                         .unwrap();
+                    let client = match rng.random_range(0..3) {
+                        0 => settings.client_tag().cloned(),
+                        1 => Some(LockValue::from_string("another client")),
+                        _ => None,
+                    };
                     let request = Request {
                         round: RoundId(0),
                         node: redlock_core::NodeId(0),
-                        keys: Arc::from([key.clone(), settings.waiters_key(&key)]),
+                        keys: Arc::from([
+                            key.clone(),
+                            settings.waiters_key(&key),
+                            settings.others_waiting_key(&key),
+                        ]),
                         value: LockValue::random(&mut rng, settings.value_len()),
                         kind: redlock_core::LockKind::Exclusive,
                         command: Command::MarkWaiting { ttl },
+                        client,
                         native: false,
                         deadline: Instant::now(),
                     };
                     pair.run(&request)?;
                     pair.compare_mark(&settings.waiters_key(&key))?;
+                    pair.compare_mark(&settings.others_waiting_key(&key))?;
                 }
                 10 => {
-                    // The last waiter's mark expired.
+                    // The last waiter's mark expired, or the others mark.
                     let key = settings.key(["r1", "r2"][rng.random_range(0..2)].as_bytes());
-                    let mark = settings.waiters_key(&key);
+                    let mark = if rng.random_bool(0.5) {
+                        settings.waiters_key(&key)
+                    } else {
+                        settings.others_waiting_key(&key)
+                    };
                     let _: i64 = redis::cmd("DEL")
                         .arg(mark.as_bytes())
                         .query(&mut pair.real)
@@ -283,6 +303,7 @@ impl Pair {
             command: Command::Acquire {
                 ttl: settings.default_ttl(),
             },
+            client: None,
             native: false,
             deadline: Instant::now() + Duration::from_secs(1),
         };

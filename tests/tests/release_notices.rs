@@ -521,6 +521,72 @@ async fn a_fair_release_by_the_same_client_hands_over_without_any_notice() {
     guard.release().await;
 }
 
+/// A plain lock's release by the waiter's own client hands the lock over
+/// with no notice from any node: here no node lets it subscribe, and its
+/// retry delay is ten seconds. The first release is handed over once its
+/// nodes answered that no other client's waiter is marked; the next, as
+/// soon as it is queued (the client knows by then).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_release_by_the_same_client_hands_over_when_no_other_client_waits() {
+    let cluster = RedisCluster::start(3);
+    for node in cluster.nodes() {
+        node.command(["ACL", "SETUSER", "default", "-subscribe"]);
+    }
+    let redlock = slow_waiter(&cluster, true).await;
+    let mut held = redlock.lock("job").await.unwrap();
+    for round in 0..2 {
+        let waiter = {
+            let redlock = redlock.clone();
+            tokio::spawn(async move { timed(redlock.lock("job")).await })
+        };
+        // The waiter was turned away and sleeps out its retry.
+        tokio::time::sleep(HOLD).await;
+        let report = held.release().await;
+        assert_eq!(report.released(), 3, "{report}");
+        let (guard, took) = waiter.await.unwrap();
+        held = guard.expect("handed over");
+        assert!(
+            took < WOKEN,
+            "round {round}: handed over, not timed: {took:?}"
+        );
+    }
+    assert_eq!(
+        redlock.release_notice_connections(),
+        0,
+        "no node let it listen"
+    );
+    held.release().await;
+}
+
+/// A release that only its own client's waiters wait for publishes
+/// nothing: the client tells its first waiter itself, once the nodes
+/// answered that no other client's waiter is marked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_that_only_its_own_clients_waiters_wait_for_publishes_nothing() {
+    let cluster = RedisCluster::start(3);
+    let redlock = slow_waiter(&cluster, true).await;
+    let held = redlock.lock("job").await.unwrap();
+    let waiter = {
+        let redlock = redlock.clone();
+        tokio::spawn(async move { timed(redlock.lock("job")).await })
+    };
+    eventually(
+        "the waiter marked itself on every node",
+        Duration::from_secs(10),
+        || marks(&cluster).iter().all(|marks| marks.len() == 1),
+    )
+    .await;
+    for node in cluster.nodes() {
+        node.reset_stats();
+    }
+    assert_eq!(held.release().await.released(), 3);
+    let (guard, took) = waiter.await.unwrap();
+    let guard = guard.expect("told by its own client");
+    assert!(took < WOKEN, "told, not timed: {took:?}");
+    assert_eq!(publishes(&cluster), vec![0, 0, 0], "nobody else listens");
+    guard.release().await;
+}
+
 /// `PUBLISH` calls on each node since its stats were reset (a script's
 /// inner calls count).
 fn publishes(cluster: &RedisCluster) -> Vec<u64> {

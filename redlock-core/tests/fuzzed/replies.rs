@@ -313,6 +313,8 @@ fn yes_answer(fed: &Fed) -> bool {
         }
         // 2: released, the notice refused.
         (None, Release | Withdraw, Response::Int(1 | 2)) => true,
+        // 3: released, another client's waiter may be marked (a release).
+        (None, Release, Response::Int(3)) => true,
         (Some(Native::SetNxGet), Acquire { .. }, Response::Nil) => true,
         (Some(Native::DelIfEq), Release | Withdraw, Response::Int(1)) => true,
         (Some(Native::SetIfEqGet), Extend { .. }, Response::Data(held)) => *held == fed.ours,

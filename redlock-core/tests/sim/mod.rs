@@ -656,25 +656,18 @@ impl World {
         }
         // Only the release script publishes (the core never sends a release
         // with a notice as a plain command); an exclusive lock's only while
-        // a waiter's mark lives (`scripts::RELEASE_IF_WAITED`).
+        // a waiter of another client may be marked, and then it answers 3
+        // (`scripts::RELEASE_IF_WAITED`; this sim's clients name none, so
+        // every marked waiter counts).
         let script = (reply.native.is_none()).then(|| request.script());
-        let marked = match script {
+        let published = match script {
             Some(source) if source == redlock_core::scripts::RELEASE_IF_WAITED => {
-                let node = &mut self.nodes[request.node.0];
-                let clock = node.clock(now);
-                // Without a mark key (it could not share the lock key's
-                // slot) the script's `EXISTS` fails and it publishes.
-                request
-                    .keys
-                    .get(1)
-                    .is_none_or(|mark| node.store.marked(mark.as_bytes(), clock))
+                response == redlock_core::Response::Int(3)
             }
-            _ => true,
+            Some(_) => response == redlock_core::Response::Int(1),
+            None => false,
         };
-        let freed = request.command == redlock_core::Command::Release
-            && reply.native.is_none()
-            && marked
-            && response == redlock_core::Response::Int(1);
+        let freed = request.command == redlock_core::Command::Release && published;
         self.answer(client, request.node.0, reply, drop_reply);
         if freed && self.cfg.notices {
             // Every client is subscribed; the message may be lost like any other.

@@ -280,17 +280,48 @@ impl Store {
                     Response::Int(2)
                 }
             },
-            // `MARK_WAITING`: the mark's TTL only ever grows.
+            // `MARK_WAITING`: the mark holds the client that marked last,
+            // its TTL only ever grows, and overwriting another client's
+            // mark keeps the others mark alive as long as that mark had.
             (_, Command::MarkWaiting { ttl }) => {
-                let ms = ttl.as_millis();
-                let pttl_ms = self
-                    .live(keys[1], clock)
-                    .map(|entry| ((entry.expires - clock) / MS).floor());
-                if pttl_ms.is_none_or(|left| left < ms as f64) {
-                    self.set_str(keys[1], b"1", clock, ms);
+                let ms = ttl.as_millis() as f64;
+                let client = request.client.as_ref().unwrap_or(&request.value).as_bytes();
+                let left = self.pttl(keys[1], clock) as f64;
+                let mark = self.get_str(keys[1], clock);
+                if mark.as_deref().is_some_and(|mark| mark != client)
+                    && left > 0.0
+                    && (self.pttl(keys[2], clock) as f64) < left
+                {
+                    self.set_str(keys[2], b"1", clock, left as u64);
+                }
+                if mark.as_deref() != Some(client) || left < ms {
+                    self.set_str(keys[1], client, clock, left.max(ms) as u64);
                 }
                 Response::Int(1)
             }
+            // `RELEASE_IF_WAITED`: 3 when another client's waiter may be
+            // marked (the publish itself is the simulation's, `sim/mod.rs`).
+            (LockKind::Exclusive, Command::Release) => match self.get_str(keys[0], clock) {
+                Some(held) if held == ours => {
+                    self.del(keys[0]);
+                    let (Some(mark), Some(others)) = (keys.get(1), keys.get(2)) else {
+                        return Response::Int(3);
+                    };
+                    let client = request.client.as_ref().map(|client| client.as_bytes());
+                    match self.get_str(mark, clock) {
+                        None => Response::Int(1),
+                        Some(mark)
+                            if Some(mark.as_slice()) == client
+                                && self.live(others, clock).is_none() =>
+                        {
+                            Response::Int(1)
+                        }
+                        Some(_) => Response::Int(3),
+                    }
+                }
+                Some(_) => Response::Int(0),
+                None => Response::Int(-1),
+            },
             (
                 LockKind::Exclusive | LockKind::Write { .. },
                 Command::Release | Command::Withdraw,

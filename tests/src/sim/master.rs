@@ -394,7 +394,14 @@ impl Master {
         } else {
             return Err("ERR the simulation models the exclusive scripts only".to_owned());
         };
-        Ok(self.build(keys, arg(0)?, command))
+        let mut request = self.build(keys, arg(0)?, command);
+        // The client a mark or an exclusive release names, if any.
+        if matches!(command, Command::MarkWaiting { .. } | Command::Release) {
+            request.client = args
+                .get(2)
+                .map(|client| LockValue::from_string(String::from_utf8_lossy(client).into_owned()));
+        }
+        Ok(request)
     }
 
     fn build(&self, keys: &[Vec<u8>], value: &[u8], command: Command) -> Request {
@@ -405,6 +412,7 @@ impl Master {
             value: LockValue::from_string(String::from_utf8_lossy(value).into_owned()),
             kind: LockKind::Exclusive,
             command,
+            client: None,
             native: false,
             deadline: std::time::Instant::now(),
         }
