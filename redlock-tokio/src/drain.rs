@@ -61,7 +61,7 @@ struct State {
     /// The task's waker, taken by whoever wakes it.
     waker: Option<Waker>,
     /// The runtime the task runs on, while it runs.
-    runtime: Option<tokio::runtime::Id>,
+    runtime: Option<tokio::runtime::Handle>,
     /// The client is gone: the task ends once it has nothing left.
     closed: bool,
     /// Told when no batch is before its deadline ([`Drain::settled`]).
@@ -130,8 +130,8 @@ impl Drain {
             late: false,
         };
         let mut state = self.shared.lock();
-        match state.runtime {
-            Some(there) if there == here => {
+        match &state.runtime {
+            Some(there) if there.id() == here => {
                 state.inbox.push(batch);
                 let waker = state.waker.take();
                 drop(state);
@@ -142,7 +142,7 @@ impl Drain {
             }
             Some(_) => Err(batch.in_flight),
             None => {
-                state.runtime = Some(here);
+                state.runtime = Some(runtime.clone());
                 state.inbox.push(batch);
                 drop(state);
                 // Spawned on a runtime that is shutting down, the task is
@@ -162,6 +162,13 @@ impl Drain {
                 Ok(())
             }
         }
+    }
+
+    /// The runtime the drain runs on, while it runs: the requests it
+    /// completes are in flight there, and a request sent on that runtime
+    /// goes to each node after them.
+    pub(crate) fn runtime(&self) -> Option<tokio::runtime::Handle> {
+        self.shared.lock().runtime.clone()
     }
 
     /// Waits until no batch handed over so far is before its deadline:

@@ -265,7 +265,7 @@ fn spawn_release(client: Redlock, lock: Lock, task: Option<JoinHandle<()>>) {
         lock: Some(lock),
     };
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        debug!("lock dropped outside a Tokio runtime; releasing on blocking connections");
+        release_from_outside(unreleased, task);
         return;
     };
     debug!("lock dropped; releasing in the background");
@@ -284,6 +284,47 @@ fn spawn_release(client: Redlock, lock: Lock, task: Option<JoinHandle<()>>) {
         },
         &runtime,
     );
+}
+
+/// Releases a lock dropped outside any Tokio runtime, and returns once it
+/// is answered. Requests of the lock may still be in flight on the runtime
+/// of the client's drain (an acquire's answer from a node after the
+/// quorum): a release on a connection of its own could reach that node
+/// first and leave the key there. So where that runtime runs tasks by
+/// itself (multi-thread), the release goes there, after them on each
+/// node's connection, and this thread waits for it; otherwise (no drain
+/// running, or a current-thread runtime nobody drives now) it goes out on
+/// blocking connections.
+fn release_from_outside(unreleased: Unreleased, task: Option<JoinHandle<()>>) {
+    // A keep-alive's extensions must not follow the release.
+    if let Some(task) = &task {
+        task.abort();
+    }
+    let Some(runtime) =
+        unreleased.client.drain().runtime().filter(|runtime| {
+            runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
+        })
+    else {
+        debug!("lock dropped outside a Tokio runtime; releasing on blocking connections");
+        return;
+    };
+    debug!("lock dropped outside a Tokio runtime; releasing on the client's runtime");
+    // As long as a release may take: one per-node timeout, once connected.
+    let patience = unreleased.client.settings().release_timeout() * 2 + Duration::from_secs(1);
+    let (done, answered) = std::sync::mpsc::channel::<()>();
+    runtime.spawn(async move {
+        // Dropped unpolled (the runtime shuts down), `unreleased` sends
+        // the release on blocking connections.
+        let mut unreleased = unreleased;
+        if let Some(task) = task {
+            let _ = task.await;
+        }
+        let mut lock = unreleased.lock.take().expect("taken only here");
+        release_lock(&unreleased.client, &mut lock).await;
+        drop(done);
+    });
+    // Disconnected once the task is done or dropped.
+    let _ = answered.recv_timeout(patience);
 }
 
 /// A lock whose release has not been sent yet; dropped so, it is released

@@ -356,7 +356,10 @@
 //!   without any call: a release that its runtime drops unsent (a runtime
 //!   drops its tasks as it shuts down) goes out on a blocking connection
 //!   instead, each node waited for at most one connect timeout plus one
-//!   per-node timeout. So does a guard dropped outside any runtime.
+//!   per-node timeout. A guard dropped outside any runtime is released
+//!   before `drop` returns: on the client's multi-thread runtime while it
+//!   still runs (after the lock's requests still in flight there, on the
+//!   same connections), else on blocking connections.
 //!   [`Redlock::shutdown`] is the explicit form (it waits until the
 //!   background releases are answered); call it before
 //!   [`std::process::exit`], which runs no destructor, so nothing can be

@@ -34,7 +34,7 @@ fn a_client_outlives_the_runtime_that_built_it() {
 }
 
 #[test]
-fn a_guard_dropped_outside_a_runtime_is_released_on_blocking_connections() {
+fn a_guard_dropped_outside_a_runtime_is_released_before_drop_returns() {
     let cluster = RedisCluster::start(3);
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let (redlock, guard) = runtime.block_on(async {
@@ -46,8 +46,11 @@ fn a_guard_dropped_outside_a_runtime_is_released_on_blocking_connections() {
         let guard = redlock.lock("orphan").await.unwrap();
         (redlock, guard)
     });
-    // No runtime here: the release goes out on blocking connections, and
-    // has been answered when `drop` returns.
+    // No runtime here: the release goes out on the client's runtime (after
+    // the acquire's request to a master that had not answered yet, if
+    // any: a release on a connection of its own could overtake it and
+    // leave the key there), or on blocking connections, and has been
+    // answered when `drop` returns.
     drop(guard);
     assert_absent(&cluster, "orphan");
     runtime.block_on(async { redlock.try_lock("orphan").await.unwrap().release().await });
