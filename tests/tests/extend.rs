@@ -424,6 +424,19 @@ async fn a_release_on_a_bare_quorum_is_not_undone_while_a_master_is_silent() {
     let holder = builder(&cluster).build().await.unwrap();
     let mut guard = holder.lock("bare-quorum").await.unwrap();
     let value = guard.value().as_bytes().to_vec();
+    // `lock` returns at a quorum: the third master's acquire may still be
+    // on its way, and would set the key again after the `DEL` below.
+    eventually(
+        "every master holds the lock",
+        Duration::from_secs(5),
+        || {
+            cluster
+                .nodes()
+                .iter()
+                .all(|node| node.get("bare-quorum").as_deref() == Some(value.as_slice()))
+        },
+    )
+    .await;
     for node in &cluster.nodes()[..2] {
         node.command(["DEL", "bare-quorum"]);
     }
