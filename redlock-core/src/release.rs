@@ -284,11 +284,10 @@ impl Machine for Release {
     /// published nothing ([`HandOver::Answered`]), so that the client's
     /// own first waiter attempts rather than waiting for a notice that may
     /// never come.
-    fn abandon(&mut self, now: Instant) {
+    fn abandon(&mut self, _now: Instant) {
         if !self.done {
             self.abandoned = true;
-            self.finish(now);
-            self.report = None;
+            self.done = true;
         }
     }
 

@@ -248,8 +248,12 @@ where
             {
                 self.waiter = Some(notices.wait_for(channels, self.machine.ordered_by_masters()));
             }
-            while let Some(hand_over) = self.machine.poll_hand_over() {
-                if let Some(notices) = self.client.notices() {
+            // Nobody of this client waiting, a release's hand-over stays in
+            // it: no lock taken, no channel built on the common path.
+            if let Some(notices) = self.client.notices()
+                && notices.someone_waits_anywhere()
+            {
+                while let Some(hand_over) = self.machine.poll_hand_over() {
                     notices.hand_over(&hand_over, crate::sim::now());
                 }
             }
@@ -345,8 +349,10 @@ impl<M: Machine> Drop for Run<'_, M> {
         let now = crate::sim::now();
         self.machine.abandon(now);
         // A release's waiters hear what it could not learn.
-        while let Some(hand_over) = self.machine.poll_hand_over() {
-            if let Some(notices) = self.client.notices() {
+        if let Some(notices) = self.client.notices()
+            && notices.someone_waits_anywhere()
+        {
+            while let Some(hand_over) = self.machine.poll_hand_over() {
                 notices.hand_over(&hand_over, now);
             }
         }

@@ -37,7 +37,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -79,6 +79,10 @@ impl fmt::Debug for Notices {
 /// The state the waiters and the listeners share.
 struct Shared {
     channels: Mutex<HashMap<Key, Channel>>,
+    /// How many channels some acquire waits on: written under the lock
+    /// with each change, read without it by every release
+    /// ([`Notices::someone_waits_anywhere`]).
+    wanted: AtomicUsize,
     next_waiter: AtomicU64,
     nodes: usize,
 }
@@ -181,6 +185,7 @@ impl Notices {
         Self {
             shared: Arc::new(Shared {
                 channels: Mutex::default(),
+                wanted: AtomicUsize::new(0),
                 next_waiter: AtomicU64::new(0),
                 nodes: count,
             }),
@@ -217,6 +222,13 @@ impl Notices {
             map.get(channel)
                 .is_some_and(|entry| !entry.queue.may_attempt_now())
         })
+    }
+
+    /// Whether some acquire of this client waits, on any channel: a
+    /// release has nothing to tell otherwise. No lock taken: a waiter that
+    /// registers meanwhile hears its channel's subscription instead.
+    pub(crate) fn someone_waits_anywhere(&self) -> bool {
+        self.shared.wanted.load(Ordering::Relaxed) > 0
     }
 
     /// What a release of this client tells its waiters at `at`
@@ -271,6 +283,7 @@ impl Notices {
                 }
                 entry.deliver(Instant::now());
             }
+            self.shared.wanted.store(map.len(), Ordering::Relaxed);
         }
         self.ensure_listening();
         if new_channel {
@@ -425,6 +438,10 @@ impl Drop for Waiter {
                     }
                 }
             }
+            self.notices
+                .shared
+                .wanted
+                .store(map.len(), Ordering::Relaxed);
         }
         if emptied {
             self.notices.wake_listeners();

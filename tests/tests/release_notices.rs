@@ -41,6 +41,15 @@ async fn waiter_every(cluster: &RedisCluster, notices: bool, delay: Duration) ->
         .unwrap()
 }
 
+/// `redlock.lock(resource)` in a task, timed.
+fn lock_in_task(
+    redlock: &Redlock,
+    resource: &'static str,
+) -> tokio::task::JoinHandle<(Result<LockGuard, redlock_tokio::Error>, Duration)> {
+    let redlock = redlock.clone();
+    tokio::spawn(async move { timed(redlock.lock(resource)).await })
+}
+
 /// Releases `guard` after [`HOLD`], in a task.
 fn release_later(guard: LockGuard) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
@@ -535,10 +544,7 @@ async fn a_plain_release_by_the_same_client_hands_over_when_no_other_client_wait
     let redlock = slow_waiter(&cluster, true).await;
     let mut held = redlock.lock("job").await.unwrap();
     for round in 0..2 {
-        let waiter = {
-            let redlock = redlock.clone();
-            tokio::spawn(async move { timed(redlock.lock("job")).await })
-        };
+        let waiter = lock_in_task(&redlock, "job");
         // The waiter was turned away and sleeps out its retry.
         tokio::time::sleep(HOLD).await;
         let report = held.release().await;
@@ -566,10 +572,7 @@ async fn a_release_that_only_its_own_clients_waiters_wait_for_publishes_nothing(
     let cluster = RedisCluster::start(3);
     let redlock = slow_waiter(&cluster, true).await;
     let held = redlock.lock("job").await.unwrap();
-    let waiter = {
-        let redlock = redlock.clone();
-        tokio::spawn(async move { timed(redlock.lock("job")).await })
-    };
+    let waiter = lock_in_task(&redlock, "job");
     eventually(
         "the waiter marked itself on every node",
         Duration::from_secs(10),
