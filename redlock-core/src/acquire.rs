@@ -353,7 +353,21 @@ impl<R: Rng> Acquisition<R> {
     /// its first attempt takes its place there, behind the waiters that came
     /// first), with release notices off (nothing would say its turn
     /// came), or once a request was polled.
-    pub fn queue_behind(&mut self, now: Instant) {
+    ///
+    /// It marks the lock as waited for at once ([`Command::MarkWaiting`]),
+    /// off the path of the hand-over, unless the client's last mark on
+    /// every key it would mark lives until its next one reaches the nodes
+    /// (`client_marked`, from the queue:
+    /// [`WaitQueue::marked_until`](crate::WaitQueue::marked_until)). A
+    /// release publishes for any mark, and the client's queue hears the
+    /// notice for all its waiters; that mark was queued on each node's
+    /// connection before this acquire began, so it reaches every node no
+    /// later than one of its own would. Give the queue this acquisition's
+    /// [`marked_until`](Self::marked_until) afterwards
+    /// ([`WaitQueue::handle_marked`](crate::WaitQueue::handle_marked)). A
+    /// holder that releases and asks again while others wait, the common
+    /// case of a contended lock, then costs no mark per hold.
+    pub fn queue_behind(&mut self, now: Instant, client_marked: Option<Instant>) {
         let fresh = self.retries.started() == 1
             && self.requests.len() == self.settings.node_names().len()
             && matches!(
@@ -375,19 +389,31 @@ impl<R: Rng> Acquisition<R> {
         self.notices.restart(now);
         self.notices.asked = true;
         self.notices.listen = Some(self.channels());
-        // Marked now, off the path of the hand-over: the attempt that a
-        // release notice starts needs no mark of its own (see
-        // `mark_waiting`).
-        if let State::Attempting { round, value, .. } = &self.state {
-            let (round, value) = (round.clone(), value.clone());
-            self.mark_waiting(&round, &value, round.deadline, now);
-        }
         let until = now + crate::retry_delay(&self.settings.retry(), &mut self.rng);
         let until = match self.retries.deadline() {
             Some(deadline) => until.min(deadline),
             None => until,
         };
+        // Marked now, off the path of the hand-over: the attempt that a
+        // release notice starts needs no mark of its own (see
+        // `mark_waiting`). The client's mark serves as well as ours while
+        // it lives past our retry, whose attempt marks.
+        self.marked_until = self.marked_until.max(client_marked);
+        if !self.mark_lives_past(Some(until), now)
+            && let State::Attempting { round, value, .. } = &self.state
+        {
+            let (round, value) = (round.clone(), value.clone());
+            self.mark_waiting(&round, &value, round.deadline, now);
+        }
         self.state = State::Waiting { until };
+    }
+
+    /// Until when this acquisition's last mark ([`Command::MarkWaiting`])
+    /// surely lives on the nodes it reached, or the client's mark it
+    /// relies on ([`queue_behind`](Self::queue_behind)); `None` if it never
+    /// marked.
+    pub fn marked_until(&self) -> Option<Instant> {
+        self.marked_until
     }
 
     /// Between attempts, starts the next one at once if the lock may have

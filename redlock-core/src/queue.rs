@@ -1,6 +1,7 @@
 //! First come, first served among one client's waiters for one lock.
 
 use std::collections::VecDeque;
+use std::time::Instant;
 
 use crate::{HandOver, Notice};
 
@@ -123,6 +124,9 @@ pub struct WaitQueue {
     /// The first waiter was told of the client's release in flight when
     /// it was queued.
     handed: bool,
+    /// Until when the client's last mark on the lock surely lives on the
+    /// nodes ([`handle_marked`](Self::handle_marked)).
+    marked_until: Option<Instant>,
     wakes: VecDeque<Wake>,
 }
 
@@ -152,6 +156,26 @@ impl WaitQueue {
     /// instead ([`Acquisition::queue_behind`](crate::Acquisition::queue_behind)).
     pub fn may_attempt_now(&self) -> bool {
         self.waiters.is_empty()
+    }
+
+    /// A waiter of the client marked the lock's key as waited for
+    /// ([`Acquisition::marked_until`](crate::Acquisition::marked_until)):
+    /// the mark surely lives on the nodes until `until`. An acquire that
+    /// queues behind the waiters now needs no mark of its own while that
+    /// one outlives its wait
+    /// ([`Acquisition::queue_behind`](crate::Acquisition::queue_behind)):
+    /// a release publishes for any mark, whoever set it, and this client's
+    /// queue hears it. A later `until` replaces an earlier one, never the
+    /// other way.
+    pub fn handle_marked(&mut self, until: Instant) {
+        self.marked_until = self.marked_until.max(Some(until));
+    }
+
+    /// Until when the client's last mark on the lock surely lives
+    /// ([`handle_marked`](Self::handle_marked)); `None` if no waiter
+    /// marked since the queue was made.
+    pub fn marked_until(&self) -> Option<Instant> {
+        self.marked_until
     }
 
     /// `waiter` starts waiting, last. Joining first, it is told at once

@@ -67,6 +67,14 @@ fn sent<M: Machine>(machine: &mut M) -> Vec<Request> {
     std::iter::from_fn(|| machine.poll_request()).collect()
 }
 
+/// How many of `requests` are marks ([`Command::MarkWaiting`]).
+fn marks(requests: &[Request]) -> usize {
+    requests
+        .iter()
+        .filter(|r| matches!(r.command, Command::MarkWaiting { .. }))
+        .count()
+}
+
 /// Every node turns `attempt` away at `at`: another value holds the key.
 fn turn_away(acquire: &mut Acquisition<StdRng>, attempt: &[Request], at: Instant) {
     for request in attempt {
@@ -362,14 +370,8 @@ fn a_hand_over_during_an_attempt_counts_once_it_fails() {
 fn a_queued_waiter_marks_when_it_queues_and_again_when_an_attempt_outlives_its_retry() {
     let settings = settings_with(true, 100 * MS);
     let t0 = Instant::now();
-    let marks = |requests: &[Request]| {
-        requests
-            .iter()
-            .filter(|r| matches!(r.command, Command::MarkWaiting { .. }))
-            .count()
-    };
     let mut waiter = acquisition(&settings, LockSpec::Exclusive(b"job"), t0);
-    waiter.queue_behind(t0);
+    waiter.queue_behind(t0, None);
     let queued = sent(&mut waiter);
     assert_eq!((queued.len(), marks(&queued)), (3, 3), "marks only");
     // Handed over at 95 ms, before its retry at 100 ms: no mark.
@@ -383,11 +385,40 @@ fn a_queued_waiter_marks_when_it_queues_and_again_when_an_attempt_outlives_its_r
     assert_eq!(marks(&after), 3, "{after:?}");
     // Turned away before its retry, an unmarked attempt marks nothing.
     let mut waiter = acquisition(&settings, LockSpec::Exclusive(b"job"), t0);
-    waiter.queue_behind(t0);
+    waiter.queue_behind(t0, None);
     sent(&mut waiter);
     waiter.handle_notice(Notice::HandedOver, t0 + 50 * MS);
     let attempt = sent(&mut waiter);
     turn_away(&mut waiter, &attempt, t0 + 51 * MS);
     let after = sent(&mut waiter);
     assert_eq!(marks(&after), 0, "{after:?}");
+}
+
+/// A waiter that queues behind its client's others sends no mark while the
+/// client's last mark lives until its retry's mark has reached the nodes
+/// (retry + one per-node timeout), and marks as before when it does not.
+#[test]
+fn a_queued_waiter_marks_only_where_its_clients_mark_would_not_outlive_its_wait() {
+    let settings = settings_with(true, 100 * MS);
+    let t0 = Instant::now();
+    let mut first = acquisition(&settings, LockSpec::Exclusive(b"job"), t0);
+    first.queue_behind(t0, None);
+    assert_eq!(marks(&sent(&mut first)), 3);
+    let marked = first.marked_until().expect("it marked");
+    // A second waiter 1 ms later: the mark lives past its retry.
+    let mut second = acquisition(&settings, LockSpec::Exclusive(b"job"), t0 + MS);
+    second.queue_behind(t0 + MS, Some(marked));
+    assert_eq!(sent(&mut second).len(), 0, "no mark, no attempt");
+    assert_eq!(
+        second.marked_until(),
+        Some(marked),
+        "it relies on the client's"
+    );
+    // Asked when that mark would end before its retry's mark lands: it
+    // marks, and its own mark is the later one.
+    let late = marked - 100 * MS;
+    let mut third = acquisition(&settings, LockSpec::Exclusive(b"job"), late);
+    third.queue_behind(late, Some(marked));
+    assert_eq!(marks(&sent(&mut third)), 3);
+    assert!(third.marked_until() > Some(marked));
 }

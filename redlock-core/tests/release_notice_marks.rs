@@ -170,6 +170,10 @@ enum Shape {
     /// it marks at once, without attempting, and its first attempt once
     /// it listens, an extra one before its retry, sends no mark of its own.
     Queued,
+    /// It queues behind its client's waiters as another of them has just
+    /// marked (`WaitQueue::marked_until`): that mark outlives its wait, so
+    /// it sends no mark at all.
+    Covered,
 }
 
 /// As [`waiter_is_woken`]: `Some(notices heard)` when it was.
@@ -203,6 +207,26 @@ fn woken_in(
     let Some(AcquireEvent::Acquired(mut lock)) = holder.poll_event() else {
         panic!("the holder takes the free lock");
     };
+    let mut client_marked = None;
+    if shape == Shape::Covered {
+        // The client's waiter ahead of it queued, and marked, first.
+        let mut first = Acquisition::new(
+            settings.clone(),
+            b"job",
+            settings.default_ttl(),
+            Attempts::Retry,
+            start,
+            StdRng::seed_from_u64(3),
+        );
+        first.queue_behind(start, None);
+        while let Some(request) = first.poll_request() {
+            assert!(matches!(request.command, Command::MarkWaiting { .. }));
+            if marks != Marks::Lost {
+                stores[request.node.0].run(0.0, &request);
+            }
+        }
+        client_marked = first.marked_until();
+    }
     let mut waiter = Acquisition::new(
         settings.clone(),
         b"job",
@@ -211,8 +235,8 @@ fn woken_in(
         start,
         StdRng::seed_from_u64(2),
     );
-    if shape == Shape::Queued {
-        waiter.queue_behind(start);
+    if shape != Shape::Attempted {
+        waiter.queue_behind(start, client_marked);
     }
     let mut world = World {
         start,
@@ -256,6 +280,13 @@ fn woken_in(
         Shape::Queued => {
             assert_eq!(marked_before, NODES, "marked when it queued");
             assert_eq!(marks_of_attempt, 0, "its mark lives past the retry");
+        }
+        Shape::Covered => {
+            assert_eq!(marked_before, 0, "the client's mark outlives its wait");
+            assert_eq!(
+                marks_of_attempt, 0,
+                "the client's mark lives past the retry"
+            );
         }
     }
     for request in releases {
@@ -341,6 +372,26 @@ fn a_queued_waiter_whose_attempt_sends_no_mark_is_woken_wherever_the_release_fal
         .flat_map(|placement| orders().into_iter().map(move |order| (placement, order)))
         .find(|&(placement, order)| {
             woken_in(Shape::Queued, placement, order, Marks::Lost).is_none()
+        });
+    assert!(missed.is_some(), "no mark, yet every release was heard");
+}
+
+#[test]
+fn a_queued_waiter_under_its_clients_mark_sends_none_and_is_woken_wherever_the_release_falls() {
+    for placement in placements() {
+        for order in orders() {
+            assert!(
+                woken_in(Shape::Covered, placement, order, Marks::Sent).is_some(),
+                "release placed {placement:?}, nodes run in order {order:?}: \
+                 the waiter queued under its client's mark needed its retry timer"
+            );
+        }
+    }
+    // The client's mark lost, it misses one: that mark is what wakes it.
+    let missed = placements()
+        .flat_map(|placement| orders().into_iter().map(move |order| (placement, order)))
+        .find(|&(placement, order)| {
+            woken_in(Shape::Covered, placement, order, Marks::Lost).is_none()
         });
     assert!(missed.is_some(), "no mark, yet every release was heard");
 }

@@ -248,7 +248,7 @@ fn a_queued_acquisition_waits_for_its_turn_then_attempts_at_once() {
     let settings = settings();
     let t0 = Instant::now();
     let mut acquire = acquisition(&settings, Attempts::Retry, t0);
-    acquire.queue_behind(t0);
+    acquire.queue_behind(t0, None);
     assert!(requests(&mut acquire).is_empty(), "nothing sent");
     assert_eq!(acquire.attempts(), 0);
     assert!(acquire.current_attempt().is_none());
@@ -276,7 +276,7 @@ fn a_queued_acquisition_still_retries_on_its_timer() {
     let settings = settings();
     let t0 = Instant::now();
     let mut acquire = acquisition(&settings, Attempts::Retry, t0);
-    acquire.queue_behind(t0);
+    acquire.queue_behind(t0, None);
     let at = acquire.poll_timeout().unwrap();
     acquire.handle_timeout(at);
     assert_eq!(acquire.attempts(), 1);
@@ -288,12 +288,12 @@ fn try_lock_never_queues() {
     let settings = settings();
     let t0 = Instant::now();
     let mut acquire = acquisition(&settings, Attempts::Once, t0);
-    acquire.queue_behind(t0);
+    acquire.queue_behind(t0, None);
     assert_eq!(requests(&mut acquire).len(), 3, "its one attempt goes out");
     // Nor does an acquisition whose requests were taken already.
     let mut acquire = acquisition(&settings, Attempts::Retry, t0);
     let sent = requests(&mut acquire);
-    acquire.queue_behind(t0);
+    acquire.queue_behind(t0, None);
     assert_eq!(acquire.current_attempt(), Some(sent[0].round));
 }
 
@@ -320,7 +320,7 @@ fn notices_routed_by_the_queue_serve_waiters_in_order() {
     for id in 1..4 {
         assert!(!queue.may_attempt_now());
         let mut next = acquisition(&settings, Attempts::Retry, t0 + 2 * MS);
-        next.queue_behind(t0 + 2 * MS);
+        next.queue_behind(t0 + 2 * MS, None);
         waiters.push(next);
         queue.handle_join(WaiterId(id));
     }
@@ -377,6 +377,6 @@ fn a_reentrant_lock_never_queues() {
         StdRng::seed_from_u64(4),
     )
     .unwrap();
-    acquire.queue_behind(t0);
+    acquire.queue_behind(t0, None);
     assert_eq!(requests(&mut acquire).len(), 3, "it attempts at once");
 }

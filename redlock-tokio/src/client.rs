@@ -484,10 +484,8 @@ impl Redlock {
             Acquisition::with_spec(Arc::clone(settings), spec, ttl, attempts, now, rng)?;
         // First come, first served: behind this client's waiters (the core's
         // WaitQueue rule; try_lock is not held back).
-        if let Some(notices) = self.notices()
-            && notices.someone_waits(&acquisition.channels())
-        {
-            acquisition.queue_behind(now);
+        if let Some(notices) = self.notices() {
+            notices.queue_behind(&mut acquisition, now);
         }
         report.sent();
         let resource: Arc<[u8]> = match spec {

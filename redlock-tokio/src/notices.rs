@@ -42,8 +42,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use rand::Rng;
 use redis::aio::{PubSubSink, PubSubStream};
-use redlock_core::{HandOver, Key, NodeId, Notice, WaitQueue, WaiterId, Wake};
+use redlock_core::{Acquisition, HandOver, Key, NodeId, Notice, WaitQueue, WaiterId, Wake};
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -213,15 +214,31 @@ impl Notices {
             .count()
     }
 
-    /// Whether some acquire of this client already waits on one of these
-    /// channels: a new acquire then waits behind it
-    /// ([`WaitQueue::may_attempt_now`]).
-    pub(crate) fn someone_waits(&self, channels: &[Key]) -> bool {
-        let map = self.shared.lock();
-        channels.iter().any(|channel| {
-            map.get(channel)
-                .is_some_and(|entry| !entry.queue.may_attempt_now())
-        })
+    /// First come, first served: when some acquire of this client already
+    /// waits on one of the acquisition's channels, it waits behind it
+    /// ([`WaitQueue::may_attempt_now`], [`Acquisition::queue_behind`]),
+    /// marking the lock only where the client's last mark does not
+    /// outlive its wait (the core decides, from what the queues recorded).
+    pub(crate) fn queue_behind<R: Rng>(&self, acquisition: &mut Acquisition<R>, now: Instant) {
+        let channels = acquisition.channels();
+        let mut map = self.shared.lock();
+        let queues = || channels.iter().map(|channel| map.get(channel));
+        if !queues().any(|entry| entry.is_some_and(|entry| !entry.queue.may_attempt_now())) {
+            return;
+        }
+        // On every channel, or none: `None` is the least `Option`.
+        let marked = queues()
+            .map(|entry| entry.and_then(|entry| entry.queue.marked_until()))
+            .min()
+            .flatten();
+        acquisition.queue_behind(now, marked);
+        if let Some(until) = acquisition.marked_until() {
+            for channel in &channels {
+                if let Some(entry) = map.get_mut(channel) {
+                    entry.queue.handle_marked(until);
+                }
+            }
+        }
     }
 
     /// Whether some acquire of this client waits, on any channel: a
@@ -748,8 +765,60 @@ mod tests {
             ]
         );
         assert_eq!(events(&mut late), vec![], "told once");
-        assert!(!notices.someone_waits(std::slice::from_ref(&b)));
-        assert!(notices.someone_waits(&[b, a]));
+    }
+
+    /// A new acquire queues behind the client's waiters on any of its
+    /// channels, and marks only where the client's last mark would not
+    /// outlive its wait.
+    #[tokio::test]
+    async fn acquires_queue_behind_waiters_and_share_the_clients_mark() {
+        use rand::SeedableRng;
+        use redlock_core::{Attempts, Command, Config, Machine};
+        let settings = Arc::new(Config::new(["a", "b", "c"]).validate().unwrap());
+        let notices = notices(3);
+        let now = Instant::now();
+        let acquire = |seed| {
+            let rng = rand::rngs::StdRng::seed_from_u64(seed);
+            let ttl = settings.default_ttl();
+            Acquisition::new(
+                Arc::clone(&settings),
+                b"job",
+                ttl,
+                Attempts::Retry,
+                now,
+                rng,
+            )
+        };
+        let sent = |acquisition: &mut Acquisition<rand::rngs::StdRng>| {
+            std::iter::from_fn(|| acquisition.poll_request())
+                .map(|request| request.command)
+                .collect::<Vec<_>>()
+        };
+        // Nobody waits on its channel: it attempts at once.
+        let _other = notices.wait_for(vec![Key::from("other\0released")], false);
+        let mut alone = acquire(1);
+        notices.queue_behind(&mut alone, now);
+        assert!(
+            sent(&mut alone)
+                .iter()
+                .all(|c| matches!(c, Command::Acquire { .. }))
+        );
+        // Someone does: it waits, and marks.
+        let _waiter = notices.wait_for(acquire(2).channels(), false);
+        let mut first = acquire(3);
+        notices.queue_behind(&mut first, now);
+        let marks = sent(&mut first);
+        assert_eq!(marks.len(), 3);
+        assert!(
+            marks
+                .iter()
+                .all(|c| matches!(c, Command::MarkWaiting { .. }))
+        );
+        // The next relies on that mark: nothing to send.
+        let mut second = acquire(4);
+        notices.queue_behind(&mut second, now);
+        assert_eq!(sent(&mut second), vec![]);
+        assert_eq!(second.marked_until(), first.marked_until());
     }
 
     #[tokio::test]
