@@ -11,7 +11,7 @@ use crate::quorum::{Round, Tally, remaining, valid_until};
 use crate::retry::{Next, Notices, Retries};
 use crate::wire::interpret_acquire;
 use crate::{
-    AcquireError, Attempts, Command, ConfigError, Key, Lock, LockKind, LockSpec, LockValue,
+    AcquireError, Attempts, Command, ConfigError, Key, Lock, LockKind, LockSpec, LockValue, NodeId,
     NodeVote, Reply, Request, Response, RoundId, Settings, Ttl, Votes,
 };
 
@@ -402,8 +402,8 @@ impl<R: Rng> Acquisition<R> {
         if !self.mark_lives_past(Some(until), now)
             && let State::Attempting { round, value, .. } = &self.state
         {
-            let (round, value) = (round.clone(), value.clone());
-            self.mark_waiting(&round, &value, round.deadline, now);
+            let (nodes, deadline, value) = (round.nodes(), round.deadline, value.clone());
+            self.mark_waiting(nodes, &value, deadline, now);
         }
         self.state = State::Waiting { until };
     }
@@ -452,7 +452,7 @@ impl<R: Rng> Acquisition<R> {
         self.scores = 0;
         self.unmarked = self.mark_lives_past(scheduled, now);
         if !self.unmarked {
-            self.mark_waiting(&round, &value, round.deadline, now);
+            self.mark_waiting(round.nodes(), &value, round.deadline, now);
         }
         self.send_round(&round, &value, command);
         self.state = State::Attempting {
@@ -479,7 +479,13 @@ impl<R: Rng> Acquisition<R> {
     /// each node before this attempt's check there, and it lives until the
     /// next mark arrives. So the attempt that a hand-over or a release
     /// notice starts costs one request per node, not two.
-    fn mark_waiting(&mut self, round: &Round, value: &LockValue, deadline: Instant, now: Instant) {
+    fn mark_waiting(
+        &mut self,
+        nodes: impl Iterator<Item = NodeId> + Clone,
+        value: &LockValue,
+        deadline: Instant,
+        now: Instant,
+    ) {
         if !self.notices.asked || !matches!(self.kind, LockKind::Exclusive | LockKind::Multi) {
             return;
         }
@@ -495,7 +501,7 @@ impl<R: Rng> Acquisition<R> {
         };
         for key in &self.keys[..count] {
             let keys = self.settings.mark_keys(key);
-            self.requests.extend(round.nodes().map(|node| Request {
+            self.requests.extend(nodes.clone().map(|node| Request {
                 round: id,
                 node,
                 keys: keys.clone(),
@@ -698,7 +704,7 @@ impl<R: Rng> Acquisition<R> {
                 if self.unmarked && scheduled.is_some_and(|scheduled| scheduled <= now) {
                     // It took the place of the retry whose mark the last
                     // one was to live until: mark now, for the next.
-                    self.mark_waiting(&round, &value, now + self.node_timeout, now);
+                    self.mark_waiting(round.nodes(), &value, now + self.node_timeout, now);
                 }
                 self.wait_for_retry(error, until, now);
                 if reordered && matches!(self.state, State::Waiting { .. }) {

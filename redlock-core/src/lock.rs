@@ -43,6 +43,15 @@ impl Lock {
         &self.kind
     }
 
+    /// Whether holding it excludes every other holder: any kind but a read
+    /// lock. A waiter served such a lock ends its client's turn for it
+    /// ([`WaitQueue::handle_leave`](crate::WaitQueue::handle_leave) with
+    /// `served`): the next release, its own, is the next waiter's. A
+    /// reader served leaves that turn open, since the next may share.
+    pub fn excludes_next(&self) -> bool {
+        !matches!(self.kind, LockKind::Read)
+    }
+
     /// Our value on the nodes.
     pub fn value(&self) -> &LockValue {
         &self.value

@@ -203,7 +203,7 @@ impl Round {
         }
     }
 
-    pub(crate) fn nodes(&self) -> impl ExactSizeIterator<Item = NodeId> + use<> {
+    pub(crate) fn nodes(&self) -> impl ExactSizeIterator<Item = NodeId> + Clone + use<> {
         (0..self.votes.len()).map(NodeId)
     }
 

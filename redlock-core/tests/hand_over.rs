@@ -422,3 +422,25 @@ fn a_queued_waiter_marks_only_where_its_clients_mark_would_not_outlive_its_wait(
     assert_eq!(marks(&sent(&mut third)), 3);
     assert!(third.marked_until() > Some(marked));
 }
+
+/// A waiter served any lock but a read lock ends its client's turn for the
+/// lock (the next release, its own, is the next waiter's); a reader served
+/// leaves it open, since the next may share.
+#[test]
+fn every_lock_but_a_read_lock_excludes_the_next_waiter() {
+    let t0 = Instant::now();
+    let settings = settings(true);
+    for spec in [
+        LockSpec::Exclusive(b"job"),
+        LockSpec::Write(b"doc"),
+        LockSpec::Multi(&[b"a", b"b"]),
+        LockSpec::Reentrant {
+            resource: b"job",
+            owner: "worker-7",
+        },
+        LockSpec::Fair(b"job"),
+    ] {
+        assert!(held(&settings, spec, t0).excludes_next(), "{spec:?}");
+    }
+    assert!(!held(&settings, LockSpec::Read(b"doc"), t0).excludes_next());
+}

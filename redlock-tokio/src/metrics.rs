@@ -25,7 +25,8 @@ pub(crate) trait Voted {
     fn votes(&self) -> Option<&Votes>;
 
     /// Whether this final event hands out a lock that excludes other
-    /// waiters (any kind but a read lock): a waiter served.
+    /// waiters ([`Lock::excludes_next`](redlock_core::Lock::excludes_next),
+    /// the core's rule): a waiter served.
     fn granted(&self) -> bool {
         false
     }
@@ -42,8 +43,7 @@ impl Voted for AcquireEvent {
     }
 
     fn granted(&self) -> bool {
-        // A reader served leaves the next waiter's turn open: it may share.
-        matches!(self, AcquireEvent::Acquired(lock) if !matches!(lock.kind(), redlock_core::LockKind::Read))
+        matches!(self, AcquireEvent::Acquired(lock) if lock.excludes_next())
     }
 }
 
