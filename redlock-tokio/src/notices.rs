@@ -220,6 +220,11 @@ impl Notices {
     /// marking the lock only where the client's last mark does not
     /// outlive its wait (the core decides, from what the queues recorded).
     pub(crate) fn queue_behind<R: Rng>(&self, acquisition: &mut Acquisition<R>, now: Instant) {
+        // Nobody waiting anywhere, the common case: no channel built, no
+        // lock taken. A waiter that registers meanwhile came after us.
+        if !self.someone_waits_anywhere() {
+            return;
+        }
         let channels = acquisition.channels();
         let mut map = self.shared.lock();
         let queues = || channels.iter().map(|channel| map.get(channel));
