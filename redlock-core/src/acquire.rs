@@ -155,8 +155,9 @@ pub struct Acquisition<R> {
     /// Fair locks: the highest score a master gave us in the current
     /// attempt (see the `ticket` of [`LockKind::Fair`]).
     scores: u64,
-    /// Until when this acquisition's last mark surely lives on the nodes
-    /// it reached ([`Command::MarkWaiting`], see `mark_waiting`).
+    /// Until when this acquisition's last mark, or the client's mark it
+    /// relies on (`queue_behind`), surely lives on the nodes it reached
+    /// ([`Command::MarkWaiting`], see `mark_waiting`).
     marked_until: Option<Instant>,
     /// The current attempt went without a mark of its own.
     unmarked: bool,

@@ -152,14 +152,6 @@ impl World {
     }
 }
 
-/// Whether the waiter got the lock without its timer, for one placement of
-/// the release per node (0: before the waiter listens, 1: before its next
-/// mark, 2: between mark and attempt, 3: after the attempt) and one order
-/// of the nodes.
-fn waiter_is_woken(placement: [usize; NODES], order: [usize; NODES], marks: Marks) -> bool {
-    woken_after(placement, order, marks).is_some()
-}
-
 /// How the waiter comes to wait.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Shape {
@@ -176,7 +168,10 @@ enum Shape {
     Covered,
 }
 
-/// As [`waiter_is_woken`]: `Some(notices heard)` when it was.
+/// Whether the waiter got the lock without its timer, for one placement of
+/// the release per node (0: before the waiter listens, 1: before its next
+/// mark, 2: between mark and attempt, 3: after the attempt) and one order
+/// of the nodes: `Some(notices heard)` when it was.
 fn woken_after(placement: [usize; NODES], order: [usize; NODES], marks: Marks) -> Option<usize> {
     woken_in(Shape::Attempted, placement, order, marks)
 }
@@ -338,17 +333,15 @@ fn placements() -> impl Iterator<Item = [usize; NODES]> {
 #[test]
 fn a_waiter_is_woken_by_the_release_wherever_it_falls() {
     let (mut cases, mut by_notice) = (0, 0);
-    for placement in placements() {
-        for order in orders() {
-            let heard = woken_after(placement, order, Marks::Sent).unwrap_or_else(|| {
-                panic!(
-                    "release placed {placement:?}, nodes run in order {order:?}: \
-                     the waiter needed its retry timer"
-                )
-            });
-            cases += 1;
-            by_notice += usize::from(heard > 0);
-        }
+    for (placement, order) in schedules() {
+        let heard = woken_after(placement, order, Marks::Sent).unwrap_or_else(|| {
+            panic!(
+                "release placed {placement:?}, nodes run in order {order:?}: \
+                 the waiter needed its retry timer"
+            )
+        });
+        cases += 1;
+        by_notice += usize::from(heard > 0);
     }
     println!("{cases} schedules: the waiter was woken in every one, {by_notice} by notices");
     // Both ways are exercised: the attempt that finds the lock free, and
@@ -356,62 +349,65 @@ fn a_waiter_is_woken_by_the_release_wherever_it_falls() {
     assert!(by_notice > 0 && by_notice < cases);
 }
 
+/// Every placement of the release and every order of the nodes.
+fn schedules() -> impl Iterator<Item = ([usize; NODES], [usize; NODES])> {
+    placements().flat_map(|placement| orders().into_iter().map(move |order| (placement, order)))
+}
+
+/// A waiter of `shape` is woken without its timer in every schedule.
+fn assert_always_woken(shape: Shape) {
+    for (placement, order) in schedules() {
+        assert!(
+            woken_in(shape, placement, order, Marks::Sent).is_some(),
+            "release placed {placement:?}, nodes run in order {order:?}: \
+             the waiter ({shape:?}) needed its retry timer"
+        );
+    }
+}
+
+/// The first schedule in which a waiter of `shape`, its marks handled as
+/// `marks`, needs its timer.
+fn missed(shape: Shape, marks: Marks) -> Option<([usize; NODES], [usize; NODES])> {
+    let missed =
+        schedules().find(|&(placement, order)| woken_in(shape, placement, order, marks).is_none());
+    println!("{shape:?}, marks {marks:?}: missed {missed:?}");
+    missed
+}
+
 #[test]
 fn a_queued_waiter_whose_attempt_sends_no_mark_is_woken_wherever_the_release_falls() {
-    for placement in placements() {
-        for order in orders() {
-            assert!(
-                woken_in(Shape::Queued, placement, order, Marks::Sent).is_some(),
-                "release placed {placement:?}, nodes run in order {order:?}: \
-                 the queued waiter needed its retry timer"
-            );
-        }
-    }
+    assert_always_woken(Shape::Queued);
     // Its marks lost, it misses one.
-    let missed = placements()
-        .flat_map(|placement| orders().into_iter().map(move |order| (placement, order)))
-        .find(|&(placement, order)| {
-            woken_in(Shape::Queued, placement, order, Marks::Lost).is_none()
-        });
-    assert!(missed.is_some(), "no mark, yet every release was heard");
+    assert!(
+        missed(Shape::Queued, Marks::Lost).is_some(),
+        "no mark, yet every release was heard"
+    );
 }
 
 #[test]
 fn a_queued_waiter_under_its_clients_mark_sends_none_and_is_woken_wherever_the_release_falls() {
-    for placement in placements() {
-        for order in orders() {
-            assert!(
-                woken_in(Shape::Covered, placement, order, Marks::Sent).is_some(),
-                "release placed {placement:?}, nodes run in order {order:?}: \
-                 the waiter queued under its client's mark needed its retry timer"
-            );
-        }
-    }
+    assert_always_woken(Shape::Covered);
     // The client's mark lost, it misses one: that mark is what wakes it.
-    let missed = placements()
-        .flat_map(|placement| orders().into_iter().map(move |order| (placement, order)))
-        .find(|&(placement, order)| {
-            woken_in(Shape::Covered, placement, order, Marks::Lost).is_none()
-        });
-    assert!(missed.is_some(), "no mark, yet every release was heard");
+    assert!(
+        missed(Shape::Covered, Marks::Lost).is_some(),
+        "no mark, yet every release was heard"
+    );
 }
 
 #[test]
 fn a_waiter_whose_marks_are_lost_misses_a_release() {
-    let missed = placements()
-        .flat_map(|placement| orders().into_iter().map(move |order| (placement, order)))
-        .find(|&(placement, order)| !waiter_is_woken(placement, order, Marks::Lost));
-    println!("missed: {missed:?}");
-    assert!(missed.is_some(), "no mark, yet every release was heard");
+    assert!(
+        missed(Shape::Attempted, Marks::Lost).is_some(),
+        "no mark, yet every release was heard"
+    );
 }
 
 #[test]
 fn a_mark_that_comes_after_the_attempt_misses_a_release() {
-    let missed = placements()
-        .flat_map(|placement| orders().into_iter().map(move |order| (placement, order)))
-        .find(|&(placement, order)| !waiter_is_woken(placement, order, Marks::Late));
-    println!("missed: {missed:?}");
-    assert!(missed.is_some(), "a late mark, yet every release was heard");
+    assert!(
+        missed(Shape::Attempted, Marks::Late).is_some(),
+        "a late mark, yet every release was heard"
+    );
 }
 
 #[test]
