@@ -7,9 +7,19 @@
 //! [`TaskTracker`](tokio_util::task::TaskTracker) token and a timer on
 //! Tokio's timer wheel, for requests that mostly answer a few microseconds
 //! later. Here an operation hands its requests over as one [`Batch`] (the
-//! driver's own set of futures, moved, not copied) under a short lock, and
-//! wakes the drain; the drain keeps one timer, set for the earliest
-//! deadline it knows, and looks at the batches only when it fires.
+//! driver's own set of futures, moved, not copied) under a short lock; the
+//! drain keeps one timer, set for the earliest deadline it knows, and looks
+//! at the batches only when it fires.
+//!
+//! Handing over wakes nobody on the common path. The operation first polls
+//! its requests itself, with a waker that wakes the drain
+//! ([`Shared`]'s [`Wake`]): what has answered already is done there, and
+//! what has not will wake the drain when it answers. Only a batch whose
+//! deadline comes before the drain's timer fires wakes the drain at once,
+//! so that its deadline is kept even if no node ever answers. A drain
+//! asleep has taken every batch handed over before it went to sleep
+//! ([`Task`]'s last look at the inbox), so a batch waits in the inbox no
+//! longer than until one of its replies or the drain's timer.
 //!
 //! What it keeps of [`send`](crate::driver::send)'s rule 4: a batch waits
 //! until its deadline (the latest of its requests'); then its releases and
@@ -29,15 +39,14 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use tokio::sync::oneshot;
 use tracing::debug;
 
-use crate::driver::{Sent, Timer};
+use crate::driver::{Sent, Timer, next_quietly};
 
 /// The drain of one client; dropping it (the client is gone) lets its task
 /// end once its batches are done.
@@ -58,8 +67,11 @@ struct Shared {
 struct State {
     /// Batches handed over and not taken by the task yet.
     inbox: Vec<Batch>,
-    /// The task's waker, taken by whoever wakes it.
+    /// The task's waker, taken by whoever wakes it: present while the
+    /// task sleeps.
     waker: Option<Waker>,
+    /// While the task sleeps, when its timer wakes it, if it is armed.
+    wakes_by: Option<Instant>,
     /// The runtime the task runs on, while it runs.
     runtime: Option<tokio::runtime::Handle>,
     /// The client is gone: the task ends once it has nothing left.
@@ -75,6 +87,22 @@ impl Shared {
         // Every update under this lock is a push, a take or an assignment:
         // a panic cannot leave the state half-written.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Wakes the drain's task, whichever it is: the waker a batch's requests
+/// are first polled with ([`Drain::submit`]), before the task takes the
+/// batch and polls it with its own.
+impl Wake for Shared {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let waker = self.lock().waker.take();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
     }
 }
 
@@ -94,7 +122,7 @@ impl Future for Batch {
     type Output = bool;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<bool> {
-        while let Some(_reply) = futures::ready!(self.in_flight.poll_next_unpin(cx)) {}
+        while let Some(_reply) = futures::ready!(next_quietly(&mut self.in_flight, cx)) {}
         Poll::Ready(self.late)
     }
 }
@@ -115,8 +143,13 @@ impl Drain {
     /// runs on another one.
     pub(crate) fn submit(
         &self,
-        in_flight: FuturesUnordered<Sent>,
+        mut in_flight: FuturesUnordered<Sent>,
     ) -> Result<(), FuturesUnordered<Sent>> {
+        // Polled here first, with a waker that wakes the drain: replies in
+        // already cost no trip through the drain, and those to come wake it.
+        let waker = Waker::from(Arc::clone(&self.shared));
+        let mut context = Context::from_waker(&waker);
+        while let Poll::Ready(Some(_reply)) = next_quietly(&mut in_flight, &mut context) {}
         let Some(deadline) = in_flight.iter().map(Sent::deadline).max() else {
             return Ok(());
         };
@@ -133,7 +166,12 @@ impl Drain {
         match &state.runtime {
             Some(there) if there.id() == here => {
                 state.inbox.push(batch);
-                let waker = state.waker.take();
+                // Asleep, the task wakes on a reply of the batch or at its
+                // timer; a deadline before the timer needs it now.
+                let waker = match state.wakes_by {
+                    Some(at) if at <= deadline => None,
+                    _ => state.waker.take(),
+                };
                 drop(state);
                 if let Some(waker) = waker {
                     waker.wake();
@@ -258,7 +296,7 @@ impl Future for Task {
                 }
                 task.batches.push(batch);
             }
-            while let Poll::Ready(Some(late)) = task.batches.poll_next_unpin(cx) {
+            while let Poll::Ready(Some(late)) = next_quietly(&mut task.batches, cx) {
                 if late {
                     task.late -= 1;
                 } else {
@@ -289,7 +327,15 @@ impl Future for Task {
                 return Poll::Ready(());
             }
             if !expired {
-                return Poll::Pending;
+                // Asleep only with the inbox empty: a batch handed over
+                // while the task ran counted on it to look (`submit`).
+                let mut state = task.shared.lock();
+                if state.inbox.is_empty() {
+                    // The timer is armed for `check_at`, polled above.
+                    state.wakes_by = task.check_at;
+                    return Poll::Pending;
+                }
+                continue;
             }
             // Expired batches changed the set: poll it, and the timer for
             // the next deadline, again.
@@ -354,6 +400,7 @@ impl Drop for Task {
             let mut state = self.shared.lock();
             state.runtime = None;
             state.waker = None;
+            state.wakes_by = None;
             (
                 std::mem::take(&mut state.inbox),
                 std::mem::take(&mut state.settled),
@@ -362,5 +409,116 @@ impl Drop for Task {
         };
         drop((settled, idle));
         drop(inbox);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The drain's hand-over without a server: requests are futures that
+    //! answer when a test says so, in paused time.
+
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+
+    use super::*;
+
+    /// A request that never answers, and tells when it is dropped.
+    fn unanswered(deadline: Instant, dropped: &Arc<AtomicBool>) -> Sent {
+        struct Flag(Arc<AtomicBool>);
+        impl Drop for Flag {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+        let flag = Flag(Arc::clone(dropped));
+        Sent::answered_by(deadline, async move {
+            let _flag = flag;
+            std::future::pending().await
+        })
+    }
+
+    fn batch(requests: impl IntoIterator<Item = Sent>) -> FuturesUnordered<Sent> {
+        requests.into_iter().collect()
+    }
+
+    /// Lets the drain's task run.
+    async fn settle() {
+        for _ in 0..8 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn requests_answered_at_hand_over_start_no_drain() {
+        let drain = Drain::new(Duration::from_secs(10));
+        let deadline = crate::sim::now() + Duration::from_secs(1);
+        let answered = batch([Sent::answered_by(deadline, async { None })]);
+        assert!(drain.submit(answered).is_ok());
+        assert!(
+            drain.runtime().is_none(),
+            "nothing was left to complete: no task"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_due_before_the_drains_timer_is_dropped_at_its_own_deadline() {
+        let drain = Drain::new(Duration::from_secs(10));
+        let start = crate::sim::now();
+        // The drain asleep, its timer set for 10 s.
+        let long = Arc::new(AtomicBool::new(false));
+        let Ok(()) = drain.submit(batch([unanswered(start + Duration::from_secs(10), &long)]))
+        else {
+            panic!("the drain runs here");
+        };
+        settle().await;
+        // Due at 1 s: it must not wait for the timer of 10 s.
+        let short = Arc::new(AtomicBool::new(false));
+        let Ok(()) = drain.submit(batch([unanswered(start + Duration::from_secs(1), &short)]))
+        else {
+            panic!("the drain runs here");
+        };
+        settle().await;
+        tokio::time::sleep_until((start + Duration::from_millis(1_100)).into()).await;
+        settle().await;
+        assert!(short.load(Ordering::SeqCst), "dropped at its deadline");
+        assert!(!long.load(Ordering::SeqCst), "kept until its own");
+        tokio::time::sleep_until((start + Duration::from_millis(10_100)).into()).await;
+        settle().await;
+        assert!(long.load(Ordering::SeqCst));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reply_wakes_the_drain_for_a_batch_it_has_not_taken() {
+        let drain = Drain::new(Duration::from_secs(10));
+        let start = crate::sim::now();
+        // The drain asleep, its timer set for 10 s: a batch due later is
+        // handed over without waking it.
+        let long = Arc::new(AtomicBool::new(false));
+        let Ok(()) = drain.submit(batch([unanswered(start + Duration::from_secs(10), &long)]))
+        else {
+            panic!("the drain runs here");
+        };
+        settle().await;
+        let (answer, answered) = oneshot::channel::<()>();
+        let done = Arc::new(AtomicBool::new(false));
+        let seen = Arc::clone(&done);
+        let late = Sent::answered_by(start + Duration::from_secs(20), async move {
+            let _ = answered.await;
+            seen.store(true, Ordering::SeqCst);
+            None
+        });
+        let Ok(()) = drain.submit(batch([late])) else {
+            panic!("the drain runs here");
+        };
+        settle().await;
+        assert!(drain.shared.lock().waker.is_some(), "the drain sleeps");
+        tokio::time::sleep_until((start + Duration::from_secs(1)).into()).await;
+        answer.send(()).expect("the request waits");
+        settle().await;
+        assert!(
+            done.load(Ordering::SeqCst),
+            "completed at its reply, not at the drain's timer"
+        );
+        assert!(!long.load(Ordering::SeqCst));
     }
 }

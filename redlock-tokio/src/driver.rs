@@ -128,6 +128,20 @@ enum SentState {
 }
 
 impl Sent {
+    /// A request that `reply` answers, sent to no node: for a test of
+    /// what completes requests in the background.
+    #[cfg(test)]
+    pub(crate) fn answered_by(
+        deadline: Instant,
+        reply: impl Future<Output = Option<Reply>> + Send + 'static,
+    ) -> Self {
+        Self {
+            deadline,
+            state: SentState::Pending(Box::pin(reply)),
+            must_arrive: None,
+        }
+    }
+
     /// The request's deadline.
     pub(crate) fn deadline(&self) -> Instant {
         self.deadline
@@ -287,7 +301,8 @@ where
             // random branch order would not be).
             tokio::select! {
                 biased;
-                Some(reply) = self.in_flight.next(), if !self.in_flight.is_empty() => {
+                Some(reply) = std::future::poll_fn(|cx| next_quietly(&mut self.in_flight, cx)),
+                    if !self.in_flight.is_empty() => {
                     if let Some(reply) = reply {
                         self.machine.handle_reply(reply, crate::sim::now());
                     }
@@ -323,6 +338,28 @@ impl<M: Machine> Run<'_, M> {
         self.in_flight = live;
         complete_in_background(expired, self.client);
     }
+}
+
+/// The next item of `set`, as [`StreamExt::poll_next_unpin`] gives it, but
+/// without waking the caller for nothing. Having polled every future of
+/// the set in one call (as it does after a push: a new future is ready to
+/// be polled), `FuturesUnordered` wakes its owner, so that a set whose
+/// futures keep waking themselves cannot starve other tasks; here that
+/// would cost a trip through the scheduler for every round of requests and
+/// every batch the drain takes. So the set is polled first with a waker that
+/// does nothing, then again with the caller's, which then only registers it
+/// unless a future was woken meanwhile. No wake is lost: the second poll
+/// registers the caller's waker before it looks for woken futures, and wakes
+/// the caller itself if it stops early.
+pub(crate) fn next_quietly<F: Future>(
+    set: &mut FuturesUnordered<F>,
+    cx: &mut Context<'_>,
+) -> Poll<Option<F::Output>> {
+    let mut quiet = Context::from_waker(Waker::noop());
+    if let Poll::Ready(item) = set.poll_next_unpin(&mut quiet) {
+        return Poll::Ready(item);
+    }
+    set.poll_next_unpin(cx)
 }
 
 /// The next release notice of `waiter`; never completes without a waiter.

@@ -168,3 +168,48 @@ async fn order_under_backpressure() {
 async fn order_under_backpressure_breaks_with_a_bounded_queue() {
     assert!(reordered(4).await > 0);
 }
+
+/// A waker that counts its wakes.
+struct Wakes(std::sync::atomic::AtomicUsize);
+
+impl std::task::Wake for Wakes {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// `next_quietly` polls fresh futures without `FuturesUnordered`'s wake of
+/// its owner, and still hears a future that is woken afterwards.
+#[test]
+fn a_set_polled_quietly_wakes_its_owner_only_for_a_woken_future() {
+    use futures::StreamExt;
+    use futures::stream::FuturesUnordered;
+    use std::task::{Context, Poll, Waker};
+
+    let wakes = Arc::new(Wakes(Default::default()));
+    let waker = Waker::from(Arc::clone(&wakes));
+    let mut cx = Context::from_waker(&waker);
+    let count = || wakes.0.load(std::sync::atomic::Ordering::SeqCst);
+
+    // What it avoids: polled plainly, a set of fresh futures wakes its owner.
+    let mut plain: FuturesUnordered<_> = (0..2).map(|_| std::future::pending::<()>()).collect();
+    assert!(plain.poll_next_unpin(&mut cx).is_pending());
+    assert_eq!(count(), 1);
+
+    let (answer, answered) = tokio::sync::oneshot::channel::<u8>();
+    let mut set: FuturesUnordered<_> = [
+        futures::future::Either::Left(std::future::pending()),
+        futures::future::Either::Right(async { answered.await.unwrap_or(0) }),
+    ]
+    .into_iter()
+    .collect();
+    assert!(super::next_quietly(&mut set, &mut cx).is_pending());
+    assert_eq!(count(), 1, "no wake for nothing");
+    answer.send(7).expect("the future waits");
+    assert_eq!(count(), 2, "woken by the future that can go on");
+    assert_eq!(super::next_quietly(&mut set, &mut cx), Poll::Ready(Some(7)));
+}
