@@ -285,6 +285,9 @@ pub(crate) struct Floor {
     /// Scripted only: acquire with `SET NX PX GET` rather than the script,
     /// as this library does on this server.
     native_acquire: bool,
+    /// This library's commands: the client's tag its releases carry (8
+    /// random bytes, hex, as the library draws it).
+    client_tag: String,
 }
 
 struct Shas {
@@ -388,6 +391,7 @@ impl Floor {
             mode,
             delifeq,
             native_acquire: mode == FloorMode::Ours && has_set_nx_get(),
+            client_tag: random_value()[..16].to_owned(),
             scripted: scripted.then(|| Shas {
                 acquire: sha(scripts::ACQUIRE),
                 release: sha(scripts::RELEASE),
@@ -487,15 +491,19 @@ impl Floor {
                 None => unreachable!("a compare-and-delete is scripted or DELIFEQ"),
                 // This library's release publishes its notice when a waiter
                 // marked itself (nobody does here); the safe floor's never.
+                // The same keys and arguments as the library's: the waiters
+                // mark, the others mark and the client's tag.
                 Some(shas) if self.mode == FloorMode::Ours => {
                     let mut command = redis::cmd("EVALSHA");
                     command
                         .arg(&shas.release_if_waited)
-                        .arg(2)
+                        .arg(3)
                         .arg(&lock.key)
                         .arg(format!("{{{}}}\0waiters", lock.key))
+                        .arg(format!("{{{}}}\0others", lock.key))
                         .arg(&lock.value)
-                        .arg(1);
+                        .arg(1)
+                        .arg(&self.client_tag);
                     command
                 }
                 Some(shas) => {

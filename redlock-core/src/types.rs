@@ -168,15 +168,24 @@ pub struct LockValue(Arc<str>);
 impl LockValue {
     /// A fresh value of `len` random bytes (`2 * len` hex characters).
     pub fn random<R: Rng + ?Sized>(rng: &mut R, len: usize) -> Self {
-        let mut bytes = vec![0u8; len];
-        rng.fill_bytes(&mut bytes);
-        let mut hex = String::with_capacity(len * 2);
-        for byte in bytes {
-            const DIGITS: &[u8; 16] = b"0123456789abcdef";
-            hex.push(DIGITS[usize::from(byte >> 4)] as char);
-            hex.push(DIGITS[usize::from(byte & 0xf)] as char);
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        // Drawn and spelled on the stack for the usual sizes: one
+        // allocation per lock, the value's own.
+        let (mut bytes, mut hex) = ([0u8; 32], [0u8; 64]);
+        let (mut bytes_heap, mut hex_heap);
+        let (bytes, hex): (&mut [u8], &mut [u8]) = if len <= bytes.len() {
+            (&mut bytes[..len], &mut hex[..len * 2])
+        } else {
+            bytes_heap = vec![0u8; len];
+            hex_heap = vec![0u8; len * 2];
+            (&mut bytes_heap, &mut hex_heap)
+        };
+        rng.fill_bytes(bytes);
+        for (byte, pair) in bytes.iter().zip(hex.chunks_exact_mut(2)) {
+            pair[0] = DIGITS[usize::from(byte >> 4)];
+            pair[1] = DIGITS[usize::from(byte & 0xf)];
         }
-        Self(hex.into())
+        Self(std::str::from_utf8(hex).expect("hex digits are ASCII").into())
     }
 
     /// A value known from elsewhere (for example to release a lock by hand).
@@ -385,6 +394,20 @@ mod slot_tests {
 #[cfg(test)]
 mod tests {
     use super::LockValue;
+
+    #[test]
+    fn a_random_value_spells_its_bytes_in_hex_at_any_length() {
+        use rand::{Rng, SeedableRng};
+        for len in [0, 1, 8, 20, 32, 33, 100] {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(len as u64);
+            let mut same = rand::rngs::StdRng::seed_from_u64(len as u64);
+            let value = LockValue::random(&mut rng, len);
+            let mut bytes = vec![0u8; len];
+            same.fill_bytes(&mut bytes);
+            let expected: String = bytes.iter().map(|byte| format!("{byte:02x}")).collect();
+            assert_eq!(value.as_str(), expected, "{len} bytes");
+        }
+    }
 
     #[test]
     fn a_lock_value_formats_redacted_and_reads_whole_only_on_request() {
