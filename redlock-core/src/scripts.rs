@@ -185,10 +185,12 @@ return 1
 ///   notice is published;
 /// - `2`: the same, but the server refused the `PUBLISH`.
 ///
-/// The marks are read with `redis.pcall`: where they cannot be read (an
-/// ACL user without rights on those keys, or keys in another slot left
-/// out) the release publishes, as [`RELEASE`] always did, so a waiter is
-/// never missed. Nobody waiting, the server runs `GET`, `DEL` and `GET`: no
+/// The marks are read with `redis.pcall`: where they cannot be read (a
+/// key of another type at the mark, or the marks left out because their
+/// keys would be in another slot) the release publishes, as [`RELEASE`]
+/// always did, so a waiter is never missed. (An ACL user without rights on
+/// the marks' keys gets no further: the server refuses the whole call,
+/// since it checks the keys a script declares before running it.) Nobody waiting, the server runs `GET`, `DEL` and `GET`: no
 /// `PUBLISH`; nor when only our own waiters wait.
 pub const RELEASE_IF_WAITED: &str = r#"local held = redis.call('GET', KEYS[1])
 if held == ARGV[1] then

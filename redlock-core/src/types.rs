@@ -185,7 +185,11 @@ impl LockValue {
             pair[0] = DIGITS[usize::from(byte >> 4)];
             pair[1] = DIGITS[usize::from(byte & 0xf)];
         }
-        Self(std::str::from_utf8(hex).expect("hex digits are ASCII").into())
+        Self(
+            std::str::from_utf8(hex)
+                .expect("hex digits are ASCII")
+                .into(),
+        )
     }
 
     /// A value known from elsewhere (for example to release a lock by hand).

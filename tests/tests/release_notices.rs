@@ -692,3 +692,58 @@ async fn a_waiter_marks_itself_is_woken_and_its_mark_expires_after_it() {
     )
     .await;
 }
+
+/// The exclusive release script against a real server, in the cases the
+/// model of `lua_model.rs` leaves out: a key of another type is
+/// `WRONGTYPE`, not absent, and a mark that is left out (its key in another
+/// slot) or cannot be read (another type) publishes.
+#[test]
+fn the_release_script_tells_every_case_apart() {
+    let node = RedisNode::start();
+    let client = redis::Client::open(node.url()).expect("a valid URL");
+    let mut connection = client.get_connection().expect("connects");
+    let script = redis::Script::new(redlock_core::scripts::RELEASE_IF_WAITED);
+    let (key, mark, others) = ("{r}", "{r}\0waiters", "{r}\0others");
+    let release = |connection: &mut redis::Connection, keys: &[&str]| {
+        let mut invocation = script.prepare_invoke();
+        for key in keys {
+            invocation.key(*key);
+        }
+        invocation
+            .arg("mine")
+            .arg(1)
+            .arg("tag")
+            .invoke::<i64>(connection)
+    };
+    let all = [key, mark, others];
+    let held = |what: &str| node.command(["SET", key, what]);
+
+    held("mine");
+    assert_eq!(release(&mut connection, &all).unwrap(), 1, "nobody waits");
+    assert!(!node.exists(key));
+    assert_eq!(release(&mut connection, &all).unwrap(), -1, "absent");
+    held("theirs");
+    assert_eq!(release(&mut connection, &all).unwrap(), 0, "another holder");
+    node.command(["DEL", key]);
+    node.command(["HSET", key, "f", "v"]);
+    let err = release(&mut connection, &all).unwrap_err();
+    assert_eq!(err.code(), Some("WRONGTYPE"), "{err}");
+    node.command(["DEL", key]);
+
+    // The mark: our own client's waiter, another client's, another type.
+    for (content, answer) in [("tag", 1), ("other", 3)] {
+        held("mine");
+        node.command(["SET", mark, content]);
+        assert_eq!(release(&mut connection, &all).unwrap(), answer, "{content}");
+    }
+    node.command(["DEL", mark]);
+    node.command(["HSET", mark, "f", "v"]);
+    held("mine");
+    assert_eq!(release(&mut connection, &all).unwrap(), 3, "unreadable");
+    node.command(["DEL", mark]);
+
+    // A mark left out (its key in another slot): publish.
+    held("mine");
+    assert_eq!(release(&mut connection, &[key]).unwrap(), 3, "left out");
+    assert!(!node.exists(key), "released all the same");
+}
