@@ -494,13 +494,14 @@ impl Floor {
                 // The same keys and arguments as the library's: the waiters
                 // mark, the others mark and the client's tag.
                 Some(shas) if self.mode == FloorMode::Ours => {
+                    let key = redlock_tokio::core::Key::from(lock.key.as_bytes());
                     let mut command = redis::cmd("EVALSHA");
                     command
                         .arg(&shas.release_if_waited)
                         .arg(3)
                         .arg(&lock.key)
-                        .arg(format!("{{{}}}\0waiters", lock.key))
-                        .arg(format!("{{{}}}\0others", lock.key))
+                        .arg(key.derived(b"\0waiters").as_bytes())
+                        .arg(key.derived(b"\0others").as_bytes())
                         .arg(&lock.value)
                         .arg(1)
                         .arg(&self.client_tag);

@@ -190,8 +190,9 @@ return 1
 /// keys would be in another slot) the release publishes, as [`RELEASE`]
 /// always did, so a waiter is never missed. (An ACL user without rights on
 /// the marks' keys gets no further: the server refuses the whole call,
-/// since it checks the keys a script declares before running it.) Nobody waiting, the server runs `GET`, `DEL` and `GET`: no
-/// `PUBLISH`; nor when only our own waiters wait.
+/// since it checks the keys a script declares before running it.) Nobody
+/// waiting, the server runs `GET`, `DEL` and `GET`: no `PUBLISH`; nor when
+/// only our own waiters wait.
 pub const RELEASE_IF_WAITED: &str = r#"local held = redis.call('GET', KEYS[1])
 if held == ARGV[1] then
   redis.call('DEL', KEYS[1])

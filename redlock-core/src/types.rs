@@ -169,21 +169,22 @@ impl LockValue {
     /// A fresh value of `len` random bytes (`2 * len` hex characters).
     pub fn random<R: Rng + ?Sized>(rng: &mut R, len: usize) -> Self {
         const DIGITS: &[u8; 16] = b"0123456789abcdef";
-        // Drawn and spelled on the stack for the usual sizes: one
-        // allocation per lock, the value's own.
-        let (mut bytes, mut hex) = ([0u8; 32], [0u8; 64]);
-        let (mut bytes_heap, mut hex_heap);
-        let (bytes, hex): (&mut [u8], &mut [u8]) = if len <= bytes.len() {
-            (&mut bytes[..len], &mut hex[..len * 2])
+        // One buffer, on the stack for the usual sizes: one allocation per
+        // lock, the value's own. The bytes are drawn into its first half
+        // and spelled in place from the end: byte `i` becomes characters
+        // `2i` and `2i + 1`, never over a byte still to be read.
+        let (mut stack, mut heap) = ([0u8; 64], Vec::new());
+        let hex: &mut [u8] = if 2 * len <= stack.len() {
+            &mut stack[..2 * len]
         } else {
-            bytes_heap = vec![0u8; len];
-            hex_heap = vec![0u8; len * 2];
-            (&mut bytes_heap, &mut hex_heap)
+            heap.resize(2 * len, 0);
+            &mut heap
         };
-        rng.fill_bytes(bytes);
-        for (byte, pair) in bytes.iter().zip(hex.chunks_exact_mut(2)) {
-            pair[0] = DIGITS[usize::from(byte >> 4)];
-            pair[1] = DIGITS[usize::from(byte & 0xf)];
+        rng.fill_bytes(&mut hex[..len]);
+        for i in (0..len).rev() {
+            let byte = hex[i];
+            hex[2 * i] = DIGITS[usize::from(byte >> 4)];
+            hex[2 * i + 1] = DIGITS[usize::from(byte & 0xf)];
         }
         Self(
             std::str::from_utf8(hex)

@@ -448,6 +448,25 @@ mod tests {
         }
     }
 
+    /// Hands `requests` to the drain, which runs on this runtime.
+    async fn hand_over(drain: &Drain, requests: impl IntoIterator<Item = Sent>) {
+        assert!(drain.submit(batch(requests)).is_ok(), "the drain runs here");
+        settle().await;
+    }
+
+    /// Puts the drain to sleep with its timer set for 10 s after `start`,
+    /// for a request that never answers; tells when that one is dropped.
+    async fn asleep_for_10_s(drain: &Drain, start: Instant) -> Arc<AtomicBool> {
+        let dropped = Arc::new(AtomicBool::new(false));
+        hand_over(
+            drain,
+            [unanswered(start + Duration::from_secs(10), &dropped)],
+        )
+        .await;
+        assert!(drain.shared.lock().waker.is_some(), "the drain sleeps");
+        dropped
+    }
+
     #[tokio::test(start_paused = true)]
     async fn requests_answered_at_hand_over_start_no_drain() {
         let drain = Drain::new(Duration::from_secs(10));
@@ -464,20 +483,10 @@ mod tests {
     async fn a_batch_due_before_the_drains_timer_is_dropped_at_its_own_deadline() {
         let drain = Drain::new(Duration::from_secs(10));
         let start = crate::sim::now();
-        // The drain asleep, its timer set for 10 s.
-        let long = Arc::new(AtomicBool::new(false));
-        let Ok(()) = drain.submit(batch([unanswered(start + Duration::from_secs(10), &long)]))
-        else {
-            panic!("the drain runs here");
-        };
-        settle().await;
+        let long = asleep_for_10_s(&drain, start).await;
         // Due at 1 s: it must not wait for the timer of 10 s.
         let short = Arc::new(AtomicBool::new(false));
-        let Ok(()) = drain.submit(batch([unanswered(start + Duration::from_secs(1), &short)]))
-        else {
-            panic!("the drain runs here");
-        };
-        settle().await;
+        hand_over(&drain, [unanswered(start + Duration::from_secs(1), &short)]).await;
         tokio::time::sleep_until((start + Duration::from_millis(1_100)).into()).await;
         settle().await;
         assert!(short.load(Ordering::SeqCst), "dropped at its deadline");
@@ -493,12 +502,7 @@ mod tests {
         let start = crate::sim::now();
         // The drain asleep, its timer set for 10 s: a batch due later is
         // handed over without waking it.
-        let long = Arc::new(AtomicBool::new(false));
-        let Ok(()) = drain.submit(batch([unanswered(start + Duration::from_secs(10), &long)]))
-        else {
-            panic!("the drain runs here");
-        };
-        settle().await;
+        let long = asleep_for_10_s(&drain, start).await;
         let (answer, answered) = oneshot::channel::<()>();
         let done = Arc::new(AtomicBool::new(false));
         let seen = Arc::clone(&done);
@@ -507,11 +511,11 @@ mod tests {
             seen.store(true, Ordering::SeqCst);
             None
         });
-        let Ok(()) = drain.submit(batch([late])) else {
-            panic!("the drain runs here");
-        };
-        settle().await;
-        assert!(drain.shared.lock().waker.is_some(), "the drain sleeps");
+        hand_over(&drain, [late]).await;
+        assert!(
+            drain.shared.lock().waker.is_some(),
+            "the drain still sleeps"
+        );
         tokio::time::sleep_until((start + Duration::from_secs(1)).into()).await;
         answer.send(()).expect("the request waits");
         settle().await;
