@@ -285,6 +285,10 @@ pub(crate) struct Floor {
     /// Scripted only: acquire with `SET NX PX GET` rather than the script,
     /// as this library does on this server.
     native_acquire: bool,
+    /// Scripted only: release with `DELIFEQ` and `MGET` of the marks in one
+    /// pipeline rather than the script, as this library does on this
+    /// server (Valkey >= 9.0).
+    plain_release: bool,
     /// This library's commands: the client's tag its releases carry (8
     /// random bytes, hex, as the library draws it).
     client_tag: String,
@@ -313,6 +317,16 @@ enum FloorConnection {
 }
 
 impl FloorConnection {
+    /// A pipeline, on a plain master only.
+    async fn query_pipeline(&self, pipeline: redis::Pipeline) -> RedisResult<Value> {
+        match self {
+            FloorConnection::Plain(connection) => {
+                pipeline.query_async(&mut connection.clone()).await
+            }
+            FloorConnection::Cluster(_) => unreachable!("this library's commands are plain-only"),
+        }
+    }
+
     async fn query(&self, command: Cmd) -> RedisResult<Value> {
         match self {
             FloorConnection::Plain(connection) => {
@@ -391,6 +405,7 @@ impl Floor {
             mode,
             delifeq,
             native_acquire: mode == FloorMode::Ours && has_set_nx_get(),
+            plain_release: mode == FloorMode::Ours && has_delifeq(),
             client_tag: random_value()[..16].to_owned(),
             scripted: scripted.then(|| Shas {
                 acquire: sha(scripts::ACQUIRE),
@@ -477,6 +492,25 @@ impl Floor {
     pub(crate) async fn release(&self, lock: FloorLock) {
         let deletes = lock.granted.iter().map(|&node| {
             let connection = &self.connections[node];
+            if self.plain_release {
+                // This library's release where the server has `DELIFEQ`:
+                // it and `MGET` of the key and the marks, one pipeline
+                // (nobody is marked here, so no `PUBLISH` follows).
+                let key = redlock_tokio::core::Key::from(lock.key.as_bytes());
+                let mut pipeline = redis::pipe();
+                pipeline
+                    .ignore_errors()
+                    .cmd("DELIFEQ")
+                    .arg(&lock.key)
+                    .arg(&lock.value)
+                    .cmd("MGET")
+                    .arg(&lock.key)
+                    .arg(key.derived(b"\0waiters").as_bytes())
+                    .arg(key.derived(b"\0others").as_bytes());
+                return futures::future::Either::Left(async move {
+                    connection.query_pipeline(pipeline).await
+                });
+            }
             let command = match &self.scripted {
                 _ if self.mode == FloorMode::Raw => {
                     let mut command = redis::cmd("DEL");
@@ -518,7 +552,7 @@ impl Floor {
                     command
                 }
             };
-            async move { connection.query(command).await }
+            futures::future::Either::Right(async move { connection.query(command).await })
         });
         futures::future::join_all(deletes).await;
     }

@@ -471,6 +471,7 @@ fn kind_label(kind: crate::NodeErrorKind) -> &'static str {
         Kind::Auth => "authentication failed",
         Kind::WrongType => "key of another type",
         Kind::Server => "server error",
+        Kind::NoPermission => "not permitted",
         Kind::Protocol => "unexpected answer",
         Kind::Tls => "TLS handshake refused",
     }

@@ -4,12 +4,14 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use crate::machine::Machine;
+use crate::native::{Native, others_may_wait};
 use crate::quorum::{Round, quorum};
 use crate::wire::interpret;
 use std::sync::Arc;
 
 use crate::{
-    Command, HandOver, Key, LockKind, LockValue, NodeVote, Reply, Request, RoundId, Settings, Votes,
+    Command, HandOver, Key, LockKind, LockValue, NodeErrorKind, NodeVote, Reply, Request, RoundId,
+    Settings, Votes,
 };
 
 /// What a release did on each node.
@@ -144,6 +146,13 @@ pub struct Release {
     /// answering `1`), and nodes that deleted it and did not.
     alone: usize,
     not_alone: usize,
+    /// The client the requests name, which the marks are read against.
+    client: Option<LockValue>,
+    /// An exclusive release's request that names the waiters' marks, to
+    /// send again without them to a node that refuses them
+    /// ([`without_marks`](Self::without_marks)), and the nodes it was.
+    marked: Option<Request>,
+    unmarked: Vec<crate::NodeId>,
     /// Its driver stopped before every node answered.
     abandoned: bool,
     report: Option<ReleaseReport>,
@@ -189,21 +198,28 @@ impl Release {
         // Named by its client, the release publishes nothing for the
         // client's own waiters: the client tells them (`poll_hand_over`).
         let client = answer.as_ref().and(settings.client_tag());
-        let requests = round
+        let requests: VecDeque<Request> = round
             .fan_out(&keys, &kind, &value, command, round.deadline)
             .map(|request| Request {
                 client: client.cloned(),
                 ..request
             })
             .collect();
+        let marked = requests
+            .front()
+            .filter(|request| request.keys.len() > 1 && request.command == Command::Release)
+            .cloned();
         Self {
             round,
             notices_refused: 0,
+            marked,
+            unmarked: Vec::new(),
             requests,
             hand_over,
             answer,
             alone: 0,
             not_alone: 0,
+            client: client.cloned(),
             abandoned: false,
             report: None,
             done: false,
@@ -216,12 +232,63 @@ impl Release {
     /// too.
     #[must_use]
     pub fn unattended(mut self) -> Self {
-        for request in &mut self.requests {
+        for request in self.requests.iter_mut().chain(&mut self.marked) {
             request.client = None;
         }
+        self.client = None;
         self.hand_over = None;
         self.answer = None;
         self
+    }
+
+    /// Whether `reply`, where it deleted our key, says that the notice was
+    /// refused, and that no other client's waiter is marked there.
+    fn notice(&self, reply: &Reply) -> (bool, bool) {
+        use crate::Response::{Array, Int};
+        match (reply.native, &reply.result) {
+            // The release script: 2 the notice refused, 1 nobody else marked.
+            (None, Ok(Int(2))) => (true, false),
+            (None, Ok(Int(1))) => (false, true),
+            // The plain release: what it read of the marks decides, as in
+            // the script; a notice due, what publishing it did.
+            (Some(Native::DelIfEqMarks), Ok(Array(items))) => match items.as_slice() {
+                [_, read, notice @ ..] => {
+                    if others_may_wait(self.client.as_ref(), read) {
+                        (!matches!(notice, [Int(1)]), false)
+                    } else {
+                        (false, true)
+                    }
+                }
+                _ => (false, false),
+            },
+            _ => (false, false),
+        }
+    }
+
+    /// The request to send again after `reply`, if it is a node's refusal
+    /// of a release that names the waiters' marks (`NOPERM`: an ACL user
+    /// whose key patterns cover the lock key but not the marks next to
+    /// it): the same release without the marks, which publishes whenever
+    /// it deletes our value ([`scripts::RELEASE_IF_WAITED`](crate::scripts::RELEASE_IF_WAITED)
+    /// with the lock key alone), so that the lock is released there and
+    /// every waiter hears of it. Once per node: a refusal of that one
+    /// counts as the node's answer.
+    fn without_marks(&mut self, reply: &Reply) -> Option<Request> {
+        let refused =
+            matches!(&reply.result, Err(error) if error.kind == NodeErrorKind::NoPermission);
+        if !refused || self.unmarked.contains(&reply.node) {
+            return None;
+        }
+        let marked = self
+            .marked
+            .as_ref()
+            .filter(|request| request.round == reply.round)?;
+        self.unmarked.push(reply.node);
+        Some(Request {
+            node: reply.node,
+            keys: Arc::from(&marked.keys[..1]),
+            ..marked.clone()
+        })
     }
 
     fn finish(&mut self, now: Instant) {
@@ -299,10 +366,11 @@ impl Machine for Release {
         if self.done {
             return;
         }
-        // Only the release script answers 2 (a refused notice).
-        let refused = reply.native.is_none() && matches!(reply.result, Ok(crate::Response::Int(2)));
-        // 1 from the exclusive release: no other client's waiter is marked.
-        let alone = reply.native.is_none() && matches!(reply.result, Ok(crate::Response::Int(1)));
+        if let Some(again) = self.without_marks(&reply) {
+            self.requests.push_back(again);
+            return;
+        }
+        let (refused, alone) = self.notice(&reply);
         let vote = interpret(Command::Release, reply.native, reply.result);
         let granted = matches!(vote, NodeVote::Granted);
         // Counted once per node: a repeated answer is not recorded again.

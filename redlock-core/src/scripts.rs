@@ -189,8 +189,10 @@ return 1
 /// key of another type at the mark, or the marks left out because their
 /// keys would be in another slot) the release publishes, as [`RELEASE`]
 /// always did, so a waiter is never missed. (An ACL user without rights on
-/// the marks' keys gets no further: the server refuses the whole call,
-/// since it checks the keys a script declares before running it.) Nobody
+/// the marks' keys gets no further: the server refuses the whole call with
+/// `NOPERM`, since it checks the keys a script declares before running it;
+/// the release then sends it again to that node with the lock key alone,
+/// which publishes whenever it deletes our value.) Nobody
 /// waiting, the server runs `GET`, `DEL` and `GET`: no `PUBLISH`; nor when
 /// only our own waiters wait.
 pub const RELEASE_IF_WAITED: &str = r#"local held = redis.call('GET', KEYS[1])

@@ -442,6 +442,7 @@ impl fmt::Display for NodeError {
                 self.detail
             ),
             NodeErrorKind::Server => write!(f, "server error: {}", self.detail),
+            NodeErrorKind::NoPermission => write!(f, "not permitted: {}", self.detail),
             NodeErrorKind::Protocol => write!(f, "unexpected answer: {}", self.detail),
             NodeErrorKind::Tls => write!(f, "TLS handshake rejected: {}", self.detail),
         }
@@ -453,7 +454,8 @@ impl std::error::Error for NodeError {}
 impl NodeErrorKind {
     /// The class of an error reply from a node, by its error code (the
     /// reply's first word), exactly: `WRONGTYPE` is [`WrongType`](Self::WrongType),
-    /// `NOAUTH` and `WRONGPASS` are [`Auth`](Self::Auth), any other code is
+    /// `NOAUTH` and `WRONGPASS` are [`Auth`](Self::Auth), `NOPERM` is
+    /// [`NoPermission`](Self::NoPermission), any other code is
     /// [`Server`](Self::Server). Adapters call this for every error reply, so
     /// that the core, which knows what its scripts answer, decides what an
     /// error means; no other text of the message is looked at.
@@ -473,6 +475,7 @@ impl NodeErrorKind {
         match code {
             "WRONGTYPE" => NodeErrorKind::WrongType,
             "NOAUTH" | "WRONGPASS" => NodeErrorKind::Auth,
+            "NOPERM" => NodeErrorKind::NoPermission,
             _ => NodeErrorKind::Server,
         }
     }
@@ -499,6 +502,11 @@ pub enum NodeErrorKind {
     /// The node answered with an error (out of memory, read-only replica,
     /// loading, scripts disabled, ...).
     Server,
+    /// The node refused a command, a key or a channel to our ACL user
+    /// (`NOPERM`). A configuration error, like [`Auth`](Self::Auth). A
+    /// release refused for the waiters' marks alone is sent again without
+    /// them ([`Release`](crate::Release)).
+    NoPermission,
     /// The node answered something that is not a valid reply to the script.
     Protocol,
     /// The TLS handshake was refused by either side: the server's
@@ -667,6 +675,23 @@ fn interpret_native(command: Command, native: Native, response: Response) -> Nod
         (Command::Release | Command::Withdraw, Native::DelIfEq, Response::Int(0)) => {
             Some(NodeVote::NotOurs)
         }
+        // `[deleted, [key, waiters, others]]`, and after a notice what it
+        // did. Not deleted, the key read next says why, as the script does.
+        (Command::Release, Native::DelIfEqMarks, Response::Array(items)) => {
+            match items.as_slice() {
+                [Response::Int(1), read, notice @ ..]
+                    if is_read(read) && matches!(notice, [] | [Response::Int(0 | 1)]) =>
+                {
+                    Some(NodeVote::Granted)
+                }
+                [Response::Int(0), read] if is_read(read) => Some(match read {
+                    Response::Array(read) if read[0] == Response::Nil => NodeVote::Missing,
+                    Response::Array(_) => NodeVote::HeldByOther(None),
+                    _ => NodeVote::NotOurs,
+                }),
+                _ => None,
+            }
+        }
         // (Its `Data` answers are read by `interpret_extend`.)
         (Command::Extend { .. }, Native::SetIfEqGet, Response::Nil) => Some(NodeVote::Missing),
         _ => None,
@@ -681,6 +706,17 @@ fn interpret_native(command: Command, native: Native, response: Response) -> Nod
             ),
         ))
     })
+}
+
+/// What `MGET` of the lock key and the two marks answers (each nil or a
+/// string), or its refusal in its place.
+fn is_read(response: &Response) -> bool {
+    let string = |response: &Response| matches!(response, Response::Nil | Response::Data(_));
+    match response {
+        Response::Array(read) => read.len() == 3 && read.iter().all(string),
+        Response::Other(_) => true,
+        _ => false,
+    }
 }
 
 #[cfg(test)]

@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use redlock_core::{
-    AcquireEvent, Acquisition, Argument, Attempts, Call, Config, Key, LockSpec, LockValue, Machine,
-    Native, NodeError, NodeErrorKind, NodeFacts, NodeVote, Release, Reply, Request, Response,
-    RoundId, Server, Settings, Version, scripts,
+    AcquireEvent, Acquisition, Argument, Attempts, Call, Command, Config, HandOver, Key, LockSpec,
+    LockValue, Machine, Native, NodeError, NodeErrorKind, NodeFacts, NodeVote, Release, Reply,
+    Request, Response, RoundId, Server, Settings, Version, scripts,
 };
 
 const MS: Duration = Duration::from_millis(1);
@@ -145,15 +145,16 @@ fn other_kinds_and_fenced_locks_stay_scripted() {
 }
 
 #[test]
-fn releases_with_a_notice_stay_scripted_and_withdraws_use_delifeq_on_valkey_9() {
+fn releases_and_withdraws_use_delifeq_on_valkey_9() {
     let t0 = Instant::now();
     let value = LockValue::from_string("v");
-    // With notices, the release that publishes only for a waiter's mark.
+    // With notices, `DELIFEQ` and `MGET` of the marks; elsewhere the
+    // release that publishes only for a waiter's mark.
     for (notices, script, on_valkey) in [
         (
             true,
             scripts::RELEASE_IF_WAITED,
-            Call::Script(scripts::RELEASE_IF_WAITED),
+            Call::Native(Native::DelIfEqMarks),
         ),
         (false, scripts::RELEASE, Call::Native(Native::DelIfEq)),
     ] {
@@ -170,6 +171,221 @@ fn releases_with_a_notice_stay_scripted_and_withdraws_use_delifeq_on_valkey_9() 
         assert_eq!(request.call(&valkey8()), Call::Script(script));
         assert_eq!(request.call(&redis7()), Call::Script(script));
     }
+}
+
+/// A release whose marks cannot share its key's slot (a cluster key with
+/// a `}` and no hash tag) sends the lock key alone: the script, which then
+/// always publishes.
+#[test]
+fn a_release_without_its_marks_stays_scripted() {
+    let t0 = Instant::now();
+    let mut release = Release::new(
+        &settings(true),
+        Key::from(&b"a}b"[..]),
+        LockValue::from_string("v"),
+        RoundId(1),
+        t0,
+    );
+    let request = requests(&mut release).remove(0);
+    assert_eq!(request.keys.len(), 1);
+    assert_eq!(
+        request.call(&valkey9()),
+        Call::Script(scripts::RELEASE_IF_WAITED)
+    );
+}
+
+/// The plain release reads the marks in the same pipeline and decides as
+/// the release script does: no notice when nobody or only our own
+/// client's waiters are marked; else the caller publishes and says how
+/// that went.
+#[test]
+fn a_plain_release_reads_the_marks_as_the_script_does() {
+    let t0 = Instant::now();
+    let me = LockValue::from_string("me");
+    let settings = Arc::new(settings(true).as_ref().clone().with_client_tag(me.clone()));
+    let release = || {
+        Release::new(
+            &settings,
+            settings.key(b"k"),
+            LockValue::from_string("v"),
+            RoundId(1),
+            t0,
+        )
+    };
+    let mark = |text: &str| Response::Data(text.as_bytes().to_vec());
+    // What the pipeline answers: whether `DELIFEQ` deleted, then the key
+    // (gone here) and the marks as `MGET` read them.
+    let read = |deleted, waiters, others| {
+        Response::Array(vec![
+            Response::Int(deleted),
+            Response::Array(vec![Response::Nil, waiters, others]),
+        ])
+    };
+    let published = |response: Response, done| match response {
+        Response::Array(mut items) => {
+            items.push(Response::Int(done));
+            Response::Array(items)
+        }
+        other => other,
+    };
+    let native = |request: &Request, response| {
+        Reply::via(request, Call::Native(Native::DelIfEqMarks), Ok(response))
+    };
+
+    let mut quiet = release();
+    let requests = requests(&mut quiet);
+    let request = &requests[0];
+    let words = |words: Vec<Argument<'_>>| -> Vec<Vec<u8>> {
+        words
+            .into_iter()
+            .map(|word| match word {
+                Argument::Bytes(bytes) => bytes.to_vec(),
+                Argument::Int(n) => n.to_string().into_bytes(),
+            })
+            .collect()
+    };
+    assert_eq!(
+        words(Native::DelIfEqMarks.words(request)),
+        [&b"DELIFEQ"[..], request.key().as_bytes(), b"v"]
+    );
+    let marks = words(Native::DelIfEqMarks.pipelined(request).unwrap());
+    assert_eq!(
+        marks,
+        [
+            &b"MGET"[..],
+            request.key().as_bytes(),
+            settings.waiters_key(request.key()).as_bytes(),
+            settings.others_waiting_key(request.key()).as_bytes()
+        ]
+    );
+    assert_eq!(Native::DelIfEq.pipelined(request), None);
+    // Nobody marked; only our client's waiter; gone (whatever is marked).
+    for (request, response) in requests.iter().zip([
+        read(1, Response::Nil, Response::Nil),
+        read(1, mark("me"), Response::Nil),
+        read(0, mark("you"), Response::Nil),
+    ]) {
+        assert_eq!(request.notice_after(&response), None, "{response:?}");
+        quiet.handle_reply(native(request, response), t0 + MS);
+    }
+    assert_eq!(
+        quiet.poll_hand_over(),
+        Some(HandOver::Queued {
+            channels: vec![settings.release_channel(request.key())]
+        })
+    );
+    assert_eq!(
+        quiet.poll_hand_over(),
+        Some(HandOver::Answered {
+            channels: vec![settings.release_channel(request.key())],
+            others_waiting: false,
+            unheard: true,
+        })
+    );
+    let report = quiet.poll_event().unwrap();
+    assert_eq!((report.released(), report.not_held()), (2, 1));
+    assert_eq!(report.votes().votes()[2], NodeVote::Missing);
+    assert_eq!(report.notices_refused(), 0);
+    // Not deleted, the key read next tells another holder from none, as
+    // the script's `0` and `-1` do; and nothing is published.
+    let mut held = release();
+    let requests = self::requests(&mut held);
+    let theirs = Response::Array(vec![
+        Response::Int(0),
+        Response::Array(vec![mark("theirs"), mark("you"), Response::Nil]),
+    ]);
+    assert_eq!(requests[0].notice_after(&theirs), None);
+    for request in &requests {
+        held.handle_reply(native(request, theirs.clone()), t0 + MS);
+    }
+    let report = held.poll_event().unwrap();
+    assert_eq!(report.votes().votes()[0], NodeVote::HeldByOther(None));
+
+    // Another client's waiter; ours, but another client's was overwritten;
+    // another client's, and the notice not published: refused, like the
+    // notice the script could not publish, and so when the caller did not
+    // say that it published.
+    let mut noisy = release();
+    let requests = self::requests(&mut noisy);
+    let answers = [
+        read(1, mark("you"), Response::Nil),
+        read(1, mark("me"), mark("1")),
+        read(1, mark("you"), mark("1")),
+    ];
+    for (request, answer) in requests.iter().zip(&answers) {
+        assert_eq!(
+            request.notice_after(answer),
+            Some(settings.release_channel(request.key()))
+        );
+    }
+    let [first, second, third] = answers;
+    noisy.handle_reply(native(&requests[0], published(first, 1)), t0 + MS);
+    noisy.handle_reply(native(&requests[1], published(second, 0)), t0 + MS);
+    noisy.handle_reply(native(&requests[2], third), t0 + MS);
+    noisy.poll_hand_over();
+    assert_eq!(
+        noisy.poll_hand_over(),
+        Some(HandOver::Answered {
+            channels: vec![settings.release_channel(request.key())],
+            others_waiting: true,
+            unheard: false,
+        })
+    );
+    let report = noisy.poll_event().unwrap();
+    assert_eq!((report.released(), report.notices_refused()), (3, 2));
+
+    // Without a tag, every mark is another client's.
+    let untagged = settings_untagged_request(t0);
+    assert!(
+        untagged
+            .notice_after(&read(1, mark("me"), Response::Nil))
+            .is_some()
+    );
+    assert_eq!(
+        untagged.notice_after(&read(1, Response::Nil, mark("1"))),
+        None
+    );
+
+    // Answers of any other shape are garbage.
+    let mut garbled = release();
+    let requests = self::requests(&mut garbled);
+    let answers = [
+        read(2, Response::Nil, Response::Nil),
+        Response::Array(vec![
+            Response::Int(1),
+            Response::Array(vec![Response::Nil, Response::Nil]),
+        ]),
+        published(read(1, mark("you"), Response::Nil), 5),
+    ];
+    for (request, answer) in requests.iter().zip(answers) {
+        garbled.handle_reply(native(request, answer), t0 + MS);
+    }
+    let report = garbled.poll_event().unwrap();
+    assert_eq!(report.failed(), 3);
+    for vote in report.votes().votes() {
+        assert!(
+            matches!(
+                vote,
+                NodeVote::Failed(NodeError {
+                    kind: NodeErrorKind::Protocol,
+                    ..
+                })
+            ),
+            "{vote:?}"
+        );
+    }
+}
+
+fn settings_untagged_request(t0: Instant) -> Request {
+    let settings = settings(true);
+    let mut release = Release::new(
+        &settings,
+        settings.key(b"k"),
+        LockValue::from_string("v"),
+        RoundId(1),
+        t0,
+    );
+    requests(&mut release).remove(0)
 }
 
 /// A release on three nodes: node 0 answers as a script, the others as
@@ -369,4 +585,100 @@ fn an_exclusive_extend_is_set_ifeq_get_on_valkey_9_and_reads_the_value_found() {
         Some(NodeVote::HeldByOther(_))
     ));
     assert_eq!(votes.get(requests[2].node), Some(&NodeVote::Missing));
+}
+
+/// An ACL user may have rights on the lock key but not on the waiters'
+/// marks next to it (`~lock:*` against `{lock:x}\0waiters`): the server
+/// refuses a release that names them (`NOPERM`, before it runs), and the
+/// release goes to that node again without them, once; the script then
+/// publishes whenever it deletes our value. On Valkey the refusal of the
+/// marks alone comes in their place, and the release publishes.
+#[test]
+fn a_release_refused_for_its_marks_is_sent_again_without_them() {
+    let t0 = Instant::now();
+    let noperm = || {
+        Err(NodeError::new(
+            NodeErrorKind::NoPermission,
+            "NOPERM this user has no permissions to access one of the keys used as arguments",
+        ))
+    };
+    let mut release = Release::new(
+        &settings(true),
+        Key::from(&b"k"[..]),
+        LockValue::from_string("v"),
+        RoundId(1),
+        t0,
+    );
+    let requests = requests(&mut release);
+    assert_eq!(requests[0].keys.len(), 3);
+    release.handle_reply(Reply::to(&requests[0], noperm()), t0 + MS);
+    let again = release.poll_request().expect("sent again");
+    assert_eq!(again.node, requests[0].node);
+    assert_eq!(again.command, Command::Release);
+    assert_eq!(again.keys.len(), 1, "without the marks");
+    assert_eq!(
+        again.call(&valkey9()),
+        Call::Script(scripts::RELEASE_IF_WAITED)
+    );
+    // Refused again (no rights on the lock key either): the node's answer.
+    release.handle_reply(Reply::to(&again, noperm()), t0 + MS);
+    assert_eq!(release.poll_request(), None, "once");
+    // Valkey: `DELIFEQ` deleted, `MGET` refused.
+    let marks_refused = Response::Array(vec![
+        Response::Int(1),
+        Response::Other("ServerError(NOPERM ...)".into()),
+    ]);
+    // (Not deleted, they say nothing of why: not ours.)
+    let not_deleted = Response::Array(vec![
+        Response::Int(0),
+        Response::Other("ServerError(NOPERM ...)".into()),
+    ]);
+    let mut other = Release::new(
+        &settings(true),
+        Key::from(&b"k"[..]),
+        LockValue::from_string("v"),
+        RoundId(1),
+        t0,
+    );
+    let first = other.poll_request().unwrap();
+    other.handle_reply(
+        Reply::via(&first, Call::Native(Native::DelIfEqMarks), Ok(not_deleted)),
+        t0 + MS,
+    );
+    other.handle_timeout(t0 + Duration::from_secs(10));
+    let report = other.poll_event().unwrap();
+    assert_eq!(report.votes().votes()[0], NodeVote::NotOurs);
+    assert!(requests[1].notice_after(&marks_refused).is_some());
+    let Response::Array(mut published) = marks_refused else {
+        unreachable!()
+    };
+    published.push(Response::Int(1));
+    release.handle_reply(
+        Reply::via(
+            &requests[1],
+            Call::Native(Native::DelIfEqMarks),
+            Ok(Response::Array(published)),
+        ),
+        t0 + MS,
+    );
+    release.handle_reply(Reply::to(&requests[2], Ok(Response::Int(3))), t0 + MS);
+    assert_eq!(release.poll_request(), None);
+    let report = release.poll_event().expect("every node answered");
+    assert_eq!((report.released(), report.failed()), (2, 1), "{report}");
+    assert!(
+        matches!(&report.votes().votes()[0], NodeVote::Failed(error) if error.kind == NodeErrorKind::NoPermission)
+    );
+
+    // Any other request refused is that node's answer: a withdraw names
+    // no marks.
+    let mut quiet = Release::new(
+        &settings(false),
+        Key::from(&b"k"[..]),
+        LockValue::from_string("v"),
+        RoundId(1),
+        t0,
+    );
+    let requests = self::requests(&mut quiet);
+    quiet.handle_reply(Reply::to(&requests[0], noperm()), t0 + MS);
+    assert_eq!(quiet.poll_request(), None);
 }

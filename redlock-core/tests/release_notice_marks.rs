@@ -13,6 +13,11 @@
 //!
 //! Two broken variants show that the check has teeth: a waiter whose marks
 //! are lost, and one whose mark reaches a node after its attempt there.
+//!
+//! All of it twice: the holder's release as the script, and as Valkey 9's
+//! plain commands (`DELIFEQ` and `MGET` of the marks in one pipeline, then
+//! a `PUBLISH` of its own, which reaches the node behind whatever was
+//! queued there meanwhile).
 
 #[path = "sim/redis.rs"]
 #[allow(dead_code, unreachable_pub)]
@@ -25,8 +30,8 @@ use std::time::{Duration, Instant};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use redlock_core::{
-    AcquireEvent, Acquisition, Attempts, Command, Config, Machine, NodeId, Notice, Reply, Request,
-    Response, RetryConfig, Settings, scripts,
+    AcquireEvent, Acquisition, Attempts, Call, Command, Config, Machine, Native, NodeFacts, NodeId,
+    Notice, Reply, Request, Response, RetryConfig, Server, Settings, Version, scripts,
 };
 
 const NODES: usize = 3;
@@ -42,7 +47,22 @@ enum Marks {
     Late,
 }
 
-fn settings() -> Arc<Settings> {
+/// How the holder's release reaches each node.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Via {
+    /// The release script, which publishes inside.
+    Script,
+    /// `DELIFEQ` and `MGET`, then `PUBLISH` when the core says so.
+    Plain,
+}
+
+const VIAS: [Via; 2] = [Via::Script, Via::Plain];
+
+fn valkey9() -> NodeFacts {
+    NodeFacts::new(Server::Valkey, Version(9, 1, 2))
+}
+
+fn settings(via: Via) -> Arc<Settings> {
     Arc::new(
         Config {
             servers: (0..NODES).map(|i| format!("n{i}")).collect(),
@@ -52,7 +72,7 @@ fn settings() -> Arc<Settings> {
                 delay: Duration::from_secs(10),
                 jitter: Duration::ZERO,
             },
-            native_commands: false,
+            native_commands: via == Via::Plain,
             ..Default::default()
         }
         .validate()
@@ -65,6 +85,8 @@ fn settings() -> Arc<Settings> {
 enum Op {
     Waiter(Request),
     Holder(Request),
+    /// The `PUBLISH` that follows a plain release.
+    Notice,
 }
 
 struct World {
@@ -75,6 +97,7 @@ struct World {
     waiter: Acquisition<StdRng>,
     subscribed: bool,
     marks: Marks,
+    via: Via,
     acquired: bool,
     timer_needed: bool,
     /// Release notices the waiter heard.
@@ -122,6 +145,15 @@ impl World {
         let _ = self.waiter.poll_listen();
     }
 
+    /// A release notice published on `node`: heard if the waiter listens.
+    fn hear(&mut self, node: usize, now: Instant) {
+        if self.subscribed {
+            self.heard += 1;
+            self.waiter
+                .handle_notice(Notice::Released(NodeId(node)), now);
+        }
+    }
+
     /// Runs the next operation queued at `node`; false if none.
     fn run(&mut self, node: usize) -> bool {
         let Some(op) = self.queues[node].pop_front() else {
@@ -135,17 +167,26 @@ impl World {
                 self.waiter
                     .handle_reply(Reply::to(&request, Ok(response)), now);
             }
-            Op::Holder(request) => {
+            Op::Holder(request) if self.via == Via::Script => {
                 assert_eq!(request.script(), scripts::RELEASE_IF_WAITED);
                 let response = self.stores[node].run(clock, &request);
                 let published = response == Response::Int(3)
                     && self.stores[node].marked(request.keys[1].as_bytes(), clock);
-                if published && self.subscribed {
-                    self.heard += 1;
-                    self.waiter
-                        .handle_notice(Notice::Released(NodeId(node)), now);
+                if published {
+                    self.hear(node, now);
                 }
             }
+            Op::Holder(request) => {
+                let plain = Native::DelIfEqMarks;
+                assert_eq!(request.call(&valkey9()), Call::Native(plain));
+                let response = self.stores[node].run_native(clock, &request, plain);
+                if request.notice_after(&response).is_some() {
+                    // Sent once the answer is in: behind what the node
+                    // queued meanwhile.
+                    self.queues[node].push_back(Op::Notice);
+                }
+            }
+            Op::Notice => self.hear(node, now),
         }
         self.drain_waiter();
         true
@@ -172,18 +213,24 @@ enum Shape {
 /// the release per node (0: before the waiter listens, 1: before its next
 /// mark, 2: between mark and attempt, 3: after the attempt) and one order
 /// of the nodes: `Some(notices heard)` when it was.
-fn woken_after(placement: [usize; NODES], order: [usize; NODES], marks: Marks) -> Option<usize> {
-    woken_in(Shape::Attempted, placement, order, marks)
+fn woken_after(
+    via: Via,
+    placement: [usize; NODES],
+    order: [usize; NODES],
+    marks: Marks,
+) -> Option<usize> {
+    woken_in(via, Shape::Attempted, placement, order, marks)
 }
 
 /// As [`woken_after`], for a waiter of `shape`.
 fn woken_in(
+    via: Via,
     shape: Shape,
     placement: [usize; NODES],
     order: [usize; NODES],
     marks: Marks,
 ) -> Option<usize> {
-    let settings = settings();
+    let settings = settings(via);
     let start = Instant::now();
     let mut stores: Vec<redis::Store> = (0..NODES).map(|_| redis::Store::default()).collect();
     // The holder takes the lock on every node.
@@ -241,6 +288,7 @@ fn woken_in(
         waiter,
         subscribed: false,
         marks,
+        via,
         acquired: false,
         timer_needed: false,
         heard: 0,
@@ -332,21 +380,25 @@ fn placements() -> impl Iterator<Item = [usize; NODES]> {
 
 #[test]
 fn a_waiter_is_woken_by_the_release_wherever_it_falls() {
-    let (mut cases, mut by_notice) = (0, 0);
-    for (placement, order) in schedules() {
-        let heard = woken_after(placement, order, Marks::Sent).unwrap_or_else(|| {
-            panic!(
-                "release placed {placement:?}, nodes run in order {order:?}: \
-                 the waiter needed its retry timer"
-            )
-        });
-        cases += 1;
-        by_notice += usize::from(heard > 0);
+    for via in VIAS {
+        let (mut cases, mut by_notice) = (0, 0);
+        for (placement, order) in schedules() {
+            let heard = woken_after(via, placement, order, Marks::Sent).unwrap_or_else(|| {
+                panic!(
+                    "release ({via:?}) placed {placement:?}, nodes run in order {order:?}: \
+                     the waiter needed its retry timer"
+                )
+            });
+            cases += 1;
+            by_notice += usize::from(heard > 0);
+        }
+        println!(
+            "{via:?}: {cases} schedules, the waiter was woken in every one, {by_notice} by notices"
+        );
+        // Both ways are exercised: the attempt that finds the lock free, and
+        // the notice of a release that came after it.
+        assert!(by_notice > 0 && by_notice < cases);
     }
-    println!("{cases} schedules: the waiter was woken in every one, {by_notice} by notices");
-    // Both ways are exercised: the attempt that finds the lock free, and
-    // the notice of a release that came after it.
-    assert!(by_notice > 0 && by_notice < cases);
 }
 
 /// Every placement of the release and every order of the nodes.
@@ -356,22 +408,26 @@ fn schedules() -> impl Iterator<Item = ([usize; NODES], [usize; NODES])> {
 
 /// A waiter of `shape` is woken without its timer in every schedule.
 fn assert_always_woken(shape: Shape) {
-    for (placement, order) in schedules() {
-        assert!(
-            woken_in(shape, placement, order, Marks::Sent).is_some(),
-            "release placed {placement:?}, nodes run in order {order:?}: \
-             the waiter ({shape:?}) needed its retry timer"
-        );
+    for via in VIAS {
+        for (placement, order) in schedules() {
+            assert!(
+                woken_in(via, shape, placement, order, Marks::Sent).is_some(),
+                "release ({via:?}) placed {placement:?}, nodes run in order {order:?}: \
+                 the waiter ({shape:?}) needed its retry timer"
+            );
+        }
     }
 }
 
-/// The first schedule in which a waiter of `shape`, its marks handled as
-/// `marks`, needs its timer.
-fn missed(shape: Shape, marks: Marks) -> Option<([usize; NODES], [usize; NODES])> {
-    let missed =
-        schedules().find(|&(placement, order)| woken_in(shape, placement, order, marks).is_none());
-    println!("{shape:?}, marks {marks:?}: missed {missed:?}");
-    missed
+/// Whether a waiter of `shape`, its marks handled as `marks`, needs its
+/// timer in some schedule, with either release.
+fn missed(shape: Shape, marks: Marks) -> bool {
+    VIAS.into_iter().all(|via| {
+        let missed = schedules()
+            .find(|&(placement, order)| woken_in(via, shape, placement, order, marks).is_none());
+        println!("{via:?}, {shape:?}, marks {marks:?}: missed {missed:?}");
+        missed.is_some()
+    })
 }
 
 #[test]
@@ -379,7 +435,7 @@ fn a_queued_waiter_whose_attempt_sends_no_mark_is_woken_wherever_the_release_fal
     assert_always_woken(Shape::Queued);
     // Its marks lost, it misses one.
     assert!(
-        missed(Shape::Queued, Marks::Lost).is_some(),
+        missed(Shape::Queued, Marks::Lost),
         "no mark, yet every release was heard"
     );
 }
@@ -389,7 +445,7 @@ fn a_queued_waiter_under_its_clients_mark_sends_none_and_is_woken_wherever_the_r
     assert_always_woken(Shape::Covered);
     // The client's mark lost, it misses one: that mark is what wakes it.
     assert!(
-        missed(Shape::Covered, Marks::Lost).is_some(),
+        missed(Shape::Covered, Marks::Lost),
         "no mark, yet every release was heard"
     );
 }
@@ -397,7 +453,7 @@ fn a_queued_waiter_under_its_clients_mark_sends_none_and_is_woken_wherever_the_r
 #[test]
 fn a_waiter_whose_marks_are_lost_misses_a_release() {
     assert!(
-        missed(Shape::Attempted, Marks::Lost).is_some(),
+        missed(Shape::Attempted, Marks::Lost),
         "no mark, yet every release was heard"
     );
 }
@@ -405,14 +461,14 @@ fn a_waiter_whose_marks_are_lost_misses_a_release() {
 #[test]
 fn a_mark_that_comes_after_the_attempt_misses_a_release() {
     assert!(
-        missed(Shape::Attempted, Marks::Late).is_some(),
+        missed(Shape::Attempted, Marks::Late),
         "a late mark, yet every release was heard"
     );
 }
 
 #[test]
 fn nobody_waiting_the_release_publishes_nothing() {
-    let settings = settings();
+    let settings = settings(Via::Script);
     let start = Instant::now();
     let mut stores: Vec<redis::Store> = (0..NODES).map(|_| redis::Store::default()).collect();
     let mut holder = Acquisition::new(

@@ -556,15 +556,62 @@ impl Node {
                     .await
             }
             Call::Native(native) => {
-                let command = plain(native, request);
-                let result = self
-                    .order
-                    .send_plain(request.key(), command.query_async::<Value>(&mut connection))
-                    .await;
-                self.finish(request, generation, result)
+                let command = plain(native.words(request));
+                let key = request.key();
+                let result = match native.pipelined(request) {
+                    None => {
+                        self.order
+                            .send_plain(key, command.query_async::<Value>(&mut connection))
+                            .await
+                    }
+                    Some(then) => {
+                        let mut pipeline = redis::pipe();
+                        // Each answer as it is: an error reply fails the
+                        // request with its own code (`WRONGTYPE`).
+                        pipeline
+                            .ignore_errors()
+                            .add_command(command)
+                            .add_command(plain(then));
+                        self.order
+                            .send_plain(key, pipeline.query_async::<Value>(&mut connection))
+                            .await
+                            .and_then(first_error)
+                    }
+                };
+                let mut result = self.finish(request, generation, result);
+                if let (Native::DelIfEqMarks, Ok(response)) = (native, &mut result) {
+                    self.publish_if_due(&mut connection, request, response)
+                        .await;
+                }
+                result
             }
         };
         Reply::via(request, call, result)
+    }
+
+    /// Publishes the release notice that `response`, a plain release's
+    /// answer, calls for ([`Request::notice_after`]), and appends what that
+    /// did to it: `1` published, `0` not.
+    async fn publish_if_due(
+        &self,
+        connection: &mut Connection,
+        request: &Request,
+        response: &mut Response,
+    ) {
+        let Some(channel) = request.notice_after(response) else {
+            return;
+        };
+        let published = redis::cmd("PUBLISH")
+            .arg(channel.as_bytes())
+            .arg(b"")
+            .query_async::<Value>(connection)
+            .await;
+        if let Err(err) = &published {
+            debug!(node = %self.name, error = %map_error(err), "release notice not published");
+        }
+        if let Response::Array(items) = response {
+            items.push(Response::Int(i64::from(published.is_ok())));
+        }
     }
 
     async fn evalsha(
@@ -688,6 +735,7 @@ fn is_anomaly(kind: NodeErrorKind) -> bool {
     matches!(
         kind,
         NodeErrorKind::Server
+            | NodeErrorKind::NoPermission
             | NodeErrorKind::Protocol
             | NodeErrorKind::WrongType
             | NodeErrorKind::Auth
@@ -733,7 +781,9 @@ impl Node {
             // The full script: a new connection may meet an empty script
             // cache, and there is no time for a NOSCRIPT round trip.
             Call::Script(script) => script_call("EVAL", script, request),
-            Call::Native(native) => plain(native, request),
+            // One command, which publishes for itself when it must.
+            Call::Native(Native::DelIfEqMarks) => script_call("EVAL", request.script(), request),
+            Call::Native(native) => plain(native.words(request)),
         };
         let mut blocking = self.blocking.lock().unwrap_or_else(PoisonError::into_inner);
         if blocking.gave_up {
@@ -924,10 +974,22 @@ fn jittered(delay: Duration, rng: Option<&mut rand::rngs::StdRng>) -> Duration {
     delay - Duration::from_micros(cut)
 }
 
-/// The plain command `native` for `request`, sized up front as
+/// A pipeline's answers, or the error of its first command: the error of
+/// a later one stays in its place, for the core to read (the plain
+/// release's marks, which an ACL user may not read, [`Native::DelIfEqMarks`]).
+fn first_error(answers: Value) -> redis::RedisResult<Value> {
+    match answers {
+        Value::Array(items) => match items.first() {
+            Some(Value::ServerError(error)) => Err(error.clone().into()),
+            _ => Ok(Value::Array(items)),
+        },
+        other => other.extract_error(),
+    }
+}
+
+/// The plain command of `words` (name first), sized up front as
 /// [`evalsha`] is.
-fn plain(native: Native, request: &Request) -> redis::Cmd {
-    let words = native.words(request);
+fn plain(words: Vec<Argument<'_>>) -> redis::Cmd {
     let bytes = words
         .iter()
         .map(|word| match word {

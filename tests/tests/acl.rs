@@ -7,7 +7,9 @@ mod support;
 use redis::Value;
 use redlock_tests::{RedisCluster, RedisNode};
 use redlock_tokio::Redlock;
-use support::{NODE_TIMEOUT, assert_absent, init_tracing};
+use std::time::Duration;
+
+use support::{NODE_TIMEOUT, assert_absent, eventually, init_tracing, subscribers, timed};
 
 /// Creates user `locker` with every command and key but no channel on each
 /// node, and returns the URLs that log in as it.
@@ -94,4 +96,59 @@ async fn with_notices_off_nothing_is_published() {
     for node in cluster.nodes() {
         assert_eq!(refused_channels(node), 0, "{node}: a PUBLISH was tried");
     }
+}
+
+/// A user whose key patterns cover its locks but not the waiters' marks
+/// next to them (`~lock:*`; the marks are `{lock:x}\0waiters` and
+/// `{lock:x}\0others`): the server refuses a release that names the marks
+/// (`NOPERM`), and the release is sent again without them, which publishes
+/// whenever it deletes our value; so the lock is released on every master
+/// and a waiter of another client, whose own marks are refused too, hears
+/// of it long before its retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_rights_on_the_marks_releases_and_wakes_waiters() {
+    init_tracing();
+    let cluster = RedisCluster::start(3);
+    let urls: Vec<String> = cluster
+        .nodes()
+        .iter()
+        .map(|node| {
+            node.command([
+                "ACL", "SETUSER", "keys", "on", ">pw", "~lock:*", "&*", "+@all",
+            ]);
+            format!("redis://keys:pw@127.0.0.1:{}", node.port())
+        })
+        .collect();
+    let build = |retry: Duration| {
+        Redlock::builder(&urls)
+            .node_timeout(NODE_TIMEOUT)
+            .retry_count(3)
+            .retry_delay(retry)
+            .retry_jitter(Duration::ZERO)
+            .build()
+    };
+    let holder = build(Duration::from_millis(200)).await.unwrap();
+    let guard = holder.lock("lock:x").await.unwrap();
+    let report = guard.release().await;
+    assert_eq!((report.released(), report.failed()), (3, 0), "{report}");
+    assert_absent(&cluster, "lock:x");
+
+    let waiter = build(Duration::from_secs(10)).await.unwrap();
+    let guard = holder.lock("lock:x").await.unwrap();
+    let waiting = tokio::spawn(async move { timed(waiter.lock("lock:x")).await });
+    eventually("the waiter listens", Duration::from_secs(10), || {
+        cluster
+            .nodes()
+            .iter()
+            .all(|node| subscribers(node, "lock:x") >= 1)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let report = guard.release().await;
+    assert_eq!((report.released(), report.failed()), (3, 0), "{report}");
+    let (won, took) = waiting.await.unwrap();
+    let won = won.expect("the waiter gets the lock");
+    assert!(took < Duration::from_secs(5), "woken, not timed: {took:?}");
+    assert_eq!(won.release().await.released(), 3);
+    assert_absent(&cluster, "lock:x");
 }

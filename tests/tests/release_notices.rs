@@ -747,3 +747,138 @@ fn the_release_script_tells_every_case_apart() {
     assert_eq!(release(&mut connection, &[key]).unwrap(), 3, "left out");
     assert!(!node.exists(key), "released all the same");
 }
+
+/// The plain release (Valkey >= 9: `DELIFEQ` and `MGET` of the marks, in
+/// one pipeline) decides whether to publish as the release script does,
+/// in every case of the marks, on a real server: the core reads what the
+/// pipeline answered ([`Request::notice_after`](redlock_core::Request::notice_after)),
+/// the script decides for itself. One case differs, on purpose: `MGET`
+/// reads a mark of another type as absent, where the script publishes.
+#[test]
+fn the_plain_release_decides_as_the_release_script_does() {
+    use redlock_core::{LockValue, Machine, Native, Release, Response, RoundId};
+
+    let node = RedisNode::start();
+    if !support::native_delifeq() {
+        println!(
+            "skipped: {:?} has no DELIFEQ",
+            redlock_tests::server().kind()
+        );
+        return;
+    }
+    let client = redis::Client::open(node.url()).expect("a valid URL");
+    let mut connection = client.get_connection().expect("connects");
+    let settings = redlock_core::Config::new([node.url()])
+        .validate()
+        .unwrap()
+        .with_client_tag(LockValue::from_string("tag"));
+    let mut release = Release::new(
+        &settings,
+        settings.key(b"r"),
+        LockValue::from_string("mine"),
+        RoundId(1),
+        std::time::Instant::now(),
+    );
+    let request = release.poll_request().unwrap();
+    let name = |key: &redlock_core::Key| key.as_bytes().to_vec();
+    let (key, mark, others) = (
+        name(&request.keys[0]),
+        name(&request.keys[1]),
+        name(&request.keys[2]),
+    );
+    let script = redis::Script::new(redlock_core::scripts::RELEASE_IF_WAITED);
+    let scripted = |connection: &mut redis::Connection| {
+        script
+            .key(&key)
+            .key(&mark)
+            .key(&others)
+            .arg("mine")
+            .arg(1)
+            .arg("tag")
+            .invoke::<i64>(connection)
+            .unwrap()
+    };
+    let words = |words: Vec<redlock_core::Argument<'_>>| {
+        let mut command = redis::Cmd::new();
+        for word in words {
+            match word {
+                redlock_core::Argument::Bytes(bytes) => command.arg(bytes),
+                redlock_core::Argument::Int(n) => command.arg(n),
+            };
+        }
+        command
+    };
+    let plain = |connection: &mut redis::Connection| {
+        let answer: Vec<Value> = redis::pipe()
+            .add_command(words(Native::DelIfEqMarks.words(&request)))
+            .add_command(words(Native::DelIfEqMarks.pipelined(&request).unwrap()))
+            .query(connection)
+            .unwrap();
+        fn response(value: Value) -> Response {
+            match value {
+                Value::Int(n) => Response::Int(n),
+                Value::BulkString(bytes) => Response::Data(bytes),
+                Value::Nil => Response::Nil,
+                Value::Array(items) => Response::Array(items.into_iter().map(response).collect()),
+                other => Response::Other(format!("{other:?}")),
+            }
+        }
+        response(Value::Array(answer))
+    };
+    let set = |what: &[u8], to: &str| {
+        node.command(["DEL".as_bytes(), what]);
+        if !to.is_empty() {
+            node.command(["SET".as_bytes(), what, to.as_bytes()]);
+        }
+    };
+    // (waiters mark, others mark, whether the script publishes)
+    for (waiters, other_clients, published) in [
+        ("", "", false),
+        ("tag", "", false),
+        ("other", "", true),
+        ("tag", "1", true),
+        ("other", "1", true),
+        ("", "1", false),
+    ] {
+        let case = format!("waiters {waiters:?}, others {other_clients:?}");
+        for via_script in [true, false] {
+            set(&mark, waiters);
+            set(&others, other_clients);
+            set(&key, "mine");
+            let notice = if via_script {
+                let answer = scripted(&mut connection);
+                assert!(answer == 1 || answer == 3, "{case}: {answer}");
+                answer == 3
+            } else {
+                let answer = plain(&mut connection);
+                request.notice_after(&answer).is_some()
+            };
+            assert_eq!(notice, published, "{case}, script: {via_script}");
+            assert!(!node.exists(&key), "{case}: released");
+        }
+        // Not ours, or absent: nothing deleted, no notice, whatever is marked.
+        for held in ["theirs", ""] {
+            set(&key, held);
+            let answer = plain(&mut connection);
+            assert_eq!(request.notice_after(&answer), None, "{case}, held {held:?}");
+        }
+    }
+    // A mark of another type: the script publishes, the plain release
+    // reads it as absent (only a waiter's own mark is ever written there).
+    node.command(["DEL".as_bytes(), &mark[..]]);
+    node.command(["HSET".as_bytes(), &mark[..], &b"f"[..], &b"v"[..]]);
+    set(&others, "");
+    set(&key, "mine");
+    assert_eq!(scripted(&mut connection), 3);
+    set(&key, "mine");
+    assert_eq!(request.notice_after(&plain(&mut connection)), None);
+    // The lock key of another type: `WRONGTYPE` from `DELIFEQ`.
+    node.command(["DEL".as_bytes(), &key[..]]);
+    node.command(["HSET".as_bytes(), &key[..], &b"f"[..], &b"v"[..]]);
+    let err = redis::pipe()
+        .add_command(words(Native::DelIfEqMarks.words(&request)))
+        .add_command(words(Native::DelIfEqMarks.pipelined(&request).unwrap()))
+        .query::<Vec<Value>>(&mut connection)
+        .unwrap_err();
+    assert!(format!("{err}").contains("WRONGTYPE"), "{err}");
+}

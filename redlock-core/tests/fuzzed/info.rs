@@ -134,6 +134,9 @@ fn check_calls(facts: NodeFacts, u: &mut Unstructured<'_>) -> Result<()> {
             (Native::DelIfEq, Command::Withdraw, LockKind::Exclusive | LockKind::Write { .. }) => {
                 facts.has_delifeq()
             }
+            (Native::DelIfEqMarks, Command::Release, LockKind::Exclusive) => {
+                facts.has_delifeq() && request.keys.len() == 3
+            }
             _ => false,
         };
         assert!(allowed, "{native:?} for {request:?} on {facts}");

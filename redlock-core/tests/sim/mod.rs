@@ -341,10 +341,20 @@ impl Node {
     fn run(&mut self, now: Duration, request: &Request) -> Reply {
         let clock = self.clock(now);
         let call = request.call(&self.facts);
-        let response = match call {
+        let mut response = match call {
             Call::Script(_) => self.store.run(clock, request),
             Call::Native(native) => self.store.run_native(clock, request, native),
         };
+        // As the adapter does: a plain release publishes after it where
+        // the core says a notice is due (always heard of as published).
+        if let (
+            Call::Native(redlock_core::Native::DelIfEqMarks),
+            Some(_),
+            redlock_core::Response::Array(items),
+        ) = (call, request.notice_after(&response), &mut response)
+        {
+            items.push(redlock_core::Response::Int(1));
+        }
         Reply::via(request, call, Ok(response))
     }
 }
@@ -654,8 +664,8 @@ impl World {
                 request.value
             );
         }
-        // Only the release script publishes (the core never sends a release
-        // with a notice as a plain command); an exclusive lock's only while
+        // Only the release script publishes, and the plain exclusive release
+        // (`DELIFEQ` and `MGET`, then `PUBLISH`); an exclusive lock's only while
         // a waiter of another client may be marked, and then it answers 3
         // (`scripts::RELEASE_IF_WAITED`; this sim's clients name none, so
         // every marked waiter counts).
@@ -665,7 +675,8 @@ impl World {
                 response == redlock_core::Response::Int(3)
             }
             Some(_) => response == redlock_core::Response::Int(1),
-            None => false,
+            // The plain exclusive release, with the notice appended.
+            None => matches!(&response, redlock_core::Response::Array(items) if items.len() == 3),
         };
         let freed = request.command == redlock_core::Command::Release && published;
         self.answer(client, request.node.0, reply, drop_reply);

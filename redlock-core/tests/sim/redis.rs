@@ -211,6 +211,19 @@ impl Store {
                 }
                 _ => Response::Int(0),
             },
+            // `DELIFEQ key value`, then `MGET` of the key and the marks.
+            Native::DelIfEqMarks => {
+                let deleted = self.run_native(clock, request, Native::DelIfEq);
+                let marks = request
+                    .keys
+                    .iter()
+                    .map(|mark| {
+                        self.get_str(mark.as_bytes(), clock)
+                            .map_or(Response::Nil, Response::Data)
+                    })
+                    .collect();
+                Response::Array(vec![deleted, Response::Array(marks)])
+            }
             // `SET key value IFEQ value PX ttl GET`: the value found (the TTL
             // set when it is ours), or nil and nothing set.
             Native::SetIfEqGet => match self.get_str(key, clock) {
