@@ -15,13 +15,13 @@
 //! |---|---|---|
 //! | exclusive acquire | `SET key value NX PX ttl GET` | Redis >= 7.0, Valkey |
 //! | withdraw (no notice) | `DELIFEQ key value` | Valkey >= 9.0 |
-//! | exclusive release (notices on) | `DELIFEQ key value` and `MGET` of the waiters' marks, one pipeline; `PUBLISH` after it only when another client's waiter is marked | Valkey >= 9.0 |
+//! | exclusive release (notices on) | `DELIFEQ key value` and `MGET` of the key and the waiters' marks, one pipeline; `PUBLISH` after it only when another client's waiter is marked | Valkey >= 9.0 |
 //! | exclusive extend | `SET key value IFEQ value PX ttl GET` | Valkey >= 9.0 |
 //!
 //! The exclusive release is two commands where the script is one, and still
 //! one round trip: on Valkey 9.1.2 `DELIFEQ` and `MGET` of two keys cost the
-//! server 0.05 and 0.09 us a call (`INFO commandstats`), the release script
-//! 1.92 us. It decides as the script does, from what the pipeline read
+//! server 0.05 and 0.09 us a call (`INFO commandstats` under `redis-benchmark
+//! -P 16`), the release script 1.92 us. It decides as the script does, from what the pipeline read
 //! ([`Request::notice_after`]), and only the caller can then publish: one
 //! more round trip when another client waits, none when nobody does.
 //!

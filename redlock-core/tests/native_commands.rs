@@ -55,6 +55,17 @@ fn acquisition(spec: LockSpec<'_>, t0: Instant) -> Acquisition<StdRng> {
     .unwrap()
 }
 
+/// A release of our value `v` at `key`, in round `round`.
+fn release_of(settings: &Settings, key: Key, round: u64, t0: Instant) -> Release {
+    Release::new(
+        settings,
+        key,
+        LockValue::from_string("v"),
+        RoundId(round),
+        t0,
+    )
+}
+
 fn requests(machine: &mut impl Machine) -> Vec<Request> {
     std::iter::from_fn(|| machine.poll_request()).collect()
 }
@@ -147,9 +158,8 @@ fn other_kinds_and_fenced_locks_stay_scripted() {
 #[test]
 fn releases_and_withdraws_use_delifeq_on_valkey_9() {
     let t0 = Instant::now();
-    let value = LockValue::from_string("v");
-    // With notices, `DELIFEQ` and `MGET` of the marks; elsewhere the
-    // release that publishes only for a waiter's mark.
+    // With notices, `DELIFEQ` and `MGET` of the key and the marks;
+    // elsewhere the release that publishes only for a waiter's mark.
     for (notices, script, on_valkey) in [
         (
             true,
@@ -159,33 +169,16 @@ fn releases_and_withdraws_use_delifeq_on_valkey_9() {
         (false, scripts::RELEASE, Call::Native(Native::DelIfEq)),
     ] {
         let settings = settings(notices);
-        let mut release = Release::new(
-            &settings,
-            Key::from(&b"k"[..]),
-            value.clone(),
-            RoundId(1),
-            t0,
-        );
+        let mut release = release_of(&settings, Key::from(&b"k"[..]), 1, t0);
         let request = requests(&mut release).remove(0);
         assert_eq!(request.call(&valkey9()), on_valkey);
         assert_eq!(request.call(&valkey8()), Call::Script(script));
         assert_eq!(request.call(&redis7()), Call::Script(script));
     }
-}
-
-/// A release whose marks cannot share its key's slot (a cluster key with
-/// a `}` and no hash tag) sends the lock key alone: the script, which then
-/// always publishes.
-#[test]
-fn a_release_without_its_marks_stays_scripted() {
-    let t0 = Instant::now();
-    let mut release = Release::new(
-        &settings(true),
-        Key::from(&b"a}b"[..]),
-        LockValue::from_string("v"),
-        RoundId(1),
-        t0,
-    );
+    // A release whose marks cannot share its key's slot (a cluster key
+    // with a `}` and no hash tag) sends the lock key alone: the script,
+    // which then always publishes.
+    let mut release = release_of(&settings(true), Key::from(&b"a}b"[..]), 1, t0);
     let request = requests(&mut release).remove(0);
     assert_eq!(request.keys.len(), 1);
     assert_eq!(
@@ -203,15 +196,7 @@ fn a_plain_release_reads_the_marks_as_the_script_does() {
     let t0 = Instant::now();
     let me = LockValue::from_string("me");
     let settings = Arc::new(settings(true).as_ref().clone().with_client_tag(me.clone()));
-    let release = || {
-        Release::new(
-            &settings,
-            settings.key(b"k"),
-            LockValue::from_string("v"),
-            RoundId(1),
-            t0,
-        )
-    };
+    let release = || release_of(&settings, settings.key(b"k"), 1, t0);
     let mark = |text: &str| Response::Data(text.as_bytes().to_vec());
     // What the pipeline answers: whether `DELIFEQ` deleted, then the key
     // (gone here) and the marks as `MGET` read them.
@@ -378,13 +363,7 @@ fn a_plain_release_reads_the_marks_as_the_script_does() {
 
 fn settings_untagged_request(t0: Instant) -> Request {
     let settings = settings(true);
-    let mut release = Release::new(
-        &settings,
-        settings.key(b"k"),
-        LockValue::from_string("v"),
-        RoundId(1),
-        t0,
-    );
+    let mut release = release_of(&settings, settings.key(b"k"), 1, t0);
     requests(&mut release).remove(0)
 }
 
@@ -394,13 +373,7 @@ fn settings_untagged_request(t0: Instant) -> Request {
 fn delifeq_answers_count_as_released_or_not_ours() {
     let t0 = Instant::now();
     let settings = settings(false);
-    let mut release = Release::new(
-        &settings,
-        Key::from(&b"k"[..]),
-        LockValue::from_string("v"),
-        RoundId(1),
-        t0,
-    );
+    let mut release = release_of(&settings, Key::from(&b"k"[..]), 1, t0);
     let requests = requests(&mut release);
     let native = |request: &Request, response| {
         Reply::via(request, Call::Native(Native::DelIfEq), Ok(response))
@@ -418,13 +391,7 @@ fn delifeq_answers_count_as_released_or_not_ours() {
 
     // 2 is the release script's "released, notice refused"; DELIFEQ never
     // says it, nor -1.
-    let mut release = Release::new(
-        &settings,
-        Key::from(&b"k"[..]),
-        LockValue::from_string("v"),
-        RoundId(2),
-        t0,
-    );
+    let mut release = release_of(&settings, Key::from(&b"k"[..]), 2, t0);
     let requests = self::requests(&mut release);
     release.handle_reply(native(&requests[0], Response::Int(2)), t0 + MS);
     release.handle_reply(native(&requests[1], Response::Int(-1)), t0 + MS);
@@ -533,13 +500,7 @@ fn switched_off_every_request_is_a_script() {
     let request = requests(&mut acquire).remove(0);
     assert!(!request.native);
     assert_eq!(request.call(&valkey9()), Call::Script(scripts::ACQUIRE));
-    let mut release = Release::new(
-        &settings,
-        Key::from(&b"k"[..]),
-        LockValue::from_string("v"),
-        RoundId(1),
-        t0,
-    );
+    let mut release = release_of(&settings, Key::from(&b"k"[..]), 1, t0);
     let request = requests(&mut release).remove(0);
     assert_eq!(request.call(&valkey9()), Call::Script(scripts::RELEASE));
 }
@@ -602,13 +563,7 @@ fn a_release_refused_for_its_marks_is_sent_again_without_them() {
             "NOPERM this user has no permissions to access one of the keys used as arguments",
         ))
     };
-    let mut release = Release::new(
-        &settings(true),
-        Key::from(&b"k"[..]),
-        LockValue::from_string("v"),
-        RoundId(1),
-        t0,
-    );
+    let mut release = release_of(&settings(true), Key::from(&b"k"[..]), 1, t0);
     let requests = requests(&mut release);
     assert_eq!(requests[0].keys.len(), 3);
     release.handle_reply(Reply::to(&requests[0], noperm()), t0 + MS);
@@ -633,13 +588,7 @@ fn a_release_refused_for_its_marks_is_sent_again_without_them() {
         Response::Int(0),
         Response::Other("ServerError(NOPERM ...)".into()),
     ]);
-    let mut other = Release::new(
-        &settings(true),
-        Key::from(&b"k"[..]),
-        LockValue::from_string("v"),
-        RoundId(1),
-        t0,
-    );
+    let mut other = release_of(&settings(true), Key::from(&b"k"[..]), 1, t0);
     let first = other.poll_request().unwrap();
     other.handle_reply(
         Reply::via(&first, Call::Native(Native::DelIfEqMarks), Ok(not_deleted)),
@@ -671,13 +620,7 @@ fn a_release_refused_for_its_marks_is_sent_again_without_them() {
 
     // Any other request refused is that node's answer: a withdraw names
     // no marks.
-    let mut quiet = Release::new(
-        &settings(false),
-        Key::from(&b"k"[..]),
-        LockValue::from_string("v"),
-        RoundId(1),
-        t0,
-    );
+    let mut quiet = release_of(&settings(false), Key::from(&b"k"[..]), 1, t0);
     let requests = self::requests(&mut quiet);
     quiet.handle_reply(Reply::to(&requests[0], noperm()), t0 + MS);
     assert_eq!(quiet.poll_request(), None);
