@@ -149,6 +149,10 @@ pub(crate) struct Node {
     connected: tokio::sync::Notify,
     /// Releases waiting to be sent again on this node, at most [`RESENDS`].
     resends: std::sync::atomic::AtomicUsize,
+    /// Whether a `NOPERM` was logged at WARN: once per node, since an ACL
+    /// user without rights on the waiters' marks meets one on every
+    /// release (which the core then sends again without them).
+    no_permission_logged: std::sync::atomic::AtomicBool,
     state: Mutex<State>,
     /// The order of the requests sent, per lock key.
     order: Order,
@@ -197,6 +201,7 @@ impl Node {
             patience,
             connected: tokio::sync::Notify::new(),
             resends: std::sync::atomic::AtomicUsize::new(0),
+            no_permission_logged: std::sync::atomic::AtomicBool::new(false),
             blocking: Mutex::default(),
             state: Mutex::new(State {
                 link: Link::Down {
@@ -718,6 +723,18 @@ impl Node {
                 // one shard down must not cut the node off from the others.
                 if err.is_unrecoverable_error() && self.cluster.is_none() {
                     self.connection_failed(generation, &error);
+                } else if error.kind == NodeErrorKind::NoPermission {
+                    if !self
+                        .no_permission_logged
+                        .swap(true, std::sync::atomic::Ordering::Relaxed)
+                    {
+                        warn!(node = %self.name, command = command.name(), error = %error,
+                            "the server refused a key or channel to this ACL user (logged once per node); \
+                             a release refused for the waiters' marks is sent again without them, \
+                             one more round trip: give the user the pattern ~{{<prefix>* as well");
+                    } else {
+                        debug!(node = %self.name, command = command.name(), error = %error, "not permitted");
+                    }
                 } else if is_anomaly(error.kind) {
                     warn!(node = %self.name, command = command.name(), error = %error, "node refused the request");
                 }
@@ -735,7 +752,6 @@ fn is_anomaly(kind: NodeErrorKind) -> bool {
     matches!(
         kind,
         NodeErrorKind::Server
-            | NodeErrorKind::NoPermission
             | NodeErrorKind::Protocol
             | NodeErrorKind::WrongType
             | NodeErrorKind::Auth

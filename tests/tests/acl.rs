@@ -1,6 +1,8 @@
 //! An ACL user with key rights but no channel rights (what Redis 7 gives a
 //! new user by default): locks work, releases count, and release notices
-//! are either refused without failing the release, or not sent at all.
+//! are either refused without failing the release, or not sent at all. And
+//! one whose key patterns miss the waiters' marks: releases are sent again
+//! without them, and waiters are still woken.
 
 mod support;
 
@@ -135,6 +137,19 @@ async fn a_user_without_rights_on_the_marks_releases_and_wakes_waiters() {
 
     let waiter = build(Duration::from_secs(10)).await.unwrap();
     let guard = holder.lock("lock:x").await.unwrap();
+    // Held on every master before the waiter comes (`lock` returns at a
+    // quorum), so that the release has our key to delete on each.
+    eventually(
+        "every master holds the lock",
+        Duration::from_secs(8),
+        || {
+            cluster
+                .nodes()
+                .iter()
+                .all(|node| node.get("lock:x").as_deref() == Some(guard.value().as_bytes()))
+        },
+    )
+    .await;
     let waiting = tokio::spawn(async move { timed(waiter.lock("lock:x")).await });
     eventually("the waiter listens", Duration::from_secs(10), || {
         cluster

@@ -121,3 +121,39 @@ fn a_lost_lock_is_one_info_event() {
     assert_eq!(loud.len(), 1, "{events:?}");
     assert_eq!(*loud[0], (Level::INFO, "lock lost".to_owned()));
 }
+
+/// A user whose key patterns miss the waiters' marks meets `NOPERM` on
+/// every release (which is then sent again without them): one WARN per
+/// node says so, not one per release.
+#[test]
+fn a_refused_key_is_one_warn_per_node() {
+    let cluster = RedisCluster::start(3);
+    let urls: Vec<String> = cluster
+        .nodes()
+        .iter()
+        .map(|node| {
+            node.command([
+                "ACL", "SETUSER", "keys", "on", ">pw", "~lock:*", "&*", "+@all",
+            ]);
+            format!("redis://keys:pw@127.0.0.1:{}", node.port())
+        })
+        .collect();
+    let events = capture(async || {
+        let redlock = Redlock::builder(&urls)
+            .node_timeout(NODE_TIMEOUT)
+            .build()
+            .await
+            .unwrap();
+        for _ in 0..5 {
+            let report = redlock.lock("lock:x").await.unwrap().release().await;
+            assert_eq!((report.released(), report.failed()), (3, 0), "{report}");
+        }
+    });
+    let loud = loud(&events);
+    assert_eq!(loud.len(), 3, "{loud:?}");
+    assert!(
+        loud.iter()
+            .all(|(level, message)| *level == Level::WARN && message.contains("ACL user")),
+        "{loud:?}"
+    );
+}
