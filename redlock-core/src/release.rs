@@ -207,7 +207,11 @@ impl Release {
             .collect();
         let marked = requests
             .front()
-            .filter(|request| request.keys.len() > 1 && request.command == Command::Release)
+            .filter(|request| {
+                request.kind == LockKind::Exclusive
+                    && request.command == Command::Release
+                    && request.keys.len() == 3
+            })
             .cloned();
         Self {
             round,

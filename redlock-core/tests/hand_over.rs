@@ -447,3 +447,22 @@ fn every_lock_but_a_read_lock_excludes_the_next_waiter() {
         );
     }
 }
+
+/// Only an exclusive release that names the waiters' marks is sent again
+/// without them after `NOPERM`: a multi-resource release refused so keeps
+/// every key (sent again with its first alone, it would free one resource
+/// of several), and the refusal is that node's answer.
+#[test]
+fn a_refused_release_of_several_keys_is_not_sent_again() {
+    let t0 = Instant::now();
+    let settings = settings(true);
+    let mut release = held(&settings, LockSpec::Multi(&[b"a", b"b"]), t0).release(t0 + MS);
+    let requests = votes(&mut release);
+    assert!(requests[0].keys.len() > 1);
+    let noperm = redlock_core::NodeError::new(
+        redlock_core::NodeErrorKind::NoPermission,
+        "NOPERM this user has no permissions to access one of the keys used as arguments",
+    );
+    release.handle_reply(Reply::to(&requests[0], Err(noperm)), t0 + 2 * MS);
+    assert_eq!(release.poll_request(), None);
+}
