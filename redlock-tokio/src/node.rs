@@ -577,10 +577,20 @@ impl Node {
                             .ignore_errors()
                             .add_command(command)
                             .add_command(plain(then));
-                        self.order
+                        let answers = self
+                            .order
                             .send_plain(key, pipeline.query_async::<Value>(&mut connection))
                             .await
-                            .and_then(first_error)
+                            .and_then(first_error);
+                        if let Ok(Value::Array(items)) = &answers
+                            && let Some(Value::ServerError(error)) = items.get(1)
+                        {
+                            let error = map_error(&error.clone().into());
+                            if error.kind == NodeErrorKind::NoPermission {
+                                self.not_permitted(request, &error);
+                            }
+                        }
+                        answers
                     }
                 };
                 let mut result = self.finish(request, generation, result);
@@ -724,23 +734,32 @@ impl Node {
                 if err.is_unrecoverable_error() && self.cluster.is_none() {
                     self.connection_failed(generation, &error);
                 } else if error.kind == NodeErrorKind::NoPermission {
-                    if !self
-                        .no_permission_logged
-                        .swap(true, std::sync::atomic::Ordering::Relaxed)
-                    {
-                        warn!(node = %self.name, command = command.name(), error = %error,
-                            "the server refused a key or channel to this ACL user (logged once per node); \
-                             a release refused for the waiters' marks is sent again without them, \
-                             one more round trip: give the user the pattern ~{{<prefix>* as well");
-                    } else {
-                        debug!(node = %self.name, command = command.name(), error = %error, "not permitted");
-                    }
+                    self.not_permitted(request, &error);
                 } else if is_anomaly(error.kind) {
                     warn!(node = %self.name, command = command.name(), error = %error, "node refused the request");
                 }
                 Err(error)
             }
         }
+    }
+
+    /// Logs a `NOPERM` at WARN once per node, then at DEBUG: an ACL user
+    /// without rights on the waiters' marks meets one on every release
+    /// (refused whole and sent again without them, or, in Valkey's
+    /// pipeline, its `MGET` alone refused, and the release publishes).
+    fn not_permitted(&self, request: &Request, error: &NodeError) {
+        let command = request.command.name();
+        if self
+            .no_permission_logged
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            debug!(node = %self.name, command, error = %error, "not permitted");
+            return;
+        }
+        warn!(node = %self.name, command, error = %error,
+            "the server refused a key or channel to this ACL user (logged once per node); \
+             a release whose waiters' marks are refused costs a round trip or a notice more: \
+             give the user the pattern ~{{<prefix>* as well");
     }
 }
 
