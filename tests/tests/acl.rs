@@ -164,6 +164,9 @@ async fn a_user_without_rights_on_the_marks_releases_and_wakes_waiters() {
     let (won, took) = waiting.await.unwrap();
     let won = won.expect("the waiter gets the lock");
     assert!(took < Duration::from_secs(5), "woken, not timed: {took:?}");
-    assert_eq!(won.release().await.released(), 3);
+    // Woken by the first master's notice, it may have met the holder's key
+    // on a master the release had not reached yet: a quorum, not all.
+    let report = won.release().await;
+    assert!(report.released() >= 2 && report.failed() == 0, "{report}");
     assert_absent(&cluster, "lock:x");
 }
