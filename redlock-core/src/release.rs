@@ -146,11 +146,11 @@ pub struct Release {
     /// answering `1`), and nodes that deleted it and did not.
     alone: usize,
     not_alone: usize,
-    /// The client the requests name, which the marks are read against.
-    client: Option<LockValue>,
-    /// An exclusive release's request that names the waiters' marks, to
-    /// send again without them to a node that refuses them
-    /// ([`without_marks`](Self::without_marks)), and the nodes it was.
+    /// An exclusive release's request that names the waiters' marks: its
+    /// client is what a plain release reads the marks against
+    /// ([`notice`](Self::notice)), and it is sent again without them to a
+    /// node that refuses them ([`without_marks`](Self::without_marks));
+    /// and the nodes it was.
     marked: Option<Request>,
     unmarked: Vec<crate::NodeId>,
     /// Its driver stopped before every node answered.
@@ -223,7 +223,6 @@ impl Release {
             answer,
             alone: 0,
             not_alone: 0,
-            client: client.cloned(),
             abandoned: false,
             report: None,
             done: false,
@@ -239,7 +238,6 @@ impl Release {
         for request in self.requests.iter_mut().chain(&mut self.marked) {
             request.client = None;
         }
-        self.client = None;
         self.hand_over = None;
         self.answer = None;
         self
@@ -257,7 +255,11 @@ impl Release {
             // the script; a notice due, what publishing it did.
             (Some(Native::DelIfEqMarks), Ok(Array(items))) => match items.as_slice() {
                 [_, read, notice @ ..] => {
-                    if others_may_wait(self.client.as_ref(), read) {
+                    let client = self
+                        .marked
+                        .as_ref()
+                        .and_then(|marked| marked.client.as_ref());
+                    if others_may_wait(client, read) {
                         (!matches!(notice, [Int(1)]), false)
                     } else {
                         (false, true)

@@ -111,16 +111,7 @@ async fn with_notices_off_nothing_is_published() {
 async fn a_user_without_rights_on_the_marks_releases_and_wakes_waiters() {
     init_tracing();
     let cluster = RedisCluster::start(3);
-    let urls: Vec<String> = cluster
-        .nodes()
-        .iter()
-        .map(|node| {
-            node.command([
-                "ACL", "SETUSER", "keys", "on", ">pw", "~lock:*", "&*", "+@all",
-            ]);
-            format!("redis://keys:pw@127.0.0.1:{}", node.port())
-        })
-        .collect();
+    let urls = support::user_without_marks(&cluster);
     let build = |retry: Duration| {
         Redlock::builder(&urls)
             .node_timeout(NODE_TIMEOUT)

@@ -6,6 +6,8 @@
 //! every time. A script changed without its model (or the reverse) fails
 //! here, so the simulation's schedules keep testing the scripts that run.
 
+mod support;
+
 #[path = "../../redlock-core/tests/sim/redis.rs"]
 #[allow(dead_code, unreachable_pub)]
 mod model;
@@ -398,19 +400,15 @@ impl Pair {
         for key in request.keys.iter() {
             call.arg(key.as_bytes());
         }
-        for argument in request.arguments() {
-            match argument {
-                redlock_core::Argument::Bytes(bytes) => call.arg(bytes),
-                redlock_core::Argument::Int(number) => call.arg(number),
-            };
-        }
-        let real = to_response(call.query::<Value>(&mut self.real).unwrap_or_else(|err| {
-            panic!(
-                "{} ({:?}) failed: {err}",
-                request.command.name(),
-                request.kind
-            )
-        }));
+        support::push_arguments(&mut call, request.arguments());
+        let real =
+            support::to_response(call.query::<Value>(&mut self.real).unwrap_or_else(|err| {
+                panic!(
+                    "{} ({:?}) failed: {err}",
+                    request.command.name(),
+                    request.kind
+                )
+            }));
         let clock = self.start.elapsed().as_micros() as f64;
         let modelled = self.model.run(clock, request);
         if modelled != real {
@@ -425,16 +423,5 @@ impl Pair {
         }
         self.compared += 1;
         Ok(real)
-    }
-}
-
-/// A script's answer as the core's `Response` (as the client maps it).
-fn to_response(value: Value) -> Response {
-    match value {
-        Value::Int(n) => Response::Int(n),
-        Value::BulkString(bytes) => Response::Data(bytes),
-        Value::Nil => Response::Nil,
-        Value::Array(items) => Response::Array(items.into_iter().map(to_response).collect()),
-        other => Response::Other(format!("{other:?}")),
     }
 }

@@ -756,7 +756,7 @@ fn the_release_script_tells_every_case_apart() {
 /// reads a mark of another type as absent, where the script publishes.
 #[test]
 fn the_plain_release_decides_as_the_release_script_does() {
-    use redlock_core::{LockValue, Machine, Native, Release, Response, RoundId};
+    use redlock_core::{LockValue, Machine, Native, Release, RoundId};
 
     let node = RedisNode::start();
     if !support::native_delifeq() {
@@ -798,32 +798,21 @@ fn the_plain_release_decides_as_the_release_script_does() {
             .invoke::<i64>(connection)
             .unwrap()
     };
-    let words = |words: Vec<redlock_core::Argument<'_>>| {
-        let mut command = redis::Cmd::new();
-        for word in words {
-            match word {
-                redlock_core::Argument::Bytes(bytes) => command.arg(bytes),
-                redlock_core::Argument::Int(n) => command.arg(n),
-            };
+    // The plain release as the client sends it: one pipeline.
+    let send = |connection: &mut redis::Connection| {
+        let mut pipeline = redis::pipe();
+        for words in [
+            Native::DelIfEqMarks.words(&request),
+            Native::DelIfEqMarks.pipelined(&request).unwrap(),
+        ] {
+            let mut command = redis::Cmd::new();
+            support::push_arguments(&mut command, words);
+            pipeline.add_command(command);
         }
-        command
+        pipeline.query::<Vec<Value>>(connection)
     };
     let plain = |connection: &mut redis::Connection| {
-        let answer: Vec<Value> = redis::pipe()
-            .add_command(words(Native::DelIfEqMarks.words(&request)))
-            .add_command(words(Native::DelIfEqMarks.pipelined(&request).unwrap()))
-            .query(connection)
-            .unwrap();
-        fn response(value: Value) -> Response {
-            match value {
-                Value::Int(n) => Response::Int(n),
-                Value::BulkString(bytes) => Response::Data(bytes),
-                Value::Nil => Response::Nil,
-                Value::Array(items) => Response::Array(items.into_iter().map(response).collect()),
-                other => Response::Other(format!("{other:?}")),
-            }
-        }
-        response(Value::Array(answer))
+        support::to_response(Value::Array(send(connection).unwrap()))
     };
     let set = |what: &[u8], to: &str| {
         node.command(["DEL".as_bytes(), what]);
@@ -875,10 +864,6 @@ fn the_plain_release_decides_as_the_release_script_does() {
     // The lock key of another type: `WRONGTYPE` from `DELIFEQ`.
     node.command(["DEL".as_bytes(), &key[..]]);
     node.command(["HSET".as_bytes(), &key[..], &b"f"[..], &b"v"[..]]);
-    let err = redis::pipe()
-        .add_command(words(Native::DelIfEqMarks.words(&request)))
-        .add_command(words(Native::DelIfEqMarks.pipelined(&request).unwrap()))
-        .query::<Vec<Value>>(&mut connection)
-        .unwrap_err();
+    let err = send(&mut connection).unwrap_err();
     assert!(format!("{err}").contains("WRONGTYPE"), "{err}");
 }

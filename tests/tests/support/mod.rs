@@ -4,7 +4,9 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+use redis::Value;
 use redlock_tests::{RedisCluster, RedisNode};
+use redlock_tokio::core::{Argument, Response};
 use redlock_tokio::{Builder, Redlock};
 
 /// The per-node timeout of most tests: generous, so that a busy 2-core
@@ -130,4 +132,45 @@ pub(crate) fn native_delifeq() -> bool {
             .next()
             .and_then(|major| major.parse::<u32>().ok())
             .is_some_and(|major| major >= 9)
+}
+
+/// Creates user `keys`, whose key patterns cover `lock:*` but not the
+/// waiters' marks next to those locks (`{lock:x}\0waiters`), on each node,
+/// and returns the URLs that log in as it.
+pub(crate) fn user_without_marks(cluster: &RedisCluster) -> Vec<String> {
+    cluster
+        .nodes()
+        .iter()
+        .map(|node| {
+            node.command([
+                "ACL", "SETUSER", "keys", "on", ">pw", "~lock:*", "&*", "+@all",
+            ]);
+            format!("redis://keys:pw@127.0.0.1:{}", node.port())
+        })
+        .collect()
+}
+
+/// A node's answer as the core's `Response`, as the client maps it.
+pub(crate) fn to_response(value: Value) -> Response {
+    match value {
+        Value::Int(n) => Response::Int(n),
+        Value::BulkString(bytes) => Response::Data(bytes),
+        Value::Nil => Response::Nil,
+        Value::Array(items) => Response::Array(items.into_iter().map(to_response).collect()),
+        other => Response::Other(format!("{other:?}")),
+    }
+}
+
+/// Appends the core's `arguments` (words of a command, or a script's
+/// `ARGV`) to `command`.
+pub(crate) fn push_arguments<'a>(
+    command: &mut redis::Cmd,
+    arguments: impl IntoIterator<Item = Argument<'a>>,
+) {
+    for argument in arguments {
+        match argument {
+            Argument::Bytes(bytes) => command.arg(bytes),
+            Argument::Int(number) => command.arg(number),
+        };
+    }
 }
