@@ -64,6 +64,12 @@ pub(crate) struct Summary {
     /// Ours in (c): the hand-over gap's p99 in round trips, a round trip
     /// being (a)'s floor until the quorum-th `OK` at the same percentile.
     pub(crate) gap_p99_in_round_trips: Option<f64>,
+    /// (c): holds per second, ours over rslock's.
+    pub(crate) contention_vs_rslock: Option<f64>,
+    /// (c): the share of ours' phases during which some task held the lock
+    /// (1.0: never idle; the 1 ms of work under it, as the timer rounds it,
+    /// bounds the holds per second of every contender).
+    pub(crate) contention_held_share: Option<f64>,
 }
 
 fn get<T>(map: &BTreeMap<Kind, T>, kind: Kind) -> Option<&T> {
@@ -99,6 +105,9 @@ impl Summary {
             get(&results.throughput, kind).map_or(f64::NAN, Throughput::cpu_us_per_cycle)
         };
         let ours_commands = get(&results.commands, Kind::Ours);
+        let contention = |kind: Kind, f: fn(&Contention) -> f64| {
+            get(&results.contention, kind).map_or(f64::NAN, f)
+        };
         Self {
             acquire_p50_vs_rslock: ratio_value(ours_p50, single(Kind::Rslock, |s| s.acquire.p50())),
             acquire_p99_vs_rslock: ratio_value(
@@ -138,6 +147,13 @@ impl Summary {
                     .filter(|s| s.quorum.len() > 0)
                     .map_or(f64::NAN, |s| s.quorum.p99()),
             ),
+            contention_vs_rslock: ratio_value(
+                contention(Kind::Ours, Contention::holds_per_second),
+                contention(Kind::Rslock, Contention::holds_per_second),
+            ),
+            contention_held_share: get(&results.contention, Kind::Ours)
+                .map(Contention::held_share)
+                .filter(|share| share.is_finite()),
         }
     }
 
@@ -152,7 +168,7 @@ impl Summary {
              cpu_per_cycle_vs_floor={} paused_p50_vs_healthy={} commands_per_acquire={} \
              commands_per_release={} throughput_vs_safe_floor={} \
              cpu_per_cycle_vs_safe_floor={} node_misses={} keys_left={} \
-             gap_p99_in_round_trips={}",
+             gap_p99_in_round_trips={} contention_vs_rslock={} contention_held_share={}",
             f(self.acquire_p50_vs_floor),
             f(self.acquire_p99_vs_rslock),
             f(self.release_p50_vs_rslock),
@@ -167,6 +183,8 @@ impl Summary {
             n(self.node_misses),
             n(self.keys_left),
             f(self.gap_p99_in_round_trips),
+            f(self.contention_vs_rslock),
+            f(self.contention_held_share),
         )
     }
 
@@ -220,6 +238,11 @@ impl Summary {
                 self.gap_p99_in_round_trips
                     .map_or_else(|| "n/a".to_owned(), |v| format!("{v:.2}")),
                 check(self.gap_p99_in_round_trips, |v| v <= 3.0),
+            ),
+            (
+                "contention: holds/s >= 1.5x rslock",
+                show(self.contention_vs_rslock),
+                check(self.contention_vs_rslock, |v| v >= 1.5),
             ),
             // Earlier targets, kept for comparison with earlier runs.
             (
@@ -461,12 +484,16 @@ fn contention_table(out: &mut String, results: &Results, info: &RunInfo) {
          under it, releases it, then works {} ms without it before wanting it again, so \
          the lock passes between tasks. Idle gap: from the start of a holder's release to \
          the return of the next holder's acquire, in µs: how long a released lock stays \
-         unused while tasks wait for it. Overlaps: two holders at once (must be 0).\n",
+         unused while tasks wait for it. Held: the share of the phase during which a task \
+         held the lock; mean hold: its work under the lock, as the runtime's timer rounds \
+         the {} ms asked; never idle: the holds/s with no gap at all, 1 / mean hold, which \
+         no contender can pass. Overlaps: two holders at once (must be 0).\n",
         info.contention_tasks,
         info.contention_holds,
         info.retry_jitter_ms,
         crate::scenarios::HOLD.as_millis(),
         crate::scenarios::REST.as_millis(),
+        crate::scenarios::HOLD.as_millis(),
     );
     header(
         out,
@@ -477,6 +504,9 @@ fn contention_table(out: &mut String, results: &Results, info: &RunInfo) {
             "idle gap p50",
             "p90",
             "p99",
+            "held",
+            "mean hold ms",
+            "never idle holds/s",
             "overlaps",
             "errors",
         ],
@@ -496,6 +526,9 @@ fn contention_table(out: &mut String, results: &Results, info: &RunInfo) {
                 us(s.idle_gap.p50()),
                 us(s.idle_gap.p90()),
                 us(s.idle_gap.p99()),
+                format!("{:.0}%", s.held_share() * 100.0),
+                format!("{:.2}", s.mean_hold_ms()),
+                format!("{:.0}", s.ceiling()),
                 s.overlaps.to_string(),
                 s.errors.to_string(),
             ],
@@ -513,6 +546,9 @@ fn contention_table(out: &mut String, results: &Results, info: &RunInfo) {
                 ratio(ours.idle_gap.p50(), theirs.idle_gap.p50()),
                 ratio(ours.idle_gap.p90(), theirs.idle_gap.p90()),
                 ratio(ours.idle_gap.p99(), theirs.idle_gap.p99()),
+                ratio(ours.held_share(), theirs.held_share()),
+                String::new(),
+                String::new(),
                 String::new(),
                 String::new(),
             ],

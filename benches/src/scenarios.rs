@@ -300,6 +300,11 @@ pub(crate) struct Contention {
     /// From the moment a holder starts its release to the moment the next
     /// holder's acquire returns.
     pub(crate) idle_gap: Latencies,
+    /// Time some task held the lock: from its acquire's return to the start
+    /// of its release (its work under the lock, [`HOLD`] asked), summed over
+    /// the `timed_holds` holds that ended within the phase.
+    pub(crate) held: Duration,
+    pub(crate) timed_holds: u64,
     /// Two holders at once, as seen by this process: must stay 0.
     pub(crate) overlaps: u64,
     pub(crate) errors: u64,
@@ -311,6 +316,23 @@ impl Contention {
             return f64::NAN;
         }
         self.holds as f64 / self.elapsed.as_secs_f64()
+    }
+
+    /// The share of the phase during which some task held the lock.
+    pub(crate) fn held_share(&self) -> f64 {
+        self.held.as_secs_f64() / self.elapsed.as_secs_f64()
+    }
+
+    /// The mean time a holder held the lock, in ms: [`HOLD`] as the runtime's
+    /// timer rounds it.
+    pub(crate) fn mean_hold_ms(&self) -> f64 {
+        self.held.as_secs_f64() * 1_000.0 / self.timed_holds as f64
+    }
+
+    /// The holds per second the phase would have made with the lock never
+    /// idle: the most any contender can reach with these holds.
+    pub(crate) fn ceiling(&self) -> f64 {
+        self.timed_holds as f64 / self.held.as_secs_f64()
     }
 }
 
@@ -326,6 +348,8 @@ struct Shared {
     holding: bool,
     released_at: Option<Instant>,
     holds: u64,
+    held: Duration,
+    timed_holds: u64,
     overlaps: u64,
     idle_gap: Latencies,
 }
@@ -347,6 +371,8 @@ pub(crate) async fn contention(
             let total = results.entry(kind).or_default();
             total.holds += outcome.holds;
             total.elapsed += outcome.elapsed;
+            total.held += outcome.held;
+            total.timed_holds += outcome.timed_holds;
             total.overlaps += outcome.overlaps;
             total.errors += outcome.errors;
             total.idle_gap.merge(&outcome.idle_gap);
@@ -412,8 +438,14 @@ async fn contention_phase(
                     tokio::time::sleep(HOLD).await;
                     {
                         let mut s = shared.lock().unwrap_or_else(PoisonError::into_inner);
+                        let released_at = Instant::now();
                         s.holding = false;
-                        s.released_at = Some(Instant::now());
+                        // The phase ends when its last hold begins.
+                        if !reached {
+                            s.held += released_at.saturating_duration_since(now);
+                            s.timed_holds += 1;
+                        }
+                        s.released_at = Some(released_at);
                     }
                     if reached {
                         finished_at
@@ -447,6 +479,8 @@ async fn contention_phase(
         holds: shared.holds,
         elapsed: finished - started,
         idle_gap: shared.idle_gap,
+        held: shared.held,
+        timed_holds: shared.timed_holds,
         overlaps: shared.overlaps,
         errors,
     }
