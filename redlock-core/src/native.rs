@@ -337,9 +337,8 @@ impl Request {
             (LockKind::Exclusive, Command::Extend { .. }) if facts.has_set_ifeq_get() => {
                 Call::Native(Native::SetIfEqGet)
             }
-            // The marks are declared only where they share the key's slot.
             (LockKind::Exclusive, Command::Release)
-                if facts.has_delifeq() && self.keys.len() == 3 =>
+                if facts.has_delifeq() && self.names_marks() =>
             {
                 Call::Native(Native::DelIfEqMarks)
             }
@@ -396,7 +395,7 @@ impl Request {
         let Response::Array(items) = response else {
             return None;
         };
-        if (&self.kind, self.command) != (&LockKind::Exclusive, Command::Release) {
+        if !self.names_marks() {
             return None;
         }
         match items.as_slice() {
@@ -422,6 +421,18 @@ pub(crate) fn others_may_wait(client: Option<&crate::LockValue>, read: &Response
         ([_, Response::Nil, _], _) => false,
         ([_, Response::Data(mark), Response::Nil], Some(client)) => mark != client.as_bytes(),
         _ => true,
+    }
+}
+
+impl Request {
+    /// Whether this is an exclusive lock's release that names the waiters'
+    /// marks next to its key (`[key, waiters, others]`,
+    /// [`Settings::release_keys`](crate::Settings)): they are named only
+    /// where they share the key's slot. Such a release may go plain
+    /// ([`Native::DelIfEqMarks`]), and is sent again without its marks to
+    /// a node that refuses them ([`Release`](crate::Release)).
+    pub(crate) fn names_marks(&self) -> bool {
+        self.kind == LockKind::Exclusive && self.command == Command::Release && self.keys.len() == 3
     }
 }
 

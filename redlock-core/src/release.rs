@@ -207,11 +207,7 @@ impl Release {
             .collect();
         let marked = requests
             .front()
-            .filter(|request| {
-                request.kind == LockKind::Exclusive
-                    && request.command == Command::Release
-                    && request.keys.len() == 3
-            })
+            .filter(|request| request.names_marks())
             .cloned();
         Self {
             round,
