@@ -213,8 +213,9 @@ impl Redlock {
     }
 
     /// How many nodes have a release-notice (pub/sub) connection up right
-    /// now: 0 until an acquire first had to wait, or with
-    /// [`Builder::release_notices`] off; at most one per node.
+    /// now, one whose subscriptions the node accepted: 0 until an acquire
+    /// first had to wait, with [`Builder::release_notices`] off, or on a
+    /// node that refuses `SUBSCRIBE`; at most one per node.
     pub fn release_notice_connections(&self) -> usize {
         self.inner
             .notices

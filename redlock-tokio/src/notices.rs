@@ -514,7 +514,6 @@ async fn listen(task: ListenerTask) {
                 Some(Ok(pubsub)) => {
                     let (sink, stream) = pubsub.split();
                     debug!("pub/sub connection up");
-                    task.connected.store(true, Ordering::Relaxed);
                     link = Some(Link {
                         sink,
                         stream,
@@ -530,6 +529,9 @@ async fn listen(task: ListenerTask) {
             }
         }
         if let Some(current) = &mut link {
+            // Read again: a connect can take up to its timeout, and a
+            // channel nobody wants any more must not be subscribed to.
+            let wanted = task.shared.wanted();
             match task.cancellable(task.reconcile(current, &wanted)).await {
                 None => return,
                 // Only a link that subscribes resets the backoff: one that
@@ -618,6 +620,10 @@ impl ListenerTask {
             self.confirmed("SUBSCRIBE", link.sink.subscribe(names))
                 .await?;
             debug!(channels = add.len(), "subscribed");
+            // Up once the node accepted a subscription: not between the
+            // connect and a refusal (ACL), nor for a link that found
+            // nothing left to subscribe to.
+            self.connected.store(true, Ordering::Relaxed);
             self.shared
                 .subscribed(&add, crate::sim::now(), link.replaces_lost);
             link.subscribed.extend(add);

@@ -94,6 +94,18 @@ fn pubsub_clients(node: &RedisNode) -> usize {
     }
 }
 
+/// Waits until `nodes` of `redlock`'s listeners had a subscription
+/// confirmed: the node counts its subscriber before the client reads the
+/// confirmation.
+async fn listening(redlock: &Redlock, nodes: usize) {
+    eventually(
+        "the listeners read their confirmations",
+        Duration::from_secs(10),
+        || redlock.release_notice_connections() == nodes,
+    )
+    .await;
+}
+
 fn assert_no_pubsub(cluster: &RedisCluster) {
     for node in cluster.nodes() {
         assert_eq!(pubsub_clients(node), 0, "{node}");
@@ -117,7 +129,8 @@ async fn a_release_wakes_the_waiter_long_before_its_retry_delay() {
         "it waited: {took:?}"
     );
     assert!(took < WOKEN, "woken, not timed: {took:?}");
-    assert_eq!(waiter.release_notice_connections(), 3);
+    // Each node's listener counts once it read its node's confirmation.
+    listening(&waiter, 3).await;
     guard.release().await;
 }
 
@@ -244,7 +257,7 @@ async fn twenty_waiters_share_one_pubsub_connection_per_node() {
     for node in cluster.nodes() {
         assert_eq!(pubsub_clients(node), 1, "{node}");
     }
-    assert_eq!(waiters.release_notice_connections(), 3);
+    listening(&waiters, 3).await;
 
     let (results, took) = timed(async {
         for guard in held {
@@ -340,7 +353,7 @@ async fn a_paused_or_dead_node_does_not_hold_up_waiting() {
     let guard = guard.expect("three of five nodes are enough");
     assert!(took < WOKEN, "{took:?}");
     // Only the live nodes have a pub/sub connection.
-    assert_eq!(waiter.release_notice_connections(), 3);
+    listening(&waiter, 3).await;
     guard.release().await;
 
     // Node 3 comes back: its pub/sub connection is made at the next wait.
@@ -528,6 +541,57 @@ async fn a_fair_release_by_the_same_client_hands_over_without_any_notice() {
         "no node let it listen"
     );
     guard.release().await;
+}
+
+/// A pub/sub connection counts as up once its node accepted a
+/// subscription, not when it merely connected, and a link that was slow to
+/// connect subscribes to what is wanted then, not when it began: here node
+/// 0 is paused while its listener connects, and resumes only once nobody
+/// waits any more, so the link that comes up subscribes to nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notice_connection_counts_once_its_node_accepted_a_subscription() {
+    let cluster = RedisCluster::start(3);
+    let holder = client(&cluster).await;
+    let waiter = builder(&cluster)
+        .retry_delay(RETRY_DELAY)
+        .retry_jitter(Duration::ZERO)
+        .connect_timeout(Duration::from_secs(60))
+        .build()
+        .await
+        .unwrap();
+    let held = holder.lock("job").await.unwrap();
+    let before = connections(cluster.node(0));
+    cluster.node(0).pause();
+    let gave_up = waiter
+        .lock_with("job", LockOptions::new().wait_at_most(HOLD))
+        .await;
+    assert!(gave_up.is_err(), "the holder still holds it");
+    eventually(
+        "nodes 1 and 2 were subscribed to, and are not any more",
+        Duration::from_secs(30),
+        || {
+            waiter.release_notice_connections() == 2
+                && (1..3).all(|node| subscribers(cluster.node(node), "job") == 0)
+        },
+    )
+    .await;
+    cluster.node(0).resume();
+    eventually(
+        "node 0 took the listener's connection",
+        Duration::from_secs(10),
+        || connections(cluster.node(0)) == before + 1,
+    )
+    .await;
+    for _ in 0..50 {
+        assert_eq!(
+            waiter.release_notice_connections(),
+            2,
+            "node 0's link never subscribed"
+        );
+        assert_eq!(subscribers(cluster.node(0), "job"), 0);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    held.release().await;
 }
 
 /// A plain lock's release by the waiter's own client hands the lock over
