@@ -67,8 +67,8 @@ pub(crate) struct Summary {
     /// (c): holds per second, ours over rslock's.
     pub(crate) contention_vs_rslock: Option<f64>,
     /// (c): the share of ours' phases during which some task held the lock
-    /// (1.0: never idle; the 1 ms of work under it, as the timer rounds it,
-    /// bounds the holds per second of every contender).
+    /// (1.0: never idle; the 1 ms of work under it bounds the holds per
+    /// second of every contender).
     pub(crate) contention_held_share: Option<f64>,
 }
 
@@ -485,8 +485,8 @@ fn contention_table(out: &mut String, results: &Results, info: &RunInfo) {
          the lock passes between tasks. Idle gap: from the start of a holder's release to \
          the return of the next holder's acquire, in µs: how long a released lock stays \
          unused while tasks wait for it. Held: the share of the phase during which a task \
-         held the lock; mean hold: its work under the lock, as the runtime's timer rounds \
-         the {} ms asked; never idle: the holds/s with no gap at all, 1 / mean hold, which \
+         held the lock; mean hold: its work under the lock, the {} ms asked slept on the \
+         blocking pool; never idle: the holds/s with no gap at all, 1 / mean hold, which \
          no contender can pass. Overlaps: two holders at once (must be 0).\n",
         info.contention_tasks,
         info.contention_holds,
