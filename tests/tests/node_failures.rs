@@ -177,6 +177,9 @@ async fn majority_paused_is_no_quorum_after_one_node_timeout() {
     let cluster = RedisCluster::start(3);
     let redlock = client(&cluster).await;
     redlock.lock("warm").await.unwrap().release().await;
+    for node in &cluster.nodes()[1..] {
+        node.reset_stats();
+    }
     cluster.node(1).pause();
     cluster.node(2).pause();
 
@@ -193,10 +196,26 @@ async fn majority_paused_is_no_quorum_after_one_node_timeout() {
     let kinds: Vec<_> = votes.failures().map(|(_, e)| e.kind).collect();
     assert_eq!(kinds, [NodeErrorKind::Timeout, NodeErrorKind::Timeout]);
 
-    // Once resumed, the queued acquire and release both run: no key left.
+    // Once resumed, the queued acquire and its withdraw both run, in that
+    // order: no key left once each master ran the withdraw (a script on
+    // Redis, `DELIFEQ` on Valkey 9).
     cluster.node(1).resume();
     cluster.node(2).resume();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    eventually(
+        "the resumed masters ran the withdraw",
+        Duration::from_secs(10),
+        || {
+            cluster.nodes()[1..].iter().all(|node| {
+                let calls = node.commandstats();
+                ["evalsha", "delifeq"]
+                    .iter()
+                    .map(|command| calls.get(*command).copied().unwrap_or(0))
+                    .sum::<u64>()
+                    >= 1
+            })
+        },
+    )
+    .await;
     assert_absent(&cluster, "stalled");
     redlock.try_lock("stalled").await.unwrap().release().await;
 }
