@@ -332,7 +332,7 @@ impl Contention {
     /// The holds per second the phase would have made with the lock never
     /// idle: the most any contender can reach with these holds.
     pub(crate) fn ceiling(&self) -> f64 {
-        self.timed_holds as f64 / self.held.as_secs_f64()
+        1_000.0 / self.mean_hold_ms()
     }
 }
 

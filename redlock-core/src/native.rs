@@ -405,6 +405,16 @@ impl Request {
             _ => None,
         }
     }
+
+    /// Whether this is an exclusive lock's release that names the waiters'
+    /// marks next to its key (`[key, waiters, others]`,
+    /// [`Settings::release_keys`](crate::Settings)): they are named only
+    /// where they share the key's slot. Such a release may go plain
+    /// ([`Native::DelIfEqMarks`]), and is sent again without its marks to
+    /// a node that refuses them ([`Release`](crate::Release)).
+    pub(crate) fn names_marks(&self) -> bool {
+        self.kind == LockKind::Exclusive && self.command == Command::Release && self.keys.len() == 3
+    }
 }
 
 /// Whether the marks a plain release read (`[key, waiters, others]`, the
@@ -421,18 +431,6 @@ pub(crate) fn others_may_wait(client: Option<&crate::LockValue>, read: &Response
         ([_, Response::Nil, _], _) => false,
         ([_, Response::Data(mark), Response::Nil], Some(client)) => mark != client.as_bytes(),
         _ => true,
-    }
-}
-
-impl Request {
-    /// Whether this is an exclusive lock's release that names the waiters'
-    /// marks next to its key (`[key, waiters, others]`,
-    /// [`Settings::release_keys`](crate::Settings)): they are named only
-    /// where they share the key's slot. Such a release may go plain
-    /// ([`Native::DelIfEqMarks`]), and is sent again without its marks to
-    /// a node that refuses them ([`Release`](crate::Release)).
-    pub(crate) fn names_marks(&self) -> bool {
-        self.kind == LockKind::Exclusive && self.command == Command::Release && self.keys.len() == 3
     }
 }
 

@@ -250,7 +250,7 @@ impl Notices {
     /// release has nothing to tell otherwise. No lock taken: a waiter that
     /// registers meanwhile hears its channel's subscription instead.
     pub(crate) fn someone_waits_anywhere(&self) -> bool {
-        self.shared.wanted.load(Ordering::Relaxed) > 0
+        self.shared.anything_wanted()
     }
 
     /// What a release of this client tells its waiters at `at`
@@ -371,6 +371,11 @@ impl Shared {
         // Every update leaves the map consistent between statements; a
         // panic elsewhere cannot leave it half-written.
         self.channels.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether some acquire waits on any channel, without the lock.
+    fn anything_wanted(&self) -> bool {
+        self.wanted.load(Ordering::Relaxed) > 0
     }
 
     /// The channels some acquire waits on now.
@@ -505,9 +510,8 @@ async fn listen(task: ListenerTask) {
     let mut backoff = RECONNECT_MIN;
     let mut reconnect_at: Option<tokio::time::Instant> = None;
     loop {
-        let wanted = task.shared.wanted();
         let may_connect = reconnect_at.is_none_or(|at| at <= tokio::time::Instant::now());
-        if link.is_none() && !wanted.is_empty() && may_connect {
+        if link.is_none() && task.shared.anything_wanted() && may_connect {
             reconnect_at = None;
             match task.cancellable(task.connect()).await {
                 None => return,
@@ -529,7 +533,7 @@ async fn listen(task: ListenerTask) {
             }
         }
         if let Some(current) = &mut link {
-            // Read again: a connect can take up to its timeout, and a
+            // Read after any connect: one can take up to its timeout, and a
             // channel nobody wants any more must not be subscribed to.
             let wanted = task.shared.wanted();
             match task.cancellable(task.reconcile(current, &wanted)).await {

@@ -561,6 +561,7 @@ async fn a_notice_connection_counts_once_its_node_accepted_a_subscription() {
         .unwrap();
     let held = holder.lock("job").await.unwrap();
     let before = connections(cluster.node(0));
+    cluster.node(0).reset_stats();
     cluster.node(0).pause();
     let gave_up = waiter
         .lock_with("job", LockOptions::new().wait_at_most(HOLD))
@@ -591,6 +592,9 @@ async fn a_notice_connection_counts_once_its_node_accepted_a_subscription() {
         assert_eq!(subscribers(cluster.node(0), "job"), 0);
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    // Not even for a moment (a subscription dropped again at once).
+    let subscribes = cluster.node(0).commandstats().get("subscribe").copied();
+    assert_eq!(subscribes.unwrap_or(0), 0, "node 0 was sent SUBSCRIBE");
     held.release().await;
 }
 
