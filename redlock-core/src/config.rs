@@ -19,31 +19,29 @@ use crate::limits::{MAX_TTL_MS, MAX_VALUE_LEN, MIN_VALIDITY, MIN_VALUE_LEN};
 /// use std::time::Duration;
 /// use redlock_core::Config;
 ///
-/// let settings = Config {
-///     servers: vec!["a:6379".into(), "b:6379".into(), "c:6379".into()],
-///     ttl: Duration::from_secs(5),
-///     ..Config::default()
-/// }
-/// .validate()
-/// .expect("a valid configuration");
+/// let settings = Config::new(["a:6379", "b:6379", "c:6379"])
+///     .ttl(Duration::from_secs(5))
+///     .validate()
+///     .expect("a valid configuration");
 /// assert_eq!(settings.quorum(), 2);
 /// // The per-node timeout is derived from the TTL: 1% of it, between 10 and 50 ms.
 /// assert_eq!(settings.node_timeout(), Duration::from_millis(50));
 /// ```
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Config {
-    /// One name per independent Redis master, used to tell nodes apart in errors
+    /// One name per node: an independent Redis master, used to tell nodes apart in errors
     /// and logs, and to reject duplicates. The adapter passes a canonical form
     /// (host, port, database) without credentials.
     ///
     /// Use an odd number: with an even N the quorum N/2+1 tolerates no more
     /// failures than N-1 nodes would, so the extra node is wasted. An even
-    /// number is refused ([`ConfigError::EvenServers`]) unless
+    /// number is refused ([`ConfigError::EvenNodes`]) unless
     /// [`allow_even_nodes`](Self::allow_even_nodes) is set.
-    pub servers: Vec<String>,
-    /// Accept an even number of servers (2, 4, ...). Default false: an even
-    /// count is more often a mistake (a master left out or listed twice) than
-    /// a choice, and it buys no fault tolerance over one server fewer.
+    pub nodes: Vec<String>,
+    /// Accept an even number of nodes (2, 4, ...). Default false: an even
+    /// count is more often a mistake (a node left out or listed twice) than
+    /// a choice, and it buys no fault tolerance over one node fewer.
     pub allow_even_nodes: bool,
     /// How long a lock is held on each node unless released or extended
     /// (`PX` in milliseconds; sub-millisecond parts are dropped). Default 10 s.
@@ -72,9 +70,6 @@ pub struct Config {
     /// Prepended to every resource name to form the Redis key, to keep locks in
     /// their own namespace (for example `b"lock:"`). Default empty.
     pub key_prefix: Vec<u8>,
-    /// Whether locks come with fencing tokens unless a call says otherwise
-    /// (see [`Acquisition::fenced`](crate::Acquisition::fenced)). Default false.
-    pub fencing: bool,
     /// Whether a release publishes a release notice on `<key>\0released`, so
     /// that clients waiting for the lock try again at once. Default true.
     /// Off, releases publish nothing: for ACL users without channel rights
@@ -93,7 +88,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Self {
-            servers: Vec::new(),
+            nodes: Vec::new(),
             allow_even_nodes: false,
             ttl: Duration::from_secs(10),
             drift_factor: 0.01,
@@ -102,7 +97,6 @@ impl Default for Config {
             acquire_deadline: None,
             value_len: 20,
             key_prefix: Vec::new(),
-            fencing: false,
             release_notices: true,
             native_commands: true,
         }
@@ -114,6 +108,7 @@ impl Default for Config {
 /// After a failed attempt the client waits `delay + uniform(0, jitter)` before
 /// the next one, so that competing clients fall out of step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RetryConfig {
     /// Retries: attempts on the retry timer after the first one, so a call
     /// makes up to `1 + count` attempts (11 by default). An attempt that a
@@ -139,37 +134,129 @@ impl Default for RetryConfig {
     }
 }
 
+impl RetryConfig {
+    /// Sets [`count`](Self::count).
+    #[must_use]
+    pub fn count(mut self, count: u32) -> Self {
+        self.count = count;
+        self
+    }
+
+    /// Sets [`delay`](Self::delay).
+    #[must_use]
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+
+    /// Sets [`jitter`](Self::jitter).
+    #[must_use]
+    pub fn jitter(mut self, jitter: Duration) -> Self {
+        self.jitter = jitter;
+        self
+    }
+}
+
 impl Config {
-    /// A configuration for these servers with every other option at its default.
-    pub fn new<I, S>(servers: I) -> Self
+    /// A configuration for these nodes with every other option at its
+    /// default; the methods below set one option each.
+    pub fn new<I, S>(nodes: I) -> Self
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
         Self {
-            servers: servers.into_iter().map(Into::into).collect(),
+            nodes: nodes.into_iter().map(Into::into).collect(),
             ..Self::default()
         }
     }
 
+    /// Sets [`allow_even_nodes`](Self::allow_even_nodes).
+    #[must_use]
+    pub fn allow_even_nodes(mut self, allow: bool) -> Self {
+        self.allow_even_nodes = allow;
+        self
+    }
+
+    /// Sets [`ttl`](Self::ttl).
+    #[must_use]
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// Sets [`drift_factor`](Self::drift_factor).
+    #[must_use]
+    pub fn drift_factor(mut self, factor: f64) -> Self {
+        self.drift_factor = factor;
+        self
+    }
+
+    /// Sets [`node_timeout`](Self::node_timeout).
+    #[must_use]
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = Some(timeout);
+        self
+    }
+
+    /// Sets [`retry`](Self::retry).
+    #[must_use]
+    pub fn retry(mut self, retry: RetryConfig) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Sets [`acquire_deadline`](Self::acquire_deadline).
+    #[must_use]
+    pub fn acquire_deadline(mut self, deadline: Duration) -> Self {
+        self.acquire_deadline = Some(deadline);
+        self
+    }
+
+    /// Sets [`value_len`](Self::value_len).
+    #[must_use]
+    pub fn value_len(mut self, len: usize) -> Self {
+        self.value_len = len;
+        self
+    }
+
+    /// Sets [`key_prefix`](Self::key_prefix).
+    #[must_use]
+    pub fn key_prefix(mut self, prefix: impl Into<Vec<u8>>) -> Self {
+        self.key_prefix = prefix.into();
+        self
+    }
+
+    /// Sets [`release_notices`](Self::release_notices).
+    #[must_use]
+    pub fn release_notices(mut self, on: bool) -> Self {
+        self.release_notices = on;
+        self
+    }
+
+    /// Sets [`native_commands`](Self::native_commands).
+    #[must_use]
+    pub fn native_commands(mut self, on: bool) -> Self {
+        self.native_commands = on;
+        self
+    }
+
     /// Checks every option once and returns the settings the state machines use.
     pub fn validate(self) -> Result<Settings, ConfigError> {
-        if self.servers.is_empty() {
-            return Err(ConfigError::NoServers);
+        if self.nodes.is_empty() {
+            return Err(ConfigError::NoNodes);
         }
         let mut seen = BTreeSet::new();
-        for server in &self.servers {
-            if !seen.insert(server.as_str()) {
-                return Err(ConfigError::DuplicateServer {
-                    server: server.clone(),
-                });
+        for node in &self.nodes {
+            if !seen.insert(node.as_str()) {
+                return Err(ConfigError::DuplicateNode { node: node.clone() });
             }
         }
-        // After duplicates: a server listed twice is the likelier cause of
+        // After duplicates: a node listed twice is the likelier cause of
         // an even count, and the more useful message.
-        if self.servers.len().is_multiple_of(2) && !self.allow_even_nodes {
-            return Err(ConfigError::EvenServers {
-                count: self.servers.len(),
+        if self.nodes.len().is_multiple_of(2) && !self.allow_even_nodes {
+            return Err(ConfigError::EvenNodes {
+                count: self.nodes.len(),
             });
         }
         if !(0.0..1.0).contains(&self.drift_factor) || self.drift_factor.is_nan() {
@@ -188,7 +275,7 @@ impl Config {
             return Err(ConfigError::ZeroDeadline);
         }
         let mut settings = Settings {
-            nodes: self.servers.into(),
+            nodes: self.nodes.into(),
             ttl: Ttl(0),
             drift_factor: self.drift_factor,
             node_timeout: Duration::ZERO,
@@ -197,7 +284,6 @@ impl Config {
             acquire_deadline: self.acquire_deadline,
             value_len: self.value_len,
             key_prefix: self.key_prefix.into(),
-            fencing: self.fencing,
             release_notices: self.release_notices,
             native_commands: self.native_commands,
             cluster_node: None,
@@ -236,7 +322,6 @@ pub struct Settings {
     acquire_deadline: Option<Duration>,
     value_len: usize,
     key_prefix: std::sync::Arc<[u8]>,
-    fencing: bool,
     release_notices: bool,
     native_commands: bool,
     /// The first node that is a Redis Cluster, if any (see
@@ -281,70 +366,6 @@ impl Settings {
         }
     }
 
-    /// The lock `spec` becomes once the fencing choice is made: `asked` is
-    /// the call's own choice (`None`: the client's default,
-    /// [`fencing`](Self::fencing)). An exclusive lock asked with fencing
-    /// becomes [`LockSpec::Fenced`](crate::LockSpec::Fenced), a fenced one
-    /// asked without becomes [`LockSpec::Exclusive`](crate::LockSpec::Exclusive);
-    /// the default applies to exclusive locks only, and asking for fencing
-    /// on another kind is [`ConfigError::FencingUnsupported`].
-    ///
-    /// ```
-    /// use redlock_core::{Config, ConfigError, LockSpec};
-    ///
-    /// let settings = Config { fencing: true, ..Config::new(["a"]) }.validate()?;
-    /// let spec = settings.fencing_choice(LockSpec::Exclusive(b"r"), None)?;
-    /// assert_eq!(spec, LockSpec::Fenced(b"r"));
-    /// assert_eq!(settings.fencing_choice(LockSpec::Read(b"r"), None)?, LockSpec::Read(b"r"));
-    /// assert!(settings.fencing_choice(LockSpec::Read(b"r"), Some(true)).is_err());
-    /// # Ok::<(), ConfigError>(())
-    /// ```
-    pub fn fencing_choice<'a>(
-        &self,
-        spec: crate::LockSpec<'a>,
-        asked: Option<bool>,
-    ) -> Result<crate::LockSpec<'a>, ConfigError> {
-        use crate::LockSpec;
-        Ok(match (spec, asked) {
-            (LockSpec::Fair(_), Some(true)) => return Err(ConfigError::FairUnsupported),
-            (LockSpec::Exclusive(resource), Some(true)) => LockSpec::Fenced(resource),
-            (LockSpec::Exclusive(resource), None) if self.fencing => LockSpec::Fenced(resource),
-            (LockSpec::Fenced(resource), Some(false)) => LockSpec::Exclusive(resource),
-            (LockSpec::Exclusive(_) | LockSpec::Fenced(_), _) | (_, None | Some(false)) => spec,
-            (_, Some(true)) => return Err(ConfigError::FencingUnsupported),
-        })
-    }
-
-    /// The lock `spec` becomes once the fairness choice is made (`fair`: the
-    /// call's `LockOptions::fair`): an exclusive lock asked to be fair
-    /// becomes [`LockSpec::Fair`](crate::LockSpec::Fair); fairness on any
-    /// other kind is [`ConfigError::FairUnsupported`]. Made before
-    /// [`fencing_choice`](Self::fencing_choice), which refuses fencing on a
-    /// fair lock.
-    ///
-    /// ```
-    /// use redlock_core::{Config, ConfigError, LockSpec};
-    ///
-    /// let settings = Config::new(["a"]).validate()?;
-    /// assert_eq!(settings.fair_choice(LockSpec::Exclusive(b"r"), true)?, LockSpec::Fair(b"r"));
-    /// assert_eq!(settings.fair_choice(LockSpec::Read(b"r"), false)?, LockSpec::Read(b"r"));
-    /// assert!(settings.fair_choice(LockSpec::Read(b"r"), true).is_err());
-    /// assert!(settings.fencing_choice(LockSpec::Fair(b"r"), Some(true)).is_err());
-    /// # Ok::<(), ConfigError>(())
-    /// ```
-    pub fn fair_choice<'a>(
-        &self,
-        spec: crate::LockSpec<'a>,
-        fair: bool,
-    ) -> Result<crate::LockSpec<'a>, ConfigError> {
-        use crate::LockSpec;
-        Ok(match (spec, fair) {
-            (_, false) | (LockSpec::Fair(_), true) => spec,
-            (LockSpec::Exclusive(resource), true) => LockSpec::Fair(resource),
-            (_, true) => return Err(ConfigError::FairUnsupported),
-        })
-    }
-
     /// The command that releases a held lock of `kind`: [`Command::Release`](crate::Command::Release), which
     /// publishes a release notice, or with
     /// [`Config::release_notices`] off [`Command::Withdraw`](crate::Command::Withdraw), which does not.
@@ -357,11 +378,6 @@ impl Settings {
         } else {
             crate::Command::Withdraw
         }
-    }
-
-    /// Whether locks come with fencing tokens by default.
-    pub fn fencing(&self) -> bool {
-        self.fencing
     }
 
     /// The node names, in the order that [`NodeId`](crate::NodeId) indexes.

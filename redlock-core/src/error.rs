@@ -16,34 +16,32 @@ use crate::{Key, NodeErrorKind, NodeVote, Votes};
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
-    /// The server list is empty.
-    #[error(
-        "no servers given: Redlock needs at least one Redis master (an odd number, such as 3 or 5)"
-    )]
-    NoServers,
-    /// The same server appears twice; it would count twice towards the quorum.
-    #[error("server {server} is listed twice: each master may count only once towards the quorum")]
-    DuplicateServer {
-        /// The repeated server.
-        server: String,
+    /// The node list is empty.
+    #[error("no nodes given: Redlock needs at least one node (an odd number, such as 3 or 5)")]
+    NoNodes,
+    /// The same node appears twice; it would count twice towards the quorum.
+    #[error("node {node} is listed twice: each node may count only once towards the quorum")]
+    DuplicateNode {
+        /// The repeated node.
+        node: String,
     },
-    /// An even number of servers, not allowed by
+    /// An even number of nodes, not allowed by
     /// [`Config::allow_even_nodes`](crate::Config::allow_even_nodes).
     #[error(
-        "{count} servers given: use an odd number of Redis masters (3, 5, ...); the quorum of {} \
-         tolerates no more failed masters than {} servers would",
+        "{count} nodes given: use an odd number (3, 5, ...); the quorum of {} tolerates no more \
+         failed nodes than {} would",
         crate::quorum(*count),
-        count.saturating_sub(1)
+        Nodes(count.saturating_sub(1))
     )]
-    EvenServers {
-        /// The number of servers given.
+    EvenNodes {
+        /// The number of nodes given.
         count: usize,
     },
-    /// Two server addresses reach the same Redis server (found by adapters,
+    /// Two node addresses reach the same Redis server (found by adapters,
     /// which compare the `run_id` each server reports): it would count twice
     /// towards the quorum.
     #[error(
-        "{first} and {second} reach the same Redis server: each master may count only once towards the quorum"
+        "{first} and {second} reach the same Redis server: each server may count only once towards the quorum"
     )]
     SameServer {
         /// The first address, as given (credentials removed).
@@ -116,17 +114,6 @@ pub enum ConfigError {
     /// or one call's wait limit ([`Attempts::Within`](crate::Attempts::Within)), is zero.
     #[error("the acquire deadline (or wait limit) is zero: no attempt could ever start")]
     ZeroDeadline,
-    /// Fencing tokens were asked for on a lock kind that has none.
-    #[error(
-        "fencing tokens exist for exclusive locks only, not for read, write, reentrant or multi-resource locks"
-    )]
-    FencingUnsupported,
-    /// Fairness ([`LockSpec::Fair`](crate::LockSpec::Fair)) was asked for a
-    /// lock that is not a plain exclusive one, or with a fencing token.
-    #[error(
-        "fair waiting exists for exclusive locks without a fencing token only, not for fenced, read, write, reentrant or multi-resource locks"
-    )]
-    FairUnsupported,
     /// A multi-resource lock names no resource.
     #[error("a multi-resource lock needs at least one resource")]
     NoResources,
@@ -157,11 +144,13 @@ pub enum ConfigError {
     /// A reentrant lock has an empty owner id.
     #[error("a reentrant lock needs a non-empty owner id: it decides who may take the lock again")]
     EmptyOwner,
-    /// A server address could not be used (reported by adapters, which parse them).
-    #[error("server \"{server}\": {reason}")]
-    InvalidServer {
-        /// The server as given, credentials removed.
-        server: String,
+    /// A node's address could not be used (reported by adapters, which
+    /// parse and resolve them): an unparsable URL, or a host name that does
+    /// not exist.
+    #[error("node \"{node}\": {reason}")]
+    InvalidNode {
+        /// The node as given, credentials removed.
+        node: String,
         /// What is wrong with it.
         reason: String,
     },
@@ -412,6 +401,18 @@ fn wrong_type(votes: &Votes) -> String {
         .map(|(name, _)| name)
         .collect();
     names.join(", ")
+}
+
+/// A count of nodes, with its noun: "1 node", "2 nodes".
+struct Nodes(usize);
+
+impl std::fmt::Display for Nodes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            1 => f.write_str("1 node"),
+            n => write!(f, "{n} nodes"),
+        }
+    }
 }
 
 /// "2 of 3 nodes (a:1/0, b:2/0)": where another owner holds the key.

@@ -21,8 +21,7 @@ const MIN_RETRY_PAUSE: Duration = Duration::from_millis(10);
 /// use redlock_core::KeepAlive;
 ///
 /// let options = KeepAlive::default().extend_when_left(0.3).max_extensions(10);
-/// assert_eq!(options.extend_when_left_share(), 0.3);
-/// assert_eq!(options.max_extension_count(), Some(10));
+/// # let _ = options;
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[non_exhaustive]
@@ -51,16 +50,6 @@ impl KeepAlive {
         self
     }
 
-    /// The share of the TTL left at which the lock is extended, as given
-    /// (the schedule clamps it).
-    pub fn extend_when_left_share(&self) -> f64 {
-        self.extend_when_left
-    }
-
-    /// The extension limit, if any.
-    pub fn max_extension_count(&self) -> Option<u64> {
-        self.max_extensions
-    }
 }
 
 impl Default for KeepAlive {
@@ -76,6 +65,10 @@ impl Default for KeepAlive {
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum LossReason {
+    /// The validity ran out while nothing kept the lock alive (a guard
+    /// without keep-alive, past its TTL).
+    #[error("the lock's validity ran out")]
+    Expired,
     /// An extension failed: another owner holds the key on a majority, our
     /// value was released (or lost) on a majority, the validity ran out before an extension could count (a slow or paused
     /// client), or too few nodes answered until the validity ran out.

@@ -366,11 +366,7 @@ impl Request {
     /// use std::time::Instant;
     /// use redlock_core::{Config, LockValue, Machine, Release, Response, RoundId};
     ///
-    /// let config = Config {
-    ///     servers: vec!["redis://127.0.0.1:6379".into()],
-    ///     ..Default::default()
-    /// };
-    /// let settings = config
+    /// let settings = Config::new(["redis://127.0.0.1:6379"])
     ///     .validate()
     ///     .unwrap()
     ///     .with_client_tag(LockValue::from_string("me"));

@@ -19,6 +19,12 @@ pub enum Attempts {
     /// retries, within the acquire deadline if one is set
     /// ([`Settings::acquire_deadline`]).
     Retry,
+    /// The first attempt and up to this many retries on the retry timer,
+    /// with no time limit: the call's own count, in place of the settings'
+    /// [`RetryConfig::count`](crate::RetryConfig::count) and
+    /// [`Settings::acquire_deadline`]. Attempts that release notices bring
+    /// forward do not use up the count.
+    Retries(u32),
     /// Retries for at most this long after the first attempt started,
     /// however many attempts that takes: this call's own deadline, in place
     /// of [`Settings::acquire_deadline`], and the retry count does not
@@ -77,6 +83,7 @@ impl Retries {
                 settings.retry().count.saturating_add(1),
                 settings.acquire_deadline(),
             ),
+            Attempts::Retries(count) => (count.saturating_add(1), None),
             // The time is the bound; a count that never runs out.
             Attempts::Within(limit) => (u32::MAX, Some(limit)),
         };
@@ -241,7 +248,9 @@ impl Notices {
 /// use rand::{SeedableRng, rngs::StdRng};
 /// use redlock_core::{RetryConfig, retry_delay};
 ///
-/// let retry = RetryConfig { count: 3, delay: Duration::from_millis(50), jitter: Duration::from_millis(150) };
+/// let retry = RetryConfig::default()
+///     .delay(Duration::from_millis(50))
+///     .jitter(Duration::from_millis(150));
 /// let wait = retry_delay(&retry, &mut StdRng::seed_from_u64(7));
 /// assert!(wait >= Duration::from_millis(50) && wait < Duration::from_millis(200));
 /// ```

@@ -1,4 +1,4 @@
-//! Lock a resource on the Redis masters named by `REDLOCK_SERVERS`
+//! Lock a resource on the Redis nodes named by `REDLOCK_SERVERS`
 //! (comma-separated URLs; default three local servers on ports 7001..7003).
 //!
 //! ```text
@@ -22,15 +22,22 @@ async fn main() -> Result<(), redlock_tokio::Error> {
     let report = guard.release().await;
     println!("{report}");
 
-    // Or keep the lock alive while a future runs; it is cancelled if the
-    // lock is lost, and the lock is released at the end either way. The
-    // future sees the lock: value, fencing token, validity, loss signal.
-    let answer = redlock
-        .with_lock("quickstart", async |lock| {
-            println!("working under {} for {:?}", lock.key(), lock.validity());
-            6 * 7
-        })
-        .await?;
+    // Or run work under the lock, kept alive meanwhile (below).
+    let answer = compute(&redlock).await?;
     println!("computed {answer} under the lock");
     Ok(())
+}
+
+/// Runs work under the lock, kept alive meanwhile: the work is cancelled if
+/// the lock is lost, and the lock is released at the end either way. The
+/// work sees the lock (value, fencing token, validity, loss signal); its
+/// error type is this function's, which the lock's errors convert into.
+async fn compute(redlock: &Redlock) -> Result<u32, redlock_tokio::Error> {
+    redlock
+        .lock("quickstart")
+        .run(async |lock| {
+            println!("working under {} for {:?}", lock.key(), lock.validity());
+            Ok(6 * 7)
+        })
+        .await
 }

@@ -7,30 +7,26 @@ use std::time::Duration;
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use redlock_core::{Config, ConfigError, NodeErrorKind, RetryConfig};
+use redlock_core::{Config, ConfigError, NodeErrorKind};
 use tracing::{debug, info};
 
 use crate::node::Node;
 use crate::notices::Notices;
 use crate::server::{Server, redact};
 use crate::sim::Simulation;
-use crate::{Error, Redlock};
+use crate::{Error, Redlock, Wait};
 
 /// The default for [`Builder::connect_timeout`].
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
-enum Source {
-    Url(String),
-    Client(Box<redis::Client>),
-}
-
-/// Options for a [`Redlock`] client, made by [`Redlock::builder`] or
-/// [`Builder::from_clients`].
-///
-/// Every option of the core's [`Config`] has a setter; the defaults are the
-/// core's. [`build`](Self::build) validates them all at once.
+/// Options for a [`Redlock`] client, made by [`Redlock::builder`]: the
+/// client-wide defaults, each settable here once. What one lock may
+/// override (its TTL, how long it waits) is a modifier of its
+/// [`LockRequest`](crate::LockRequest). [`build`](Self::build) validates
+/// every option at once.
 pub struct Builder {
-    sources: Vec<Source>,
+    urls: Vec<String>,
+    wait: Wait,
     config: Config,
     connect_timeout: Duration,
     release_notices: bool,
@@ -41,18 +37,10 @@ pub struct Builder {
 
 impl fmt::Debug for Builder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let servers: Vec<String> = self
-            .sources
-            .iter()
-            .map(|source| match source {
-                Source::Url(url) => redact(url),
-                Source::Client(client) => {
-                    crate::server::canonical_name(client.get_connection_info())
-                }
-            })
-            .collect();
+        let nodes: Vec<String> = self.urls.iter().map(|url| redact(url)).collect();
         f.debug_struct("Builder")
-            .field("servers", &servers)
+            .field("nodes", &nodes)
+            .field("wait", &self.wait)
             .field("config", &self.config)
             .field("connect_timeout", &self.connect_timeout)
             .field("release_notices", &self.release_notices)
@@ -67,16 +55,9 @@ impl Builder {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        Self::new(
-            urls.into_iter()
-                .map(|url| Source::Url(url.as_ref().to_owned()))
-                .collect(),
-        )
-    }
-
-    fn new(sources: Vec<Source>) -> Self {
         Self {
-            sources,
+            urls: urls.into_iter().map(|url| url.as_ref().to_owned()).collect(),
+            wait: Wait::default(),
             config: Config::default(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             release_notices: true,
@@ -84,17 +65,6 @@ impl Builder {
             #[cfg(feature = "tls")]
             tls: crate::tls::TlsFiles::default(),
         }
-    }
-
-    /// A builder for clients made elsewhere (custom TLS certificates, RESP3,
-    /// ...). Each must point at its own independent master.
-    pub fn from_clients(clients: impl IntoIterator<Item = redis::Client>) -> Self {
-        Self::new(
-            clients
-                .into_iter()
-                .map(|client| Source::Client(Box::new(client)))
-                .collect(),
-        )
     }
 
     /// How long a lock lives on each node unless released or extended.
@@ -117,12 +87,12 @@ impl Builder {
         self
     }
 
-    /// Attempts after the first one in [`Redlock::lock`]. Default 10. A
-    /// call with its own wait limit
-    /// ([`LockOptions::wait_at_most`](crate::LockOptions::wait_at_most))
-    /// retries until that limit instead.
-    pub fn retry_count(mut self, count: u32) -> Self {
-        self.config.retry.count = count;
+    /// How long an acquire waits for a lock held by someone else, unless
+    /// its request says otherwise ([`LockRequest::wait`](crate::LockRequest::wait)).
+    /// Default [`Wait::Retries`]`(10)`: the first attempt and 10 retries,
+    /// about 0.5 to 2 s.
+    pub fn wait(mut self, wait: Wait) -> Self {
+        self.wait = wait;
         self
     }
 
@@ -135,21 +105,6 @@ impl Builder {
     /// The random part of the wait between attempts. Default 150 ms.
     pub fn retry_jitter(mut self, jitter: Duration) -> Self {
         self.config.retry.jitter = jitter;
-        self
-    }
-
-    /// The whole retry schedule at once.
-    pub fn retry(mut self, retry: RetryConfig) -> Self {
-        self.config.retry = retry;
-        self
-    }
-
-    /// An upper bound on a whole [`Redlock::lock`], retries included.
-    /// Default: none, only the retry count bounds it. One call can have a
-    /// limit of its own instead:
-    /// [`LockOptions::wait_at_most`](crate::LockOptions::wait_at_most).
-    pub fn acquire_deadline(mut self, deadline: Duration) -> Self {
-        self.config.acquire_deadline = Some(deadline);
         self
     }
 
@@ -166,16 +121,9 @@ impl Builder {
         self
     }
 
-    /// Whether locks come with fencing tokens unless
-    /// [`LockOptions::fencing`](crate::LockOptions::fencing) says otherwise. Default false.
-    pub fn fencing(mut self, fencing: bool) -> Self {
-        self.config.fencing = fencing;
-        self
-    }
-
     /// How long connecting to one node (TCP, TLS, authentication, loading
     /// the scripts) may take, at build and on every reconnection.
-    /// Default [`DEFAULT_CONNECT_TIMEOUT`] (1 s).
+    /// Default 1 s.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
@@ -215,15 +163,15 @@ impl Builder {
 
     /// Runs the client in a simulation: plain masters are reached through
     /// its connector instead of TCP, randomness comes from its seed. For
-    /// the `tests` crate's client sim only; not part of the API.
-    #[doc(hidden)]
+    /// the `tests` crate's client sim (feature `simulation`).
+    #[cfg(feature = "simulation")]
     pub fn simulation(mut self, simulation: Simulation) -> Self {
         self.simulation = Some(simulation);
         self
     }
 
     /// Accept an even number of servers (2, 4, ...). Default false: the
-    /// build fails with [`ConfigError::EvenServers`], since an even count is
+    /// build fails with [`ConfigError::EvenNodes`], since an even count is
     /// more often a master left out or listed twice than a choice, and N = 4
     /// tolerates no more failed masters than N = 3 (the quorum is 3).
     pub fn allow_even_nodes(mut self, allow: bool) -> Self {
@@ -240,8 +188,7 @@ impl Builder {
     /// file or one without a certificate is an [`Error::Config`]
     /// ([`ConfigError::InvalidTls`]). A server whose certificate the CA did
     /// not sign (or not for the host name in its URL) fails the build with
-    /// [`Error::Tls`]. For other TLS needs, build the `redis::Client`s
-    /// yourself and use [`from_clients`](Self::from_clients).
+    /// [`Error::Tls`].
     #[cfg(feature = "tls")]
     pub fn tls_ca_file(mut self, path: impl Into<std::path::PathBuf>) -> Self {
         self.tls.ca = Some(path.into());
@@ -275,9 +222,9 @@ impl Builder {
     /// Fails with:
     /// - [`Error::Config`] for an option that cannot work, an unparsable URL
     ///   (reported with its password redacted), two URLs for the same
-    ///   server and database ([`ConfigError::DuplicateServer`]) or an even
+    ///   server and database ([`ConfigError::DuplicateNode`]) or an even
     ///   number of servers without [`allow_even_nodes`](Self::allow_even_nodes)
-    ///   ([`ConfigError::EvenServers`]); nothing is connected then;
+    ///   ([`ConfigError::EvenNodes`]); nothing is connected then;
     /// - [`Error::Config`] with [`ConfigError::SameServer`], naming both
     ///   addresses, when two of them reach one Redis server (for example
     ///   `redis://localhost:6379` and `redis://127.0.0.1:6379`): each node's
@@ -287,7 +234,12 @@ impl Builder {
     ///   configuration error, and waiting will not fix it;
     /// - [`Error::Tls`] when the TLS handshake with a server is refused
     ///   (its certificate is not trusted, or it wants a client certificate):
-    ///   a configuration error too.
+    ///   a configuration error too;
+    /// - [`Error::Config`] with [`ConfigError::InvalidNode`] for a node whose
+    ///   host name does not exist (a typo such as `127.0.0.l`): such a node
+    ///   could never count, and the client would be one failure from losing
+    ///   its quorum. A lookup that fails for a while (the resolver
+    ///   unreachable) counts as a node down instead.
     ///
     /// A node that cannot be reached (refused, timed out, not a Redis
     /// server) does **not** fail the build: Redlock works while a majority
@@ -297,36 +249,21 @@ impl Builder {
     pub async fn build(self) -> Result<Redlock, Error> {
         #[cfg(feature = "tls")]
         let certificates = self.tls.load()?;
-        let mut servers = Vec::with_capacity(self.sources.len());
-        for source in self.sources {
-            servers.push(match source {
-                Source::Url(url) => {
-                    let server = Server::from_url(&url)?;
-                    #[cfg(feature = "tls")]
-                    let server = match &certificates {
-                        Some(certificates) => crate::tls::apply(server, certificates)?,
-                        None => server,
-                    };
-                    server
-                }
-                Source::Client(client) => {
-                    #[cfg(feature = "tls")]
-                    if certificates.is_some() {
-                        return Err(ConfigError::InvalidTls {
-                            reason: "a CA or client certificate is set, but it cannot apply to \
-                                     clients made elsewhere: give them to redis::Client::build_with_tls"
-                                .to_owned(),
-                        }
-                        .into());
-                    }
-                    Server::from_client(*client)
-                }
-            });
+        let mut servers = Vec::with_capacity(self.urls.len());
+        for url in &self.urls {
+            let server = Server::from_url(url)?;
+            #[cfg(feature = "tls")]
+            let server = match &certificates {
+                Some(certificates) => crate::tls::apply(server, certificates)?,
+                None => server,
+            };
+            servers.push(server);
         }
-        let config = Config {
-            servers: servers.iter().map(|s| s.name.clone()).collect(),
-            ..self.config
-        };
+        if self.simulation.is_none() {
+            unknown_hosts(&servers, self.connect_timeout).await?;
+        }
+        let mut config = self.config;
+        config.nodes = servers.iter().map(|s| s.name.clone()).collect();
         // Which nodes are clusters is the adapter's to know (it reaches
         // them); what that forbids (a lock's keys in two slots) is the core's.
         let clusters = servers
@@ -365,8 +302,8 @@ impl Builder {
             let cluster = match server.cluster {
                 Some(seeds) => Some(
                     crate::server::cluster_client(seeds, self.connect_timeout).map_err(|err| {
-                        ConfigError::InvalidServer {
-                            server: server.shown.clone(),
+                        ConfigError::InvalidNode {
+                            node: server.shown.clone(),
                             reason: err.to_string(),
                         }
                     })?,
@@ -422,14 +359,14 @@ impl Builder {
                 Ok(_) => debug!(node = node.name(), "connected"),
                 Err(error) if error.kind == NodeErrorKind::Auth => {
                     auth_failure.get_or_insert_with(|| Error::Auth {
-                        server: node.name().to_owned(),
+                        node: node.name().to_owned(),
                         error: error.clone(),
                     });
                 }
                 // A refused TLS handshake is a configuration error too.
                 Err(error) if error.kind == NodeErrorKind::Tls => {
                     auth_failure.get_or_insert_with(|| Error::Tls {
-                        server: node.name().to_owned(),
+                        node: node.name().to_owned(),
                         error: error.clone(),
                     });
                 }
@@ -448,7 +385,7 @@ impl Builder {
             // Dropping the nodes ends any reconnection task already started.
             return Err(error);
         }
-        let client = Redlock::new(settings, nodes, notices, metrics, self.simulation);
+        let client = Redlock::new(settings, self.wait, nodes, notices, metrics, self.simulation);
         debug!(
             nodes = client.nodes().len(),
             connected = client.connected_nodes(),
@@ -457,6 +394,31 @@ impl Builder {
         );
         Ok(client)
     }
+}
+
+/// Refuses a node whose host name does not exist: a typo (`127.0.0.l`)
+/// is a configuration error, not a node down, which would leave the client
+/// one failure from losing its quorum without a word. A lookup that fails
+/// for a while (the resolver unreachable, `EAI_AGAIN`), or that takes
+/// longer than the connect timeout, counts as a node down: it is retried
+/// with the reconnections.
+async fn unknown_hosts(servers: &[Server], patience: Duration) -> Result<(), ConfigError> {
+    let lookups = servers.iter().filter_map(|server| {
+        let (host, port) = server.host_to_resolve()?;
+        Some(async move {
+            let lookup = tokio::net::lookup_host((host.as_str(), port));
+            match tokio::time::timeout(patience, lookup).await {
+                Ok(Err(error)) if !error.to_string().contains("Temporary failure") => {
+                    Err(ConfigError::InvalidNode {
+                        node: server.shown.clone(),
+                        reason: format!("host {host} does not resolve: {error}"),
+                    })
+                }
+                _ => Ok(()),
+            }
+        })
+    });
+    futures::future::try_join_all(lookups).await.map(drop)
 }
 
 #[cfg(feature = "tls")]

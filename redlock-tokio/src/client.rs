@@ -1,7 +1,6 @@
 //! The cheap-to-clone client handle and its entry points.
 
 use std::fmt;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,15 +12,13 @@ use redlock_core::{
 };
 use tracing::{Instrument, debug, info_span};
 
-use crate::KeepAlive;
 use crate::builder::Builder;
 use crate::driver::drive;
-use crate::guard::{LockContext, LockGuard};
+use crate::guard::LockGuard;
 use crate::metrics;
 use crate::node::Node;
 use crate::notices::Notices;
-use crate::options::LockOptions;
-use crate::{Error, LossReason};
+use crate::{Error, LockRequest, Wait};
 use tokio_util::task::TaskTracker;
 
 /// A Redlock client over N independent Redis masters.
@@ -36,6 +33,8 @@ pub struct Redlock {
 
 struct Inner {
     settings: Arc<Settings>,
+    /// How long an acquire waits unless its request says.
+    wait: Wait,
     nodes: Arc<[Arc<Node>]>,
     /// Release notices for waiting acquires; `None` when switched off.
     notices: Option<Arc<Notices>>,
@@ -59,6 +58,7 @@ impl Redlock {
     /// A client over connected (or reconnecting) nodes.
     pub(crate) fn new(
         settings: Arc<Settings>,
+        wait: Wait,
         nodes: Arc<[Arc<Node>]>,
         notices: Option<Arc<Notices>>,
         metrics: metrics::Nodes,
@@ -68,6 +68,7 @@ impl Redlock {
         Self {
             inner: Arc::new(Inner {
                 settings,
+                wait,
                 nodes,
                 notices,
                 background: TaskTracker::new(),
@@ -112,6 +113,21 @@ impl Redlock {
         S: AsRef<str>,
     {
         Builder::from_urls(urls)
+    }
+
+    /// The name this client gives the node at `url` in errors, logs and
+    /// metrics (`host:port/db`, without credentials), or why the URL cannot
+    /// name a node. Nothing is connected.
+    ///
+    /// ```
+    /// use redlock_tokio::Redlock;
+    ///
+    /// assert_eq!(Redlock::node_name("redis://:secret@127.0.0.1:7001/2")?, "127.0.0.1:7001/2");
+    /// assert!(Redlock::node_name("redis:/127.0.0.1:7001").is_err());
+    /// # Ok::<(), redlock_tokio::ConfigError>(())
+    /// ```
+    pub fn node_name(url: &str) -> Result<String, crate::ConfigError> {
+        crate::server::node_name(url)
     }
 
     /// The validated settings (node names, quorum, TTL, timeouts, ...).
@@ -235,153 +251,51 @@ impl Redlock {
         &self.inner.metrics
     }
 
-    /// One attempt to acquire the lock on `resource` with the default TTL.
+    /// A lock on `resource`: await it for a [`LockGuard`], or
+    /// [`run`](LockRequest::run) work under it. Modifiers choose the TTL,
+    /// how long to wait, a fencing token, the kind (fair, read, write,
+    /// reentrant) and keep-alive; see [`LockRequest`].
     ///
-    /// Fails at once when another owner holds it
-    /// ([`Error::is_held_by_other`]) or when too few nodes answer.
-    ///
-    /// Cancel-safe: dropping the future releases whatever the attempt may
-    /// have set on the nodes, in the background.
-    pub async fn try_lock(&self, resource: impl AsRef<[u8]>) -> Result<LockGuard, Error> {
-        self.acquire(resource.as_ref(), LockOptions::new().once())
-            .await
-    }
-
-    /// Acquires the lock on `resource` with options for this call: TTL,
-    /// fencing token, one attempt, retries, or retries for at most a given
-    /// time ([`LockOptions::wait_at_most`]).
+    /// By default it waits as the client's [`Builder::wait`] says
+    /// ([`Wait::Retries`]`(10)`: about 0.5 to 2 s), taking the lock
+    /// about one round trip after the holder releases it, and then fails
+    /// with an error that says who holds it ([`Error::is_held_by_other`]).
+    /// A distributed lock can be held by a client that hangs or crashed,
+    /// and a wait without end hides it: ask for [`Wait::Forever`] where
+    /// that is what you mean.
     ///
     /// ```no_run
     /// # async fn demo(redlock: redlock_tokio::Redlock) -> Result<(), redlock_tokio::Error> {
-    /// use std::time::Duration;
-    /// use redlock_tokio::LockOptions;
-    ///
-    /// let guard = redlock
-    ///     .lock_with("ledger", LockOptions::new().ttl(Duration::from_secs(30)).fencing(true))
-    ///     .await?;
-    /// let token = guard.fencing_token().expect("asked for one");
-    /// // Send `token` with every write; the ledger rejects tokens lower than one it saw.
-    /// # let _ = token;
+    /// let guard = redlock.lock("invoice-42").await?;
+    /// // ... work while guard.validity() is left ...
+    /// guard.release().await;
     /// # Ok(()) }
     /// ```
-    pub async fn lock_with(
-        &self,
-        resource: impl AsRef<[u8]>,
-        options: LockOptions,
-    ) -> Result<LockGuard, Error> {
-        self.acquire(resource.as_ref(), options).await
+    ///
+    /// [`Wait::Retries`]: crate::Wait::Retries
+    /// [`Wait::Forever`]: crate::Wait::Forever
+    pub fn lock(&self, resource: impl AsRef<[u8]>) -> LockRequest {
+        LockRequest::new(self.clone(), resource.as_ref().into())
     }
 
-    /// [`try_lock`](Self::try_lock) with a TTL for this lock.
-    pub async fn try_lock_with_ttl(
+    /// One lock over all of `resources`, taken atomically on each node, or
+    /// none of them. It excludes any other lock on any of the resources,
+    /// single ones included; resources named twice are locked once. The
+    /// same modifiers as [`lock`](Self::lock) but the kind.
+    pub fn lock_all<R: AsRef<[u8]>>(
         &self,
-        resource: impl AsRef<[u8]>,
-        ttl: Duration,
-    ) -> Result<LockGuard, Error> {
-        self.acquire(resource.as_ref(), LockOptions::new().ttl(ttl).once())
-            .await
+        resources: impl IntoIterator<Item = R>,
+    ) -> LockRequest<crate::kind::Chosen> {
+        let names = resources
+            .into_iter()
+            .map(|name| name.as_ref().into())
+            .collect();
+        LockRequest::all(self.clone(), names)
     }
 
-    /// Acquires the lock on `resource` with the default TTL, retrying after
-    /// a random delay as configured, until the retry count or the acquire
-    /// deadline runs out.
-    ///
-    /// What it waits for by default: the first attempt and
-    /// [`Builder::retry_count`](crate::Builder::retry_count) retries (10,
-    /// 50..200 ms apart: about 0.5 to 2 s), and it takes the lock at once
-    /// when the holder releases it in that time (release notices start
-    /// attempts without using up the count). So a lock held for longer is
-    /// an error to handle, as with redsync's `Lock` (32 tries), and unlike
-    /// Redisson's `lock()` or [`tokio::sync::Mutex::lock`], which wait for
-    /// ever: a distributed lock can be held by a client that hangs or
-    /// crashed, and a wait without end hides it. For a wait of a given
-    /// length use [`LockOptions::wait_at_most`] (Redisson's
-    /// `tryLock(waitTime, leaseTime)`: waited out to the limit), for no
-    /// limit `wait_at_most(Duration::MAX)`, and for no wait
-    /// [`try_lock`](Self::try_lock). With an
-    /// [acquire deadline](crate::Builder::acquire_deadline), the deadline
-    /// is waited out too, while retries are left.
-    ///
-    /// Cancel-safe: dropping the future (for example in
-    /// `tokio::time::timeout`) releases whatever the attempt in flight may
-    /// have set on the nodes, in the background.
-    pub async fn lock(&self, resource: impl AsRef<[u8]>) -> Result<LockGuard, Error> {
-        self.acquire(resource.as_ref(), LockOptions::new()).await
-    }
-
-    /// [`lock`](Self::lock) with a TTL for this lock.
-    pub async fn lock_with_ttl(
-        &self,
-        resource: impl AsRef<[u8]>,
-        ttl: Duration,
-    ) -> Result<LockGuard, Error> {
-        self.acquire(resource.as_ref(), LockOptions::new().ttl(ttl))
-            .await
-    }
-
-    /// Runs `work` while holding the lock on `resource`, kept alive with
-    /// [`KeepAlive::default`], and releases it at the end.
-    ///
-    /// `work` gets a [`LockContext`]: the lock's fencing token, value and
-    /// validity (refreshed by every extension), and its loss signal. If the
-    /// lock is lost, the `work` future is dropped (cancelled at its current
-    /// `.await`) and the result is [`Error::LockLost`]. The lock is released
-    /// in every case before this returns (or in the background if this
-    /// future is itself dropped).
-    ///
-    /// Dropping `work` stops it only at an `.await`: code between two
-    /// awaits, or a blocking call, runs to its next `.await` first. Check
-    /// [`LockContext::is_lost`] or [`LockContext::validity`] (or keep steps
-    /// short) in long synchronous sections.
-    ///
-    /// ```no_run
-    /// # async fn demo(redlock: redlock_tokio::Redlock) -> Result<(), redlock_tokio::Error> {
-    /// let rows = redlock
-    ///     .with_lock("nightly-report", async |lock| {
-    ///         println!("holding {} for {:?}", lock.key(), lock.validity());
-    ///         // ... long work; dropped at an `.await` if the lock is lost ...
-    ///         42
-    ///     })
-    ///     .await?;
-    /// # let _ = rows;
-    /// # Ok(()) }
-    /// ```
-    pub async fn with_lock<F, Fut, T>(
-        &self,
-        resource: impl AsRef<[u8]>,
-        work: F,
-    ) -> Result<T, Error>
-    where
-        F: FnOnce(LockContext) -> Fut,
-        Fut: Future<Output = T>,
-    {
-        self.with_lock_kept_alive(resource, KeepAlive::default(), work)
-            .await
-    }
-
-    /// [`with_lock`](Self::with_lock) with other keep-alive options.
-    pub async fn with_lock_kept_alive<F, Fut, T>(
-        &self,
-        resource: impl AsRef<[u8]>,
-        keep_alive: KeepAlive,
-        work: F,
-    ) -> Result<T, Error>
-    where
-        F: FnOnce(LockContext) -> Fut,
-        Fut: Future<Output = T>,
-    {
-        let guard = self.lock(resource).await?;
-        let key = guard.key().clone();
-        let kept = guard.keep_alive(keep_alive);
-        let context = kept.context();
-        let outcome: Result<T, LossReason> = tokio::select! {
-            biased;
-            reason = kept.lost() => Err(reason),
-            value = work(context) => Ok(value),
-        };
-        let report = kept.release().await;
-        debug!(key = %key, report = %report, "released after with_lock");
-        outcome.map_err(|reason| Error::LockLost { key, reason })
+    /// The client's default wait ([`Builder::wait`]).
+    pub(crate) fn default_wait(&self) -> Wait {
+        self.inner.wait
     }
 
     /// Releases `value` on `resource` on every node: for a lock taken
@@ -406,74 +320,23 @@ impl Redlock {
         .await
     }
 
-    /// A read lock on `resource`: many readers may hold it at once, and no
-    /// writer while they do. Retries per the client's policy.
-    ///
-    /// Writers are not starved: a writer that finds readers holds new readers
-    /// off while it retries, so it waits only for the readers already in (see
-    /// [`LockSpec::Read`]). Extend, keep-alive and release work as for a plain
-    /// lock; each reader has its own value, so one never releases another.
-    pub async fn read_lock(&self, resource: impl AsRef<[u8]>) -> Result<LockGuard, Error> {
-        self.lock_spec(LockSpec::Read(resource.as_ref()), LockOptions::new())
-            .await
-    }
-
-    /// The write lock of the read-write lock on `resource`: excludes readers
-    /// and other writers. Retries per the client's policy.
-    pub async fn write_lock(&self, resource: impl AsRef<[u8]>) -> Result<LockGuard, Error> {
-        self.lock_spec(LockSpec::Write(resource.as_ref()), LockOptions::new())
-            .await
-    }
-
-    /// A reentrant lock on `resource` for `owner`: the same owner id may take
-    /// it again while holding it (from any task or process), and each guard
-    /// releases only its own acquisition; the lock is free once all are
-    /// released or expired. Pass an explicit owner id (async tasks move
-    /// between threads, so there is no implicit "current owner"). The
-    /// acquisitions are recorded on the nodes, so they survive a client
-    /// restart only if the owner id does.
-    pub async fn lock_reentrant(
-        &self,
-        resource: impl AsRef<[u8]>,
-        owner: &str,
-    ) -> Result<LockGuard, Error> {
-        let spec = LockSpec::Reentrant {
-            resource: resource.as_ref(),
-            owner,
-        };
-        self.lock_spec(spec, LockOptions::new()).await
-    }
-
-    /// One lock over all of `resources`, taken atomically on each node, or
-    /// none of them. It excludes any other lock on any of the resources,
-    /// including single ones. Resources named twice are locked once.
-    pub async fn lock_all<R: AsRef<[u8]>>(&self, resources: &[R]) -> Result<LockGuard, Error> {
-        let names: Vec<&[u8]> = resources.iter().map(AsRef::as_ref).collect();
-        self.lock_spec(LockSpec::Multi(&names), LockOptions::new())
-            .await
-    }
-
-    /// Acquires any kind of lock ([`LockSpec`]) with options for this call.
-    /// The client's default fencing applies to exclusive locks only; asking
-    /// for fencing on another kind is a
-    /// [`ConfigError::FencingUnsupported`](crate::ConfigError::FencingUnsupported)
-    /// (the choice is the core's: [`Settings::fencing_choice`]).
-    pub async fn lock_spec(
+    /// Acquires `spec` with the request's options: the one path of every
+    /// acquire.
+    pub(crate) async fn acquire(
         &self,
         spec: LockSpec<'_>,
-        options: LockOptions,
+        resource: Arc<[u8]>,
+        ttl: Option<Duration>,
+        attempts: Attempts,
     ) -> Result<LockGuard, Error> {
         let settings = &self.inner.settings;
         let now = crate::sim::now();
         // Reported once, whatever happens below: a `?` before the first
         // attempt is a `config` outcome, a drop after it a `cancelled` one.
         let mut report = metrics::Acquire::start(metrics::Kind::of_spec(&spec), now);
-        // The core's choices: fairness, fencing, and (in `with_spec`) the
-        // refusal of keys in different hash slots on a cluster node.
-        let spec = settings.fair_choice(spec, options.fair)?;
-        let spec = settings.fencing_choice(spec, options.fencing)?;
-        let attempts = options.attempts;
-        let ttl = match options.ttl {
+        // The core refuses (in `with_spec`) keys in different hash slots on
+        // a cluster node.
+        let ttl = match ttl {
             Some(ttl) => settings.ttl(ttl)?,
             None => settings.default_ttl(),
         };
@@ -489,16 +352,6 @@ impl Redlock {
             notices.queue_behind(&mut acquisition, now);
         }
         report.sent();
-        let resource: Arc<[u8]> = match spec {
-            LockSpec::Exclusive(resource)
-            | LockSpec::Fenced(resource)
-            | LockSpec::Read(resource)
-            | LockSpec::Write(resource)
-            | LockSpec::Reentrant { resource, .. }
-            | LockSpec::Fair(resource) => resource.into(),
-            LockSpec::Multi(resources) => resources.first().copied().unwrap_or_default().into(),
-            _ => acquisition.key().as_bytes().into(),
-        };
         let span = info_span!(
             "redlock.acquire",
             resource = %acquisition.key(),
@@ -535,9 +388,5 @@ impl Redlock {
         }
         .instrument(span)
         .await
-    }
-
-    async fn acquire(&self, resource: &[u8], options: LockOptions) -> Result<LockGuard, Error> {
-        self.lock_spec(LockSpec::Exclusive(resource), options).await
     }
 }

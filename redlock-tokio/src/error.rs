@@ -29,8 +29,8 @@ use redlock_core::{AcquireError, ConfigError, ExtendError, Key, LossReason, Node
 #[derive(Clone, Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The configuration cannot work: no servers, a duplicate or unparsable
-    /// server URL, a TTL too small for its drift, ...
+    /// The configuration cannot work: no nodes, a duplicate or unparsable
+    /// node URL, a TTL too small for its drift, ...
     #[error("invalid configuration: {0}")]
     Config(ConfigError),
     /// A server rejected the credentials while the client was being built
@@ -38,10 +38,10 @@ pub enum Error {
     ///
     /// This is a configuration error, so it fails the build, unlike a server
     /// that is merely unreachable.
-    #[error("server {server}: {error}")]
+    #[error("node {node}: {error}")]
     Auth {
-        /// The server's canonical address.
-        server: String,
+        /// The node's canonical address.
+        node: String,
         /// What the server said.
         error: NodeError,
     },
@@ -52,10 +52,10 @@ pub enum Error {
     ///
     /// A configuration error like [`Auth`](Self::Auth), so it fails the
     /// build, unlike a server that is merely unreachable.
-    #[error("server {server}: {error}")]
+    #[error("node {node}: {error}")]
     Tls {
-        /// The server's canonical address.
-        server: String,
+        /// The node's canonical address.
+        node: String,
         /// What the handshake said.
         error: NodeError,
     },
@@ -67,7 +67,7 @@ pub enum Error {
     #[error("lock not extended: {0}")]
     Extend(ExtendError),
     /// The lock was lost while work ran under it
-    /// ([`Redlock::with_lock`](crate::Redlock::with_lock)); the work was
+    /// ([`LockRequest::run`](crate::LockRequest::run)); the work was
     /// cancelled.
     #[error("lost the lock on {key} while working under it: {reason}")]
     LockLost {
@@ -76,6 +76,15 @@ pub enum Error {
         /// Why the lock was lost.
         reason: LossReason,
     },
+    /// A call of the blocking client was made on a thread that runs an
+    /// async runtime, where blocking would stall every task of that thread:
+    /// use the async client there.
+    #[error("a blocking call inside an async runtime: use the async client (redlock_tokio::Redlock) there")]
+    InsideRuntime,
+    /// The blocking client's thread or runtime could not be started (the
+    /// process is out of threads or file descriptors).
+    #[error("could not start the blocking client's runtime: {0}")]
+    Runtime(std::sync::Arc<std::io::Error>),
 }
 
 // Not `#[from]`: that would also make the core error the `source()`, and
@@ -138,6 +147,7 @@ impl Error {
             Error::Config(_)
                 | Error::Auth { .. }
                 | Error::Tls { .. }
+                | Error::InsideRuntime
                 | Error::Acquire(AcquireError::WrongType { .. })
         )
     }
@@ -227,18 +237,14 @@ mod tests {
 
     /// Long node names, as in a real deployment.
     fn settings(n: usize, ttl: Duration, node_timeout: Duration) -> Arc<Settings> {
-        let servers = (0..n)
-            .map(|i| format!("redis-lock-master-{i}.eu-west-1.internal.example.com:6379/0"))
-            .collect();
+        let nodes = (0..n)
+            .map(|i| format!("redis-lock-master-{i}.eu-west-1.internal.example.com:6379/0"));
         Arc::new(
-            Config {
-                servers,
-                ttl,
-                node_timeout: Some(node_timeout),
-                ..Config::default()
-            }
-            .validate()
-            .unwrap(),
+            Config::new(nodes)
+                .ttl(ttl)
+                .node_timeout(node_timeout)
+                .validate()
+                .unwrap(),
         )
     }
 
@@ -325,16 +331,16 @@ mod tests {
                 key: Key::from("invoice-42"),
                 reason: LossReason::ExtendFailed(lost),
             },
-            Error::Config(ConfigError::NoServers),
-            Error::Config(ConfigError::DuplicateServer {
-                server: "redis-lock-master-0.eu-west-1.internal.example.com:6379/0".into(),
+            Error::Config(ConfigError::NoNodes),
+            Error::Config(ConfigError::DuplicateNode {
+                node: "redis-lock-master-0.eu-west-1.internal.example.com:6379/0".into(),
             }),
             Error::Config(ConfigError::TtlBelowDrift {
                 ttl: 2 * MS,
                 drift: 2 * MS,
             }),
             Error::Auth {
-                server: "redis-lock-master-0.eu-west-1.internal.example.com:6379/0".into(),
+                node: "redis-lock-master-0.eu-west-1.internal.example.com:6379/0".into(),
                 error: NodeError::new(
                     NodeErrorKind::Auth,
                     "WRONGPASS invalid username-password pair or user is disabled.",

@@ -1,52 +1,61 @@
-//! The lock guard: validity, extend, release, auto-extension.
+//! The lock guard: validity, extend, release, keep-alive, the loss signal.
 
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use redlock_core::{KeptLock, KeptLockEvent, Key, Lock, LockValue, ReleaseReport, Votes};
+use redlock_core::{KeepAlive, KeptLock, KeptLockEvent, Key, Lock, LockValue, ReleaseReport, Votes};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span};
 
 use crate::driver::{drive, drive_with};
 use crate::metrics::{self, End};
-use crate::{Error, KeepAlive, LossReason, Redlock};
+use crate::{Error, LossReason, Redlock};
 
-/// A lock held on a quorum of nodes.
+/// A lock held on a quorum of nodes, made by awaiting a
+/// [`LockRequest`](crate::LockRequest).
 ///
-/// Check [`validity`](Self::validity) (or [`is_valid`](Self::is_valid))
-/// before each step of work: the lock is only ours while validity is left.
-/// End it with [`release`](Self::release), which waits for the nodes and
-/// reports what each did.
+/// The lock is ours only while validity is left: check
+/// [`validity`](Self::validity) before each step of work, or watch
+/// [`lost`](Self::lost), which completes the moment the lock can no longer
+/// be counted on (its validity ran out, or, kept alive, an extension failed
+/// for good). End it with [`release`](Self::release), which reports what
+/// each node did.
 ///
-/// Dropping the guard without releasing releases the lock in a background
-/// task on the current Tokio runtime (on every node, since any of them may
-/// hold our value). When that runtime is shutting down (a guard alive or
-/// dropped as `main` returns, through `?`, a panic or plainly) or there is
-/// none, the release goes out on blocking connections, each waiting at most
-/// one connect timeout and one per-node timeout. Only a process that ends
+/// Dropping the guard releases the lock in a background task on the
+/// current Tokio runtime (on every node, since any of them may hold our
+/// value). When that runtime is shutting down (a guard alive or dropped as
+/// `main` returns, through `?`, a panic or plainly) or there is none, the
+/// release goes out on blocking connections, each waiting at most one
+/// connect timeout and one per-node timeout. Only a process that ends
 /// without running destructors ([`std::process::exit`], `abort`, a signal)
 /// leaves its locks to expire at their TTL; call
-/// [`Redlock::shutdown`](crate::Redlock::shutdown) first there.
+/// [`Redlock::shutdown`] first there.
 #[must_use = "dropping the guard releases the lock at once"]
 pub struct LockGuard {
     client: Redlock,
     resource: Arc<[u8]>,
-    /// `None` only once released, forgotten or handed to a keep-alive.
-    lock: Option<Lock>,
+    /// The lock as acquired: key, value, token, votes (never changes).
+    acquired: Lock,
+    /// The lock as extended, and its loss.
+    shared: Arc<Shared>,
+    /// The keep-alive task, while one runs.
+    keep_alive: Option<JoinHandle<()>>,
+    /// Released or forgotten: nothing left to do on drop.
+    done: bool,
 }
 
 impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut s = f.debug_struct("LockGuard");
-        if let Some(lock) = &self.lock {
-            s.field("key", lock.key())
-                .field("ttl", &lock.ttl())
-                .field("validity", &lock.validity(crate::sim::now()))
-                .field("extensions", &lock.extensions());
-        }
-        s.finish_non_exhaustive()
+        f.debug_struct("LockGuard")
+            .field("key", self.key())
+            .field("ttl", &self.ttl())
+            .field("validity", &self.validity())
+            .field("extensions", &self.extensions())
+            .field("kept_alive", &self.keep_alive.is_some())
+            .field("loss", &self.loss())
+            .finish_non_exhaustive()
     }
 }
 
@@ -55,202 +64,251 @@ impl LockGuard {
         Self {
             client,
             resource,
-            lock: Some(lock),
+            shared: Arc::new(Shared {
+                state: Mutex::new(Kept {
+                    lock: lock.clone(),
+                    loss: None,
+                }),
+                lost: CancellationToken::new(),
+            }),
+            acquired: lock,
+            keep_alive: None,
+            done: false,
         }
     }
 
-    fn core(&self) -> &Lock {
-        // Every method that takes the lock out consumes the guard.
-        self.lock
-            .as_ref()
-            .expect("a live guard always holds its lock")
-    }
-
-    /// The resource name, as given to `lock`.
+    /// The resource name, as given to `lock` (the first one, for
+    /// `lock_all`).
     pub fn resource(&self) -> &[u8] {
         &self.resource
     }
 
     /// The Redis key: the key prefix followed by the resource name.
     pub fn key(&self) -> &Key {
-        self.core().key()
+        self.acquired.key()
     }
 
-    /// Our unique value on the nodes. Whoever knows it can release the lock
-    /// ([`Redlock::release_value`]).
+    /// Our unique value on the nodes; where the protected resource can
+    /// compare values, a compare-and-set token. Whoever knows it can
+    /// release the lock ([`Redlock::release_value`]): keep it out of logs.
     pub fn value(&self) -> &LockValue {
-        self.core().value()
+        self.acquired.value()
     }
 
-    /// Validity left now: the lock is ours for this long at most, as far as
-    /// this client's clock can tell. Zero once expired.
-    pub fn validity(&self) -> Duration {
-        self.core().validity(crate::sim::now())
+    /// The fencing token, for a lock asked with
+    /// [`fencing`](crate::LockRequest::fencing): larger than the token of
+    /// every earlier holder of this resource, and the same after
+    /// extensions. Send it with every write to the protected resource,
+    /// which should refuse a token lower than one it has seen
+    /// ([`core::scripts::CHECK_TOKEN`](crate::core::scripts::CHECK_TOKEN)
+    /// does that for a resource kept in Redis). `None` for other locks.
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.acquired.fencing_token()
     }
 
-    /// Whether any validity is left now.
-    pub fn is_valid(&self) -> bool {
-        self.core().is_valid(crate::sim::now())
-    }
-
-    /// The instant the validity ends.
-    pub fn valid_until(&self) -> Instant {
-        self.core().valid_until()
+    /// The votes of the round that acquired the lock.
+    pub fn votes(&self) -> &Votes {
+        self.acquired.votes()
     }
 
     /// When the acquisition round that won the lock was sent: the validity
     /// is measured from this instant, not from when the lock was handed
     /// out.
     pub fn acquired_at(&self) -> Instant {
-        self.core().acquired_at()
+        self.acquired.acquired_at()
     }
 
-    /// The TTL of the last acquire or extend.
+    /// Validity left now: the lock is ours for this long at most, as far as
+    /// this client's clock can tell. Zero once lost, even if the last
+    /// validity window has not ended.
+    pub fn validity(&self) -> Duration {
+        self.shared.validity()
+    }
+
+    /// The instant the validity window of the last successful acquire or
+    /// extension ends. A lock can be lost before then (another owner, our
+    /// value released): [`validity`](Self::validity) and
+    /// [`is_lost`](Self::is_lost) say so.
+    pub fn valid_until(&self) -> Instant {
+        self.shared.with(|kept| kept.lock.valid_until())
+    }
+
+    /// The TTL of the last acquire or extension.
     pub fn ttl(&self) -> Duration {
-        self.core().ttl().as_duration()
+        self.shared.with(|kept| kept.lock.ttl().as_duration())
     }
 
-    /// Successful extensions so far.
+    /// Successful extensions so far, by hand or by the keep-alive.
     pub fn extensions(&self) -> u64 {
-        self.core().extensions()
+        self.shared.with(|kept| kept.lock.extensions())
     }
 
-    /// The fencing token, for a lock taken with fencing
-    /// ([`LockOptions::fencing`](crate::LockOptions::fencing)): larger than
-    /// the token of every earlier holder of this resource, and the same
-    /// after extensions. Send it with every write to the protected resource,
-    /// which should refuse a token lower than one it has seen
-    /// ([`scripts::CHECK_TOKEN`](redlock_core::scripts::CHECK_TOKEN) does
-    /// that for a resource kept in Redis).
-    pub fn fencing_token(&self) -> Option<u64> {
-        self.core().fencing_token()
+    /// Whether the lock is lost: its validity ran out, or an extension
+    /// failed for good.
+    pub fn is_lost(&self) -> bool {
+        self.shared.loss().is_some()
     }
 
-    /// The votes of the round that acquired the lock.
-    pub fn votes(&self) -> &Votes {
-        self.core().votes()
+    /// Why the lock was lost, once it is.
+    pub fn loss(&self) -> Option<LossReason> {
+        self.shared.loss()
     }
 
-    /// Extends the lock to `ttl` from now, on a quorum of nodes, and returns
-    /// the new validity.
+    /// Completes when the lock is lost, with the reason: when its validity
+    /// runs out, or, kept alive, when an extension fails for good or the
+    /// extension limit is reached (before the validity ends). Cancel-safe;
+    /// may be awaited any number of times.
+    pub async fn lost(&self) -> LossReason {
+        self.shared.lost().await
+    }
+
+    /// The loss signal as a handle of its own, to give to tasks the work
+    /// spawns: cheap to clone, it outlives the guard's borrow.
+    pub fn loss_signal(&self) -> LossSignal {
+        LossSignal {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    /// Extends the lock to `ttl` from now, on a quorum of nodes, and
+    /// returns the new validity.
     ///
     /// Fails with [`ExtendError::Expired`] when no validity is left (someone
     /// else may hold the lock by now), [`ExtendError::Lost`] when another
-    /// owner holds it, [`ExtendError::Gone`] when our value is gone from more
-    /// nodes than a quorum can spare (released by its value, for example by
-    /// `redlock release --value`: the keys are then not re-created), and
-    /// [`ExtendError::NoQuorum`] when too few nodes answered. After a
-    /// failure, treat the lock as lost; the guard still releases on drop.
-    /// Cancel-safe: a dropped extension changes nothing here.
+    /// owner holds it and [`ExtendError::Gone`] when our value is gone from
+    /// more nodes than a quorum can spare (released by its value): the lock
+    /// is then lost ([`lost`](Self::lost) fires). [`ExtendError::NoQuorum`]
+    /// (too few nodes answered) leaves the lock as it was, until its
+    /// validity runs out. With keep-alive on, an extension by hand runs
+    /// beside it. Cancel-safe: a dropped extension changes nothing here.
     ///
-    /// [`ExtendError::Expired`]: crate::ExtendError::Expired
-    /// [`ExtendError::Lost`]: crate::ExtendError::Lost
-    /// [`ExtendError::Gone`]: crate::ExtendError::Gone
-    /// [`ExtendError::NoQuorum`]: crate::ExtendError::NoQuorum
+    /// [`ExtendError::Expired`]: crate::core::ExtendError::Expired
+    /// [`ExtendError::Lost`]: crate::core::ExtendError::Lost
+    /// [`ExtendError::Gone`]: crate::core::ExtendError::Gone
+    /// [`ExtendError::NoQuorum`]: crate::core::ExtendError::NoQuorum
     pub async fn extend(&mut self, ttl: Duration) -> Result<Duration, Error> {
         let ttl = self.client.settings().ttl(ttl)?;
-        let client = self.client.clone();
-        let lock = self
-            .lock
-            .as_mut()
-            .expect("a live guard always holds its lock");
+        let mut lock = self.shared.with(|kept| kept.lock.clone());
         let span = info_span!("redlock.extend", resource = %lock.key(), ttl_ms = ttl.as_millis());
         let mut extension = lock.extend(ttl, crate::sim::now()).inspect_err(|error| {
             metrics::extended(Err(error));
             span.in_scope(|| debug!(error = %error, "lock not extended"));
         })?;
-        let outcome = drive(&mut extension, &client)
+        let outcome = drive(&mut extension, &self.client)
             .instrument(span.clone())
             .await;
         metrics::extended(outcome.as_ref().map(|_| ()));
-        span.in_scope(|| match outcome {
+        let _entered = span.enter();
+        match outcome {
             Ok(extended) => {
-                lock.apply(&extended);
-                let validity = lock.validity(crate::sim::now());
+                self.shared.with(|kept| kept.lock.apply(&extended));
+                let validity = self.validity();
                 debug!(validity_ms = validity.as_millis() as u64, votes = %extended.votes, "lock extended");
                 Ok(validity)
             }
             Err(error) => {
                 debug!(error = %error, "lock not extended");
+                if !matches!(error, redlock_core::ExtendError::NoQuorum { .. }) {
+                    self.shared.lose(LossReason::ExtendFailed(error.clone()));
+                }
                 Err(error.into())
             }
-        })
+        }
     }
 
-    /// Releases the lock on every node and reports what each did. Ends
-    /// within one per-node timeout, also when nodes are down or the lock
-    /// has expired. Only our value is ever deleted.
+    /// Starts the keep-alive ([`LockRequest::keep_alive`](crate::LockRequest::keep_alive)).
+    pub(crate) fn start_keep_alive(&mut self, options: KeepAlive) {
+        let span = info_span!("redlock.keep_alive", resource = %self.key());
+        self.keep_alive = Some(tokio::spawn(
+            keep_alive(self.client.clone(), Arc::clone(&self.shared), options).instrument(span),
+        ));
+    }
+
+    /// Stops the keep-alive and waits until it has, so that no extension
+    /// (which may set a missing key again) is sent after what follows.
+    async fn stop_keep_alive(&mut self) {
+        if let Some(task) = self.keep_alive.take() {
+            task.abort();
+            let _ = task.await;
+        }
+    }
+
+    /// Releases the lock on every node (stopping its keep-alive first) and
+    /// reports what each did. Ends within one per-node timeout, also when
+    /// nodes are down or the lock has expired. Only our value is ever
+    /// deleted.
     ///
     /// Cancel-safe: if this future is dropped, the release continues in the
     /// background.
     pub async fn release(mut self) -> ReleaseReport {
-        let lock = self
-            .lock
-            .as_mut()
-            .expect("a live guard always holds its lock");
-        let report = release_lock(&self.client, lock).await;
-        metrics::held(lock, End::Released);
+        self.stop_keep_alive().await;
+        let (mut lock, lost) = self
+            .shared
+            .with(|kept| (kept.lock.clone(), kept.loss.is_some()));
+        let report = release_lock(&self.client, &mut lock).await;
+        if !lost {
+            // A lost lock's hold ended with the loss.
+            metrics::held(&lock, End::Released);
+        }
         // Only now: a release cancelled above is redone by `Drop`.
-        self.lock = None;
+        self.done = true;
         report
     }
 
-    /// Stops tracking the lock without releasing it and returns its value:
-    /// the key stays on the nodes until it expires or someone releases the
-    /// value with [`Redlock::release_value`].
+    /// Stops tracking the lock (and its keep-alive) without releasing it,
+    /// and returns its value: the key stays on the nodes until it expires
+    /// or someone releases the value with [`Redlock::release_value`].
     pub fn forget(mut self) -> LockValue {
-        let lock = self
-            .lock
-            .take()
-            .expect("a live guard always holds its lock");
-        lock.value().clone()
-    }
-
-    /// Keeps the lock alive in a background task: it is extended to its TTL
-    /// whenever the validity left drops to
-    /// [`KeepAlive::extend_when_left`] of the TTL, until
-    /// [`KeepAlive::max_extensions`], a failed extension, or release.
-    ///
-    /// Watch [`KeepAliveGuard::lost`] or [`KeepAliveGuard::lost_token`]: they
-    /// fire the moment the lock can no longer be counted on.
-    ///
-    /// # Panics
-    /// Outside a Tokio runtime, like `tokio::spawn`.
-    pub fn keep_alive(mut self, options: KeepAlive) -> KeepAliveGuard {
-        let lock = self
-            .lock
-            .take()
-            .expect("a live guard always holds its lock");
-        let key = lock.key().clone();
-        let value = lock.value().clone();
-        let fencing_token = lock.fencing_token();
-        let shared = Arc::new(Shared {
-            state: Mutex::new(Kept { lock, loss: None }),
-            lost: CancellationToken::new(),
-        });
-        let span = info_span!("redlock.keep_alive", resource = %key);
-        let task = tokio::spawn(
-            keep_alive(self.client.clone(), Arc::clone(&shared), options).instrument(span),
-        );
-        KeepAliveGuard {
-            client: self.client.clone(),
-            resource: Arc::clone(&self.resource),
-            key,
-            value,
-            fencing_token,
-            shared,
-            task: Some(task),
-            released: false,
+        if let Some(task) = self.keep_alive.take() {
+            task.abort();
         }
+        self.done = true;
+        self.value().clone()
     }
 }
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        if let Some(lock) = self.lock.take() {
-            metrics::held(&lock, End::Released);
-            spawn_release(self.client.clone(), lock, None);
+        if self.done {
+            return;
         }
+        let (lock, lost) = self
+            .shared
+            .with(|kept| (kept.lock.clone(), kept.loss.is_some()));
+        if !lost {
+            metrics::held(&lock, End::Released);
+        }
+        spawn_release(self.client.clone(), lock, self.keep_alive.take());
+    }
+}
+
+/// A lock's loss signal, made by [`LockGuard::loss_signal`]: for tasks
+/// that should stop when the lock is lost. Cheap to clone; clones see the
+/// same lock. It holds no lock itself, and it keeps working after the
+/// guard is gone (a released lock is never reported lost).
+#[derive(Clone)]
+pub struct LossSignal {
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for LossSignal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LossSignal")
+            .field("loss", &self.shared.loss())
+            .finish()
+    }
+}
+
+impl LossSignal {
+    /// Whether the lock is lost ([`LockGuard::is_lost`]).
+    pub fn is_lost(&self) -> bool {
+        self.shared.loss().is_some()
+    }
+
+    /// Completes when the lock is lost, with the reason
+    /// ([`LockGuard::lost`]). Cancel-safe.
+    pub async fn lost(&self) -> LossReason {
+        self.shared.lost().await
     }
 }
 
@@ -361,6 +419,7 @@ pub(crate) async fn release_lock(client: &Redlock, lock: &mut Lock) -> ReleaseRe
 
 struct Shared {
     state: Mutex<Kept>,
+    /// Cancelled once `loss` is set.
     lost: CancellationToken,
 }
 
@@ -384,10 +443,32 @@ impl Shared {
         })
     }
 
+    /// The loss, once there is one: recorded, or the validity ran out.
+    fn loss(&self) -> Option<LossReason> {
+        self.with(|kept| match &kept.loss {
+            Some(reason) => Some(reason.clone()),
+            None if !kept.lock.is_valid(crate::sim::now()) => Some(LossReason::Expired),
+            None => None,
+        })
+    }
+
     async fn lost(&self) -> LossReason {
-        self.lost.cancelled().await;
-        self.with(|kept| kept.loss.clone())
-            .expect("the loss reason is stored before the token is cancelled")
+        loop {
+            let recorded = self.with(|kept| kept.loss.clone().ok_or(kept.lock.valid_until()));
+            let until = match recorded {
+                Ok(reason) => return reason,
+                Err(until) => until,
+            };
+            tokio::select! {
+                () = self.lost.cancelled() => {}
+                () = tokio::time::sleep_until(until.into()) => {
+                    // Unless an extension moved the end meanwhile.
+                    if let Some(reason) = self.loss() {
+                        return reason;
+                    }
+                }
+            }
+        }
     }
 
     fn lose(&self, reason: LossReason) {
@@ -396,268 +477,6 @@ impl Shared {
         info!(reason = %reason, "lock lost");
         self.with(|kept| kept.loss.get_or_insert(reason).clone());
         self.lost.cancel();
-    }
-}
-
-/// A lock kept alive by a background task, made by
-/// [`LockGuard::keep_alive`].
-///
-/// The lock is lost when an extension fails for good (another owner, our
-/// value released on a quorum of nodes, or validity ran out) or the
-/// extension limit is reached; then
-/// [`lost`](Self::lost) completes and [`lost_token`](Self::lost_token) is
-/// cancelled, at once. An extension that fails only because too few nodes
-/// answered is retried while validity is left, so the loss is signalled at
-/// the latest when the validity runs out.
-///
-/// Dropping it stops the extensions and releases the lock in the
-/// background, like [`LockGuard`].
-#[must_use = "dropping the guard releases the lock at once"]
-pub struct KeepAliveGuard {
-    client: Redlock,
-    resource: Arc<[u8]>,
-    key: Key,
-    value: LockValue,
-    fencing_token: Option<u64>,
-    shared: Arc<Shared>,
-    task: Option<JoinHandle<()>>,
-    released: bool,
-}
-
-impl fmt::Debug for KeepAliveGuard {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KeepAliveGuard")
-            .field("key", &self.key)
-            .field("validity", &self.validity())
-            .field("extensions", &self.extensions())
-            .field("loss", &self.loss())
-            .finish_non_exhaustive()
-    }
-}
-
-impl KeepAliveGuard {
-    /// The resource name, as given to `lock`.
-    pub fn resource(&self) -> &[u8] {
-        &self.resource
-    }
-
-    /// The Redis key.
-    pub fn key(&self) -> &Key {
-        &self.key
-    }
-
-    /// Our unique value on the nodes.
-    pub fn value(&self) -> &LockValue {
-        &self.value
-    }
-
-    /// Validity left now; zero once the lock is lost, even if the last
-    /// validity window has not ended.
-    pub fn validity(&self) -> Duration {
-        self.shared.validity()
-    }
-
-    /// Whether validity is left and the lock is not lost.
-    pub fn is_valid(&self) -> bool {
-        !self.validity().is_zero()
-    }
-
-    /// The instant the current validity ends (moved on by each extension);
-    /// `None` once the lock is lost.
-    pub fn valid_until(&self) -> Option<Instant> {
-        self.shared.with(|kept| match kept.loss {
-            Some(_) => None,
-            None => Some(kept.lock.valid_until()),
-        })
-    }
-
-    /// What work under this lock may know of it, to hand to that work
-    /// ([`Redlock::with_lock`] passes one to its closure).
-    pub(crate) fn context(&self) -> LockContext {
-        LockContext {
-            resource: Arc::clone(&self.resource),
-            key: self.key.clone(),
-            value: self.value.clone(),
-            fencing_token: self.fencing_token,
-            shared: Arc::clone(&self.shared),
-        }
-    }
-
-    /// The fencing token, for a fenced lock; extensions keep it.
-    pub fn fencing_token(&self) -> Option<u64> {
-        self.fencing_token
-    }
-
-    /// Successful extensions so far.
-    pub fn extensions(&self) -> u64 {
-        self.shared.with(|kept| kept.lock.extensions())
-    }
-
-    /// Why the lock was lost, once it is.
-    pub fn loss(&self) -> Option<LossReason> {
-        self.shared.with(|kept| kept.loss.clone())
-    }
-
-    /// Whether the lock is lost.
-    pub fn is_lost(&self) -> bool {
-        self.shared.lost.is_cancelled()
-    }
-
-    /// Completes when the lock is lost, with the reason. Cancel-safe; may be
-    /// awaited any number of times.
-    pub async fn lost(&self) -> LossReason {
-        self.shared.lost().await
-    }
-
-    /// A token cancelled the moment the lock is lost, to hand to work that
-    /// should stop then (`token.cancelled().await`, or
-    /// `token.run_until_cancelled(work)`). Cancelling it yourself does not
-    /// affect the lock.
-    pub fn lost_token(&self) -> CancellationToken {
-        self.shared.lost.child_token()
-    }
-
-    /// Stops extending and releases the lock on every node.
-    ///
-    /// Cancel-safe: if this future is dropped, the release continues in the
-    /// background.
-    pub async fn release(mut self) -> ReleaseReport {
-        if let Some(task) = self.task.take() {
-            // Wait until the keep-alive has stopped, so that no extension
-            // (which may set a missing key again) is sent after the release.
-            task.abort();
-            let _ = task.await;
-        }
-        let (mut lock, lost) = self
-            .shared
-            .with(|kept| (kept.lock.clone(), kept.loss.is_some()));
-        let report = release_lock(&self.client, &mut lock).await;
-        if !lost {
-            // A lost lock's hold ended with the loss.
-            metrics::held(&lock, End::Released);
-        }
-        self.released = true;
-        report
-    }
-}
-
-/// The lock as the work under [`Redlock::with_lock`] sees it: its fencing
-/// token, value and validity, and the signal that it is lost.
-///
-/// The lock is kept alive in the background while the work runs, so
-/// [`validity`](Self::validity) is refreshed by every extension. Cheap to
-/// clone (a few `Arc`s); clones see the same lock. It holds no lock itself:
-/// `with_lock` releases the lock when the work ends, whatever becomes of
-/// the context.
-///
-/// ```no_run
-/// # async fn demo(redlock: redlock_tokio::Redlock) -> Result<(), redlock_tokio::Error> {
-/// use std::time::Duration;
-///
-/// let written = redlock
-///     .with_lock("ledger", async |lock| {
-///         // With `Builder::fencing(true)` every lock has a token: send it
-///         // with each write, so the ledger refuses a late writer.
-///         let token = lock.fencing_token();
-///         for step in 0..3 {
-///             if lock.validity() < Duration::from_secs(1) {
-///                 break; // not enough time left for one more step
-///             }
-///             // ... write step `step` with `token` ...
-///             # let _ = (step, token);
-///         }
-///         // Long waits can give up as soon as the lock is lost (the work
-///         // is also dropped at its next `.await` then).
-///         tokio::select! {
-///             reason = lock.lost() => println!("lost: {reason}"),
-///             () = tokio::time::sleep(Duration::from_millis(10)) => {}
-///         }
-///         3
-///     })
-///     .await?;
-/// # let _ = written;
-/// # Ok(()) }
-/// ```
-#[derive(Clone)]
-pub struct LockContext {
-    resource: Arc<[u8]>,
-    key: Key,
-    value: LockValue,
-    fencing_token: Option<u64>,
-    shared: Arc<Shared>,
-}
-
-impl fmt::Debug for LockContext {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LockContext")
-            .field("key", &self.key)
-            .field("fencing_token", &self.fencing_token)
-            .field("validity", &self.validity())
-            .field("lost", &self.is_lost())
-            .finish_non_exhaustive()
-    }
-}
-
-impl LockContext {
-    /// The resource name, as given to `with_lock`.
-    pub fn resource(&self) -> &[u8] {
-        &self.resource
-    }
-
-    /// The Redis key: the key prefix followed by the resource name.
-    pub fn key(&self) -> &Key {
-        &self.key
-    }
-
-    /// Our unique value on the nodes; where the protected resource can
-    /// compare values, a compare-and-set token. Whoever knows it can
-    /// release the lock: keep it out of logs.
-    pub fn value(&self) -> &LockValue {
-        &self.value
-    }
-
-    /// The fencing token, for a lock taken with fencing
-    /// ([`Builder::fencing`](crate::Builder::fencing)); see
-    /// [`LockGuard::fencing_token`].
-    pub fn fencing_token(&self) -> Option<u64> {
-        self.fencing_token
-    }
-
-    /// Validity left now, as extended in the background; zero once the lock
-    /// is lost.
-    pub fn validity(&self) -> Duration {
-        self.shared.validity()
-    }
-
-    /// Whether the lock is lost.
-    pub fn is_lost(&self) -> bool {
-        self.shared.lost.is_cancelled()
-    }
-
-    /// Completes when the lock is lost, with the reason. Cancel-safe.
-    pub async fn lost(&self) -> LossReason {
-        self.shared.lost().await
-    }
-
-    /// A token cancelled the moment the lock is lost, to hand to tasks the
-    /// work spawns. Cancelling it yourself does not affect the lock.
-    pub fn lost_token(&self) -> CancellationToken {
-        self.shared.lost.child_token()
-    }
-}
-
-impl Drop for KeepAliveGuard {
-    fn drop(&mut self) {
-        if self.released {
-            return;
-        }
-        let (lock, lost) = self
-            .shared
-            .with(|kept| (kept.lock.clone(), kept.loss.is_some()));
-        if !lost {
-            metrics::held(&lock, End::Released);
-        }
-        spawn_release(self.client.clone(), lock, self.task.take());
     }
 }
 

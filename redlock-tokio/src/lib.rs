@@ -1,15 +1,15 @@
 //! Redlock for Tokio: a distributed lock held on a majority of N independent
-//! Redis masters.
+//! Redis (or Valkey) nodes.
 //!
 //! For services on several machines that must not do the same work twice:
-//! the lock lives on a majority of N masters, so one dead or paused master
-//! does not stop anyone, and every acquire asks all masters at once and
+//! the lock lives on a majority of N nodes, so one dead or paused node
+//! does not stop anyone, and every acquire asks all nodes at once and
 //! decides as soon as the outcome is certain. The algorithm itself is
 //! [`redlock_core`]'s; this crate owns the connections.
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use redlock_tokio::Redlock;
+//! use redlock_tokio::{Redlock, Wait};
 //!
 //! # async fn demo() -> Result<(), redlock_tokio::Error> {
 //! let redlock = Redlock::connect([
@@ -23,31 +23,28 @@
 //! let mut guard = redlock.lock("invoice-42").await?;
 //! assert!(guard.validity() > Duration::from_secs(9)); // 10 s TTL by default
 //! guard.extend(Duration::from_secs(10)).await?;
-//! let report = guard.release().await;
-//! println!("{report}");
+//! println!("{}", guard.release().await);
 //!
-//! // Or let the lock be kept alive while a future runs, which is cancelled
-//! // if the lock is lost; it sees the lock's value, fencing token and
-//! // validity.
-//! let total = redlock
-//!     .with_lock("report", async |lock| {
-//!         // ... long work; `lock.lost()` completes if the lock is lost ...
-//!         # let _ = (lock.value(), lock.fencing_token());
-//!         assert!(!lock.validity().is_zero());
-//!         42
-//!     })
+//! // Every option of one lock is a modifier of the same request.
+//! let guard = redlock
+//!     .lock("ledger")
+//!     .ttl(Duration::from_secs(30))
+//!     .fencing()
+//!     .wait(Wait::AtMost(Duration::from_secs(2)))
 //!     .await?;
-//! # let _ = total;
+//! # drop(guard);
 //! # Ok(())
 //! # }
 //! ```
 //!
-//! # Work that can fail
+//! # One entry point
 //!
-//! The work's own result comes back inside the lock's:
-//! `Result<T, Error>` where `T` is whatever the work returns. When the work
-//! returns a `Result` and uses `?`, name its error type once (here with
-//! `Ok::<_, E>`), or the compiler cannot infer it (error E0282):
+//! [`Redlock::lock`] (and [`Redlock::lock_all`] for several resources)
+//! returns a [`LockRequest`]: await it for a [`LockGuard`], or
+//! [`run`](LockRequest::run) work under it, which keeps the lock alive,
+//! cancels the work if the lock is lost and releases it at the end. The
+//! work's error type takes this crate's errors (`E: From<Error>`), so one
+//! `?` reads the result:
 //!
 //! ```no_run
 //! use redlock_tokio::Redlock;
@@ -57,17 +54,23 @@
 //!     Ok(42)
 //! }
 //!
-//! async fn nightly(redlock: &Redlock) -> Result<u64, Box<dyn std::error::Error>> {
-//!     let rows = redlock
-//!         .with_lock("nightly-export", async |lock| {
-//!             let rows = export(lock.fencing_token()).await?;
-//!             Ok::<_, std::io::Error>(rows)
-//!         })
-//!         .await??; // the first `?`: the lock (held by another, nodes down, lost);
-//!                   // the second: the work's own error
-//!     Ok(rows)
+//! async fn nightly(redlock: &Redlock) -> Result<u64, Box<dyn std::error::Error + Send + Sync>> {
+//!     redlock
+//!         .lock("nightly-export")
+//!         .fencing()
+//!         .run(async |lock| Ok(export(lock.fencing_token()).await?))
+//!         .await
 //! }
 //! ```
+//!
+//! Why this shape: one way to say each thing. The client-wide defaults
+//! (TTL, how long to wait, retry delays) live on the [`Builder`]; what one
+//! lock may change is a modifier of its request; a lock's kind is chosen
+//! once ([`kind`]), so a combination that cannot work (a fenced read lock,
+//! a fair multi-resource lock) does not compile. There is one guard type,
+//! whether kept alive or not, with one loss signal ([`LockGuard::lost`]).
+//! Synchronous programs use the same vocabulary through the
+//! `blocking` module (feature `blocking`).
 //!
 //! # Lock kinds
 //!
@@ -77,60 +80,59 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use redlock_tokio::{LockOptions, LockSpec, Redlock};
+//! use redlock_tokio::{Redlock, Wait};
 //!
 //! # async fn kinds(redlock: Redlock, worker_id: &str) -> Result<(), redlock_tokio::Error> {
 //! // Exclusive, with a fencing token: larger than every earlier holder's while
-//! // masters keep their data; the protected resource refuses lower ones.
-//! let fenced = redlock.lock_with("ledger", LockOptions::new().fencing(true)).await?;
+//! // nodes keep their data; the protected resource refuses lower ones.
+//! let fenced = redlock.lock("ledger").fencing().await?;
 //! let token: u64 = fenced.fencing_token().expect("asked for one");
 //! # let _ = token;
 //! fenced.release().await;
 //!
 //! // Read-write: many readers, or one writer; a waiting writer holds off new readers.
-//! let reading = redlock.read_lock("catalog").await?;
+//! let reading = redlock.lock("catalog").read().await?;
 //! reading.release().await;
-//! let writing = redlock.write_lock("catalog").await?;
+//! let writing = redlock.lock("catalog").write().wait(Wait::No).ttl(Duration::from_secs(5)).await?;
 //! writing.release().await;
 //!
 //! // Reentrant: the same owner id enters again; each guard releases its own entry.
-//! let outer = redlock.lock_reentrant("job-42", worker_id).await?;
-//! let inner = redlock.lock_reentrant("job-42", worker_id).await?;
+//! let outer = redlock.lock("job-42").reentrant(worker_id).await?;
+//! let inner = redlock.lock("job-42").reentrant(worker_id).await?;
 //! inner.release().await;
 //! outer.release().await;
 //!
-//! // Multi-resource: all keys on a master, or none of them.
-//! let both = redlock.lock_all(&["account:1", "account:2"]).await?;
-//! both.release().await;
+//! // Fair: first come, first served across processes.
+//! let fair = redlock.lock("printer").fair().await?;
+//! fair.release().await;
 //!
-//! // Any kind, with per-call options: one attempt, a TTL of its own.
-//! let once = redlock
-//!     .lock_spec(LockSpec::Write(b"catalog"), LockOptions::new().once().ttl(Duration::from_secs(5)))
-//!     .await?;
-//! once.release().await;
+//! // Multi-resource: all keys on a node, or none of them.
+//! let both = redlock.lock_all(["account:1", "account:2"]).await?;
+//! both.release().await;
 //! # Ok(()) }
 //! ```
 //!
 //! # When things fail
 //!
-//! - A master that is down, paused or slow costs at most the per-node
-//!   timeout ([`Settings::node_timeout`], by default 1% of the TTL, between
-//!   10 and 50 ms), never the TTL; with a majority up, locks go on.
+//! - A node that is down, paused or slow costs at most the per-node
+//!   timeout ([`core::Settings::node_timeout`], by default 1% of the TTL,
+//!   between 10 and 50 ms), never the TTL; with a majority up, locks go on.
 //! - A lock that is not granted is an [`Error::Acquire`] with the core's
-//!   [`AcquireError`]: `Held` (another owner), `NoQuorum` (too many masters
+//!   [`AcquireError`]: `Held` (another owner), `NoQuorum` (too many nodes
 //!   failed), `ValidityExhausted` (a quorum came too late), `WrongType` (the
 //!   key is not a lock: not retried), `DeadlineExceeded`. Each carries every
-//!   master's vote ([`Votes`]), so the message says which master did what.
-//!   Whatever the attempt may have set is released on every master first.
+//!   node's vote ([`core::Votes`]), so the message says which node did what.
+//!   Whatever the attempt may have set is released on every node first.
 //! - Configuration mistakes fail before anything is sent and are never
-//!   retried: when the client is built ([`Error::Config`] for no servers,
-//!   even or duplicate servers, unparsable URLs, a zero or huge TTL;
-//!   [`Error::Auth`]; [`Error::Tls`]), or when a call starts (a per-call TTL
-//!   out of bounds, a cross-slot lock on a cluster node).
-//! - A lock lost under a keep-alive (another owner, a release by value, too
-//!   many masters silent until validity ran out) fires the guard's loss
-//!   signal, and [`Redlock::with_lock`] cancels the work and returns
-//!   [`Error::LockLost`].
+//!   retried: when the client is built ([`Error::Config`] for no nodes,
+//!   even or duplicate nodes, unparsable URLs, a host name that does not
+//!   resolve, a zero or huge TTL; [`Error::Auth`]; [`Error::Tls`]), or when
+//!   a call starts (a per-call TTL out of bounds, a cross-slot lock on a
+//!   cluster node).
+//! - A lock lost (its validity ran out; kept alive: another owner, a
+//!   release by value, too many nodes silent until validity ran out) fires
+//!   the guard's loss signal, and [`LockRequest::run`] cancels the work and
+//!   returns [`Error::LockLost`].
 //!
 //! # Connections
 //!
@@ -238,18 +240,14 @@
 //!   the path read and forge the traffic. It needs the `insecure-tls`
 //!   feature (off by default); without it such a URL is an
 //!   [`Error::Config`], so no URL can turn the check off in a production build.
-//! - Anything else (another root store, RESP3, ...): build the
-//!   `redis::Client`s yourself, for example with
-//!   `redis::Client::build_with_tls`, and pass them to
-//!   [`Builder::from_clients`].
 //!
 //! # Waiting for a lock
 //!
-//! [`Redlock::lock`] (and every other acquire that retries) waits between
+//! [`Redlock::lock`] (every request that may wait) waits between
 //! attempts for its retry delay **or** for a release notice, whichever
 //! comes first. Every release that frees a lock publishes an empty message
 //! on the channel `<key>\0released` on each node
-//! ([`Settings::release_channel`]); an acquire that has to wait listens
+//! ([`core::Settings::release_channel`]); an acquire that has to wait listens
 //! there and tries again within about one round trip of the release, so
 //! a long retry delay no longer means a long wait, and waiters need not
 //! hammer the nodes with short delays.
@@ -270,14 +268,14 @@
 //!   leaves without the lock, the next is told what it missed), and a new
 //!   `lock` on a lock the client's acquires already wait for queues behind
 //!   them instead of attempting, so a holder that releases and asks again
-//!   comes last. `try_lock` never queues. Between clients the fastest
+//!   comes last. A request that does not wait ([`Wait::No`]) never queues. Between clients the fastest
 //!   attempt to a quorum still wins, and every waiter keeps its timed
 //!   retries as the backstop, which can also win a race.
 //! - **First come, first served across clients, as an option**:
-//!   [`LockOptions::fair`] keeps a queue of waiters on every master, and a
+//!   [`LockRequest::fair`] keeps a queue of waiters on every node, and a
 //!   master grants a free key only to the head of its queue, so while a
 //!   quorum is up the waiter the quorum saw first is served first (see
-//!   [`LockSpec::Fair`] for the bounds: a dead
+//!   [`core::LockSpec::Fair`] for the bounds: a dead
 //!   waiter, masters that disagree, nothing left behind).
 //! - A release counts once it is heard from more nodes than a failed
 //!   attempt can free while someone else holds a quorum: N - quorum + 1
@@ -349,7 +347,7 @@
 //! - Every future here is cancel-safe. A dropped [`Redlock::lock`] (or any
 //!   other acquire) releases, in a background task, whatever its attempt in
 //!   flight may have set on the nodes.
-//! - A [`LockGuard`] or [`KeepAliveGuard`] dropped without `release`
+//! - A [`LockGuard`] dropped without `release`
 //!   releases the lock in a background task on the current Tokio runtime.
 //! - **Exit.** A guard alive or dropped when `main` returns (plainly,
 //!   through `?`, or by a panic), on either runtime flavour, is released
@@ -392,14 +390,14 @@
 //!   client's monotonic clock; a client paused (GC, swap, SIGSTOP) past its
 //!   validity may resume believing it still holds the lock. Check
 //!   [`LockGuard::validity`] before each step, keep steps short compared to
-//!   the TTL, or use [`Redlock::with_lock`], which cancels the work the
+//!   the TTL, or use [`LockRequest::run`], which cancels the work the
 //!   moment the lock is lost.
 //! - **Nodes keep their data.** A node that restarts empty forgets the key;
 //!   run Redis with AOF and `appendfsync always`, or keep a crashed node down
 //!   for longer than the longest TTL.
 //! - **Fencing is the resource's job.** A lock alone cannot stop a holder
 //!   that lost it (paused, partitioned) from writing late. Ask for a fencing
-//!   token ([`LockOptions::fencing`], [`LockGuard::fencing_token`]: larger
+//!   token ([`LockRequest::fencing`], [`LockGuard::fencing_token`]: larger
 //!   than every earlier holder's while masters keep their data) and have the
 //!   protected resource refuse tokens below the highest it has seen; where it
 //!   can only compare values, use the lock value ([`LockGuard::value`]).
@@ -416,6 +414,8 @@
 //! `docs/guarantees.md` gives each case and what to do about it.
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "blocking")]
+pub mod blocking;
 mod builder;
 mod client;
 mod drain;
@@ -426,30 +426,27 @@ mod inspect;
 mod metrics;
 mod node;
 mod notices;
-mod options;
 mod order;
+mod request;
 mod server;
-#[doc(hidden)]
+#[cfg(feature = "simulation")]
 pub mod sim;
+#[cfg(not(feature = "simulation"))]
+#[allow(unreachable_pub, dead_code)]
+mod sim;
 #[cfg(feature = "tls")]
 mod tls;
 
-pub use builder::{Builder, DEFAULT_CONNECT_TIMEOUT};
+pub use builder::Builder;
 pub use client::Redlock;
 pub use error::Error;
-pub use guard::{KeepAliveGuard, LockContext, LockGuard};
+pub use guard::{LockGuard, LossSignal};
 pub use inspect::NodeInspection;
-pub use options::LockOptions;
-pub use server::node_name;
+pub use redlock_core::{AcquireError, ConfigError, ExtendError, KeepAlive, LossReason, ReleaseReport};
+pub use request::{Acquiring, LockRequest, Wait, kind};
 
-/// The core crate, re-exported: configuration, errors and votes.
+/// The core crate: the algorithm, its settings, votes, keys and values.
 pub use redlock_core as core;
-pub use redlock_core::{
-    AcquireError, ConfigError, ExtendError, Holding, KeepAlive, Key, LockKind, LockSpec, LockState,
-    LockStatus, LockValue, LossReason, NodeError, NodeErrorKind, NodeVote, ReleaseReport,
-    RetryConfig, Settings, Votes,
-};
-pub use tokio_util::sync::CancellationToken;
 
 /// The README's Rust examples, compiled by `cargo test --doc` so that they
 /// cannot drift from the API (they are `no_run`: they name masters that do not
@@ -509,16 +506,49 @@ mod tests {
     fn handles_are_send_and_sync() {
         assert_send_sync_clone::<Redlock>();
         assert_send_sync_clone::<Error>();
+        assert_send_sync_clone::<LossSignal>();
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<LockGuard>();
     }
 
     #[allow(dead_code, clippy::diverging_sub_expression, unreachable_code)]
-    fn futures_are_send(redlock: Redlock, guard: LockGuard, kept: KeepAliveGuard) {
-        assert_send(&redlock.lock("r"));
-        assert_send(&redlock.try_lock_with_ttl(b"r", std::time::Duration::from_secs(1)));
-        assert_send(&redlock.release_value("r", &LockValue::from_string("v")));
-        assert_send(&redlock.with_lock("r", |_| async { 1 }));
+    fn futures_are_send(redlock: Redlock, guard: LockGuard) {
+        use std::future::IntoFuture;
+        assert_send(&redlock.lock("r").into_future());
+        assert_send(
+            &redlock
+                .lock("r")
+                .ttl(std::time::Duration::from_secs(1))
+                .wait(Wait::No)
+                .into_future(),
+        );
+        assert_send(&redlock.release_value("r", &core::LockValue::from_string("v")));
+        assert_send(&redlock.lock("r").run(async |lock| {
+            tokio::task::yield_now().await;
+            Ok::<_, Error>(lock.validity())
+        }));
         assert_send(&redlock.inspect("r"));
-        assert_send(&kept.release());
+        assert_send(&guard.lost());
         assert_send(&guard.release());
     }
+
+    /// Work under `run` can be spawned: the future is `Send + 'static`.
+    #[allow(dead_code)]
+    fn run_can_be_spawned(redlock: Redlock) {
+        tokio::spawn(async move {
+            redlock
+                .lock("r")
+                .run(async |lock| {
+                    tokio::task::yield_now().await;
+                    Ok::<_, Error>(lock.fencing_token())
+                })
+                .await
+        });
+    }
 }
+
+/// The guide's `docs/blocking.md` examples, compiled by `cargo test --doc`
+/// (with the `blocking` feature, which they use).
+#[cfg(all(doctest, feature = "blocking"))]
+#[doc = include_str!("../../docs/blocking.md")]
+struct GuideBlocking;

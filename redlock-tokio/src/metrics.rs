@@ -419,6 +419,7 @@ mod on {
     pub(crate) fn lost(reason: &LossReason) {
         let index = match reason {
             LossReason::ExtendFailed(error) => extend_index(error) - 1,
+            LossReason::Expired => 0,
             _ => 4,
         };
         count(&LOSS_KEYS[index]);

@@ -45,8 +45,8 @@ impl Server {
     /// Parses a `redis://`, `rediss://` (TLS), `valkey://`, `valkeys://` or
     /// `redis+unix://` URL.
     pub(crate) fn from_url(url: &str) -> Result<Self, ConfigError> {
-        let invalid = |reason: String| ConfigError::InvalidServer {
-            server: redact(url),
+        let invalid = |reason: String| ConfigError::InvalidNode {
+            node: redact(url),
             reason,
         };
         if TLS_CLUSTER_SCHEMES
@@ -77,12 +77,18 @@ impl Server {
                     .to_owned(),
             ));
         }
-        if redis::parse_redis_url(url).is_none() {
-            return Err(invalid(
+        let not_a_url = || {
+            invalid(
                 "not a Redis URL: expected redis://[user:password@]host[:port][/db] \
                  (or rediss:// for TLS)"
                     .to_owned(),
-            ));
+            )
+        };
+        let parsed = redis::parse_redis_url(url).ok_or_else(not_a_url)?;
+        // `redis:/host:port` parses, as a URL without a host whose path is
+        // `/host:port`; only Unix sockets have no host.
+        if parsed.host_str().is_none_or(str::is_empty) && !parsed.scheme().contains("unix") {
+            return Err(not_a_url());
         }
         // The messages of redis' URL errors are fixed texts (no part of the
         // URL), so they cannot leak a password.
@@ -150,6 +156,22 @@ impl Server {
         }
     }
 
+    /// The host name and port to resolve before connecting, for a node
+    /// reached over TCP by name (not a cluster, a socket or an address).
+    pub(crate) fn host_to_resolve(&self) -> Option<(String, u16)> {
+        if self.cluster.is_some() {
+            return None;
+        }
+        match self.client.get_connection_info().addr() {
+            ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. }
+                if host.parse::<std::net::IpAddr>().is_err() =>
+            {
+                Some((host.clone(), *port))
+            }
+            _ => None,
+        }
+    }
+
     /// Whether the connection uses TLS.
     pub(crate) fn is_tls(&self) -> bool {
         matches!(
@@ -159,24 +181,12 @@ impl Server {
     }
 }
 
-/// The node name a server URL stands for (`host:port/db`, `unix:/path/db`
-/// or `cluster:seed,seed`), checked as [`Builder::build`](crate::Builder::build)
-/// checks it, without connecting: a name, or
-/// [`ConfigError::InvalidServer`] with the password redacted. The name never
-/// carries credentials or options; two URLs with the same name are the same
-/// node (the builder refuses them as [`ConfigError::DuplicateServer`]).
-///
-/// ```
-/// use redlock_tokio::{ConfigError, node_name};
-///
-/// assert_eq!(node_name("redis://user:secret@LocalHost:7001/2")?, "localhost:7001/2");
-/// assert_eq!(node_name("redis://localhost")?, node_name("redis://localhost:6379/0")?);
-/// let error = node_name("redis://user:secret@host:99999").unwrap_err();
-/// assert!(matches!(error, ConfigError::InvalidServer { .. }));
-/// assert!(!error.to_string().contains("secret"));
-/// # Ok::<(), ConfigError>(())
-/// ```
-pub fn node_name(url: &str) -> Result<String, ConfigError> {
+/// The node name a URL stands for (`host:port/db`, `unix:/path/db` or
+/// `cluster:seed,seed`), checked as [`Builder::build`](crate::Builder::build)
+/// checks it, without connecting: a name, or [`ConfigError::InvalidNode`]
+/// with the password redacted. The name never carries credentials or
+/// options; two URLs with the same name are the same node.
+pub(crate) fn node_name(url: &str) -> Result<String, ConfigError> {
     Server::from_url(url).map(|server| server.name)
 }
 
@@ -333,14 +343,14 @@ mod tests {
             "redis+cluster://u:hunter2@h:99999",
         ] {
             let err = Server::from_url(bad).err().unwrap();
-            assert!(matches!(err, ConfigError::InvalidServer { .. }), "{bad}");
+            assert!(matches!(err, ConfigError::InvalidNode { .. }), "{bad}");
             assert!(!format!("{err} {err:?}").contains("hunter2"), "{err}");
         }
     }
 
     fn reason(url: &str) -> String {
         match Server::from_url(url) {
-            Err(ConfigError::InvalidServer { reason, .. }) => reason,
+            Err(ConfigError::InvalidNode { reason, .. }) => reason,
             other => panic!("{url}: {:?}", other.map(|s| s.name)),
         }
     }
@@ -398,10 +408,10 @@ mod tests {
             "redis://u:hunter2@h:99999",
         ] {
             let err = Server::from_url(url).err().unwrap();
-            let ConfigError::InvalidServer { server, reason } = &err else {
+            let ConfigError::InvalidNode { node, reason } = &err else {
                 panic!("{url}: {err:?}");
             };
-            assert!(!server.contains("hunter2"), "{server}");
+            assert!(!node.contains("hunter2"), "{node}");
             assert!(!reason.contains("hunter2"), "{reason}");
             assert!(!format!("{err} {err:?}").contains("hunter2"));
         }

@@ -103,11 +103,8 @@ async fn reordered(queue: usize) -> usize {
     tokio::spawn(driver);
     let nodes = [Node::over(connection)];
 
-    let settings = Config {
-        servers: vec!["test".to_owned()],
-        ..Config::default()
-    }
-    .validate()
+    let settings = Config::new(["test"])
+        .validate()
     .expect("valid settings");
     let request = |resource: usize, command: Command| -> Request {
         let key = settings.key(format!("k{resource}").as_bytes());

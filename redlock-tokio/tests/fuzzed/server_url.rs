@@ -1,4 +1,4 @@
-//! Fuzzed server URLs: [`node_name`] of any text is a name or
+//! Fuzzed server URLs: [`Redlock::node_name`] of any text is a name or
 //! [`ConfigError::InvalidServer`], never a panic, and the password of a URL
 //! shows neither in the name nor in the error.
 //!
@@ -9,7 +9,7 @@
 //! nightly) and the stable test `tests/fuzzed_urls.rs`.
 
 use arbitrary::{Result, Unstructured};
-use redlock_tokio::{ConfigError, node_name};
+use redlock_tokio::{ConfigError, Redlock};
 
 /// Runs one input; panics when a property fails.
 pub(crate) fn check(data: &[u8]) {
@@ -116,7 +116,7 @@ fn pick(u: &mut Unstructured<'_>, values: &[&str]) -> Result<String> {
 /// anything); names only hold an address, so never show user info.
 fn check_url(url: &str, secret: Option<&str>, in_user_info: bool) {
     let shows = |text: &str| secret.is_some_and(|secret| text.contains(secret));
-    match node_name(url) {
+    match Redlock::node_name(url) {
         Ok(name) => {
             assert!(!name.is_empty(), "{url:?}: an empty name");
             assert!(
@@ -124,10 +124,10 @@ fn check_url(url: &str, secret: Option<&str>, in_user_info: bool) {
                 "{url:?}: the name {name:?} shows the password"
             );
             // A name stands for one node: the same URL, the same name.
-            assert_eq!(node_name(url).ok(), Some(name));
+            assert_eq!(Redlock::node_name(url).ok(), Some(name));
         }
         Err(error) => {
-            let ConfigError::InvalidServer { server, reason } = &error else {
+            let ConfigError::InvalidNode { node: server, reason } = &error else {
                 panic!("{url:?}: not an InvalidServer error: {error:?}");
             };
             assert!(!shows(server), "{url:?}: {server:?} shows the password");

@@ -1,0 +1,459 @@
+//! A blocking client, for programs without an async runtime (feature
+//! `blocking`).
+//!
+//! The same client, driven by one background thread per client that runs a
+//! current-thread Tokio runtime (reqwest's model): connections, keep-alive,
+//! release notices and loss detection run there while the caller's
+//! synchronous code runs. The vocabulary is the async client's: the same
+//! [`Builder`](crate::Builder) ([`build_blocking`](crate::Builder::build_blocking)),
+//! the same request modifiers, the same guard accessors; a request ends in
+//! [`acquire`](LockRequest::acquire) or [`run`](LockRequest::run) instead of
+//! `.await`.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use redlock_tokio::{Wait, blocking::Redlock};
+//!
+//! fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//!     let redlock = Redlock::connect([
+//!         "redis://127.0.0.1:7001",
+//!         "redis://127.0.0.1:7002",
+//!         "redis://127.0.0.1:7003",
+//!     ])?;
+//!     let guard = redlock.lock("nightly-report").wait(Wait::AtMost(Duration::from_secs(2))).acquire()?;
+//!     println!("locked for {:?}", guard.validity());
+//!     println!("{}", guard.release()?);
+//!
+//!     // Work under a lock kept alive in the background; one `?`.
+//!     let rows = redlock.lock("nightly-export").fencing().run(|lock| {
+//!         let token = lock.fencing_token().expect("fenced");
+//!         Ok::<_, Box<dyn std::error::Error + Send + Sync>>(token)
+//!     })?;
+//!     # let _ = rows;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! - **Inside an async runtime** every call returns [`Error::InsideRuntime`]
+//!   instead of blocking (or panicking): use the async client there.
+//! - **Dropping** a guard releases the lock on the client's thread, without
+//!   blocking the caller. Dropping the last handle of a client (its
+//!   [`Redlock`] and every guard) waits for the releases in flight
+//!   ([`crate::Redlock::shutdown`]) and stops the thread: a guard alive or
+//!   dropped when `main` returns is released before the process exits, as
+//!   long as the client is dropped too (keep it in `main`'s scope, not in a
+//!   `static`). Work under [`run`](LockRequest::run) is not interrupted
+//!   when the lock is lost (synchronous code has no `.await` to stop at):
+//!   check [`LockGuard::is_lost`] between steps; `run` then reports the
+//!   loss as [`Error::LockLost`] whatever the work returned.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use redlock_core::{Key, LockValue, Votes};
+use tokio::runtime::Handle;
+use tokio::sync::oneshot;
+
+use crate::{Error, KeepAlive, LossReason, LossSignal, ReleaseReport, Wait, kind};
+
+/// A blocking Redlock client: [`crate::Redlock`] driven by a thread of its
+/// own. Cheap to clone; clones share the thread and the connections.
+#[derive(Clone)]
+pub struct Redlock {
+    shared: Arc<Shared>,
+}
+
+/// The client and the thread that drives it; dropped with the last handle.
+struct Shared {
+    client: crate::Redlock,
+    handle: Handle,
+    stop: Mutex<Option<oneshot::Sender<()>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl fmt::Debug for Redlock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("blocking::Redlock")
+            .field(&self.shared.client)
+            .finish()
+    }
+}
+
+/// Refuses to block a thread that runs async tasks.
+fn outside_runtime() -> Result<(), Error> {
+    match Handle::try_current() {
+        Ok(_) => Err(Error::InsideRuntime),
+        Err(_) => Ok(()),
+    }
+}
+
+impl Shared {
+    /// Runs `future` to completion on this thread, with the client's
+    /// runtime driving its I/O and timers.
+    fn block_on<F: Future>(&self, future: F) -> Result<F::Output, Error> {
+        outside_runtime()?;
+        Ok(self.handle.block_on(future))
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // Never block a thread that runs async tasks: there the thread is
+        // only told to stop, and finishes the releases in flight unwaited.
+        if outside_runtime().is_ok() {
+            // As long as a release may take once every node was waited for.
+            let patience = self.client.settings().release_timeout() * 2 + Duration::from_secs(1);
+            let client = &self.client;
+            // The timer is made inside: it needs the runtime's context.
+            let _ = self
+                .handle
+                .block_on(async { tokio::time::timeout(patience, client.shutdown()).await });
+        }
+        if let Some(stop) = self.stop.lock().unwrap_or_else(PoisonError::into_inner).take() {
+            let _ = stop.send(());
+        }
+        let thread = self.thread.lock().unwrap_or_else(PoisonError::into_inner).take();
+        if let Some(thread) = thread
+            && outside_runtime().is_ok()
+        {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl crate::Builder {
+    /// Validates the options and connects, as [`build`](Self::build) does,
+    /// for a [`blocking::Redlock`](Redlock): the client runs on a thread of
+    /// its own (feature `blocking`). Fails with [`Error::InsideRuntime`]
+    /// when called from async code.
+    pub fn build_blocking(self) -> Result<Redlock, Error> {
+        outside_runtime()?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|error| Error::Runtime(Arc::new(error)))?;
+        let handle = runtime.handle().clone();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("redlock-client".to_owned())
+            .spawn(move || {
+                // Drives every task and connection of the client until the
+                // last handle is dropped.
+                runtime.block_on(async {
+                    let _ = stopped.await;
+                });
+            })
+            .map_err(|error| Error::Runtime(Arc::new(error)))?;
+        let stop = Mutex::new(Some(stop));
+        let thread = Mutex::new(Some(thread));
+        match handle.block_on(self.build()) {
+            Ok(client) => Ok(Redlock {
+                shared: Arc::new(Shared {
+                    client,
+                    handle,
+                    stop,
+                    thread,
+                }),
+            }),
+            Err(error) => {
+                if let Some(stop) = stop.into_inner().unwrap_or_else(PoisonError::into_inner) {
+                    let _ = stop.send(());
+                }
+                if let Some(thread) = thread.into_inner().unwrap_or_else(PoisonError::into_inner) {
+                    let _ = thread.join();
+                }
+                Err(error)
+            }
+        }
+    }
+}
+
+impl Redlock {
+    /// Connects to these nodes with every option at its default, as
+    /// [`crate::Redlock::connect`] does. For other options:
+    /// `redlock_tokio::Redlock::builder(urls)...build_blocking()`.
+    pub fn connect<I, S>(urls: I) -> Result<Self, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        crate::Redlock::builder(urls).build_blocking()
+    }
+
+    /// A lock on `resource`, as [`crate::Redlock::lock`]: end it with
+    /// [`acquire`](LockRequest::acquire) or [`run`](LockRequest::run).
+    pub fn lock(&self, resource: impl AsRef<[u8]>) -> LockRequest {
+        LockRequest {
+            request: self.shared.client.lock(resource),
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    /// One lock over all of `resources`, as [`crate::Redlock::lock_all`].
+    pub fn lock_all<R: AsRef<[u8]>>(
+        &self,
+        resources: impl IntoIterator<Item = R>,
+    ) -> LockRequest<kind::Chosen> {
+        LockRequest {
+            request: self.shared.client.lock_all(resources),
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    /// Releases `value` on `resource` on every node, as
+    /// [`crate::Redlock::release_value`].
+    pub fn release_value(
+        &self,
+        resource: impl AsRef<[u8]>,
+        value: &LockValue,
+    ) -> Result<ReleaseReport, Error> {
+        let client = &self.shared.client;
+        self.shared.block_on(client.release_value(resource, value))
+    }
+
+    /// Waits until the requests this client sends in the background are
+    /// answered, as [`crate::Redlock::shutdown`]. Dropping the last handle
+    /// does it too.
+    pub fn shutdown(&self) -> Result<(), Error> {
+        self.shared.block_on(self.shared.client.shutdown())
+    }
+
+    /// The async client this one drives, for what only it offers
+    /// ([`inspect`](crate::Redlock::inspect), settings, node names). Its
+    /// futures need a runtime: this client's is not yours to enter.
+    pub fn client(&self) -> &crate::Redlock {
+        &self.shared.client
+    }
+}
+
+/// One blocking acquire, made by [`Redlock::lock`] or [`Redlock::lock_all`]:
+/// the modifiers of [`crate::LockRequest`], ended by
+/// [`acquire`](Self::acquire) or [`run`](Self::run).
+#[must_use = "a lock request does nothing until it is acquired or run"]
+pub struct LockRequest<K = kind::Open> {
+    request: crate::LockRequest<K>,
+    shared: Arc<Shared>,
+}
+
+impl<K> fmt::Debug for LockRequest<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("blocking::LockRequest")
+            .field(&self.request)
+            .finish()
+    }
+}
+
+impl LockRequest<kind::Open> {
+    fn kind(
+        self,
+        choose: impl FnOnce(crate::LockRequest) -> crate::LockRequest<kind::Chosen>,
+    ) -> LockRequest<kind::Chosen> {
+        LockRequest {
+            request: choose(self.request),
+            shared: self.shared,
+        }
+    }
+
+    /// With a fencing token ([`crate::LockRequest::fencing`]).
+    pub fn fencing(self) -> LockRequest<kind::Chosen> {
+        self.kind(crate::LockRequest::fencing)
+    }
+
+    /// Fair ([`crate::LockRequest::fair`]).
+    pub fn fair(self) -> LockRequest<kind::Chosen> {
+        self.kind(crate::LockRequest::fair)
+    }
+
+    /// A read lock ([`crate::LockRequest::read`]).
+    pub fn read(self) -> LockRequest<kind::Chosen> {
+        self.kind(crate::LockRequest::read)
+    }
+
+    /// A write lock ([`crate::LockRequest::write`]).
+    pub fn write(self) -> LockRequest<kind::Chosen> {
+        self.kind(crate::LockRequest::write)
+    }
+
+    /// Reentrant for `owner` ([`crate::LockRequest::reentrant`]).
+    pub fn reentrant(self, owner: impl Into<Arc<str>>) -> LockRequest<kind::Chosen> {
+        self.kind(|request| request.reentrant(owner))
+    }
+}
+
+impl<K: Send + 'static> LockRequest<K> {
+    /// This lock's TTL ([`crate::LockRequest::ttl`]).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.request = self.request.ttl(ttl);
+        self
+    }
+
+    /// How long to wait ([`crate::LockRequest::wait`]).
+    pub fn wait(mut self, wait: Wait) -> Self {
+        self.request = self.request.wait(wait);
+        self
+    }
+
+    /// Keeps the lock alive on the client's thread once granted
+    /// ([`crate::LockRequest::keep_alive`]).
+    pub fn keep_alive(mut self, options: KeepAlive) -> Self {
+        self.request = self.request.keep_alive(options);
+        self
+    }
+
+    /// Waits for the lock as the request says, and returns its guard.
+    pub fn acquire(self) -> Result<LockGuard, Error> {
+        let guard = self.shared.block_on(std::future::IntoFuture::into_future(self.request))??;
+        Ok(LockGuard {
+            guard: Some(guard),
+            shared: self.shared,
+        })
+    }
+
+    /// Runs `work` on this thread under the lock, kept alive on the
+    /// client's thread ([`KeepAlive::default`] unless the request says),
+    /// and releases it at the end, whatever the work returns. A lock lost
+    /// meanwhile cannot stop synchronous work: check
+    /// [`LockGuard::is_lost`] between its steps. Once the lock was lost the
+    /// result is [`Error::LockLost`], whatever the work returned.
+    pub fn run<T, E>(mut self, work: impl FnOnce(&LockGuard) -> Result<T, E>) -> Result<T, E>
+    where
+        E: From<Error>,
+    {
+        if self.request.keep_alive_options().is_none() {
+            self = self.keep_alive(KeepAlive::default());
+        }
+        let guard = self.acquire()?;
+        let outcome = work(&guard);
+        let loss = guard.loss();
+        let key = guard.key().clone();
+        guard.release()?;
+        match loss {
+            Some(reason) => Err(Error::LockLost { key, reason }.into()),
+            None => outcome,
+        }
+    }
+}
+
+/// A lock held on a quorum of nodes, from a blocking [`LockRequest`]: the
+/// accessors of [`crate::LockGuard`], and its commands as blocking calls.
+/// Dropping it releases the lock on the client's thread, without waiting.
+#[must_use = "dropping the guard releases the lock at once"]
+pub struct LockGuard {
+    /// `None` once released or forgotten.
+    guard: Option<crate::LockGuard>,
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("blocking::LockGuard")
+            .field(self.inner())
+            .finish()
+    }
+}
+
+impl LockGuard {
+    fn inner(&self) -> &crate::LockGuard {
+        // Every method that takes it out consumes the guard.
+        self.guard.as_ref().expect("a live guard holds its lock")
+    }
+
+    /// The resource name ([`crate::LockGuard::resource`]).
+    pub fn resource(&self) -> &[u8] {
+        self.inner().resource()
+    }
+
+    /// The Redis key ([`crate::LockGuard::key`]).
+    pub fn key(&self) -> &Key {
+        self.inner().key()
+    }
+
+    /// Our value on the nodes ([`crate::LockGuard::value`]).
+    pub fn value(&self) -> &LockValue {
+        self.inner().value()
+    }
+
+    /// The fencing token of a fenced lock ([`crate::LockGuard::fencing_token`]).
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.inner().fencing_token()
+    }
+
+    /// The votes of the round that acquired the lock.
+    pub fn votes(&self) -> &Votes {
+        self.inner().votes()
+    }
+
+    /// When the winning round was sent ([`crate::LockGuard::acquired_at`]).
+    pub fn acquired_at(&self) -> Instant {
+        self.inner().acquired_at()
+    }
+
+    /// Validity left now; zero once lost ([`crate::LockGuard::validity`]).
+    pub fn validity(&self) -> Duration {
+        self.inner().validity()
+    }
+
+    /// The end of the last validity window ([`crate::LockGuard::valid_until`]).
+    pub fn valid_until(&self) -> Instant {
+        self.inner().valid_until()
+    }
+
+    /// The TTL of the last acquire or extension.
+    pub fn ttl(&self) -> Duration {
+        self.inner().ttl()
+    }
+
+    /// Successful extensions so far.
+    pub fn extensions(&self) -> u64 {
+        self.inner().extensions()
+    }
+
+    /// Whether the lock is lost ([`crate::LockGuard::is_lost`]).
+    pub fn is_lost(&self) -> bool {
+        self.inner().is_lost()
+    }
+
+    /// Why the lock was lost, once it is.
+    pub fn loss(&self) -> Option<LossReason> {
+        self.inner().loss()
+    }
+
+    /// The loss signal as a handle of its own, for async code elsewhere.
+    pub fn loss_signal(&self) -> LossSignal {
+        self.inner().loss_signal()
+    }
+
+    /// Extends the lock ([`crate::LockGuard::extend`]).
+    pub fn extend(&mut self, ttl: Duration) -> Result<Duration, Error> {
+        let guard = self.guard.as_mut().expect("a live guard holds its lock");
+        self.shared.block_on(guard.extend(ttl))?
+    }
+
+    /// Releases the lock on every node and reports what each did
+    /// ([`crate::LockGuard::release`]).
+    pub fn release(mut self) -> Result<ReleaseReport, Error> {
+        outside_runtime()?;
+        let guard = self.guard.take().expect("a live guard holds its lock");
+        self.shared.block_on(guard.release())
+    }
+
+    /// Stops tracking the lock without releasing it ([`crate::LockGuard::forget`]).
+    pub fn forget(mut self) -> LockValue {
+        let guard = self.guard.take().expect("a live guard holds its lock");
+        guard.forget()
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if let Some(guard) = self.guard.take() {
+            // Released by a task of the client's thread: this thread never
+            // waits, whether it runs async tasks or not.
+            let _entered = self.shared.handle.enter();
+            drop(guard);
+        }
+    }
+}

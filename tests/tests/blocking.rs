@@ -1,0 +1,169 @@
+//! The blocking client against real servers: exclusivity, release on drop
+//! and at process exit, keep-alive loss, and a typed error (never a panic
+//! or a blocked runtime thread) when it is called from async code.
+
+mod support;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use redlock_tests::RedisCluster;
+use redlock_tokio::{Error, KeepAlive, LossReason, Redlock, Wait, blocking};
+use support::{NODE_TIMEOUT, assert_absent, init_tracing};
+
+fn client(cluster: &RedisCluster) -> blocking::Redlock {
+    init_tracing();
+    Redlock::builder(cluster.urls())
+        .node_timeout(NODE_TIMEOUT)
+        .build_blocking()
+        .expect("the blocking client builds")
+}
+
+/// Waits (bounded) until `done` holds; the bound only stops a broken test.
+fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !done() {
+        assert!(Instant::now() < deadline, "never: {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn one_holder_at_a_time_and_free_after_release() {
+    let cluster = RedisCluster::start(3);
+    let (a, b) = (client(&cluster), client(&cluster));
+    let held = a.lock("blocking-one").wait(Wait::No).acquire().expect("free");
+    let refused = b.lock("blocking-one").wait(Wait::No).acquire().expect_err("held by a");
+    assert!(refused.is_held_by_other(), "{refused}");
+    let report = held.release().expect("released outside a runtime");
+    assert_eq!(report.released(), 3, "{report}");
+    let taken = b.lock("blocking-one").wait(Wait::No).acquire().expect("free again");
+    drop(taken);
+}
+
+#[test]
+fn a_dropped_guard_is_released_and_dropping_the_client_waits_for_it() {
+    let cluster = RedisCluster::start(3);
+    let redlock = client(&cluster);
+    let guard = redlock.lock("blocking-drop").acquire().expect("free");
+    drop(guard);
+    redlock.shutdown().expect("outside a runtime");
+    assert_absent(&cluster, "blocking-drop");
+
+    // Without shutdown: the last handle's drop waits for the release.
+    let redlock = client(&cluster);
+    let guard = redlock.lock("blocking-drop-2").acquire().expect("free");
+    drop(guard);
+    drop(redlock);
+    assert_absent(&cluster, "blocking-drop-2");
+}
+
+#[test]
+fn a_kept_alive_lock_lost_to_another_owner_is_seen_and_run_reports_it() {
+    let cluster = RedisCluster::start(3);
+    let redlock = client(&cluster);
+    let guard = redlock
+        .lock("blocking-lost")
+        .ttl(Duration::from_millis(600))
+        .keep_alive(KeepAlive::default())
+        .acquire()
+        .expect("free");
+    for node in cluster.nodes() {
+        node.set("blocking-lost", "someone-else");
+    }
+    eventually("the keep-alive sees another owner", || guard.is_lost());
+    assert!(
+        matches!(guard.loss(), Some(LossReason::ExtendFailed(_))),
+        "{:?}",
+        guard.loss()
+    );
+    assert_eq!(guard.validity(), Duration::ZERO);
+    drop(guard);
+
+    let result: Result<u32, Error> = redlock
+        .lock("blocking-run")
+        .ttl(Duration::from_millis(600))
+        .run(|lock| {
+            for node in cluster.nodes() {
+                node.set("blocking-run", "someone-else");
+            }
+            eventually("the keep-alive sees another owner", || lock.is_lost());
+            Ok(7)
+        });
+    let error = result.expect_err("the lock was lost during the work");
+    assert!(error.is_lock_lost(), "{error}");
+    // The other owner's keys are never touched.
+    for node in cluster.nodes() {
+        assert_eq!(node.get("blocking-run").as_deref(), Some(&b"someone-else"[..]));
+    }
+}
+
+#[test]
+fn run_returns_the_work_result_with_one_question_mark() {
+    let cluster = RedisCluster::start(3);
+    let redlock = client(&cluster);
+    let work = || -> Result<u64, Box<dyn std::error::Error + Send + Sync>> {
+        let token = redlock
+            .lock("blocking-fenced")
+            .fencing()
+            .run(|lock| Ok::<_, Box<dyn std::error::Error + Send + Sync>>(lock.fencing_token().expect("fenced")))?;
+        Ok(token)
+    };
+    let first = work().expect("granted");
+    let second = work().expect("granted");
+    assert!(second > first, "{second} > {first}");
+    assert_absent(&cluster, "blocking-fenced");
+}
+
+#[test]
+fn no_key_is_left_when_main_returns() {
+    let cluster = RedisCluster::start(3);
+    for mode in ["keep", "keep-alive", "drop"] {
+        for run in 0..3 {
+            let key = format!("blocking-exit-{mode}-{run}");
+            let output = Command::new(env!("CARGO_BIN_EXE_exit-blocking"))
+                .args([mode, &key])
+                .args(cluster.urls())
+                .output()
+                .expect("the exit-blocking program runs");
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert!(output.status.success(), "{stderr}");
+            assert!(stdout.contains("locked"), "{stdout} {stderr}");
+            assert_absent(&cluster, &key);
+        }
+    }
+}
+
+#[test]
+fn inside_a_runtime_every_call_is_a_typed_error() {
+    let cluster = RedisCluster::start(3);
+    let redlock = client(&cluster);
+    let guard = redlock.lock("blocking-runtime").acquire().expect("free");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let urls = cluster.urls();
+    let guard = runtime.block_on(async {
+        let built = blocking::Redlock::connect(&urls).expect_err("inside a runtime");
+        assert!(matches!(built, Error::InsideRuntime), "{built}");
+        assert!(built.is_config());
+        let acquired = redlock.lock("blocking-runtime-2").acquire().expect_err("inside a runtime");
+        assert!(matches!(acquired, Error::InsideRuntime), "{acquired}");
+        let run: Result<(), Error> = redlock.lock("blocking-runtime-3").run(|_| Ok(()));
+        assert!(matches!(run, Err(Error::InsideRuntime)), "{run:?}");
+        assert!(matches!(redlock.shutdown(), Err(Error::InsideRuntime)));
+        let mut guard = guard;
+        assert!(matches!(guard.extend(Duration::from_secs(5)), Err(Error::InsideRuntime)));
+        guard
+    });
+    // Dropped inside the runtime: released on the client's own thread,
+    // without blocking this one.
+    runtime.block_on(async { drop(guard) });
+    redlock.shutdown().expect("outside a runtime again");
+    assert_absent(&cluster, "blocking-runtime");
+    for key in ["blocking-runtime-2", "blocking-runtime-3"] {
+        assert_absent(&cluster, key);
+    }
+}
