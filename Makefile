@@ -29,7 +29,7 @@ SHELL := bash
 # The client sim (tests/tests/client_sim.rs): seeds per mode for `make sim`.
 SEEDS ?= 20000
 
-.PHONY: sim fuzz deps-demo docs-check package package-check help demo bench bench-valkey bench-scaling bench-scaling-valkey bench-quick bench-cluster bench-cluster-valkey bench-memory mutants model model-check test deps deps-valkey core-purity fmt-check clippy doc nextest nextest-valkey doctest kill-harness-redis chaos chaos-ci
+.PHONY: public-api sim fuzz deps-demo docs-check package package-check help demo bench bench-valkey bench-scaling bench-scaling-valkey bench-quick bench-cluster bench-cluster-valkey bench-memory mutants model model-check test deps deps-valkey core-purity fmt-check clippy doc nextest nextest-valkey doctest kill-harness-redis chaos chaos-ci
 
 help: ## List targets
 	@awk 'BEGIN { FS = ":.*## " } /^[a-z-]+:.*## / { printf "  %-20s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -205,7 +205,7 @@ fuzz: ## Every fuzz target for FUZZ_SECONDS each (nightly, cargo-fuzz installed 
 sim: ## The real client in virtual time over simulated masters, SEEDS per mode (default 20000); no server needed
 	SIM_SEEDS=$(SEEDS) $(CARGO) nextest run -p redlock-tests --test client_sim --profile $(NEXTEST_PROFILE) --no-capture
 
-test: deps deps-valkey docs-check core-purity package-check fmt-check clippy doc ## Everything CI checks: deps, fmt, clippy, docs, tests (Redis, then Valkey), doctests, chaos (CI schedule), bench-quick
+test: deps deps-valkey docs-check core-purity package-check fmt-check clippy doc public-api ## Everything CI checks: deps, fmt, clippy, docs, the public API snapshot, tests (Redis, then Valkey), doctests, chaos (CI schedule), bench-quick
 	@status=0; \
 	$(MAKE) --no-print-directory nextest nextest-valkey doctest chaos-ci bench-quick || status=$$?; \
 	$(MAKE) --no-print-directory kill-harness-redis; \
@@ -246,6 +246,9 @@ fmt-check: ## cargo fmt --check on the whole workspace
 
 clippy: ## cargo clippy on all targets, warnings are errors
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+public-api: ## The public API of redlock-tokio and redlock-core against the snapshots in api/ (nightly; UPDATE=1 rewrites them)
+	@CARGO="$(CARGO)" scripts/check-public-api.sh
 
 doc: ## cargo doc, warnings are errors
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps
