@@ -21,19 +21,17 @@ const MS: Duration = Duration::from_millis(1);
 /// an attempt's round outlives the deadline. Retries 10..20 ms apart.
 fn settings() -> Arc<Settings> {
     Arc::new(
-        Config {
-            servers: vec!["a".into(), "b".into(), "c".into()],
-            node_timeout: Some(500 * MS),
-            acquire_deadline: Some(100 * MS),
-            retry: RetryConfig {
-                count: 3,
-                delay: 10 * MS,
-                jitter: 10 * MS,
-            },
-            ..Config::default()
-        }
-        .validate()
-        .unwrap(),
+        Config::new(["a", "b", "c"])
+            .node_timeout(500 * MS)
+            .acquire_deadline(100 * MS)
+            .retry(
+                RetryConfig::default()
+                    .count(3)
+                    .delay(10 * MS)
+                    .jitter(10 * MS),
+            )
+            .validate()
+            .unwrap(),
     )
 }
 

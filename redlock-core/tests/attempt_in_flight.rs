@@ -18,19 +18,17 @@ const MS: Duration = Duration::from_millis(1);
 
 fn settings() -> Arc<Settings> {
     Arc::new(
-        Config {
-            servers: vec!["a".into(), "b".into(), "c".into()],
-            ttl: Duration::from_secs(1),
-            node_timeout: Some(10 * MS),
-            retry: RetryConfig {
-                count: 2,
-                delay: 100 * MS,
-                jitter: Duration::ZERO,
-            },
-            ..Default::default()
-        }
-        .validate()
-        .unwrap(),
+        Config::new(["a", "b", "c"])
+            .ttl(Duration::from_secs(1))
+            .node_timeout(10 * MS)
+            .retry(
+                RetryConfig::default()
+                    .count(2)
+                    .delay(100 * MS)
+                    .jitter(Duration::ZERO),
+            )
+            .validate()
+            .unwrap(),
     )
 }
 

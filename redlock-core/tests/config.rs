@@ -5,25 +5,22 @@ use std::time::Duration;
 use proptest::prelude::*;
 use redlock_core::{Config, ConfigError, MAX_TTL_MS};
 
-fn servers(n: usize) -> Vec<String> {
+fn nodes(n: usize) -> Vec<String> {
     (0..n).map(|i| format!("10.0.0.{i}:6379")).collect()
 }
 
 fn with(f: impl FnOnce(&mut Config)) -> Result<redlock_core::Settings, ConfigError> {
-    let mut config = Config::new(servers(3));
+    let mut config = Config::new(nodes(3));
     f(&mut config);
     config.validate()
 }
 
 #[test]
 fn bad_configurations_are_typed_errors() {
-    assert_eq!(
-        with(|c| c.servers.clear()).unwrap_err(),
-        ConfigError::NoServers
-    );
-    let duplicate = with(|c| c.servers.push("10.0.0.1:6379".into())).unwrap_err();
+    assert_eq!(with(|c| c.nodes.clear()).unwrap_err(), ConfigError::NoNodes);
+    let duplicate = with(|c| c.nodes.push("10.0.0.1:6379".into())).unwrap_err();
     assert!(
-        matches!(duplicate, ConfigError::DuplicateServer { ref server } if server == "10.0.0.1:6379")
+        matches!(duplicate, ConfigError::DuplicateNode { ref node } if node == "10.0.0.1:6379")
     );
     assert_eq!(
         with(|c| c.ttl = Duration::ZERO).unwrap_err(),
@@ -75,7 +72,7 @@ fn bad_configurations_are_typed_errors() {
 
 #[test]
 fn messages_explain_themselves() {
-    let message = with(|c| c.servers.push("10.0.0.0:6379".into()))
+    let message = with(|c| c.nodes.push("10.0.0.0:6379".into()))
         .unwrap_err()
         .to_string();
     assert!(
@@ -90,7 +87,7 @@ fn messages_explain_themselves() {
 
 #[test]
 fn defaults_follow_the_spec() {
-    let settings = Config::new(servers(5)).validate().unwrap();
+    let settings = Config::new(nodes(5)).validate().unwrap();
     assert_eq!(settings.quorum(), 3);
     assert_eq!(settings.default_ttl().as_millis(), 10_000);
     assert_eq!(
@@ -103,18 +100,15 @@ fn defaults_follow_the_spec() {
     // node): quorum 3 of 4.
     for n in [2, 4, 6] {
         assert_eq!(
-            Config::new(servers(n)).validate().unwrap_err(),
-            ConfigError::EvenServers { count: n }
+            Config::new(nodes(n)).validate().unwrap_err(),
+            ConfigError::EvenNodes { count: n }
         );
     }
-    let even = Config {
-        allow_even_nodes: true,
-        ..Config::new(servers(4))
-    };
+    let even = Config::new(nodes(4)).allow_even_nodes(true);
     assert_eq!(even.validate().unwrap().quorum(), 3);
-    let message = Config::new(servers(4)).validate().unwrap_err().to_string();
+    let message = Config::new(nodes(4)).validate().unwrap_err().to_string();
     assert!(
-        message.contains("4 servers") && message.contains("odd"),
+        message.contains("4 nodes") && message.contains("odd"),
         "{message}"
     );
     // Short TTLs get a short per-node timeout rather than an error.
@@ -122,6 +116,18 @@ fn defaults_follow_the_spec() {
     assert_eq!(short.node_timeout(), Duration::from_millis(10));
     let tiny = with(|c| c.ttl = Duration::from_millis(8)).unwrap();
     assert_eq!(tiny.node_timeout(), Duration::from_millis(4));
+}
+
+/// The message of an even count compares it with one node fewer, and
+/// counts that in words: "1 node", not "1 nodes".
+#[test]
+fn an_even_count_names_one_node_fewer_in_words() {
+    let two = ConfigError::EvenNodes { count: 2 }.to_string();
+    assert!(two.starts_with("2 nodes given"), "{two}");
+    assert!(two.contains("quorum of 2"), "{two}");
+    assert!(two.contains("than 1 node would"), "{two}");
+    let four = ConfigError::EvenNodes { count: 4 }.to_string();
+    assert!(four.contains("than 3 nodes would"), "{four}");
 }
 
 #[test]
@@ -138,7 +144,7 @@ fn a_ttl_that_leaves_no_usable_validity_is_refused() {
         assert!(message.contains("too short"), "{message}");
     }
     // Per-call TTLs meet the same floor.
-    let settings = Config::new(servers(3)).validate().unwrap();
+    let settings = Config::new(nodes(3)).validate().unwrap();
     assert!(matches!(
         settings.ttl(Duration::from_millis(4)),
         Err(ConfigError::TtlTooShort { .. })
@@ -167,7 +173,7 @@ fn absurd_ttls_are_refused() {
 
 #[test]
 fn per_call_ttls_are_checked_too() {
-    let settings = Config::new(servers(3)).validate().unwrap();
+    let settings = Config::new(nodes(3)).validate().unwrap();
     assert!(settings.ttl(Duration::from_secs(60)).is_ok());
     assert_eq!(
         settings.ttl(Duration::ZERO).unwrap_err(),
@@ -193,13 +199,11 @@ proptest! {
         factor in -0.5f64..1.5,
         timeout_ms in proptest::option::of(0u64..200_000),
     ) {
-        let config = Config {
-            servers: servers(n),
-            ttl: Duration::from_millis(ttl_ms),
-            drift_factor: factor,
-            node_timeout: timeout_ms.map(Duration::from_millis),
-            ..Config::default()
-        };
+        let mut config = Config::new(nodes(n))
+            .ttl(Duration::from_millis(ttl_ms))
+            .drift_factor(factor);
+        // `None` (derive it from the TTL) has no setter.
+        config.node_timeout = timeout_ms.map(Duration::from_millis);
         if let Ok(settings) = config.validate() {
             let ttl = settings.default_ttl();
             prop_assert!(settings.drift(ttl) < ttl.as_duration());
@@ -210,27 +214,22 @@ proptest! {
     }
 }
 
-/// Validated settings report what was configured, in the servers' order.
+/// Validated settings report what was configured, in the nodes' order.
 /// (Written for `make mutants`: no test read these accessors back.)
 #[test]
 fn settings_report_what_was_configured() {
-    let settings = Config {
-        fencing: true,
-        drift_factor: 0.02,
-        key_prefix: b"lock:".to_vec(),
-        ..Config::new(servers(5))
-    }
-    .validate()
-    .unwrap();
-    assert_eq!(settings.nodes(), servers(5).as_slice());
+    let settings = Config::new(nodes(5))
+        .drift_factor(0.02)
+        .key_prefix(b"lock:")
+        .validate()
+        .unwrap();
+    assert_eq!(settings.nodes(), nodes(5).as_slice());
     assert_eq!(settings.node_count(), 5);
-    assert!(settings.fencing());
     assert_eq!(settings.drift_factor().to_bits(), 0.02f64.to_bits());
     assert_eq!(settings.key_prefix(), b"lock:");
     assert_eq!(settings.key(b"job").as_bytes(), b"lock:job");
 
-    let plain = Config::new(servers(3)).validate().unwrap();
-    assert!(!plain.fencing());
+    let plain = Config::new(nodes(3)).validate().unwrap();
     assert_eq!(plain.key_prefix(), b"");
     assert_eq!(plain.drift_factor().to_bits(), 0.01f64.to_bits());
 }
@@ -238,7 +237,7 @@ fn settings_report_what_was_configured() {
 /// The largest TTL is accepted, one millisecond more is not.
 #[test]
 fn the_largest_ttl_is_accepted() {
-    let settings = Config::new(servers(3)).validate().unwrap();
+    let settings = Config::new(nodes(3)).validate().unwrap();
     let largest = settings.ttl(Duration::from_millis(MAX_TTL_MS)).unwrap();
     assert_eq!(largest.as_millis(), MAX_TTL_MS);
     assert!(matches!(

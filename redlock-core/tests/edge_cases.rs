@@ -57,14 +57,11 @@ fn validity_exactly_zero_is_not_a_lock() {
     // validity, `MIN_VALIDITY`): a reply is counted until its timeout is
     // handled, so the quorum can still arrive that late.
     let settings = Arc::new(
-        redlock_core::Config {
-            servers: vec!["a".into()],
-            ttl: Duration::from_secs(1),
-            node_timeout: Some(Duration::from_millis(987)),
-            ..Default::default()
-        }
-        .validate()
-        .unwrap(),
+        redlock_core::Config::new(["a"])
+            .ttl(Duration::from_secs(1))
+            .node_timeout(Duration::from_millis(987))
+            .validate()
+            .unwrap(),
     );
     let t0 = Instant::now();
     for (at, expect_lock) in [(987, true), (988, false), (989, false)] {
@@ -276,17 +273,15 @@ fn single_node_cluster() {
 
 #[test]
 fn retries_stop_at_the_count_and_the_deadline() {
-    let base = redlock_core::Config {
-        servers: vec!["a".into(), "b".into(), "c".into()],
-        ttl: Duration::from_secs(1),
-        node_timeout: Some(10 * MS),
-        retry: redlock_core::RetryConfig {
-            count: 2,
-            delay: 100 * MS,
-            jitter: Duration::ZERO,
-        },
-        ..Default::default()
-    };
+    let base = redlock_core::Config::new(["a", "b", "c"])
+        .ttl(Duration::from_secs(1))
+        .node_timeout(10 * MS)
+        .retry(
+            redlock_core::RetryConfig::default()
+                .count(2)
+                .delay(100 * MS)
+                .jitter(Duration::ZERO),
+        );
     let t0 = Instant::now();
     let run = |settings: Arc<Settings>| {
         let mut acquire = start(&settings, Attempts::Retry, t0);
@@ -313,12 +308,7 @@ fn retries_stop_at_the_count_and_the_deadline() {
     // moved to start one node timeout before the deadline (140 ms), and
     // the acquisition gives up at the deadline, not before.
     let (error, at) = run(Arc::new(
-        redlock_core::Config {
-            acquire_deadline: Some(150 * MS),
-            ..base
-        }
-        .validate()
-        .unwrap(),
+        base.acquire_deadline(150 * MS).validate().unwrap(),
     ));
     let AcquireError::DeadlineExceeded { attempts, last, .. } = &error else {
         panic!("{error}")
@@ -460,17 +450,15 @@ fn messages_never_show_lock_values() {
 
 #[test]
 fn a_release_notice_brings_the_next_round_forward() {
-    let base = redlock_core::Config {
-        servers: vec!["a".into(), "b".into(), "c".into()],
-        ttl: Duration::from_secs(1),
-        node_timeout: Some(10 * MS),
-        retry: redlock_core::RetryConfig {
-            count: 1,
-            delay: 100 * MS,
-            jitter: Duration::ZERO,
-        },
-        ..Default::default()
-    };
+    let base = redlock_core::Config::new(["a", "b", "c"])
+        .ttl(Duration::from_secs(1))
+        .node_timeout(10 * MS)
+        .retry(
+            redlock_core::RetryConfig::default()
+                .count(1)
+                .delay(100 * MS)
+                .jitter(Duration::ZERO),
+        );
     let settings = Arc::new(base.validate().unwrap());
     let t0 = Instant::now();
     let held = |r: &Request| Reply::to(r, Ok(Response::Data(b"other".to_vec())));
@@ -526,19 +514,17 @@ fn notices_never_extend_the_retry_count() {
     // before the scheduled retry and its extra attempt fails just after it:
     // the extra attempt takes the retry's place and uses it up.
     let settings = Arc::new(
-        redlock_core::Config {
-            servers: vec!["a".into(), "b".into(), "c".into()],
-            ttl: Duration::from_secs(1),
-            node_timeout: Some(10 * MS),
-            retry: redlock_core::RetryConfig {
-                count: 1,
-                delay: 100 * MS,
-                jitter: Duration::ZERO,
-            },
-            ..Default::default()
-        }
-        .validate()
-        .unwrap(),
+        redlock_core::Config::new(["a", "b", "c"])
+            .ttl(Duration::from_secs(1))
+            .node_timeout(10 * MS)
+            .retry(
+                redlock_core::RetryConfig::default()
+                    .count(1)
+                    .delay(100 * MS)
+                    .jitter(Duration::ZERO),
+            )
+            .validate()
+            .unwrap(),
     );
     let t0 = Instant::now();
     let mut acquire = start(&settings, Attempts::Retry, t0);
@@ -590,20 +576,18 @@ fn waiting(nodes: usize, t0: Instant) -> Acquisition<StdRng> {
 /// As [`waiting`], with release notices on or off.
 fn waiting_with(nodes: usize, notices: bool, t0: Instant) -> Acquisition<StdRng> {
     let settings = Arc::new(
-        redlock_core::Config {
-            servers: (0..nodes).map(|i| format!("n{i}")).collect(),
-            ttl: Duration::from_secs(1),
-            node_timeout: Some(10 * MS),
-            retry: redlock_core::RetryConfig {
-                count: 3,
-                delay: 100 * MS,
-                jitter: Duration::ZERO,
-            },
-            release_notices: notices,
-            ..Default::default()
-        }
-        .validate()
-        .unwrap(),
+        redlock_core::Config::new((0..nodes).map(|i| format!("n{i}")))
+            .ttl(Duration::from_secs(1))
+            .node_timeout(10 * MS)
+            .retry(
+                redlock_core::RetryConfig::default()
+                    .count(3)
+                    .delay(100 * MS)
+                    .jitter(Duration::ZERO),
+            )
+            .release_notices(notices)
+            .validate()
+            .unwrap(),
     );
     let mut acquire = start(&settings, Attempts::Retry, t0);
     assert_eq!(acquire.poll_listen(), None, "no listening before a wait");
@@ -696,19 +680,17 @@ fn an_acquisition_without_notices_never_asks_to_listen() {
 /// after exactly 100 ms.
 fn notice_settings(count: u32) -> Arc<Settings> {
     Arc::new(
-        redlock_core::Config {
-            servers: vec!["a".into(), "b".into(), "c".into()],
-            ttl: Duration::from_secs(1),
-            node_timeout: Some(10 * MS),
-            retry: redlock_core::RetryConfig {
-                count,
-                delay: 100 * MS,
-                jitter: Duration::ZERO,
-            },
-            ..Default::default()
-        }
-        .validate()
-        .unwrap(),
+        redlock_core::Config::new(["a", "b", "c"])
+            .ttl(Duration::from_secs(1))
+            .node_timeout(10 * MS)
+            .retry(
+                redlock_core::RetryConfig::default()
+                    .count(count)
+                    .delay(100 * MS)
+                    .jitter(Duration::ZERO),
+            )
+            .validate()
+            .unwrap(),
     )
 }
 

@@ -20,14 +20,11 @@ const NODE_TIMEOUT: Duration = Duration::from_millis(20);
 
 fn settings() -> Arc<Settings> {
     Arc::new(
-        Config {
-            servers: vec!["a".into(), "b".into(), "c".into()],
-            ttl: Duration::from_secs(1),
-            node_timeout: Some(NODE_TIMEOUT),
-            ..Default::default()
-        }
-        .validate()
-        .unwrap(),
+        Config::new(["a", "b", "c"])
+            .ttl(Duration::from_secs(1))
+            .node_timeout(NODE_TIMEOUT)
+            .validate()
+            .unwrap(),
     )
 }
 

@@ -26,20 +26,18 @@ fn settings(notices: bool) -> Arc<Settings> {
 /// Three nodes, a 10 ms per-node timeout, retries every `delay`.
 fn settings_with(notices: bool, delay: Duration) -> Arc<Settings> {
     Arc::new(
-        Config {
-            servers: vec!["a".into(), "b".into(), "c".into()],
-            ttl: Duration::from_secs(1),
-            node_timeout: Some(10 * MS),
-            retry: RetryConfig {
-                count: 3,
-                delay,
-                jitter: Duration::ZERO,
-            },
-            release_notices: notices,
-            ..Default::default()
-        }
-        .validate()
-        .unwrap(),
+        Config::new(["a", "b", "c"])
+            .ttl(Duration::from_secs(1))
+            .node_timeout(10 * MS)
+            .retry(
+                RetryConfig::default()
+                    .count(3)
+                    .delay(delay)
+                    .jitter(Duration::ZERO),
+            )
+            .release_notices(notices)
+            .validate()
+            .unwrap(),
     )
 }
 

@@ -18,13 +18,11 @@ const MS: Duration = Duration::from_millis(1);
 /// A lock with this TTL on three nodes, acquired at `t0`.
 fn lock(ttl: Duration, node_timeout: Duration, t0: Instant) -> Lock {
     let settings = Arc::new(
-        Config {
-            ttl,
-            node_timeout: Some(node_timeout),
-            ..Config::new(["a", "b", "c"])
-        }
-        .validate()
-        .unwrap(),
+        Config::new(["a", "b", "c"])
+            .ttl(ttl)
+            .node_timeout(node_timeout)
+            .validate()
+            .unwrap(),
     );
     let mut acquire = Acquisition::new(
         settings.clone(),

@@ -118,19 +118,17 @@ fn a_stream_of_readers_does_not_starve_a_writer() {
 #[test]
 fn a_writer_holds_readers_off_until_its_next_attempt_could_end() {
     let settings = Arc::new(
-        redlock_core::Config {
-            servers: vec!["a".into(), "b".into(), "c".into()],
-            ttl: Duration::from_secs(1),
-            node_timeout: Some(Duration::from_millis(20)),
-            retry: redlock_core::RetryConfig {
-                count: 3,
-                delay: Duration::from_millis(50),
-                jitter: Duration::from_millis(150),
-            },
-            ..Default::default()
-        }
-        .validate()
-        .unwrap(),
+        redlock_core::Config::new(["a", "b", "c"])
+            .ttl(Duration::from_secs(1))
+            .node_timeout(Duration::from_millis(20))
+            .retry(
+                redlock_core::RetryConfig::default()
+                    .count(3)
+                    .delay(Duration::from_millis(50))
+                    .jitter(Duration::from_millis(150)),
+            )
+            .validate()
+            .unwrap(),
     );
     let hold_off = |attempts| {
         let acquire = Acquisition::with_spec(

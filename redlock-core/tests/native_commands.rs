@@ -17,12 +17,10 @@ const MS: Duration = Duration::from_millis(1);
 
 fn settings(notices: bool) -> Arc<Settings> {
     Arc::new(
-        Config {
-            release_notices: notices,
-            ..Config::new(["a", "b", "c"])
-        }
-        .validate()
-        .unwrap(),
+        Config::new(["a", "b", "c"])
+            .release_notices(notices)
+            .validate()
+            .unwrap(),
     )
 }
 
@@ -480,13 +478,11 @@ fn wrongtype_from_set_is_a_wrong_type_vote() {
 #[test]
 fn switched_off_every_request_is_a_script() {
     let settings = Arc::new(
-        Config {
-            native_commands: false,
-            release_notices: false,
-            ..Config::new(["a", "b", "c"])
-        }
-        .validate()
-        .unwrap(),
+        Config::new(["a", "b", "c"])
+            .native_commands(false)
+            .release_notices(false)
+            .validate()
+            .unwrap(),
     );
     let t0 = Instant::now();
     let mut acquire = Acquisition::new(

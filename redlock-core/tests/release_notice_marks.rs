@@ -64,19 +64,17 @@ fn valkey9() -> NodeFacts {
 
 fn settings(via: Via) -> Arc<Settings> {
     Arc::new(
-        Config {
-            servers: (0..NODES).map(|i| format!("n{i}")).collect(),
-            ttl: Duration::from_secs(30),
-            retry: RetryConfig {
-                count: 5,
-                delay: Duration::from_secs(10),
-                jitter: Duration::ZERO,
-            },
-            native_commands: via == Via::Plain,
-            ..Default::default()
-        }
-        .validate()
-        .unwrap(),
+        Config::new((0..NODES).map(|i| format!("n{i}")))
+            .ttl(Duration::from_secs(30))
+            .retry(
+                RetryConfig::default()
+                    .count(5)
+                    .delay(Duration::from_secs(10))
+                    .jitter(Duration::ZERO),
+            )
+            .native_commands(via == Via::Plain)
+            .validate()
+            .unwrap(),
     )
 }
 

@@ -14,11 +14,10 @@ const MS: Duration = Duration::from_millis(1);
 
 #[test]
 fn waits_lie_between_the_delay_and_the_delay_plus_the_jitter() {
-    let retry = RetryConfig {
-        count: 3,
-        delay: 50 * MS,
-        jitter: 150 * MS,
-    };
+    let retry = RetryConfig::default()
+        .count(3)
+        .delay(50 * MS)
+        .jitter(150 * MS);
     let waits: Vec<Duration> = (0..64)
         .map(|seed| retry_delay(&retry, &mut StdRng::seed_from_u64(seed)))
         .collect();
@@ -36,11 +35,10 @@ fn waits_lie_between_the_delay_and_the_delay_plus_the_jitter() {
 
 #[test]
 fn without_jitter_the_wait_is_exactly_the_delay() {
-    let retry = RetryConfig {
-        count: 3,
-        delay: 80 * MS,
-        jitter: Duration::ZERO,
-    };
+    let retry = RetryConfig::default()
+        .count(3)
+        .delay(80 * MS)
+        .jitter(Duration::ZERO);
     for seed in 0..8 {
         assert_eq!(
             retry_delay(&retry, &mut StdRng::seed_from_u64(seed)),

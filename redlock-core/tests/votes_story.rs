@@ -19,14 +19,11 @@ const MS: Duration = Duration::from_millis(1);
 
 fn settings() -> Arc<Settings> {
     Arc::new(
-        Config {
-            servers: vec!["a".into(), "b".into(), "c".into()],
-            ttl: Duration::from_secs(1),
-            node_timeout: Some(20 * MS),
-            ..Default::default()
-        }
-        .validate()
-        .unwrap(),
+        Config::new(["a", "b", "c"])
+            .ttl(Duration::from_secs(1))
+            .node_timeout(20 * MS)
+            .validate()
+            .unwrap(),
     )
 }
 

@@ -1,7 +1,8 @@
 //! One acquisition's own wait limit ([`Attempts::Within`]): it replaces the
 //! settings' acquire deadline for that acquisition, the retry count does not
-//! bound it, and it is as hard as the deadline. In virtual time, against
-//! nodes that all answer "held by another owner".
+//! bound it, and it is as hard as the deadline. Its own retry count
+//! ([`Attempts::Retries`]) replaces the settings' count and deadline alike.
+//! In virtual time, against nodes that all answer "held by another owner".
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,21 +19,15 @@ const MS: Duration = Duration::from_millis(1);
 /// Three nodes, retries 10..20 ms apart, `count` retries, and the given
 /// client-wide deadline.
 fn settings(count: u32, deadline: Option<Duration>) -> Arc<Settings> {
-    Arc::new(
-        Config {
-            servers: vec!["a".into(), "b".into(), "c".into()],
-            node_timeout: Some(5 * MS),
-            acquire_deadline: deadline,
-            retry: RetryConfig {
-                count,
-                delay: 10 * MS,
-                jitter: 10 * MS,
-            },
-            ..Config::default()
-        }
-        .validate()
-        .unwrap(),
-    )
+    let mut config = Config::new(["a", "b", "c"]).node_timeout(5 * MS).retry(
+        RetryConfig::default()
+            .count(count)
+            .delay(10 * MS)
+            .jitter(10 * MS),
+    );
+    // `None` (no deadline) has no setter: the field takes it as given.
+    config.acquire_deadline = deadline;
+    Arc::new(config.validate().unwrap())
 }
 
 fn start(settings: &Arc<Settings>, attempts: Attempts, t0: Instant) -> Acquisition<StdRng> {
@@ -152,6 +147,37 @@ fn the_retry_count_does_not_bound_a_wait_limit() {
 }
 
 #[test]
+fn its_own_retry_count_makes_one_plus_that_many_attempts_without_a_deadline() {
+    // Two retries and a 20 ms deadline client-wide: the plain acquisition
+    // gives up at that deadline.
+    let settings = settings(2, Some(20 * MS));
+    let t0 = Instant::now();
+    let (error, _) = run_held(&mut start(&settings, Attempts::Retry, t0), t0, 100);
+    assert!(
+        matches!(error, Some(AcquireError::DeadlineExceeded { .. })),
+        "{error:?}"
+    );
+    // Its own count replaces both: fewer or more attempts than the
+    // client's 1 + 2, and never cut short by the deadline (7 retries
+    // 10..20 ms apart take 70 ms at least).
+    for retries in [0, 1, 7] {
+        let mut acquire = start(&settings, Attempts::Retries(retries), t0);
+        // The first timer is the attempt's node timeout, not a deadline.
+        assert_eq!(acquire.poll_timeout(), Some(t0 + 5 * MS));
+        let (error, at) = run_held(&mut acquire, t0, 100);
+        let error = error.expect("out of attempts");
+        assert!(
+            matches!(error, AcquireError::Held { attempts, .. } if attempts == 1 + retries),
+            "{retries} retries: {error:?}"
+        );
+        assert_eq!(acquire.attempts(), 1 + retries);
+        if retries == 7 {
+            assert!(at > t0 + 70 * MS, "gave up at {:?}", at - t0);
+        }
+    }
+}
+
+#[test]
 fn the_wait_limit_is_hard() {
     // The limit falls inside the first attempt's round: the quorum that
     // comes with it is no lock, and its keys are released.
@@ -230,18 +256,16 @@ fn a_limit_past_the_clock_means_no_limit() {
 /// only the last retry and release notices can start attempts.
 fn slow_retries() -> Arc<Settings> {
     Arc::new(
-        Config {
-            servers: vec!["a".into(), "b".into(), "c".into()],
-            node_timeout: Some(5 * MS),
-            retry: RetryConfig {
-                count: 10,
-                delay: Duration::from_secs(1),
-                jitter: Duration::ZERO,
-            },
-            ..Config::default()
-        }
-        .validate()
-        .unwrap(),
+        Config::new(["a", "b", "c"])
+            .node_timeout(5 * MS)
+            .retry(
+                RetryConfig::default()
+                    .count(10)
+                    .delay(Duration::from_secs(1))
+                    .jitter(Duration::ZERO),
+            )
+            .validate()
+            .unwrap(),
     )
 }
 

@@ -209,18 +209,16 @@ fn the_clients_own_release_goes_to_its_first_waiter_once_and_only_while_no_other
 
 fn settings() -> Arc<Settings> {
     Arc::new(
-        Config {
-            servers: vec!["a".into(), "b".into(), "c".into()],
-            node_timeout: Some(5 * MS),
-            retry: RetryConfig {
-                count: 10,
-                delay: Duration::from_secs(1),
-                jitter: Duration::ZERO,
-            },
-            ..Config::default()
-        }
-        .validate()
-        .unwrap(),
+        Config::new(["a", "b", "c"])
+            .node_timeout(5 * MS)
+            .retry(
+                RetryConfig::default()
+                    .count(10)
+                    .delay(Duration::from_secs(1))
+                    .jitter(Duration::ZERO),
+            )
+            .validate()
+            .unwrap(),
     )
 }
 

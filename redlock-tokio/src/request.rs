@@ -269,6 +269,10 @@ impl<K> LockRequest<K> {
     /// }
     /// ```
     ///
+    /// The error type comes from where the result goes (here the function's
+    /// return type); work that returns without a `?`, or whose result is
+    /// read with `?`, names it once: `Ok::<_, redlock_tokio::Error>(rows)`.
+    ///
     /// Dropping the work stops it only at an `.await`: check
     /// [`LockGuard::validity`] or [`LockGuard::is_lost`] in long
     /// synchronous sections.

@@ -625,23 +625,21 @@ pub struct RedlockModel {
 impl RedlockModel {
     /// The model of `setup`.
     pub fn new(setup: Setup) -> Self {
-        let config = Config {
-            servers: (0..setup.nodes).map(|i| format!("n{i}")).collect(),
-            allow_even_nodes: true,
-            ttl: Duration::from_millis(setup.ttl_ms),
-            node_timeout: Some(Duration::from_millis(setup.node_timeout_ms)),
-            release_notices: false,
+        let config = Config::new((0..setup.nodes).map(|i| format!("n{i}")))
+            .allow_even_nodes(true)
+            .ttl(Duration::from_millis(setup.ttl_ms))
+            .node_timeout(Duration::from_millis(setup.node_timeout_ms))
+            .release_notices(false)
             // One tick between attempts, no jitter (the scheduler tries
             // every order of the clients' attempts).
-            retry: RetryConfig {
-                count: setup.retries,
-                delay: Duration::from_millis(1),
-                jitter: Duration::ZERO,
-            },
-            drift_factor: setup.drift_factor,
-            native_commands: false,
-            ..Config::default()
-        };
+            .retry(
+                RetryConfig::default()
+                    .count(setup.retries)
+                    .delay(Duration::from_millis(1))
+                    .jitter(Duration::ZERO),
+            )
+            .drift_factor(setup.drift_factor)
+            .native_commands(false);
         let settings = Arc::new(config.validate().expect("valid model settings"));
         let ttl = settings.default_ttl();
         Self {

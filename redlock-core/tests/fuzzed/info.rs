@@ -99,11 +99,9 @@ fn check_facts(facts: NodeFacts) {
 /// The requests of a few machines, sent to a node with these facts: plain
 /// commands only where the table in `native` puts them.
 fn check_calls(facts: NodeFacts, u: &mut Unstructured<'_>) -> Result<()> {
-    let config = Config {
-        native_commands: u.arbitrary()?,
-        release_notices: u.arbitrary()?,
-        ..Config::new(["n"])
-    };
+    let config = Config::new(["n"])
+        .native_commands(u.arbitrary()?)
+        .release_notices(u.arbitrary()?);
     let settings = Arc::new(config.validate().expect("a valid configuration"));
     let now = Instant::now();
     let rng = StdRng::seed_from_u64(u.arbitrary()?);

@@ -53,13 +53,10 @@ fn run(u: &mut Unstructured<'_>) -> Result<()> {
     check_inspect(response);
 
     let nodes = u.int_in_range(1..=5)?;
-    let config = Config {
-        servers: (0..nodes).map(|i| format!("n{i}")).collect(),
-        allow_even_nodes: true,
-        native_commands: u.arbitrary()?,
-        release_notices: u.arbitrary()?,
-        ..Config::default()
-    };
+    let config = Config::new((0..nodes).map(|i| format!("n{i}")))
+        .allow_even_nodes(true)
+        .native_commands(u.arbitrary()?)
+        .release_notices(u.arbitrary()?);
     let settings = Arc::new(config.validate().expect("a valid configuration"));
     let facts = (0..nodes)
         .map(|_| arbitrary_facts(u))

@@ -409,19 +409,17 @@ pub struct World {
 
 /// Settings for a simulated cluster of `nodes` with this TTL.
 pub fn settings(nodes: usize, ttl: Duration, node_timeout: Duration) -> Arc<Settings> {
-    let config = Config {
-        servers: (0..nodes).map(|i| format!("sim-{i}")).collect(),
+    let config = Config::new((0..nodes).map(|i| format!("sim-{i}")))
         // The simulations cover every N, even ones included.
-        allow_even_nodes: true,
-        ttl,
-        node_timeout: Some(node_timeout),
-        retry: RetryConfig {
-            count: 3,
-            delay: Duration::from_millis(5),
-            jitter: Duration::from_millis(30),
-        },
-        ..Config::default()
-    };
+        .allow_even_nodes(true)
+        .ttl(ttl)
+        .node_timeout(node_timeout)
+        .retry(
+            RetryConfig::default()
+                .count(3)
+                .delay(Duration::from_millis(5))
+                .jitter(Duration::from_millis(30)),
+        );
     Arc::new(config.validate().expect("valid simulation settings"))
 }
 

@@ -1,5 +1,5 @@
 //! Fuzzed server URLs: [`Redlock::node_name`] of any text is a name or
-//! [`ConfigError::InvalidServer`], never a panic, and the password of a URL
+//! [`ConfigError::InvalidNode`], never a panic, and the password of a URL
 //! shows neither in the name nor in the error.
 //!
 //! The URL is raw bytes (as UTF-8, lossily) or built from parts: a scheme
@@ -128,7 +128,7 @@ fn check_url(url: &str, secret: Option<&str>, in_user_info: bool) {
         }
         Err(error) => {
             let ConfigError::InvalidNode { node: server, reason } = &error else {
-                panic!("{url:?}: not an InvalidServer error: {error:?}");
+                panic!("{url:?}: not an InvalidNode error: {error:?}");
             };
             assert!(!shows(server), "{url:?}: {server:?} shows the password");
             assert!(!shows(reason), "{url:?}: {reason:?} shows the password");
