@@ -6,7 +6,7 @@ mod support;
 use std::time::Duration;
 
 use redlock_tests::RedisCluster;
-use redlock_tokio::{LockOptions, NodeErrorKind};
+use redlock_tokio::core::NodeErrorKind;
 use support::{client, name};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -22,9 +22,10 @@ async fn inspect_reads_every_node() {
         assert_eq!(inspection.fencing_counter, None);
     }
 
-    let options = LockOptions::new().ttl(Duration::from_secs(5)).fencing(true);
     let guard = redlock
-        .lock_with("report", options)
+        .lock("report")
+        .ttl(Duration::from_secs(5))
+        .fencing()
         .await
         .expect("a free lock");
     let token = guard.fencing_token().expect("fenced");

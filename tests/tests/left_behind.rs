@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use redlock_tests::{NodeOptions, RedisCluster, RedisNode, ShardedNode};
-use redlock_tokio::{Builder, Redlock};
+use redlock_tokio::{Builder, Redlock, Wait};
 use support::{NODE_TIMEOUT, init_tracing};
 
 /// Every key on `nodes`, as text, but for a waiting writer's mark that
@@ -78,7 +78,7 @@ async fn backpressure(builder: Builder, pause: impl FnOnce(), resume: impl FnOnc
     const CYCLES: usize = 60;
     let redlock = builder
         .ttl(Duration::from_secs(30))
-        .retry_count(0)
+        .wait(Wait::No)
         .build()
         .await
         .expect("client builds");
@@ -220,7 +220,7 @@ async fn a_cancellation_storm_on_cluster_nodes_leaves_no_key() {
     nothing_left(|| keys_on(nodes.iter().flat_map(ShardedNode::shards))).await;
 }
 
-/// The same storm with `lock_all`, `read_lock` and `write_lock`, whose
+/// The same storm with read, write and multi-resource locks, whose
 /// requests carry several keys.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancellation_storm_of_other_lock_kinds_leaves_no_key() {
@@ -244,9 +244,9 @@ async fn a_cancellation_storm_of_other_lock_kinds_leaves_no_key() {
                 let resource = format!("kinds:{}", i % 7);
                 let acquire = async {
                     match i % 3 {
-                        0 => redlock.read_lock(resource.as_str()).await,
-                        1 => redlock.write_lock(resource.as_str()).await,
-                        _ => redlock.lock_all(&[resource.as_str(), "kinds:all"]).await,
+                        0 => redlock.lock(&resource).read().await,
+                        1 => redlock.lock(&resource).write().await,
+                        _ => redlock.lock_all([resource.as_str(), "kinds:all"]).await,
                     }
                 };
                 if let Ok(Ok(guard)) = tokio::time::timeout(cut, acquire).await {

@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 
 use redlock_core::{AcquireError, ConfigError, NodeVote};
 use redlock_tests::RedisCluster;
-use redlock_tokio::{Error, LockOptions, LockValue, Redlock};
-use support::{QUICK, assert_absent, builder, client, eventually, name};
+use redlock_tokio::core::LockValue;
+use redlock_tokio::{Error, LossReason, Redlock, Wait};
+use support::{QUICK, assert_absent, builder, client, eventually, name, timed};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn second_client_is_refused_until_the_first_releases() {
@@ -16,7 +17,7 @@ async fn second_client_is_refused_until_the_first_releases() {
     let a = client(&cluster).await;
     let b = client(&cluster).await;
 
-    let guard = a.try_lock("job").await.expect("a free lock");
+    let guard = a.lock("job").wait(Wait::No).await.expect("a free lock");
     // The decision came with a quorum; the third node may answer just after.
     eventually("every node holds a's value", Duration::from_secs(8), || {
         cluster
@@ -26,7 +27,7 @@ async fn second_client_is_refused_until_the_first_releases() {
     })
     .await;
 
-    let err = b.try_lock("job").await.expect_err("held by a");
+    let err = b.lock("job").wait(Wait::No).await.expect_err("held by a");
     assert!(err.is_held_by_other(), "{err}");
     assert!(
         matches!(err, Error::Acquire(AcquireError::Held { .. })),
@@ -48,7 +49,7 @@ async fn second_client_is_refused_until_the_first_releases() {
     );
     assert_absent(&cluster, "job");
 
-    let guard = b.try_lock("job").await.expect("free again");
+    let guard = b.lock("job").wait(Wait::No).await.expect("free again");
     assert!(guard.votes().granted() >= 2);
     guard.release().await;
     assert_absent(&cluster, "job");
@@ -59,7 +60,7 @@ async fn lock_retries_until_the_holder_releases() {
     let cluster = RedisCluster::start(3);
     let a = client(&cluster).await;
     let b = builder(&cluster)
-        .retry_count(100)
+        .wait(Wait::Retries(100))
         .retry_delay(Duration::from_millis(10))
         .retry_jitter(Duration::from_millis(20))
         .build()
@@ -93,17 +94,20 @@ async fn wait_at_most_gives_up_with_the_deadline_error() {
     let cluster = RedisCluster::start(3);
     let holder = client(&cluster).await;
     let waiter = builder(&cluster)
-        .acquire_deadline(Duration::from_secs(60))
-        .retry_count(1)
+        .wait(Wait::AtMost(Duration::from_secs(60)))
         .build()
         .await
         .unwrap();
-    let guard = holder.try_lock("busy").await.expect("a free lock");
+    let guard = holder
+        .lock("busy")
+        .wait(Wait::No)
+        .await
+        .expect("a free lock");
 
     let started = Instant::now();
-    let options = LockOptions::new().wait_at_most(Duration::from_millis(300));
     let error = waiter
-        .lock_with("busy", options)
+        .lock("busy")
+        .wait(Wait::AtMost(Duration::from_millis(300)))
         .await
         .expect_err("held by the holder");
     let waited = started.elapsed();
@@ -134,10 +138,11 @@ async fn wait_at_most_gives_up_with_the_deadline_error() {
             && values.iter().filter(|v| ours(v)).count() >= 2
     })
     .await;
-    assert!(guard.is_valid());
+    assert!(!guard.is_lost());
 
     let zero = waiter
-        .lock_with("busy", LockOptions::new().wait_at_most(Duration::ZERO))
+        .lock("busy")
+        .wait(Wait::AtMost(Duration::ZERO))
         .await
         .expect_err("a zero wait limit");
     assert!(
@@ -147,10 +152,8 @@ async fn wait_at_most_gives_up_with_the_deadline_error() {
     guard.release().await;
     // Free now: a limited wait takes it at once.
     let guard = waiter
-        .lock_with(
-            "busy",
-            LockOptions::new().wait_at_most(Duration::from_secs(5)),
-        )
+        .lock("busy")
+        .wait(Wait::AtMost(Duration::from_secs(5)))
         .await
         .expect("a free lock");
     guard.release().await;
@@ -174,7 +177,7 @@ async fn validity_after_acquire_is_close_to_the_ttl() {
     let bound = Duration::from_millis(988);
     assert!(validity <= bound, "{validity:?}");
     assert!(validity + took >= bound, "{validity:?} after {took:?}");
-    assert!(guard.is_valid());
+    assert!(!guard.is_lost());
     assert_eq!(guard.ttl(), Duration::from_secs(1));
     eventually(
         "every node has the key with a TTL",
@@ -192,7 +195,9 @@ async fn validity_after_acquire_is_close_to_the_ttl() {
     // A per-call TTL.
     let started = Instant::now();
     let guard = redlock
-        .try_lock_with_ttl("v", Duration::from_secs(5))
+        .lock("v")
+        .ttl(Duration::from_secs(5))
+        .wait(Wait::No)
         .await
         .unwrap();
     // 5 s - 52 ms drift - the round.
@@ -260,7 +265,7 @@ async fn bytes_resources_and_key_prefix() {
     let cluster = RedisCluster::start(3);
     let redlock = builder(&cluster).key_prefix("lock:").build().await.unwrap();
     let resource: &[u8] = b"bin\xff\x00ary";
-    let guard = redlock.try_lock(resource).await.unwrap();
+    let guard = redlock.lock(resource).wait(Wait::No).await.unwrap();
     assert_eq!(guard.resource(), resource);
     assert_eq!(guard.key().as_bytes(), b"lock:bin\xff\x00ary");
     eventually(
@@ -289,7 +294,13 @@ async fn dropping_a_guard_releases_in_the_background() {
     )
     .await;
     // And the lock is free for someone else.
-    redlock.try_lock("dropped").await.unwrap().release().await;
+    redlock
+        .lock("dropped")
+        .wait(Wait::No)
+        .await
+        .unwrap()
+        .release()
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -301,7 +312,7 @@ async fn a_forgotten_lock_stays_until_released_by_value() {
     for node in cluster.nodes() {
         assert_eq!(node.get("cli").as_deref(), Some(value.as_bytes()));
     }
-    let err = redlock.try_lock("cli").await.unwrap_err();
+    let err = redlock.lock("cli").wait(Wait::No).await.unwrap_err();
     assert!(err.is_held_by_other());
 
     let report = redlock.release_value("cli", &value).await;
@@ -310,16 +321,17 @@ async fn a_forgotten_lock_stays_until_released_by_value() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_lock_returns_the_work_output_and_releases() {
+async fn run_returns_the_work_output_and_releases() {
     let cluster = RedisCluster::start(3);
     let redlock = client(&cluster).await;
     let other = client(&cluster).await;
     let output = redlock
-        .with_lock("work", |lock| async move {
+        .lock("work")
+        .run(async |lock| {
             assert!(!lock.is_lost());
-            let err = other.try_lock("work").await.unwrap_err();
+            let err = other.lock("work").wait(Wait::No).await.unwrap_err();
             assert!(err.is_held_by_other());
-            42
+            Ok::<_, Error>(42)
         })
         .await
         .unwrap();
@@ -328,15 +340,17 @@ async fn with_lock_returns_the_work_output_and_releases() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_lock_shows_the_work_its_lock() {
+async fn run_shows_the_work_its_lock() {
     let cluster = RedisCluster::start(3);
-    let redlock = builder(&cluster).fencing(true).build().await.unwrap();
+    let redlock = client(&cluster).await;
     // An earlier holder, so that the token has something to exceed.
-    let first = redlock.lock("shown").await.unwrap();
+    let first = redlock.lock("shown").fencing().await.unwrap();
     let earlier = first.fencing_token().expect("fenced");
     first.release().await;
     let token = redlock
-        .with_lock("shown", async |lock| {
+        .lock("shown")
+        .fencing()
+        .run(async |lock| {
             assert_eq!(lock.resource(), b"shown");
             assert_eq!(lock.key().as_bytes(), b"shown");
             // The value is the one on the nodes (the last node's answer may
@@ -350,8 +364,8 @@ async fn with_lock_shows_the_work_its_lock() {
             .await;
             let validity = lock.validity();
             assert!(validity > Duration::from_secs(9), "{validity:?}");
-            assert!(!lock.is_lost() && !lock.lost_token().is_cancelled());
-            lock.fencing_token()
+            assert!(!lock.is_lost() && !lock.loss_signal().is_lost());
+            Ok::<_, Error>(lock.fencing_token())
         })
         .await
         .unwrap();
@@ -362,6 +376,167 @@ async fn with_lock_shows_the_work_its_lock() {
     assert_absent(&cluster, "shown");
 }
 
+/// Any error type that takes the lock's errors (`E: From<Error>`) comes
+/// back from `run` as the work returned it, and the lock's own errors come
+/// back in it, so one `?` reads both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_returns_the_work_error_through_one_question_mark() {
+    type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+    // The work writes under a fencing token and fails on demand; `?` on
+    // `run` is its caller's only error handling.
+    async fn export(redlock: &Redlock, fail: bool) -> Result<u64, BoxError> {
+        let token = redlock
+            .lock("export")
+            .fencing()
+            .wait(Wait::No)
+            .run(async |lock| {
+                let token = lock
+                    .fencing_token()
+                    .ok_or("a fenced lock without a token")?;
+                if fail {
+                    Err(std::io::Error::other("disk full"))?;
+                }
+                Ok::<_, BoxError>(token)
+            })
+            .await?;
+        Ok(token)
+    }
+
+    let cluster = RedisCluster::start(3);
+    let redlock = client(&cluster).await;
+
+    let first = export(&redlock, false).await.expect("the work succeeds");
+    let second = export(&redlock, false).await.expect("the work succeeds");
+    assert!(second > first, "{second} after {first}");
+
+    let failed = export(&redlock, true).await.expect_err("the work fails");
+    let io = failed
+        .downcast_ref::<std::io::Error>()
+        .unwrap_or_else(|| panic!("the work's own error, got {failed:?}"));
+    assert_eq!(io.to_string(), "disk full");
+    // `run` released the lock although the work failed.
+    assert_absent(&cluster, "export");
+
+    // The lock's error, in the same type.
+    let holder = redlock.lock("export").await.unwrap();
+    let refused = export(&redlock, false).await.expect_err("held");
+    let error = refused
+        .downcast_ref::<Error>()
+        .unwrap_or_else(|| panic!("the lock's error, got {refused:?}"));
+    assert!(error.is_held_by_other(), "{error}");
+    holder.release().await;
+}
+
+/// A guard without keep-alive is lost when its validity runs out: `lost()`
+/// fires with `Expired` then, not before, and every view of the loss
+/// agrees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_without_keep_alive_is_lost_when_its_ttl_runs_out() {
+    let cluster = RedisCluster::start(3);
+    let redlock = client(&cluster).await;
+    let guard = redlock
+        .lock("expiring")
+        .ttl(Duration::from_millis(500))
+        .await
+        .unwrap();
+    let signal = guard.loss_signal();
+    assert!(!guard.is_lost() && !signal.is_lost());
+    assert_eq!(guard.loss(), None);
+
+    let reason = tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("lost within the TTL and some slack");
+    assert_eq!(reason, LossReason::Expired);
+    assert!(Instant::now() >= guard.valid_until(), "fired early");
+    assert!(guard.is_lost() && signal.is_lost());
+    assert_eq!(guard.loss(), Some(LossReason::Expired));
+    assert_eq!(signal.lost().await, LossReason::Expired);
+    assert_eq!(guard.validity(), Duration::ZERO);
+    // Nothing extended it: the nodes let the key expire, and the lock is
+    // free for another owner.
+    eventually("the key expired on every node", QUICK, || {
+        cluster.nodes().iter().all(|node| !node.exists("expiring"))
+    })
+    .await;
+    redlock
+        .lock("expiring")
+        .wait(Wait::No)
+        .await
+        .expect("free after the TTL")
+        .release()
+        .await;
+}
+
+/// A TTL, a fencing token and a wait limit in one expression: each is
+/// honoured, whatever else the request asks for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_request_with_ttl_fencing_and_a_wait_limit() {
+    let cluster = RedisCluster::start(3);
+    let redlock = client(&cluster).await;
+    let ttl = Duration::from_secs(3);
+
+    let guard = redlock
+        .lock("ledger")
+        .ttl(ttl)
+        .fencing()
+        .wait(Wait::AtMost(Duration::from_secs(2)))
+        .await
+        .expect("a free lock");
+    let token = guard.fencing_token().expect("fenced");
+    assert_eq!(guard.ttl(), ttl);
+    assert!(guard.validity() <= ttl && !guard.validity().is_zero());
+    eventually("every node has the 3 s TTL", QUICK, || {
+        cluster
+            .nodes()
+            .iter()
+            .all(|node| (1..=3_000).contains(&node.pttl("ledger")))
+    })
+    .await;
+
+    // Held: a waiter gives up at its limit, with the deadline error.
+    let (error, waited) = timed(
+        redlock
+            .lock("ledger")
+            .ttl(ttl)
+            .fencing()
+            .wait(Wait::AtMost(Duration::from_millis(300))),
+    )
+    .await;
+    let error = error.expect_err("held");
+    assert!(
+        matches!(
+            &error,
+            Error::Acquire(AcquireError::DeadlineExceeded { deadline, .. })
+                if *deadline == Duration::from_millis(300)
+        ),
+        "{error:?}"
+    );
+    assert!(waited >= Duration::from_millis(300), "{waited:?}");
+
+    // Released within the limit: the waiter gets it, with a larger token.
+    let holder = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        guard.release().await
+    });
+    let next = redlock
+        .lock("ledger")
+        .ttl(ttl)
+        .fencing()
+        .wait(Wait::AtMost(Duration::from_secs(5)))
+        .await
+        .expect("released within the limit");
+    holder.await.unwrap();
+    assert!(
+        next.fencing_token().expect("fenced") > token,
+        "{:?} after {token}",
+        next.fencing_token()
+    );
+    assert_eq!(next.ttl(), ttl);
+    next.release().await;
+    assert_absent(&cluster, "ledger");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn configuration_errors_are_typed() {
     // No server is contacted: validation comes first.
@@ -369,7 +544,7 @@ async fn configuration_errors_are_typed() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, Error::Config(ConfigError::DuplicateServer { server }) if server == "127.0.0.1:1/0"),
+        matches!(&err, Error::Config(ConfigError::DuplicateNode { node }) if node == "127.0.0.1:1/0"),
         "{err:?}"
     );
     let err = Redlock::connect(["redis://LOCALHOST:1", "redis://localhost:1"])
@@ -377,11 +552,11 @@ async fn configuration_errors_are_typed() {
         .unwrap_err();
     assert!(matches!(
         err,
-        Error::Config(ConfigError::DuplicateServer { .. })
+        Error::Config(ConfigError::DuplicateNode { .. })
     ));
     let none: [&str; 0] = [];
     let err = Redlock::connect(none).await.unwrap_err();
-    assert!(matches!(err, Error::Config(ConfigError::NoServers)));
+    assert!(matches!(err, Error::Config(ConfigError::NoNodes)));
     let err = Redlock::builder(["redis://127.0.0.1:1"])
         .ttl(Duration::ZERO)
         .build()
@@ -401,7 +576,9 @@ async fn configuration_errors_are_typed() {
     let cluster = RedisCluster::start(1);
     let redlock = client(&cluster).await;
     let err = redlock
-        .try_lock_with_ttl("r", Duration::ZERO)
+        .lock("r")
+        .ttl(Duration::ZERO)
+        .wait(Wait::No)
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Config(ConfigError::ZeroTtl)));

@@ -4,12 +4,13 @@
 
 mod support;
 
+use std::future::IntoFuture;
 use std::time::Duration;
 
 use redis::Value;
-use redlock_core::{AcquireError, ConfigError, LockSpec, NodeErrorKind};
+use redlock_core::{AcquireError, ConfigError, NodeErrorKind};
 use redlock_tests::RedisCluster;
-use redlock_tokio::{Error, KeepAlive, LockGuard, LockOptions, Redlock};
+use redlock_tokio::{Error, KeepAlive, LockGuard, Redlock, Wait};
 use support::{assert_absent, builder, client, eventually};
 
 /// The helper keys of a read-write lock on `resource` (no key prefix).
@@ -23,21 +24,11 @@ fn writer_waiting_key(resource: &str) -> Vec<u8> {
 
 /// A reader that does not retry: refused at once when it cannot share.
 async fn try_read(redlock: &Redlock, resource: &str) -> Result<LockGuard, Error> {
-    redlock
-        .lock_spec(
-            LockSpec::Read(resource.as_bytes()),
-            LockOptions::new().once(),
-        )
-        .await
+    redlock.lock(resource).read().wait(Wait::No).await
 }
 
 async fn try_write(redlock: &Redlock, resource: &str) -> Result<LockGuard, Error> {
-    redlock
-        .lock_spec(
-            LockSpec::Write(resource.as_bytes()),
-            LockOptions::new().once(),
-        )
-        .await
+    redlock.lock(resource).write().wait(Wait::No).await
 }
 
 /// How many nodes list `value` among the readers of `resource`.
@@ -70,8 +61,8 @@ async fn readers_share_and_a_writer_waits_for_all_of_them() {
         client(&cluster).await,
     );
 
-    let first = a.read_lock("doc").await.expect("a free read lock");
-    let second = b.read_lock("doc").await.expect("readers share");
+    let first = a.lock("doc").read().await.expect("a free read lock");
+    let second = b.lock("doc").read().await.expect("readers share");
     let third = try_read(&c, "doc").await.expect("a third reader too");
     assert_ne!(
         first.value(),
@@ -120,11 +111,11 @@ async fn a_writer_excludes_readers_and_other_writers() {
     let cluster = RedisCluster::start(3);
     let (a, b) = (client(&cluster).await, client(&cluster).await);
 
-    let writer = a.write_lock("table").await.unwrap();
+    let writer = a.lock("table").write().await.unwrap();
     assert_refused(try_read(&b, "table").await, "a reader while a writer holds");
     assert_refused(try_write(&b, "table").await, "a second writer");
     // An exclusive lock on the same resource is a writer too.
-    assert_refused(b.try_lock("table").await, "an exclusive lock");
+    assert_refused(b.lock("table").wait(Wait::No).await, "an exclusive lock");
     for node in cluster.nodes() {
         assert!(!node.exists(readers_key("table")), "no reader got in");
     }
@@ -143,7 +134,7 @@ async fn a_waiting_writer_holds_off_new_readers() {
     // Notices off: the writer gets in at a retry of its own, so the test
     // sees the hold-off at work, not a wake-up.
     let writer_client = builder(&cluster)
-        .retry_count(100)
+        .wait(Wait::Retries(100))
         .retry_delay(Duration::from_millis(20))
         .retry_jitter(Duration::from_millis(20))
         .release_notices(false)
@@ -151,9 +142,9 @@ async fn a_waiting_writer_holds_off_new_readers() {
         .await
         .unwrap();
 
-    let reader = reader_client.read_lock("ledger").await.unwrap();
+    let reader = reader_client.lock("ledger").read().await.unwrap();
     let writer = tokio::spawn(async move {
-        let guard = writer_client.write_lock("ledger").await;
+        let guard = writer_client.lock("ledger").write().await;
         (guard, writer_client)
     });
     // The writer's first attempt found the reader and marked the lock.
@@ -207,8 +198,8 @@ async fn readers_never_release_each_other() {
         client(&cluster).await,
         client(&cluster).await,
     );
-    let first = a.read_lock("report").await.unwrap();
-    let second = b.read_lock("report").await.unwrap();
+    let first = a.lock("report").read().await.unwrap();
+    let second = b.lock("report").read().await.unwrap();
     let second_value = second.value().clone();
     eventually("both readers everywhere", Duration::from_secs(8), || {
         nodes_with_reader(&cluster, "report", second_value.as_bytes()) == 3
@@ -226,7 +217,7 @@ async fn readers_never_release_each_other() {
         try_write(&c, "report").await,
         "the second reader still holds",
     );
-    assert!(second.is_valid());
+    assert!(!second.is_lost());
 
     // Releasing a reader's value by hand as if it were an exclusive lock
     // touches neither the readers nor anything else.
@@ -252,7 +243,7 @@ async fn a_read_lock_extends_and_is_kept_alive() {
         .unwrap();
     let writer = client(&cluster).await;
 
-    let mut reader = redlock.read_lock("feed").await.unwrap();
+    let mut reader = redlock.lock("feed").read().await.unwrap();
     let validity = reader
         .extend(Duration::from_secs(5))
         .await
@@ -272,12 +263,13 @@ async fn a_read_lock_extends_and_is_kept_alive() {
 
     // Kept alive well past its 600 ms TTL, and still excluding a writer.
     let kept = redlock
-        .read_lock("feed")
+        .lock("feed")
+        .read()
+        .keep_alive(KeepAlive::default())
         .await
-        .unwrap()
-        .keep_alive(KeepAlive::default());
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(1_500)).await;
-    assert!(kept.is_valid(), "{kept:?}");
+    assert!(!kept.is_lost(), "{kept:?}");
     assert!(kept.extensions() >= 2, "{kept:?}");
     assert!(kept.loss().is_none());
     assert_refused(
@@ -294,24 +286,17 @@ async fn a_reentrant_lock_is_shared_by_its_owner_only() {
     let cluster = RedisCluster::start(3);
     let (a, b) = (client(&cluster).await, client(&cluster).await);
 
-    let outer = a.lock_reentrant("batch", "worker-1").await.unwrap();
+    let outer = a.lock("batch").reentrant("worker-1").await.unwrap();
     // The same owner again, from another client: a second acquisition.
     let inner = b
-        .lock_reentrant("batch", "worker-1")
+        .lock("batch")
+        .reentrant("worker-1")
         .await
         .expect("reentry");
     assert_ne!(outer.value(), inner.value());
-    let other = b
-        .lock_spec(
-            LockSpec::Reentrant {
-                resource: b"batch",
-                owner: "worker-2",
-            },
-            LockOptions::new().once(),
-        )
-        .await;
+    let other = b.lock("batch").reentrant("worker-2").wait(Wait::No).await;
     assert_refused(other, "another owner");
-    let err = b.try_lock("batch").await.unwrap_err();
+    let err = b.lock("batch").wait(Wait::No).await.unwrap_err();
     // An exclusive lock finds a hash, not a lock value: a typed node error,
     // never a grant.
     assert!(
@@ -350,21 +335,13 @@ async fn a_reentrant_lock_is_shared_by_its_owner_only() {
         assert_eq!(fields.len(), 2, "{fields:?}");
         assert!(fields.contains_key(outer.value().as_str()));
     }
-    let other = b
-        .lock_spec(
-            LockSpec::Reentrant {
-                resource: b"batch",
-                owner: "worker-2",
-            },
-            LockOptions::new().once(),
-        )
-        .await;
+    let other = b.lock("batch").reentrant("worker-2").wait(Wait::No).await;
     assert_refused(other, "another owner while one acquisition is left");
 
     // Releasing the last one frees it.
     outer.release().await;
     assert_absent(&cluster, "batch");
-    let other = b.lock_reentrant("batch", "worker-2").await.expect("free");
+    let other = b.lock("batch").reentrant("worker-2").await.expect("free");
     other.release().await;
     assert_absent(&cluster, "batch");
 }
@@ -372,29 +349,26 @@ async fn a_reentrant_lock_is_shared_by_its_owner_only() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reentrancy_survives_a_client_restart_with_the_same_owner() {
     let cluster = RedisCluster::start(3);
-    let short = LockOptions::new().ttl(Duration::from_secs(2));
-    let spec = LockSpec::Reentrant {
-        resource: b"deploy",
-        owner: "host-7",
+    let host_7 = |redlock: &Redlock| {
+        redlock
+            .lock("deploy")
+            .reentrant("host-7")
+            .ttl(Duration::from_secs(2))
     };
 
     // A process takes the lock and dies without releasing it.
     let crashed = client(&cluster).await;
-    let lost_value = crashed.lock_spec(spec, short).await.unwrap().forget();
+    let lost_value = host_7(&crashed).await.unwrap().forget();
     drop(crashed);
 
     // Its successor, a new client with the same owner id, enters at once.
     let restarted = client(&cluster).await;
-    let guard = restarted.lock_spec(spec, short).await.expect("same owner");
+    let guard = host_7(&restarted).await.expect("same owner");
     let stranger = client(&cluster).await;
     let refused = stranger
-        .lock_spec(
-            LockSpec::Reentrant {
-                resource: b"deploy",
-                owner: "host-8",
-            },
-            LockOptions::new().once(),
-        )
+        .lock("deploy")
+        .reentrant("host-8")
+        .wait(Wait::No)
         .await;
     assert_refused(refused, "another owner");
     guard.release().await;
@@ -412,7 +386,8 @@ async fn reentrancy_survives_a_client_restart_with_the_same_owner() {
     )
     .await;
     stranger
-        .lock_reentrant("deploy", "host-8")
+        .lock("deploy")
+        .reentrant("host-8")
         .await
         .expect("free after the TTL")
         .release()
@@ -427,16 +402,27 @@ async fn a_reentrant_lock_extends_and_is_kept_alive() {
         .build()
         .await
         .unwrap();
-    let mut guard = redlock.lock_reentrant("cron", "me").await.unwrap();
+    let mut guard = redlock.lock("cron").reentrant("me").await.unwrap();
     guard.extend(Duration::from_secs(5)).await.unwrap();
     eventually("the hash lives ~5 s", Duration::from_secs(8), || {
         cluster.nodes().iter().all(|node| node.pttl("cron") > 3_000)
     })
     .await;
-    let kept = guard.keep_alive(KeepAlive::default());
-    let again = redlock.lock_reentrant("cron", "me").await.unwrap();
+    guard.release().await;
+    assert_absent(&cluster, "cron");
+
+    // Kept alive well past its 600 ms TTL, beside an entry of the same
+    // owner that is not.
+    let kept = redlock
+        .lock("cron")
+        .reentrant("me")
+        .keep_alive(KeepAlive::default())
+        .await
+        .unwrap();
+    let again = redlock.lock("cron").reentrant("me").await.unwrap();
     tokio::time::sleep(Duration::from_millis(1_500)).await;
-    assert!(kept.is_valid() && kept.loss().is_none(), "{kept:?}");
+    assert!(!kept.is_lost() && kept.loss().is_none(), "{kept:?}");
+    assert!(kept.extensions() >= 2, "{kept:?}");
     again.release().await;
     kept.release().await;
     assert_absent(&cluster, "cron");
@@ -447,7 +433,7 @@ async fn a_multi_resource_lock_and_single_locks_exclude_each_other() {
     let cluster = RedisCluster::start(3);
     let (a, b) = (client(&cluster).await, client(&cluster).await);
 
-    let both = a.lock_all(&["a", "b"]).await.unwrap();
+    let both = a.lock_all(["a", "b"]).await.unwrap();
     eventually(
         "both keys hold one value everywhere",
         Duration::from_secs(8),
@@ -459,8 +445,14 @@ async fn a_multi_resource_lock_and_single_locks_exclude_each_other() {
         },
     )
     .await;
-    assert_refused(b.try_lock("b").await, "a single lock inside a multi lock");
-    assert_refused(b.try_lock("a").await, "a single lock inside a multi lock");
+    assert_refused(
+        b.lock("b").wait(Wait::No).await,
+        "a single lock inside a multi lock",
+    );
+    assert_refused(
+        b.lock("a").wait(Wait::No).await,
+        "a single lock inside a multi lock",
+    );
     let report = both.release().await;
     assert_eq!(report.released(), 3, "{report}");
     assert_absent(&cluster, "a");
@@ -468,13 +460,8 @@ async fn a_multi_resource_lock_and_single_locks_exclude_each_other() {
 
     // The other way round: a held single lock makes the multi lock fail,
     // and none of its keys is left anywhere, not even the free one.
-    let single = b.try_lock("b").await.unwrap();
-    let refused = a
-        .lock_spec(
-            LockSpec::Multi(&[&b"a"[..], &b"b"[..]]),
-            LockOptions::new().once(),
-        )
-        .await;
+    let single = b.lock("b").wait(Wait::No).await.unwrap();
+    let refused = a.lock_all(["a", "b"]).wait(Wait::No).await;
     assert_refused(refused, "a multi lock over a held resource");
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_absent(&cluster, "a");
@@ -484,11 +471,14 @@ async fn a_multi_resource_lock_and_single_locks_exclude_each_other() {
     single.release().await;
 
     // Named twice is locked once; release frees all.
-    let three = a.lock_all(&["c", "a", "b", "a"]).await.unwrap();
+    let three = a.lock_all(["c", "a", "b", "a"]).await.unwrap();
     assert_eq!(three.resource(), b"c");
     assert_eq!(three.key().as_bytes(), b"a", "keys are sorted");
     for resource in ["a", "b", "c"] {
-        assert_refused(b.try_lock(resource).await, "every resource is held");
+        assert_refused(
+            b.lock(resource).wait(Wait::No).await,
+            "every resource is held",
+        );
     }
     three.release().await;
     for resource in ["a", "b", "c"] {
@@ -501,39 +491,16 @@ async fn bad_input_is_a_typed_configuration_error() {
     let cluster = RedisCluster::start(3);
     let redlock = client(&cluster).await;
 
-    let err = redlock.lock_all::<&str>(&[]).await.unwrap_err();
+    let err = redlock.lock_all::<&str>([]).await.unwrap_err();
     assert!(
         matches!(err, Error::Config(ConfigError::NoResources)),
         "{err:?}"
     );
-    let err = redlock.lock_reentrant("r", "").await.unwrap_err();
+    let err = redlock.lock("r").reentrant("").await.unwrap_err();
     assert!(
         matches!(err, Error::Config(ConfigError::EmptyOwner)),
         "{err:?}"
     );
-    for spec in [
-        LockSpec::Read(b"r"),
-        LockSpec::Write(b"r"),
-        LockSpec::Multi(&[&b"r"[..]]),
-        LockSpec::Reentrant {
-            resource: b"r",
-            owner: "o",
-        },
-    ] {
-        let err = redlock
-            .lock_spec(spec, LockOptions::new().fencing(true))
-            .await
-            .unwrap_err();
-        assert!(
-            matches!(err, Error::Config(ConfigError::FencingUnsupported)),
-            "{spec:?}: {err:?}"
-        );
-    }
-    // A client that fences by default still takes the other kinds, unfenced.
-    let fencing = builder(&cluster).fencing(true).build().await.unwrap();
-    let reader = fencing.read_lock("r").await.unwrap();
-    assert_eq!(reader.fencing_token(), None);
-    reader.release().await;
     // Nothing was ever sent for the rejected calls.
     for node in cluster.nodes() {
         assert!(node.keys("*").is_empty(), "{:?}", node.keys("*"));
@@ -547,36 +514,34 @@ async fn a_key_of_another_type_is_a_wrong_type_error_for_every_kind() {
     for node in cluster.nodes() {
         node.command(["RPUSH", "queue", "job"]);
     }
-    let specs = [
-        LockSpec::Exclusive(b"queue"),
-        LockSpec::Fenced(b"queue"),
-        LockSpec::Read(b"queue"),
-        LockSpec::Write(b"queue"),
-        LockSpec::Reentrant {
-            resource: b"queue",
-            owner: "o",
-        },
-        LockSpec::Multi(&[&b"free"[..], &b"queue"[..]]),
+    // Awaited one by one: a request does nothing until then.
+    let requests = [
+        ("exclusive", redlock.lock("queue").into_future()),
+        ("fenced", redlock.lock("queue").fencing().into_future()),
+        ("read", redlock.lock("queue").read().into_future()),
+        ("write", redlock.lock("queue").write().into_future()),
+        (
+            "reentrant",
+            redlock.lock("queue").reentrant("o").into_future(),
+        ),
+        ("multi", redlock.lock_all(["free", "queue"]).into_future()),
     ];
-    for spec in specs {
-        let err = redlock
-            .lock_spec(spec, LockOptions::new())
-            .await
-            .unwrap_err();
+    for (spec, request) in requests {
+        let err = request.await.unwrap_err();
         let Error::Acquire(AcquireError::WrongType {
             votes, attempts, ..
         }) = &err
         else {
-            panic!("{spec:?}: {err:?}");
+            panic!("{spec}: {err:?}");
         };
-        assert_eq!(*attempts, 1, "{spec:?}: {err}");
-        assert!(!err.is_held_by_other(), "{spec:?}: {err}");
-        assert!(votes.failed() >= 2, "{spec:?}: {votes}");
+        assert_eq!(*attempts, 1, "{spec}: {err}");
+        assert!(!err.is_held_by_other(), "{spec}: {err}");
+        assert!(votes.failed() >= 2, "{spec}: {votes}");
         assert!(
             votes
                 .failures()
                 .all(|(_, error)| error.kind == NodeErrorKind::WrongType),
-            "{spec:?}: {votes}"
+            "{spec}: {votes}"
         );
         assert!(err.to_string().contains("another type"), "{err}");
     }

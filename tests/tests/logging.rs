@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redlock_tests::RedisCluster;
-use redlock_tokio::{KeepAlive, Redlock};
+use redlock_tokio::{Error, KeepAlive, Redlock, Wait};
 use support::NODE_TIMEOUT;
 use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Subscriber};
@@ -78,11 +78,15 @@ fn lock_extend_and_release_log_nothing_at_info() {
         let mut guard = redlock.lock("quiet").await.unwrap();
         guard.extend(Duration::from_secs(10)).await.unwrap();
         // Contention is business as usual too.
-        let busy = redlock.try_lock("quiet").await.unwrap_err();
+        let busy = redlock.lock("quiet").wait(Wait::No).await.unwrap_err();
         assert!(busy.is_held_by_other(), "{busy}");
         let report = guard.release().await;
         assert_eq!(report.released(), 3, "{report}");
-        let total = redlock.with_lock("quiet", async |_| 42).await.unwrap();
+        let total = redlock
+            .lock("quiet")
+            .run(async |_| Ok::<_, Error>(42))
+            .await
+            .unwrap();
         assert_eq!(total, 42);
     });
     assert!(
@@ -101,11 +105,12 @@ fn a_lost_lock_is_one_info_event() {
             .build()
             .await
             .unwrap();
-        let guard = redlock
-            .lock_with_ttl("lost", Duration::from_secs(1))
+        let kept = redlock
+            .lock("lost")
+            .ttl(Duration::from_secs(1))
+            .keep_alive(KeepAlive::default())
             .await
             .unwrap();
-        let kept = guard.keep_alive(KeepAlive::default());
         // Another owner takes the key everywhere: the next extension finds
         // it held by someone else.
         for node in cluster.nodes() {

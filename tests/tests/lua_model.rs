@@ -47,21 +47,18 @@ fn a_script_that_differs_from_the_model_is_found() {
 fn workload(extend_script: Option<&'static str>) -> Result<usize, String> {
     let node = RedisNode::start();
     let settings = Arc::new(
-        Config {
-            servers: vec!["node".into()],
-            ttl: Duration::from_secs(60),
-            retry: redlock_core::RetryConfig {
-                count: 0,
-                // Fair queue entries then live a whole TTL: none expires
-                // between the model's clock and the server's.
-                delay: Duration::from_secs(30),
-                ..Default::default()
-            },
-            ..Default::default()
-        }
-        .validate()
-        .unwrap()
-        .with_client_tag(LockValue::from_string("this client")),
+        Config::new(["node"])
+            .ttl(Duration::from_secs(60))
+            .retry(
+                redlock_core::RetryConfig::default()
+                    .count(0)
+                    // Fair queue entries then live a whole TTL: none
+                    // expires between the model's clock and the server's.
+                    .delay(Duration::from_secs(30)),
+            )
+            .validate()
+            .unwrap()
+            .with_client_tag(LockValue::from_string("this client")),
     );
     let mut pair = Pair {
         real: node.connection().unwrap(),

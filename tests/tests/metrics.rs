@@ -1,6 +1,6 @@
 //! The client's metrics (feature `metrics`), read with a debugging recorder
 //! after a scripted sequence on three real masters: a lock granted, a
-//! `try_lock` refused, a waiter woken by a release notice, releases, an
+//! try-lock refused, a waiter woken by a release notice, releases, an
 //! extension, a kept-alive lock lost, and a master killed, whose failed vote
 //! is counted against its address.
 
@@ -12,7 +12,7 @@ use std::time::Duration;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use metrics_util::{CompositeKey, MetricKind};
 use redlock_tests::RedisCluster;
-use redlock_tokio::{ExtendError, KeepAlive, LockOptions, LossReason};
+use redlock_tokio::{ExtendError, KeepAlive, LossReason, Wait};
 use support::{QUICK, builder, eventually, subscribers};
 
 /// A snapshot's values by metric kind, name and sorted labels.
@@ -99,12 +99,20 @@ fn a_scripted_sequence_is_counted() {
             .await
             .unwrap();
 
-        let mut guard = holder.try_lock("metered").await.expect("a free lock");
+        let mut guard = holder
+            .lock("metered")
+            .wait(Wait::No)
+            .await
+            .expect("a free lock");
         guard
             .extend(Duration::from_secs(10))
             .await
             .expect("extended");
-        let refused = waiter.try_lock("metered").await.expect_err("held");
+        let refused = waiter
+            .lock("metered")
+            .wait(Wait::No)
+            .await
+            .expect_err("held");
         assert!(refused.is_held_by_other(), "{refused}");
 
         let waiting = tokio::spawn({
@@ -128,13 +136,14 @@ fn a_scripted_sequence_is_counted() {
 
         // A kept-alive lock whose value an operator releases: its
         // next extension finds it gone, and the keep-alive loses it.
-        let guard = holder
-            .lock_with("kept", LockOptions::new().ttl(Duration::from_secs(1)))
+        let kept = holder
+            .lock("kept")
+            .ttl(Duration::from_secs(1))
+            .keep_alive(KeepAlive::default())
             .await
             .expect("a free lock");
-        let value = guard.value().clone();
+        let value = kept.value().clone();
         value_text = value.as_str().to_owned();
-        let kept = guard.keep_alive(KeepAlive::default());
         holder.release_value("kept", &value).await;
         let reason = tokio::time::timeout(Duration::from_secs(8), kept.lost())
             .await
@@ -233,13 +242,17 @@ fn a_release_that_finds_no_key_where_the_lock_was_held_is_a_node_miss() {
     recorded(async |snapshotter| {
         let redlock = builder(&cluster).build().await.unwrap();
         for i in 0..20 {
-            let guard = redlock.try_lock(format!("plain-{i}")).await.unwrap();
+            let guard = redlock
+                .lock(format!("plain-{i}"))
+                .wait(Wait::No)
+                .await
+                .unwrap();
             guard.release().await;
         }
         let (plain, _) = values(snapshotter.snapshot().into_vec());
         assert_eq!(counter(&plain, MISSES, &[]), 0, "a plain run");
 
-        let guard = redlock.try_lock("flushed").await.unwrap();
+        let guard = redlock.lock("flushed").wait(Wait::No).await.unwrap();
         // A master that said yes before the lock was decided (the
         // last may answer after it, in the background).
         let held = guard
@@ -264,7 +277,7 @@ fn an_inspect_counts_the_master_it_could_not_read() {
     let cluster = RedisCluster::start(3);
     recorded(async |snapshotter| {
         let redlock = builder(&cluster).build().await.unwrap();
-        let guard = redlock.try_lock("inspected").await.unwrap();
+        let guard = redlock.lock("inspected").wait(Wait::No).await.unwrap();
         let reads = redlock.inspect("inspected").await;
         assert!(reads.iter().all(|read| read.result.is_ok()), "{reads:?}");
         let errors_of = |name: &str| -> u64 {

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use redlock_tests::{NodeOptions, RedisCluster, RedisNode};
-use redlock_tokio::Redlock;
+use redlock_tokio::{Redlock, Wait};
 use support::{NODE_TIMEOUT, assert_absent, eventually, init_tracing};
 
 /// The two binaries, or why the test cannot run.
@@ -90,7 +90,7 @@ async fn each_master_gets_the_command_its_server_has() {
     for node in cluster.nodes() {
         node.reset_stats();
     }
-    let guard = redlock.try_lock("mixed").await.unwrap();
+    let guard = redlock.lock("mixed").wait(Wait::No).await.unwrap();
     for node in cluster.nodes() {
         assert_eq!(node.get("mixed").as_deref(), Some(guard.value().as_bytes()));
     }
@@ -117,7 +117,7 @@ async fn a_lock_held_on_a_redis_and_a_valkey_master_is_refused_and_left_alone() 
         node.set("taken", "someone-else");
     }
     let redlock = client(&cluster, true).await;
-    let error = redlock.try_lock("taken").await.unwrap_err();
+    let error = redlock.lock("taken").wait(Wait::No).await.unwrap_err();
     assert!(error.is_held_by_other(), "{error}");
     // The refusal comes from the first two masters: the attempt on the
     // third, and its withdraw after it, may still be on their way.
@@ -141,7 +141,7 @@ async fn clients_racing_on_mixed_masters_never_hold_at_once() {
     let b = client(&cluster, true).await;
     for round in 0..30 {
         let key = format!("race-{round}");
-        let (x, y) = tokio::join!(a.try_lock(&key), b.try_lock(&key));
+        let (x, y) = tokio::join!(a.lock(&key).wait(Wait::No), b.lock(&key).wait(Wait::No));
         assert!(
             !(x.is_ok() && y.is_ok()),
             "round {round}: both clients hold the lock"

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use redlock_core::{AcquireError, NodeErrorKind, NodeVote};
 use redlock_tests::RedisCluster;
-use redlock_tokio::Error;
+use redlock_tokio::{Error, Wait};
 use support::{NODE_TIMEOUT, QUICK, assert_absent, builder, client, eventually, name, timed};
 
 /// Lock, extend and release with the nodes in `down` unavailable.
@@ -24,7 +24,7 @@ async fn minority_down(cluster: &RedisCluster, down: &[usize], pause: bool) {
         }
     }
 
-    let (guard, elapsed) = timed(redlock.try_lock("minority")).await;
+    let (guard, elapsed) = timed(redlock.lock("minority").wait(Wait::No)).await;
     let mut guard = guard.expect("a majority is up");
     assert!(elapsed < QUICK, "acquire took {elapsed:?}");
     let granted = cluster.len() - down.len();
@@ -101,7 +101,7 @@ async fn nodes_down_read_as_one_short_line() {
     cluster.node(1).kill();
     cluster.node(2).kill();
 
-    let err = redlock.try_lock("one-line").await.unwrap_err();
+    let err = redlock.lock("one-line").wait(Wait::No).await.unwrap_err();
     let message = chain(&err);
     assert_eq!(message, err.to_string(), "each fact once");
     assert!(!message.contains('\n'), "{message}");
@@ -140,7 +140,7 @@ async fn majority_killed_is_a_quick_no_quorum_naming_the_nodes() {
     cluster.node(0).kill();
     cluster.node(2).kill();
 
-    let (result, elapsed) = timed(redlock.try_lock("nq")).await;
+    let (result, elapsed) = timed(redlock.lock("nq").wait(Wait::No)).await;
     let err = result.unwrap_err();
     assert!(elapsed < QUICK, "{elapsed:?}");
     assert!(
@@ -160,7 +160,7 @@ async fn majority_killed_is_a_quick_no_quorum_naming_the_nodes() {
 
     // With retries: every attempt fails the same way, within the retry budget.
     let redlock = builder(&cluster)
-        .retry_count(2)
+        .wait(Wait::Retries(2))
         .retry_delay(Duration::from_millis(20))
         .retry_jitter(Duration::from_millis(20))
         .build()
@@ -183,7 +183,7 @@ async fn majority_paused_is_no_quorum_after_one_node_timeout() {
     cluster.node(1).pause();
     cluster.node(2).pause();
 
-    let (result, elapsed) = timed(redlock.try_lock("stalled")).await;
+    let (result, elapsed) = timed(redlock.lock("stalled").wait(Wait::No)).await;
     let err = result.unwrap_err();
     assert!(
         elapsed >= NODE_TIMEOUT - Duration::from_millis(5),
@@ -217,7 +217,13 @@ async fn majority_paused_is_no_quorum_after_one_node_timeout() {
     )
     .await;
     assert_absent(&cluster, "stalled");
-    redlock.try_lock("stalled").await.unwrap().release().await;
+    redlock
+        .lock("stalled")
+        .wait(Wait::No)
+        .await
+        .unwrap()
+        .release()
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -227,7 +233,11 @@ async fn a_node_down_at_build_is_connected_when_it_comes_back() {
     let redlock = client(&cluster).await;
     assert_eq!(redlock.connected_nodes(), 2);
 
-    let guard = redlock.try_lock("late").await.expect("two of three are up");
+    let guard = redlock
+        .lock("late")
+        .wait(Wait::No)
+        .await
+        .expect("two of three are up");
     assert_eq!(guard.votes().granted(), 2);
     guard.release().await;
 
@@ -236,7 +246,7 @@ async fn a_node_down_at_build_is_connected_when_it_comes_back() {
         redlock.connected_nodes() == 3
     })
     .await;
-    let guard = redlock.try_lock("late").await.unwrap();
+    let guard = redlock.lock("late").wait(Wait::No).await.unwrap();
     eventually(
         "all three nodes hold the lock",
         Duration::from_secs(8),
@@ -255,13 +265,17 @@ async fn a_restarted_node_is_reconnected_in_the_background() {
 
     // Comes back empty on the same port: the old connection is broken.
     cluster.node(0).restart();
-    let guard = redlock.try_lock("again").await.expect("two of three work");
+    let guard = redlock
+        .lock("again")
+        .wait(Wait::No)
+        .await
+        .expect("two of three work");
     guard.release().await;
     eventually("the node is reconnected", Duration::from_secs(5), || {
         redlock.connected_nodes() == 3
     })
     .await;
-    let guard = redlock.try_lock("again").await.unwrap();
+    let guard = redlock.lock("again").wait(Wait::No).await.unwrap();
     eventually(
         "the restarted node holds the lock",
         Duration::from_secs(8),
@@ -292,10 +306,8 @@ async fn every_release_waits_for_a_paused_node_with_the_same_timeout() {
     let release_timeout = redlock.settings().release_timeout();
     assert_eq!(release_timeout, Duration::from_millis(50));
     let short = redlock
-        .lock_with(
-            "short",
-            redlock_tokio::LockOptions::new().ttl(Duration::from_secs(3)),
-        )
+        .lock("short")
+        .ttl(Duration::from_secs(3))
         .await
         .unwrap();
     let by_value = redlock.lock("by-value").await.unwrap().forget();

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use redlock_core::scripts;
 use redlock_tests::{RedisCluster, RedisNode};
+use redlock_tokio::Wait;
 use support::{QUICK, builder, eventually, native_acquire, subscribers};
 
 /// Long enough that a paused node's requests are still wanted when it
@@ -88,7 +89,7 @@ fn a_withdraw_reaches_each_node_before_the_next_round() {
             runtime.block_on(async {
                 let redlock = builder(&cluster)
                     .node_timeout(Duration::from_secs(1))
-                    .retry_count(20)
+                    .wait(Wait::Retries(20))
                     .retry_delay(Duration::from_millis(300))
                     .retry_jitter(Duration::ZERO)
                     .build()

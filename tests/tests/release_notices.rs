@@ -4,12 +4,12 @@
 
 mod support;
 
+use std::future::IntoFuture;
 use std::time::Duration;
 
 use redis::Value;
-use redlock_core::LockSpec;
 use redlock_tests::{RedisCluster, RedisNode};
-use redlock_tokio::{LockGuard, LockOptions, Redlock};
+use redlock_tokio::{LockGuard, Redlock, Wait};
 use support::{builder, client, eventually, subscribers, timed};
 
 /// The retry delay of the waiters: a release heard through pub/sub gets
@@ -32,7 +32,7 @@ async fn slow_waiter(cluster: &RedisCluster, notices: bool) -> Redlock {
 /// A waiter that retries only every `delay` (no jitter).
 async fn waiter_every(cluster: &RedisCluster, notices: bool, delay: Duration) -> Redlock {
     builder(cluster)
-        .retry_count(3)
+        .wait(Wait::Retries(3))
         .retry_delay(delay)
         .retry_jitter(Duration::ZERO)
         .release_notices(notices)
@@ -157,15 +157,15 @@ async fn an_uncontended_acquire_opens_no_pubsub_connection() {
     let redlock = client(&cluster).await;
     for _ in 0..3 {
         redlock.lock("free").await.unwrap().release().await;
-        redlock.read_lock("free").await.unwrap().release().await;
-        redlock.write_lock("free").await.unwrap().release().await;
-        let guard = redlock.lock_reentrant("free", "me").await.unwrap();
+        redlock.lock("free").read().await.unwrap().release().await;
+        redlock.lock("free").write().await.unwrap().release().await;
+        let guard = redlock.lock("free").reentrant("me").await.unwrap();
         guard.release().await;
-        redlock.lock_all(&["x", "y"]).await.unwrap().release().await;
+        redlock.lock_all(["x", "y"]).await.unwrap().release().await;
     }
-    // A try_lock that fails never waits, so it does not listen either.
+    // A try-lock that fails never waits, so it does not listen either.
     let held = redlock.lock("busy").await.unwrap();
-    assert!(redlock.try_lock("busy").await.is_err());
+    assert!(redlock.lock("busy").wait(Wait::No).await.is_err());
     held.release().await;
 
     assert_eq!(redlock.release_notice_connections(), 0);
@@ -177,40 +177,49 @@ async fn every_lock_kind_is_woken_by_the_release_it_waits_for() {
     let cluster = RedisCluster::start(3);
     let holder = client(&cluster).await;
     let waiter = slow_waiter(&cluster, true).await;
-    let owner_b = LockSpec::Reentrant {
-        resource: b"re",
-        owner: "b",
-    };
-    // (what the holder takes, what the waiter wants)
-    let cases: [(LockSpec<'_>, LockSpec<'_>); 5] = [
-        (LockSpec::Write(b"rw1"), LockSpec::Read(b"rw1")),
-        (LockSpec::Read(b"rw2"), LockSpec::Write(b"rw2")),
+    // (the case, what the holder takes, what the waiter wants, the channel
+    // the holder's release publishes on, that the waiter hears); requests
+    // as futures, of one type whatever their kind, that start when awaited.
+    let cases = [
         (
-            LockSpec::Reentrant {
-                resource: b"re",
-                owner: "a",
-            },
-            owner_b,
+            "a reader behind a writer",
+            holder.lock("rw1").write().into_future(),
+            waiter.lock("rw1").read().into_future(),
+            "rw1",
         ),
         (
-            LockSpec::Exclusive(b"m2"),
-            LockSpec::Multi(&[&b"m1"[..], &b"m2"[..]]),
+            "a writer behind a reader",
+            holder.lock("rw2").read().into_future(),
+            waiter.lock("rw2").write().into_future(),
+            "rw2",
         ),
         (
-            LockSpec::Multi(&[&b"m3"[..], &b"m4"[..]]),
-            LockSpec::Exclusive(b"m4"),
+            "a reentrant owner behind another",
+            holder.lock("re").reentrant("a").into_future(),
+            waiter.lock("re").reentrant("b").into_future(),
+            "re",
+        ),
+        (
+            "a multi-resource lock behind an exclusive one",
+            holder.lock("m2").into_future(),
+            waiter.lock_all(["m1", "m2"]).into_future(),
+            "m2",
+        ),
+        (
+            "an exclusive lock behind a multi-resource one",
+            holder.lock_all(["m3", "m4"]).into_future(),
+            waiter.lock("m4").into_future(),
+            "m4",
         ),
     ];
-    // The channel the holder's release publishes on, that the waiter hears.
-    let channels = ["rw1", "rw2", "re", "m2", "m4"];
-    for ((held, wanted), channel) in cases.into_iter().zip(channels) {
-        let guard = holder.lock_spec(held, LockOptions::new()).await.unwrap();
+    for (case, held, wanted, channel) in cases {
+        let guard = held.await.unwrap();
         let ((guard, took), ()) = tokio::join!(
-            timed(waiter.lock_spec(wanted, LockOptions::new())),
+            timed(wanted),
             release_once_listening(guard, &cluster, channel, &[0, 1, 2])
         );
-        let guard = guard.unwrap_or_else(|err| panic!("{wanted:?}: {err}"));
-        assert!(took < WOKEN, "{wanted:?} behind {held:?}: {took:?}");
+        let guard = guard.unwrap_or_else(|err| panic!("{case}: {err}"));
+        assert!(took < WOKEN, "{case}: {took:?}");
         guard.release().await;
     }
 }
@@ -220,7 +229,7 @@ async fn twenty_waiters_share_one_pubsub_connection_per_node() {
     let cluster = RedisCluster::start(3);
     let holder = client(&cluster).await;
     let waiters = builder(&cluster)
-        .retry_count(5)
+        .wait(Wait::Retries(5))
         .retry_delay(RETRY_DELAY)
         .retry_jitter(Duration::ZERO)
         .build()
@@ -297,7 +306,7 @@ async fn waiting_does_not_hammer_the_nodes() {
     let cluster = RedisCluster::start(3);
     let make = || {
         builder(&cluster)
-            .retry_count(100)
+            .wait(Wait::Retries(100))
             .retry_delay(Duration::from_millis(200))
             .retry_jitter(Duration::from_millis(100))
             .build()
@@ -524,10 +533,9 @@ async fn a_fair_release_by_the_same_client_hands_over_without_any_notice() {
         node.command(["ACL", "SETUSER", "default", "-subscribe"]);
     }
     let redlock = slow_waiter(&cluster, true).await;
-    let fair = || LockOptions::new().fair(true);
-    let held = redlock.lock_with("job", fair()).await.unwrap();
+    let held = redlock.lock("job").fair().await.unwrap();
     let released = release_later(held);
-    let (guard, took) = timed(redlock.lock_with("job", fair())).await;
+    let (guard, took) = timed(redlock.lock("job").fair()).await;
     let guard = guard.expect("handed over");
     released.await.unwrap();
     assert!(
@@ -563,9 +571,7 @@ async fn a_notice_connection_counts_once_its_node_accepted_a_subscription() {
     let before = connections(cluster.node(0));
     cluster.node(0).reset_stats();
     cluster.node(0).pause();
-    let gave_up = waiter
-        .lock_with("job", LockOptions::new().wait_at_most(HOLD))
-        .await;
+    let gave_up = waiter.lock("job").wait(Wait::AtMost(HOLD)).await;
     assert!(gave_up.is_err(), "the holder still holds it");
     eventually(
         "nodes 1 and 2 were subscribed to, and are not any more",
@@ -704,18 +710,16 @@ async fn a_waiter_marks_itself_is_woken_and_its_mark_expires_after_it() {
     let holder = client(&cluster).await;
     // Retries every second: its mark lives a little longer than that.
     let waiter = waiter_every(&cluster, true, Duration::from_secs(1)).await;
-    let mark_ttl = redlock_core::Config {
-        servers: vec!["a".into()],
-        retry: redlock_core::RetryConfig {
-            count: 3,
-            delay: Duration::from_secs(1),
-            jitter: Duration::ZERO,
-        },
-        ..Default::default()
-    }
-    .validate()
-    .unwrap()
-    .waiters_mark_ttl(support::NODE_TIMEOUT);
+    let mark_ttl = redlock_core::Config::new(["a"])
+        .retry(
+            redlock_core::RetryConfig::default()
+                .count(3)
+                .delay(Duration::from_secs(1))
+                .jitter(Duration::ZERO),
+        )
+        .validate()
+        .unwrap()
+        .waiters_mark_ttl(support::NODE_TIMEOUT);
 
     let held = holder.lock("queued").await.unwrap();
     for node in cluster.nodes() {

@@ -5,6 +5,7 @@ mod support;
 use std::time::Duration;
 
 use redlock_tests::RedisCluster;
+use redlock_tokio::Wait;
 use support::{assert_absent, builder, client, eventually};
 
 #[test]
@@ -19,7 +20,7 @@ fn a_client_outlives_the_runtime_that_built_it() {
     second.block_on(async {
         // The connections ended with the first runtime: the first request
         // finds out, and they are made again on this one.
-        if let Ok(guard) = redlock.try_lock("rt").await {
+        if let Ok(guard) = redlock.lock("rt").wait(Wait::No).await {
             guard.release().await;
         }
         eventually(
@@ -28,7 +29,7 @@ fn a_client_outlives_the_runtime_that_built_it() {
             || redlock.connected_nodes() == 3,
         )
         .await;
-        let guard = redlock.try_lock("rt").await.unwrap();
+        let guard = redlock.lock("rt").wait(Wait::No).await.unwrap();
         assert_eq!(guard.release().await.released(), 3);
     });
 }
@@ -53,5 +54,13 @@ fn a_guard_dropped_outside_a_runtime_is_released_before_drop_returns() {
     // answered when `drop` returns.
     drop(guard);
     assert_absent(&cluster, "orphan");
-    runtime.block_on(async { redlock.try_lock("orphan").await.unwrap().release().await });
+    runtime.block_on(async {
+        redlock
+            .lock("orphan")
+            .wait(Wait::No)
+            .await
+            .unwrap()
+            .release()
+            .await
+    });
 }

@@ -1,11 +1,11 @@
-//! The server list: an even count is refused unless allowed, and one server
+//! The node list: an even count is refused unless allowed, and one server
 //! reached under two names is refused, naming both.
 
 mod support;
 
 use redlock_core::ConfigError;
 use redlock_tests::RedisCluster;
-use redlock_tokio::{Error, Redlock};
+use redlock_tokio::{Error, Redlock, Wait};
 use support::{NODE_TIMEOUT, init_tracing};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -20,11 +20,21 @@ async fn even_counts_are_refused_unless_allowed() {
             .await
             .unwrap_err();
         assert!(
-            matches!(err, Error::Config(ConfigError::EvenServers { count }) if count == n),
+            matches!(err, Error::Config(ConfigError::EvenNodes { count }) if count == n),
             "{err:?}"
         );
         assert!(err.is_config(), "{err:?}");
-        assert!(err.to_string().contains("odd number"), "{err}");
+        let (quorum, fewer) = match n {
+            2 => (2, "1 node"),
+            _ => (3, "3 nodes"),
+        };
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "invalid configuration: {n} nodes given: use an odd number (3, 5, ...); \
+                 the quorum of {quorum} tolerates no more failed nodes than {fewer} would"
+            )
+        );
 
         let redlock = Redlock::builder(&urls[..n])
             .node_timeout(NODE_TIMEOUT)
@@ -33,7 +43,7 @@ async fn even_counts_are_refused_unless_allowed() {
             .await
             .expect("allowed");
         assert_eq!(redlock.settings().quorum(), n / 2 + 1);
-        let guard = redlock.try_lock("even").await.unwrap();
+        let guard = redlock.lock("even").wait(Wait::No).await.unwrap();
         let quorum = redlock.settings().quorum();
         assert!(guard.votes().granted() >= quorum, "{}", guard.votes());
         guard.release().await;

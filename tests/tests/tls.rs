@@ -93,10 +93,10 @@ async fn lock_extend_release(redlock: &Redlock, cluster: &RedisCluster, resource
 
 /// The build's error, which must be a TLS rejection by `node`.
 fn assert_tls_rejection(err: &Error, node: &RedisNode) {
-    let Error::Tls { server, error } = err else {
+    let Error::Tls { node: name, error } = err else {
         panic!("expected a TLS rejection, got {err:?}");
     };
-    assert_eq!(server, &tls_name(node));
+    assert_eq!(name, &tls_name(node));
     assert_eq!(error.kind, NodeErrorKind::Tls, "{error}");
     let shown = err.to_string();
     assert!(shown.contains("TLS handshake rejected"), "{shown}");

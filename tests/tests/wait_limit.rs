@@ -4,10 +4,11 @@
 
 mod support;
 
+use std::future::IntoFuture;
 use std::time::Duration;
 
 use redlock_tests::RedisCluster;
-use redlock_tokio::LockOptions;
+use redlock_tokio::Wait;
 use support::{builder, client};
 
 /// The holder releases about 200 ms into the waiter's wait. The waiter's
@@ -27,18 +28,19 @@ async fn a_waiter_gets_a_lock_released_before_its_limit() {
         .build()
         .await
         .unwrap();
-    let options = LockOptions::new().wait_at_most(Duration::from_millis(1_200));
+    let wait = Wait::AtMost(Duration::from_millis(1_200));
     let mut served = 0;
     for round in 0..20 {
-        let guard = holder.try_lock("turn").await.expect("a free lock");
+        let guard = holder
+            .lock("turn")
+            .wait(Wait::No)
+            .await
+            .expect("a free lock");
         let holder_value = guard.value().clone();
-        let wait = tokio::spawn({
-            let waiter = waiter.clone();
-            async move { waiter.lock_with("turn", options).await }
-        });
+        let waiting = tokio::spawn(waiter.lock("turn").wait(wait).into_future());
         tokio::time::sleep(Duration::from_millis(200)).await;
         guard.release().await;
-        let got = wait.await.unwrap();
+        let got = waiting.await.unwrap();
         let guard = got.unwrap_or_else(|error| panic!("round {round}: {error}"));
         assert_ne!(guard.value(), &holder_value, "the waiter's own lock");
         served += 1;

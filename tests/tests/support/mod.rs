@@ -1,7 +1,7 @@
 //! Helpers shared by the redlock integration tests.
 #![allow(dead_code)]
 
-use std::future::Future;
+use std::future::IntoFuture;
 use std::time::{Duration, Instant};
 
 use redis::Value;
@@ -83,8 +83,9 @@ pub(crate) async fn eventually(what: &str, within: Duration, mut condition: impl
     }
 }
 
-/// Runs `future` and returns its output with the time it took.
-pub(crate) async fn timed<T>(future: impl Future<Output = T>) -> (T, Duration) {
+/// Runs `future` (or a lock request) and returns its output with the time
+/// it took.
+pub(crate) async fn timed<T>(future: impl IntoFuture<Output = T>) -> (T, Duration) {
     let start = Instant::now();
     let output = future.await;
     (output, start.elapsed())
