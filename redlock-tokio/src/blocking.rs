@@ -14,24 +14,29 @@
 //! use std::time::Duration;
 //! use redlock_tokio::{Wait, blocking::Redlock};
 //!
-//! fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-//!     let redlock = Redlock::connect([
-//!         "redis://127.0.0.1:7001",
-//!         "redis://127.0.0.1:7002",
-//!         "redis://127.0.0.1:7003",
-//!     ])?;
+//! fn report(redlock: &Redlock) -> Result<(), redlock_tokio::Error> {
 //!     let guard = redlock.lock("nightly-report").wait(Wait::AtMost(Duration::from_secs(2))).acquire()?;
 //!     println!("locked for {:?}", guard.validity());
 //!     println!("{}", guard.release()?);
-//!
-//!     // Work under a lock kept alive in the background; one `?`.
-//!     let rows = redlock.lock("nightly-export").fencing().run(|lock| {
-//!         let token = lock.fencing_token().expect("fenced");
-//!         Ok::<_, Box<dyn std::error::Error + Send + Sync>>(token)
-//!     })?;
-//!     # let _ = rows;
 //!     Ok(())
 //! }
+//!
+//! // Work under a lock kept alive in the background; one `?`.
+//! fn export(redlock: &Redlock) -> Result<u64, Box<dyn std::error::Error + Send + Sync>> {
+//!     redlock.lock("nightly-export").fencing().run(|lock| {
+//!         let token = lock.fencing_token().expect("fenced");
+//!         Ok(token)
+//!     })
+//! }
+//!
+//! let redlock = Redlock::connect([
+//!     "redis://127.0.0.1:7001",
+//!     "redis://127.0.0.1:7002",
+//!     "redis://127.0.0.1:7003",
+//! ])?;
+//! report(&redlock)?;
+//! println!("exported {}", export(&redlock)?);
+//! # Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
 //! ```
 //!
 //! - **Inside an async runtime** every call returns [`Error::InsideRuntime`]

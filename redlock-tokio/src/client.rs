@@ -347,7 +347,7 @@ impl Redlock {
         let mut acquisition =
             Acquisition::with_spec(Arc::clone(settings), spec, ttl, attempts, now, rng)?;
         // First come, first served: behind this client's waiters (the core's
-        // WaitQueue rule; try_lock is not held back).
+        // WaitQueue rule; a request that does not wait is not held back).
         if let Some(notices) = self.notices() {
             notices.queue_behind(&mut acquisition, now);
         }

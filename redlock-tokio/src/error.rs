@@ -120,8 +120,8 @@ impl Error {
     }
 
     /// True when too few nodes answered in time, whoever holds the lock:
-    /// nodes down, unreachable, paused or slow, or the acquire deadline
-    /// passed before any attempt found the lock held. Transient: the same
+    /// nodes down, unreachable, paused or slow, or the wait limit passed
+    /// before any attempt found the lock held. Transient: the same
     /// call may work once the nodes are back; alert if it lasts.
     ///
     /// An extension that failed this way is also

@@ -317,7 +317,7 @@
 //!
 //! | metric | type | labels | what |
 //! |---|---|---|---|
-//! | `redlock_acquires_total` | counter | `kind`, `outcome` | acquire calls by outcome: `granted`, `held_by_other`, `no_quorum`, `validity_exhausted`, `wrong_type`, `deadline` (the acquire deadline or the call's wait limit passed), `cancelled` (the call's future was dropped), `config` (refused before anything was sent: a bad TTL, fencing on a kind without it, keys across cluster slots, ...) |
+//! | `redlock_acquires_total` | counter | `kind`, `outcome` | acquire calls by outcome: `granted`, `held_by_other`, `no_quorum`, `validity_exhausted`, `wrong_type`, `deadline` (the wait limit, `Wait::AtMost`, passed), `cancelled` (the call's future was dropped), `config` (refused before anything was sent: a bad TTL, a zero wait limit, keys across cluster slots, ...) |
 //! | `redlock_acquire_wait_seconds` | histogram (seconds) | `kind`, `outcome` | from the start of the call to the lock granted or given up, retries included |
 //! | `redlock_acquire_attempts` | histogram (count) | `kind`, `outcome` | quorum rounds one call started (not for `cancelled` and `config`) |
 //! | `redlock_lock_held_seconds` | histogram (seconds) | `kind`, `end` | from the winning round (`LockGuard::acquired_at`) to the release (`end="released"`: `release()` done, or the guard dropped) or to the keep-alive declaring the lock lost (`end="lost"`); a forgotten guard records nothing |
