@@ -10,19 +10,10 @@ use crate::{ExtendError, Extended, Extension, Lock, Reply, Request, Settings, Tt
 /// The shortest pause before retrying an extension that found no quorum.
 const MIN_RETRY_PAUSE: Duration = Duration::from_millis(10);
 
-/// How a kept-alive lock is extended: the options of the Tokio client's
-/// `LockGuard::keep_alive`, and of a [`KeepAliveSchedule`].
-///
-/// Built from [`KeepAlive::default`] (extend at half the TTL, without limit)
-/// and its builder methods; `#[non_exhaustive]`, so new options can come
-/// without breaking callers.
-///
-/// ```
-/// use redlock_core::KeepAlive;
-///
-/// let options = KeepAlive::default().extend_when_left(0.3).max_extensions(10);
-/// # let _ = options;
-/// ```
+/// How a kept-alive lock is extended: `KeepAlive::default()` (extend at
+/// half the TTL, without limit) and its two setters, for example
+/// `KeepAlive::default().extend_when_left(0.3).max_extensions(10)`.
+/// `#[non_exhaustive]`, so new options can come without breaking callers.
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct KeepAlive {

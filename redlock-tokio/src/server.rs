@@ -375,6 +375,11 @@ mod tests {
             );
         }
         assert!(reason("http://h").contains("not a Redis URL"));
+        // A slash short: a URL without a host, not the redis crate's
+        // "Missing hostname - InvalidClientConfig".
+        let missing = reason("redis:/127.0.0.1:7601");
+        assert!(missing.contains("not a Redis URL: expected redis://"), "{missing}");
+        assert!(Server::from_url("redis+unix:///tmp/redis.sock").is_ok());
     }
 
     #[cfg(all(feature = "tls", not(feature = "insecure-tls")))]

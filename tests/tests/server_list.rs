@@ -1,5 +1,6 @@
-//! The node list: an even count is refused unless allowed, and one server
-//! reached under two names is refused, naming both.
+//! The node list: an even count is refused unless allowed, one server
+//! reached under two names is refused, naming both, and a host name that
+//! does not exist is a configuration error, not a node down.
 
 mod support;
 
@@ -82,4 +83,26 @@ async fn one_server_under_two_names_is_refused_naming_both() {
         .build()
         .await
         .expect("three servers");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_that_does_not_exist_is_a_config_error_not_a_node_down() {
+    init_tracing();
+    let cluster = RedisCluster::start(2);
+    // `127.0.0.l`: a typo a person makes; `.invalid` never resolves (RFC 2606).
+    for typo in ["127.0.0.l", "no-such-node.invalid"] {
+        let mut urls = cluster.urls();
+        urls.push(format!("redis://{typo}:7001"));
+        let err = Redlock::builder(&urls)
+            .node_timeout(NODE_TIMEOUT)
+            .build()
+            .await
+            .expect_err("a node that can never count is refused");
+        assert!(
+            matches!(&err, Error::Config(ConfigError::InvalidNode { node, reason })
+                if node.contains(typo) && reason.contains("does not resolve")),
+            "{err:?}"
+        );
+        assert!(err.is_config(), "{err}");
+    }
 }
