@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redlock_tests::RedisCluster;
-use redlock_tokio::{AcquireError, Error, LockOptions, Redlock};
+use redlock_tokio::{AcquireError, Error, Redlock, Wait};
 
 const WORKERS: usize = 4;
 const RESOURCE: &str = "demo:nightly-report";
@@ -140,8 +140,7 @@ async fn main() {
     // Workers wait as long as it takes (up to 10 s): taking turns is not a failure.
     let redlock = Redlock::builder(cluster.urls())
         .ttl(ttl)
-        .retry_count(u32::MAX)
-        .acquire_deadline(Duration::from_secs(10))
+        .wait(Wait::AtMost(Duration::from_secs(10)))
         .build()
         .await
         .expect("the demo's own masters accept connections");
@@ -177,10 +176,7 @@ async fn main() {
                 let asked = Instant::now();
                 // `lock` waits (retry delay or a release notice, whichever comes
                 // first); the fencing token shows the order of holders.
-                match redlock
-                    .lock_with(RESOURCE, LockOptions::new().fencing(true))
-                    .await
-                {
+                match redlock.lock(RESOURCE).fencing().await {
                     Ok(guard) => {
                         let start = Instant::now();
                         let waited = start - asked;
@@ -235,7 +231,7 @@ async fn main() {
             while Instant::now() < stop_at {
                 n += 1;
                 let t0 = Instant::now();
-                match redlock.try_lock(format!("demo:probe:{n}")).await {
+                match redlock.lock(format!("demo:probe:{n}")).wait(Wait::No).await {
                     Ok(guard) => {
                         let us = t0.elapsed().as_micros() as u64;
                         shared.with_stats(|s| s.probe_us.push(us));

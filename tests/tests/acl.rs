@@ -8,7 +8,7 @@ mod support;
 
 use redis::Value;
 use redlock_tests::{RedisCluster, RedisNode};
-use redlock_tokio::Redlock;
+use redlock_tokio::{Redlock, Wait};
 use std::time::Duration;
 
 use support::{NODE_TIMEOUT, assert_absent, eventually, init_tracing, subscribers, timed};
@@ -66,9 +66,9 @@ async fn a_refused_notice_does_not_fail_the_release() {
         assert_absent(&cluster, resource);
     }
     // Every kind of lock releases the same way.
-    let guard = redlock.read_lock("doc").await.unwrap();
+    let guard = redlock.lock("doc").read().await.unwrap();
     assert_eq!(guard.release().await.failed(), 0);
-    let guard = redlock.lock_all(&["a", "b"]).await.unwrap();
+    let guard = redlock.lock_all(["a", "b"]).await.unwrap();
     assert_eq!(guard.release().await.failed(), 0);
     assert_absent(&cluster, "a");
     for node in cluster.nodes() {
@@ -115,7 +115,7 @@ async fn a_user_without_rights_on_the_marks_releases_and_wakes_waiters() {
     let build = |retry: Duration| {
         Redlock::builder(&urls)
             .node_timeout(NODE_TIMEOUT)
-            .retry_count(3)
+            .wait(Wait::Retries(3))
             .retry_delay(retry)
             .retry_jitter(Duration::ZERO)
             .build()

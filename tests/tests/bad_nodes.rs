@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use redlock_core::{AcquireError, ConfigError, NodeErrorKind, NodeVote};
 use redlock_tests::{GarbageServer, NodeOptions, RedisCluster, RedisNode, SilentServer};
-use redlock_tokio::{Error, Redlock};
+use redlock_tokio::{Error, Redlock, Wait};
 use support::{NODE_TIMEOUT, QUICK, assert_absent, closed_port, init_tracing, name, timed};
 
 const PASSWORD: &str = "correct-horse-1";
@@ -45,10 +45,10 @@ async fn a_wrong_password_fails_the_build_without_showing_it() {
         .build()
         .await
         .unwrap_err();
-    let Error::Auth { server, error } = &err else {
+    let Error::Auth { node: named, error } = &err else {
         panic!("{err:?}");
     };
-    assert_eq!(server, &name(&node));
+    assert_eq!(named, &name(&node));
     assert_eq!(error.kind, NodeErrorKind::Auth);
     for shown in [err.to_string(), format!("{err:?}")] {
         assert!(!shown.contains(WRONG), "{shown}");
@@ -82,7 +82,7 @@ async fn the_right_password_works_and_is_never_shown() {
     assert!(!debug.contains(PASSWORD), "{debug}");
 
     let guard = redlock.lock("secret").await.unwrap();
-    let err = redlock.try_lock("secret").await.unwrap_err();
+    let err = redlock.lock("secret").wait(Wait::No).await.unwrap_err();
     assert!(err.is_held_by_other());
     assert!(!format!("{err} {err:?} {guard:?}").contains(PASSWORD));
     guard.release().await;
@@ -94,10 +94,10 @@ async fn the_right_password_works_and_is_never_shown() {
     let err = Redlock::connect([format!("redis://user:{PASSWORD}@127.0.0.1:6379/notadb")])
         .await
         .unwrap_err();
-    let Error::Config(ConfigError::InvalidServer { server, .. }) = &err else {
+    let Error::Config(ConfigError::InvalidNode { node, .. }) = &err else {
         panic!("{err:?}");
     };
-    assert_eq!(server, "redis://user:***@127.0.0.1:6379/notadb");
+    assert_eq!(node, "redis://user:***@127.0.0.1:6379/notadb");
     assert!(!format!("{err} {err:?}").contains(PASSWORD));
 }
 
@@ -114,7 +114,11 @@ async fn unreachable_nodes_count_as_failed_votes() {
         .await
         .expect("an unreachable node does not fail the build");
     assert_eq!(redlock.connected_nodes(), 2);
-    let guard = redlock.try_lock("reach").await.expect("two of three");
+    let guard = redlock
+        .lock("reach")
+        .wait(Wait::No)
+        .await
+        .expect("two of three");
     guard.release().await;
 
     // Only unreachable nodes: a quick NoQuorum that names them.
@@ -126,7 +130,7 @@ async fn unreachable_nodes_count_as_failed_votes() {
         .build()
         .await
         .unwrap();
-    let (result, elapsed) = timed(redlock.try_lock("reach")).await;
+    let (result, elapsed) = timed(redlock.lock("reach").wait(Wait::No)).await;
     let err = result.unwrap_err();
     assert!(elapsed < QUICK, "{elapsed:?}");
     assert!(
@@ -158,7 +162,11 @@ async fn a_node_that_is_not_redis_is_a_failed_vote() {
         .await
         .expect("a bad node does not fail the build");
     assert_eq!(redlock.connected_nodes(), 2);
-    let guard = redlock.try_lock("garbage").await.expect("two of three");
+    let guard = redlock
+        .lock("garbage")
+        .wait(Wait::No)
+        .await
+        .expect("two of three");
     let NodeVote::Failed(error) = &guard.votes().votes()[2] else {
         // The decision may come before the garbage node's answer.
         guard.release().await;
@@ -182,7 +190,7 @@ async fn a_node_that_is_not_redis_is_a_failed_vote() {
         .build()
         .await
         .unwrap();
-    let err = redlock.try_lock("garbage").await.unwrap_err();
+    let err = redlock.lock("garbage").wait(Wait::No).await.unwrap_err();
     assert!(
         matches!(err, Error::Acquire(AcquireError::NoQuorum { .. })),
         "{err:?}"
@@ -212,7 +220,7 @@ async fn a_silent_node_costs_the_connect_timeout_at_build_only() {
         "{elapsed:?}"
     );
     assert!(elapsed < connect_timeout + QUICK, "{elapsed:?}");
-    let (guard, elapsed) = timed(redlock.try_lock("silent")).await;
+    let (guard, elapsed) = timed(redlock.lock("silent").wait(Wait::No)).await;
     assert!(elapsed < QUICK, "{elapsed:?}");
     guard.unwrap().release().await;
 }
@@ -224,7 +232,7 @@ async fn a_key_of_another_type_is_a_wrong_type_error_and_stays_untouched() {
     for node in cluster.nodes() {
         node.command(["HSET", "typed", "field", "value"]);
     }
-    let err = redlock.try_lock("typed").await.unwrap_err();
+    let err = redlock.lock("typed").wait(Wait::No).await.unwrap_err();
     assert!(
         matches!(err, Error::Acquire(AcquireError::WrongType { .. })),
         "{err:?}"
@@ -244,7 +252,7 @@ async fn a_key_of_another_type_is_a_wrong_type_error_and_stays_untouched() {
     // On one node only: the lock works on the other two.
     cluster.node(0).command(["DEL", "typed"]);
     cluster.node(1).command(["DEL", "typed"]);
-    let guard = redlock.try_lock("typed").await.unwrap();
+    let guard = redlock.lock("typed").wait(Wait::No).await.unwrap();
     let report = guard.release().await;
     assert_eq!(report.released(), 2, "{report}");
     assert_eq!(report.failed(), 1, "{report}");
@@ -313,7 +321,7 @@ async fn rediss_urls_build_and_fail_cleanly_against_a_plain_server() {
         .expect("a server that does not speak TLS is unreachable, not misconfigured");
     assert_eq!(redlock.nodes()[0], name(cluster.node(0)));
     assert_eq!(redlock.connected_nodes(), 0);
-    let err = redlock.try_lock("tls").await.unwrap_err();
+    let err = redlock.lock("tls").wait(Wait::No).await.unwrap_err();
     assert!(
         matches!(err, Error::Acquire(AcquireError::NoQuorum { .. })),
         "{err:?}"

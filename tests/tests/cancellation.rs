@@ -7,6 +7,7 @@ mod support;
 use std::time::Duration;
 
 use redlock_tests::RedisCluster;
+use redlock_tokio::Wait;
 use support::{QUICK, assert_absent, builder, client, eventually};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -37,7 +38,13 @@ async fn cancelled_while_a_majority_is_paused() {
     // Every background release has ended.
     redlock.shutdown().await;
     assert_absent(&cluster, "cancelled");
-    redlock.try_lock("cancelled").await.unwrap().release().await;
+    redlock
+        .lock("cancelled")
+        .wait(Wait::No)
+        .await
+        .unwrap()
+        .release()
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -45,7 +52,7 @@ async fn cancelled_while_contending() {
     let cluster = RedisCluster::start(3);
     let holder = client(&cluster).await;
     let waiter = builder(&cluster)
-        .retry_count(1_000)
+        .wait(Wait::Retries(1_000))
         .retry_delay(Duration::from_millis(5))
         .retry_jitter(Duration::from_millis(10))
         .build()
@@ -85,7 +92,13 @@ async fn releasing_right_after_acquiring_leaves_nothing() {
     // The acquire returns on a quorum while the last node's request is still
     // in flight; the release sent at once must run after it on that node.
     for _ in 0..100 {
-        redlock.try_lock("quick").await.unwrap().release().await;
+        redlock
+            .lock("quick")
+            .wait(Wait::No)
+            .await
+            .unwrap()
+            .release()
+            .await;
     }
     redlock.shutdown().await;
     assert_absent(&cluster, "quick");

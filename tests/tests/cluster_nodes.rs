@@ -11,9 +11,9 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use redis::Value;
-use redlock_core::{ConfigError, LockSpec, NodeVote};
+use redlock_core::{ConfigError, NodeVote};
 use redlock_tests::{RedisNode, ShardedNode};
-use redlock_tokio::{Builder, Error, LockGuard, LockOptions, Redlock};
+use redlock_tokio::{Builder, Error, LockGuard, Redlock, Wait};
 use support::{NODE_TIMEOUT, eventually, init_tracing};
 
 fn builder(urls: Vec<String>) -> Builder {
@@ -51,10 +51,6 @@ fn spread(node: &ShardedNode, shards: usize) -> Vec<String> {
     unreachable!()
 }
 
-async fn try_spec(redlock: &Redlock, spec: LockSpec<'_>) -> Result<LockGuard, Error> {
-    redlock.lock_spec(spec, LockOptions::new().once()).await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exclusive_locks_spread_over_the_shards_of_every_cluster_node() {
     let nodes = ShardedNode::start_many(3, 3);
@@ -64,7 +60,11 @@ async fn exclusive_locks_spread_over_the_shards_of_every_cluster_node() {
     let names = spread(&nodes[0], 3);
     let mut shards_used = BTreeSet::new();
     for name in &names {
-        let mut guard = redlock.try_lock(name).await.expect("a free resource");
+        let mut guard = redlock
+            .lock(name)
+            .wait(Wait::No)
+            .await
+            .expect("a free resource");
         // The acquire returns once a quorum said yes; the last node's answer
         // may still be on its way.
         assert!(guard.votes().granted() >= 2, "{}", guard.votes());
@@ -80,7 +80,7 @@ async fn exclusive_locks_spread_over_the_shards_of_every_cluster_node() {
             );
         }
         shards_used.insert(nodes[0].shard_index(name));
-        let refused = other.try_lock(name).await.expect_err("held");
+        let refused = other.lock(name).wait(Wait::No).await.expect_err("held");
         assert!(refused.is_held_by_other(), "{refused:?}");
         guard
             .extend(Duration::from_secs(20))
@@ -123,10 +123,7 @@ async fn every_lock_kind_works_on_cluster_nodes() {
     for name in spread(&nodes[0], 3) {
         // Fenced: the counter lives in the lock key's slot, so the fenced
         // scripts run on one shard.
-        let fenced = redlock
-            .lock_with(&name, LockOptions::new().fencing(true))
-            .await
-            .expect("fenced lock");
+        let fenced = redlock.lock(&name).fencing().await.expect("fenced lock");
         let first = fenced.fencing_token().expect("a token");
         let fencing_key = format!("{{{name}}}\0fencing");
         assert_eq!(
@@ -135,29 +132,45 @@ async fn every_lock_kind_works_on_cluster_nodes() {
         );
         fenced.release().await;
         let again = redlock
-            .lock_with(&name, LockOptions::new().fencing(true))
+            .lock(&name)
+            .fencing()
             .await
             .expect("fenced lock again");
         assert!(again.fencing_token().expect("a token") > first);
         again.release().await;
 
         // Read-write: readers share, a writer waits for them.
-        let read = try_spec(&redlock, LockSpec::Read(name.as_bytes()))
+        let read = redlock
+            .lock(&name)
+            .read()
+            .wait(Wait::No)
             .await
             .expect("reader");
-        let read2 = try_spec(&other, LockSpec::Read(name.as_bytes()))
+        let read2 = other
+            .lock(&name)
+            .read()
+            .wait(Wait::No)
             .await
             .expect("second reader");
-        let refused = try_spec(&other, LockSpec::Write(name.as_bytes()))
+        let refused = other
+            .lock(&name)
+            .write()
+            .wait(Wait::No)
             .await
             .expect_err("readers hold it");
         assert!(refused.is_held_by_other(), "{refused:?}");
         read.release().await;
         read2.release().await;
-        let write = try_spec(&other, LockSpec::Write(name.as_bytes()))
+        let write = other
+            .lock(&name)
+            .write()
+            .wait(Wait::No)
             .await
             .expect("writer after the readers");
-        let refused = try_spec(&redlock, LockSpec::Read(name.as_bytes()))
+        let refused = redlock
+            .lock(&name)
+            .read()
+            .wait(Wait::No)
             .await
             .expect_err("the writer holds it");
         assert!(refused.is_held_by_other(), "{refused:?}");
@@ -165,22 +178,21 @@ async fn every_lock_kind_works_on_cluster_nodes() {
 
         // Reentrant: the owner again, nobody else.
         let outer = redlock
-            .lock_reentrant(&name, "owner-a")
+            .lock(&name)
+            .reentrant("owner-a")
             .await
             .expect("outer");
         let inner = redlock
-            .lock_reentrant(&name, "owner-a")
+            .lock(&name)
+            .reentrant("owner-a")
             .await
             .expect("inner");
-        let refused = try_spec(
-            &other,
-            LockSpec::Reentrant {
-                resource: name.as_bytes(),
-                owner: "owner-b",
-            },
-        )
-        .await
-        .expect_err("another owner");
+        let refused = other
+            .lock(&name)
+            .reentrant("owner-b")
+            .wait(Wait::No)
+            .await
+            .expect_err("another owner");
         assert!(refused.is_held_by_other(), "{refused:?}");
         inner.release().await;
         outer.release().await;
@@ -197,7 +209,11 @@ async fn every_lock_kind_works_on_cluster_nodes() {
                 assert_eq!(node.get(part).as_deref(), Some(all.value().as_bytes()));
             }
         }
-        let refused = other.try_lock(&parts[1]).await.expect_err("held by multi");
+        let refused = other
+            .lock(&parts[1])
+            .wait(Wait::No)
+            .await
+            .expect_err("held by multi");
         assert!(refused.is_held_by_other(), "{refused:?}");
         all.release().await;
     }
@@ -224,7 +240,7 @@ async fn locks_whose_keys_cannot_share_a_slot_are_refused_before_anything_is_sen
     // Two names in different slots.
     let (a, b) = ("alpha", "beta");
     assert_ne!(nodes[0].shard_index(a), nodes[0].shard_index(b));
-    let err = redlock.lock_all(&[a, b]).await.expect_err("cross-slot");
+    let err = redlock.lock_all([a, b]).await.expect_err("cross-slot");
     assert!(err.is_config(), "{err:?}");
     assert!(
         matches!(err, Error::Config(ConfigError::CrossSlot { .. })),
@@ -233,7 +249,10 @@ async fn locks_whose_keys_cannot_share_a_slot_are_refused_before_anything_is_sen
     assert!(err.to_string().contains("hash tag"), "{err}");
     // A read lock on a name with a `}` and no hash tag: its readers key
     // cannot join the lock key's slot.
-    let err = try_spec(&redlock, LockSpec::Read(b"odd}name"))
+    let err = redlock
+        .lock("odd}name")
+        .read()
+        .wait(Wait::No)
         .await
         .expect_err("cross-slot");
     assert!(
@@ -242,7 +261,8 @@ async fn locks_whose_keys_cannot_share_a_slot_are_refused_before_anything_is_sen
     );
     // Plain exclusive locks on such names are fine: one key.
     redlock
-        .try_lock("odd}name")
+        .lock("odd}name")
+        .wait(Wait::No)
         .await
         .expect("one key")
         .release()
@@ -265,7 +285,7 @@ async fn two_plain_masters_and_one_cluster_make_one_quorum() {
     let other = client(urls).await;
     assert_eq!(redlock.connected_nodes(), 3);
     for name in spread(&cluster, 3) {
-        let guard = redlock.try_lock(&name).await.expect("free");
+        let guard = redlock.lock(&name).wait(Wait::No).await.expect("free");
         assert!(guard.votes().granted() >= 2, "{}", guard.votes());
         if guard.votes().votes()[1] == NodeVote::Granted {
             assert_eq!(
@@ -273,32 +293,39 @@ async fn two_plain_masters_and_one_cluster_make_one_quorum() {
                 Some(guard.value().as_bytes())
             );
         }
-        assert!(other.try_lock(&name).await.unwrap_err().is_held_by_other());
+        assert!(
+            other
+                .lock(&name)
+                .wait(Wait::No)
+                .await
+                .unwrap_err()
+                .is_held_by_other()
+        );
         guard.release().await;
 
-        let read = try_spec(&redlock, LockSpec::Read(name.as_bytes()))
+        let read = redlock
+            .lock(&name)
+            .read()
+            .wait(Wait::No)
             .await
             .expect("reader");
         assert!(
-            try_spec(&other, LockSpec::Write(name.as_bytes()))
+            other
+                .lock(&name)
+                .write()
+                .wait(Wait::No)
                 .await
                 .unwrap_err()
                 .is_held_by_other()
         );
         read.release().await;
-        let fenced = other
-            .lock_with(&name, LockOptions::new().fencing(true))
-            .await
-            .expect("fenced");
+        let fenced = other.lock(&name).fencing().await.expect("fenced");
         assert!(fenced.fencing_token().is_some());
         fenced.release().await;
     }
     // The plain masters hold the same layout as the cluster's shards.
     let name = "layout";
-    let fenced = redlock
-        .lock_with(name, LockOptions::new().fencing(true))
-        .await
-        .expect("fenced");
+    let fenced = redlock.lock(name).fencing().await.expect("fenced");
     fenced.release().await;
     redlock.shutdown().await;
     // The counter is stored where the lock was held: on a quorum at least.
@@ -319,7 +346,7 @@ async fn a_killed_shard_master_fails_its_node_and_the_quorum_goes_on() {
     let held: Vec<LockGuard> = {
         let mut held = Vec::new();
         for name in &names {
-            held.push(redlock.try_lock(name).await.expect("free"));
+            held.push(redlock.lock(name).wait(Wait::No).await.expect("free"));
         }
         held
     };
@@ -344,7 +371,8 @@ async fn a_killed_shard_master_fails_its_node_and_the_quorum_goes_on() {
     let other = client(urls(&nodes)).await;
     for name in &names {
         let guard = other
-            .try_lock(name)
+            .lock(name)
+            .wait(Wait::No)
             .await
             .unwrap_or_else(|err| panic!("{name}: {err}"));
         assert!(guard.votes().granted() >= 2, "{}", guard.votes());
@@ -397,15 +425,13 @@ async fn a_lock_follows_its_slot_when_it_moves_to_another_shard() {
     let other = client(urls(&nodes)).await;
     for kind in ["exclusive", "read", "fenced"] {
         let name = format!("moving-{kind}");
-        let spec = match kind {
-            "read" => LockSpec::Read(name.as_bytes()),
-            "fenced" => LockSpec::Fenced(name.as_bytes()),
-            _ => LockSpec::Exclusive(name.as_bytes()),
-        };
-        let mut guard = redlock
-            .lock_spec(spec, LockOptions::new())
-            .await
-            .expect("free");
+        let request = redlock.lock(&name);
+        let mut guard = match kind {
+            "read" => request.read().await,
+            "fenced" => request.fencing().await,
+            _ => request.await,
+        }
+        .expect("free");
         // Node 0 moves the lock's slot (with the derived keys: one slot) to
         // another shard while the lock is held.
         let from = nodes[0].shard_index(&name);
@@ -429,7 +455,9 @@ async fn a_lock_follows_its_slot_when_it_moves_to_another_shard() {
             assert!(nodes[0].shard(from).try_command(["EXISTS", &name]).is_err());
         }
         let refused = other
-            .lock_spec(LockSpec::Write(name.as_bytes()), LockOptions::new().once())
+            .lock(&name)
+            .write()
+            .wait(Wait::No)
             .await
             .expect_err("still held");
         assert!(refused.is_held_by_other(), "{name}: {refused:?}");
@@ -437,10 +465,8 @@ async fn a_lock_follows_its_slot_when_it_moves_to_another_shard() {
         assert!(report.frees_lock(), "{name}: {report:?}");
         // Taken again through the new owner.
         let again = other
-            .lock_spec(
-                LockSpec::Exclusive(name.as_bytes()),
-                LockOptions::new().once(),
-            )
+            .lock(&name)
+            .wait(Wait::No)
             .await
             .unwrap_or_else(|err| panic!("{name}: {err}"));
         again.release().await;

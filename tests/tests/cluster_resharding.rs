@@ -1,7 +1,7 @@
 //! Live resharding under contention: three Redlock nodes that are each a
 //! Redis Cluster of three shards; four clients with two tasks each contend
-//! for three resources with `lock`, `try_lock`, fenced locks, keep-alive
-//! guards and `with_lock`, while the slots of those resources keep moving
+//! for three resources with `lock`, one-attempt locks, fenced locks,
+//! kept-alive locks and `run`, while the slots of those resources keep moving
 //! between the shards of two of the clusters, sometimes of both at once,
 //! as `redis-cli --cluster reshard` moves them (`SETSLOT IMPORTING` and
 //! `MIGRATING`, `MIGRATE`, `SETSLOT NODE`), with a pause after each step so
@@ -17,7 +17,7 @@
 //! - an overlap;
 //! - an acquire that ends in any error but "held by another owner" (every
 //!   node is up, so the quorum is: redirections must be followed, not
-//!   reported), or a `with_lock` whose lock is lost;
+//!   reported), or a `run` whose lock is lost;
 //! - a lock lost without its loss signal: a holder that still believed the
 //!   lock valid, with time to spare, whose release found its value on fewer
 //!   than a quorum of nodes.
@@ -35,10 +35,10 @@ use redlock_tests::ShardedNode;
 use redlock_tests::chaos::checker;
 use redlock_tests::chaos::clock::{instant_ns, mono_ns};
 use redlock_tests::chaos::record::Hold;
-use redlock_tokio::{Error, KeepAlive, LockOptions, Redlock, ReleaseReport};
+use redlock_tokio::{Error, KeepAlive, Redlock, ReleaseReport, Wait};
 use support::{NODE_TIMEOUT, init_tracing};
 
-/// The lock TTL: short, so that keep-alive guards extend several times
+/// The lock TTL: short, so that kept-alive locks extend several times
 /// during a move.
 const TTL: Duration = Duration::from_millis(800);
 
@@ -123,17 +123,17 @@ fn judge_release(shared: &Shared, what: &str, left: Duration, report: &ReleaseRe
 /// The ways a task takes a lock.
 #[derive(Clone, Copy, Debug)]
 enum Way {
-    /// `lock_with` (retries), a short hold, sometimes one `extend`.
+    /// `lock` (retries), a short hold, sometimes one `extend`.
     Lock,
-    /// `try_lock_with_ttl` (one attempt).
+    /// `lock(..).wait(Wait::No)` (one attempt).
     TryLock,
-    /// `lock_with(.., fencing)`: a script over the lock key and the
-    /// fencing counter, two keys of one slot.
+    /// `lock(..).fencing()`: a script over the lock key and the fencing
+    /// counter, two keys of one slot.
     Fenced,
-    /// A `lock`, then a keep-alive guard held for 1.25 TTL.
+    /// A kept-alive lock held for 1.25 TTL.
     KeepAlive,
-    /// `with_lock`, work of 1.25 TTL.
-    WithLock,
+    /// `lock(..).run(..)`, work of 1.25 TTL.
+    Run,
 }
 
 /// Short holds more often than long ones.
@@ -146,7 +146,7 @@ const WAYS: [Way; 9] = [
     Way::Fenced,
     Way::Fenced,
     Way::KeepAlive,
-    Way::WithLock,
+    Way::Run,
 ];
 
 /// The instant the tasks stop taking locks; moved up once the moves are
@@ -167,12 +167,12 @@ async fn contend(client: usize, task: usize, redlock: Redlock, shared: Shared, s
         let what = format!("client {client} task {task} {way:?} {key}");
         match way {
             Way::Lock | Way::TryLock | Way::Fenced => {
-                let options = match way {
-                    Way::TryLock => LockOptions::new().ttl(TTL).once(),
-                    Way::Fenced => LockOptions::new().ttl(TTL).fencing(true),
-                    _ => LockOptions::new().ttl(TTL),
+                let request = redlock.lock(key).ttl(TTL);
+                let result = match way {
+                    Way::TryLock => request.wait(Wait::No).await,
+                    Way::Fenced => request.fencing().await,
+                    _ => request.await,
                 };
-                let result = redlock.lock_with(key, options).await;
                 let granted = mono_ns();
                 let Some(mut guard) = granted_or_log(&shared, &what, result) else {
                     continue;
@@ -180,7 +180,8 @@ async fn contend(client: usize, task: usize, redlock: Redlock, shared: Shared, s
                 let work = Duration::from_millis(rng.random_range(5..=60));
                 tokio::time::sleep(work / 2).await;
                 if rng.random_bool(0.3) {
-                    // A failed extension leaves the validity as it was.
+                    // A failed extension leaves the validity as it was, or
+                    // marks the lock lost (no validity left to release in).
                     let _ = guard.extend(TTL).await;
                 }
                 tokio::time::sleep(work / 2).await;
@@ -195,20 +196,28 @@ async fn contend(client: usize, task: usize, redlock: Redlock, shared: Shared, s
                 log(&shared).holds.push(hold);
             }
             Way::KeepAlive => {
-                let result = redlock.lock_with(key, LockOptions::new().ttl(TTL)).await;
+                let result = redlock
+                    .lock(key)
+                    .ttl(TTL)
+                    .keep_alive(KeepAlive::default())
+                    .await;
                 let granted = mono_ns();
-                let Some(guard) = granted_or_log(&shared, &what, result) else {
+                let Some(kept) = granted_or_log(&shared, &what, result) else {
                     continue;
                 };
-                let kept = guard.keep_alive(KeepAlive::default());
-                let mut until = kept.valid_until().map_or(granted, instant_ns);
+                // A lost lock's window is not counted: it ended at the loss.
+                let mut until = if kept.is_lost() {
+                    granted
+                } else {
+                    instant_ns(kept.valid_until())
+                };
                 let end = Instant::now() + TTL * 5 / 4;
                 while Instant::now() < end {
                     tokio::time::sleep(Duration::from_millis(10)).await;
-                    match kept.valid_until() {
-                        Some(at) => until = until.max(instant_ns(at)),
-                        None => break,
+                    if kept.is_lost() {
+                        break;
                     }
+                    until = until.max(instant_ns(kept.valid_until()));
                 }
                 let left = kept.validity();
                 let released = mono_ns();
@@ -224,15 +233,16 @@ async fn contend(client: usize, task: usize, redlock: Redlock, shared: Shared, s
                     .holds
                     .push(hold(client, number, key, granted, until, released));
             }
-            Way::WithLock => {
+            Way::Run => {
                 // (grant, end of the validity last seen, end of the work):
                 // kept outside the work, which is dropped if the lock is
-                // lost. The work's end is the hold's: `with_lock` releases
+                // lost. The work's end is the hold's: `run` releases
                 // before it returns.
                 let window = Arc::new(Mutex::new(None::<(u64, u64, Option<u64>)>));
                 let seen = Arc::clone(&window);
                 let result = redlock
-                    .with_lock(key, async move |lock| {
+                    .lock(key)
+                    .run(async move |lock| {
                         let granted = mono_ns();
                         let note = |until: u64, done: Option<u64>| {
                             let mut seen = seen.lock().unwrap_or_else(PoisonError::into_inner);
@@ -247,6 +257,7 @@ async fn contend(client: usize, task: usize, redlock: Redlock, shared: Shared, s
                         }
                         let done = mono_ns();
                         note(done, Some(done));
+                        Ok::<_, Error>(())
                     })
                     .await;
                 let returned = mono_ns();
@@ -311,7 +322,7 @@ async fn locks_stay_exclusive_while_their_slots_move_between_shards() {
             .connect_timeout(Duration::from_secs(10))
             // `lock` waits out a holder of two TTLs: contention must not
             // read as an error.
-            .retry_count(400)
+            .wait(Wait::Retries(400))
             .retry_delay(Duration::from_millis(5))
             .retry_jitter(Duration::from_millis(20))
             .build()

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use redlock_tests::{RedisCluster, RedisNode};
+use redlock_tokio::Wait;
 use support::{
     assert_absent, builder, client, eventually, native_acquire, native_delifeq, native_extend,
 };
@@ -71,7 +72,13 @@ async fn one_command_per_node_per_operation_in_steady_state() {
     const ROUNDS: u64 = 5;
     let mut guards = Vec::new();
     for i in 0..ROUNDS {
-        guards.push(redlock.try_lock(format!("stat-{i}")).await.unwrap());
+        guards.push(
+            redlock
+                .lock(format!("stat-{i}"))
+                .wait(Wait::No)
+                .await
+                .unwrap(),
+        );
     }
     eventually(
         "every node saw every acquire",
@@ -149,7 +156,7 @@ async fn one_command_per_node_per_operation_in_steady_state() {
     for node in cluster.nodes() {
         node.reset_stats();
     }
-    let mut guard = redlock.try_lock("extended").await.unwrap();
+    let mut guard = redlock.lock("extended").wait(Wait::No).await.unwrap();
     guard.extend(Duration::from_secs(20)).await.unwrap();
     guard.release().await;
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -185,7 +192,11 @@ async fn quiet_releases_and_withdraws_are_one_command_and_publish_nothing() {
 
     const ROUNDS: u64 = 3;
     for i in 0..ROUNDS {
-        let guard = redlock.try_lock(format!("quiet-{i}")).await.unwrap();
+        let guard = redlock
+            .lock(format!("quiet-{i}"))
+            .wait(Wait::No)
+            .await
+            .unwrap();
         assert_eq!(guard.release().await.released(), 3);
     }
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -211,7 +222,7 @@ async fn quiet_releases_and_withdraws_are_one_command_and_publish_nothing() {
     for node in cluster.nodes() {
         node.reset_stats();
     }
-    let error = noisy.try_lock("taken").await.unwrap_err();
+    let error = noisy.lock("taken").wait(Wait::No).await.unwrap_err();
     assert!(error.is_held_by_other(), "{error}");
     eventually(
         "every node saw the withdraw",
@@ -241,7 +252,7 @@ async fn noscript_is_recovered_with_one_load_and_one_retry() {
         node.reset_stats();
     }
 
-    let guard = redlock.try_lock("flushed").await.unwrap();
+    let guard = redlock.lock("flushed").wait(Wait::No).await.unwrap();
     eventually("node 0 holds the lock", Duration::from_secs(8), || {
         cluster.node(0).get("flushed").as_deref() == Some(guard.value().as_bytes())
     })
@@ -286,7 +297,13 @@ async fn a_reconnection_loads_the_scripts_again() {
     redlock.lock("warm").await.unwrap().release().await;
     cluster.node(1).restart();
     // The first request finds the connection broken; the lock holds on two.
-    redlock.try_lock("after").await.unwrap().release().await;
+    redlock
+        .lock("after")
+        .wait(Wait::No)
+        .await
+        .unwrap()
+        .release()
+        .await;
     eventually("node 1 is reconnected", Duration::from_secs(5), || {
         redlock.connected_nodes() == 3
     })
@@ -298,7 +315,7 @@ async fn a_reconnection_loads_the_scripts_again() {
         "{loaded:?}"
     );
     cluster.node(1).reset_stats();
-    let guard = redlock.try_lock("after").await.unwrap();
+    let guard = redlock.lock("after").wait(Wait::No).await.unwrap();
     eventually("node 1 holds the lock", Duration::from_secs(8), || {
         cluster.node(1).get("after").as_deref() == Some(guard.value().as_bytes())
     })
@@ -340,7 +357,13 @@ async fn the_server_is_detected_again_on_reconnect() {
     for node in cluster.nodes() {
         node.reset_stats();
     }
-    redlock.try_lock("before").await.unwrap().release().await;
+    redlock
+        .lock("before")
+        .wait(Wait::No)
+        .await
+        .unwrap()
+        .release()
+        .await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(calls(cluster.node(0), "set"), 1);
     let stats: String = redis::cmd("INFO")
@@ -350,13 +373,25 @@ async fn the_server_is_detected_again_on_reconnect() {
     assert!(stats.contains("cmdstat_evalsha:calls=2,"), "{stats}");
 
     cluster.node(1).restart();
-    redlock.try_lock("probe").await.unwrap().release().await;
+    redlock
+        .lock("probe")
+        .wait(Wait::No)
+        .await
+        .unwrap()
+        .release()
+        .await;
     eventually("node 1 is reconnected", Duration::from_secs(5), || {
         redlock.connected_nodes() == 3
     })
     .await;
     cluster.node(1).reset_stats();
-    redlock.try_lock("after").await.unwrap().release().await;
+    redlock
+        .lock("after")
+        .wait(Wait::No)
+        .await
+        .unwrap()
+        .release()
+        .await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(calls(cluster.node(1), "set"), 1);
     assert_eq!(calls(cluster.node(1), "evalsha"), release_evalsha());
@@ -375,7 +410,13 @@ async fn switched_off_every_operation_is_one_evalsha() {
     for node in cluster.nodes() {
         node.reset_stats();
     }
-    redlock.try_lock("scripted").await.unwrap().release().await;
+    redlock
+        .lock("scripted")
+        .wait(Wait::No)
+        .await
+        .unwrap()
+        .release()
+        .await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     for node in cluster.nodes() {
         let expected = BTreeMap::from([("evalsha".to_owned(), 2)]);

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use redlock_core::ExtendError;
 use redlock_tests::RedisCluster;
-use redlock_tokio::{Error, KeepAlive, LossReason};
+use redlock_tokio::{Error, KeepAlive, LossReason, Wait};
 use support::{QUICK, assert_absent, builder, client, eventually, timed};
 
 /// For 300 ms locks: a lead of half the TTL (150 ms) leaves room for two
@@ -42,9 +42,9 @@ async fn extend_keeps_the_lock_past_the_original_ttl() {
     // Well past the original 600 ms.
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert!(acquired.elapsed() > Duration::from_millis(800));
-    assert!(guard.is_valid());
+    assert!(!guard.is_lost());
     assert!(guard.validity() > Duration::from_millis(1_500));
-    let err = other.try_lock("long").await.unwrap_err();
+    let err = other.lock("long").wait(Wait::No).await.unwrap_err();
     assert!(err.is_held_by_other(), "{err}");
     for node in cluster.nodes() {
         assert!(node.pttl("long") > 1_500, "{}", node.pttl("long"));
@@ -63,7 +63,8 @@ async fn extending_an_expired_lock_fails_and_sets_nothing() {
         .unwrap();
     let mut guard = redlock.lock("short").await.unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await;
-    assert!(!guard.is_valid());
+    assert!(guard.is_lost());
+    assert_eq!(guard.loss(), Some(LossReason::Expired));
     assert_eq!(guard.validity(), Duration::ZERO);
 
     let err = guard.extend(Duration::from_secs(5)).await.unwrap_err();
@@ -86,15 +87,15 @@ async fn keep_alive_holds_a_lock_through_a_task_of_three_ttls() {
 
     let kept = redlock
         .lock("kept")
+        .keep_alive(KeepAlive::default())
         .await
-        .unwrap()
-        .keep_alive(KeepAlive::default());
+        .unwrap();
     let started = Instant::now();
     while started.elapsed() < KEPT_TTL * 3 {
         tokio::time::sleep(KEPT_TTL / 4).await;
         assert!(!kept.is_lost(), "{:?}", kept.loss());
-        assert!(kept.is_valid());
-        let err = other.try_lock("kept").await.unwrap_err();
+        assert!(!kept.validity().is_zero());
+        let err = other.lock("kept").wait(Wait::No).await.unwrap_err();
         assert!(err.is_held_by_other(), "{err}");
     }
     // Still valid after three TTLs: extended at least twice.
@@ -105,23 +106,30 @@ async fn keep_alive_holds_a_lock_through_a_task_of_three_ttls() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_lock_keeps_a_lock_through_a_task_of_three_ttls() {
+async fn run_keeps_a_lock_through_a_task_of_three_ttls() {
     let cluster = RedisCluster::start(3);
     let redlock = builder(&cluster).ttl(KEPT_TTL).build().await.unwrap();
     let other = client(&cluster).await;
     let refused = redlock
-        .with_lock("task", |lock| async move {
+        .lock("task")
+        .run(async |lock| {
             let mut refused = 0;
             for _ in 0..12 {
                 tokio::time::sleep(KEPT_TTL / 4).await;
                 assert!(!lock.is_lost());
                 // Extended in the background: never down to zero.
                 assert!(!lock.validity().is_zero());
-                if other.try_lock("task").await.unwrap_err().is_held_by_other() {
+                if other
+                    .lock("task")
+                    .wait(Wait::No)
+                    .await
+                    .unwrap_err()
+                    .is_held_by_other()
+                {
                     refused += 1;
                 }
             }
-            refused
+            Ok::<_, Error>(refused)
         })
         .await
         .unwrap();
@@ -141,10 +149,10 @@ async fn the_loss_signal_fires_when_the_nodes_are_killed() {
         .unwrap();
     let kept = redlock
         .lock("doomed")
+        .keep_alive(KeepAlive::default())
         .await
-        .unwrap()
-        .keep_alive(KeepAlive::default());
-    let token = kept.lost_token();
+        .unwrap();
+    let signal = kept.loss_signal();
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert!(!kept.is_lost());
 
@@ -163,15 +171,15 @@ async fn the_loss_signal_fires_when_the_nodes_are_killed() {
         ),
         "{reason:?}"
     );
-    assert!(token.is_cancelled());
+    assert!(signal.is_lost());
     assert!(kept.is_lost());
-    assert!(!kept.is_valid());
+    assert!(kept.validity().is_zero());
     let report = kept.release().await;
     assert_eq!(report.failed(), 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_lock_cancels_the_work_and_reports_the_loss() {
+async fn run_cancels_the_work_and_reports_the_loss() {
     let cluster = RedisCluster::start(3);
     let redlock = builder(&cluster)
         .ttl(Duration::from_millis(300))
@@ -181,7 +189,7 @@ async fn with_lock_cancels_the_work_and_reports_the_loss() {
         .unwrap();
     let finished = Arc::new(AtomicBool::new(false));
     let work_finished = Arc::clone(&finished);
-    let run = redlock.with_lock("cancelled-work", |lock| async move {
+    let run = redlock.lock("cancelled-work").run(async move |lock| {
         tokio::select! {
             _ = lock.lost() => {}
             () = tokio::time::sleep(Duration::from_secs(30)) => {}
@@ -189,6 +197,7 @@ async fn with_lock_cancels_the_work_and_reports_the_loss() {
         // Never reached when the lock is lost: the future is dropped first.
         tokio::time::sleep(Duration::from_secs(30)).await;
         work_finished.store(true, Ordering::SeqCst);
+        Ok::<_, Error>(())
     });
     let kill = async {
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -221,9 +230,9 @@ async fn the_loss_signal_fires_when_someone_else_takes_the_key() {
         .unwrap();
     let kept = redlock
         .lock("stolen")
+        .keep_alive(KeepAlive::default())
         .await
-        .unwrap()
-        .keep_alive(KeepAlive::default());
+        .unwrap();
     eventually("every node has the key", Duration::from_secs(8), || {
         cluster.nodes().iter().all(|node| node.exists("stolen"))
     })
@@ -258,9 +267,9 @@ async fn keep_alive_stops_at_the_extension_limit() {
         .unwrap();
     let kept = redlock
         .lock("bounded")
+        .keep_alive(KeepAlive::default().extend_when_left(0.5).max_extensions(2))
         .await
-        .unwrap()
-        .keep_alive(KeepAlive::default().extend_when_left(0.5).max_extensions(2));
+        .unwrap();
     let (reason, elapsed) = timed(tokio::time::timeout(Duration::from_secs(3), kept.lost())).await;
     assert_eq!(
         reason.expect("lost at the limit"),
@@ -291,10 +300,10 @@ async fn an_operator_release_by_value_ends_the_keep_alive_and_is_not_undone() {
     let operator = client(&cluster).await;
     let kept = holder
         .lock("released-by-hand")
+        .keep_alive(KeepAlive::default())
         .await
-        .unwrap()
-        .keep_alive(KeepAlive::default());
-    let token = kept.lost_token();
+        .unwrap();
+    let signal = kept.loss_signal();
     eventually("every node has the key", Duration::from_secs(2), || {
         cluster
             .nodes()
@@ -317,8 +326,8 @@ async fn an_operator_release_by_value_ends_the_keep_alive_and_is_not_undone() {
     };
     assert!(matches!(error, ExtendError::Gone { .. }), "{error:?}");
     assert!(error.is_lost());
-    assert!(token.is_cancelled());
-    assert!(!kept.is_valid());
+    assert!(signal.is_lost());
+    assert!(kept.validity().is_zero());
     // Several keep-alive periods later the key is still gone everywhere: the
     // extension that found it missing did not re-create it (or deleted it
     // again right after).
@@ -330,7 +339,7 @@ async fn an_operator_release_by_value_ends_the_keep_alive_and_is_not_undone() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_lock_stops_the_work_when_its_value_is_released_by_hand() {
+async fn run_stops_the_work_when_its_value_is_released_by_hand() {
     let cluster = RedisCluster::start(3);
     let holder = builder(&cluster)
         .ttl(Duration::from_millis(400))
@@ -341,12 +350,13 @@ async fn with_lock_stops_the_work_when_its_value_is_released_by_hand() {
     let (value_tx, value_rx) = tokio::sync::oneshot::channel();
     let finished = Arc::new(AtomicBool::new(false));
     let work_finished = Arc::clone(&finished);
-    let key = "with-lock-released";
-    let run = holder.with_lock(key, |lock| async move {
+    let key = "run-released";
+    let run = holder.lock(key).run(async move |lock| {
         let _ = value_tx.send(());
         lock.lost().await;
         tokio::time::sleep(Duration::from_secs(30)).await;
         work_finished.store(true, Ordering::SeqCst);
+        Ok::<_, Error>(())
     });
     let release = async {
         value_rx.await.unwrap();
@@ -355,7 +365,7 @@ async fn with_lock_stops_the_work_when_its_value_is_released_by_hand() {
         })
         .await;
         let value = cluster.node(0).get(key).expect("held");
-        let value = redlock_tokio::LockValue::from_string(String::from_utf8(value).unwrap());
+        let value = redlock_tokio::core::LockValue::from_string(String::from_utf8(value).unwrap());
         operator.release_value(key, &value).await
     };
     let (result, report) = tokio::join!(run, release);
@@ -383,9 +393,9 @@ async fn a_master_restarted_empty_gets_the_key_back_and_the_lock_is_kept() {
     let holder = builder(&cluster).ttl(ttl).build().await.unwrap();
     let kept = holder
         .lock("restarted")
+        .keep_alive(KeepAlive::default())
         .await
-        .unwrap()
-        .keep_alive(KeepAlive::default());
+        .unwrap();
     let ours = |node: &redlock_tests::RedisNode| {
         node.get("restarted").as_deref() == Some(kept.value().as_bytes())
     };

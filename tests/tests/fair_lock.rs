@@ -1,4 +1,4 @@
-//! Fair locks across processes (`LockOptions::fair`): the masters' queues
+//! Fair locks across processes (`LockRequest::fair`): the masters' queues
 //! serve waiters in the order the quorum saw them, a waiter that gives up
 //! leaves no entry behind, and an emptied queue leaves no key. Asserts who
 //! was served and what is left on the masters; never how fast.
@@ -10,13 +10,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redlock_tests::{RedisCluster, RedisNode};
-use redlock_tokio::{LockOptions, Redlock};
+use redlock_tokio::{LockRequest, Redlock, Wait, kind};
 use support::{builder, eventually};
 
-fn fair() -> LockOptions {
-    LockOptions::new()
-        .fair(true)
-        .wait_at_most(Duration::from_secs(60))
+/// A fair acquire of `fair` that waits up to a minute.
+fn fair(redlock: &Redlock) -> LockRequest<kind::Chosen> {
+    redlock
+        .lock("fair")
+        .fair()
+        .wait(Wait::AtMost(Duration::from_secs(60)))
 }
 
 /// Every key of a master (the test uses one resource, so all are its).
@@ -77,7 +79,9 @@ async fn waiters_of_several_clients_are_served_in_the_order_they_asked() {
     let cluster = RedisCluster::start(3);
     let clients = clients(&cluster, 5).await;
     let guard = clients[4]
-        .lock_with("fair", LockOptions::new().fair(true).once())
+        .lock("fair")
+        .fair()
+        .wait(Wait::No)
         .await
         .expect("a free lock");
     held_everywhere(&cluster).await;
@@ -87,7 +91,7 @@ async fn waiters_of_several_clients_are_served_in_the_order_they_asked() {
         let redlock = redlock.clone();
         let served = Arc::clone(&served);
         tasks.push(tokio::spawn(async move {
-            let guard = redlock.lock_with("fair", fair()).await.expect("served");
+            let guard = fair(&redlock).await.expect("served");
             served.lock().unwrap().push(index);
             guard.release().await;
         }));
@@ -132,7 +136,7 @@ async fn four_clients_of_two_tasks_are_all_served_and_leave_nothing() {
             );
             tasks.push(tokio::spawn(async move {
                 for _ in 0..ROUNDS {
-                    let guard = redlock.lock_with("fair", fair()).await.expect("served");
+                    let guard = fair(&redlock).await.expect("served");
                     if holding.fetch_add(1, Ordering::SeqCst) != 0 {
                         overlaps.fetch_add(1, Ordering::SeqCst);
                     }
@@ -172,23 +176,22 @@ async fn a_waiter_that_gives_up_leaves_the_queue() {
     let cluster = RedisCluster::start(3);
     let clients = clients(&cluster, 3).await;
     let guard = clients[0]
-        .lock_with("fair", LockOptions::new().fair(true).once())
+        .lock("fair")
+        .fair()
+        .wait(Wait::No)
         .await
         .expect("a free lock");
     held_everywhere(&cluster).await;
     // One gives up at its limit, one is cancelled while it waits.
     let limited = clients[1]
-        .lock_with(
-            "fair",
-            LockOptions::new()
-                .fair(true)
-                .wait_at_most(Duration::from_millis(300)),
-        )
+        .lock("fair")
+        .fair()
+        .wait(Wait::AtMost(Duration::from_millis(300)))
         .await;
     assert!(limited.unwrap_err().is_held_by_other());
     let cancelled = tokio::spawn({
         let redlock = clients[2].clone();
-        async move { redlock.lock_with("fair", fair()).await }
+        async move { fair(&redlock).await }
     });
     eventually("the waiter is queued", Duration::from_secs(10), || {
         cluster
@@ -228,6 +231,6 @@ async fn a_dead_waiter_at_the_head_does_not_hold_the_queue() {
         node.command(["ZADD", "{fair}\0queue", "0", "dead"]);
         node.command(["ZADD", "{fair}\0queue-expiry", "99999999999999", "dead"]);
     }
-    let guard = clients[0].lock_with("fair", fair()).await.expect("served");
+    let guard = fair(&clients[0]).await.expect("served");
     guard.release().await;
 }

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redlock_tests::RedisCluster;
-use redlock_tokio::Redlock;
+use redlock_tokio::{Redlock, Wait};
 use support::{builder, client, eventually, subscribers};
 
 /// Timed retries 10 s apart: within the test only release notices (and the
@@ -50,7 +50,11 @@ async fn waiters_are_served_in_the_order_they_came() {
     let cluster = RedisCluster::start(3);
     let holder = client(&cluster).await;
     let waiters = patient(&cluster).await;
-    let guard = holder.try_lock("fifo").await.expect("a free lock");
+    let guard = holder
+        .lock("fifo")
+        .wait(Wait::No)
+        .await
+        .expect("a free lock");
     let served = Arc::new(Mutex::new(Vec::new()));
 
     // The first waiter's attempt finds the lock held; it listens.
@@ -78,7 +82,11 @@ async fn a_holder_that_asks_again_comes_after_the_waiters() {
     let cluster = RedisCluster::start(3);
     let holder = client(&cluster).await;
     let waiters = patient(&cluster).await;
-    let guard = holder.try_lock("fifo").await.expect("a free lock");
+    let guard = holder
+        .lock("fifo")
+        .wait(Wait::No)
+        .await
+        .expect("a free lock");
     let served = Arc::new(Mutex::new(Vec::new()));
 
     let mut tasks = vec![spawn_waiter(&waiters, 0, &served, 3).await];

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use redlock_core::scripts;
 use redlock_tests::RedisCluster;
-use redlock_tokio::LockOptions;
+use redlock_tokio::Wait;
 use support::client;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -15,9 +15,7 @@ async fn tokens_grow_with_every_holder_and_survive_extensions() {
     let cluster = RedisCluster::start(3);
     let a = client(&cluster).await;
     let b = client(&cluster).await;
-    let fenced = LockOptions::new().fencing(true);
-
-    let mut guard = a.lock_with("ledger", fenced).await.expect("a free lock");
+    let mut guard = a.lock("ledger").fencing().await.expect("a free lock");
     let first = guard.fencing_token().expect("a fenced lock has a token");
     assert_eq!(first, 1, "a fresh resource starts at 1");
     guard.extend(Duration::from_secs(5)).await.expect("extend");
@@ -26,10 +24,7 @@ async fn tokens_grow_with_every_holder_and_survive_extensions() {
 
     let mut last = first;
     for client in [&b, &a, &b] {
-        let guard = client
-            .lock_with("ledger", fenced)
-            .await
-            .expect("free again");
+        let guard = client.lock("ledger").fencing().await.expect("free again");
         let token = guard.fencing_token().unwrap();
         assert!(token > last, "token {token} after {last}");
         last = token;
@@ -47,7 +42,7 @@ async fn tokens_grow_with_every_holder_and_survive_extensions() {
         .count();
     assert!(stored >= 2, "{counters:?}");
     // Plain locks carry no token.
-    let plain = a.try_lock("ledger").await.unwrap();
+    let plain = a.lock("ledger").wait(Wait::No).await.unwrap();
     assert_eq!(plain.fencing_token(), None);
     let _ = plain.release().await;
 }
@@ -55,18 +50,13 @@ async fn tokens_grow_with_every_holder_and_survive_extensions() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_check_script_refuses_a_stale_token() {
     let cluster = RedisCluster::start(3);
-    let redlock = redlock_tokio::Redlock::builder(cluster.urls())
-        .fencing(true)
-        .node_timeout(support::NODE_TIMEOUT)
-        .build()
-        .await
-        .unwrap();
-    let old = redlock.lock("invoice").await.unwrap();
+    let redlock = client(&cluster).await;
+    let old = redlock.lock("invoice").fencing().await.unwrap();
     let old_token = old.fencing_token().unwrap();
     // The old holder stalls; its lock is released (as if it had expired) and
     // a new holder writes first.
     let _ = old.release().await;
-    let new = redlock.lock("invoice").await.unwrap();
+    let new = redlock.lock("invoice").fencing().await.unwrap();
     let new_token = new.fencing_token().unwrap();
     assert!(new_token > old_token);
 
@@ -92,19 +82,13 @@ async fn a_fenced_acquire_costs_two_calls_per_node() {
     let cluster = RedisCluster::start(3);
     let redlock = client(&cluster).await;
     // Warm up, then count.
-    let guard = redlock
-        .lock_with("warm", LockOptions::new().fencing(true))
-        .await
-        .unwrap();
+    let guard = redlock.lock("warm").fencing().await.unwrap();
     let _ = guard.release().await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     for node in cluster.nodes() {
         node.reset_stats();
     }
-    let guard = redlock
-        .lock_with("counted", LockOptions::new().fencing(true))
-        .await
-        .unwrap();
+    let guard = redlock.lock("counted").fencing().await.unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
     for node in cluster.nodes() {
         assert_eq!(

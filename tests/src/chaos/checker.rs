@@ -91,7 +91,7 @@ pub struct Analysis {
     pub noticed_losses: usize,
     /// Holds with at least one extension.
     pub extended_holds: usize,
-    /// Holds under a keep-alive guard.
+    /// Holds of kept-alive locks.
     pub kept_alive_holds: usize,
     /// Holds whose worker was killed before they ended (taken to last
     /// until their validity ran out).

@@ -3,8 +3,8 @@
 //!
 //! Times are nanoseconds on the host's `CLOCK_MONOTONIC`
 //! ([`mono_ns`](super::clock::mono_ns)), so records of different processes
-//! compare. Every object has a `kind`: `attempt` (one `lock`/`try_lock`
-//! call), `grant` (written, and flushed, the moment a lock is granted),
+//! compare. Every object has a `kind`: `attempt` (one acquire call, waiting
+//! or not), `grant` (written, and flushed, the moment a lock is granted),
 //! `extended` (the validity the client was promised moved on), `hold` (the
 //! whole hold, written when it ends) or `write` (one write to the protected
 //! resource). A worker killed mid-hold leaves a `grant` without its `hold`:
@@ -37,9 +37,9 @@ pub enum Record {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Api {
-    /// `lock_with(.., LockOptions::new())`: retries with jitter.
+    /// `lock(..)`: retries with jitter.
     Lock,
-    /// `lock_with(.., LockOptions::new().once())`: one attempt.
+    /// `lock(..).wait(Wait::No)`: one attempt.
     TryLock,
 }
 
@@ -142,7 +142,7 @@ pub struct Hold {
     /// The lock's fencing token, when it was taken with fencing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fencing_token: Option<u64>,
-    /// Whether the hold ran under a keep-alive guard.
+    /// Whether the lock was kept alive.
     pub keep_alive: bool,
     /// Successful extensions (explicit or by the keep-alive).
     pub extensions: u64,

@@ -7,11 +7,12 @@
 //! stdout when [`Config::announce`] is set.
 //!
 //! A hold goes: grant, write to the protected resource, work in short steps
-//! (watching validity, sometimes extending, sometimes under a keep-alive
-//! guard), a second write sent whatever the validity (it models a write
-//! already in flight when the process was stopped: the case fencing is
-//! for), a check whether the lock is still ours, release.
+//! (watching validity, sometimes extending, sometimes kept alive), a second
+//! write sent whatever the validity (it models a write already in flight
+//! when the process was stopped: the case fencing is for), a check whether
+//! the lock is still ours, release.
 
+use std::future::IntoFuture;
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -20,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use redlock_tokio::{AcquireError, Error, KeepAlive, LockOptions, Redlock};
+use redlock_tokio::{AcquireError, Error, KeepAlive, LockGuard, Redlock, Wait};
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncBufReadExt;
 
@@ -47,11 +48,11 @@ pub struct Config {
     pub ttl_ms: u64,
     /// Per-node timeout.
     pub node_timeout_ms: u64,
-    /// Ask for fencing tokens.
+    /// Ask for fencing tokens (fenced locks).
     pub fencing: bool,
-    /// Share of acquires made with one attempt (`once()`); the others retry.
+    /// Share of acquires made with one attempt (`Wait::No`); the others retry.
     pub try_lock_share: f64,
-    /// Share of holds kept alive by a keep-alive guard (they last 1.5 TTL).
+    /// Share of holds kept alive (they last 1.5 TTL).
     pub keep_alive_share: f64,
     /// Share of the other holds that extend once, half way through.
     pub extend_share: f64,
@@ -115,7 +116,7 @@ pub async fn run(config: Config) -> Result<(), String> {
     let redlock = Redlock::builder(&config.urls)
         .ttl(ttl)
         .node_timeout(Duration::from_millis(config.node_timeout_ms))
-        .retry_count(20)
+        .wait(Wait::Retries(20))
         .retry_delay(Duration::from_millis(1))
         .retry_jitter(Duration::from_millis(4))
         .connect_timeout(Duration::from_secs(1))
@@ -195,12 +196,22 @@ async fn contend(shared: Arc<Shared>, task: u32) {
         } else {
             Api::Lock
         };
-        let mut options = LockOptions::new().ttl(ttl).fencing(config.fencing);
+        // Drawn before the acquire: keep-alive is chosen on the request.
+        let keep_alive = rng.random_bool(config.keep_alive_share.clamp(0.0, 1.0));
+        let mut request = shared.redlock.lock(key.as_str()).ttl(ttl);
         if api == Api::TryLock {
-            options = options.once();
+            request = request.wait(Wait::No);
         }
+        if keep_alive {
+            request = request.keep_alive(KeepAlive::default());
+        }
+        let acquire = if config.fencing {
+            request.fencing().into_future()
+        } else {
+            request.into_future()
+        };
         let start_ns = mono_ns();
-        let result = shared.redlock.lock_with(key.as_str(), options).await;
+        let result = acquire.await;
         let end_ns = mono_ns();
         let (attempt_outcome, error) = match &result {
             Ok(_) => (Outcome::Granted, None),
@@ -222,7 +233,7 @@ async fn contend(shared: Arc<Shared>, task: u32) {
             Ok(guard) => {
                 let hold = next_hold;
                 next_hold += 1;
-                hold_lock(&shared, &mut rng, guard, key, hold, end_ns).await;
+                hold_lock(&shared, &mut rng, guard, keep_alive, key, hold, end_ns).await;
                 tokio::time::sleep(uniform(&mut rng, config.idle_ms)).await;
             }
             Err(error) if error.is_held_by_other() => {
@@ -284,10 +295,12 @@ async fn work(total: Duration, steps: &mut Steps, mut check: impl FnMut(&mut Ste
     }
 }
 
+/// `keep_alive`: whether the guard was asked to be kept alive.
 async fn hold_lock(
     shared: &Shared,
     rng: &mut StdRng,
-    mut guard: redlock_tokio::LockGuard,
+    mut guard: LockGuard,
+    keep_alive: bool,
     key: String,
     hold: u64,
     granted_ns: u64,
@@ -340,10 +353,9 @@ async fn hold_lock(
         token,
         token_kind,
     };
-    if let Some(w) = id.write(&mut resource, guard.is_valid()).await {
+    if let Some(w) = id.write(&mut resource, !guard.is_lost()).await {
         shared.record(Record::Write(w));
     }
-    let keep_alive = rng.random_bool(config.keep_alive_share.clamp(0.0, 1.0));
     let planned = if keep_alive {
         ttl.mul_f64(1.5)
     } else {
@@ -352,14 +364,13 @@ async fn hold_lock(
 
     let (believed_valid, extensions, loss, released_ns, end_ns);
     if keep_alive {
-        let kept = guard.keep_alive(KeepAlive::default());
         work(planned, &mut steps, |steps| {
             // The validity as it is now: the keep-alive runs on a task of
             // its own and may have extended it while this step was late (a
             // busy machine), in time. Judged against the validity before
             // that extension, a late step would read as a pause past it.
             // (A stopped process extends nothing while stopped.)
-            let now_valid = kept.valid_until().filter(|_| kept.is_valid());
+            let now_valid = (!guard.is_lost()).then(|| guard.valid_until());
             if let Some(until) = now_valid {
                 extended(&mut promised, until);
             }
@@ -368,9 +379,9 @@ async fn hold_lock(
         })
         .await;
         steps.tick(STEP, promised);
-        believed_valid = kept.is_valid();
-        if let Some(until) = kept.valid_until().filter(|_| believed_valid) {
-            extended(&mut promised, until);
+        believed_valid = !guard.is_lost();
+        if believed_valid {
+            extended(&mut promised, guard.valid_until());
         }
         if let Some(w) = id.write(&mut resource, believed_valid).await {
             shared.record(Record::Write(w));
@@ -378,35 +389,36 @@ async fn hold_lock(
         loss = if believed_valid {
             None
         } else {
-            tokio::time::timeout(LOSS_SIGNAL_WAIT, kept.lost())
+            tokio::time::timeout(LOSS_SIGNAL_WAIT, guard.lost())
                 .await
                 .ok()
                 .map(|reason| reason.to_string())
         };
-        extensions = kept.extensions();
+        extensions = guard.extensions();
         released_ns = mono_ns();
         end_ns = released_ns.min(promised);
-        let _report = kept.release().await;
+        let _report = guard.release().await;
     } else {
         let extend = rng.random_bool(config.extend_share.clamp(0.0, 1.0));
         let half = planned / 2;
         work(half, &mut steps, |steps| {
             steps.tick(STEP, promised);
-            guard.is_valid()
+            !guard.is_lost()
         })
         .await;
-        if extend && guard.is_valid() {
-            // A failed extension leaves the validity as it was.
+        if extend && !guard.is_lost() {
+            // A failed extension leaves the validity as it was, or marks
+            // the lock lost (anything but no quorum): the steps see that.
             let _ = guard.extend(ttl).await;
             extended(&mut promised, guard.valid_until());
         }
         work(planned - half, &mut steps, |steps| {
             steps.tick(STEP, promised);
-            guard.is_valid()
+            !guard.is_lost()
         })
         .await;
         steps.tick(STEP, promised);
-        believed_valid = guard.is_valid();
+        believed_valid = !guard.is_lost();
         extended(&mut promised, guard.valid_until());
         if let Some(w) = id.write(&mut resource, believed_valid).await {
             shared.record(Record::Write(w));

@@ -88,13 +88,10 @@ impl Master {
         history: Arc<History>,
     ) -> Arc<Self> {
         // Only for turning a TTL argument back into the core's `Ttl`.
-        let settings = Config {
-            servers: vec!["sim".to_owned()],
-            node_timeout: Some(Duration::from_millis(1)),
-            ..Config::default()
-        }
-        .validate()
-        .expect("valid settings");
+        let settings = Config::new(["sim"])
+            .node_timeout(Duration::from_millis(1))
+            .validate()
+            .expect("valid settings");
         Arc::new(Self {
             index,
             seed,

@@ -36,6 +36,7 @@ mod model;
 mod master;
 
 use std::collections::BTreeMap;
+use std::future::IntoFuture;
 use std::hash::{DefaultHasher, Hasher};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -44,7 +45,7 @@ use futures::FutureExt;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use redlock_tokio::sim::Simulation;
-use redlock_tokio::{KeepAlive, LockOptions, Redlock};
+use redlock_tokio::{KeepAlive, Redlock, Wait};
 use tokio::time::Instant;
 
 pub use master::MasterFaults;
@@ -458,7 +459,6 @@ async fn build(
         .retry_delay(Duration::from_millis(40))
         .retry_jitter(Duration::from_millis(60))
         .native_commands(plan.native)
-        .fencing(plan.fencing)
         .release_notices(false)
         .simulation(simulation)
         .build()
@@ -483,9 +483,32 @@ async fn work(
             inspect(&client, &plan, &resource, None, &who, &log).await;
         }
         let limit = Duration::from_millis(rng.random_range(1..400));
-        let options = LockOptions::new().wait_at_most(limit);
+        // What the hold will be, drawn before the acquire: keep-alive is
+        // chosen on the request.
+        let held_for = plan.ttl.mul_f64(rng.random_range(0.0..1.5));
+        let hold_as = rng.random_range(0..4);
+        // Kept alive: the defaults, or a lead and a limit from the seed
+        // (the limit's loss must be signalled like any other).
+        let keep_alive = (hold_as == 2).then(|| {
+            if rng.random_bool(0.5) {
+                KeepAlive::default()
+            } else {
+                KeepAlive::default()
+                    .extend_when_left(rng.random_range(0.05..0.95))
+                    .max_extensions(rng.random_range(0..4))
+            }
+        });
         let begun = Instant::now();
-        let acquire = client.lock_with(&resource, options);
+        let mut request = client.lock(&resource).wait(Wait::AtMost(limit));
+        if let Some(options) = keep_alive {
+            request = request.keep_alive(options);
+        }
+        // Fencing is chosen per lock; the plan asks it of every lock.
+        let acquire = if plan.fencing {
+            request.fencing().into_future()
+        } else {
+            request.into_future()
+        };
         let cancel_after = rng
             .random_bool(0.25)
             .then(|| Duration::from_micros(rng.random_range(0..20_000)));
@@ -524,8 +547,7 @@ async fn work(
                 "{who}: granted by a round sent past its wait limit"
             ));
         }
-        let held_for = plan.ttl.mul_f64(rng.random_range(0.0..1.5));
-        match rng.random_range(0..4) {
+        match hold_as {
             // Held, maybe extended once, released.
             0 | 1 => {
                 let index = log_hold(&log, hold.clone());
@@ -550,46 +572,34 @@ async fn work(
             // Kept alive for a while: its loss must be signalled.
             2 => {
                 let index = log_hold(&log, hold.clone());
-                // The defaults, or a lead and a limit from the seed: the
-                // limit's loss must be signalled like any other.
-                let options = if rng.random_bool(0.5) {
-                    KeepAlive::default()
-                } else {
-                    KeepAlive::default()
-                        .extend_when_left(rng.random_range(0.05..0.95))
-                        .max_extensions(rng.random_range(0..4))
-                };
-                let kept = guard.keep_alive(options);
                 let until = Instant::now() + held_for * 2;
                 while Instant::now() < until {
                     tokio::time::sleep(Duration::from_millis(5)).await;
                     // A read of the key while extensions run on it.
-                    if rng.random_bool(0.05)
-                        && let Some(valid) = kept.valid_until()
-                    {
-                        let ours = (kept.value().as_str(), valid);
+                    if rng.random_bool(0.05) && !guard.is_lost() {
+                        let ours = (guard.value().as_str(), guard.valid_until());
                         inspect(&client, &plan, &resource, Some(ours), &who, &log).await;
                     }
                     let now = ms(Instant::now(), start);
-                    match kept.valid_until() {
-                        Some(valid) => {
-                            let valid = ms_std(valid, start);
-                            update_hold(&log, index, |h| h.valid_until = valid);
-                            // Decided at the end of the extension round
-                            // in flight, so up to one per-node timeout late.
-                            if valid + plan.node_timeout.as_secs_f64() * 1e3 < now {
-                                log.lock().unwrap().failures.push(format!(
-                                    "{who}: a kept-alive lock ran out at {valid:.3} ms unsignalled"
-                                ));
-                                break;
-                            }
-                        }
-                        None => break,
+                    // The loss first, then the window: an extension in
+                    // between only moves the window later.
+                    if guard.is_lost() {
+                        break;
+                    }
+                    let valid = ms_std(guard.valid_until(), start);
+                    update_hold(&log, index, |h| h.valid_until = valid);
+                    // Decided at the end of the extension round in
+                    // flight, so up to one per-node timeout late.
+                    if valid + plan.node_timeout.as_secs_f64() * 1e3 < now {
+                        log.lock().unwrap().failures.push(format!(
+                            "{who}: a kept-alive lock ran out at {valid:.3} ms unsignalled"
+                        ));
+                        break;
                     }
                 }
                 let at = ms(Instant::now(), start);
                 update_hold(&log, index, |h| h.let_go = Some(at));
-                let _report = kept.release().await;
+                let _report = guard.release().await;
             }
             // Held past its validity maybe, then released.
             _ => {
@@ -645,7 +655,7 @@ async fn inspect(
     if restarts || returned.into_std() >= valid_until {
         return;
     }
-    let status = redlock_tokio::LockStatus::from_reads(reads.iter().map(|r| r.read()));
+    let status = redlock_tokio::core::LockStatus::from_reads(reads.iter().map(|r| r.read()));
     if let Some(holder) = &status.holder
         && holder.value != value.as_bytes()
     {

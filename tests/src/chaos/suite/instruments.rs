@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
-use redlock_tokio::{LockOptions, Redlock};
+use redlock_tokio::{Redlock, Wait};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc;
@@ -265,9 +265,7 @@ async fn probe(
         n += 1;
         let key = format!("probe:{name}:{n}");
         let start_ns = mono_ns();
-        let result = redlock
-            .lock_with(key.as_str(), LockOptions::new().ttl(ttl).once())
-            .await;
+        let result = redlock.lock(key.as_str()).ttl(ttl).wait(Wait::No).await;
         let end_ns = mono_ns();
         let (outcome, error) = match result {
             Ok(guard) => {
