@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 use redlock_tests::{RedisCluster, RedisNode, ShardedNode};
-use redlock_tokio::Redlock;
+use redlock_tokio::{Redlock, Wait};
 
 use crate::contenders::{Floor, FloorMode, Held};
 use crate::cpu;
@@ -217,7 +217,8 @@ impl Clients {
                     &self.quiet
                 };
                 client
-                    .try_lock(key)
+                    .lock(key)
+                    .wait(Wait::No)
                     .await
                     .map(Held::Ours)
                     .map_err(|err| err.to_string())

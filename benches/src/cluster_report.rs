@@ -1002,7 +1002,7 @@ fn document(measured: &Measured, info: &Info) -> String {
          masters without replicas, slots split evenly\n\
          - Mode: {}; run took {:.0} s; load average {} at the start, {} at the end\n\
          - Command: `{}`\n\
-         - TTL {} ms. This library: one client per layout, `try_lock`, its default \
+         - TTL {} ms. This library: one client per layout, `lock(..).wait(Wait::No)`, its default \
          per-node timeout; a cluster node through the `redis` crate's cluster client. \
          The floor: raw `SET NX PX` then `DEL` on every node at once, through the same \
          cluster client on a cluster node (which sends each to the shard of its key), \

@@ -12,7 +12,7 @@ use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, RedisResult, Value};
 use redlock_tokio::core::scripts;
-use redlock_tokio::{LockGuard, Redlock, RetryConfig};
+use redlock_tokio::{LockGuard, Redlock, Wait};
 
 /// Which contender; also the row order of every table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -80,7 +80,7 @@ pub(crate) struct Common {
 /// The three clients, connected to the same servers.
 pub(crate) struct Contenders {
     pub(crate) ours: Redlock,
-    /// Single attempt, no retry: the counterpart of `try_lock`.
+    /// Single attempt, no retry: the counterpart of `.wait(Wait::No)`.
     pub(crate) rslock_once: rslock::LockManager,
     /// Retries `uniform(0, jitter)` apart, as many times as the caller's
     /// deadline allows.
@@ -116,12 +116,10 @@ impl Contenders {
             // `--nodes` may be even: the benchmark measures what it is given.
             .allow_even_nodes(true)
             .ttl(common.ttl)
-            .retry(RetryConfig {
-                // Bounded by the caller's deadline instead.
-                count: u32::MAX,
-                delay: Duration::ZERO,
-                jitter: common.retry_jitter,
-            })
+            // Bounded by the caller's deadline instead.
+            .wait(Wait::Retries(u32::MAX))
+            .retry_delay(Duration::ZERO)
+            .retry_jitter(common.retry_jitter)
             .build()
             .await
             .map_err(|err| format!("redlock-tokio: {err}"))?;
@@ -157,7 +155,8 @@ impl Contenders {
         match kind {
             Kind::Ours => self
                 .ours
-                .try_lock(key)
+                .lock(key)
+                .wait(Wait::No)
                 .await
                 .map(|guard| Acquired {
                     held: Held::Ours(guard),
@@ -230,7 +229,7 @@ impl Contenders {
     pub(crate) async fn release(&self, held: Held) {
         match held {
             Held::Ours(guard) => {
-                let valid = guard.is_valid();
+                let valid = !guard.validity().is_zero();
                 let report = guard.release().await;
                 if valid {
                     self.node_misses

@@ -12,13 +12,13 @@
 //! Three shapes: one client with every task, several clients with some
 //! tasks each (waiters queue first come, first served inside a client only;
 //! between clients Redlock's race decides), and the same several clients
-//! with the fair option (`LockOptions::fair`: the masters' queues order the
+//! with the fair option (`LockRequest::fair`: the masters' queues order the
 //! clients; the goal is a worst wait of at most 3 fair cycles).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redlock_tokio::{LockOptions, Redlock, RetryConfig};
+use redlock_tokio::{Redlock, Wait};
 
 use crate::stats::{Latencies, ms, us};
 
@@ -105,7 +105,6 @@ pub(crate) async fn run(
     let mut redlocks = Vec::new();
     for _ in 0..clients {
         let redlock = Redlock::builder(urls.iter().map(String::as_str))
-            .retry(RetryConfig::default())
             .build()
             .await
             .map_err(|err| format!("fairness client: {err}"))?;
@@ -123,12 +122,17 @@ pub(crate) async fn run(
                 let (mut grants, mut failures) = (0u64, 0u64);
                 let mut worst = Duration::ZERO;
                 let mut waits = Latencies::new();
-                let options = LockOptions::new()
-                    .wait_at_most(Duration::from_secs(30))
-                    .fair(fair);
                 while Instant::now() < end {
                     let asked = Instant::now();
-                    match redlock.lock_with(&key, options).await {
+                    let request = redlock
+                        .lock(&key)
+                        .wait(Wait::AtMost(Duration::from_secs(30)));
+                    let acquired = if fair {
+                        request.fair().await
+                    } else {
+                        request.await
+                    };
+                    match acquired {
                         Ok(guard) => {
                             let granted = Instant::now();
                             let grant = {

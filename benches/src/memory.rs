@@ -11,10 +11,11 @@
 //! library's default 20 random bytes as 40 hex characters; TTL 30 minutes,
 //! longer than any run.
 
+use std::future::IntoFuture;
 use std::time::{Duration, Instant};
 
 use redlock_tests::RedisNode;
-use redlock_tokio::{LockGuard, Redlock};
+use redlock_tokio::{Acquiring, LockGuard, Redlock, Wait};
 use tokio::runtime::Runtime;
 
 use crate::cluster::{Layout, dbsize, info_text, used_memory};
@@ -128,17 +129,12 @@ pub(crate) fn measure(
     let node = layout.node_servers().swap_remove(0);
     let url = layout.urls().swap_remove(0);
     let redlock = runtime
-        .block_on(
-            Redlock::builder([url.as_str()])
-                .ttl(TTL)
-                .fencing(fencing)
-                .build(),
-        )
+        .block_on(Redlock::builder([url.as_str()]).ttl(TTL).build())
         .map_err(|err| format!("memory ({}): {err}", layout.label()))?;
     // Connections, scripts and the first allocations, then a clean slate.
     runtime.block_on(async {
         for i in 0..100 {
-            if let Ok(guard) = redlock.try_lock(name(u64::MAX / 2 + i)).await {
+            if let Ok(guard) = try_lock(&redlock, fencing, name(u64::MAX / 2 + i)).await {
                 let _ = guard.release().await;
             }
         }
@@ -147,7 +143,7 @@ pub(crate) fn measure(
     std::thread::sleep(settle);
     let before: Vec<i64> = node.iter().map(|s| used_memory(s)).collect();
     let started = Instant::now();
-    let guards = runtime.block_on(acquire_all(&redlock, locks, tasks));
+    let guards = runtime.block_on(acquire_all(&redlock, fencing, locks, tasks));
     let acquire_seconds = started.elapsed().as_secs_f64();
     let held = guards.iter().map(Vec::len).sum::<usize>() as u64;
     std::thread::sleep(settle);
@@ -178,7 +174,22 @@ pub(crate) fn measure(
 /// Upper bound on one acquire, besides the count.
 const OP_TIMEOUT: Duration = Duration::from_secs(5);
 
-async fn acquire_all(redlock: &Redlock, locks: u64, tasks: usize) -> Vec<Vec<LockGuard>> {
+/// One attempt at `name`, fenced or not: fencing is asked per lock.
+fn try_lock(redlock: &Redlock, fencing: bool, name: String) -> Acquiring {
+    let request = redlock.lock(name).wait(Wait::No);
+    if fencing {
+        request.fencing().into_future()
+    } else {
+        request.into_future()
+    }
+}
+
+async fn acquire_all(
+    redlock: &Redlock,
+    fencing: bool,
+    locks: u64,
+    tasks: usize,
+) -> Vec<Vec<LockGuard>> {
     let tasks = tasks.max(1) as u64;
     let handles: Vec<_> = (0..tasks)
         .map(|task| {
@@ -188,7 +199,7 @@ async fn acquire_all(redlock: &Redlock, locks: u64, tasks: usize) -> Vec<Vec<Loc
                 let mut i = task;
                 while i < locks {
                     if let Ok(Ok(guard)) =
-                        tokio::time::timeout(OP_TIMEOUT, redlock.try_lock(name(i))).await
+                        tokio::time::timeout(OP_TIMEOUT, try_lock(&redlock, fencing, name(i))).await
                     {
                         guards.push(guard);
                     }

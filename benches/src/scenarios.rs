@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use redlock_tests::RedisCluster;
-use redlock_tokio::CancellationToken;
 use tokio::runtime::Runtime;
+use tokio_util::sync::CancellationToken;
 
 use crate::contenders::{Contenders, Kind};
 use crate::cpu;

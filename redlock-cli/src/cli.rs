@@ -12,11 +12,12 @@ Exit codes:
   1        exec: the lock is held by another owner (busy; see --busy-exit-code);
            release: the value is held on no node (mistyped, expired or released
            already); nothing was deleted
-  2        usage or configuration error (bad option, no servers, bad URL,
-           invalid TTL, even or duplicate servers, password rejected,
-           unreadable TLS file, TLS certificate rejected), or the key holds
-           something else than a lock (a list, a hash, ...)
-  3        no quorum: too many Redis nodes down or too slow
+  2        usage or configuration error (bad option, no nodes, bad URL, a
+           host name that does not resolve, invalid TTL, even or duplicate
+           nodes, password rejected, unreadable TLS file, TLS certificate
+           rejected), or the key holds something else than a lock (a list, a
+           hash, ...)
+  3        no quorum: too many nodes down or too slow
   4        exec: the lock was lost while the command ran; the command was stopped
   126/127  exec: the command could not be executed / was not found
   128+N    exec: the command died of signal N (or redlock got signal N before
@@ -24,7 +25,7 @@ Exit codes:
   other    exec: the command's own exit code";
 
 /// A distributed flock(1): run a command while holding a Redlock on N
-/// independent Redis masters.
+/// independent Redis nodes.
 #[derive(Debug, Parser)]
 #[command(name = "redlock", version, after_help = EXIT_CODES)]
 pub(crate) struct Cli {
@@ -60,8 +61,8 @@ pub(crate) enum Command {
     /// SIGKILL or SIGSTOP, COMMAND goes on and the lock expires after --ttl.
     /// Let COMMAND check REDLOCK_FENCING_TOKEN or REDLOCK_VALUE where the
     /// protected resource can.
-    // The usage is written out: clap's own lists `--servers` as required
-    // whenever REDLOCK_SERVERS provides it.
+    // The usage is written out: clap's own lists `--nodes` as required
+    // whenever REDLOCK_NODES provides it.
     #[command(
         after_help = EXIT_CODES,
         override_usage = "redlock exec [OPTIONS] <KEY> -- <COMMAND>..."
@@ -92,23 +93,25 @@ pub(crate) enum Command {
 }
 
 /// Options every subcommand takes, before or after its name
-/// (`redlock -s URL exec ...` as well as `redlock exec -s URL ...`).
+/// (`redlock -N URL exec ...` as well as `redlock exec -N URL ...`).
 #[derive(Debug, Args)]
 pub(crate) struct Common {
-    /// The Redis masters, comma-separated or repeated:
-    /// `redis://[user:password@]host[:port][/db]`, `rediss://` for TLS, or a
-    /// whole Redis Cluster as one node: `redis+cluster://host:port,host:port`.
-    /// Use an odd number of independent masters (no replicas of one another).
+    /// The nodes that vote on the lock, comma-separated or repeated: each a
+    /// Redis or Valkey master, `redis://[user:password@]host[:port][/db]`
+    /// (`rediss://` for TLS), or a whole Redis Cluster as one node,
+    /// `redis+cluster://host:port,host:port`. Use an odd number of
+    /// independent nodes (no replicas of one another).
     #[arg(
         long,
         global = true,
-        short = 's',
-        env = "REDLOCK_SERVERS",
+        // Not `-n`: that is `flock -n`, "do not wait".
+        short = 'N',
+        env = "REDLOCK_NODES",
         value_delimiter = ',',
         value_name = "URL[,URL...]",
         hide_env_values = true
     )]
-    pub(crate) servers: Vec<String>,
+    pub(crate) nodes: Vec<String>,
     /// Prepended to KEY to form the Redis key, for example "lock:".
     #[arg(
         long,
@@ -126,11 +129,11 @@ pub(crate) struct Common {
     #[arg(long, global = true, value_parser = parse_duration, default_value = "1s", value_name = "DURATION")]
     pub(crate) connect_timeout: Duration,
     /// Trust only the CA certificate(s) in this PEM file for rediss://
-    /// servers. Default: the public (webpki) roots built into redlock; the
+    /// nodes. Default: the public (webpki) roots built into redlock; the
     /// system store and SSL_CERT_FILE are not read.
     #[arg(long, global = true, env = "REDLOCK_TLS_CA", value_name = "FILE")]
     pub(crate) tls_ca: Option<PathBuf>,
-    /// Present this client certificate (PEM) to rediss:// servers that
+    /// Present this client certificate (PEM) to rediss:// nodes that
     /// require one (mutual TLS). Needs --tls-key.
     #[arg(
         long,
@@ -149,8 +152,8 @@ pub(crate) struct Common {
         requires = "tls_cert"
     )]
     pub(crate) tls_key: Option<PathBuf>,
-    /// Accept an even number of servers. An even N tolerates no more
-    /// failures than N-1: the extra server is wasted.
+    /// Accept an even number of nodes. An even N tolerates no more
+    /// failures than N-1: the extra node is wasted.
     #[arg(long, global = true)]
     pub(crate) allow_even: bool,
     /// Machine-readable output: one JSON object per line (exec: per event,
@@ -258,6 +261,25 @@ mod tests {
         Cli::command().debug_assert();
     }
 
+    /// One word for a member of the quorum: a node (a Redis server is a
+    /// process, and a node may be a whole cluster of them).
+    #[test]
+    fn the_help_calls_a_member_of_the_quorum_a_node() {
+        let mut cli = Cli::command();
+        cli.build();
+        let mut helps = vec![cli.render_long_help().to_string()];
+        for subcommand in cli.get_subcommands_mut() {
+            if subcommand.get_name() != "help" {
+                helps.push(subcommand.render_long_help().to_string());
+            }
+        }
+        for help in helps {
+            assert!(help.contains("-N, --nodes <URL[,URL...]>"), "{help}");
+            assert!(help.contains("REDLOCK_NODES"), "{help}");
+            assert!(!help.to_lowercase().contains("server"), "{help}");
+        }
+    }
+
     #[test]
     fn durations_parse() {
         assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
@@ -275,7 +297,7 @@ mod tests {
         let argv = [
             "redlock",
             "exec",
-            "-s",
+            "-N",
             "redis://a",
             "--kill-grace",
             "300000000000y",
@@ -288,7 +310,7 @@ mod tests {
     }
 
     fn exec(args: &[&str]) -> (Common, ExecArgs) {
-        let mut argv = vec!["redlock", "exec", "-s", "redis://a"];
+        let mut argv = vec!["redlock", "exec", "-N", "redis://a"];
         argv.extend_from_slice(args);
         let cli = Cli::try_parse_from(argv).unwrap();
         match cli.command {
@@ -311,7 +333,7 @@ mod tests {
         let (_, args) = exec(&["k", "--", "sh", "-c", "exit 3"]);
         assert_eq!(args.key, "k");
         assert_eq!(args.command, ["sh", "-c", "exit 3"]);
-        let missing = Cli::try_parse_from(["redlock", "exec", "-s", "redis://a", "k"]);
+        let missing = Cli::try_parse_from(["redlock", "exec", "-N", "redis://a", "k"]);
         assert!(missing.is_err());
     }
 
@@ -332,7 +354,7 @@ mod tests {
             let argv = [
                 "redlock",
                 "exec",
-                "-s",
+                "-N",
                 "rediss://a",
                 lonely,
                 "f.pem",
@@ -345,16 +367,16 @@ mod tests {
     }
 
     #[test]
-    fn servers_split_on_commas_and_repeat() {
-        let (common, _) = exec(&["-s", "redis://b,redis://c", "k", "--", "true"]);
-        assert_eq!(common.servers, ["redis://a", "redis://b", "redis://c"]);
+    fn nodes_split_on_commas_and_repeat() {
+        let (common, _) = exec(&["-N", "redis://b,redis://c", "k", "--", "true"]);
+        assert_eq!(common.nodes, ["redis://a", "redis://b", "redis://c"]);
     }
 
     #[test]
     fn common_options_go_before_or_after_the_subcommand() {
         let before = Cli::try_parse_from([
             "redlock",
-            "-s",
+            "-N",
             "redis://a,redis://b,redis://c",
             "--node-timeout",
             "20ms",
@@ -366,7 +388,7 @@ mod tests {
         let after = Cli::try_parse_from([
             "redlock",
             "status",
-            "-s",
+            "-N",
             "redis://a,redis://b,redis://c",
             "--node-timeout",
             "20ms",
@@ -375,7 +397,7 @@ mod tests {
         ])
         .unwrap();
         for cli in [before, after] {
-            assert_eq!(cli.common.servers, ["redis://a", "redis://b", "redis://c"]);
+            assert_eq!(cli.common.nodes, ["redis://a", "redis://b", "redis://c"]);
             assert_eq!(cli.common.node_timeout, Some(Duration::from_millis(20)));
             assert!(cli.common.json);
             assert!(matches!(cli.command, Command::Status(ref status) if status.key == "k"));

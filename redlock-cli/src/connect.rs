@@ -5,23 +5,23 @@ use redlock_tokio::{Builder, ConfigError, Error, Redlock};
 use crate::cli::Common;
 use crate::failure::Failure;
 
-/// The server URLs, checked for what the client cannot tell: none at all,
+/// The node URLs, checked for what the client cannot tell: none at all,
 /// empty entries. (An even count is the client's to refuse, as for every
 /// user of the library.)
-fn servers(common: &Common) -> Result<Vec<String>, Failure> {
-    let servers = join_cluster_seeds(common.servers.iter().map(|server| server.trim()));
-    if servers.iter().all(String::is_empty) {
+fn nodes(common: &Common) -> Result<Vec<String>, Failure> {
+    let nodes = join_cluster_seeds(common.nodes.iter().map(|node| node.trim()));
+    if nodes.iter().all(String::is_empty) {
         return Err(Failure::usage(
-            "no servers: give --servers URL[,URL...] or set REDLOCK_SERVERS \
-             (redis://host:port, one per independent Redis master; 3 or 5 of them)",
+            "no nodes: give --nodes URL[,URL...] or set REDLOCK_NODES \
+             (redis://host:port, one per independent Redis or Valkey master; 3 or 5 of them)",
         ));
     }
-    if servers.iter().any(String::is_empty) {
+    if nodes.iter().any(String::is_empty) {
         return Err(Failure::usage(
-            "an empty entry in the server list (two commas in a row, or a trailing comma?)",
+            "an empty entry in the node list (two commas in a row, or a trailing comma?)",
         ));
     }
-    Ok(servers)
+    Ok(nodes)
 }
 
 /// The list split on commas, with a cluster node's seeds put back
@@ -29,9 +29,9 @@ fn servers(common: &Common) -> Result<Vec<String>, Failure> {
 /// node, so the entries without a scheme that follow a cluster URL are more
 /// of its seeds.
 fn join_cluster_seeds<'a>(entries: impl Iterator<Item = &'a str>) -> Vec<String> {
-    let mut servers: Vec<String> = Vec::new();
+    let mut nodes: Vec<String> = Vec::new();
     for entry in entries {
-        match servers.last_mut() {
+        match nodes.last_mut() {
             Some(last)
                 if !entry.is_empty()
                     && !entry.contains("://")
@@ -41,10 +41,10 @@ fn join_cluster_seeds<'a>(entries: impl Iterator<Item = &'a str>) -> Vec<String>
                 last.push(',');
                 last.push_str(entry);
             }
-            _ => servers.push(entry.to_owned()),
+            _ => nodes.push(entry.to_owned()),
         }
     }
-    servers
+    nodes
 }
 
 /// Validates the options and connects, with `configure` adding what the
@@ -54,8 +54,8 @@ pub(crate) async fn connect(
     common: &Common,
     configure: impl FnOnce(Builder) -> Builder,
 ) -> Result<Redlock, Failure> {
-    let servers = servers(common)?;
-    let mut builder = Redlock::builder(&servers)
+    let nodes = nodes(common)?;
+    let mut builder = Redlock::builder(&nodes)
         .allow_even_nodes(common.allow_even)
         .key_prefix(common.key_prefix.as_bytes())
         .connect_timeout(common.connect_timeout);
@@ -70,7 +70,7 @@ pub(crate) async fn connect(
     }
     configure(builder).build().await.map_err(|error| {
         let mut failure = Failure::from_error(&error, crate::failure::BUSY);
-        if let Error::Config(ConfigError::EvenServers { .. }) = error {
+        if let Error::Config(ConfigError::EvenNodes { .. }) = error {
             failure
                 .message
                 .push_str("; pass --allow-even to use them anyway");

@@ -5,14 +5,16 @@
 //! 1. Signal handlers first, so that a SIGINT or SIGTERM while waiting for
 //!    the lock ends redlock cleanly (the attempt in flight is released)
 //!    instead of killing it mid-acquire.
-//! 2. Acquire (one attempt, or retries with `--wait`).
-//! 3. Hand the lock to a keep-alive task, then spawn the command in its own
-//!    process group, so that stopping it reaches the processes it started.
+//! 2. Acquire (one attempt, or retries with `--wait`), kept alive in the
+//!    background from the grant on.
+//! 3. Spawn the command in its own process group, so that stopping it
+//!    reaches the processes it started.
 //! 4. Supervise: the command's exit, the loss of the lock, and signals to
 //!    redlock. A loss or a signal sends SIGTERM (or the signal) to the group
 //!    and SIGKILL after the grace period.
 //! 5. Release on every node, whatever happened, then exit.
 
+use std::future::IntoFuture;
 use std::io;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
@@ -21,7 +23,8 @@ use std::time::Duration;
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, killpg, raise};
 use nix::unistd::Pid;
-use redlock_tokio::{KeepAlive, KeepAliveGuard, LockOptions, ReleaseReport};
+use redlock_tokio::core::Votes;
+use redlock_tokio::{KeepAlive, LockGuard, ReleaseReport, Wait};
 use serde_json::json;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::Instant;
@@ -58,14 +61,20 @@ async fn exec(common: &Common, args: &ExecArgs, output: &Output) -> Result<u8, F
     let key = args.key.as_str();
     let shown = command_line(&args.command);
 
-    let options = LockOptions::new().ttl(args.ttl).fencing(args.fencing);
-    let options = if waits {
-        // Wait until acquired, for at most --deadline: this call's own wait
-        // limit (Duration::MAX: no limit), whatever the retry count.
-        options.wait_at_most(args.deadline.unwrap_or(Duration::MAX))
-    } else {
-        options.once()
+    let wait = match (waits, args.deadline) {
+        // Wait until acquired, for at most --deadline, whatever the retry
+        // count.
+        (true, Some(deadline)) => Wait::AtMost(deadline),
+        (true, None) => Wait::Forever,
+        (false, _) => Wait::No,
     };
+    // Kept alive from the grant on, so that the lock cannot run out between
+    // the grant and the command's start.
+    let request = redlock
+        .lock(key)
+        .ttl(args.ttl)
+        .wait(wait)
+        .keep_alive(KeepAlive::default());
     if waits {
         output.event(
             Level::Progress,
@@ -73,7 +82,11 @@ async fn exec(common: &Common, args: &ExecArgs, output: &Output) -> Result<u8, F
             || json!({ "event": "waiting", "key": key }),
         );
     }
-    let mut acquire = Box::pin(redlock.lock_with(key, options));
+    let mut acquire = if args.fencing {
+        request.fencing().into_future()
+    } else {
+        request.into_future()
+    };
     // Each turn handles one signal; the acquire itself is bounded by its
     // attempts or deadline.
     let acquired = loop {
@@ -109,24 +122,16 @@ async fn exec(common: &Common, args: &ExecArgs, output: &Output) -> Result<u8, F
         Err(error) => {
             let mut failure = Failure::from_error(&error, args.busy_exit_code);
             if failure.is_busy() {
-                let holders: Vec<&str> = error
-                    .votes()
-                    .map(|votes| votes.holders().collect())
-                    .unwrap_or_default();
                 let still = match args.deadline {
                     Some(deadline) if waits => {
                         format!("still held after waiting {}", Human(deadline))
                     }
                     _ => "held".to_owned(),
                 };
-                failure.message = if holders.is_empty() {
-                    format!("lock {key} is {still} by another owner; not running: {shown}")
-                } else {
-                    format!(
-                        "lock {key} is {still} by another owner (on {}); not running: {shown}",
-                        short_list(&holders)
-                    )
-                };
+                let holders = error.votes().map(held_on).unwrap_or_default();
+                failure.message = format!(
+                    "lock {key} is {still} by another owner{holders}; not running: {shown}"
+                );
             } else {
                 let reason = error
                     .as_acquire()
@@ -147,31 +152,9 @@ async fn exec(common: &Common, args: &ExecArgs, output: &Output) -> Result<u8, F
             let fencing = token
                 .map(|token| format!(", fencing token {token}"))
                 .unwrap_or_default();
-            // The decision comes once a quorum said yes; the nodes that had
-            // not answered yet get the lock in the background.
-            let total = votes.votes().len();
-            let nodes = if votes.granted() == total {
-                format!("on {total} of {total} nodes")
-            } else {
-                let mut others = Vec::new();
-                if votes.pending() > 0 {
-                    others.push(format!("{} still answering", votes.pending()));
-                }
-                if votes.failed() > 0 {
-                    others.push(format!("{} failed", votes.failed()));
-                }
-                if votes.held_by_other() > 0 {
-                    others.push(format!("{} held by another owner", votes.held_by_other()));
-                }
-                format!(
-                    "with a quorum ({} of {total} nodes granted, quorum {}; {})",
-                    votes.granted(),
-                    redlock.settings().quorum(),
-                    others.join(", ")
-                )
-            };
             format!(
-                "locked {key} {nodes}, validity {}{fencing}; running: {shown}",
+                "locked {key} {}, validity {}{fencing}; running: {shown}",
+                locked_on(&votes, redlock.settings().quorum()),
                 Human(validity),
             )
         },
@@ -190,8 +173,6 @@ async fn exec(common: &Common, args: &ExecArgs, output: &Output) -> Result<u8, F
             })
         },
     );
-    let kept = guard.keep_alive(KeepAlive::default());
-
     let mut command = tokio::process::Command::new(&args.command[0]);
     command
         .args(&args.command[1..])
@@ -217,13 +198,13 @@ async fn exec(common: &Common, args: &ExecArgs, output: &Output) -> Result<u8, F
                 || format!("cannot run {shown}: {error}"),
                 || json!({ "event": "error", "kind": "spawn", "exit_code": code, "message": format!("cannot run {shown}: {error}") }),
             );
-            release(kept, key, output).await;
+            release(guard, key, output).await;
             return Ok(code);
         }
     };
 
-    let ending = supervise(child, &kept, &mut signals, args.kill_grace, key, output).await;
-    release(kept, key, output).await;
+    let ending = supervise(child, &guard, &mut signals, args.kill_grace, key, output).await;
+    release(guard, key, output).await;
     Ok(match ending {
         Ending::Lost => failure::LOST,
         Ending::Exited(status) => exit_code(status),
@@ -246,7 +227,7 @@ enum Ending {
 /// a signal.
 async fn supervise(
     mut child: tokio::process::Child,
-    kept: &KeepAliveGuard,
+    guard: &LockGuard,
     signals: &mut Signals,
     kill_grace: Duration,
     key: &str,
@@ -264,7 +245,7 @@ async fn supervise(
         tokio::select! {
             // A loss first: a command that exits at the same moment may
             // already have run without the lock.
-            reason = kept.lost(), if !lost => {
+            reason = guard.lost(), if !lost => {
                 lost = true;
                 output.event(
                     Level::Error,
@@ -304,7 +285,7 @@ async fn supervise(
     };
     // A loss noticed only now: the command may have finished after the
     // lock could no longer be counted on.
-    let lost = lost || kept.is_lost();
+    let lost = lost || guard.is_lost();
     if lost {
         // What the command left behind must not go on without the lock.
         signal_group(group, Signal::SIGKILL);
@@ -334,8 +315,8 @@ async fn supervise(
     }
 }
 
-async fn release(kept: KeepAliveGuard, key: &str, output: &Output) -> ReleaseReport {
-    let report = kept.release().await;
+async fn release(guard: LockGuard, key: &str, output: &Output) -> ReleaseReport {
+    let report = guard.release().await;
     let level = if report.is_complete() {
         Level::Progress
     } else {
@@ -499,6 +480,54 @@ impl Signals {
     }
 }
 
+/// Where the lock was granted, for the locked message: `on 3 of 3 nodes`,
+/// or `with a quorum (2 of 3 nodes granted, quorum 2; 1 failed)`.
+///
+/// The decision comes once a quorum said yes, without waiting for the
+/// other nodes: a node not waited for may be up (and hold the lock a moment
+/// later) or down, so it is neither "still answering" nor "failed".
+fn locked_on(votes: &Votes, quorum: usize) -> String {
+    let total = votes.votes().len();
+    if votes.granted() == total {
+        return format!("on {total} of {total} nodes");
+    }
+    let mut others = Vec::new();
+    if votes.failed() > 0 {
+        others.push(format!("{} failed", votes.failed()));
+    }
+    if votes.held_by_other() > 0 {
+        others.push(format!("{} held by another owner", votes.held_by_other()));
+    }
+    if votes.pending() > 0 {
+        others.push(format!("{} not waited for", votes.pending()));
+    }
+    format!(
+        "with a quorum ({} of {total} nodes granted, quorum {quorum}; {})",
+        votes.granted(),
+        others.join(", ")
+    )
+}
+
+/// Where another owner holds the lock, for the busy message:
+/// ` (on a:1/0, b:2/0)`. The round is decided as soon as no quorum is left
+/// possible, so nodes that had not answered by then may hold it too: they
+/// are counted apart rather than left out (all three nodes holding the
+/// lock read "on 2 of them" otherwise).
+fn held_on(votes: &Votes) -> String {
+    let holders: Vec<&str> = votes.holders().collect();
+    if holders.is_empty() {
+        return String::new();
+    }
+    match votes.pending() {
+        0 => format!(" (on {})", short_list(&holders)),
+        1 => format!(" (on {}; 1 node not waited for)", short_list(&holders)),
+        pending => format!(
+            " (on {}; {pending} nodes not waited for)",
+            short_list(&holders)
+        ),
+    }
+}
+
 /// Node names joined by ", ", the first ones only when they are long, so
 /// that the message stays one short line; `--json` lists every node.
 fn short_list(names: &[&str]) -> String {
@@ -519,6 +548,7 @@ fn short_list(names: &[&str]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::output::tests::{GRANTED, HELD, REFUSED, round};
 
     #[test]
     fn exit_codes_follow_the_shell() {
@@ -527,5 +557,42 @@ mod tests {
         // Killed by SIGTERM (15): 143.
         assert_eq!(exit_code(ExitStatus::from_raw(15)), 143);
         assert_eq!(describe(ExitStatus::from_raw(9)), "was killed by SIGKILL");
+    }
+
+    #[test]
+    fn a_node_not_waited_for_is_neither_answering_nor_failed() {
+        let votes = |answers| round(answers).expect("acquired");
+        // A quorum of two fast nodes decides: the third, up or down, was
+        // not waited for (this read "1 still answering", for a node that
+        // had answered since, or was down).
+        let quorum_first = locked_on(&votes(&[GRANTED, GRANTED]), 2);
+        assert_eq!(
+            quorum_first,
+            "with a quorum (2 of 3 nodes granted, quorum 2; 1 not waited for)"
+        );
+        assert_eq!(
+            locked_on(&votes(&[REFUSED, GRANTED, GRANTED]), 2),
+            "with a quorum (2 of 3 nodes granted, quorum 2; 1 failed)"
+        );
+        assert_eq!(
+            locked_on(&votes(&[HELD, GRANTED, GRANTED]), 2),
+            "with a quorum (2 of 3 nodes granted, quorum 2; 1 held by another owner)"
+        );
+    }
+
+    #[test]
+    fn the_busy_message_counts_the_holders_not_waited_for() {
+        let votes = |answers| {
+            let error = round(answers).expect_err("held");
+            assert!(error.is_held_by_other(), "{error}");
+            error.votes().expect("votes").clone()
+        };
+        // All three nodes hold it, and the round is decided by the first
+        // two: the third is counted, not left out.
+        assert_eq!(
+            held_on(&votes(&[HELD, HELD])),
+            " (on a, b; 1 node not waited for)"
+        );
+        assert_eq!(held_on(&votes(&[HELD, GRANTED, HELD])), " (on a, c)");
     }
 }

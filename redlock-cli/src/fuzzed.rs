@@ -1,8 +1,8 @@
 //! Fuzzed command lines: parsing any arguments gives options or a clap
 //! error, never a panic; every duration it accepts can be a deadline (added
 //! to now), the TTL and node timeout it accepts are a valid configuration or
-//! a [`ConfigError`], and each server is a node name or
-//! [`ConfigError::InvalidServer`].
+//! a [`ConfigError`], and each node URL is a node name or
+//! [`ConfigError::InvalidNode`].
 //!
 //! The arguments are options, subcommands and values (durations of any size
 //! and unit, URLs, keys, `--`) or any text. Shared by the `cli_args` fuzz
@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use arbitrary::{Result, Unstructured};
 use clap::Parser;
 use redlock_tokio::core::Config;
-use redlock_tokio::{ConfigError, node_name};
+use redlock_tokio::{ConfigError, Redlock};
 
 use crate::cli::{Cli, Command};
 
@@ -29,8 +29,8 @@ const WORDS: [&str; 30] = [
     "status",
     "release",
     "--",
-    "-s",
-    "--servers",
+    "-N",
+    "--nodes",
     "--ttl",
     "--deadline",
     "--kill-grace",
@@ -111,18 +111,14 @@ fn check_args(argv: &[String]) {
         );
     }
     // The TTL and node timeout, as the client checks them.
-    let config = Config {
-        servers: vec!["a".to_owned(), "b".to_owned(), "c".to_owned()],
-        ttl: ttl.unwrap_or(Duration::from_secs(10)),
-        node_timeout: common.node_timeout,
-        ..Config::default()
-    };
+    let mut config = Config::new(["a", "b", "c"]).ttl(ttl.unwrap_or(Duration::from_secs(10)));
+    config.node_timeout = common.node_timeout;
     let _: std::result::Result<_, ConfigError> = config.validate();
-    for server in &common.servers {
-        if let Err(error) = node_name(server.trim()) {
+    for node in &common.nodes {
+        if let Err(error) = Redlock::node_name(node.trim()) {
             assert!(
-                matches!(error, ConfigError::InvalidServer { .. }),
-                "{server:?}: {error:?}"
+                matches!(error, ConfigError::InvalidNode { .. }),
+                "{node:?}: {error:?}"
             );
         }
     }

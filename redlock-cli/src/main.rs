@@ -1,9 +1,9 @@
-//! `redlock`: a distributed `flock(1)` over N independent Redis masters.
+//! `redlock`: a distributed `flock(1)` over N independent Redis nodes.
 //!
 //! ```text
-//! redlock exec --servers redis://a,redis://b,redis://c --ttl 10s nightly-report -- ./report.sh
-//! redlock status --servers ... nightly-report
-//! redlock release --servers ... nightly-report --value 5f1c...
+//! redlock exec --nodes redis://a,redis://b,redis://c --ttl 10s nightly-report -- ./report.sh
+//! redlock status --nodes ... nightly-report
+//! redlock release --nodes ... nightly-report --value 5f1c...
 //! ```
 //!
 //! `exec` takes the lock (one attempt unless `--wait`), runs the command

@@ -10,7 +10,7 @@ use std::fmt;
 use std::io::Write;
 use std::time::Duration;
 
-use redlock_tokio::{NodeVote, Votes};
+use redlock_tokio::core::{NodeVote, Votes};
 use serde_json::{Value, json};
 
 /// How much a plain message matters, for `--quiet`.
@@ -136,7 +136,7 @@ pub(crate) fn votes_json(votes: &Votes) -> Value {
             json!({
                 "node": node,
                 "vote": vote_name(vote),
-                "detail": vote.to_string(),
+                "detail": vote_detail(vote),
             })
         })
         .collect()
@@ -152,11 +152,11 @@ pub(crate) fn release_json(votes: &Votes) -> Value {
                 "node": node,
                 "result": match vote {
                     NodeVote::Granted => "released",
-                    NodeVote::Missing | NodeVote::HeldByOther(_) => "not_held",
+                    NodeVote::Missing | NodeVote::HeldByOther(_) | NodeVote::NotOurs => "not_held",
                     NodeVote::Failed(_) => "failed",
                     other => vote_name(other),
                 },
-                "detail": vote.to_string(),
+                "detail": vote_detail(vote),
             })
         })
         .collect()
@@ -170,8 +170,19 @@ pub(crate) fn vote_name(vote: &NodeVote) -> &'static str {
         NodeVote::Restored => "restored",
         NodeVote::HeldByOther(_) => "held_by_other",
         NodeVote::Missing => "missing",
+        NodeVote::NotOurs => "not_ours",
         NodeVote::Failed(_) => "failed",
         _ => "other",
+    }
+}
+
+/// A vote in words. A round is decided as soon as its outcome is certain,
+/// and a node whose answer had not come by then may be up or down: the
+/// core's "not waited for", with the reason, for a reader of the JSON.
+fn vote_detail(vote: &NodeVote) -> String {
+    match vote {
+        NodeVote::Pending => "not waited for: the round was decided before its answer".to_owned(),
+        vote => vote.to_string(),
     }
 }
 
@@ -198,12 +209,68 @@ pub(crate) fn command_line(args: &[std::ffi::OsString]) -> String {
 
 /// Bytes as text: UTF-8 as it is, other bytes as `\xNN`.
 pub(crate) fn text_of(bytes: &[u8]) -> String {
-    redlock_tokio::Key::from(bytes).to_string()
+    redlock_tokio::core::Key::from(bytes).to_string()
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    use rand::SeedableRng;
+    use rand::rngs::StdRng;
+    use redlock_tokio::core::{
+        AcquireError, AcquireEvent, Acquisition, Attempts, Config, Machine, NodeError,
+        NodeErrorKind, Reply, Response,
+    };
+
     use super::*;
+
+    /// A node's answer to an acquire: granted, held by another owner,
+    /// connection refused.
+    pub(crate) type Answer = fn() -> Result<Response, NodeError>;
+    pub(crate) const GRANTED: Answer = || Ok(Response::Int(1));
+    pub(crate) const HELD: Answer = || Ok(Response::Data(b"another".to_vec()));
+    pub(crate) const REFUSED: Answer = || Err(NodeError::new(NodeErrorKind::Connection, "refused"));
+
+    /// One acquire attempt on nodes `a`, `b` and `c` (quorum 2), as the
+    /// client's core decides it: `answers` come from the first nodes in
+    /// order, and the round ends as soon as its outcome is certain (the
+    /// other nodes are not waited for). The lock's votes, or the error.
+    pub(crate) fn round(answers: &[Answer]) -> Result<Votes, AcquireError> {
+        let settings = Arc::new(Config::new(["a", "b", "c"]).validate().expect("valid"));
+        let now = Instant::now();
+        let mut acquire = Acquisition::new(
+            Arc::clone(&settings),
+            b"k",
+            settings.default_ttl(),
+            Attempts::Once,
+            now,
+            StdRng::seed_from_u64(7),
+        );
+        let requests: Vec<_> = std::iter::from_fn(|| acquire.poll_request()).collect();
+        for (request, answer) in requests.iter().zip(answers) {
+            acquire.handle_reply(Reply::to(request, answer()), now);
+            match acquire.poll_event() {
+                Some(AcquireEvent::Acquired(lock)) => return Ok(lock.votes().clone()),
+                Some(AcquireEvent::Failed(error)) => return Err(error),
+                _ => {}
+            }
+        }
+        panic!("{} answers left the round undecided", answers.len());
+    }
+
+    #[test]
+    fn a_vote_not_waited_for_is_not_said_to_be_coming() {
+        let votes = round(&[GRANTED, GRANTED]).expect("acquired");
+        let json = votes_json(&votes);
+        assert_eq!(json[2]["node"], "c");
+        assert_eq!(json[2]["vote"], "pending");
+        let detail = json[2]["detail"].as_str().expect("a detail");
+        assert!(detail.starts_with("not waited for"), "{detail}");
+        assert!(!detail.contains("yet"), "{detail}");
+        assert_eq!(json[0]["detail"], "granted");
+    }
 
     #[test]
     fn durations_read_well() {

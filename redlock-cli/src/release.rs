@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use redlock_tokio::{LockValue, NodeVote};
+use redlock_tokio::core::{LockValue, NodeVote};
 use serde_json::json;
 
 use crate::cli::{Common, ReleaseArgs};

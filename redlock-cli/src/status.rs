@@ -2,7 +2,8 @@
 
 use std::fmt::Write as _;
 
-use redlock_tokio::{LockState, LockStatus, NodeInspection};
+use redlock_tokio::NodeInspection;
+use redlock_tokio::core::{LockState, LockStatus};
 use serde_json::{Value, json};
 
 use crate::cli::{Common, StatusArgs};

@@ -21,28 +21,28 @@ fn rejects(args: &[&str], message: &str) {
 #[test]
 fn bad_input_is_a_usage_error() {
     let one = "redis://127.0.0.1:1";
-    rejects(&["exec", "k", "--", "true"], "no servers");
-    rejects(&["status", "--servers", "", "k"], "no servers");
+    rejects(&["exec", "k", "--", "true"], "no nodes");
+    rejects(&["status", "--nodes", "", "k"], "no nodes");
     rejects(
-        &["exec", "-s", "http://example", "k", "--", "true"],
+        &["exec", "-N", "http://example", "k", "--", "true"],
         "not a Redis URL",
     );
     rejects(
-        &["exec", "-s", "redis://h:notaport", "k", "--", "true"],
+        &["exec", "-N", "redis://h:notaport", "k", "--", "true"],
         "redis://h:notaport",
     );
     rejects(
-        &["exec", "-s", one, "--ttl", "0s", "k", "--", "true"],
+        &["exec", "-N", one, "--ttl", "0s", "k", "--", "true"],
         "the TTL is zero",
     );
     rejects(
-        &["exec", "-s", one, "--ttl", "soon", "k", "--", "true"],
+        &["exec", "-N", one, "--ttl", "soon", "k", "--", "true"],
         "expected a duration",
     );
     rejects(
         &[
             "exec",
-            "-s",
+            "-N",
             "redis://127.0.0.1:1,redis://127.0.0.1:2",
             "k",
             "--",
@@ -53,7 +53,7 @@ fn bad_input_is_a_usage_error() {
     rejects(
         &[
             "status",
-            "-s",
+            "-N",
             "redis://127.0.0.1:1,redis://127.0.0.1:2",
             "k",
         ],
@@ -62,7 +62,7 @@ fn bad_input_is_a_usage_error() {
     rejects(
         &[
             "status",
-            "-s",
+            "-N",
             "redis://127.0.0.1:1,redis://127.0.0.1:1/0,redis://127.0.0.1:2",
             "k",
         ],
@@ -71,7 +71,7 @@ fn bad_input_is_a_usage_error() {
     rejects(
         &[
             "exec",
-            "-s",
+            "-N",
             "redis://127.0.0.1:1,,redis://127.0.0.1:2",
             "k",
             "--",
@@ -79,11 +79,11 @@ fn bad_input_is_a_usage_error() {
         ],
         "empty entry",
     );
-    rejects(&["exec", "-s", one, "k"], "COMMAND");
+    rejects(&["exec", "-N", one, "k"], "COMMAND");
     rejects(
         &[
             "exec",
-            "-s",
+            "-N",
             one,
             "--no-wait",
             "--deadline",
@@ -95,15 +95,40 @@ fn bad_input_is_a_usage_error() {
         "--deadline",
     );
     rejects(
-        &["release", "-s", one, "k", "--value", ""],
+        &["release", "-N", one, "k", "--value", ""],
         "--value is empty",
     );
-    rejects(&["release", "-s", one, "k"], "--value");
+    rejects(&["release", "-N", one, "k"], "--value");
+}
+
+/// A typo in a host name used to count as a node down: the command ran on
+/// the two nodes left, one failure from losing the lock, and exited 0.
+#[test]
+fn a_host_name_that_does_not_resolve_is_a_configuration_error() {
+    let cluster = RedisCluster::start(2);
+    let port = cluster.node(1).port();
+    let nodes = format!("{},redis://127.0.0.l:{port}", cluster.urls().join(","));
+    let scratch = Scratch::new("unresolved");
+    let ran = scratch.path("ran");
+    let run = run(redlock()
+        .args(["exec", "--json", "-N", &nodes, "k", "--"])
+        .args(["touch", ran.to_str().expect("utf-8")]));
+    run.assert_code(2);
+    let events = run.stderr_json();
+    let error = &events[0];
+    assert_eq!(error["event"], "error", "{run:#?}");
+    assert_eq!(error["kind"], "config", "{run:#?}");
+    let message = error["message"].as_str().expect("a message");
+    assert!(message.contains("127.0.0.l"), "{message}");
+    assert!(!ran.exists(), "the command ran");
+    for node in cluster.nodes() {
+        assert!(!node.exists("k"), "a lock was taken on {}", node.url());
+    }
 }
 
 #[test]
 fn json_errors_are_json() {
-    let run = run(redlock().args(["status", "--json", "-s", "http://example", "k"]));
+    let run = run(redlock().args(["status", "--json", "-N", "http://example", "k"]));
     run.assert_code(2);
     let [error] = &run.stdout_json()[..] else {
         panic!("one JSON object expected: {run:#?}");
@@ -114,11 +139,11 @@ fn json_errors_are_json() {
 }
 
 #[test]
-fn servers_come_from_the_environment_too() {
+fn nodes_come_from_the_environment_too() {
     let cluster = RedisCluster::start(3);
     let run = run(redlock()
         .args(["status", "k"])
-        .env("REDLOCK_SERVERS", cluster.urls().join(",")));
+        .env("REDLOCK_NODES", cluster.urls().join(",")));
     run.assert_code(0);
     assert!(run.stdout.contains("free on every node"), "{run:#?}");
 }
@@ -199,7 +224,7 @@ fn one_server_under_two_names_is_refused_and_even_counts_need_allow_even() {
         "redis://localhost:{port},redis://127.0.0.1:{port},{}",
         cluster.node(1).url()
     );
-    let same = run(redlock().args(["status", "-s", &twice, "k"]));
+    let same = run(redlock().args(["status", "-N", &twice, "k"]));
     same.assert_code(2);
     assert!(
         same.stderr.contains(&format!(

@@ -25,7 +25,7 @@ fn connected_clients(cluster: &RedisCluster) -> usize {
 fn runs_the_command_under_the_lock_and_releases_it() {
     let cluster = RedisCluster::start(3);
     // The command prints its environment, then asks `redlock status` (with
-    // the servers from REDLOCK_SERVERS) who holds the lock.
+    // the nodes from REDLOCK_NODES) who holds the lock.
     let script = r#"echo "$REDLOCK_KEY|$REDLOCK_VALUE|$REDLOCK_FENCING_TOKEN"; "$REDLOCK_BIN" status --json deploy"#;
     let run = run(redlock_on(&cluster, "exec")
         .args([
@@ -38,7 +38,7 @@ fn runs_the_command_under_the_lock_and_releases_it() {
             "-c",
             script,
         ])
-        .env("REDLOCK_SERVERS", cluster.urls().join(","))
+        .env("REDLOCK_NODES", cluster.urls().join(","))
         .env("REDLOCK_BIN", REDLOCK)
         // A token from an outer redlock must not leak through.
         .env("REDLOCK_FENCING_TOKEN", "999"));
@@ -68,7 +68,7 @@ fn runs_the_command_under_the_lock_and_releases_it() {
 
     // Plain words on stderr, released at the end.
     // "on 3 of 3 nodes", or "with a quorum (2 of 3 nodes granted, ...; 1
-    // still answering)" when the third answer came after the decision.
+    // not waited for)" when the third answer came after the decision.
     assert!(
         run.stderr
             .contains("redlock: locked deploy on 3 of 3 nodes")
@@ -78,6 +78,8 @@ fn runs_the_command_under_the_lock_and_releases_it() {
         "{run:#?}"
     );
     assert!(!run.stderr.contains("so far"), "{run:#?}");
+    // Every node is up: none is said to be still answering.
+    assert!(!run.stderr.contains("answering"), "{run:#?}");
     assert!(
         run.stderr.contains("released deploy on 3 of 3 nodes"),
         "{run:#?}"
@@ -143,6 +145,15 @@ fn a_held_lock_is_busy_and_the_second_command_does_not_run() {
         .args(touch));
     busy.assert_code(1);
     assert!(busy.stderr.contains("held by another owner"), "{busy:#?}");
+    // The first holder has the lock on all three nodes: each is named, or
+    // counted as not waited for (the round ends once two said "held").
+    let named = cluster
+        .nodes()
+        .iter()
+        .filter(|node| busy.stderr.contains(&format!(":{}/", node.port())))
+        .count();
+    let not_waited_for = usize::from(busy.stderr.contains("; 1 node not waited for)"));
+    assert_eq!(named + not_waited_for, 3, "{busy:#?}");
     assert_eq!(busy.stderr.lines().count(), 1, "one short line: {busy:#?}");
     assert!(busy.stderr.len() <= 200, "one short line: {busy:#?}");
     // Quiet: no message for the expected refusal; -E picks the code.

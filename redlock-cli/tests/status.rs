@@ -111,10 +111,12 @@ fn common_options_may_come_before_the_subcommand() {
     let cluster = RedisCluster::start(3);
     cluster.node(0).command(["SET", "k", "v1", "PX", "8000"]);
     let mut command = support::redlock();
-    command
-        .arg("--servers")
-        .arg(cluster.urls().join(","))
-        .args(["--node-timeout", "150ms", "status", "k"]);
+    command.arg("--nodes").arg(cluster.urls().join(",")).args([
+        "--node-timeout",
+        "150ms",
+        "status",
+        "k",
+    ]);
     let status = run(&mut command);
     status.assert_code(0);
     assert!(status.stdout.contains("lock k: "), "{status:#?}");
@@ -133,10 +135,10 @@ fn cluster_nodes_are_given_with_all_their_seeds_in_one_list() {
     let plain = RedisNode::start();
     // `redis+cluster://h:p1,h:p2,h:p3` twice and a plain master, in one
     // comma-separated list: the seeds stay with their cluster.
-    let servers = [clusters[0].url(), plain.url(), clusters[1].url()].join(",");
+    let nodes = [clusters[0].url(), plain.url(), clusters[1].url()].join(",");
     let exec = |key: &str| {
         run(support::redlock()
-            .args(["exec", "--servers", &servers, "--node-timeout", "150ms"])
+            .args(["exec", "--nodes", &nodes, "--node-timeout", "150ms"])
             .args(["--connect-timeout", "10s", "--fencing", key, "--"])
             .args(["sh", "-c", "test -n \"$REDLOCK_FENCING_TOKEN\""]))
     };
@@ -152,7 +154,7 @@ fn cluster_nodes_are_given_with_all_their_seeds_in_one_list() {
         }
     }
     let status = run(support::redlock()
-        .args(["status", "--servers", &servers, "--connect-timeout", "10s"])
+        .args(["status", "--nodes", &nodes, "--connect-timeout", "10s"])
         .args(["--node-timeout", "150ms", "--json", "k0"]));
     status.assert_code(0);
     let [status] = &status.stdout_json()[..] else {

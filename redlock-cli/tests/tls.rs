@@ -20,7 +20,7 @@ fn exec_and_status_over_mutual_tls_with_a_private_ca() {
             ..NodeOptions::default()
         },
     );
-    let servers = cluster
+    let nodes = cluster
         .nodes()
         .iter()
         .map(RedisNode::tls_url)
@@ -35,7 +35,7 @@ fn exec_and_status_over_mutual_tls_with_a_private_ca() {
         "--tls-key",
         path(&key),
     ];
-    let common = ["--servers", servers.as_str(), "--connect-timeout", "5s"];
+    let common = ["--nodes", nodes.as_str(), "--connect-timeout", "5s"];
 
     // The command runs while the lock is held: its key is on the nodes.
     let exec = run(redlock().arg("exec").args(common).args(tls).args([

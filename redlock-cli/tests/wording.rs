@@ -29,7 +29,7 @@ fn rejects(args: &[&str], message: &str) -> String {
 fn a_ttl_too_short_to_use_is_a_configuration_error() {
     // It used to be granted with "validity 0ms" and lost at once (exit 4).
     let stderr = rejects(
-        &["exec", "-s", UNREACHABLE, "--ttl", "3ms", "k", "--", "true"],
+        &["exec", "-N", UNREACHABLE, "--ttl", "3ms", "k", "--", "true"],
         "too short",
     );
     assert!(!stderr.contains("locked"), "{stderr}");
@@ -40,7 +40,7 @@ fn an_absurd_ttl_is_refused() {
     rejects(
         &[
             "exec",
-            "-s",
+            "-N",
             UNREACHABLE,
             "--ttl",
             "100000000y",
@@ -54,7 +54,7 @@ fn an_absurd_ttl_is_refused() {
     rejects(
         &[
             "exec",
-            "-s",
+            "-N",
             UNREACHABLE,
             "--ttl",
             "31days",
@@ -69,17 +69,23 @@ fn an_absurd_ttl_is_refused() {
 #[test]
 fn bad_urls_are_quoted_and_say_what_is_wrong() {
     rejects(
-        &["status", "-s", "http://example", "k"],
-        "server \"http://example\": not a Redis URL",
+        &["status", "-N", "http://example", "k"],
+        "node \"http://example\": not a Redis URL",
     );
     rejects(
-        &["status", "-s", "redis://127.0.0.1:99999", "k"],
+        &["status", "-N", "redis://127.0.0.1:99999", "k"],
         "port 99999 out of range",
     );
+    // A slash short: it read "Missing hostname - InvalidClientConfig".
+    let stderr = rejects(
+        &["status", "-N", "redis:/127.0.0.1:7601", "k"],
+        "node \"redis:/127.0.0.1:7601\": not a Redis URL: expected redis://",
+    );
+    assert!(!stderr.contains("InvalidClientConfig"), "{stderr}");
     rejects(
         &[
             "status",
-            "-s",
+            "-N",
             "rediss+cluster://127.0.0.1:7000,127.0.0.1:7001",
             "k",
         ],
@@ -92,7 +98,7 @@ fn a_zero_deadline_is_refused_before_waiting() {
     let stderr = rejects(
         &[
             "exec",
-            "-s",
+            "-N",
             UNREACHABLE,
             "--wait",
             "--deadline",
@@ -107,16 +113,16 @@ fn a_zero_deadline_is_refused_before_waiting() {
 }
 
 #[test]
-fn usage_does_not_ask_for_servers_the_environment_gives() {
+fn usage_does_not_ask_for_nodes_the_environment_gives() {
     let run = run(redlock()
         .args(["exec", "k"])
-        .env("REDLOCK_SERVERS", UNREACHABLE));
+        .env("REDLOCK_NODES", UNREACHABLE));
     run.assert_code(2);
     assert!(
         run.stderr.contains("Usage: redlock exec [OPTIONS]"),
         "{run:#?}"
     );
-    assert!(!run.stderr.contains("--servers <"), "{run:#?}");
+    assert!(!run.stderr.contains("--nodes <"), "{run:#?}");
 }
 
 #[test]
@@ -125,7 +131,7 @@ fn a_wrong_password_says_so_once() {
         password: Some("right horse battery".to_owned()),
         ..NodeOptions::default()
     });
-    let run = run(redlock().args(["status", "-s", &node.url_with_password("wrong"), "k"]));
+    let run = run(redlock().args(["status", "-N", &node.url_with_password("wrong"), "k"]));
     run.assert_code(2);
     assert!(run.stderr.contains("wrong password"), "{run:#?}");
     assert!(!run.stderr.contains("AuthenticationFailed"), "{run:#?}");

@@ -422,11 +422,23 @@ fn holders(votes: &Votes) -> String {
         return "no node".to_owned();
     }
     format!(
-        "{} of {} nodes ({})",
+        "{} of {} nodes ({}{})",
         names.len(),
         votes.votes().len(),
-        short_list(names.into_iter())
+        short_list(names.into_iter()),
+        not_waited_for(votes)
     )
+}
+
+/// "; 1 node not waited for": a round ends as soon as its outcome is
+/// certain, so the nodes that had not answered by then are neither holders
+/// nor refusals (all three nodes holding a lock read "held on 2 of 3 nodes"
+/// without it), and may be up or down ("still answering" was false for both).
+fn not_waited_for(votes: &Votes) -> String {
+    match votes.pending() {
+        0 => String::new(),
+        pending => format!("; {} not waited for", Nodes(pending)),
+    }
 }
 
 /// "1 of 3 nodes granted, quorum 2; failed: a:1/0 unreachable, ...": the
@@ -449,12 +461,12 @@ fn failures(votes: &Votes) -> String {
     } else {
         String::new()
     };
-    // A node still answering is not a node that refused: without this, a
+    // A node not waited for is not a node that refused: without this, a
     // round decided by two fast failures reads "0 of 3 granted" although the
-    // third node is up.
+    // third node may be up.
     let pending = votes.pending();
     if pending > 0 {
-        held.push_str(&format!(", {pending} still answering"));
+        held.push_str(&format!(", {pending} not waited for"));
     }
     if list.is_empty() {
         format!("{tally}{held}")
@@ -483,9 +495,10 @@ fn last_error(last: &Option<Box<AcquireError>>) -> String {
     match last.as_deref() {
         None => String::new(),
         Some(AcquireError::Held { votes, .. }) => format!(
-            "; last attempt: held by another owner on {} of {} nodes",
+            "; last attempt: held by another owner on {} of {} nodes{}",
             votes.held_by_other(),
-            votes.votes().len()
+            votes.votes().len(),
+            not_waited_for(votes)
         ),
         Some(AcquireError::NoQuorum { votes, .. }) => format!(
             "; last attempt: no quorum, {} of {} nodes granted, {} failed",

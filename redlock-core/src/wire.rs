@@ -551,7 +551,9 @@ impl NodeVote {
 impl fmt::Display for NodeVote {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            NodeVote::Pending => f.write_str("no answer yet"),
+            // The round was decided without this answer: the node may be up
+            // or down, so not "no answer yet" (it may have answered since).
+            NodeVote::Pending => f.write_str("not waited for"),
             NodeVote::Granted => f.write_str("granted"),
             NodeVote::Restored => f.write_str("granted (key was missing and was set again)"),
             // Never print the other owner's value: it is what releases its

@@ -148,7 +148,7 @@ fn a_round_decided_without_a_node_says_it_had_not_answered() {
     );
     let message = error.to_string();
     assert!(
-        message.contains("0 of 3 nodes granted, quorum 2, 1 still answering"),
+        message.contains("0 of 3 nodes granted, quorum 2, 1 not waited for"),
         "{message}"
     );
 }

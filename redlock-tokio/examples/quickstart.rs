@@ -1,8 +1,8 @@
-//! Lock a resource on the Redis nodes named by `REDLOCK_SERVERS`
-//! (comma-separated URLs; default three local servers on ports 7001..7003).
+//! Lock a resource on the Redis nodes named by `REDLOCK_NODES`
+//! (comma-separated URLs; default three local nodes on ports 7001..7003).
 //!
 //! ```text
-//! REDLOCK_SERVERS=redis://127.0.0.1:7001,redis://127.0.0.1:7002,redis://127.0.0.1:7003 \
+//! REDLOCK_NODES=redis://127.0.0.1:7001,redis://127.0.0.1:7002,redis://127.0.0.1:7003 \
 //!     cargo run -p redlock-tokio --example quickstart
 //! ```
 
@@ -10,12 +10,12 @@ use redlock_tokio::Redlock;
 
 #[tokio::main]
 async fn main() -> Result<(), redlock_tokio::Error> {
-    let servers = std::env::var("REDLOCK_SERVERS").unwrap_or_else(|_| {
+    let nodes = std::env::var("REDLOCK_NODES").unwrap_or_else(|_| {
         "redis://127.0.0.1:7001,redis://127.0.0.1:7002,redis://127.0.0.1:7003".to_owned()
     });
 
     // The five lines to adopt:
-    let redlock = Redlock::connect(servers.split(',')).await?;
+    let redlock = Redlock::connect(nodes.split(',')).await?;
     let guard = redlock.lock("quickstart").await?;
     println!("locked {} for {:?}", guard.key(), guard.validity());
     // ... work while guard.validity() is left ...

@@ -374,7 +374,7 @@ mod tests {
         assert!(held.contains("more"), "{held}");
         let no_quorum = errors[1].to_string();
         assert!(
-            no_quorum.contains("1 of 5 nodes granted, quorum 3, 1 still answering; failed:"),
+            no_quorum.contains("1 of 5 nodes granted, quorum 3, 1 not waited for; failed:"),
             "{no_quorum}"
         );
         assert!(no_quorum.contains("unreachable"), "{no_quorum}");

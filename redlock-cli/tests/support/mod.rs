@@ -20,7 +20,7 @@ pub(crate) const RUN_LIMIT: Duration = Duration::from_secs(20);
 pub(crate) fn redlock() -> Command {
     let mut command = Command::new(REDLOCK);
     command
-        .env_remove("REDLOCK_SERVERS")
+        .env_remove("REDLOCK_NODES")
         .env_remove("REDLOCK_KEY_PREFIX")
         .env_remove("REDLOCK_TLS_CA")
         .env_remove("REDLOCK_TLS_CERT")
@@ -30,14 +30,14 @@ pub(crate) fn redlock() -> Command {
     command
 }
 
-/// `redlock SUBCOMMAND --servers <the cluster's URLs> --node-timeout 150ms`.
+/// `redlock SUBCOMMAND --nodes <the cluster's URLs> --node-timeout 150ms`.
 /// The node timeout is generous so that a busy machine does not turn a slow
 /// answer into a failed vote.
 pub(crate) fn redlock_on(cluster: &RedisCluster, subcommand: &str) -> Command {
     let mut command = redlock();
     command
         .arg(subcommand)
-        .arg("--servers")
+        .arg("--nodes")
         .arg(cluster.urls().join(","))
         .args(["--node-timeout", "150ms"]);
     command
