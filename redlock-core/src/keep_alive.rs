@@ -40,7 +40,6 @@ impl KeepAlive {
         self.max_extensions = Some(count);
         self
     }
-
 }
 
 impl Default for KeepAlive {

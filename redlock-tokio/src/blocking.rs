@@ -117,10 +117,19 @@ impl Drop for Shared {
                 .handle
                 .block_on(async { tokio::time::timeout(patience, client.shutdown()).await });
         }
-        if let Some(stop) = self.stop.lock().unwrap_or_else(PoisonError::into_inner).take() {
+        if let Some(stop) = self
+            .stop
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
             let _ = stop.send(());
         }
-        let thread = self.thread.lock().unwrap_or_else(PoisonError::into_inner).take();
+        let thread = self
+            .thread
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
         if let Some(thread) = thread
             && outside_runtime().is_ok()
         {
@@ -310,7 +319,9 @@ impl<K: Send + 'static> LockRequest<K> {
 
     /// Waits for the lock as the request says, and returns its guard.
     pub fn acquire(self) -> Result<LockGuard, Error> {
-        let guard = self.shared.block_on(std::future::IntoFuture::into_future(self.request))??;
+        let guard = self
+            .shared
+            .block_on(std::future::IntoFuture::into_future(self.request))??;
         Ok(LockGuard {
             guard: Some(guard),
             shared: self.shared,

@@ -56,7 +56,10 @@ impl Builder {
         S: AsRef<str>,
     {
         Self {
-            urls: urls.into_iter().map(|url| url.as_ref().to_owned()).collect(),
+            urls: urls
+                .into_iter()
+                .map(|url| url.as_ref().to_owned())
+                .collect(),
             wait: Wait::default(),
             config: Config::default(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
@@ -385,7 +388,14 @@ impl Builder {
             // Dropping the nodes ends any reconnection task already started.
             return Err(error);
         }
-        let client = Redlock::new(settings, self.wait, nodes, notices, metrics, self.simulation);
+        let client = Redlock::new(
+            settings,
+            self.wait,
+            nodes,
+            notices,
+            metrics,
+            self.simulation,
+        );
         debug!(
             nodes = client.nodes().len(),
             connected = client.connected_nodes(),

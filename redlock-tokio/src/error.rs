@@ -79,7 +79,9 @@ pub enum Error {
     /// A call of the blocking client was made on a thread that runs an
     /// async runtime, where blocking would stall every task of that thread:
     /// use the async client there.
-    #[error("a blocking call inside an async runtime: use the async client (redlock_tokio::Redlock) there")]
+    #[error(
+        "a blocking call inside an async runtime: use the async client (redlock_tokio::Redlock) there"
+    )]
     InsideRuntime,
     /// The blocking client's thread or runtime could not be started (the
     /// process is out of threads or file descriptors).
@@ -237,8 +239,8 @@ mod tests {
 
     /// Long node names, as in a real deployment.
     fn settings(n: usize, ttl: Duration, node_timeout: Duration) -> Arc<Settings> {
-        let nodes = (0..n)
-            .map(|i| format!("redis-lock-master-{i}.eu-west-1.internal.example.com:6379/0"));
+        let nodes =
+            (0..n).map(|i| format!("redis-lock-master-{i}.eu-west-1.internal.example.com:6379/0"));
         Arc::new(
             Config::new(nodes)
                 .ttl(ttl)

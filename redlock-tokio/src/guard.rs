@@ -4,7 +4,9 @@ use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use redlock_core::{KeepAlive, KeptLock, KeptLockEvent, Key, Lock, LockValue, ReleaseReport, Votes};
+use redlock_core::{
+    KeepAlive, KeptLock, KeptLockEvent, Key, Lock, LockValue, ReleaseReport, Votes,
+};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span};

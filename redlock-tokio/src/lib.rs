@@ -442,7 +442,9 @@ pub use client::Redlock;
 pub use error::Error;
 pub use guard::{LockGuard, LossSignal};
 pub use inspect::NodeInspection;
-pub use redlock_core::{AcquireError, ConfigError, ExtendError, KeepAlive, LossReason, ReleaseReport};
+pub use redlock_core::{
+    AcquireError, ConfigError, ExtendError, KeepAlive, LossReason, ReleaseReport,
+};
 pub use request::{Acquiring, LockRequest, Wait, kind};
 
 /// The core crate: the algorithm, its settings, votes, keys and values.

@@ -378,7 +378,10 @@ mod tests {
         // A slash short: a URL without a host, not the redis crate's
         // "Missing hostname - InvalidClientConfig".
         let missing = reason("redis:/127.0.0.1:7601");
-        assert!(missing.contains("not a Redis URL: expected redis://"), "{missing}");
+        assert!(
+            missing.contains("not a Redis URL: expected redis://"),
+            "{missing}"
+        );
         assert!(Server::from_url("redis+unix:///tmp/redis.sock").is_ok());
     }
 

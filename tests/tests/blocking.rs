@@ -32,12 +32,24 @@ fn eventually(what: &str, mut done: impl FnMut() -> bool) {
 fn one_holder_at_a_time_and_free_after_release() {
     let cluster = RedisCluster::start(3);
     let (a, b) = (client(&cluster), client(&cluster));
-    let held = a.lock("blocking-one").wait(Wait::No).acquire().expect("free");
-    let refused = b.lock("blocking-one").wait(Wait::No).acquire().expect_err("held by a");
+    let held = a
+        .lock("blocking-one")
+        .wait(Wait::No)
+        .acquire()
+        .expect("free");
+    let refused = b
+        .lock("blocking-one")
+        .wait(Wait::No)
+        .acquire()
+        .expect_err("held by a");
     assert!(refused.is_held_by_other(), "{refused}");
     let report = held.release().expect("released outside a runtime");
     assert_eq!(report.released(), 3, "{report}");
-    let taken = b.lock("blocking-one").wait(Wait::No).acquire().expect("free again");
+    let taken = b
+        .lock("blocking-one")
+        .wait(Wait::No)
+        .acquire()
+        .expect("free again");
     drop(taken);
 }
 
@@ -94,7 +106,10 @@ fn a_kept_alive_lock_lost_to_another_owner_is_seen_and_run_reports_it() {
     assert!(error.is_lock_lost(), "{error}");
     // The other owner's keys are never touched.
     for node in cluster.nodes() {
-        assert_eq!(node.get("blocking-run").as_deref(), Some(&b"someone-else"[..]));
+        assert_eq!(
+            node.get("blocking-run").as_deref(),
+            Some(&b"someone-else"[..])
+        );
     }
 }
 
@@ -103,10 +118,9 @@ fn run_returns_the_work_result_with_one_question_mark() {
     let cluster = RedisCluster::start(3);
     let redlock = client(&cluster);
     let work = || -> Result<u64, Box<dyn std::error::Error + Send + Sync>> {
-        let token = redlock
-            .lock("blocking-fenced")
-            .fencing()
-            .run(|lock| Ok::<_, Box<dyn std::error::Error + Send + Sync>>(lock.fencing_token().expect("fenced")))?;
+        let token = redlock.lock("blocking-fenced").fencing().run(|lock| {
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(lock.fencing_token().expect("fenced"))
+        })?;
         Ok(token)
     };
     let first = work().expect("granted");
@@ -149,13 +163,19 @@ fn inside_a_runtime_every_call_is_a_typed_error() {
         let built = blocking::Redlock::connect(&urls).expect_err("inside a runtime");
         assert!(matches!(built, Error::InsideRuntime), "{built}");
         assert!(built.is_config());
-        let acquired = redlock.lock("blocking-runtime-2").acquire().expect_err("inside a runtime");
+        let acquired = redlock
+            .lock("blocking-runtime-2")
+            .acquire()
+            .expect_err("inside a runtime");
         assert!(matches!(acquired, Error::InsideRuntime), "{acquired}");
         let run: Result<(), Error> = redlock.lock("blocking-runtime-3").run(|_| Ok(()));
         assert!(matches!(run, Err(Error::InsideRuntime)), "{run:?}");
         assert!(matches!(redlock.shutdown(), Err(Error::InsideRuntime)));
         let mut guard = guard;
-        assert!(matches!(guard.extend(Duration::from_secs(5)), Err(Error::InsideRuntime)));
+        assert!(matches!(
+            guard.extend(Duration::from_secs(5)),
+            Err(Error::InsideRuntime)
+        ));
         guard
     });
     // Dropped inside the runtime: released on the client's own thread,

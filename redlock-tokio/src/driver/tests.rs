@@ -103,9 +103,7 @@ async fn reordered(queue: usize) -> usize {
     tokio::spawn(driver);
     let nodes = [Node::over(connection)];
 
-    let settings = Config::new(["test"])
-        .validate()
-    .expect("valid settings");
+    let settings = Config::new(["test"]).validate().expect("valid settings");
     let request = |resource: usize, command: Command| -> Request {
         let key = settings.key(format!("k{resource}").as_bytes());
         let value = LockValue::from_string(format!("v{resource}"));

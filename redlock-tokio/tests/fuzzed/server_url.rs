@@ -127,7 +127,11 @@ fn check_url(url: &str, secret: Option<&str>, in_user_info: bool) {
             assert_eq!(Redlock::node_name(url).ok(), Some(name));
         }
         Err(error) => {
-            let ConfigError::InvalidNode { node: server, reason } = &error else {
+            let ConfigError::InvalidNode {
+                node: server,
+                reason,
+            } = &error
+            else {
                 panic!("{url:?}: not an InvalidNode error: {error:?}");
             };
             assert!(!shows(server), "{url:?}: {server:?} shows the password");
