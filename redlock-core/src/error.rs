@@ -430,14 +430,14 @@ fn holders(votes: &Votes) -> String {
     )
 }
 
-/// "; 1 node not waited for": a round ends as soon as its outcome is
+/// "; 1 not waited for": a round ends as soon as its outcome is
 /// certain, so the nodes that had not answered by then are neither holders
 /// nor refusals (all three nodes holding a lock read "held on 2 of 3 nodes"
 /// without it), and may be up or down ("still answering" was false for both).
 fn not_waited_for(votes: &Votes) -> String {
     match votes.pending() {
         0 => String::new(),
-        pending => format!("; {} not waited for", Nodes(pending)),
+        pending => format!("; {pending} not waited for"),
     }
 }
 

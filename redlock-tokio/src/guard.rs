@@ -66,13 +66,7 @@ impl LockGuard {
         Self {
             client,
             resource,
-            shared: Arc::new(Shared {
-                state: Mutex::new(Kept {
-                    lock: lock.clone(),
-                    loss: None,
-                }),
-                lost: CancellationToken::new(),
-            }),
+            shared: Arc::new(Shared::new(lock.clone())),
             acquired: lock,
             keep_alive: None,
             done: false,
@@ -146,7 +140,10 @@ impl LockGuard {
     }
 
     /// Whether the lock is lost: its validity ran out, or an extension
-    /// failed for good.
+    /// failed for good. Kept alive, the keep-alive says so, with its
+    /// reason, at the latest when the validity ends (its last extension
+    /// may finish one per-node timeout later; [`validity`](Self::validity)
+    /// is zero from the end on).
     pub fn is_lost(&self) -> bool {
         self.shared.loss().is_some()
     }
@@ -220,6 +217,7 @@ impl LockGuard {
 
     /// Starts the keep-alive ([`LockRequest::keep_alive`](crate::LockRequest::keep_alive)).
     pub(crate) fn start_keep_alive(&mut self, options: KeepAlive) {
+        self.shared.watch(Watch::KeepAlive);
         let span = info_span!("redlock.keep_alive", resource = %self.key());
         self.keep_alive = Some(tokio::spawn(
             keep_alive(self.client.clone(), Arc::clone(&self.shared), options).instrument(span),
@@ -244,6 +242,7 @@ impl LockGuard {
     /// background.
     pub async fn release(mut self) -> ReleaseReport {
         self.stop_keep_alive().await;
+        self.shared.watch(Watch::Ended);
         let (mut lock, lost) = self
             .shared
             .with(|kept| (kept.lock.clone(), kept.loss.is_some()));
@@ -264,6 +263,7 @@ impl LockGuard {
         if let Some(task) = self.keep_alive.take() {
             task.abort();
         }
+        self.shared.watch(Watch::Ended);
         self.done = true;
         self.value().clone()
     }
@@ -274,6 +274,7 @@ impl Drop for LockGuard {
         if self.done {
             return;
         }
+        self.shared.watch(Watch::Ended);
         let (lock, lost) = self
             .shared
             .with(|kept| (kept.lock.clone(), kept.loss.is_some()));
@@ -286,8 +287,10 @@ impl Drop for LockGuard {
 
 /// A lock's loss signal, made by [`LockGuard::loss_signal`]: for tasks
 /// that should stop when the lock is lost. Cheap to clone; clones see the
-/// same lock. It holds no lock itself, and it keeps working after the
-/// guard is gone (a released lock is never reported lost).
+/// same lock. It holds no lock itself. Once the guard is released,
+/// forgotten or dropped, the lock is let go, not lost: a loss that came
+/// before stays reported, and [`lost`](Self::lost) never completes
+/// otherwise.
 #[derive(Clone)]
 pub struct LossSignal {
     shared: Arc<Shared>,
@@ -428,13 +431,43 @@ struct Shared {
 struct Kept {
     lock: Lock,
     loss: Option<LossReason>,
+    watch: Watch,
+}
+
+/// Who tells that the lock is lost.
+#[derive(Clone, Copy, PartialEq)]
+enum Watch {
+    /// The clock: the lock is lost when its validity runs out.
+    Clock,
+    /// The keep-alive, which declares the loss, with its reason, at the
+    /// latest when the validity runs out (its last round may end one
+    /// per-node timeout later): the clock alone would race it.
+    KeepAlive,
+    /// Nobody: the lock was released or forgotten, and a lock let go is
+    /// never reported lost.
+    Ended,
 }
 
 impl Shared {
+    fn new(lock: Lock) -> Self {
+        Self {
+            state: Mutex::new(Kept {
+                lock,
+                loss: None,
+                watch: Watch::Clock,
+            }),
+            lost: CancellationToken::new(),
+        }
+    }
+
     fn with<R>(&self, f: impl FnOnce(&mut Kept) -> R) -> R {
         // Every update is a single assignment or `Lock::apply`; a panic cannot
         // leave the state half-written.
         f(&mut self.state.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    fn watch(&self, watch: Watch) {
+        self.with(|kept| kept.watch = watch);
     }
 
     /// Validity left now; zero once the lock is lost.
@@ -445,22 +478,32 @@ impl Shared {
         })
     }
 
-    /// The loss, once there is one: recorded, or the validity ran out.
+    /// The loss, once there is one: recorded, or (told by the clock) the
+    /// validity ran out.
     fn loss(&self) -> Option<LossReason> {
         self.with(|kept| match &kept.loss {
             Some(reason) => Some(reason.clone()),
-            None if !kept.lock.is_valid(crate::sim::now()) => Some(LossReason::Expired),
+            None if kept.watch == Watch::Clock && !kept.lock.is_valid(crate::sim::now()) => {
+                Some(LossReason::Expired)
+            }
             None => None,
         })
     }
 
     async fn lost(&self) -> LossReason {
         loop {
-            let recorded = self.with(|kept| kept.loss.clone().ok_or(kept.lock.valid_until()));
-            let until = match recorded {
+            let (until, watch) = match self.with(|kept| {
+                kept.loss
+                    .clone()
+                    .ok_or((kept.lock.valid_until(), kept.watch))
+            }) {
                 Ok(reason) => return reason,
-                Err(until) => until,
+                Err(pending) => pending,
             };
+            if watch != Watch::Clock {
+                self.lost.cancelled().await;
+                continue;
+            }
             tokio::select! {
                 () = self.lost.cancelled() => {}
                 () = tokio::time::sleep_until(until.into()) => {

@@ -468,6 +468,30 @@ async fn a_guard_without_keep_alive_is_lost_when_its_ttl_runs_out() {
         .await;
 }
 
+/// A lock let go is not lost: the loss signal of a released guard never
+/// fires, even once its validity would have run out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_released_lock_is_never_reported_lost() {
+    let cluster = RedisCluster::start(3);
+    let redlock = client(&cluster).await;
+    let guard = redlock
+        .lock("let-go")
+        .ttl(Duration::from_millis(300))
+        .await
+        .unwrap();
+    let signal = guard.loss_signal();
+    let until = guard.valid_until();
+    guard.release().await;
+    tokio::time::sleep_until((until + Duration::from_millis(100)).into()).await;
+    assert!(!signal.is_lost());
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), signal.lost())
+            .await
+            .is_err(),
+        "a released lock was reported lost"
+    );
+}
+
 /// A TTL, a fencing token and a wait limit in one expression: each is
 /// honoured, whatever else the request asks for.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
