@@ -44,7 +44,9 @@ fn one_holder_at_a_time_and_free_after_release() {
         .expect_err("held by a");
     assert!(refused.is_held_by_other(), "{refused}");
     let report = held.release().expect("released outside a runtime");
-    assert_eq!(report.released(), 3, "{report}");
+    // `a` held a quorum; on the third node `b`'s attempt may have come
+    // first (and been withdrawn), so our value may never have been there.
+    assert!(report.released() >= 2 && report.frees_lock(), "{report}");
     let taken = b
         .lock("blocking-one")
         .wait(Wait::No)
