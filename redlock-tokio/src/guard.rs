@@ -140,10 +140,9 @@ impl LockGuard {
     }
 
     /// Whether the lock is lost: its validity ran out, or an extension
-    /// failed for good. Kept alive, the keep-alive says so, with its
-    /// reason, at the latest when the validity ends (its last extension
-    /// may finish one per-node timeout later; [`validity`](Self::validity)
-    /// is zero from the end on).
+    /// failed for good. Kept alive, an extension that could not count
+    /// (too few nodes answered) is tried again while validity is left, so
+    /// such a lock is lost when its validity ends, with that reason.
     pub fn is_lost(&self) -> bool {
         self.shared.loss().is_some()
     }
@@ -217,7 +216,6 @@ impl LockGuard {
 
     /// Starts the keep-alive ([`LockRequest::keep_alive`](crate::LockRequest::keep_alive)).
     pub(crate) fn start_keep_alive(&mut self, options: KeepAlive) {
-        self.shared.watch(Watch::KeepAlive);
         let span = info_span!("redlock.keep_alive", resource = %self.key());
         self.keep_alive = Some(tokio::spawn(
             keep_alive(self.client.clone(), Arc::clone(&self.shared), options).instrument(span),
@@ -242,7 +240,7 @@ impl LockGuard {
     /// background.
     pub async fn release(mut self) -> ReleaseReport {
         self.stop_keep_alive().await;
-        self.shared.watch(Watch::Ended);
+        self.shared.end();
         let (mut lock, lost) = self
             .shared
             .with(|kept| (kept.lock.clone(), kept.loss.is_some()));
@@ -263,7 +261,7 @@ impl LockGuard {
         if let Some(task) = self.keep_alive.take() {
             task.abort();
         }
-        self.shared.watch(Watch::Ended);
+        self.shared.end();
         self.done = true;
         self.value().clone()
     }
@@ -274,7 +272,7 @@ impl Drop for LockGuard {
         if self.done {
             return;
         }
-        self.shared.watch(Watch::Ended);
+        self.shared.end();
         let (lock, lost) = self
             .shared
             .with(|kept| (kept.lock.clone(), kept.loss.is_some()));
@@ -431,21 +429,13 @@ struct Shared {
 struct Kept {
     lock: Lock,
     loss: Option<LossReason>,
-    watch: Watch,
-}
-
-/// Who tells that the lock is lost.
-#[derive(Clone, Copy, PartialEq)]
-enum Watch {
-    /// The clock: the lock is lost when its validity runs out.
-    Clock,
-    /// The keep-alive, which declares the loss, with its reason, at the
-    /// latest when the validity runs out (its last round may end one
-    /// per-node timeout later): the clock alone would race it.
-    KeepAlive,
-    /// Nobody: the lock was released or forgotten, and a lock let go is
-    /// never reported lost.
-    Ended,
+    /// What the keep-alive will declare when the validity ends, as far as
+    /// its events tell: its last failed extension, or its limit reached.
+    /// The clock tells the loss at that instant too, and must not tell
+    /// another reason than the keep-alive is about to.
+    ending: Option<LossReason>,
+    /// Released, forgotten or dropped: a lock let go is never lost.
+    ended: bool,
 }
 
 impl Shared {
@@ -454,7 +444,8 @@ impl Shared {
             state: Mutex::new(Kept {
                 lock,
                 loss: None,
-                watch: Watch::Clock,
+                ending: None,
+                ended: false,
             }),
             lost: CancellationToken::new(),
         }
@@ -466,8 +457,9 @@ impl Shared {
         f(&mut self.state.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
-    fn watch(&self, watch: Watch) {
-        self.with(|kept| kept.watch = watch);
+    /// The lock is let go: from now on it is never reported lost.
+    fn end(&self) {
+        self.with(|kept| kept.ended = true);
     }
 
     /// Validity left now; zero once the lock is lost.
@@ -478,13 +470,14 @@ impl Shared {
         })
     }
 
-    /// The loss, once there is one: recorded, or (told by the clock) the
-    /// validity ran out.
+    /// The loss, once there is one: recorded, or the validity ran out (the
+    /// clock knows it at once, also what a keep-alive paused with the
+    /// process has not said yet).
     fn loss(&self) -> Option<LossReason> {
         self.with(|kept| match &kept.loss {
             Some(reason) => Some(reason.clone()),
-            None if kept.watch == Watch::Clock && !kept.lock.is_valid(crate::sim::now()) => {
-                Some(LossReason::Expired)
+            None if !kept.ended && !kept.lock.is_valid(crate::sim::now()) => {
+                Some(kept.ending.clone().unwrap_or(LossReason::Expired))
             }
             None => None,
         })
@@ -492,15 +485,16 @@ impl Shared {
 
     async fn lost(&self) -> LossReason {
         loop {
-            let (until, watch) = match self.with(|kept| {
+            let recorded = self.with(|kept| {
                 kept.loss
                     .clone()
-                    .ok_or((kept.lock.valid_until(), kept.watch))
-            }) {
+                    .ok_or((kept.lock.valid_until(), kept.ended))
+            });
+            let (until, ended) = match recorded {
                 Ok(reason) => return reason,
                 Err(pending) => pending,
             };
-            if watch != Watch::Clock {
+            if ended {
                 self.lost.cancelled().await;
                 continue;
             }
@@ -536,15 +530,21 @@ async fn keep_alive(client: Redlock, shared: Arc<Shared>, options: KeepAlive) {
             KeptLockEvent::Extended(extended) => {
                 metrics::extended(Ok(()));
                 debug!(validity_ms = extended.validity.as_millis() as u64, votes = %extended.votes, "lock extended");
-                shared.with(|kept| kept.lock.apply(extended));
+                shared.with(|kept| {
+                    kept.lock.apply(extended);
+                    kept.ending = None;
+                });
             }
             KeptLockEvent::ExtendFailed(error) => {
                 metrics::extended(Err(error));
+                shared.with(|kept| kept.ending = Some(LossReason::ExtendFailed(error.clone())));
                 // Nodes down are reported by their connections; the loss,
                 // if it comes, at INFO.
                 debug!(error = %error, "extension failed");
             }
             KeptLockEvent::LimitReached { extensions } => {
+                let extensions = *extensions;
+                shared.with(|kept| kept.ending = Some(LossReason::ExtensionLimit { extensions }));
                 debug!(
                     extensions,
                     "extension limit reached; the lock ends with its validity"
