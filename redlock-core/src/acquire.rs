@@ -623,6 +623,11 @@ impl<R: Rng> Acquisition<R> {
                             .filter(|request| !round.granted(request.node));
                         self.requests.extend(leave);
                     }
+                    // Nodes the lock round skipped never saw our value.
+                    let untouched = match &phase {
+                        Phase::Lock => round.skipped_nodes(),
+                        Phase::Fence { lock_votes, .. } => skipped_in(lock_votes),
+                    };
                     let (votes, fencing_token) = match phase {
                         Phase::Lock => (round.votes(now), None),
                         Phase::Fence {
@@ -641,6 +646,7 @@ impl<R: Rng> Acquisition<R> {
                         fencing_token,
                         next_round: self.rng.next_u64(),
                         extensions: 0,
+                        untouched,
                     };
                     self.events.push_back(AcquireEvent::Acquired(lock));
                     return;
@@ -821,8 +827,10 @@ impl<R: Rng> Acquisition<R> {
     fn queue_releases(&mut self, round: &Round, value: &LockValue, now: Instant, last: bool) {
         let deadline = now + self.settings.release_timeout();
         let requests = round.fan_out(&self.keys, &self.kind, value, Command::Withdraw, deadline);
-        let requests =
-            requests.filter(|r| !(planted!(ReleaseSkipsTimedOut) && round.timed_out(r.node)));
+        // A node the attempt skipped (known slow) never saw its value.
+        let requests = requests.filter(|r| {
+            !round.skipped(r.node) && !(planted!(ReleaseSkipsTimedOut) && round.timed_out(r.node))
+        });
         self.requests.extend(requests);
         if last {
             self.queue_leave(round, value, now);
@@ -838,6 +846,19 @@ impl<R: Rng> Acquisition<R> {
         let requests = round.fan_out(&self.keys, &self.kind, value, Command::Leave, deadline);
         self.requests.extend(requests);
     }
+}
+
+/// The nodes `votes` say were not asked (known slow).
+fn skipped_in(votes: &crate::Votes) -> Vec<crate::NodeId> {
+    votes
+        .votes()
+        .iter()
+        .enumerate()
+        .filter(
+            |(_, vote)| matches!(vote, NodeVote::Failed(e) if e.kind == crate::NodeErrorKind::Slow),
+        )
+        .map(|(i, _)| crate::NodeId(i))
+        .collect()
 }
 
 impl<R: Rng> Machine for Acquisition<R> {

@@ -487,6 +487,7 @@ fn kind_label(kind: crate::NodeErrorKind) -> &'static str {
         Kind::NoPermission => "not permitted",
         Kind::Protocol => "unexpected answer",
         Kind::Tls => "TLS handshake refused",
+        Kind::Slow => "known slow, not asked",
     }
 }
 

@@ -86,6 +86,9 @@ pub struct Extension {
     /// The keys its clean-up release sends (the waiters mark in place of
     /// a fenced lock's counter: see `Settings::release_keys`).
     release_keys: std::sync::Arc<[crate::Key]>,
+    /// Nodes the lock's value was never sent to ([`Lock::untouched`]): its
+    /// clean-up release does not ask them.
+    untouched: Vec<crate::NodeId>,
     ttl: Ttl,
     drift: Duration,
     old_valid_until: Instant,
@@ -120,6 +123,7 @@ impl Extension {
                 lock.kind(),
                 settings.release_command(lock.kind()),
             ),
+            untouched: lock.untouched.clone(),
             round,
             ttl,
             old_valid_until: lock.valid_until(),
@@ -226,7 +230,9 @@ impl Extension {
             command,
             deadline,
         );
-        self.requests.extend(requests);
+        let untouched = &self.untouched;
+        self.requests
+            .extend(requests.filter(|request| !untouched.contains(&request.node)));
     }
 }
 
@@ -297,6 +303,10 @@ impl Lock {
 
     /// Records a successful extension.
     pub fn apply(&mut self, extended: &crate::Extended) {
+        // Our value reaches a node only by a restore, sent where the
+        // extension found it missing.
+        self.untouched
+            .retain(|node| !matches!(extended.votes.get(*node), Some(NodeVote::Missing)));
         self.valid_until = extended.valid_until;
         self.ttl = extended.ttl;
         self.extensions += 1;

@@ -129,6 +129,7 @@ mod acquire;
 mod config;
 mod error;
 mod extend;
+mod health;
 mod keep_alive;
 mod limits;
 mod lock;
@@ -149,6 +150,7 @@ pub use acquire::{AcquireEvent, Acquisition, FAIR_PATIENCE};
 pub use config::{Config, RetryConfig, Settings};
 pub use error::{AcquireError, ConfigError, ExtendError};
 pub use extend::{Extended, Extension};
+pub use health::{HealthChange, NodeHealth, SLOW_AFTER};
 pub use keep_alive::{
     KeepAlive, KeepAliveEvent, KeepAliveSchedule, KeptLock, KeptLockEvent, LossReason,
 };

@@ -24,6 +24,10 @@ pub struct Lock {
     pub(crate) fencing_token: Option<u64>,
     pub(crate) next_round: u64,
     pub(crate) extensions: u64,
+    /// Nodes no request of this lock was ever sent to (its acquire skipped
+    /// them, known slow, and no extension reached them since): our value
+    /// was never there, so a release does not ask them.
+    pub(crate) untouched: Vec<crate::NodeId>,
 }
 
 impl Lock {
@@ -104,6 +108,13 @@ impl Lock {
                     && matches!(released, crate::NodeVote::Missing)
             })
             .count()
+    }
+
+    /// Nodes our value was never sent to: the acquire skipped them (known
+    /// slow, see [`NodeHealth`](crate::NodeHealth)) and no extension
+    /// reached them since. A release does not ask them.
+    pub fn untouched(&self) -> &[crate::NodeId] {
+        &self.untouched
     }
 
     /// The votes of the acquiring round.

@@ -38,11 +38,16 @@ pub enum Bug {
     /// but keeps its place in the queues: its entry holds the others back
     /// until it expires.
     FairLeaveForgotten,
+    /// A release decides once a quorum of nodes *less one* could still
+    /// hold its value, one confirmation too early, and its report counts
+    /// only failed nodes against the lock, not those it did not wait for:
+    /// it claims a lock free that a quorum may still hold.
+    ReleaseDecidesEarly,
 }
 
 impl Bug {
     /// Every bug, in a fixed order.
-    pub const ALL: [Bug; 7] = [
+    pub const ALL: [Bug; 8] = [
         Bug::ValidityFromDecisionTime,
         Bug::QuorumHalf,
         Bug::DuplicateVoteCounted,
@@ -50,6 +55,7 @@ impl Bug {
         Bug::ReleaseSkipsTimedOut,
         Bug::FairNeverFallsBack,
         Bug::FairLeaveForgotten,
+        Bug::ReleaseDecidesEarly,
     ];
 }
 

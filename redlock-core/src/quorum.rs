@@ -299,6 +299,29 @@ impl Round {
         }
     }
 
+    /// Whether `node` was not asked in this round: known slow, its request
+    /// was answered by the driver ([`Reply::skipped`](crate::Reply::skipped)),
+    /// so nothing of this round reached it.
+    pub(crate) fn skipped(&self, node: NodeId) -> bool {
+        matches!(self.votes.get(node.0), Some(NodeVote::Failed(e)) if e.kind == crate::NodeErrorKind::Slow)
+    }
+
+    /// The nodes [`skipped`](Self::skipped) in this round.
+    pub(crate) fn skipped_nodes(&self) -> Vec<NodeId> {
+        self.nodes().filter(|&node| self.skipped(node)).collect()
+    }
+
+    /// Records `vote` for every node of `nodes` before anything is sent:
+    /// nodes a round does not ask.
+    pub(crate) fn settle(&mut self, nodes: &[NodeId], vote: &NodeVote) {
+        for node in nodes {
+            if let Some(slot @ NodeVote::Pending) = self.votes.get_mut(node.0) {
+                *slot = vote.clone();
+                self.answered += 1;
+            }
+        }
+    }
+
     pub(crate) fn vote(&self, node: NodeId) -> Option<&NodeVote> {
         self.votes.get(node.0)
     }

@@ -47,10 +47,18 @@ impl ReleaseReport {
         self.votes.failed()
     }
 
-    /// True when no node failed: the key is gone from every node (or was never
-    /// ours there).
+    /// Nodes the release did not wait for: it was decided without them
+    /// (see [`Release`]). Their deletes go on in the background, in order
+    /// after every earlier request of ours on each node; until they land,
+    /// our value may stay there, on fewer than a quorum of nodes.
+    pub fn pending(&self) -> usize {
+        self.votes.pending()
+    }
+
+    /// True when every node answered and none failed: the key is gone from
+    /// every node (or was never ours there).
     pub fn is_complete(&self) -> bool {
-        self.failed() == 0
+        self.failed() == 0 && self.pending() == 0
     }
 
     /// Nodes a lock needs: the quorum of the nodes released on.
@@ -59,10 +67,13 @@ impl ReleaseReport {
     }
 
     /// True when the lock is free for others: fewer than a quorum of nodes
-    /// failed, so even if our value stays on those until its TTL, it cannot
-    /// hold the lock.
+    /// failed or were not waited for, so even if our value stays on those
+    /// until its TTL, it cannot hold the lock.
     pub fn frees_lock(&self) -> bool {
-        self.failed() < self.quorum()
+        if planted!(ReleaseDecidesEarly) {
+            return self.failed() < self.quorum();
+        }
+        self.failed() + self.pending() < self.quorum()
     }
 
     /// True when the value was deleted nowhere and too few nodes failed for
@@ -105,6 +116,9 @@ impl std::fmt::Display for ReleaseReport {
         if self.failed() > 0 {
             write!(f, ", failed on {}", self.failed())?;
         }
+        if self.pending() > 0 {
+            write!(f, ", {} not waited for", self.pending())?;
+        }
         write!(f, " in {} [", crate::limits::Millis(self.votes.elapsed()))?;
         for (i, (name, vote)) in self.votes.iter().enumerate() {
             if i > 0 {
@@ -127,8 +141,26 @@ impl std::fmt::Display for ReleaseReport {
 /// or [`Release::new`] (for a value known from elsewhere).
 ///
 /// Driven like every [`Machine`]; [`poll_event`](Machine::poll_event) gives the
-/// report once every node answered or the per-node timeout passed, so releasing
-/// an expired lock, or one whose nodes are down, ends within one timeout.
+/// report as soon as the outcome is certain:
+///
+/// - the lock is **free**: fewer than a quorum of nodes can still hold our
+///   value (every other node deleted it, or said it was not ours), so no
+///   answer still to come can change that; with 5 nodes, once 3 answered.
+///   A node that does not answer (paused, partitioned) therefore costs a
+///   release nothing while the others form a quorum;
+/// - the lock **stays** until its TTL: a quorum of nodes failed;
+/// - otherwise once every node answered or the per-node timeout passed, so
+///   releasing an expired lock, or one whose nodes are down, ends within
+///   one timeout.
+///
+/// The report counts the nodes not waited for
+/// ([`ReleaseReport::pending`]); their requests were sent with the others
+/// and complete in the background, in order on each node (a driver's
+/// requests in flight at the final event). [`every_node`](Self::every_node)
+/// waits for every node instead, for the complete per-node story.
+///
+/// Nodes the lock's value was never sent to ([`Lock::untouched`](crate::Lock::untouched))
+/// are not asked: their vote is [`NodeVote::NotAsked`].
 #[cfg_attr(feature = "model-check", derive(Clone))]
 #[derive(Debug)]
 pub struct Release {
@@ -155,6 +187,8 @@ pub struct Release {
     unmarked: Vec<crate::NodeId>,
     /// Its driver stopped before every node answered.
     abandoned: bool,
+    /// Decide only once every node answered or timed out.
+    every_node: bool,
     report: Option<ReleaseReport>,
     done: bool,
 }
@@ -175,20 +209,22 @@ impl Release {
             Arc::from([key]),
             LockKind::Exclusive,
             value,
-            attempt,
+            (attempt, &[]),
             now,
         )
     }
 
+    /// `untouched`: nodes the value was never sent to, not asked.
     pub(crate) fn of(
         settings: &Settings,
         keys: Arc<[Key]>,
         kind: LockKind,
         value: LockValue,
-        id: RoundId,
+        (id, untouched): (RoundId, &[crate::NodeId]),
         now: Instant,
     ) -> Self {
-        let round = Round::new(id, settings, now, settings.release_timeout());
+        let mut round = Round::new(id, settings, now, settings.release_timeout());
+        round.settle(untouched, &NodeVote::NotAsked);
         let command = settings.release_command(&kind);
         let hand_over = (settings.release_notices() && hands_over(&kind)).then(|| keys[0].clone());
         let answer = hand_over
@@ -200,6 +236,7 @@ impl Release {
         let client = answer.as_ref().and(settings.client_tag());
         let requests: VecDeque<Request> = round
             .fan_out(&keys, &kind, &value, command, round.deadline)
+            .filter(|request| !untouched.contains(&request.node))
             .map(|request| Request {
                 client: client.cloned(),
                 ..request
@@ -220,9 +257,40 @@ impl Release {
             alone: 0,
             not_alone: 0,
             abandoned: false,
+            every_node: false,
             report: None,
             done: false,
         }
+    }
+
+    /// This release, deciding only once every node answered or the
+    /// per-node timeout passed: its report then tells what each node did,
+    /// with no node left [`pending`](ReleaseReport::pending), at the cost
+    /// of waiting for the slowest node (one per-node timeout for a node
+    /// that does not answer).
+    #[must_use]
+    pub fn every_node(mut self) -> Self {
+        self.every_node = true;
+        self
+    }
+
+    /// Whether the outcome is certain (see the type's docs).
+    fn decided(&self) -> bool {
+        if self.round.all_answered() {
+            return true;
+        }
+        if self.every_node {
+            return false;
+        }
+        let needed = quorum(self.round.nodes().len());
+        let failed = self.round.count(|vote| matches!(vote, NodeVote::Failed(_)));
+        let may_hold = failed + self.round.count(|vote| matches!(vote, NodeVote::Pending));
+        let free = if planted!(ReleaseDecidesEarly) {
+            may_hold <= needed
+        } else {
+            may_hold < needed
+        };
+        free || failed >= needed
     }
 
     /// This release for a driver that gives its hand-over to nobody (one
@@ -293,6 +361,11 @@ impl Release {
         })
     }
 
+    /// Whether the release was decided with nodes not heard from.
+    fn report_pending(&self) -> bool {
+        self.round.count(|vote| matches!(vote, NodeVote::Pending)) > 0
+    }
+
     fn finish(&mut self, now: Instant) {
         self.done = true;
         self.report = Some(ReleaseReport {
@@ -314,7 +387,7 @@ fn hands_over(kind: &LockKind) -> bool {
 }
 
 impl Machine for Release {
-    /// The report, once every node answered or timed out.
+    /// The report, once the outcome is certain (see [`Release`]).
     type Event = ReleaseReport;
 
     fn poll_request(&mut self) -> Option<Request> {
@@ -341,10 +414,16 @@ impl Machine for Release {
             return None;
         }
         let key = self.answer.take()?;
+        // Nodes not waited for are judged by those that answered (a waiter
+        // marks every node before it attempts), except that where no
+        // answered node deleted our key, one not waited for may delete it
+        // and publish nothing: the worst case then, as for an abandoned
+        // release.
+        let silent = self.alone == 0 && self.not_alone == 0 && self.report_pending();
         Some(HandOver::Answered {
             channels: vec![crate::config::release_channel(&key)],
             others_waiting: self.abandoned || self.alone == 0 || self.not_alone > 0,
-            unheard: self.abandoned || self.alone > 0,
+            unheard: self.abandoned || self.alone > 0 || silent,
         })
     }
 
@@ -387,7 +466,7 @@ impl Machine for Release {
             (true, false) => self.not_alone += 1,
             (false, _) => {}
         }
-        if self.round.all_answered() {
+        if self.decided() {
             self.finish(now);
         }
     }
@@ -417,7 +496,7 @@ impl crate::Lock {
             self.keys.clone(),
             self.kind.clone(),
             self.value.clone(),
-            attempt,
+            (attempt, &self.untouched),
             now,
         )
     }

@@ -369,6 +369,13 @@ impl Reply {
             native: None,
         }
     }
+
+    /// The answer the driver gives for `request` itself, sent to no node:
+    /// its node is known slow and [`NodeHealth::admit`](crate::NodeHealth::admit)
+    /// did not admit it. It counts as a failure of that node.
+    pub fn skipped(request: &Request) -> Self {
+        Self::to(request, Err(NodeError::slow()))
+    }
 }
 
 /// A script's return value as Redis sent it, before interpretation.
@@ -421,6 +428,17 @@ impl NodeError {
         }
     }
 
+    /// Not sent: the node is known slow ([`NodeHealth`](crate::NodeHealth)).
+    pub fn slow() -> Self {
+        Self::new(
+            NodeErrorKind::Slow,
+            format!(
+                "not asked: {} requests in a row went unanswered; probed until it answers",
+                crate::SLOW_AFTER
+            ),
+        )
+    }
+
     /// The node did not answer within the per-node timeout.
     pub fn timeout(after: Duration) -> Self {
         Self::new(
@@ -445,6 +463,7 @@ impl fmt::Display for NodeError {
             NodeErrorKind::NoPermission => write!(f, "not permitted: {}", self.detail),
             NodeErrorKind::Protocol => write!(f, "unexpected answer: {}", self.detail),
             NodeErrorKind::Tls => write!(f, "TLS handshake rejected: {}", self.detail),
+            NodeErrorKind::Slow => write!(f, "known slow: {}", self.detail),
         }
     }
 }
@@ -514,6 +533,10 @@ pub enum NodeErrorKind {
     /// the server wants a client certificate. A configuration error, like
     /// [`Auth`](Self::Auth): waiting will not fix it.
     Tls,
+    /// Not sent: the node left several requests in a row unanswered past
+    /// their timeout and is skipped until it answers a probe
+    /// ([`NodeHealth`](crate::NodeHealth)).
+    Slow,
 }
 
 /// How one node voted in a round.
@@ -540,6 +563,10 @@ pub enum NodeVote {
     NotOurs,
     /// The node failed or timed out.
     Failed(NodeError),
+    /// Release only: not asked, because the lock's value was never sent
+    /// there (its acquire skipped the node, known slow then: see
+    /// [`NodeHealth`](crate::NodeHealth)), so nothing of ours is there.
+    NotAsked,
 }
 
 impl NodeVote {
@@ -562,6 +589,7 @@ impl fmt::Display for NodeVote {
             NodeVote::Missing => f.write_str("key already gone"),
             NodeVote::NotOurs => f.write_str("not ours (gone, or another owner's)"),
             NodeVote::Failed(error) => write!(f, "{error}"),
+            NodeVote::NotAsked => f.write_str("not asked (known slow when locked; never held it)"),
         }
     }
 }

@@ -408,7 +408,8 @@ fn releasing_an_expired_lock_is_prompt_and_clear() {
     let t0 = Instant::now();
     let mut lock = acquired(&settings, t0);
     let later = t0 + Duration::from_secs(30);
-    let mut release = lock.release(later);
+    // Every node's story: the release waits for node 3.
+    let mut release = lock.release(later).every_node();
     let requests: Vec<_> = std::iter::from_fn(|| release.poll_request()).collect();
     release.handle_reply(Reply::to(&requests[0], Ok(Response::Int(-1))), later);
     release.handle_reply(Reply::to(&requests[1], Ok(Response::Int(0))), later);

@@ -160,7 +160,9 @@ fn a_fair_release_hands_over_once_it_is_queued_on_every_node() {
 /// An exclusive lock's release, of a client named `tag`, granted at `t0`
 /// and released at `t0 + 1 ms`; its requests.
 fn exclusive_release(settings: &Arc<Settings>, t0: Instant) -> (Release, Vec<Request>) {
-    let mut release = held(settings, LockSpec::Exclusive(b"job"), t0).release(t0 + MS);
+    let mut release = held(settings, LockSpec::Exclusive(b"job"), t0)
+        .release(t0 + MS)
+        .every_node();
     let requests = votes(&mut release);
     (release, requests)
 }

@@ -62,6 +62,7 @@ fn release_of(settings: &Settings, key: Key, round: u64, t0: Instant) -> Release
         RoundId(round),
         t0,
     )
+    .every_node()
 }
 
 fn requests(machine: &mut impl Machine) -> Vec<Request> {

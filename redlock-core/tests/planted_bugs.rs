@@ -3,7 +3,9 @@
 //! of seeded schedules. Run with
 //! `cargo nextest run -p redlock-core --features planted-bugs`.
 //!
-//! Caught here: validity from decision time (handed-out validity not covered
+//! Caught here: a release decided early (its report claims free a lock a
+//! quorum still holds, checked at the instant of every report),
+//! validity from decision time (handed-out validity not covered
 //! by a quorum of keys in true time; overlaps alone rarely show it), quorum
 //! N/2 and a duplicate vote counted twice (overlapping holds, the latter
 //! with duplicated replies). Not here: an extension counting a missing key
@@ -75,4 +77,18 @@ fn duplicate_vote_counted_is_caught_by_overlaps() {
     });
     println!("duplicate vote counted: first caught at seed {seed:?}");
     assert!(seed.is_some(), "not caught in 200 schedules");
+}
+
+/// A release that decides one confirmation early claims a lock free that a
+/// quorum still holds; the simulation checks every release's claim against
+/// the nodes at the instant it is made.
+#[test]
+fn release_decided_early_is_caught_by_its_claim() {
+    let clean = first_caught(None, 100, |o| !o.false_frees.is_empty());
+    assert_eq!(clean, None, "the correct core claimed a held lock free");
+    let seed = first_caught(Some(Bug::ReleaseDecidesEarly), 200, |o| {
+        !o.false_frees.is_empty()
+    });
+    assert!(seed.is_some(), "ReleaseDecidesEarly was not caught");
+    println!("ReleaseDecidesEarly: caught at seed {seed:?}");
 }

@@ -52,14 +52,15 @@ fn a_short_lived_lock_and_its_value_are_released_with_the_same_timeout() {
     };
 
     let t1 = t0 + 2 * MS;
-    let mut by_guard = lock.release(t1);
+    let mut by_guard = lock.release(t1).every_node();
     let mut by_value = Release::new(
         &settings,
         lock.key().clone(),
         lock.value().clone(),
         RoundId(1),
         t1,
-    );
+    )
+    .every_node();
     assert_eq!(by_guard.poll_timeout(), Some(t1 + 50 * MS));
     assert_eq!(by_value.poll_timeout(), by_guard.poll_timeout());
     let guard_requests: Vec<_> = std::iter::from_fn(|| by_guard.poll_request()).collect();
@@ -129,7 +130,8 @@ fn a_refused_notice_answered_twice_counts_once() {
         LockValue::from_string("0123456789abcdef0123"),
         RoundId(7),
         t0,
-    );
+    )
+    .every_node();
     let requests: Vec<Request> = std::iter::from_fn(|| release.poll_request()).collect();
     // Node 0 answers 2 (released, notice refused), and the same answer is
     // delivered again; the other nodes answer 1.

@@ -188,6 +188,9 @@ pub struct Outcome {
     /// quorum of nodes in true time (a node down counts as covering: it
     /// grants nothing), as (client, when).
     pub uncovered: Vec<(usize, Duration)>,
+    /// Releases that reported the lock free while our value was still on
+    /// a quorum of nodes, as (client, when).
+    pub false_frees: Vec<(usize, Duration)>,
 }
 
 impl Outcome {
@@ -382,6 +385,9 @@ enum ClientState {
     },
     Releasing {
         machine: Release,
+        /// The lock's key and our value, to check the report's claim.
+        key: Vec<u8>,
+        value: Vec<u8>,
     },
 }
 
@@ -744,7 +750,7 @@ impl World {
                 extension: Some(ext),
                 ..
             } => ext.handle_reply(reply, now),
-            ClientState::Releasing { machine } => machine.handle_reply(reply, now),
+            ClientState::Releasing { machine, .. } => machine.handle_reply(reply, now),
             _ => {}
         }
         self.step(client);
@@ -773,7 +779,7 @@ impl World {
                     schedule.handle_timeout(now);
                 }
             }
-            ClientState::Releasing { machine } => machine.handle_timeout(now),
+            ClientState::Releasing { machine, .. } => machine.handle_timeout(now),
         }
         self.step(client);
     }
@@ -903,12 +909,32 @@ impl World {
         }
     }
 
+    /// A release reported the lock free at this instant: our value must be
+    /// on fewer than a quorum of nodes (a node down counts as holding it:
+    /// it may come back with its data). Records it in
+    /// `Outcome::false_frees` when not.
+    fn check_freed(&mut self, client: usize, key: &[u8], value: &[u8]) {
+        let holding = self
+            .nodes
+            .iter()
+            .filter(|node| {
+                node.store
+                    .expiry_of(key, value, node.clock(self.now))
+                    .is_some()
+            })
+            .count();
+        if holding >= self.cfg.nodes / 2 + 1 {
+            self.outcome.false_frees.push((client, self.now));
+        }
+    }
+
     /// Drains the client's state machine: sends requests, handles events,
     /// moves between states, and re-arms the timer.
     fn step(&mut self, client: usize) {
         let now_instant = self.instant(self.now);
         let mut outgoing = Vec::new();
         let mut next = Next::Stay(None);
+        let mut freed = None;
         match &mut self.clients[client].state {
             ClientState::Idle => {}
             ClientState::Acquiring { target, machine } => {
@@ -991,7 +1017,11 @@ impl World {
                         *hold_end = (*hold_end).min(self.now);
                     }
                     self.outcome.releases += 1;
-                    next = Next::Release(lock.release(now_instant));
+                    next = Next::Release(
+                        lock.release(now_instant),
+                        lock.key().as_bytes().to_vec(),
+                        lock.value().as_bytes().to_vec(),
+                    );
                 } else {
                     if extension.is_none() && schedule.is_none() && self.cfg.extend {
                         let left = lock.validity(now_instant);
@@ -1023,16 +1053,28 @@ impl World {
                     next = Next::Stay(Some(wake));
                 }
             }
-            ClientState::Releasing { machine } => {
+            ClientState::Releasing {
+                machine,
+                key,
+                value,
+            } => {
                 outgoing.extend(std::iter::from_fn(|| machine.poll_request()));
                 next = match machine.poll_event() {
-                    Some(_) => Next::Idle { failed: false },
+                    Some(report) => {
+                        if report.frees_lock() {
+                            freed = Some((key.clone(), value.clone()));
+                        }
+                        Next::Idle { failed: false }
+                    }
                     None => Next::Stay(machine.poll_timeout()),
                 };
             }
         }
         for request in outgoing {
             self.send(client, request);
+        }
+        if let Some((key, value)) = freed {
+            self.check_freed(client, &key, &value);
         }
         match next {
             Next::Hold(key, lock) => {
@@ -1079,8 +1121,12 @@ impl World {
                 };
                 self.step(client);
             }
-            Next::Release(machine) => {
-                self.clients[client].state = ClientState::Releasing { machine };
+            Next::Release(machine, key, value) => {
+                self.clients[client].state = ClientState::Releasing {
+                    machine,
+                    key,
+                    value,
+                };
                 self.step(client);
             }
             Next::Idle { failed } => {
@@ -1103,7 +1149,7 @@ impl World {
 enum Next {
     Stay(Option<Instant>),
     Hold(Target, Lock),
-    Release(Release),
+    Release(Release, Vec<u8>, Vec<u8>),
     Idle { failed: bool },
 }
 
