@@ -828,9 +828,9 @@ impl<R: Rng> Acquisition<R> {
         let deadline = now + self.settings.release_timeout();
         let requests = round.fan_out(&self.keys, &self.kind, value, Command::Withdraw, deadline);
         // A node the attempt skipped (known slow) never saw its value.
-        let requests = requests.filter(|r| {
-            !round.skipped(r.node) && !(planted!(ReleaseSkipsTimedOut) && round.timed_out(r.node))
-        });
+        let requests = requests
+            .filter(|r| !round.skipped(r.node))
+            .filter(|r| !(planted!(ReleaseSkipsTimedOut) && round.timed_out(r.node)));
         self.requests.extend(requests);
         if last {
             self.queue_leave(round, value, now);
