@@ -923,7 +923,7 @@ impl World {
                     .is_some()
             })
             .count();
-        if holding >= self.cfg.nodes / 2 + 1 {
+        if holding >= redlock_core::quorum(self.cfg.nodes) {
             self.outcome.false_frees.push((client, self.now));
         }
     }
