@@ -316,7 +316,9 @@ async fn supervise(
 }
 
 async fn release(guard: LockGuard, key: &str, output: &Output) -> ReleaseReport {
-    let report = guard.release().await;
+    // The command's last word is every node's story: the process exits
+    // next, so nothing is left to finish in the background.
+    let report = guard.release().every_node().await;
     let level = if report.is_complete() {
         Level::Progress
     } else {

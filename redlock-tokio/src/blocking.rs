@@ -453,7 +453,8 @@ impl LockGuard {
     pub fn release(mut self) -> Result<ReleaseReport, Error> {
         outside_runtime()?;
         let guard = self.guard.take().expect("a live guard holds its lock");
-        self.shared.block_on(guard.release())
+        self.shared
+            .block_on(std::future::IntoFuture::into_future(guard.release()))
     }
 
     /// Stops tracking the lock without releasing it ([`crate::LockGuard::forget`]).

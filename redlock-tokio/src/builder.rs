@@ -321,6 +321,10 @@ impl Builder {
                 settings.node_timeout(),
                 settings.default_ttl().as_duration(),
             );
+            node = node.with_health(redlock_core::NodeHealth::for_node(
+                &settings,
+                redlock_core::NodeId(index),
+            ));
             if let Some(simulation) = &self.simulation {
                 node = node.simulated(index, simulation.clone());
             }

@@ -146,6 +146,22 @@ impl Redlock {
         self.inner.nodes.iter().filter(|n| n.is_connected()).count()
     }
 
+    /// The nodes known slow right now (`host:port/db`): each left several
+    /// requests in a row unanswered past the per-node timeout (a paused or
+    /// stalled master), so new acquires and extensions skip it, but for one
+    /// probe every four per-node timeouts, until it answers again.
+    /// Releases still go to it. Each change is logged at INFO and, with the
+    /// `metrics` feature, is the gauge `redlock_node_slow`.
+    pub fn slow_nodes(&self) -> Vec<&str> {
+        self.inner
+            .nodes
+            .iter()
+            .zip(self.nodes())
+            .filter(|(node, _)| node.is_slow())
+            .map(|(_, name)| name.as_str())
+            .collect()
+    }
+
     /// Waits until every request this client sends in the background has
     /// been answered or has reached its deadline (those of dropped guards,
     /// of cancelled or failed acquires, of slow nodes after a decision),
@@ -301,7 +317,9 @@ impl Redlock {
     /// Releases `value` on `resource` on every node: for a lock taken
     /// elsewhere (another process, a [`LockGuard::forget`]ed guard) whose
     /// value is known. Only that value is deleted; a key held by another
-    /// value is left alone.
+    /// value is left alone. It waits for every node's answer (or its
+    /// per-node timeout), for the complete per-node story an operator
+    /// wants ([`Releasing::every_node`](crate::Releasing::every_node)).
     pub async fn release_value(
         &self,
         resource: impl AsRef<[u8]>,
@@ -310,7 +328,8 @@ impl Redlock {
         let settings = self.settings();
         let key = settings.key(resource.as_ref());
         let span = info_span!("redlock.release", resource = %key);
-        let mut release = Release::new(settings, key, value.clone(), RoundId(0), crate::sim::now());
+        let mut release = Release::new(settings, key, value.clone(), RoundId(0), crate::sim::now())
+            .every_node();
         async {
             let report = drive(&mut release, self).await;
             self.log_release(&report);

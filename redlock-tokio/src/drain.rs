@@ -366,6 +366,11 @@ impl Task {
                 );
             } else {
                 self.fresh -= 1;
+                // What the nodes left unanswered by its deadline: the core
+                // counts it toward knowing a node slow.
+                for sent in batch.in_flight.iter() {
+                    sent.overdue(now);
+                }
                 let unanswered: FuturesUnordered<Sent> = batch
                     .in_flight
                     .into_iter()

@@ -67,16 +67,18 @@ pub(crate) fn send(nodes: &[Arc<Node>], request: Request) -> Sent {
     // which is the length of `nodes`.
     let node = Arc::clone(&nodes[request.node.0]);
     let deadline = request.deadline;
-    let must_arrive = request
-        .command
-        .must_arrive()
-        .then(|| (Arc::clone(&node), request.clone()));
+    let must_arrive = request.command.must_arrive().then(|| request.clone());
+    let sent_to = Arc::clone(&node);
     let mut future = Box::pin(async move {
         // The clock is read for the log line only, when someone listens.
         let started = tracing::enabled!(Level::DEBUG).then(Instant::now);
         // Unconstrained: Tokio's cooperative budget must not make the first
         // poll return before the request is queued.
         let reply = tokio::task::unconstrained(node.execute(&request)).await;
+        // A broken connection is no answer from the node.
+        if !matches!(&reply.result, Err(error) if error.kind == NodeErrorKind::Connection) {
+            node.answered(crate::sim::now());
+        }
         if request.command.must_arrive()
             && matches!(&reply.result, Err(error) if error.kind == NodeErrorKind::Connection)
         {
@@ -108,6 +110,7 @@ pub(crate) fn send(nodes: &[Arc<Node>], request: Request) -> Sent {
     Sent {
         deadline,
         state,
+        node: Some(sent_to),
         must_arrive,
     }
 }
@@ -117,9 +120,11 @@ pub(crate) struct Sent {
     /// The request's deadline: past it, the reply no longer counts.
     deadline: Instant,
     state: SentState,
-    /// The node and the request, for a request that must reach its node
+    /// The node it was sent to (none in a test of the drain).
+    node: Option<Arc<Node>>,
+    /// The request, if it must reach its node
     /// ([`Command::must_arrive`](redlock_core::Command::must_arrive)).
-    must_arrive: Option<(Arc<Node>, Request)>,
+    must_arrive: Option<Request>,
 }
 
 enum SentState {
@@ -138,6 +143,7 @@ impl Sent {
         Self {
             deadline,
             state: SentState::Pending(Box::pin(reply)),
+            node: None,
             must_arrive: None,
         }
     }
@@ -150,6 +156,14 @@ impl Sent {
     /// Whether the request must reach its node even past its deadline.
     pub(crate) fn must_arrive(&self) -> bool {
         self.must_arrive.is_some()
+    }
+
+    /// The request passed its deadline at `now` with no answer: its node
+    /// hears of it ([`Node::overdue`]).
+    pub(crate) fn overdue(&self, now: Instant) {
+        if let (SentState::Pending(_), Some(node)) = (&self.state, &self.node) {
+            node.overdue(now);
+        }
     }
 }
 
@@ -175,7 +189,9 @@ impl Drop for Sent {
         // request that must arrive only after one default TTL), or there was
         // none. The
         // connection would skip it unwritten, after the acquire it undoes.
-        if let (SentState::Pending(_), Some((node, request))) = (&self.state, &self.must_arrive) {
+        if let (SentState::Pending(_), Some(node), Some(request)) =
+            (&self.state, &self.node, &self.must_arrive)
+        {
             node.send_blocking(request);
         }
     }
@@ -253,10 +269,7 @@ where
     async fn drive(&mut self) -> M::Event {
         let mut timer = Timer::new();
         loop {
-            while let Some(request) = self.machine.poll_request() {
-                self.in_flight
-                    .push(send(self.client.node_handles(), request));
-            }
+            self.send_requests();
             if let Some(channels) = self.machine.poll_listen()
                 && let Some(notices) = self.client.notices()
             {
@@ -322,6 +335,22 @@ where
 }
 
 impl<M: Machine> Run<'_, M> {
+    /// Sends every request the machine queued, the moment it queues it,
+    /// unless the core's record of its node says not to
+    /// ([`Node::admit`]): the machine then hears at once that the node was
+    /// not asked ([`Reply::skipped`]).
+    fn send_requests(&mut self) {
+        while let Some(request) = self.machine.poll_request() {
+            let nodes = self.client.node_handles();
+            let now = crate::sim::now();
+            if nodes[request.node.0].admit(&request, now) {
+                self.in_flight.push(send(nodes, request));
+            } else {
+                self.machine.handle_reply(Reply::skipped(&request), now);
+            }
+        }
+    }
+
     /// Requests past their deadline count for the machine no more: they go
     /// to the background like those of a finished operation (releases and
     /// withdraws still arrive, anything else is dropped), so that a machine
@@ -398,10 +427,13 @@ impl<M: Machine> Drop for Run<'_, M> {
             .simulation()
             .is_some_and(crate::sim::Simulation::skips_cancelled_withdraws);
         while let Some(request) = self.machine.poll_request() {
-            if planted_bug {
+            let nodes = self.client.node_handles();
+            // What must arrive is always admitted; anything else a known
+            // slow node is not sent, and nobody reads its answer now.
+            if planted_bug || !nodes[request.node.0].admit(&request, now) {
                 continue;
             }
-            in_flight.push(send(self.client.node_handles(), request));
+            in_flight.push(send(nodes, request));
         }
         complete_in_background(in_flight, self.client);
     }

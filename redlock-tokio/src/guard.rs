@@ -231,20 +231,33 @@ impl LockGuard {
         }
     }
 
-    /// Releases the lock on every node (stopping its keep-alive first) and
-    /// reports what each did. Ends within one per-node timeout, also when
-    /// nodes are down or the lock has expired. Only our value is ever
-    /// deleted.
+    /// Releases the lock on every node (stopping its keep-alive first);
+    /// `.await` it for the report. It is decided as soon as the outcome is
+    /// certain: once fewer than a quorum of nodes can still hold our value
+    /// (with 5 nodes, once 3 answered), so a node that does not answer
+    /// costs nothing while the others answer; the deletes not waited for
+    /// go on in the background, in order on each node, and the report
+    /// counts them ([`ReleaseReport::pending`]). [`Releasing::every_node`]
+    /// waits for every node instead. Ends within one per-node timeout,
+    /// also when nodes are down or the lock has expired. Only our value is
+    /// ever deleted.
     ///
-    /// Cancel-safe: if this future is dropped, the release continues in the
+    /// Cancel-safe: if the future is dropped, the release continues in the
     /// background.
-    pub async fn release(mut self) -> ReleaseReport {
+    pub fn release(self) -> Releasing {
+        Releasing {
+            guard: self,
+            every_node: false,
+        }
+    }
+
+    async fn release_with(mut self, every_node: bool) -> ReleaseReport {
         self.stop_keep_alive().await;
         self.shared.end();
         let (mut lock, lost) = self
             .shared
             .with(|kept| (kept.lock.clone(), kept.loss.is_some()));
-        let report = release_lock(&self.client, &mut lock).await;
+        let report = release_lock(&self.client, &mut lock, every_node).await;
         if !lost {
             // A lost lock's hold ended with the loss.
             metrics::held(&lock, End::Released);
@@ -341,7 +354,7 @@ fn spawn_release(client: Redlock, lock: Lock, task: Option<JoinHandle<()>>) {
             // From the first poll of the release on, its requests are sent
             // and see to themselves (`driver::send`, rule 4).
             let mut lock = unreleased.lock.take().expect("taken only here");
-            release_lock(&unreleased.client, &mut lock).await;
+            release_lock(&unreleased.client, &mut lock, false).await;
         },
         &runtime,
     );
@@ -381,7 +394,7 @@ fn release_from_outside(unreleased: Unreleased, task: Option<JoinHandle<()>>) {
             let _ = task.await;
         }
         let mut lock = unreleased.lock.take().expect("taken only here");
-        release_lock(&unreleased.client, &mut lock).await;
+        release_lock(&unreleased.client, &mut lock, false).await;
         drop(done);
     });
     // Disconnected once the task is done or dropped.
@@ -406,10 +419,47 @@ impl Drop for Unreleased {
     }
 }
 
-pub(crate) async fn release_lock(client: &Redlock, lock: &mut Lock) -> ReleaseReport {
+/// A lock's release ([`LockGuard::release`]): `.await` it for the report.
+/// Dropped before it is awaited, the guard it holds is dropped, which
+/// releases the lock in the background.
+#[must_use = "a release does nothing until awaited (dropped, its guard releases in the background)"]
+#[derive(Debug)]
+pub struct Releasing {
+    guard: LockGuard,
+    every_node: bool,
+}
+
+impl Releasing {
+    /// Waits for every node's answer (or its per-node timeout) before
+    /// reporting, for the complete per-node story: no node is left
+    /// [`pending`](ReleaseReport::pending), at the cost of waiting for the
+    /// slowest node (one per-node timeout for a node that does not answer).
+    pub fn every_node(mut self) -> Self {
+        self.every_node = true;
+        self
+    }
+}
+
+impl std::future::IntoFuture for Releasing {
+    type Output = ReleaseReport;
+    type IntoFuture = std::pin::Pin<Box<dyn std::future::Future<Output = ReleaseReport> + Send>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(self.guard.release_with(self.every_node))
+    }
+}
+
+pub(crate) async fn release_lock(
+    client: &Redlock,
+    lock: &mut Lock,
+    every_node: bool,
+) -> ReleaseReport {
     let span = info_span!("redlock.release", resource = %lock.key());
     let started = crate::sim::now();
     let mut release = lock.release(started);
+    if every_node {
+        release = release.every_node();
+    }
     async {
         let report = drive(&mut release, client).await;
         client.log_release(&report);

@@ -440,7 +440,7 @@ mod tls;
 pub use builder::Builder;
 pub use client::Redlock;
 pub use error::Error;
-pub use guard::{LockGuard, LossSignal};
+pub use guard::{LockGuard, LossSignal, Releasing};
 pub use inspect::NodeInspection;
 pub use redlock_core::{
     AcquireError, ConfigError, ExtendError, KeepAlive, LossReason, ReleaseReport,

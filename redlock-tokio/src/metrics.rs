@@ -172,6 +172,7 @@ mod on {
     pub(crate) const NODE_ERRORS: &str = "redlock_node_errors_total";
     pub(crate) const NOTICES: &str = "redlock_release_notices_total";
     pub(crate) const NODE_MISSES: &str = "redlock_release_node_misses_total";
+    pub(crate) const NODE_SLOW: &str = "redlock_node_slow";
 
     static METADATA: Metadata<'static> =
         Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
@@ -191,7 +192,7 @@ mod on {
     const EXTEND_OUTCOMES: [&str; 5] = ["extended", "expired", "lost", "gone", "no_quorum"];
     const LOSS_REASONS: [&str; 5] = ["expired", "lost", "gone", "no_quorum", "extension_limit"];
     const RELEASE_OUTCOMES: [&str; 3] = ["released", "not_held", "incomplete"];
-    const NODE_ERROR_KINDS: [&str; 7] = [
+    const NODE_ERROR_KINDS: [&str; 8] = [
         "timeout",
         "connection",
         "auth",
@@ -199,6 +200,7 @@ mod on {
         "server",
         "protocol",
         "tls",
+        "slow",
     ];
 
     /// One key per (kind, outcome), built once.
@@ -328,7 +330,14 @@ mod on {
             NODE_ERRORS,
             Unit::Count,
             "Failed votes by node (host:port/db) and error: timeout, connection, auth, \
-             wrong_type, server, protocol, tls"
+             wrong_type, server, protocol, tls, slow (not asked: known slow)"
+        );
+        ::metrics::describe_gauge!(
+            NODE_SLOW,
+            Unit::Count,
+            "1 while the node (host:port/db) is known slow: it left several requests in a row \
+             unanswered past their timeout, and new acquires skip it (one probe at intervals) \
+             until it answers; 0 once it answers again"
         );
         describe_counter!(
             NOTICES,
@@ -425,6 +434,16 @@ mod on {
         count(&LOSS_KEYS[index]);
     }
 
+    /// A node became known slow (`true`) or trusted again.
+    pub(crate) fn node_slow(node: &str, slow: bool) {
+        let key = Key::from_parts(NODE_SLOW, vec![Label::new("node", node.to_owned())]);
+        ::metrics::with_recorder(|recorder| {
+            recorder
+                .register_gauge(&key, &METADATA)
+                .set(if slow { 1.0 } else { 0.0 })
+        });
+    }
+
     /// A release's report.
     pub(crate) fn node_misses(misses: usize) {
         if misses > 0 {
@@ -502,6 +521,7 @@ mod on {
                 NodeErrorKind::WrongType => 3,
                 NodeErrorKind::Protocol => 5,
                 NodeErrorKind::Tls => 6,
+                NodeErrorKind::Slow => 7,
                 _ => 4,
             };
             if let Some(node) = self.0.get(index) {
@@ -574,6 +594,9 @@ mod off {
 
     #[inline(always)]
     pub(crate) fn node_misses(_: usize) {}
+
+    #[inline(always)]
+    pub(crate) fn node_slow(_: &str, _: bool) {}
 
     #[derive(Clone)]
     pub(crate) struct Nodes;

@@ -22,7 +22,7 @@
 use std::borrow::Cow;
 use std::fmt;
 use std::sync::{Arc, LazyLock, Mutex, PoisonError, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster::ClusterClient;
@@ -33,7 +33,8 @@ use redis::{
     Value,
 };
 use redlock_core::{
-    Argument, Call, Native, NodeError, NodeErrorKind, NodeFacts, Reply, Request, Response, scripts,
+    Argument, Call, HealthChange, Native, NodeError, NodeErrorKind, NodeFacts, NodeHealth, NodeId,
+    Reply, Request, Response, scripts,
 };
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
@@ -162,6 +163,9 @@ pub(crate) struct Node {
     /// Set in a simulation only: this node's index and the simulation's
     /// connector and RNG ([`Simulation`]).
     simulation: Option<(usize, Simulation)>,
+    /// What the core knows of this node's recent answers: whether new
+    /// requests still go to it ([`admit`](Self::admit)).
+    health: Mutex<NodeHealth>,
 }
 
 /// A plain blocking connection, for releases sent when no runtime can send
@@ -212,6 +216,69 @@ impl Node {
             }),
             order: Order::default(),
             simulation: None,
+            health: Mutex::new(NodeHealth::new(NodeId(0), node_timeout * 4)),
+        }
+    }
+
+    /// This node with the core's health record for it (node `index` of the
+    /// client's settings).
+    pub(crate) fn with_health(mut self, health: NodeHealth) -> Self {
+        self.health = Mutex::new(health);
+        self
+    }
+
+    fn health(&self) -> std::sync::MutexGuard<'_, NodeHealth> {
+        // Every update of the record is one call of the core's, which
+        // cannot leave it half-written.
+        self.health
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether the core sends `request` to this node now (see
+    /// [`NodeHealth::admit`]).
+    pub(crate) fn admit(&self, request: &Request, now: Instant) -> bool {
+        self.health().admit(request, now)
+    }
+
+    /// Whether this node is known slow.
+    pub(crate) fn is_slow(&self) -> bool {
+        self.health().is_slow()
+    }
+
+    /// The node answered a request at `now`.
+    pub(crate) fn answered(&self, now: Instant) {
+        let change = self.health().handle_answer(now);
+        self.health_changed(change);
+    }
+
+    /// A request to this node passed its deadline unanswered at `now`.
+    pub(crate) fn overdue(&self, now: Instant) {
+        let change = self.health().handle_overdue(now);
+        self.health_changed(change);
+    }
+
+    fn health_changed(&self, change: Option<HealthChange>) {
+        match change {
+            Some(HealthChange::Slow { .. }) => {
+                info!(
+                    node = %self.name,
+                    "node known slow: {} requests in a row unanswered past their timeout; \
+                     new acquires skip it, one probe every {} ms, until it answers",
+                    redlock_core::SLOW_AFTER,
+                    self.health().probe_every().as_millis()
+                );
+                crate::metrics::node_slow(&self.name, true);
+            }
+            Some(HealthChange::Trusted { after, .. }) => {
+                info!(
+                    node = %self.name,
+                    slow_ms = after.as_millis() as u64,
+                    "node answers again; trusted"
+                );
+                crate::metrics::node_slow(&self.name, false);
+            }
+            _ => {}
         }
     }
 
