@@ -279,7 +279,7 @@ pub(crate) fn run(
         crate::progress(&format!(
             "(k) {}: {} per contender",
             state.label(nodes),
-            humantime(plan.phase)
+            seconds(plan.phase)
         ));
         let slowed = match state {
             State::Slowed => Some(Slowed::start(
@@ -308,11 +308,11 @@ pub(crate) fn run(
         }
         out.states.push((state, phases));
     }
-    crate::progress(&format!("(k) done in {}", humantime(started.elapsed())));
+    crate::progress(&format!("(k) done in {}", seconds(started.elapsed())));
     Ok(out)
 }
 
-pub(crate) fn humantime(duration: Duration) -> String {
+pub(crate) fn seconds(duration: Duration) -> String {
     format!("{:.1} s", duration.as_secs_f64())
 }
 

@@ -757,7 +757,7 @@ fn faults_table(out: &mut String, faults: &Faults) {
          every {} ms, in MiB.\n",
         faults.tasks,
         faults.nodes,
-        crate::faults::humantime(plan.phase),
+        crate::faults::seconds(plan.phase),
         plan.warm_up.as_millis(),
         crate::faults::GRACE.as_millis(),
         crate::faults::SLOW_ROUND_TRIP.as_millis(),
