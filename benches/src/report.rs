@@ -749,8 +749,8 @@ fn faults_table(out: &mut String, faults: &Faults) {
          empty after the phase. Slowed: for this state both contenders get new clients \
          whose connections to that master pass through a proxy adding {} ms to every round \
          trip. This library's per-node timeout: {} ms; rslock waits up to redis' 500 ms \
-         response timeout. \"vs healthy\": cycles/s over the same contender's healthy \
-         phase. Acquire latency in ms. Keys left: the phase's keys on every master after \
+         response timeout. \"vs healthy\": cycles/s over the mean of the same contender's \
+         two healthy phases, the first and the last. Acquire latency in ms. Keys left: the phase's keys on every master after \
          the fault ended, this library's `shutdown` and {} ms for a resumed master (0 when \
          every lock was released). RSS: this process's resident set (every client of the \
          run and the proxy) at the phase's start, at its deadline, and the peak of samples \
@@ -817,7 +817,7 @@ fn faults_table(out: &mut String, faults: &Faults) {
                     kind.label().to_owned(),
                     phase.cycles.to_string(),
                     format!("{:.0}", phase.per_second()),
-                    if *state == State::Healthy {
+                    if matches!(state, State::Healthy | State::HealthyAgain) {
                         String::new()
                     } else {
                         faults
