@@ -27,10 +27,11 @@
 //! - (k) throughput under faults ([`faults`]): (b)'s 64 tasks on distinct
 //!   keys, this library and rslock, healthy, then with one and two masters
 //!   paused, one killed (restarted empty after), one slowed by 20 ms per
-//!   round trip (through a delaying proxy): cycles/s and the ratio to the
-//!   same contender's healthy phase, acquire p50/p99, failures, keys left
-//!   on the masters once the fault ended, and this process's resident set.
-//!   Run last, as it kills and restarts masters.
+//!   round trip (through a delaying proxy), then healthy again: cycles/s
+//!   and the ratio to the mean of the same contender's two healthy phases,
+//!   acquire p50/p99, failures, keys left on the masters once the fault
+//!   ended, and this process's resident set. Run last, as it kills and
+//!   restarts masters.
 //!
 //! Contenders take turns, and their order rotates: by cycle in (a) and (d),
 //! by round in (b) and (c), whose round counts are whole rotations, so every
@@ -46,8 +47,8 @@
 //!
 //! `paused1_throughput_vs_healthy` and `paused2_throughput_vs_healthy` are
 //! (k)'s: this library's cycles/s with one, then two, masters paused, over
-//! its healthy phase's (`n/a` where (k) did not run, or with too few
-//! masters for two).
+//! the mean of its two healthy phases (`n/a` where (k) did not run, or with
+//! too few masters for two).
 //!
 //! ```text
 //! redlock-bench [--quick] [--nodes 1|3|5|7] [--only abcdejk]

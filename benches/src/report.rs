@@ -73,7 +73,7 @@ pub(crate) struct Summary {
     /// second of every contender).
     pub(crate) contention_held_share: Option<f64>,
     /// (k): ours' cycles per second with one master paused, then two, over
-    /// its healthy phase's.
+    /// the mean of its two healthy phases.
     pub(crate) paused1_throughput_vs_healthy: Option<f64>,
     pub(crate) paused2_throughput_vs_healthy: Option<f64>,
 }
