@@ -23,22 +23,35 @@
 //!   then 4 clients of 2 tasks, without and with the fair option, on one
 //!   key, each holding it 20 ms: worst
 //!   wait over the fair cycle, Jain's index of the grants, hand-over gap
-//!   p50/p99. Printed after the tables, not in the report file.
+//!   p50/p99. Printed after the tables, not in the report file;
+//! - (k) throughput under faults ([`faults`]): (b)'s 64 tasks on distinct
+//!   keys, this library and rslock, healthy, then with one and two masters
+//!   paused, one killed (restarted empty after), one slowed by 20 ms per
+//!   round trip (through a delaying proxy), then healthy again: cycles/s
+//!   and the ratio to the mean of the same contender's two healthy phases,
+//!   acquire p50/p99, failures, keys left on the masters once the fault
+//!   ended, and this process's resident set. Run last, as it kills and
+//!   restarts masters.
 //!
 //! Contenders take turns, and their order rotates: by cycle in (a) and (d),
 //! by round in (b) and (c), whose round counts are whole rotations, so every
-//! contender runs in every position equally often.
+//! contender runs in every position equally often; by fault state in (k).
 //!
 //! It writes a markdown report and an SVG chart to the output folder, named
 //! after the server (`redis-nodes-5.md`, `valkey-nodes-5.svg`), prints
 //! the tables, and ends with one line a script can read:
 //!
 //! ```text
-//! bench summary: acquire_p50_vs_floor=R acquire_p99_vs_rslock=R release_p50_vs_rslock=R throughput_vs_rslock=R throughput_vs_floor=R cpu_per_cycle_vs_floor=R paused_p50_vs_healthy=R commands_per_acquire=C commands_per_release=C throughput_vs_safe_floor=R cpu_per_cycle_vs_safe_floor=R node_misses=N keys_left=N gap_p99_in_round_trips=R
+//! bench summary: acquire_p50_vs_floor=R acquire_p99_vs_rslock=R release_p50_vs_rslock=R throughput_vs_rslock=R throughput_vs_floor=R cpu_per_cycle_vs_floor=R paused_p50_vs_healthy=R commands_per_acquire=C commands_per_release=C throughput_vs_safe_floor=R cpu_per_cycle_vs_safe_floor=R node_misses=N keys_left=N gap_p99_in_round_trips=R contention_vs_rslock=R contention_held_share=S paused1_throughput_vs_healthy=R paused2_throughput_vs_healthy=R
 //! ```
 //!
+//! `paused1_throughput_vs_healthy` and `paused2_throughput_vs_healthy` are
+//! (k)'s: this library's cycles/s with one, then two, masters paused, over
+//! the mean of its two healthy phases (`n/a` where (k) did not run, or with
+//! too few masters for two).
+//!
 //! ```text
-//! redlock-bench [--quick] [--nodes 1|3|5|7] [--only abcdej]
+//! redlock-bench [--quick] [--nodes 1|3|5|7] [--only abcdejk]
 //!               [--contenders ours,rslock,floor,script-floor]
 //!               [--out DIR] [--ttl-ms MS] [--retry-jitter-ms MS]
 //! ```
@@ -81,6 +94,7 @@ mod cluster_report;
 mod contenders;
 mod cpu;
 mod fairness;
+mod faults;
 mod memory;
 mod monitor;
 mod report;
@@ -118,6 +132,8 @@ struct Plan {
     command_operations: u64,
     /// How long each shape of (j) runs.
     fairness: Duration,
+    /// How long each phase of (k) runs.
+    faults: faults::FaultPlan,
 }
 
 impl Plan {
@@ -141,6 +157,7 @@ impl Plan {
             },
             command_operations: 200,
             fairness: Duration::from_secs(10),
+            faults: faults::FaultPlan::full(),
         }
     }
 
@@ -164,13 +181,14 @@ impl Plan {
             },
             command_operations: 50,
             fairness: Duration::from_secs(1),
+            faults: faults::FaultPlan::quick(),
         }
     }
 }
 
 struct Args {
     quick: bool,
-    /// Which scenarios to run, as letters: "abcdej" by default.
+    /// Which scenarios to run, as letters: "abcdejk" by default.
     only: String,
     /// Which contenders to run (all by default): for profiling one alone.
     kinds: Vec<Kind>,
@@ -190,7 +208,7 @@ struct Args {
     scaling: bool,
 }
 
-const USAGE: &str = "usage: redlock-bench [--quick] [--nodes 1|3|5|7] [--only abcdej] [--contenders ours,rslock,floor,script-floor] [--out DIR] [--ttl-ms MS] [--retry-jitter-ms MS]
+const USAGE: &str = "usage: redlock-bench [--quick] [--nodes 1|3|5|7] [--only abcdejk] [--contenders ours,rslock,floor,script-floor] [--out DIR] [--ttl-ms MS] [--retry-jitter-ms MS]
        redlock-bench --shards 0,1,3 [--nodes N] [--quick] [--tasks N] [--memory-locks N] [--out DIR] [--ttl-ms MS]
        redlock-bench --memory [--shards 0,1,3] [--memory-locks N] [--out DIR]
        redlock-bench --scaling [--quick] [--contenders ours,rslock,floor,safe-floor] [--out DIR]";
@@ -198,7 +216,7 @@ const USAGE: &str = "usage: redlock-bench [--quick] [--nodes 1|3|5|7] [--only ab
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
         quick: false,
-        only: "abcdej".to_owned(),
+        only: "abcdejk".to_owned(),
         kinds: Kind::ALL.to_vec(),
         nodes: None,
         out: None,
@@ -265,8 +283,8 @@ fn parse_args() -> Result<Args, String> {
                     args.scaling = true;
                     continue;
                 }
-                if args.only.is_empty() || !args.only.chars().all(|c| "abcdej".contains(c)) {
-                    return Err("--only: letters among a, b, c, d, e, j".to_owned());
+                if args.only.is_empty() || !args.only.chars().all(|c| "abcdejk".contains(c)) {
+                    return Err("--only: letters among a, b, c, d, e, j, k".to_owned());
                 }
             }
             "--contenders" => {
@@ -497,6 +515,24 @@ fn run(args: &Args) -> Result<String, String> {
             ))?);
         }
     }
+    // Last: it kills and restarts masters.
+    let mut faults = faults::Faults::default();
+    if runs('k') && faults::states(nodes).is_empty() {
+        progress("(k) skipped: a single node cannot lose any");
+    } else if runs('k') {
+        progress(&format!(
+            "(k) {} tasks on distinct keys under faults, {:?} per phase",
+            plan.tasks, plan.faults.phase
+        ));
+        faults = faults::run(
+            &runtime,
+            &cluster,
+            &contenders,
+            &all,
+            plan.tasks,
+            plan.faults,
+        )?;
+    }
     drop(contenders);
     runtime.shutdown_timeout(Duration::from_secs(1));
     drop(cluster);
@@ -507,6 +543,7 @@ fn run(args: &Args) -> Result<String, String> {
         contention,
         paused,
         commands,
+        faults,
     };
     let info = RunInfo {
         date: command_output("date", &["-u", "+%Y-%m-%d"]).unwrap_or_else(|| "unknown".into()),

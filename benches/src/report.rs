@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use crate::contenders::Kind;
+use crate::faults::{Faults, State};
 use crate::scenarios::{Commands, Contention, PausedLevel, Sequential, Throughput};
 use crate::stats::{Latencies, ms, ratio, ratio_value, us};
 
@@ -14,6 +15,7 @@ pub(crate) struct Results {
     pub(crate) contention: BTreeMap<Kind, Contention>,
     pub(crate) paused: Vec<PausedLevel>,
     pub(crate) commands: BTreeMap<Kind, Commands>,
+    pub(crate) faults: Faults,
 }
 
 /// How the run was made, for the report's header.
@@ -70,6 +72,10 @@ pub(crate) struct Summary {
     /// (1.0: never idle; the 1 ms of work under it bounds the holds per
     /// second of every contender).
     pub(crate) contention_held_share: Option<f64>,
+    /// (k): ours' cycles per second with one master paused, then two, over
+    /// the mean of its two healthy phases.
+    pub(crate) paused1_throughput_vs_healthy: Option<f64>,
+    pub(crate) paused2_throughput_vs_healthy: Option<f64>,
 }
 
 fn get<T>(map: &BTreeMap<Kind, T>, kind: Kind) -> Option<&T> {
@@ -154,6 +160,8 @@ impl Summary {
             contention_held_share: get(&results.contention, Kind::Ours)
                 .map(Contention::held_share)
                 .filter(|share| share.is_finite()),
+            paused1_throughput_vs_healthy: results.faults.vs_healthy(State::Paused(1), Kind::Ours),
+            paused2_throughput_vs_healthy: results.faults.vs_healthy(State::Paused(2), Kind::Ours),
         }
     }
 
@@ -168,7 +176,8 @@ impl Summary {
              cpu_per_cycle_vs_floor={} paused_p50_vs_healthy={} commands_per_acquire={} \
              commands_per_release={} throughput_vs_safe_floor={} \
              cpu_per_cycle_vs_safe_floor={} node_misses={} keys_left={} \
-             gap_p99_in_round_trips={} contention_vs_rslock={} contention_held_share={}",
+             gap_p99_in_round_trips={} contention_vs_rslock={} contention_held_share={} \
+             paused1_throughput_vs_healthy={} paused2_throughput_vs_healthy={}",
             f(self.acquire_p50_vs_floor),
             f(self.acquire_p99_vs_rslock),
             f(self.release_p50_vs_rslock),
@@ -185,6 +194,8 @@ impl Summary {
             f(self.gap_p99_in_round_trips),
             f(self.contention_vs_rslock),
             f(self.contention_held_share),
+            f(self.paused1_throughput_vs_healthy),
+            f(self.paused2_throughput_vs_healthy),
         )
     }
 
@@ -282,11 +293,11 @@ impl Summary {
     }
 }
 
-fn row(out: &mut String, cells: &[String]) {
+pub(crate) fn row(out: &mut String, cells: &[String]) {
     let _ = writeln!(out, "| {} |", cells.join(" | "));
 }
 
-fn header(out: &mut String, cells: &[&str]) {
+pub(crate) fn header(out: &mut String, cells: &[&str]) {
     let _ = writeln!(out, "| {} |", cells.join(" | "));
     let _ = writeln!(
         out,
@@ -323,6 +334,7 @@ pub(crate) fn tables(results: &Results, info: &RunInfo) -> String {
     contention_table(&mut out, results, info);
     paused_table(&mut out, results);
     commands_table(&mut out, results);
+    faults_table(&mut out, &results.faults);
     out
 }
 
@@ -711,6 +723,146 @@ fn commands_table(out: &mut String, results: &Results) {
         );
     }
     out.push('\n');
+}
+
+fn mib(kib: u64) -> String {
+    if kib == 0 {
+        return "n/a".to_owned();
+    }
+    format!("{:.1}", kib as f64 / 1024.0)
+}
+
+/// (k), from [`crate::faults`].
+fn faults_table(out: &mut String, faults: &Faults) {
+    let Some(plan) = faults.plan.filter(|_| !faults.states.is_empty()) else {
+        return;
+    };
+    let _ = writeln!(
+        out,
+        "### (k) Throughput under faults\n\n\
+         {} tasks of one client, each cycling lock then release on keys of its own, \
+         against {} masters; the faulted masters are the last ones. Each contender's \
+         phase is on its own: the fault starts with it and ends after it. {} per phase, \
+         the first {} ms not counted; at the deadline no task starts another cycle, those \
+         in flight get {} ms to end (so that their locks are released), then are cut off \
+         (aborted). Paused: `SIGSTOP`. Killed: `SIGKILL`, connections refused; restarted \
+         empty after the phase. Slowed: for this state both contenders get new clients \
+         whose connections to that master pass through a proxy adding {} ms to every round \
+         trip. This library's per-node timeout: {} ms; rslock waits up to redis' 500 ms \
+         response timeout. \"vs healthy\": cycles/s over the mean of the same contender's \
+         two healthy phases, the first and the last. Acquire latency in ms. Keys left: the phase's keys on every master after \
+         the fault ended, this library's `shutdown` and {} ms for a resumed master (0 when \
+         every lock was released). RSS: this process's resident set (every client of the \
+         run and the proxy) at the phase's start, at its deadline, and the peak of samples \
+         every {} ms, in MiB.\n",
+        faults.tasks,
+        faults.nodes,
+        crate::faults::seconds(plan.phase),
+        plan.warm_up.as_millis(),
+        crate::faults::GRACE.as_millis(),
+        crate::faults::SLOW_ROUND_TRIP.as_millis(),
+        faults.node_timeout.as_millis(),
+        crate::faults::SETTLE.as_millis(),
+        crate::faults::RSS_EVERY.as_millis(),
+    );
+    if let Some((through, direct)) = faults.ping_slowed {
+        let _ = writeln!(
+            out,
+            "A `PING` to the slowed master through the proxy, its delay on: {} ms (p50 of \
+             {}, one after the other); straight to it: {} ms.\n",
+            ms(through),
+            crate::faults::PINGS,
+            ms(direct)
+        );
+    }
+    header(
+        out,
+        &[
+            "state",
+            "contender",
+            "cycles",
+            "cycles/s",
+            "vs healthy",
+            "acquire p50",
+            "acquire p99",
+            "failed",
+            "cut off",
+            "keys left",
+            "RSS start",
+            "at deadline",
+            "peak",
+        ],
+    );
+    for (state, phases) in &faults.states {
+        let label = state.label(faults.nodes);
+        for (&kind, phase) in phases {
+            let keys = if phase.keys_left_total() == 0 {
+                "0".to_owned()
+            } else {
+                format!(
+                    "{} ({})",
+                    phase.keys_left_total(),
+                    phase
+                        .keys_left
+                        .iter()
+                        .map(u64::to_string)
+                        .collect::<Vec<_>>()
+                        .join("+")
+                )
+            };
+            row(
+                out,
+                &[
+                    label.clone(),
+                    kind.label().to_owned(),
+                    phase.cycles.to_string(),
+                    format!("{:.0}", phase.per_second()),
+                    if matches!(state, State::Healthy | State::HealthyAgain) {
+                        String::new()
+                    } else {
+                        faults
+                            .vs_healthy(*state, kind)
+                            .map_or_else(|| "n/a".to_owned(), |r| format!("{r:.2}x"))
+                    },
+                    ms(phase.acquire.p50()),
+                    ms(phase.acquire.p99()),
+                    phase.failures.to_string(),
+                    phase.cut_off.to_string(),
+                    keys,
+                    mib(phase.rss_start),
+                    mib(phase.rss_end),
+                    mib(phase.rss_peak),
+                ],
+            );
+        }
+        if let (Some(ours), Some(theirs)) = (phases.get(&Kind::Ours), phases.get(&Kind::Rslock)) {
+            let mut cells = vec![
+                label.clone(),
+                "**ours / rslock**".to_owned(),
+                String::new(),
+                ratio(ours.per_second(), theirs.per_second()),
+                String::new(),
+                ratio(ours.acquire.p50(), theirs.acquire.p50()),
+                ratio(ours.acquire.p99(), theirs.acquire.p99()),
+            ];
+            cells.resize(13, String::new());
+            row(out, &cells);
+        }
+    }
+    out.push('\n');
+    for (state, phases) in &faults.states {
+        for (kind, phase) in phases {
+            for (error, count) in &phase.errors {
+                let _ = writeln!(
+                    out,
+                    "- {}, {}: {count} x `{}`",
+                    state.label(faults.nodes),
+                    kind.label(),
+                    error.replace('`', "'")
+                );
+            }
+        }
+    }
 }
 
 /// The whole report file: header, tables, targets, summary.

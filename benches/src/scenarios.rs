@@ -32,7 +32,7 @@ pub(crate) fn fair_rounds<T>(rounds: usize, kinds: &[T]) -> usize {
 }
 
 /// `kinds` rotated by `turn`, so that nobody always goes first.
-fn rotated(kinds: &[Kind], turn: usize) -> Vec<Kind> {
+pub(crate) fn rotated(kinds: &[Kind], turn: usize) -> Vec<Kind> {
     let mut order = kinds.to_vec();
     if !order.is_empty() {
         let len = order.len();
