@@ -187,13 +187,14 @@ impl Setup {
 }
 
 /// The names of the properties, in the order they are checked.
-pub const PROPERTIES: [&str; 9] = [
+pub const PROPERTIES: [&str; 10] = [
     MUTUAL_EXCLUSION,
     COVERED,
     FENCING,
     NO_STALE_HOLD,
     OPERATOR,
     CLEAN_UP,
+    RELEASE_CLAIM,
     NO_STANDOFF,
     SERVED_WITHIN,
     NOTHING_LEFT,
@@ -211,6 +212,16 @@ pub const NO_STALE_HOLD: &str = "no holding reported after the validity ran out"
 pub const OPERATOR: &str = "operator release never undone by an extension";
 /// A failed attempt queues a withdraw to every master it may have set.
 pub const CLEAN_UP: &str = "failed attempt withdraws everywhere";
+/// A release that reports the lock free ([`ReleaseReport::frees_lock`],
+/// given as soon as the outcome is certain, before every master answered)
+/// is right at that instant: fewer than a quorum of masters hold its value
+/// (a master that is down and will come back with its data counts as
+/// holding). The deletes not waited for are still in flight and land
+/// later, as an adapter's background drain delivers them.
+///
+/// [`ReleaseReport::frees_lock`]: redlock_core::ReleaseReport::frees_lock
+pub const RELEASE_CLAIM: &str =
+    "a release reports the lock free only when fewer than a quorum of masters hold its value";
 /// Fair locks: the waiters never all wait for nothing (a deadlock: every
 /// waiter turned away by the queues on a key free on every master that
 /// answers, nobody served). A liveness property, made finite in two parts:
@@ -454,7 +465,8 @@ enum Phase {
         extension: Option<(Box<Extension>, u64)>,
         extensions_left: u8,
     },
-    Releasing(Box<Release>),
+    /// The release in flight and the value it releases.
+    Releasing(Box<Release>, LockValue),
 }
 
 #[derive(Clone, Debug)]
@@ -544,6 +556,11 @@ pub struct State {
     /// ahead of the request before it: the master was down, the request
     /// was lost or overtook. Their entries may stay there.
     leave_missed: Vec<(Arc<str>, usize)>,
+    /// Releases (or withdraws) that ran on a master ahead of an earlier
+    /// request of the same value that may set it (they overtook it): the
+    /// value may come back there after the release, against the per-node
+    /// order a release's claim relies on (see [`RELEASE_CLAIM`]).
+    ran_ahead: Vec<(LockValue, usize)>,
     highest_token: u64,
     /// Properties broken by a transition (checked by the flag properties),
     /// with what happened.
@@ -666,9 +683,10 @@ impl RedlockModel {
             let mut w = HashWriter(&mut hasher);
             let _ = write!(
                 w,
-                "{}|{:?}|{:?}|{}|{:?}|{}|{}|{}|{:?}|{}|{:?}",
+                "{}|{:?}|{:?}|{:?}|{}|{:?}|{}|{}|{}|{:?}|{}|{:?}",
                 state.now,
                 state.leave_missed,
+                state.ran_ahead,
                 state.out_held,
                 state.delays_left,
                 state.nodes,
@@ -721,12 +739,14 @@ impl RedlockModel {
     /// Drains the client's machine after an input, as an adapter does.
     fn step(&self, state: &mut State, c: usize) {
         let now = self.instant(state.now);
+        let tick = state.now;
         let mut served = false;
         let State {
             clients,
             out,
             nodes,
             released,
+            ran_ahead,
             ..
         } = state;
         let client = &mut clients[c];
@@ -887,14 +907,43 @@ impl RedlockModel {
                     while let Some(request) = release.poll_request() {
                         send(request, &mut client.attempt_value);
                     }
-                    next = Some(Phase::Releasing(Box::new(release)));
+                    next = Some(Phase::Releasing(Box::new(release), lock.value().clone()));
                 }
             }
-            Phase::Releasing(machine) => {
+            Phase::Releasing(machine, value) => {
                 while let Some(request) = machine.poll_request() {
                     send(request, &mut client.attempt_value);
                 }
-                if machine.poll_event().is_some() {
+                if let Some(report) = machine.poll_event() {
+                    // The release's requests still in flight stay in the
+                    // network and reach their masters (an adapter's
+                    // background drain); their answers go to nobody.
+                    if report.frees_lock() {
+                        let holding: Vec<usize> = nodes
+                            .iter()
+                            .enumerate()
+                            .filter(|&(n, node)| {
+                                (node.up || self.setup.keep_data)
+                                    && node.live(tick) == Some(value)
+                                    && !ran_ahead.contains(&(value.clone(), n))
+                            })
+                            .map(|(n, _)| n)
+                            .collect();
+                        if holding.len() >= self.setup.quorum() {
+                            broken.push((
+                                RELEASE_CLAIM,
+                                format!(
+                                    "c{c}'s release reported {} free ({report}) while {} still held it",
+                                    value_name(value),
+                                    holding
+                                        .iter()
+                                        .map(|n| format!("n{n}"))
+                                        .collect::<Vec<_>>()
+                                        .join(",")
+                                ),
+                            ));
+                        }
+                    }
                     next = Some(Phase::Idle);
                 }
             }
@@ -938,7 +987,7 @@ impl RedlockModel {
                 extension: Some((machine, _)),
                 ..
             } => machine.handle_reply(reply, now),
-            Phase::Releasing(machine) => machine.handle_reply(reply, now),
+            Phase::Releasing(machine, _) => machine.handle_reply(reply, now),
             _ => return,
         }
         self.step(state, c);
@@ -1246,7 +1295,7 @@ impl RedlockModel {
                         ""
                     }
                 ),
-                Phase::Releasing(_) => "releasing".to_string(),
+                Phase::Releasing(_, value) => format!("releasing {}", value_name(value)),
             };
             let _ = write!(text, "c{c}: {phase}  ");
         }
@@ -1366,6 +1415,7 @@ impl Model for RedlockModel {
             operator_left: self.setup.operator,
             released: Vec::new(),
             leave_missed: Vec::new(),
+            ran_ahead: Vec::new(),
             highest_token: 0,
             broken: Vec::new(),
             fingerprint: 0,
@@ -1489,7 +1539,7 @@ impl Model for RedlockModel {
                             extension: Some((m, _)),
                             ..
                         } if m.poll_timeout().is_some_and(|t| t <= at) => m.handle_timeout(at),
-                        Phase::Releasing(m) if m.poll_timeout().is_some_and(|t| t <= at) => {
+                        Phase::Releasing(m, _) if m.poll_timeout().is_some_and(|t| t <= at) => {
                             m.handle_timeout(at)
                         }
                         _ => {}
@@ -1559,7 +1609,8 @@ impl Model for RedlockModel {
                 let at = now(&state);
                 if let Phase::Holding { lock, .. } = &mut state.clients[c].phase {
                     let release = lock.release(at);
-                    state.clients[c].phase = Phase::Releasing(Box::new(release));
+                    let value = lock.value().clone();
+                    state.clients[c].phase = Phase::Releasing(Box::new(release), value);
                 }
                 self.step(&mut state, c);
             }
@@ -1599,6 +1650,24 @@ impl Model for RedlockModel {
                 let request = state.out[c][n].remove(1)?;
                 // A leave ahead of the acquire it follows undoes nothing.
                 Self::note_leave_missed(&mut state, &request);
+                // A release ahead of a request that may set its value
+                // leaves the value there once that one runs.
+                let ahead = &state.out[c][n][0];
+                let sets = matches!(
+                    ahead.command,
+                    Command::Acquire { .. }
+                        | Command::AcquireFenced { .. }
+                        | Command::Restore { .. }
+                );
+                if sets
+                    && ahead.value == request.value
+                    && matches!(request.command, Command::Release | Command::Withdraw)
+                {
+                    let ran = (request.value.clone(), n);
+                    if !state.ran_ahead.contains(&ran) {
+                        state.ran_ahead.push(ran);
+                    }
+                }
                 let reply = self.run(&mut state, &request);
                 self.answer(&mut state, c, reply);
             }
@@ -1684,6 +1753,9 @@ impl Model for RedlockModel {
             }),
             Property::always(OPERATOR, |_: &Self, state: &State| flag(state, OPERATOR)),
             Property::always(CLEAN_UP, |_: &Self, state: &State| flag(state, CLEAN_UP)),
+            Property::always(RELEASE_CLAIM, |_: &Self, state: &State| {
+                flag(state, RELEASE_CLAIM)
+            }),
             Property::always(NO_STANDOFF, |model: &Self, state: &State| {
                 model.no_standoff(state)
             }),
@@ -1868,6 +1940,15 @@ pub mod configurations {
                         faults: 1,
                         ..base.clone()
                     },
+                    // One client is enough: its release decides at the
+                    // first answer of three, while the two others still
+                    // hold its value.
+                    Bug::ReleaseDecidesEarly => Setup {
+                        clients: 1,
+                        extensions: 0,
+                        start_by: 0,
+                        ..base.clone()
+                    },
                     _ => base.clone(),
                 };
                 (
@@ -1890,6 +1971,8 @@ pub mod configurations {
             Bug::FairNeverFallsBack => Some(super::SERVED_WITHIN),
             // A waiter that gave up keeps its queue entries.
             Bug::FairLeaveForgotten => Some(super::NOTHING_LEFT),
+            // It claims a lock free that a quorum still holds.
+            Bug::ReleaseDecidesEarly => Some(super::RELEASE_CLAIM),
             _ => None,
         }
     }

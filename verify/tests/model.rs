@@ -105,3 +105,4 @@ planted!(planted_extend_missing_as_ours, ExtendMissingAsOurs);
 planted!(planted_release_skips_timed_out, ReleaseSkipsTimedOut);
 planted!(planted_fair_never_falls_back, FairNeverFallsBack);
 planted!(planted_fair_leave_forgotten, FairLeaveForgotten);
+planted!(planted_release_decides_early, ReleaseDecidesEarly);
