@@ -20,6 +20,15 @@
 //!   Links interleave freely, so messages of different links are reordered
 //!   and any message may wait any number of ticks. Under a fault budget a
 //!   message is lost, delivered twice, or overtakes the one ahead of it.
+//!   A machine's requests still in flight when it gives its final event
+//!   (a release decided before every master answered) stay in the network
+//!   and reach their masters, as an adapter's background drain sends them;
+//!   their answers go to nobody.
+//! - **A master known slow** ([`Setup::skips`]): under a budget the driver
+//!   answers an acquire, extend or restore itself with [`Reply::skipped`]
+//!   instead of sending it, as an adapter does for a master its
+//!   `NodeHealth` knows slow; a lock remembers the masters its acquire
+//!   skipped, and its release does not ask them.
 //! - **An operator** may release a held lock by its value on a quorum of
 //!   masters (`redlock release --value`), while none of the holder's requests
 //!   is in flight.
@@ -33,11 +42,13 @@
 //! Properties, checked in every reachable state (see [`PROPERTIES`]):
 //! mutual exclusion in true time, handed-out validity covered by a quorum of
 //! keys, strictly increasing fencing tokens, no holding reported once the
-//! validity ran out, an operator release never undone by an extension, and
-//! failed attempts withdrawing their value everywhere it may have been set;
-//! for fair locks also no stand-off, service within a bound of attempts,
-//! and no queue entry left behind (see [`NO_STANDOFF`], [`SERVED_WITHIN`],
-//! [`NOTHING_LEFT`]).
+//! validity ran out, an operator release never undone by an extension,
+//! failed attempts withdrawing their value everywhere it may have been set,
+//! and no release reporting the lock free while a quorum of masters still
+//! holds its value ([`RELEASE_CLAIM`]: the clients release with the default
+//! rule, deciding as soon as the outcome is certain); for fair locks also no
+//! stand-off, service within a bound of attempts, and no queue entry left
+//! behind (see [`NO_STANDOFF`], [`SERVED_WITHIN`], [`NOTHING_LEFT`]).
 //!
 //! The core's planted bugs (`redlock_core::planted`) are switched on per
 //! thread; the model sets the switch on whichever worker thread explores a
@@ -93,6 +104,12 @@ pub struct Setup {
     pub extensions: u8,
     /// Network faults in total: lost, duplicated or overtaking messages.
     pub faults: u8,
+    /// Requests the driver answers itself with [`Reply::skipped`], in
+    /// total: their master is known slow ([`redlock_core::NodeHealth`]),
+    /// so an acquire, extend or restore is not sent there (releases,
+    /// withdraws and leaves always are). A lock remembers the masters its
+    /// acquire skipped and its release does not ask them.
+    pub skips: u8,
     /// Master crashes in total (each restarts when the model says).
     pub crashes: u8,
     /// Whether a restarted master kept its data (in model) or came back
@@ -132,6 +149,7 @@ impl Setup {
             acquisitions: 1,
             extensions: 1,
             faults: 1,
+            skips: 0,
             crashes: 1,
             keep_data: true,
             early: vec![2, 2, 0],
@@ -218,6 +236,15 @@ pub const CLEAN_UP: &str = "failed attempt withdraws everywhere";
 /// (a master that is down and will come back with its data counts as
 /// holding). The deletes not waited for are still in flight and land
 /// later, as an adapter's background drain delivers them.
+///
+/// The claim relies on the per-node order (a delete runs after every
+/// earlier request of ours to its master): a master where the release ran
+/// ahead of an earlier acquire or restore of the same value (an overtaking
+/// message, a fault) is not counted, since that request may set the value
+/// again after the delete. With one such overtake an early decision does
+/// claim a lock free that a quorum holds until the deletes still in flight
+/// land; a release that waits for every master
+/// ([`Release::every_node`](redlock_core::Release::every_node)) does not.
 ///
 /// [`ReleaseReport::frees_lock`]: redlock_core::ReleaseReport::frees_lock
 pub const RELEASE_CLAIM: &str =
@@ -548,6 +575,7 @@ pub struct State {
     delays_left: u8,
     clients: Vec<Client>,
     faults_left: u8,
+    skips_left: u8,
     crashes_left: u8,
     operator_left: bool,
     /// Values the operator released on a quorum, and when.
@@ -615,6 +643,10 @@ pub enum Action {
     LoseReply(usize, usize),
     /// The second request of a link overtakes the first (fault).
     Overtake(usize, usize),
+    /// The driver answers the request at the head of a link itself with
+    /// [`Reply::skipped`]: its master is known slow (never a release,
+    /// withdraw or leave).
+    Skip(usize, usize),
     /// The request at the head of a link is held back past ticks (delay).
     HoldRequest(usize, usize),
     /// The master runs the request at the head of a link and its answer
@@ -683,7 +715,7 @@ impl RedlockModel {
             let mut w = HashWriter(&mut hasher);
             let _ = write!(
                 w,
-                "{}|{:?}|{:?}|{:?}|{}|{:?}|{}|{}|{}|{:?}|{}|{:?}",
+                "{}|{:?}|{:?}|{:?}|{}|{:?}|{}|{}|{}|{}|{:?}|{}|{:?}",
                 state.now,
                 state.leave_missed,
                 state.ran_ahead,
@@ -691,6 +723,7 @@ impl RedlockModel {
                 state.delays_left,
                 state.nodes,
                 state.faults_left,
+                state.skips_left,
                 state.crashes_left,
                 state.operator_left,
                 state.released,
@@ -1202,6 +1235,10 @@ impl RedlockModel {
                 request(*c, *n, 0)
             ),
             Action::LoseRequest(c, n) => format!("c{c}'s {} to n{n} is lost", request(*c, *n, 0)),
+            Action::Skip(c, n) => format!(
+                "c{c}'s {} to n{n} is not sent (n{n} known slow): the driver answers it skipped",
+                request(*c, *n, 0)
+            ),
             Action::LoseReply(c, n) => {
                 format!(
                     "n{n} runs c{c}'s {}; the answer is lost",
@@ -1411,6 +1448,7 @@ impl Model for RedlockModel {
                 })
                 .collect(),
             faults_left: self.setup.faults,
+            skips_left: self.setup.skips,
             crashes_left: self.setup.crashes,
             operator_left: self.setup.operator,
             released: Vec::new(),
@@ -1467,6 +1505,9 @@ impl Model for RedlockModel {
                     if state.delays_left > 0 {
                         actions.push(Action::HoldRequest(c, n));
                         actions.push(Action::HoldReply(c, n));
+                    }
+                    if state.skips_left > 0 && !link[0].command.must_arrive() {
+                        actions.push(Action::Skip(c, n));
                     }
                     if faults {
                         actions.push(Action::DeliverTwice(c, n));
@@ -1671,6 +1712,11 @@ impl Model for RedlockModel {
                 let reply = self.run(&mut state, &request);
                 self.answer(&mut state, c, reply);
             }
+            Action::Skip(c, n) => {
+                state.skips_left -= 1;
+                let request = state.out[c][n].pop_front()?;
+                self.answer(&mut state, c, Reply::skipped(&request));
+            }
             Action::HoldRequest(c, n) => {
                 state.delays_left -= 1;
                 state.out_held[c][n] = true;
@@ -1784,11 +1830,40 @@ pub mod configurations {
             delays: 0,
             ..Setup::small()
         };
+        // A master known slow: the driver answers one acquire, extend or
+        // restore itself (skipped), and the lock's release does not ask a
+        // master its acquire skipped.
+        let slow = Setup {
+            name: "N=3 C=2 a master known slow: 1 request skipped",
+            skips: 1,
+            faults: 0,
+            crashes: 0,
+            delays: 0,
+            ..Setup::small()
+        };
         if quick {
-            return vec![short];
+            return vec![short, slow];
         }
         vec![
             short,
+            slow,
+            Setup {
+                name: "N=3 C=2 known slow: 2 requests skipped, 1 fault",
+                skips: 2,
+                faults: 1,
+                crashes: 0,
+                delays: 0,
+                ..Setup::small()
+            },
+            Setup {
+                name: "N=3 C=2 fenced, 1 request skipped",
+                fenced: true,
+                skips: 1,
+                faults: 0,
+                crashes: 0,
+                delays: 0,
+                ..Setup::small()
+            },
             Setup {
                 name: "N=3 C=2 faults=1 (lost, duplicated, overtaking)",
                 faults: 1,
@@ -1944,6 +2019,7 @@ pub mod configurations {
                     // first answer of three, while the two others still
                     // hold its value.
                     Bug::ReleaseDecidesEarly => Setup {
+                        name: "N=3 C=1 planted",
                         clients: 1,
                         extensions: 0,
                         start_by: 0,
