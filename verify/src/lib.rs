@@ -1820,7 +1820,7 @@ pub mod configurations {
     use super::{Bug, Setup};
 
     /// In-model configurations: no property may be violated. `quick`: the
-    /// short one only (`make test`).
+    /// short one and the known-slow one (`make test`).
     pub fn in_model(quick: bool) -> Vec<Setup> {
         let short = Setup {
             name: "N=3 C=2 short: 1 fault, starts by t=2",

@@ -1,4 +1,4 @@
-//! The bounded model runs of `make test`: the short in-model configuration
+//! The bounded model runs of `make test`: the short in-model configurations
 //! and the fair one must violate nothing; each out-of-model control and each planted bug
 //! must produce a counterexample. State counts are printed, never judged.
 
