@@ -170,7 +170,7 @@ mutants: ## Mutation test of redlock-core's decision code (slow; narrow with MUT
 
 # Exhaustive model checking of the core's own machines (verify/, stateright):
 # every in-model configuration (plain and fair locks) must violate nothing,
-# the out-of-model controls and the seven planted bugs must each give a
+# the out-of-model controls and the eight planted bugs must each give a
 # counterexample (traces printed), then the simulation against the planted
 # bugs. States and seconds are printed figures, never thresholds. The last
 # line of the model checker is

@@ -624,10 +624,7 @@ impl<R: Rng> Acquisition<R> {
                         self.requests.extend(leave);
                     }
                     // Nodes the lock round skipped never saw our value.
-                    let untouched = match &phase {
-                        Phase::Lock => round.skipped_nodes(),
-                        Phase::Fence { lock_votes, .. } => skipped_in(lock_votes),
-                    };
+                    let untouched = skipped_by_lock_round(&round, &phase);
                     let (votes, fencing_token) = match phase {
                         Phase::Lock => (round.votes(now), None),
                         Phase::Fence {
@@ -681,16 +678,17 @@ impl<R: Rng> Acquisition<R> {
         let State::Attempting {
             round,
             value,
+            phase,
             scheduled,
-            ..
         } = std::mem::replace(&mut self.state, State::Done)
         else {
             return;
         };
+        let skipped = skipped_by_lock_round(&round, &phase);
         let reordered = self.count_stall(&round);
         if error.is_wrong_type() {
             // Permanent: every retry would find the same key.
-            self.queue_releases(&round, &value, now, true);
+            self.queue_releases(&round, &skipped, &value, now, true);
             self.events.push_back(AcquireEvent::Failed(error));
             return;
         }
@@ -707,7 +705,7 @@ impl<R: Rng> Acquisition<R> {
                 // Release everywhere, also where the node seemed to say no
                 // or timed out: a reply can be lost after the node set the
                 // key. A fair waiter keeps its place in the queues.
-                self.queue_releases(&round, &value, now, false);
+                self.queue_releases(&round, &skipped, &value, now, false);
                 if self.unmarked && scheduled.is_some_and(|scheduled| scheduled <= now) {
                     // It took the place of the retry whose mark the last
                     // one was to live until: mark now, for the next.
@@ -720,7 +718,7 @@ impl<R: Rng> Acquisition<R> {
                 }
             }
             Next::OutOfAttempts => {
-                self.queue_releases(&round, &value, now, true);
+                self.queue_releases(&round, &skipped, &value, now, true);
                 self.events.push_back(AcquireEvent::Failed(error))
             }
         }
@@ -803,8 +801,14 @@ impl<R: Rng> Acquisition<R> {
     /// (if any) on every node and, for a fair lock, leaves every queue.
     fn leave(&mut self, now: Instant) {
         match std::mem::replace(&mut self.state, State::Done) {
-            State::Attempting { round, value, .. } => {
-                self.queue_releases(&round, &value, now, true);
+            State::Attempting {
+                round,
+                value,
+                phase,
+                ..
+            } => {
+                let skipped = skipped_by_lock_round(&round, &phase);
+                self.queue_releases(&round, &skipped, &value, now, true);
             }
             State::Waiting { .. } if matches!(self.kind, LockKind::Fair { .. }) => {
                 // Between attempts nothing of ours is set, but our entries
@@ -822,14 +826,22 @@ impl<R: Rng> Acquisition<R> {
         }
     }
 
-    /// Withdraws what the attempt of `round` may have set; `last`: the
-    /// acquisition ends, and a fair waiter leaves the queues too.
-    fn queue_releases(&mut self, round: &Round, value: &LockValue, now: Instant, last: bool) {
+    /// Withdraws what the attempt of `round` may have set, except on the
+    /// nodes its lock round `skipped` (known slow: they never saw its
+    /// value); `last`: the acquisition ends, and a fair waiter leaves the
+    /// queues too.
+    fn queue_releases(
+        &mut self,
+        round: &Round,
+        skipped: &[crate::NodeId],
+        value: &LockValue,
+        now: Instant,
+        last: bool,
+    ) {
         let deadline = now + self.settings.release_timeout();
         let requests = round.fan_out(&self.keys, &self.kind, value, Command::Withdraw, deadline);
-        // A node the attempt skipped (known slow) never saw its value.
         let requests = requests
-            .filter(|r| !round.skipped(r.node))
+            .filter(|r| !skipped.contains(&r.node))
             .filter(|r| !(planted!(ReleaseSkipsTimedOut) && round.timed_out(r.node)));
         self.requests.extend(requests);
         if last {
@@ -845,6 +857,16 @@ impl<R: Rng> Acquisition<R> {
         let deadline = now + self.settings.release_timeout();
         let requests = round.fan_out(&self.keys, &self.kind, value, Command::Leave, deadline);
         self.requests.extend(requests);
+    }
+}
+
+/// The nodes the lock round of an attempt now in `round` and `phase`
+/// skipped (known slow): its value never reached them. A node skipped only
+/// by the fence round (its token not sent) did get the value.
+fn skipped_by_lock_round(round: &Round, phase: &Phase) -> Vec<crate::NodeId> {
+    match phase {
+        Phase::Lock => round.skipped_nodes(),
+        Phase::Fence { lock_votes, .. } => skipped_in(lock_votes),
     }
 }
 

@@ -188,3 +188,55 @@ fn a_failed_attempt_withdraws_nothing_from_a_node_it_skipped() {
     let nodes: Vec<_> = withdraws.iter().map(|r| r.node.0).collect();
     assert_eq!(nodes, [2, 3, 4]);
 }
+
+/// A fenced attempt whose token round skips a node (known slow since its
+/// lock round) did set its value there: its failure withdraws it there too.
+/// Found by the model check (`verify/`, fenced with one request skipped).
+#[test]
+fn a_failed_fenced_attempt_withdraws_where_only_its_token_was_skipped() {
+    let settings = settings();
+    let t0 = Instant::now();
+    let mut acquire = Acquisition::fenced(
+        Arc::clone(&settings),
+        b"job",
+        settings.default_ttl(),
+        Attempts::Once,
+        t0,
+        StdRng::seed_from_u64(7),
+    );
+    let requests: Vec<_> = std::iter::from_fn(|| acquire.poll_request()).collect();
+    // Nodes a, b, c set our value; d and e hold another one.
+    for request in &requests[..3] {
+        let set = Response::Array(vec![Response::Int(1), Response::Int(0)]);
+        acquire.handle_reply(Reply::to(request, Ok(set)), t0);
+    }
+    for request in &requests[3..] {
+        let other = Response::Data(b"other".to_vec());
+        acquire.handle_reply(Reply::to(request, Ok(other)), t0);
+    }
+    let tokens: Vec<_> = std::iter::from_fn(|| acquire.poll_request()).collect();
+    assert!(
+        tokens
+            .iter()
+            .all(|r| matches!(r.command, Command::StoreToken { .. })),
+        "{tokens:?}"
+    );
+    // Now a and b are known slow: their tokens are skipped, and c alone
+    // stores it: no quorum.
+    for request in &tokens {
+        let reply = match request.node.0 {
+            0 | 1 => Reply::skipped(request),
+            2 => Reply::to(request, Ok(Response::Int(1))),
+            _ => Reply::to(request, Ok(Response::Int(0))),
+        };
+        acquire.handle_reply(reply, t0 + MS);
+    }
+    assert!(
+        matches!(acquire.poll_event(), Some(AcquireEvent::Failed(_))),
+        "the token on one node of five"
+    );
+    let withdraws: Vec<_> = std::iter::from_fn(|| acquire.poll_request()).collect();
+    assert!(withdraws.iter().all(|r| r.command == Command::Withdraw));
+    let nodes: Vec<_> = withdraws.iter().map(|r| r.node.0).collect();
+    assert_eq!(nodes, [0, 1, 2, 3, 4], "a and b got our value");
+}

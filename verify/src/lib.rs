@@ -20,6 +20,15 @@
 //!   Links interleave freely, so messages of different links are reordered
 //!   and any message may wait any number of ticks. Under a fault budget a
 //!   message is lost, delivered twice, or overtakes the one ahead of it.
+//!   A machine's requests still in flight when it gives its final event
+//!   (a release decided before every master answered) stay in the network
+//!   and reach their masters, as an adapter's background drain sends them;
+//!   their answers go to nobody.
+//! - **A master known slow** ([`Setup::skips`]): under a budget the driver
+//!   answers an acquire, extend or restore itself with [`Reply::skipped`]
+//!   instead of sending it, as an adapter does for a master its
+//!   `NodeHealth` knows slow; a lock remembers the masters its acquire
+//!   skipped, and its release does not ask them.
 //! - **An operator** may release a held lock by its value on a quorum of
 //!   masters (`redlock release --value`), while none of the holder's requests
 //!   is in flight.
@@ -33,11 +42,13 @@
 //! Properties, checked in every reachable state (see [`PROPERTIES`]):
 //! mutual exclusion in true time, handed-out validity covered by a quorum of
 //! keys, strictly increasing fencing tokens, no holding reported once the
-//! validity ran out, an operator release never undone by an extension, and
-//! failed attempts withdrawing their value everywhere it may have been set;
-//! for fair locks also no stand-off, service within a bound of attempts,
-//! and no queue entry left behind (see [`NO_STANDOFF`], [`SERVED_WITHIN`],
-//! [`NOTHING_LEFT`]).
+//! validity ran out, an operator release never undone by an extension,
+//! failed attempts withdrawing their value everywhere it may have been set,
+//! and no release reporting the lock free while a quorum of masters still
+//! holds its value ([`RELEASE_CLAIM`]: the clients release with the default
+//! rule, deciding as soon as the outcome is certain); for fair locks also no
+//! stand-off, service within a bound of attempts, and no queue entry left
+//! behind (see [`NO_STANDOFF`], [`SERVED_WITHIN`], [`NOTHING_LEFT`]).
 //!
 //! The core's planted bugs (`redlock_core::planted`) are switched on per
 //! thread; the model sets the switch on whichever worker thread explores a
@@ -93,6 +104,12 @@ pub struct Setup {
     pub extensions: u8,
     /// Network faults in total: lost, duplicated or overtaking messages.
     pub faults: u8,
+    /// Requests the driver answers itself with [`Reply::skipped`], in
+    /// total: their master is known slow ([`redlock_core::NodeHealth`]),
+    /// so an acquire, extend or restore is not sent there (releases,
+    /// withdraws and leaves always are). A lock remembers the masters its
+    /// acquire skipped and its release does not ask them.
+    pub skips: u8,
     /// Master crashes in total (each restarts when the model says).
     pub crashes: u8,
     /// Whether a restarted master kept its data (in model) or came back
@@ -132,6 +149,7 @@ impl Setup {
             acquisitions: 1,
             extensions: 1,
             faults: 1,
+            skips: 0,
             crashes: 1,
             keep_data: true,
             early: vec![2, 2, 0],
@@ -187,13 +205,14 @@ impl Setup {
 }
 
 /// The names of the properties, in the order they are checked.
-pub const PROPERTIES: [&str; 9] = [
+pub const PROPERTIES: [&str; 10] = [
     MUTUAL_EXCLUSION,
     COVERED,
     FENCING,
     NO_STALE_HOLD,
     OPERATOR,
     CLEAN_UP,
+    RELEASE_CLAIM,
     NO_STANDOFF,
     SERVED_WITHIN,
     NOTHING_LEFT,
@@ -211,6 +230,25 @@ pub const NO_STALE_HOLD: &str = "no holding reported after the validity ran out"
 pub const OPERATOR: &str = "operator release never undone by an extension";
 /// A failed attempt queues a withdraw to every master it may have set.
 pub const CLEAN_UP: &str = "failed attempt withdraws everywhere";
+/// A release that reports the lock free ([`ReleaseReport::frees_lock`],
+/// given as soon as the outcome is certain, before every master answered)
+/// is right at that instant: fewer than a quorum of masters hold its value
+/// (a master that is down and will come back with its data counts as
+/// holding). The deletes not waited for are still in flight and land
+/// later, as an adapter's background drain delivers them.
+///
+/// The claim relies on the per-node order (a delete runs after every
+/// earlier request of ours to its master): a master where the release ran
+/// ahead of an earlier acquire or restore of the same value (an overtaking
+/// message, a fault) is not counted, since that request may set the value
+/// again after the delete. With one such overtake an early decision does
+/// claim a lock free that a quorum holds until the deletes still in flight
+/// land; a release that waits for every master
+/// ([`Release::every_node`](redlock_core::Release::every_node)) does not.
+///
+/// [`ReleaseReport::frees_lock`]: redlock_core::ReleaseReport::frees_lock
+pub const RELEASE_CLAIM: &str =
+    "a release reports the lock free only when fewer than a quorum of masters hold its value";
 /// Fair locks: the waiters never all wait for nothing (a deadlock: every
 /// waiter turned away by the queues on a key free on every master that
 /// answers, nobody served). A liveness property, made finite in two parts:
@@ -454,7 +492,8 @@ enum Phase {
         extension: Option<(Box<Extension>, u64)>,
         extensions_left: u8,
     },
-    Releasing(Box<Release>),
+    /// The release in flight and the value it releases.
+    Releasing(Box<Release>, LockValue),
 }
 
 #[derive(Clone, Debug)]
@@ -536,6 +575,7 @@ pub struct State {
     delays_left: u8,
     clients: Vec<Client>,
     faults_left: u8,
+    skips_left: u8,
     crashes_left: u8,
     operator_left: bool,
     /// Values the operator released on a quorum, and when.
@@ -544,6 +584,11 @@ pub struct State {
     /// ahead of the request before it: the master was down, the request
     /// was lost or overtook. Their entries may stay there.
     leave_missed: Vec<(Arc<str>, usize)>,
+    /// Releases (or withdraws) that ran on a master ahead of an earlier
+    /// request of the same value that may set it (they overtook it): the
+    /// value may come back there after the release, against the per-node
+    /// order a release's claim relies on (see [`RELEASE_CLAIM`]).
+    ran_ahead: Vec<(LockValue, usize)>,
     highest_token: u64,
     /// Properties broken by a transition (checked by the flag properties),
     /// with what happened.
@@ -598,6 +643,10 @@ pub enum Action {
     LoseReply(usize, usize),
     /// The second request of a link overtakes the first (fault).
     Overtake(usize, usize),
+    /// The driver answers the request at the head of a link itself with
+    /// [`Reply::skipped`]: its master is known slow (never a release,
+    /// withdraw or leave).
+    Skip(usize, usize),
     /// The request at the head of a link is held back past ticks (delay).
     HoldRequest(usize, usize),
     /// The master runs the request at the head of a link and its answer
@@ -666,13 +715,15 @@ impl RedlockModel {
             let mut w = HashWriter(&mut hasher);
             let _ = write!(
                 w,
-                "{}|{:?}|{:?}|{}|{:?}|{}|{}|{}|{:?}|{}|{:?}",
+                "{}|{:?}|{:?}|{:?}|{}|{:?}|{}|{}|{}|{}|{:?}|{}|{:?}",
                 state.now,
                 state.leave_missed,
+                state.ran_ahead,
                 state.out_held,
                 state.delays_left,
                 state.nodes,
                 state.faults_left,
+                state.skips_left,
                 state.crashes_left,
                 state.operator_left,
                 state.released,
@@ -721,12 +772,14 @@ impl RedlockModel {
     /// Drains the client's machine after an input, as an adapter does.
     fn step(&self, state: &mut State, c: usize) {
         let now = self.instant(state.now);
+        let tick = state.now;
         let mut served = false;
         let State {
             clients,
             out,
             nodes,
             released,
+            ran_ahead,
             ..
         } = state;
         let client = &mut clients[c];
@@ -887,14 +940,43 @@ impl RedlockModel {
                     while let Some(request) = release.poll_request() {
                         send(request, &mut client.attempt_value);
                     }
-                    next = Some(Phase::Releasing(Box::new(release)));
+                    next = Some(Phase::Releasing(Box::new(release), lock.value().clone()));
                 }
             }
-            Phase::Releasing(machine) => {
+            Phase::Releasing(machine, value) => {
                 while let Some(request) = machine.poll_request() {
                     send(request, &mut client.attempt_value);
                 }
-                if machine.poll_event().is_some() {
+                if let Some(report) = machine.poll_event() {
+                    // The release's requests still in flight stay in the
+                    // network and reach their masters (an adapter's
+                    // background drain); their answers go to nobody.
+                    if report.frees_lock() {
+                        let holding: Vec<usize> = nodes
+                            .iter()
+                            .enumerate()
+                            .filter(|&(n, node)| {
+                                (node.up || self.setup.keep_data)
+                                    && node.live(tick) == Some(value)
+                                    && !ran_ahead.contains(&(value.clone(), n))
+                            })
+                            .map(|(n, _)| n)
+                            .collect();
+                        if holding.len() >= self.setup.quorum() {
+                            broken.push((
+                                RELEASE_CLAIM,
+                                format!(
+                                    "c{c}'s release reported {} free ({report}) while {} still held it",
+                                    value_name(value),
+                                    holding
+                                        .iter()
+                                        .map(|n| format!("n{n}"))
+                                        .collect::<Vec<_>>()
+                                        .join(",")
+                                ),
+                            ));
+                        }
+                    }
                     next = Some(Phase::Idle);
                 }
             }
@@ -938,7 +1020,7 @@ impl RedlockModel {
                 extension: Some((machine, _)),
                 ..
             } => machine.handle_reply(reply, now),
-            Phase::Releasing(machine) => machine.handle_reply(reply, now),
+            Phase::Releasing(machine, _) => machine.handle_reply(reply, now),
             _ => return,
         }
         self.step(state, c);
@@ -1153,6 +1235,10 @@ impl RedlockModel {
                 request(*c, *n, 0)
             ),
             Action::LoseRequest(c, n) => format!("c{c}'s {} to n{n} is lost", request(*c, *n, 0)),
+            Action::Skip(c, n) => format!(
+                "c{c}'s {} to n{n} is not sent (n{n} known slow): the driver answers it skipped",
+                request(*c, *n, 0)
+            ),
             Action::LoseReply(c, n) => {
                 format!(
                     "n{n} runs c{c}'s {}; the answer is lost",
@@ -1246,7 +1332,7 @@ impl RedlockModel {
                         ""
                     }
                 ),
-                Phase::Releasing(_) => "releasing".to_string(),
+                Phase::Releasing(_, value) => format!("releasing {}", value_name(value)),
             };
             let _ = write!(text, "c{c}: {phase}  ");
         }
@@ -1362,10 +1448,12 @@ impl Model for RedlockModel {
                 })
                 .collect(),
             faults_left: self.setup.faults,
+            skips_left: self.setup.skips,
             crashes_left: self.setup.crashes,
             operator_left: self.setup.operator,
             released: Vec::new(),
             leave_missed: Vec::new(),
+            ran_ahead: Vec::new(),
             highest_token: 0,
             broken: Vec::new(),
             fingerprint: 0,
@@ -1417,6 +1505,9 @@ impl Model for RedlockModel {
                     if state.delays_left > 0 {
                         actions.push(Action::HoldRequest(c, n));
                         actions.push(Action::HoldReply(c, n));
+                    }
+                    if state.skips_left > 0 && !link[0].command.must_arrive() {
+                        actions.push(Action::Skip(c, n));
                     }
                     if faults {
                         actions.push(Action::DeliverTwice(c, n));
@@ -1489,7 +1580,7 @@ impl Model for RedlockModel {
                             extension: Some((m, _)),
                             ..
                         } if m.poll_timeout().is_some_and(|t| t <= at) => m.handle_timeout(at),
-                        Phase::Releasing(m) if m.poll_timeout().is_some_and(|t| t <= at) => {
+                        Phase::Releasing(m, _) if m.poll_timeout().is_some_and(|t| t <= at) => {
                             m.handle_timeout(at)
                         }
                         _ => {}
@@ -1559,7 +1650,8 @@ impl Model for RedlockModel {
                 let at = now(&state);
                 if let Phase::Holding { lock, .. } = &mut state.clients[c].phase {
                     let release = lock.release(at);
-                    state.clients[c].phase = Phase::Releasing(Box::new(release));
+                    let value = lock.value().clone();
+                    state.clients[c].phase = Phase::Releasing(Box::new(release), value);
                 }
                 self.step(&mut state, c);
             }
@@ -1599,8 +1691,31 @@ impl Model for RedlockModel {
                 let request = state.out[c][n].remove(1)?;
                 // A leave ahead of the acquire it follows undoes nothing.
                 Self::note_leave_missed(&mut state, &request);
+                // A release ahead of a request that may set its value
+                // leaves the value there once that one runs.
+                let ahead = &state.out[c][n][0];
+                let sets = matches!(
+                    ahead.command,
+                    Command::Acquire { .. }
+                        | Command::AcquireFenced { .. }
+                        | Command::Restore { .. }
+                );
+                if sets
+                    && ahead.value == request.value
+                    && matches!(request.command, Command::Release | Command::Withdraw)
+                {
+                    let ran = (request.value.clone(), n);
+                    if !state.ran_ahead.contains(&ran) {
+                        state.ran_ahead.push(ran);
+                    }
+                }
                 let reply = self.run(&mut state, &request);
                 self.answer(&mut state, c, reply);
+            }
+            Action::Skip(c, n) => {
+                state.skips_left -= 1;
+                let request = state.out[c][n].pop_front()?;
+                self.answer(&mut state, c, Reply::skipped(&request));
             }
             Action::HoldRequest(c, n) => {
                 state.delays_left -= 1;
@@ -1684,6 +1799,9 @@ impl Model for RedlockModel {
             }),
             Property::always(OPERATOR, |_: &Self, state: &State| flag(state, OPERATOR)),
             Property::always(CLEAN_UP, |_: &Self, state: &State| flag(state, CLEAN_UP)),
+            Property::always(RELEASE_CLAIM, |_: &Self, state: &State| {
+                flag(state, RELEASE_CLAIM)
+            }),
             Property::always(NO_STANDOFF, |model: &Self, state: &State| {
                 model.no_standoff(state)
             }),
@@ -1702,7 +1820,7 @@ pub mod configurations {
     use super::{Bug, Setup};
 
     /// In-model configurations: no property may be violated. `quick`: the
-    /// short one only (`make test`).
+    /// short one and the known-slow one (`make test`).
     pub fn in_model(quick: bool) -> Vec<Setup> {
         let short = Setup {
             name: "N=3 C=2 short: 1 fault, starts by t=2",
@@ -1712,11 +1830,40 @@ pub mod configurations {
             delays: 0,
             ..Setup::small()
         };
+        // A master known slow: the driver answers one acquire, extend or
+        // restore itself (skipped), and the lock's release does not ask a
+        // master its acquire skipped.
+        let slow = Setup {
+            name: "N=3 C=2 a master known slow: 1 request skipped",
+            skips: 1,
+            faults: 0,
+            crashes: 0,
+            delays: 0,
+            ..Setup::small()
+        };
         if quick {
-            return vec![short];
+            return vec![short, slow];
         }
         vec![
             short,
+            slow,
+            Setup {
+                name: "N=3 C=2 known slow: 2 requests skipped, 1 fault",
+                skips: 2,
+                faults: 1,
+                crashes: 0,
+                delays: 0,
+                ..Setup::small()
+            },
+            Setup {
+                name: "N=3 C=2 fenced, 1 request skipped",
+                fenced: true,
+                skips: 1,
+                faults: 0,
+                crashes: 0,
+                delays: 0,
+                ..Setup::small()
+            },
             Setup {
                 name: "N=3 C=2 faults=1 (lost, duplicated, overtaking)",
                 faults: 1,
@@ -1868,6 +2015,16 @@ pub mod configurations {
                         faults: 1,
                         ..base.clone()
                     },
+                    // One client is enough: its release decides at the
+                    // first answer of three, while the two others still
+                    // hold its value.
+                    Bug::ReleaseDecidesEarly => Setup {
+                        name: "N=3 C=1 planted",
+                        clients: 1,
+                        extensions: 0,
+                        start_by: 0,
+                        ..base.clone()
+                    },
                     _ => base.clone(),
                 };
                 (
@@ -1890,6 +2047,8 @@ pub mod configurations {
             Bug::FairNeverFallsBack => Some(super::SERVED_WITHIN),
             // A waiter that gave up keeps its queue entries.
             Bug::FairLeaveForgotten => Some(super::NOTHING_LEFT),
+            // It claims a lock free that a quorum still holds.
+            Bug::ReleaseDecidesEarly => Some(super::RELEASE_CLAIM),
             _ => None,
         }
     }

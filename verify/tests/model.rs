@@ -1,4 +1,4 @@
-//! The bounded model runs of `make test`: the short in-model configuration
+//! The bounded model runs of `make test`: the short in-model configurations
 //! and the fair one must violate nothing; each out-of-model control and each planted bug
 //! must produce a counterexample. State counts are printed, never judged.
 
@@ -105,3 +105,4 @@ planted!(planted_extend_missing_as_ours, ExtendMissingAsOurs);
 planted!(planted_release_skips_timed_out, ReleaseSkipsTimedOut);
 planted!(planted_fair_never_falls_back, FairNeverFallsBack);
 planted!(planted_fair_leave_forgotten, FairLeaveForgotten);
+planted!(planted_release_decides_early, ReleaseDecidesEarly);
