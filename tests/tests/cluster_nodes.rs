@@ -480,3 +480,27 @@ async fn a_lock_follows_its_slot_when_it_moves_to_another_shard() {
         }
     }
 }
+
+/// A cluster node whose shard is paused: a release is decided by the other
+/// two nodes without waiting for it, and once it runs again and the client
+/// has shut down, no key of ours is left on any node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_cluster_node_is_not_waited_for_and_keeps_nothing() {
+    let nodes = ShardedNode::start_many(3, 1);
+    let redlock = client(urls(&nodes)).await;
+    redlock.lock("warm").await.expect("free").release().await;
+    let guard = redlock.lock("paused").wait(Wait::No).await.expect("free");
+    nodes[2].shard(0).pause();
+    let report = guard.release().await;
+    nodes[2].shard(0).resume();
+    assert!(report.frees_lock(), "{report}");
+    assert_eq!(
+        report.votes().votes()[2],
+        NodeVote::Pending,
+        "a release that waited out the paused node would say it timed out: {report}"
+    );
+    redlock.shutdown().await;
+    for node in &nodes {
+        assert_eq!(node.key_counts(), [0], "{}", node.url());
+    }
+}

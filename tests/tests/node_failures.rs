@@ -337,7 +337,7 @@ async fn a_restarted_node_is_reconnected_in_the_background() {
         || cluster.node(0).get("again").as_deref() == Some(guard.value().as_bytes()),
     )
     .await;
-    let report = guard.release().await;
+    let report = guard.release().every_node().await;
     assert_eq!(report.released(), 3, "{report}");
 }
 
@@ -374,9 +374,10 @@ async fn every_release_waits_for_a_paused_node_with_the_same_timeout() {
     })
     .await;
 
-    // A paused node never answers: each report says how long it was waited for.
+    // A paused node never answers: each report that waits for every node
+    // says how long it was waited for.
     cluster.node(2).pause();
-    let guard_report = short.release().await;
+    let guard_report = short.release().every_node().await;
     let value_report = redlock.release_value("by-value", &by_value).await;
     let expected = redlock_core::NodeError::timeout(release_timeout).to_string();
     assert_eq!(timeout_detail(&guard_report, 2), expected, "{guard_report}");
