@@ -324,8 +324,9 @@
 //! | `redlock_extensions_total` | counter | `outcome` | extensions, by hand or by a keep-alive: `extended`, `expired`, `lost`, `gone`, `no_quorum` |
 //! | `redlock_locks_lost_total` | counter | `reason` | locks a keep-alive declared lost (what `lost()` reports): `expired`, `lost`, `gone`, `no_quorum` (the extension that failed), `extension_limit` |
 //! | `redlock_releases_total` | counter | `outcome` | releases (guards, keep-alives, `release_value`): `released` (the lock is free), `not_held` (our value was on no master), `incomplete` (so many masters failed that the value may hold the lock until its TTL) |
-//! | `redlock_node_errors_total` | counter | `node`, `error` | failed votes, one per master per round (acquire attempt, extension, release): `error` is `timeout`, `connection`, `auth`, `wrong_type`, `server`, `protocol` or `tls` |
+//! | `redlock_node_errors_total` | counter | `node`, `error` | failed votes, one per master per round (acquire attempt, extension, release): `error` is `timeout`, `connection`, `auth`, `wrong_type`, `server`, `protocol`, `tls` or `slow` (not asked: the node is known slow) |
 //! | `redlock_release_notices_total` | counter | `node` | release notices received on each master's pub/sub connection |
+//! | `redlock_node_slow` | gauge | `node` | 1 while the node is known slow (it left three requests in a row unanswered past their timeout; new acquires skip it, one probe at intervals), 0 once it answers again; each change is also logged once at INFO |
 //! | `redlock_release_node_misses_total` | counter | | masters where the release of a still valid lock found no value of ours although the lock held that master: a master restarted empty, or a broken per-node order; 0 when all is well |
 //!
 //! Labels never hold a lock's name or value (private, and one series per
