@@ -3,8 +3,8 @@
 //! three masters, and a data server that refuses a write whose fencing
 //! token is older than the item's last.
 //!
-//! The part to copy is `list_item`, `purchase` and their two scripts: a
-//! purchase locks the item, reads its price and the buyer's funds, decides,
+//! The part to copy is `purchase` and its script (and `list_item`, the
+//! classic listing, which needs no lock): a purchase locks the item, reads its price and the buyer's funds, decides,
 //! and writes the money, the item and the sale in one script that first
 //! checks the token. A holder paused past its lock's validity (a GC, a
 //! swapped page) then cannot overwrite the next holder's purchase: its
@@ -50,27 +50,7 @@ redis.call('HINCRBY', KEYS[6], ARGV[1], 1)
 return 1
 "#;
 
-/// The write of a listing, fenced the same way: from the seller's
-/// inventory to the market (`1`), stale token (`0`), not in the inventory
-/// (`-1`).
-///
-/// `KEYS`: `tokens`, `market`, `inventory:<seller>`; `ARGV`: item, token,
-/// price.
-pub const FENCED_LIST: &str = r#"local last = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
-local token = tonumber(ARGV[2])
-if token < last then
-  return 0
-end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-if redis.call('SREM', KEYS[3], ARGV[1]) == 0 then
-  return -1
-end
-redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
-return 1
-"#;
-
 static BUY: LazyLock<Script> = LazyLock::new(|| Script::new(FENCED_BUY));
-static LIST: LazyLock<Script> = LazyLock::new(|| Script::new(FENCED_LIST));
 
 /// How long an item's lock lives unless kept alive; `run` extends it while
 /// the purchase runs, and a lost lock cancels the purchase.
@@ -95,34 +75,41 @@ pub enum Purchase {
     Refused,
 }
 
-/// Puts `item` of `seller` on the market at `price`, under the item's lock.
-/// `false` when the item is not in the seller's inventory.
+/// Puts `item` of `seller` on the market at `price`: "Redis in Action"'s
+/// `list_item`, `WATCH` on the seller's inventory then `MULTI`/`EXEC`. No
+/// lock: buyers cannot see the item before it is listed, and only its
+/// seller lists it. `false` when the item is not in the inventory.
 pub async fn list_item(
-    redlock: &Redlock,
     data: &mut MultiplexedConnection,
     seller: &str,
     item: &str,
     price: u64,
 ) -> Result<bool, BoxError> {
-    redlock
-        .lock(format!("lock:{item}"))
-        .fencing()
-        .ttl(ITEM_LOCK_TTL)
-        .wait(Wait::AtMost(ITEM_LOCK_WAIT))
-        .run(async |lock| {
-            let token = lock.fencing_token().expect("a fenced lock has a token");
-            let listed: i64 = LIST
-                .key("tokens")
-                .key("market")
-                .key(format!("inventory:{seller}"))
-                .arg(item)
-                .arg(token)
-                .arg(price)
-                .invoke_async(data)
-                .await?;
-            Ok(listed == 1)
-        })
-        .await
+    let inventory = format!("inventory:{seller}");
+    loop {
+        let (owned,): (bool,) = redis::pipe()
+            .cmd("WATCH")
+            .arg(&inventory)
+            .ignore()
+            .sismember(&inventory, item)
+            .query_async(data)
+            .await?;
+        if !owned {
+            redis::cmd("UNWATCH").exec_async(data).await?;
+            return Ok(false);
+        }
+        let committed: redis::Value = redis::pipe()
+            .atomic()
+            .zadd("market", item, price)
+            .ignore()
+            .srem(&inventory, item)
+            .ignore()
+            .query_async(data)
+            .await?;
+        if committed != redis::Value::Nil {
+            return Ok(true); // else the inventory changed under the WATCH: again
+        }
+    }
 }
 
 /// Buys `item`, seen on the market at `price`, for `buyer`: lock the item,
@@ -212,7 +199,7 @@ pub async fn trade(
                     break;
                 }
                 let price = 1 + (n * 7919 + i as u64 * 104_729) % 1_000;
-                if list_item(&redlock, &mut data, &seller, &market::item(i, n), price).await? {
+                if list_item(&mut data, &seller, &market::item(i, n), price).await? {
                     trades.listed += 1;
                 }
             }

@@ -92,27 +92,6 @@ redis.call('HINCRBY', KEYS[6], ARGV[1], 1)
 return 1
 "#;
 
-/// The write of a listing where it is fenced, as [`FENCED_BUY`]: the item
-/// leaves the seller's inventory for the market at its price.
-///
-/// - `KEYS`: `tokens`, `market`, `inventory:<seller>`.
-/// - `ARGV`: the item, the token, the price.
-///
-/// Returns `1` when listed, `0` when the token is stale, `-1` when the
-/// item is not in the seller's inventory.
-pub const FENCED_LIST: &str = r#"local last = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
-local token = tonumber(ARGV[2])
-if token < last then
-  return 0
-end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-if redis.call('SREM', KEYS[3], ARGV[1]) == 0 then
-  return -1
-end
-redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
-return 1
-"#;
-
 /// Who trades: how many sellers and buyers.
 #[derive(Clone, Debug)]
 pub struct Shape {

@@ -56,12 +56,18 @@ pub(crate) struct Cell {
     /// Writes refused for a stale fencing token.
     pub(crate) stale: u64,
     pub(crate) retries: u64,
+    /// Listings whose `EXEC` was aborted: 0, only a seller writes its
+    /// inventory.
+    pub(crate) list_retries: u64,
     pub(crate) list_latency: Latencies,
     /// From the buyer's pick to the purchase done, retries included.
     pub(crate) buy_latency: Latencies,
     pub(crate) client_cpu: Duration,
     pub(crate) server_cpu: Duration,
+    /// The audits of its rounds, added up ([`Cell::merge`]).
     pub(crate) audit: Audit,
+    /// Money was conserved in every round.
+    pub(crate) conserved: bool,
     pub(crate) keys_left: u64,
 }
 
@@ -89,7 +95,32 @@ impl Cell {
 
     /// Every check of a safe strategy passed.
     pub(crate) fn passed(&self) -> bool {
-        self.audit.passed() && self.keys_left == 0
+        self.conserved && self.audit.passed() && self.keys_left == 0
+    }
+
+    /// Adds another round of the same shape and strategy.
+    pub(crate) fn merge(&mut self, round: &Cell) {
+        self.elapsed += round.elapsed;
+        self.listed += round.listed;
+        self.bought += round.bought;
+        self.gone += round.gone;
+        self.stale += round.stale;
+        self.retries += round.retries;
+        self.list_retries += round.list_retries;
+        self.list_latency.merge(&round.list_latency);
+        self.buy_latency.merge(&round.buy_latency);
+        self.client_cpu += round.client_cpu;
+        self.server_cpu += round.server_cpu;
+        self.conserved &= round.conserved;
+        self.keys_left += round.keys_left;
+        let (total, add) = (&mut self.audit, &round.audit);
+        total.listed += add.listed;
+        total.bought += add.bought;
+        total.money += add.money;
+        total.money_expected += add.money_expected;
+        total.double_sales += add.double_sales;
+        total.misplaced += add.misplaced;
+        total.bought_misplaced += add.bought_misplaced;
     }
 }
 
@@ -101,6 +132,7 @@ struct Tally {
     gone: u64,
     stale: u64,
     retries: u64,
+    list_retries: u64,
     stocked: u64,
     list_latency: Latencies,
     buy_latency: Latencies,
@@ -162,6 +194,7 @@ pub(crate) async fn run(
             scripts: scripts.clone(),
             planted_race,
             retries: 0,
+            list_retries: 0,
         });
     }
 
@@ -198,11 +231,13 @@ pub(crate) async fn run(
         gone: 0,
         stale: 0,
         retries: 0,
+        list_retries: 0,
         list_latency: Latencies::new(),
         buy_latency: Latencies::new(),
         client_cpu: client_after.saturating_sub(client_before),
         server_cpu: servers_after.saturating_sub(servers_before),
         audit: Audit::default(),
+        conserved: true,
         keys_left: 0,
     };
     let mut stocked = vec![0; shape.0];
@@ -215,12 +250,14 @@ pub(crate) async fn run(
         cell.gone += tally.gone;
         cell.stale += tally.stale;
         cell.retries += tally.retries;
+        cell.list_retries += tally.list_retries;
         cell.list_latency.merge(&tally.list_latency);
         cell.buy_latency.merge(&tally.buy_latency);
     }
     cell.audit = market::audit(&mut setup, &market_shape, &stocked)
         .await
         .map_err(err("audit"))?;
+    cell.conserved = cell.audit.conserved();
     let (data, masters) = env.admin.split_at_mut(1);
     cell.keys_left = market::lock_keys_left(&mut data[0], "lock:*")
         .await
@@ -258,7 +295,7 @@ async fn sell(mut trader: Trader, index: usize, deadline: Instant) -> Result<Tal
             tally.listed += 1;
         }
     }
-    tally.retries = trader.retries;
+    tally.list_retries = trader.list_retries;
     Ok(tally)
 }
 

@@ -155,31 +155,45 @@ pub(crate) fn run(args: &MarketArgs) -> Result<String, String> {
         .map_err(|error| format!("tokio runtime: {error}"))?;
     let mut env = runtime.block_on(connect(&data, &masters, &args.strategies))?;
 
+    // Each cell is run in rounds, the strategies taking turns in an order
+    // that rotates: a machine whose load drifts weighs on all of them alike.
+    let rounds = rounds(length);
     let cells_total = args.shapes.len() * args.strategies.len();
     let mut cells: Vec<Cell> = Vec::with_capacity(cells_total);
     for &shape in &args.shapes {
-        for &strategy in &args.strategies {
-            progress(&format!(
-                "[{}/{cells_total}] {}/{} {}: {} for {length:?}",
-                cells.len() + 1,
-                shape.0,
-                shape.1,
-                strategy.name(),
-                strategy.describe()
-            ));
-            let cell = runtime.block_on(cell::run(
-                &mut env,
-                shape,
-                strategy,
-                length,
-                args.planted_race,
-            ))?;
-            if strategy.is_safe() && !cell.passed() {
+        progress(&format!(
+            "{}/{}: {} strategies, {rounds} rounds of {:?} each",
+            shape.0,
+            shape.1,
+            args.strategies.len(),
+            length / rounds as u32
+        ));
+        let mut merged: Vec<Option<Cell>> = vec![None; args.strategies.len()];
+        for round in 0..rounds {
+            let mut order: Vec<usize> = (0..args.strategies.len()).collect();
+            order.rotate_left(round % args.strategies.len());
+            for index in order {
+                let strategy = args.strategies[index];
+                let cell = runtime.block_on(cell::run(
+                    &mut env,
+                    shape,
+                    strategy,
+                    length / rounds as u32,
+                    args.planted_race,
+                ))?;
+                match &mut merged[index] {
+                    Some(total) => total.merge(&cell),
+                    slot => *slot = Some(cell),
+                }
+            }
+        }
+        for cell in merged.into_iter().flatten() {
+            if cell.strategy.is_safe() && !cell.passed() {
                 progress(&format!(
                     "CHECK FAILED in {}/{} {}: {}, lock keys left {}",
                     shape.0,
                     shape.1,
-                    strategy.name(),
+                    cell.strategy.name(),
                     cell.audit,
                     cell.keys_left
                 ));
@@ -241,6 +255,12 @@ pub(crate) fn run(args: &MarketArgs) -> Result<String, String> {
             broken.join(", ")
         ))
     }
+}
+
+/// How many rounds a cell of `length` is cut into: one per second, at
+/// most 5.
+fn rounds(length: Duration) -> usize {
+    (length.as_secs_f64().round() as usize).clamp(1, 5)
 }
 
 /// Connects the audit's connections and this library's clients.

@@ -137,8 +137,12 @@ pub(crate) fn tables(cells: &[Cell], info: &Info) -> String {
          retries: aborted EXECs (WATCH) or lock waits that ran out (2 s each); \
          gone: purchases that found the item sold under their guard; \
          the classic column quotes \"Redis in Action\" (60 s per shape, its own machine); \
+         listings retried: {}; \
          {:.0} s in all, load average {} at the start, {} at the end.",
-        info.elapsed_s, info.load.0, info.load.1
+        cells.iter().map(|cell| cell.list_retries).sum::<u64>(),
+        info.elapsed_s,
+        info.load.0,
+        info.load.1
     );
     out
 }
@@ -192,7 +196,7 @@ impl Summary {
             watch_retries: at(Strategy::Watch).map(Cell::retries_per_buy),
             coarse_ops: at(Strategy::Coarse(3)).map(Cell::ops_per_60s),
             fine_vs_single,
-            conserved: safe.clone().all(|cell| cell.audit.conserved()),
+            conserved: safe.clone().all(|cell| cell.conserved),
             double_sales: safe.clone().map(|cell| cell.audit.double_sales).sum(),
             keys_left: cells.iter().map(|cell| cell.keys_left).sum(),
         }

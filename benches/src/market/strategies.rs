@@ -7,7 +7,10 @@
 //! and the buyer's funds, decides in the client, then writes the money,
 //! the item and the sale in one `MULTI`/`EXEC` (or, fenced, one script that
 //! first refuses a stale token). Only what guards the read-decide-write
-//! changes.
+//! changes. A listing takes the market's lock where there is one (a coarse
+//! lock serialises everything); every other strategy lists the classic way
+//! (`WATCH` on the seller's own inventory), as an item nobody can buy yet
+//! needs no lock of its own.
 
 use std::time::{Duration, Instant};
 
@@ -15,7 +18,7 @@ use rand::RngExt;
 use redis::aio::MultiplexedConnection;
 use redis::{Script, Value};
 use redlock_tests::market::{
-    FENCED_BUY, FENCED_LIST, MARKET, SALES, TOKENS, inventory_key, seller_of, user_key,
+    FENCED_BUY, MARKET, SALES, TOKENS, inventory_key, seller_of, user_key,
 };
 use redlock_tokio::{LockGuard, Redlock, Wait};
 
@@ -113,6 +116,11 @@ impl Strategy {
         }
     }
 
+    /// Whether listings take the lock too: only the market's lock.
+    pub(crate) fn locks_listings(self) -> bool {
+        matches!(self, Strategy::SingleCoarse | Strategy::Coarse(_))
+    }
+
     pub(crate) fn is_fenced(self) -> bool {
         matches!(self, Strategy::Fenced(_))
     }
@@ -143,7 +151,6 @@ return 0
 #[derive(Clone)]
 pub(crate) struct Scripts {
     fenced_buy: Script,
-    fenced_list: Script,
     release: Script,
 }
 
@@ -151,14 +158,13 @@ impl Scripts {
     pub(crate) fn new() -> Self {
         Self {
             fenced_buy: Script::new(FENCED_BUY),
-            fenced_list: Script::new(FENCED_LIST),
             release: Script::new(RELEASE),
         }
     }
 
     /// Loads them, so that no call meets `NOSCRIPT` (an extra round trip).
     pub(crate) async fn load(&self, data: &mut MultiplexedConnection) -> redis::RedisResult<()> {
-        for script in [&self.fenced_buy, &self.fenced_list, &self.release] {
+        for script in [&self.fenced_buy, &self.release] {
             script.load_async(data).await?;
         }
         Ok(())
@@ -185,9 +191,12 @@ pub(crate) struct Trader {
     pub(crate) scripts: Scripts,
     /// The purchase skips its lock (`--planted-race`): the audit must catch it.
     pub(crate) planted_race: bool,
-    /// Attempts that had to be made again: aborted `EXEC`s, locks not
+    /// Purchases that had to be made again: aborted `EXEC`s, locks not
     /// granted within [`LOCK_WAIT`].
     pub(crate) retries: u64,
+    /// Listings whose `EXEC` was aborted under `WATCH` (none: only the
+    /// seller writes its inventory), or whose lock waits ran out.
+    pub(crate) list_retries: u64,
 }
 
 /// A lock held by a trader.
@@ -283,7 +292,12 @@ impl Trader {
 
 impl Trader {
     /// Lists `item` of seller `seller` at `price`: from its inventory to the
-    /// market. `Ok(false)` when the item was not in the inventory, or its
+    /// market. Under a market lock (coarse), the listing takes it as a
+    /// purchase does: everything is serialised. Otherwise it is "Redis in
+    /// Action"'s `list_item`: `WATCH` the seller's inventory, check the item
+    /// is there, `MULTI`/`EXEC`. No item lock is needed there: buyers cannot
+    /// see an item before it is listed, and only its seller lists it.
+    /// `Ok(false)` when the item was not in the inventory, or the market's
     /// lock was not granted before `deadline`.
     pub(crate) async fn list(
         &mut self,
@@ -293,75 +307,54 @@ impl Trader {
         deadline: Instant,
     ) -> Result<bool, String> {
         let inventory = inventory_key(seller);
-        if self.strategy == Strategy::Watch {
-            loop {
-                let (owned,): (bool,) = redis::pipe()
-                    .cmd("WATCH")
-                    .arg(&inventory)
-                    .ignore()
-                    .sismember(&inventory, item)
-                    .query_async(&mut self.data)
-                    .await
-                    .map_err(|err| format!("list: {err}"))?;
-                if !owned {
-                    let () = redis::cmd("UNWATCH")
-                        .query_async(&mut self.data)
-                        .await
-                        .map_err(|err| format!("list: {err}"))?;
-                    return Ok(false);
-                }
-                let committed: Value = redis::pipe()
-                    .atomic()
-                    .zadd(MARKET, item, price)
-                    .ignore()
-                    .srem(&inventory, item)
-                    .ignore()
-                    .query_async(&mut self.data)
-                    .await
-                    .map_err(|err| format!("list: {err}"))?;
-                if committed != Value::Nil {
-                    return Ok(true);
-                }
-                self.retries += 1;
-            }
-        }
-        let Some(held) = self.lock(item, deadline).await? else {
-            return Ok(false);
-        };
-        let listed = match &held {
-            Held::Redlock(guard) if self.strategy.is_fenced() => {
-                let token = guard.fencing_token().expect("a fenced lock has a token");
-                let outcome: i64 = self
-                    .scripts
-                    .fenced_list
-                    .key(TOKENS)
-                    .key(MARKET)
-                    .key(&inventory)
-                    .arg(item)
-                    .arg(token)
-                    .arg(price)
-                    .invoke_async(&mut self.data)
-                    .await
-                    .map_err(|err| format!("fenced list: {err}"))?;
-                outcome == 1
-            }
+        if self.strategy.locks_listings() {
+            let Some(held) = self.lock(item, deadline).await? else {
+                return Ok(false);
+            };
             // Under the lock only this seller touches its inventory: the
             // item is there, as the seller's own count says.
-            _ => {
-                let () = redis::pipe()
-                    .atomic()
-                    .zadd(MARKET, item, price)
-                    .ignore()
-                    .srem(&inventory, item)
-                    .ignore()
+            let () = redis::pipe()
+                .atomic()
+                .zadd(MARKET, item, price)
+                .ignore()
+                .srem(&inventory, item)
+                .ignore()
+                .query_async(&mut self.data)
+                .await
+                .map_err(|err| format!("list: {err}"))?;
+            self.unlock(held).await?;
+            return Ok(true);
+        }
+        loop {
+            let (owned,): (bool,) = redis::pipe()
+                .cmd("WATCH")
+                .arg(&inventory)
+                .ignore()
+                .sismember(&inventory, item)
+                .query_async(&mut self.data)
+                .await
+                .map_err(|err| format!("list: {err}"))?;
+            if !owned {
+                let () = redis::cmd("UNWATCH")
                     .query_async(&mut self.data)
                     .await
                     .map_err(|err| format!("list: {err}"))?;
-                true
+                return Ok(false);
             }
-        };
-        self.unlock(held).await?;
-        Ok(listed)
+            let committed: Value = redis::pipe()
+                .atomic()
+                .zadd(MARKET, item, price)
+                .ignore()
+                .srem(&inventory, item)
+                .ignore()
+                .query_async(&mut self.data)
+                .await
+                .map_err(|err| format!("list: {err}"))?;
+            if committed != Value::Nil {
+                return Ok(true);
+            }
+            self.list_retries += 1;
+        }
     }
 
     /// Buys `item`, seen on the market at `price`, for `buyer`. `None` when
