@@ -66,6 +66,7 @@ fn seller_of(item: &str) -> &str {
 /// How a purchase ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Purchase {
+    /// Paid for, and in the buyer's inventory.
     Bought,
     /// The item was sold, or repriced, before we held its lock; or the
     /// buyer cannot pay.
@@ -167,9 +168,13 @@ use redlock_tests::market;
 /// What the traders did.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Trades {
+    /// Items put on the market.
     pub listed: u64,
+    /// Purchases made.
     pub bought: u64,
+    /// Purchases that found the item sold (or repriced) first.
     pub gone: u64,
+    /// Purchases the data server refused for a stale token.
     pub refused: u64,
 }
 
@@ -187,10 +192,7 @@ pub async fn trade(
     let deadline = Instant::now() + length;
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..sellers {
-        let (redlock, mut data) = (
-            redlock.clone(),
-            client.get_multiplexed_async_connection().await?,
-        );
+        let mut data = client.get_multiplexed_async_connection().await?;
         tasks.spawn(async move {
             let mut trades = Trades::default();
             let seller = market::seller(i);

@@ -223,7 +223,11 @@ pub(crate) fn run(args: &MarketArgs) -> Result<String, String> {
         elapsed_s: started.elapsed().as_secs_f64(),
         load: (load_at_start, crate::load_average()),
     };
-    let tables = report::tables(&cells, &info);
+    let tables = format!(
+        "{}\n\n{}",
+        report::tables(&cells, &info),
+        report::fault_tolerance(&cells)
+    );
     println!("{tables}");
     let out = crate::out_dir(args.out.as_deref(), args.quick)?;
     let stem = format!("{}-market", redlock_tests::server().name().to_lowercase());

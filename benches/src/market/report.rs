@@ -147,6 +147,48 @@ pub(crate) fn tables(cells: &[Cell], info: &Info) -> String {
     out
 }
 
+/// What fault tolerance costs: item locks over 3 masters against the
+/// hand-written lock on the data server, shape by shape, in operations, in
+/// purchases alone (listings take no item lock) and in CPU per purchase.
+pub(crate) fn fault_tolerance(cells: &[Cell]) -> String {
+    let mut out = String::from(
+        "item locks over 3 masters / the hand-written lock on the data server, by shape (ops, purchases, CPU per op):",
+    );
+    let header = out.len();
+    for fine in cells
+        .iter()
+        .filter(|cell| cell.strategy == Strategy::Fine(3))
+    {
+        let Some(single) = cells
+            .iter()
+            .find(|c| c.strategy == Strategy::SingleFine && c.shape == fine.shape)
+        else {
+            continue;
+        };
+        let per_60s = |cell: &Cell| cell.audit.bought as f64 * 60.0 / cell.elapsed.as_secs_f64();
+        let cpu = |cell: &Cell| {
+            let (client, servers) = cell.cpu_per_op_us();
+            client + servers
+        };
+        let ratio =
+            |a: f64, b: f64| ratio_value(a, b).map_or("n/a".to_owned(), |r| format!("{r:.2}x"));
+        let _ = write!(
+            out,
+            " {}/{}: {}, {}, {};",
+            fine.shape.0,
+            fine.shape.1,
+            ratio(fine.ops_per_60s(), single.ops_per_60s()),
+            ratio(per_60s(fine), per_60s(single)),
+            ratio(cpu(fine), cpu(single)),
+        );
+    }
+    if out.len() == header {
+        return String::new();
+    }
+    out.pop();
+    out
+}
+
 /// The report file: how it was made, the tables, the chart.
 pub(crate) fn document(tables: &str, info: &Info, chart: &str) -> String {
     format!(
