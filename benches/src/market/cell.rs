@@ -195,6 +195,8 @@ pub(crate) async fn run(
             planted_race,
             retries: 0,
             list_retries: 0,
+            behind: tokio::task::JoinSet::new(),
+            release_errors: Vec::new(),
         });
     }
 
@@ -296,6 +298,7 @@ async fn sell(mut trader: Trader, index: usize, deadline: Instant) -> Result<Tal
         }
     }
     tally.list_retries = trader.list_retries;
+    trader.finish().await?;
     Ok(tally)
 }
 
@@ -328,5 +331,6 @@ async fn shop(mut trader: Trader, index: usize, deadline: Instant) -> Result<Tal
         }
     }
     tally.retries = trader.retries;
+    trader.finish().await?;
     Ok(tally)
 }

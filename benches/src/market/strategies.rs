@@ -197,6 +197,10 @@ pub(crate) struct Trader {
     /// Listings whose `EXEC` was aborted under `WATCH` (none: only the
     /// seller writes its inventory), or whose lock waits ran out.
     pub(crate) list_retries: u64,
+    /// The hand-written lock's releases in flight ([`Trader::unlock`]).
+    pub(crate) behind: tokio::task::JoinSet<Result<(), String>>,
+    /// Releases of the hand-written lock that failed.
+    pub(crate) release_errors: Vec<String>,
 }
 
 /// A lock held by a trader.
@@ -271,24 +275,47 @@ impl Trader {
         }
     }
 
-    async fn unlock(&mut self, held: Held) -> Result<(), String> {
+    /// Releases `held` behind the purchase: the purchase is done once its
+    /// write is, so its task goes on at once while the release goes out.
+    /// This library's guard is dropped, which releases on every master in
+    /// the background, in the per-node order, and
+    /// [`Redlock::shutdown`] waits for it; the hand-written lock's
+    /// compare-and-delete is spawned on the task's connection, and the task
+    /// waits for its releases before it ends ([`Trader::finish`]).
+    fn unlock(&mut self, held: Held) {
         match held {
-            Held::None => Ok(()),
-            Held::Redlock(guard) => {
-                guard.release().await;
-                Ok(())
-            }
+            Held::None => {}
+            Held::Redlock(guard) => drop(guard),
             Held::Single { key, value } => {
-                let _: i64 = self
-                    .scripts
-                    .release
-                    .key(key)
-                    .arg(value)
-                    .invoke_async(&mut self.data)
-                    .await
-                    .map_err(|err| format!("release: {err}"))?;
-                Ok(())
+                let mut data = self.data.clone();
+                let release = self.scripts.release.clone();
+                self.behind.spawn(async move {
+                    release
+                        .key(key)
+                        .arg(value)
+                        .invoke_async::<i64>(&mut data)
+                        .await
+                        .map(drop)
+                        .map_err(|err| format!("release: {err}"))
+                });
+                // Reap the releases already done, so they do not pile up.
+                while let Some(done) = self.behind.try_join_next() {
+                    if let Ok(Err(err)) = done {
+                        self.release_errors.push(err);
+                    }
+                }
             }
+        }
+    }
+
+    /// Waits for the releases still in flight; the first that failed.
+    pub(crate) async fn finish(&mut self) -> Result<(), String> {
+        while let Some(done) = self.behind.join_next().await {
+            done.map_err(|err| format!("a release panicked: {err}"))??;
+        }
+        match self.release_errors.first() {
+            Some(err) => Err(err.clone()),
+            None => Ok(()),
         }
     }
 }
@@ -325,7 +352,7 @@ impl Trader {
                 .query_async(&mut self.data)
                 .await
                 .map_err(|err| format!("list: {err}"))?;
-            self.unlock(held).await?;
+            self.unlock(held);
             return Ok(true);
         }
         loop {
@@ -453,7 +480,7 @@ impl Trader {
                 .map_err(|err| format!("buy: {err}"))?;
             Bought::Yes
         };
-        self.unlock(held).await?;
+        self.unlock(held);
         Ok(Some(bought))
     }
 
