@@ -12,6 +12,7 @@
 //! (`WATCH` on the seller's own inventory), as an item nobody can buy yet
 //! needs no lock of its own.
 
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use rand::RngExt;
@@ -280,16 +281,17 @@ impl Trader {
     /// This library's guard is dropped, which releases on every master in
     /// the background, in the per-node order, and
     /// [`Redlock::shutdown`] waits for it; the hand-written lock's
-    /// compare-and-delete is spawned on the task's connection, and the task
-    /// waits for its releases before it ends ([`Trader::finish`]).
-    fn unlock(&mut self, held: Held) {
+    /// compare-and-delete is queued on the task's connection before its next
+    /// command, and only its reply is waited for in the background (the
+    /// task waits for those before it ends, [`Trader::finish`]).
+    async fn unlock(&mut self, held: Held) {
         match held {
             Held::None => {}
             Held::Redlock(guard) => drop(guard),
             Held::Single { key, value } => {
                 let mut data = self.data.clone();
                 let release = self.scripts.release.clone();
-                self.behind.spawn(async move {
+                let mut reply = Box::pin(async move {
                     release
                         .key(key)
                         .arg(value)
@@ -298,6 +300,17 @@ impl Trader {
                         .map(drop)
                         .map_err(|err| format!("release: {err}"))
                 });
+                // The first poll queues the command on the connection, so it
+                // reaches the server before the task's next one (its next
+                // `SET NX`, which must find the market's lock free); only
+                // the reply is waited for in the background.
+                match futures::poll!(reply.as_mut()) {
+                    Poll::Ready(Err(err)) => self.release_errors.push(err),
+                    Poll::Ready(Ok(())) => {}
+                    Poll::Pending => {
+                        self.behind.spawn(reply);
+                    }
+                }
                 // Reap the releases already done, so they do not pile up.
                 while let Some(done) = self.behind.try_join_next() {
                     if let Ok(Err(err)) = done {
@@ -352,7 +365,7 @@ impl Trader {
                 .query_async(&mut self.data)
                 .await
                 .map_err(|err| format!("list: {err}"))?;
-            self.unlock(held);
+            self.unlock(held).await;
             return Ok(true);
         }
         loop {
@@ -480,7 +493,7 @@ impl Trader {
                 .map_err(|err| format!("buy: {err}"))?;
             Bought::Yes
         };
-        self.unlock(held);
+        self.unlock(held).await;
         Ok(Some(bought))
     }
 
