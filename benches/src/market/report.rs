@@ -135,6 +135,7 @@ pub(crate) fn tables(cells: &[Cell], info: &Info) -> String {
         out,
         "\nlisted and bought: the audit's count of listings and purchases that took effect, per 60 s; \
          retries: aborted EXECs (WATCH) or lock waits that ran out (2 s each); \
+         buy p50 / p99: from the buyer's pick to its write done (the lock's release goes out behind it); \
          gone: purchases that found the item sold under their guard; \
          the classic column quotes \"Redis in Action\" (60 s per shape, its own machine); \
          listings retried: {}; \
