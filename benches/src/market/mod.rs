@@ -223,11 +223,15 @@ pub(crate) fn run(args: &MarketArgs) -> Result<String, String> {
         elapsed_s: started.elapsed().as_secs_f64(),
         load: (load_at_start, crate::load_average()),
     };
-    let tables = format!(
-        "{}\n\n{}",
+    let tables = [
         report::tables(&cells, &info),
-        report::fault_tolerance(&cells)
-    );
+        report::fault_tolerance(&cells),
+        report::checks_line(&cells),
+    ]
+    .into_iter()
+    .filter(|part| !part.is_empty())
+    .collect::<Vec<_>>()
+    .join("\n\n");
     println!("{tables}");
     let out = crate::out_dir(args.out.as_deref(), args.quick)?;
     let stem = format!("{}-market", redlock_tests::server().name().to_lowercase());

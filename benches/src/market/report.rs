@@ -190,6 +190,32 @@ pub(crate) fn fault_tolerance(cells: &[Cell]) -> String {
     out
 }
 
+/// The checks of every safe cell, added up, then the unsafe ceiling's.
+pub(crate) fn checks_line(cells: &[Cell]) -> String {
+    let (safe, unsafe_cells): (Vec<&Cell>, Vec<&Cell>) =
+        cells.iter().partition(|cell| cell.strategy.is_safe());
+    let sum =
+        |cells: &[&Cell], figure: fn(&Cell) -> u64| cells.iter().map(|c| figure(c)).sum::<u64>();
+    let mut line = format!(
+        "checks, {} cells with a guard: money conserved in {} of them; items sold twice: {}; items out of place: {}; bought items not in exactly one inventory: {}; lock keys left: {}",
+        safe.len(),
+        safe.iter().filter(|cell| cell.conserved).count(),
+        sum(&safe, |c| c.audit.double_sales),
+        sum(&safe, |c| c.audit.misplaced),
+        sum(&safe, |c| c.audit.bought_misplaced),
+        sum(&safe, |c| c.keys_left),
+    );
+    if !unsafe_cells.is_empty() {
+        let _ = write!(
+            line,
+            " (no lock at all, unsafe: {} items sold twice in {} cells)",
+            sum(&unsafe_cells, |c| c.audit.double_sales),
+            unsafe_cells.len()
+        );
+    }
+    line
+}
+
 /// The report file: how it was made, the tables, the chart.
 pub(crate) fn document(tables: &str, info: &Info, chart: &str) -> String {
     format!(
