@@ -29,7 +29,7 @@ SHELL := bash
 # The client sim (tests/tests/client_sim.rs): seeds per mode for `make sim`.
 SEEDS ?= 20000
 
-.PHONY: public-api sim fuzz deps-demo docs-check package package-check help demo bench bench-valkey bench-scaling bench-scaling-valkey bench-quick bench-cluster bench-cluster-valkey bench-memory mutants model model-check test deps deps-valkey core-purity fmt-check clippy doc nextest nextest-valkey doctest kill-harness-redis chaos chaos-ci
+.PHONY: public-api sim fuzz deps-demo docs-check package package-check help demo bench bench-valkey bench-scaling bench-scaling-valkey bench-quick bench-market bench-market-valkey bench-cluster bench-cluster-valkey bench-memory mutants model model-check test deps deps-valkey core-purity fmt-check clippy doc nextest nextest-valkey doctest kill-harness-redis chaos chaos-ci
 
 help: ## List targets
 	@awk 'BEGIN { FS = ":.*## " } /^[a-z-]+:.*## / { printf "  %-20s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -102,6 +102,33 @@ bench-quick: deps ## The same in a few seconds per scenario, as CI runs it; resu
 	tail -n 1 "$(BENCH_QUICK_DIR)/cluster.txt"; \
 	BENCH_COMMAND="make bench-quick$(if $(BENCH_ARGS), BENCH_ARGS='$(BENCH_ARGS)')" \
 		$(CARGO) run --release -p redlock-benches --bin redlock-bench -- --quick --out "$(BENCH_QUICK_DIR)" $(BENCH_ARGS) || status=$$?; \
+	$(MAKE) --no-print-directory kill-harness-redis; \
+	exit $$status
+
+# The marketplace (benches/src/market): "Redis in Action"'s game market on a
+# data server, sellers and buyers in the shapes 1/1, 5/1, 5/5 and 16/16,
+# under WATCH/MULTI/EXEC, no lock, the hand-written SET NX lock on the data
+# server, and this library's locks (one on the market, one per item, one per
+# item with fencing) over 1, 3 and 5 masters; every cell audited (money,
+# double sales, item places, lock keys left), a broken check fails the run.
+# About 5 minutes (5 s per cell; BENCH_MARKET_ARGS="--seconds 10", "--quick",
+# "--planted-race"). The last line is `market summary: ...`. Not in `make test`.
+BENCH_MARKET_ARGS ?=
+
+bench-market: deps ## The marketplace: WATCH against a market lock and item locks, audited; benches/results/redis-market.{md,svg}
+	@status=0; \
+	mkdir -p benches/results; \
+	BENCH_COMMAND="make bench-market$(if $(BENCH_MARKET_ARGS), BENCH_MARKET_ARGS='$(BENCH_MARKET_ARGS)')" \
+		$(CARGO) run --release -p redlock-benches --bin redlock-bench -- --market $(BENCH_MARKET_ARGS) || status=$$?; \
+	$(MAKE) --no-print-directory kill-harness-redis; \
+	exit $$status
+
+bench-market-valkey: deps deps-valkey ## The marketplace on Valkey (VALKEY_BIN); benches/results/valkey-market.{md,svg}
+	@status=0; \
+	mkdir -p benches/results; \
+	REDLOCK_SERVER_BIN="$(VALKEY_BIN)" \
+	BENCH_COMMAND="make bench-market-valkey$(if $(BENCH_MARKET_ARGS), BENCH_MARKET_ARGS='$(BENCH_MARKET_ARGS)')" \
+		$(CARGO) run --release -p redlock-benches --bin redlock-bench -- --market $(BENCH_MARKET_ARGS) || status=$$?; \
 	$(MAKE) --no-print-directory kill-harness-redis; \
 	exit $$status
 

@@ -42,14 +42,15 @@ fn nines_label(x: &f64) -> String {
     }
 }
 
-struct Series {
+pub(crate) struct Series {
     label: String,
     color: RGBColor,
     thin: bool,
     points: Vec<(f64, f64)>,
 }
 
-fn series(label: impl Into<String>, color: RGBColor, latencies: &Latencies) -> Series {
+/// A percentile curve of `latencies`, on the "nines" axis.
+pub(crate) fn series(label: impl Into<String>, color: RGBColor, latencies: &Latencies) -> Series {
     Series {
         label: label.into(),
         color,
@@ -68,7 +69,9 @@ fn err(e: impl std::fmt::Display) -> Error {
     e.to_string()
 }
 
-fn draw_panel<DB: DrawingBackend>(
+/// One panel of percentile curves (µs, log scale); nothing when all are
+/// empty.
+pub(crate) fn draw_panel<DB: DrawingBackend>(
     area: &DrawingArea<DB, plotters::coord::Shift>,
     title: &str,
     all: &[Series],

@@ -86,6 +86,15 @@
 //! redlock-bench --scaling [--quick] [--contenders ours,rslock,floor,safe-floor] [--out DIR]
 //! ```
 //!
+//! The marketplace ([`market`]): `--market` runs "Redis in Action"'s game
+//! market, optimistic transactions against a lock on the whole market and
+//! locks per item, on one data server with the locks on 1, 3 and 5 other
+//! masters, audited after every cell (`make bench-market`).
+//!
+//! ```text
+//! redlock-bench --market [--quick] [--seconds N] [--shapes 1/1,5/5] [--strategies watch,fine-3] [--planted-race] [--out DIR]
+//! ```
+//!
 //! `make bench` and `make bench-quick` run it in release mode.
 
 mod chart;
@@ -95,6 +104,7 @@ mod contenders;
 mod cpu;
 mod fairness;
 mod faults;
+mod market;
 mod memory;
 mod monitor;
 mod report;
@@ -318,6 +328,20 @@ fn parse_args() -> Result<Args, String> {
 }
 
 fn main() -> ExitCode {
+    if std::env::args().any(|arg| arg == "--market") {
+        return match market::parse_args(std::env::args().skip(1))
+            .and_then(|args| market::run(&args))
+        {
+            Ok(summary) => {
+                println!("{summary}");
+                ExitCode::SUCCESS
+            }
+            Err(message) => {
+                eprintln!("redlock-bench: {message}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let args = match parse_args() {
         Ok(args) => args,
         Err(message) => {

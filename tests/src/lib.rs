@@ -43,6 +43,13 @@
 //! runs a shorter schedule). The `chaos` and `chaos-worker` binaries of this
 //! crate are its entry points; `scripts/chaos.sh` adds the compose part.
 //!
+//! # The marketplace
+//!
+//! [`market`] is the workload of `make bench-market` and of the marketplace
+//! example and test: the data layout of "Redis in Action"'s game market on
+//! one server, and the audit a run must pass (money conserved, no item sold
+//! twice, every item in one place, no lock key left).
+//!
 //! # Requirements
 //!
 //! `redis-server` on `PATH`, or the server named by `$REDLOCK_SERVER_BIN`
@@ -74,6 +81,7 @@
 
 pub mod chaos;
 mod harness;
+pub mod market;
 pub mod sim;
 
 pub use harness::{
