@@ -328,8 +328,8 @@ impl Redlock {
         let settings = self.settings();
         let key = settings.key(resource.as_ref());
         let span = info_span!("redlock.release", resource = %key);
-        let mut release = Release::new(settings, key, value.clone(), RoundId(0), crate::sim::now())
-            .every_node();
+        let mut release =
+            Release::new(settings, key, value.clone(), RoundId(0), crate::sim::now()).every_node();
         async {
             let report = drive(&mut release, self).await;
             self.log_release(&report);

@@ -58,7 +58,7 @@ async fn a_refused_notice_does_not_fail_the_release() {
             }
         }
         let guard = redlock.lock(resource).await.unwrap();
-        let report = guard.release().await;
+        let report = guard.release().every_node().await;
         assert_eq!(report.released(), 3, "{report}");
         assert_eq!(report.failed(), 0, "{report}");
         let refused = if waited { 3 } else { 0 };
@@ -67,9 +67,9 @@ async fn a_refused_notice_does_not_fail_the_release() {
     }
     // Every kind of lock releases the same way.
     let guard = redlock.lock("doc").read().await.unwrap();
-    assert_eq!(guard.release().await.failed(), 0);
+    assert_eq!(guard.release().every_node().await.failed(), 0);
     let guard = redlock.lock_all(["a", "b"]).await.unwrap();
-    assert_eq!(guard.release().await.failed(), 0);
+    assert_eq!(guard.release().every_node().await.failed(), 0);
     assert_absent(&cluster, "a");
     for node in cluster.nodes() {
         assert!(refused_channels(node) > 0, "{node}: no refusal logged");
@@ -88,7 +88,7 @@ async fn with_notices_off_nothing_is_published() {
         .await
         .unwrap();
     let guard = redlock.lock("quiet").await.unwrap();
-    let report = guard.release().await;
+    let report = guard.release().every_node().await;
     assert_eq!(report.released(), 3, "{report}");
     assert_eq!(report.notices_refused(), 0, "{report}");
     let value = redlock.lock("quiet").await.unwrap().forget();
@@ -122,7 +122,7 @@ async fn a_user_without_rights_on_the_marks_releases_and_wakes_waiters() {
     };
     let holder = build(Duration::from_millis(200)).await.unwrap();
     let guard = holder.lock("lock:x").await.unwrap();
-    let report = guard.release().await;
+    let report = guard.release().every_node().await;
     assert_eq!((report.released(), report.failed()), (3, 0), "{report}");
     assert_absent(&cluster, "lock:x");
 
@@ -152,14 +152,14 @@ async fn a_user_without_rights_on_the_marks_releases_and_wakes_waiters() {
     })
     .await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let report = guard.release().await;
+    let report = guard.release().every_node().await;
     assert_eq!((report.released(), report.failed()), (3, 0), "{report}");
     let (won, took) = waiting.await.unwrap();
     let won = won.expect("the waiter gets the lock");
     assert!(took < Duration::from_secs(30), "woken, not timed: {took:?}");
     // Woken by the first master's notice, it may have met the holder's key
     // on a master the release had not reached yet: a quorum, not all.
-    let report = won.release().await;
+    let report = won.release().every_node().await;
     assert!(report.released() >= 2 && report.failed() == 0, "{report}");
     assert_absent(&cluster, "lock:x");
 }

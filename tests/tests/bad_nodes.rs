@@ -85,7 +85,7 @@ async fn the_right_password_works_and_is_never_shown() {
     let err = redlock.lock("secret").wait(Wait::No).await.unwrap_err();
     assert!(err.is_held_by_other());
     assert!(!format!("{err} {err:?} {guard:?}").contains(PASSWORD));
-    guard.release().await;
+    guard.release().every_node().await;
     for node in &nodes {
         assert!(!node.exists("secret"));
     }
@@ -119,7 +119,7 @@ async fn unreachable_nodes_count_as_failed_votes() {
         .wait(Wait::No)
         .await
         .expect("two of three");
-    guard.release().await;
+    guard.release().every_node().await;
 
     // Only unreachable nodes: a quick NoQuorum that names them.
     let urls: Vec<String> = (0..3)
@@ -169,7 +169,7 @@ async fn a_node_that_is_not_redis_is_a_failed_vote() {
         .expect("two of three");
     let NodeVote::Failed(error) = &guard.votes().votes()[2] else {
         // The decision may come before the garbage node's answer.
-        guard.release().await;
+        guard.release().every_node().await;
         return;
     };
     assert!(
@@ -179,7 +179,7 @@ async fn a_node_that_is_not_redis_is_a_failed_vote() {
         ),
         "{error}"
     );
-    guard.release().await;
+    guard.release().every_node().await;
     assert_absent(&cluster, "garbage");
 
     // A majority of garbage: NoQuorum, and the real node is released.
@@ -222,7 +222,7 @@ async fn a_silent_node_costs_the_connect_timeout_at_build_only() {
     assert!(elapsed < connect_timeout + QUICK, "{elapsed:?}");
     let (guard, elapsed) = timed(redlock.lock("silent").wait(Wait::No)).await;
     assert!(elapsed < QUICK, "{elapsed:?}");
-    guard.unwrap().release().await;
+    guard.unwrap().release().every_node().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -253,7 +253,7 @@ async fn a_key_of_another_type_is_a_wrong_type_error_and_stays_untouched() {
     cluster.node(0).command(["DEL", "typed"]);
     cluster.node(1).command(["DEL", "typed"]);
     let guard = redlock.lock("typed").wait(Wait::No).await.unwrap();
-    let report = guard.release().await;
+    let report = guard.release().every_node().await;
     assert_eq!(report.released(), 2, "{report}");
     assert_eq!(report.failed(), 1, "{report}");
     let hash_type = cluster.node(2).command(["TYPE", "typed"]);

@@ -189,7 +189,7 @@ async fn contend(client: usize, task: usize, redlock: Redlock, shared: Shared, s
                 let left = guard.validity();
                 let token = guard.fencing_token();
                 let released = mono_ns();
-                let report = guard.release().await;
+                let report = guard.release().every_node().await;
                 judge_release(&shared, &what, left, &report);
                 let mut hold = hold(client, number, key, granted, until, released);
                 hold.fencing_token = token;
@@ -227,7 +227,7 @@ async fn contend(client: usize, task: usize, redlock: Redlock, shared: Shared, s
                         .push(format!("{what}: keep-alive lost the lock: {reason}"));
                 }
                 log(&shared).extensions += kept.extensions();
-                let report = kept.release().await;
+                let report = kept.release().every_node().await;
                 judge_release(&shared, &what, left, &report);
                 log(&shared)
                     .holds

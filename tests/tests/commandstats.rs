@@ -62,7 +62,13 @@ async fn one_command_per_node_per_operation_in_steady_state() {
             node.commandstats()
         );
     }
-    redlock.lock("warm").await.unwrap().release().await;
+    redlock
+        .lock("warm")
+        .await
+        .unwrap()
+        .release()
+        .every_node()
+        .await;
     // Let the slow node of the warm-up finish before counting.
     tokio::time::sleep(Duration::from_millis(100)).await;
     for node in cluster.nodes() {
@@ -99,7 +105,7 @@ async fn one_command_per_node_per_operation_in_steady_state() {
         }
     }
     for guard in guards {
-        let report = guard.release().await;
+        let report = guard.release().every_node().await;
         assert_eq!(report.released(), 3);
     }
     // A release with notices on publishes only when it deleted our value
@@ -158,7 +164,7 @@ async fn one_command_per_node_per_operation_in_steady_state() {
     }
     let mut guard = redlock.lock("extended").wait(Wait::No).await.unwrap();
     guard.extend(Duration::from_secs(20)).await.unwrap();
-    guard.release().await;
+    guard.release().every_node().await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     let plain = u64::from(native_acquire()) + u64::from(native_extend());
     for node in cluster.nodes() {
@@ -179,7 +185,13 @@ async fn quiet_releases_and_withdraws_are_one_command_and_publish_nothing() {
         .build()
         .await
         .unwrap();
-    redlock.lock("warm").await.unwrap().release().await;
+    redlock
+        .lock("warm")
+        .await
+        .unwrap()
+        .release()
+        .every_node()
+        .await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     for node in cluster.nodes() {
         node.reset_stats();
@@ -197,7 +209,7 @@ async fn quiet_releases_and_withdraws_are_one_command_and_publish_nothing() {
             .wait(Wait::No)
             .await
             .unwrap();
-        assert_eq!(guard.release().await.released(), 3);
+        assert_eq!(guard.release().every_node().await.released(), 3);
     }
     tokio::time::sleep(Duration::from_millis(100)).await;
     for node in cluster.nodes() {
@@ -244,7 +256,13 @@ async fn quiet_releases_and_withdraws_are_one_command_and_publish_nothing() {
 async fn noscript_is_recovered_with_one_load_and_one_retry() {
     let cluster = RedisCluster::start(3);
     let redlock = client(&cluster).await;
-    redlock.lock("warm").await.unwrap().release().await;
+    redlock
+        .lock("warm")
+        .await
+        .unwrap()
+        .release()
+        .every_node()
+        .await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     // The script cache of node 0 is gone, as after a restart.
     cluster.node(0).command(["SCRIPT", "FLUSH"]);
@@ -271,7 +289,7 @@ async fn noscript_is_recovered_with_one_load_and_one_retry() {
         loads,
         "{first:?}"
     );
-    let report = guard.release().await;
+    let report = guard.release().every_node().await;
     assert_eq!(report.released(), 3);
     // A scripted release found its script gone (and the acquire script
     // loaded).
@@ -294,7 +312,13 @@ async fn noscript_is_recovered_with_one_load_and_one_retry() {
 async fn a_reconnection_loads_the_scripts_again() {
     let cluster = RedisCluster::start(3);
     let redlock = client(&cluster).await;
-    redlock.lock("warm").await.unwrap().release().await;
+    redlock
+        .lock("warm")
+        .await
+        .unwrap()
+        .release()
+        .every_node()
+        .await;
     cluster.node(1).restart();
     // The first request finds the connection broken; the lock holds on two.
     redlock
@@ -303,6 +327,7 @@ async fn a_reconnection_loads_the_scripts_again() {
         .await
         .unwrap()
         .release()
+        .every_node()
         .await;
     eventually("node 1 is reconnected", Duration::from_secs(5), || {
         redlock.connected_nodes() == 3
@@ -320,7 +345,7 @@ async fn a_reconnection_loads_the_scripts_again() {
         cluster.node(1).get("after").as_deref() == Some(guard.value().as_bytes())
     })
     .await;
-    guard.release().await;
+    guard.release().every_node().await;
     let steady = script_calls(cluster.node(1));
     let scripted = u64::from(!native_acquire()) + release_evalsha();
     assert_eq!(steady.get("evalsha").copied().unwrap_or(0), scripted);
@@ -363,6 +388,7 @@ async fn the_server_is_detected_again_on_reconnect() {
         .await
         .unwrap()
         .release()
+        .every_node()
         .await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(calls(cluster.node(0), "set"), 1);
@@ -379,6 +405,7 @@ async fn the_server_is_detected_again_on_reconnect() {
         .await
         .unwrap()
         .release()
+        .every_node()
         .await;
     eventually("node 1 is reconnected", Duration::from_secs(5), || {
         redlock.connected_nodes() == 3
@@ -391,6 +418,7 @@ async fn the_server_is_detected_again_on_reconnect() {
         .await
         .unwrap()
         .release()
+        .every_node()
         .await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(calls(cluster.node(1), "set"), 1);
@@ -416,6 +444,7 @@ async fn switched_off_every_operation_is_one_evalsha() {
         .await
         .unwrap()
         .release()
+        .every_node()
         .await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     for node in cluster.nodes() {

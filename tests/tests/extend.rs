@@ -49,7 +49,7 @@ async fn extend_keeps_the_lock_past_the_original_ttl() {
     for node in cluster.nodes() {
         assert!(node.pttl("long") > 1_500, "{}", node.pttl("long"));
     }
-    assert_eq!(guard.release().await.released(), 3);
+    assert_eq!(guard.release().every_node().await.released(), 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -75,7 +75,7 @@ async fn extending_an_expired_lock_fails_and_sets_nothing() {
     assert!(err.to_string().contains("expired"), "{err}");
     // The expired key was not set again.
     assert_absent(&cluster, "short");
-    let report = guard.release().await;
+    let report = guard.release().every_node().await;
     assert_eq!(report.released(), 0);
 }
 
@@ -100,7 +100,7 @@ async fn keep_alive_holds_a_lock_through_a_task_of_three_ttls() {
     }
     // Still valid after three TTLs: extended at least twice.
     assert!(kept.extensions() >= 2, "{} extensions", kept.extensions());
-    let report = kept.release().await;
+    let report = kept.release().every_node().await;
     assert_eq!(report.released(), 3);
     assert_absent(&cluster, "kept");
 }
@@ -174,7 +174,7 @@ async fn the_loss_signal_fires_when_the_nodes_are_killed() {
     assert!(signal.is_lost());
     assert!(kept.is_lost());
     assert!(kept.validity().is_zero());
-    let report = kept.release().await;
+    let report = kept.release().every_node().await;
     assert_eq!(report.failed(), 3);
 }
 
@@ -249,7 +249,7 @@ async fn the_loss_signal_fires_when_someone_else_takes_the_key() {
         matches!(reason, LossReason::ExtendFailed(ExtendError::Lost { .. })),
         "{reason:?}"
     );
-    let report = kept.release().await;
+    let report = kept.release().every_node().await;
     assert_eq!(report.not_held(), 3);
     for node in cluster.nodes() {
         assert_eq!(node.get("stolen").as_deref(), Some(&b"thief"[..]));
@@ -333,7 +333,7 @@ async fn an_operator_release_by_value_ends_the_keep_alive_and_is_not_undone() {
     // again right after).
     tokio::time::sleep(ttl * 2).await;
     assert_eq!(pttls(&cluster, "released-by-hand"), [-2, -2, -2]);
-    let report = kept.release().await;
+    let report = kept.release().every_node().await;
     assert_eq!(report.released(), 0, "{report}");
     assert_eq!(pttls(&cluster, "released-by-hand"), [-2, -2, -2]);
 }
@@ -419,7 +419,7 @@ async fn a_master_restarted_empty_gets_the_key_back_and_the_lock_is_kept() {
     .await;
     assert!(!kept.is_lost(), "{:?}", kept.loss());
     assert!(cluster.nodes().iter().all(ours));
-    let report = kept.release().await;
+    let report = kept.release().every_node().await;
     assert_eq!(report.released(), 3, "{report}");
 }
 

@@ -42,7 +42,7 @@ async fn second_client_is_refused_until_the_first_releases() {
         assert!(cluster.nodes().iter().any(|node| name(node) == *holder));
     }
 
-    let report = guard.release().await;
+    let report = guard.release().every_node().await;
     assert_eq!(
         (report.released(), report.not_held(), report.failed()),
         (3, 0, 0)
@@ -51,7 +51,7 @@ async fn second_client_is_refused_until_the_first_releases() {
 
     let guard = b.lock("job").wait(Wait::No).await.expect("free again");
     assert!(guard.votes().granted() >= 2);
-    guard.release().await;
+    guard.release().every_node().await;
     assert_absent(&cluster, "job");
 }
 
@@ -70,7 +70,7 @@ async fn lock_retries_until_the_holder_releases() {
     let guard = a.lock("queue").await.unwrap();
     let holder = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(300)).await;
-        guard.release().await
+        guard.release().every_node().await
     });
     let guard = b.lock("queue").await.expect("b gets it once a releases");
     // What the test names: a's release freed the lock and b, retrying, got
@@ -83,7 +83,7 @@ async fn lock_retries_until_the_holder_releases() {
         "b had to retry: {}",
         guard.votes()
     );
-    guard.release().await;
+    guard.release().every_node().await;
 }
 
 /// A call's own wait limit: the waiter gives up with the deadline error,
@@ -149,14 +149,14 @@ async fn wait_at_most_gives_up_with_the_deadline_error() {
         matches!(zero, Error::Config(ConfigError::ZeroDeadline)),
         "{zero:?}"
     );
-    guard.release().await;
+    guard.release().every_node().await;
     // Free now: a limited wait takes it at once.
     let guard = waiter
         .lock("busy")
         .wait(Wait::AtMost(Duration::from_secs(5)))
         .await
         .expect("a free lock");
-    guard.release().await;
+    guard.release().every_node().await;
     assert_absent(&cluster, "busy");
 }
 
@@ -190,7 +190,7 @@ async fn validity_after_acquire_is_close_to_the_ttl() {
         },
     )
     .await;
-    guard.release().await;
+    guard.release().every_node().await;
 
     // A per-call TTL.
     let started = Instant::now();
@@ -212,7 +212,7 @@ async fn validity_after_acquire_is_close_to_the_ttl() {
         cluster.nodes().iter().all(|node| node.pttl("v") > 4_000)
     })
     .await;
-    guard.release().await;
+    guard.release().every_node().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -225,7 +225,7 @@ async fn release_never_deletes_a_value_that_is_not_ours() {
     for node in cluster.nodes() {
         node.set("shared", "someone-else");
     }
-    let report = guard.release().await;
+    let report = guard.release().every_node().await;
     assert_eq!(
         (report.released(), report.not_held(), report.failed()),
         (0, 3, 0)
@@ -240,7 +240,7 @@ async fn release_never_deletes_a_value_that_is_not_ours() {
     // On one node only.
     let guard = redlock.lock("shared").await.unwrap();
     cluster.node(1).set("shared", "someone-else");
-    let report = guard.release().await;
+    let report = guard.release().every_node().await;
     assert_eq!((report.released(), report.not_held()), (2, 1));
     assert!(matches!(
         report.votes().votes()[1],
@@ -277,7 +277,7 @@ async fn bytes_resources_and_key_prefix() {
     // 20 random bytes, hex.
     assert_eq!(guard.value().as_str().len(), 40);
     assert!(!cluster.node(2).exists(resource));
-    guard.release().await;
+    guard.release().every_node().await;
     assert_absent(&cluster, b"lock:bin\xff\x00ary");
 }
 
@@ -300,6 +300,7 @@ async fn dropping_a_guard_releases_in_the_background() {
         .await
         .unwrap()
         .release()
+        .every_node()
         .await;
 }
 
@@ -346,7 +347,7 @@ async fn run_shows_the_work_its_lock() {
     // An earlier holder, so that the token has something to exceed.
     let first = redlock.lock("shown").fencing().await.unwrap();
     let earlier = first.fencing_token().expect("fenced");
-    first.release().await;
+    first.release().every_node().await;
     let token = redlock
         .lock("shown")
         .fencing()
@@ -425,7 +426,7 @@ async fn run_returns_the_work_error_through_one_question_mark() {
         .downcast_ref::<Error>()
         .unwrap_or_else(|| panic!("the lock's error, got {refused:?}"));
     assert!(error.is_held_by_other(), "{error}");
-    holder.release().await;
+    holder.release().every_node().await;
 }
 
 /// A guard without keep-alive is lost when its validity runs out: `lost()`
@@ -465,6 +466,7 @@ async fn a_guard_without_keep_alive_is_lost_when_its_ttl_runs_out() {
         .await
         .expect("free after the TTL")
         .release()
+        .every_node()
         .await;
 }
 
@@ -481,7 +483,7 @@ async fn a_released_lock_is_never_reported_lost() {
         .unwrap();
     let signal = guard.loss_signal();
     let until = guard.valid_until();
-    guard.release().await;
+    guard.release().every_node().await;
     tokio::time::sleep_until((until + Duration::from_millis(100)).into()).await;
     assert!(!signal.is_lost());
     assert!(
@@ -541,7 +543,7 @@ async fn one_request_with_ttl_fencing_and_a_wait_limit() {
     // Released within the limit: the waiter gets it, with a larger token.
     let holder = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        guard.release().await
+        guard.release().every_node().await
     });
     let next = redlock
         .lock("ledger")
@@ -557,7 +559,7 @@ async fn one_request_with_ttl_fencing_and_a_wait_limit() {
         next.fencing_token()
     );
     assert_eq!(next.ttl(), ttl);
-    next.release().await;
+    next.release().every_node().await;
     assert_absent(&cluster, "ledger");
 }
 

@@ -78,13 +78,13 @@ async fn readers_share_and_a_writer_waits_for_all_of_them() {
     assert_absent(&cluster, "doc");
 
     assert_refused(try_write(&c, "doc").await, "a writer while readers hold");
-    first.release().await;
-    second.release().await;
+    first.release().every_node().await;
+    second.release().every_node().await;
     assert_refused(
         try_write(&c, "doc").await,
         "a writer while one reader holds",
     );
-    third.release().await;
+    third.release().every_node().await;
 
     let writer = try_write(&c, "doc").await.expect("free of readers");
     eventually(
@@ -102,7 +102,7 @@ async fn readers_share_and_a_writer_waits_for_all_of_them() {
     for node in cluster.nodes() {
         assert!(!node.exists(writer_waiting_key("doc")));
     }
-    writer.release().await;
+    writer.release().every_node().await;
     assert_absent(&cluster, "doc");
 }
 
@@ -119,10 +119,10 @@ async fn a_writer_excludes_readers_and_other_writers() {
     for node in cluster.nodes() {
         assert!(!node.exists(readers_key("table")), "no reader got in");
     }
-    writer.release().await;
+    writer.release().every_node().await;
 
     let reader = try_read(&b, "table").await.expect("free again");
-    reader.release().await;
+    reader.release().every_node().await;
     assert_absent(&cluster, readers_key("table"));
 }
 
@@ -176,18 +176,18 @@ async fn a_waiting_writer_holds_off_new_readers() {
         .await
         .expect("a reader already in is not cut off");
 
-    reader.release().await;
+    reader.release().every_node().await;
     let (guard, _writer_client) = writer.await.unwrap();
     let guard = guard.expect("the writer gets in once the reader left");
     assert_refused(
         try_read(&latecomer, "ledger").await,
         "a new reader while the writer holds",
     );
-    guard.release().await;
+    guard.release().every_node().await;
     let reader = try_read(&latecomer, "ledger")
         .await
         .expect("readers are welcome again");
-    reader.release().await;
+    reader.release().every_node().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -207,7 +207,7 @@ async fn readers_never_release_each_other() {
     })
     .await;
 
-    let report = first.release().await;
+    let report = first.release().every_node().await;
     assert_eq!((report.released(), report.failed()), (3, 0), "{report}");
     assert_eq!(
         nodes_with_reader(&cluster, "report", second_value.as_bytes()),
@@ -228,7 +228,7 @@ async fn readers_never_release_each_other() {
         3
     );
 
-    let report = second.release().await;
+    let report = second.release().every_node().await;
     assert_eq!(report.released(), 3, "{report}");
     assert_absent(&cluster, readers_key("report"));
 }
@@ -259,7 +259,7 @@ async fn a_read_lock_extends_and_is_kept_alive() {
             .all(|node| node.pttl(readers_key("feed")) > 3_000)
     })
     .await;
-    reader.release().await;
+    reader.release().every_node().await;
 
     // Kept alive well past its 600 ms TTL, and still excluding a writer.
     let kept = redlock
@@ -276,9 +276,14 @@ async fn a_read_lock_extends_and_is_kept_alive() {
         try_write(&writer, "feed").await,
         "a writer while kept alive",
     );
-    let report = kept.release().await;
+    let report = kept.release().every_node().await;
     assert_eq!(report.released(), 3, "{report}");
-    try_write(&writer, "feed").await.unwrap().release().await;
+    try_write(&writer, "feed")
+        .await
+        .unwrap()
+        .release()
+        .every_node()
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -328,7 +333,7 @@ async fn a_reentrant_lock_is_shared_by_its_owner_only() {
     }
 
     // Releasing one acquisition keeps the lock held by the owner.
-    let report = inner.release().await;
+    let report = inner.release().every_node().await;
     assert_eq!(report.released(), 3, "{report}");
     for node in cluster.nodes() {
         let fields = hash(node, "batch");
@@ -339,10 +344,10 @@ async fn a_reentrant_lock_is_shared_by_its_owner_only() {
     assert_refused(other, "another owner while one acquisition is left");
 
     // Releasing the last one frees it.
-    outer.release().await;
+    outer.release().every_node().await;
     assert_absent(&cluster, "batch");
     let other = b.lock("batch").reentrant("worker-2").await.expect("free");
-    other.release().await;
+    other.release().every_node().await;
     assert_absent(&cluster, "batch");
 }
 
@@ -371,7 +376,7 @@ async fn reentrancy_survives_a_client_restart_with_the_same_owner() {
         .wait(Wait::No)
         .await;
     assert_refused(refused, "another owner");
-    guard.release().await;
+    guard.release().every_node().await;
     // The dead process's acquisition is still counted until its TTL ends:
     // a release frees only its own.
     for node in cluster.nodes() {
@@ -391,6 +396,7 @@ async fn reentrancy_survives_a_client_restart_with_the_same_owner() {
         .await
         .expect("free after the TTL")
         .release()
+        .every_node()
         .await;
 }
 
@@ -408,7 +414,7 @@ async fn a_reentrant_lock_extends_and_is_kept_alive() {
         cluster.nodes().iter().all(|node| node.pttl("cron") > 3_000)
     })
     .await;
-    guard.release().await;
+    guard.release().every_node().await;
     assert_absent(&cluster, "cron");
 
     // Kept alive well past its 600 ms TTL, beside an entry of the same
@@ -423,8 +429,8 @@ async fn a_reentrant_lock_extends_and_is_kept_alive() {
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     assert!(!kept.is_lost() && kept.loss().is_none(), "{kept:?}");
     assert!(kept.extensions() >= 2, "{kept:?}");
-    again.release().await;
-    kept.release().await;
+    again.release().every_node().await;
+    kept.release().every_node().await;
     assert_absent(&cluster, "cron");
 }
 
@@ -453,7 +459,7 @@ async fn a_multi_resource_lock_and_single_locks_exclude_each_other() {
         b.lock("a").wait(Wait::No).await,
         "a single lock inside a multi lock",
     );
-    let report = both.release().await;
+    let report = both.release().every_node().await;
     assert_eq!(report.released(), 3, "{report}");
     assert_absent(&cluster, "a");
     assert_absent(&cluster, "b");
@@ -468,7 +474,7 @@ async fn a_multi_resource_lock_and_single_locks_exclude_each_other() {
     for node in cluster.nodes() {
         assert_eq!(node.get("b").as_deref(), Some(single.value().as_bytes()));
     }
-    single.release().await;
+    single.release().every_node().await;
 
     // Named twice is locked once; release frees all.
     let three = a.lock_all(["c", "a", "b", "a"]).await.unwrap();
@@ -480,7 +486,7 @@ async fn a_multi_resource_lock_and_single_locks_exclude_each_other() {
             "every resource is held",
         );
     }
-    three.release().await;
+    three.release().every_node().await;
     for resource in ["a", "b", "c"] {
         assert_absent(&cluster, resource);
     }

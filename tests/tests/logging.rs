@@ -80,7 +80,7 @@ fn lock_extend_and_release_log_nothing_at_info() {
         // Contention is business as usual too.
         let busy = redlock.lock("quiet").wait(Wait::No).await.unwrap_err();
         assert!(busy.is_held_by_other(), "{busy}");
-        let report = guard.release().await;
+        let report = guard.release().every_node().await;
         assert_eq!(report.released(), 3, "{report}");
         let total = redlock
             .lock("quiet")
@@ -120,7 +120,7 @@ fn a_lost_lock_is_one_info_event() {
             .await
             .expect("the loss is signalled");
         assert!(reason.to_string().contains("another owner"), "{reason}");
-        let _ = kept.release().await;
+        let _ = kept.release().every_node().await;
     });
     let loud = loud(&events);
     assert_eq!(loud.len(), 1, "{events:?}");
@@ -141,7 +141,13 @@ fn a_refused_key_is_one_warn_per_node() {
             .await
             .unwrap();
         for _ in 0..5 {
-            let report = redlock.lock("lock:x").await.unwrap().release().await;
+            let report = redlock
+                .lock("lock:x")
+                .await
+                .unwrap()
+                .release()
+                .every_node()
+                .await;
             assert_eq!((report.released(), report.failed()), (3, 0), "{report}");
         }
     });

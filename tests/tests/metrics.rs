@@ -126,13 +126,13 @@ fn a_scripted_sequence_is_counted() {
                 .all(|node| subscribers(node, "metered") >= 1)
         })
         .await;
-        guard.release().await;
+        guard.release().every_node().await;
         let second = tokio::time::timeout(Duration::from_secs(8), waiting)
             .await
             .expect("woken by the release notice, not its 10 s timer")
             .unwrap()
             .expect("the lock, once released");
-        second.release().await;
+        second.release().every_node().await;
 
         // A kept-alive lock whose value an operator releases: its
         // next extension finds it gone, and the keep-alive loses it.
@@ -152,14 +152,14 @@ fn a_scripted_sequence_is_counted() {
             matches!(reason, LossReason::ExtendFailed(ExtendError::Gone { .. })),
             "{reason}"
         );
-        kept.release().await;
+        kept.release().every_node().await;
 
         // A master killed: the next release's round counts its
         // failed vote (refused connection or timeout).
         names = holder.nodes().to_vec();
         let guard = holder.lock("after-kill").await.expect("a free lock");
         cluster.node(2).kill();
-        let report = guard.release().await;
+        let report = guard.release().every_node().await;
         assert_eq!(report.failed(), 1, "{report}");
         holder.shutdown().await;
         waiter.shutdown().await;
@@ -247,7 +247,7 @@ fn a_release_that_finds_no_key_where_the_lock_was_held_is_a_node_miss() {
                 .wait(Wait::No)
                 .await
                 .unwrap();
-            guard.release().await;
+            guard.release().every_node().await;
         }
         let (plain, _) = values(snapshotter.snapshot().into_vec());
         assert_eq!(counter(&plain, MISSES, &[]), 0, "a plain run");
@@ -262,7 +262,7 @@ fn a_release_that_finds_no_key_where_the_lock_was_held_is_a_node_miss() {
             .position(|vote| matches!(vote, redlock_core::NodeVote::Granted))
             .expect("a quorum said yes");
         cluster.node(held).command(["FLUSHALL"]);
-        assert_eq!(guard.release().await.released(), 2);
+        assert_eq!(guard.release().every_node().await.released(), 2);
         let (flushed, _) = values(snapshotter.snapshot().into_vec());
         assert_eq!(counter(&flushed, MISSES, &[]), 1, "the flushed master");
     });
@@ -297,7 +297,7 @@ fn an_inspect_counts_the_master_it_could_not_read() {
             "{reads:?}"
         );
         assert!(errors_of(&killed) >= 1, "the killed master's failed read");
-        guard.release().await;
+        guard.release().every_node().await;
         redlock.shutdown().await;
     });
 }

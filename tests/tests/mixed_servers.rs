@@ -94,7 +94,7 @@ async fn each_master_gets_the_command_its_server_has() {
     for node in cluster.nodes() {
         assert_eq!(node.get("mixed").as_deref(), Some(guard.value().as_bytes()));
     }
-    let report = guard.release().await;
+    let report = guard.release().every_node().await;
     assert_eq!(report.released(), 3);
     assert_absent(&cluster, "mixed");
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -147,7 +147,7 @@ async fn clients_racing_on_mixed_masters_never_hold_at_once() {
             "round {round}: both clients hold the lock"
         );
         for guard in [x, y].into_iter().flatten() {
-            guard.release().await;
+            guard.release().every_node().await;
         }
         // The loser's withdraws may still be on their way.
         eventually("the key is gone everywhere", Duration::from_secs(5), || {

@@ -84,7 +84,11 @@ async fn a_paused_master_is_known_slow_skipped_and_trusted_again() {
         cycles += 1;
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    assert_eq!(redlock.slow_nodes(), [paused.as_str()], "after {cycles} cycles");
+    assert_eq!(
+        redlock.slow_nodes(),
+        [paused.as_str()],
+        "after {cycles} cycles"
+    );
 
     let guard = redlock.lock("while-slow").wait(Wait::No).await.unwrap();
     let vote = guard.votes().get(redlock_core::NodeId(4)).cloned();
@@ -109,11 +113,19 @@ async fn a_paused_master_is_known_slow_skipped_and_trusted_again() {
         after += 1;
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    assert!(redlock.slow_nodes().is_empty(), "still slow after {after} cycles");
+    assert!(
+        redlock.slow_nodes().is_empty(),
+        "still slow after {after} cycles"
+    );
     redlock.shutdown().await;
     for node in cluster.nodes() {
         let left = node.keys("*");
-        assert!(left.is_empty(), "port {}: {} keys left", node.port(), left.len());
+        assert!(
+            left.is_empty(),
+            "port {}: {} keys left",
+            node.port(),
+            left.len()
+        );
     }
 }
 

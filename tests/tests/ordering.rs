@@ -39,7 +39,9 @@ async fn an_extend_refused_with_noscript_is_not_sent_again_behind_a_later_releas
     // Extended on nodes 1 and 2; node 0's request completes in the
     // background.
     guard.extend(Duration::from_secs(30)).await.unwrap();
-    let release = tokio::spawn(std::future::IntoFuture::into_future(guard.release()));
+    let release = tokio::spawn(std::future::IntoFuture::into_future(
+        guard.release().every_node(),
+    ));
     eventually("nodes 1 and 2 released", QUICK, || {
         cluster.nodes()[1..]
             .iter()

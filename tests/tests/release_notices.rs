@@ -54,7 +54,7 @@ fn lock_in_task(
 fn release_later(guard: LockGuard) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         tokio::time::sleep(HOLD).await;
-        let report = guard.release().await;
+        let report = guard.release().every_node().await;
         assert!(report.released() >= 2, "{report}");
     })
 }
@@ -76,7 +76,7 @@ async fn release_once_listening(
             .all(|&node| subscribers(cluster.node(node), resource) >= 1)
     })
     .await;
-    let report = guard.release().await;
+    let report = guard.release().every_node().await;
     assert!(report.released() >= 2, "{report}");
 }
 
@@ -131,7 +131,7 @@ async fn a_release_wakes_the_waiter_long_before_its_retry_delay() {
     assert!(took < WOKEN, "woken, not timed: {took:?}");
     // Each node's listener counts once it read its node's confirmation.
     listening(&waiter, 3).await;
-    guard.release().await;
+    guard.release().every_node().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -148,7 +148,7 @@ async fn without_notices_the_waiter_sleeps_out_its_retry_delay() {
     assert!(took >= delay - Duration::from_millis(100), "{took:?}");
     assert_eq!(waiter.release_notice_connections(), 0);
     assert_no_pubsub(&cluster);
-    guard.release().await;
+    guard.release().every_node().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -156,17 +156,43 @@ async fn an_uncontended_acquire_opens_no_pubsub_connection() {
     let cluster = RedisCluster::start(3);
     let redlock = client(&cluster).await;
     for _ in 0..3 {
-        redlock.lock("free").await.unwrap().release().await;
-        redlock.lock("free").read().await.unwrap().release().await;
-        redlock.lock("free").write().await.unwrap().release().await;
+        redlock
+            .lock("free")
+            .await
+            .unwrap()
+            .release()
+            .every_node()
+            .await;
+        redlock
+            .lock("free")
+            .read()
+            .await
+            .unwrap()
+            .release()
+            .every_node()
+            .await;
+        redlock
+            .lock("free")
+            .write()
+            .await
+            .unwrap()
+            .release()
+            .every_node()
+            .await;
         let guard = redlock.lock("free").reentrant("me").await.unwrap();
-        guard.release().await;
-        redlock.lock_all(["x", "y"]).await.unwrap().release().await;
+        guard.release().every_node().await;
+        redlock
+            .lock_all(["x", "y"])
+            .await
+            .unwrap()
+            .release()
+            .every_node()
+            .await;
     }
     // A try-lock that fails never waits, so it does not listen either.
     let held = redlock.lock("busy").await.unwrap();
     assert!(redlock.lock("busy").wait(Wait::No).await.is_err());
-    held.release().await;
+    held.release().every_node().await;
 
     assert_eq!(redlock.release_notice_connections(), 0);
     assert_no_pubsub(&cluster);
@@ -220,7 +246,7 @@ async fn every_lock_kind_is_woken_by_the_release_it_waits_for() {
         );
         let guard = guard.unwrap_or_else(|err| panic!("{case}: {err}"));
         assert!(took < WOKEN, "{case}: {took:?}");
-        guard.release().await;
+        guard.release().every_node().await;
     }
 }
 
@@ -246,7 +272,7 @@ async fn twenty_waiters_share_one_pubsub_connection_per_node() {
             tokio::spawn(async move {
                 let guard = waiters.lock(resources[i % 4]).await?;
                 tokio::time::sleep(Duration::from_millis(10)).await;
-                guard.release().await;
+                guard.release().every_node().await;
                 Ok::<_, redlock_tokio::Error>(())
             })
         })
@@ -270,7 +296,7 @@ async fn twenty_waiters_share_one_pubsub_connection_per_node() {
 
     let (results, took) = timed(async {
         for guard in held {
-            guard.release().await;
+            guard.release().every_node().await;
         }
         let mut results = Vec::new();
         for task in tasks {
@@ -319,7 +345,7 @@ async fn waiting_does_not_hammer_the_nodes() {
         tasks.push(tokio::spawn(async move {
             let guard = waiter.lock("hot").await.unwrap();
             tokio::time::sleep(HOLD).await;
-            guard.release().await;
+            guard.release().every_node().await;
         }));
     }
     tokio::time::sleep(HOLD).await;
@@ -327,7 +353,7 @@ async fn waiting_does_not_hammer_the_nodes() {
         node.reset_stats();
     }
     let ((), took) = timed(async {
-        guard.release().await;
+        guard.release().every_node().await;
         for task in tasks {
             task.await.unwrap();
         }
@@ -363,7 +389,7 @@ async fn a_paused_or_dead_node_does_not_hold_up_waiting() {
     assert!(took < WOKEN, "{took:?}");
     // Only the live nodes have a pub/sub connection.
     listening(&waiter, 3).await;
-    guard.release().await;
+    guard.release().every_node().await;
 
     // Node 3 comes back: its pub/sub connection is made at the next wait.
     // Then node 2 stops while its pub/sub connection is up: nothing waits
@@ -389,14 +415,14 @@ async fn a_paused_or_dead_node_does_not_hold_up_waiting() {
     .await;
     cluster.node(2).pause();
     let (result, took) = timed(async {
-        guard.release().await;
+        guard.release().every_node().await;
         waiting.await.unwrap()
     })
     .await;
     let guard = result.expect("nodes 0, 1 and 3 grant it");
     assert!(took < WOKEN, "{took:?}");
     cluster.node(2).resume();
-    guard.release().await;
+    guard.release().every_node().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -407,7 +433,13 @@ async fn a_lost_pubsub_connection_is_replaced_while_someone_waits() {
 
     // Subscribe once, so that the connections exist.
     let held = release_later(holder.lock("job").await.unwrap());
-    waiter.lock("job").await.unwrap().release().await;
+    waiter
+        .lock("job")
+        .await
+        .unwrap()
+        .release()
+        .every_node()
+        .await;
     held.await.unwrap();
 
     let guard = holder.lock("job").await.unwrap();
@@ -438,11 +470,11 @@ async fn a_lost_pubsub_connection_is_replaced_while_someone_waits() {
     )
     .await;
     let (result, took) = timed(async {
-        guard.release().await;
+        guard.release().every_node().await;
         waiting.await.unwrap()
     })
     .await;
-    result.expect("woken").release().await;
+    result.expect("woken").release().every_node().await;
     assert!(took < WOKEN, "{took:?}");
 }
 
@@ -463,7 +495,7 @@ async fn dropping_the_client_closes_its_pubsub_connections() {
     // Cancel the wait and drop every handle: nothing may keep a connection.
     waiting.abort();
     let _ = waiting.await;
-    guard.release().await;
+    guard.release().every_node().await;
     drop((holder, waiter));
     eventually(
         "only the assertion connection is left",
@@ -509,7 +541,11 @@ async fn nodes_that_forbid_subscribe_leave_waiters_on_their_timer() {
 
     let held = release_later(holder.lock("job").await.unwrap());
     let (guard, took) = timed(waiter.lock("job")).await;
-    guard.expect("the timer still works").release().await;
+    guard
+        .expect("the timer still works")
+        .release()
+        .every_node()
+        .await;
     held.await.unwrap();
     assert!(took >= RETRY_DELAY - Duration::from_millis(100), "{took:?}");
 
@@ -548,7 +584,7 @@ async fn a_fair_release_by_the_same_client_hands_over_without_any_notice() {
         0,
         "no node let it listen"
     );
-    guard.release().await;
+    guard.release().every_node().await;
 }
 
 /// A pub/sub connection counts as up once its node accepted a
@@ -601,7 +637,7 @@ async fn a_notice_connection_counts_once_its_node_accepted_a_subscription() {
     // Not even for a moment (a subscription dropped again at once).
     let subscribes = cluster.node(0).commandstats().get("subscribe").copied();
     assert_eq!(subscribes.unwrap_or(0), 0, "node 0 was sent SUBSCRIBE");
-    held.release().await;
+    held.release().every_node().await;
 }
 
 /// A plain lock's release by the waiter's own client hands the lock over
@@ -621,7 +657,7 @@ async fn a_plain_release_by_the_same_client_hands_over_when_no_other_client_wait
         let waiter = lock_in_task(&redlock, "job");
         // The waiter was turned away and sleeps out its retry.
         tokio::time::sleep(HOLD).await;
-        let report = held.release().await;
+        let report = held.release().every_node().await;
         assert_eq!(report.released(), 3, "{report}");
         let (guard, took) = waiter.await.unwrap();
         held = guard.expect("handed over");
@@ -635,7 +671,7 @@ async fn a_plain_release_by_the_same_client_hands_over_when_no_other_client_wait
         0,
         "no node let it listen"
     );
-    held.release().await;
+    held.release().every_node().await;
 }
 
 /// A release that only its own client's waiters wait for publishes
@@ -656,12 +692,12 @@ async fn a_release_that_only_its_own_clients_waiters_wait_for_publishes_nothing(
     for node in cluster.nodes() {
         node.reset_stats();
     }
-    assert_eq!(held.release().await.released(), 3);
+    assert_eq!(held.release().every_node().await.released(), 3);
     let (guard, took) = waiter.await.unwrap();
     let guard = guard.expect("told by its own client");
     assert!(took < WOKEN, "told, not timed: {took:?}");
     assert_eq!(publishes(&cluster), vec![0, 0, 0], "nobody else listens");
-    guard.release().await;
+    guard.release().every_node().await;
 }
 
 /// `PUBLISH` calls on each node since its stats were reset (a script's
@@ -697,7 +733,7 @@ async fn nobody_waiting_a_release_publishes_nothing() {
     }
     for _ in 0..20 {
         let guard = redlock.lock("alone").await.unwrap();
-        let report = guard.release().await;
+        let report = guard.release().every_node().await;
         assert_eq!(report.released(), 3, "{report}");
     }
     assert_eq!(publishes(&cluster), vec![0, 0, 0]);
@@ -746,7 +782,7 @@ async fn a_waiter_marks_itself_is_woken_and_its_mark_expires_after_it() {
                 "a mark lives at most {mark_ttl:?}: {node_marks:?}"
             );
         }
-        let report = held.release().await;
+        let report = held.release().every_node().await;
         assert!(report.released() >= 2, "{report}");
     });
     let guard = guard.expect("the waiter gets the lock once released");
@@ -755,7 +791,7 @@ async fn a_waiter_marks_itself_is_woken_and_its_mark_expires_after_it() {
         published.iter().filter(|&&count| count > 0).count() >= 2,
         "the release published where the waiter marked itself: {published:?}"
     );
-    guard.release().await;
+    guard.release().every_node().await;
     // Nothing left: the mark expires on its own within its TTL.
     eventually(
         "the waiter's mark expires",

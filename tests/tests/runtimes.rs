@@ -13,7 +13,15 @@ fn a_client_outlives_the_runtime_that_built_it() {
     let cluster = RedisCluster::start(3);
     let first = tokio::runtime::Runtime::new().unwrap();
     let redlock = first.block_on(client(&cluster));
-    first.block_on(async { redlock.lock("rt").await.unwrap().release().await });
+    first.block_on(async {
+        redlock
+            .lock("rt")
+            .await
+            .unwrap()
+            .release()
+            .every_node()
+            .await
+    });
     drop(first);
 
     let second = tokio::runtime::Runtime::new().unwrap();
@@ -21,7 +29,7 @@ fn a_client_outlives_the_runtime_that_built_it() {
         // The connections ended with the first runtime: the first request
         // finds out, and they are made again on this one.
         if let Ok(guard) = redlock.lock("rt").wait(Wait::No).await {
-            guard.release().await;
+            guard.release().every_node().await;
         }
         eventually(
             "reconnected on the second runtime",
@@ -30,7 +38,7 @@ fn a_client_outlives_the_runtime_that_built_it() {
         )
         .await;
         let guard = redlock.lock("rt").wait(Wait::No).await.unwrap();
-        assert_eq!(guard.release().await.released(), 3);
+        assert_eq!(guard.release().every_node().await.released(), 3);
     });
 }
 
@@ -61,6 +69,7 @@ fn a_guard_dropped_outside_a_runtime_is_released_before_drop_returns() {
             .await
             .unwrap()
             .release()
+            .every_node()
             .await
     });
 }

@@ -87,7 +87,7 @@ async fn lock_extend_release(redlock: &Redlock, cluster: &RedisCluster, resource
             .all(|node| node.pttl(resource) > 30_000)
     })
     .await;
-    assert_eq!(guard.release().await.released(), cluster.len());
+    assert_eq!(guard.release().every_node().await.released(), cluster.len());
     assert_absent(cluster, resource);
 }
 
