@@ -20,17 +20,10 @@ fn settings() -> Settings {
         .expect("valid settings")
 }
 
+/// A release that waits for every node's story.
 fn release(settings: &Settings, t0: Instant) -> (Release, Vec<Request>) {
-    let mut release = Release::new(
-        settings,
-        Key::from(&b"done"[..]),
-        LockValue::from_string("0123456789abcdef0123"),
-        RoundId(1),
-        t0,
-    )
-    .every_node();
-    let requests = std::iter::from_fn(|| release.poll_request()).collect();
-    (release, requests)
+    let (release, requests) = certain(settings, t0);
+    (release.every_node(), requests)
 }
 
 #[test]
