@@ -92,7 +92,7 @@ impl Server {
         }
         // The messages of redis' URL errors are fixed texts (no part of the
         // URL), so they cannot leak a password.
-        let client = open(url).map_err(|err| invalid(describe(&err)))?;
+        let client = redis::Client::open(url).map_err(|err| invalid(describe(&err)))?;
         Ok(Self {
             shown: redact(url),
             ..Self::from_client(client)
@@ -123,7 +123,7 @@ impl Server {
                 None => format!("redis://{host}"),
             };
             // Errors of the seed URL are fixed texts: no password in them.
-            let client = open(seed.as_str()).map_err(|err| describe(&err))?;
+            let client = redis::Client::open(seed.as_str()).map_err(|err| describe(&err))?;
             let name = canonical_name(client.get_connection_info());
             names.push(name.strip_suffix("/0").unwrap_or(&name).to_owned());
             clients.push(client);
@@ -235,17 +235,6 @@ fn describe(err: &redis::RedisError) -> String {
 ///
 /// Host names are compared lowercased, otherwise as written: no DNS
 /// lookup happens here, so `localhost` and `127.0.0.1` count as two servers.
-/// A client for `url` whose connections send each request at once
-/// (`TCP_NODELAY`): the traffic is request and answer, so Nagle's algorithm
-/// only holds a request until the one before it is acknowledged, which
-/// doubles every round trip to a distant or slow master under concurrency.
-fn open(url: &str) -> redis::RedisResult<redis::Client> {
-    use redis::IntoConnectionInfo;
-    let info = url.into_connection_info()?;
-    let nodelay = redis::io::tcp::TcpSettings::default().set_nodelay(true);
-    redis::Client::open(info.set_tcp_settings(nodelay))
-}
-
 pub(crate) fn canonical_name(info: &ConnectionInfo) -> String {
     let db = info.redis_settings().db();
     match info.addr() {
