@@ -23,16 +23,21 @@ fn settings() -> Arc<Settings> {
     )
 }
 
-/// One request of `command` to node 4, for `admit`.
-fn request(settings: &Arc<Settings>, command: Command, t0: Instant) -> Request {
-    let mut acquire = Acquisition::new(
+/// A single attempt at `job`, its lock values drawn from `seed`.
+fn acquisition(settings: &Arc<Settings>, t0: Instant, seed: u64) -> Acquisition<StdRng> {
+    Acquisition::new(
         Arc::clone(settings),
         b"job",
         settings.default_ttl(),
         Attempts::Once,
         t0,
-        StdRng::seed_from_u64(1),
-    );
+        StdRng::seed_from_u64(seed),
+    )
+}
+
+/// One request of `command` to node 4, for `admit`.
+fn request(settings: &Arc<Settings>, command: Command, t0: Instant) -> Request {
+    let mut acquire = acquisition(settings, t0, 1);
     let request = std::iter::from_fn(|| acquire.poll_request())
         .find(|request| request.node == NodeId(4))
         .expect("a request to every node");
@@ -125,14 +130,7 @@ fn what_must_arrive_and_what_only_reads_always_goes() {
 fn a_lock_whose_acquire_skipped_a_node_owes_it_no_release() {
     let settings = settings();
     let t0 = Instant::now();
-    let mut acquire = Acquisition::new(
-        Arc::clone(&settings),
-        b"job",
-        settings.default_ttl(),
-        Attempts::Once,
-        t0,
-        StdRng::seed_from_u64(5),
-    );
+    let mut acquire = acquisition(&settings, t0, 5);
     let requests: Vec<_> = std::iter::from_fn(|| acquire.poll_request()).collect();
     // Node e is known slow: the driver answers for it. The others grant.
     acquire.handle_reply(Reply::skipped(&requests[4]), t0);
@@ -166,14 +164,7 @@ fn a_lock_whose_acquire_skipped_a_node_owes_it_no_release() {
 fn a_failed_attempt_withdraws_nothing_from_a_node_it_skipped() {
     let settings = settings();
     let t0 = Instant::now();
-    let mut acquire = Acquisition::new(
-        Arc::clone(&settings),
-        b"job",
-        settings.default_ttl(),
-        Attempts::Once,
-        t0,
-        StdRng::seed_from_u64(6),
-    );
+    let mut acquire = acquisition(&settings, t0, 6);
     let requests: Vec<_> = std::iter::from_fn(|| acquire.poll_request()).collect();
     acquire.handle_reply(Reply::skipped(&requests[0]), t0);
     acquire.handle_reply(Reply::skipped(&requests[1]), t0);
