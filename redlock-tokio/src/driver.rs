@@ -340,9 +340,11 @@ impl<M: Machine> Run<'_, M> {
     /// ([`Node::admit`]): the machine then hears at once that the node was
     /// not asked ([`Reply::skipped`]).
     fn send_requests(&mut self) {
+        let nodes = self.client.node_handles();
+        // One clock read for the whole batch, not one per request.
+        let mut now = None;
         while let Some(request) = self.machine.poll_request() {
-            let nodes = self.client.node_handles();
-            let now = crate::sim::now();
+            let now = *now.get_or_insert_with(crate::sim::now);
             if nodes[request.node.0].admit(&request, now) {
                 self.in_flight.push(send(nodes, request));
             } else {
