@@ -230,7 +230,7 @@ fuzz: ## Every fuzz target for FUZZ_SECONDS each (nightly, cargo-fuzz installed 
 # `make test` runs 1,500 seeds per mode (SIM_SEEDS); a failing seed prints
 # its history hash and replays with SIM_SEED=<seed> SIM_VERBOSE=1.
 sim: ## The real client in virtual time over simulated masters, SEEDS per mode (default 20000); no server needed
-	SIM_SEEDS=$(SEEDS) $(CARGO) nextest run -p redlock-tests --test client_sim --profile $(NEXTEST_PROFILE) --no-capture
+	SIM_SEEDS=$(SEEDS) $(CARGO) nextest run --cargo-profile release -p redlock-tests --test client_sim --profile sim --no-capture
 
 test: deps deps-valkey docs-check core-purity package-check fmt-check clippy doc public-api ## Everything CI checks: deps, fmt, clippy, docs, the public API snapshot, tests (Redis, then Valkey), doctests, chaos (CI schedule), bench-quick
 	@status=0; \

@@ -5,8 +5,6 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rand::SeedableRng;
-use rand::rngs::StdRng;
 use redlock_core::{Config, ConfigError, NodeErrorKind};
 use tracing::{debug, info};
 
@@ -275,10 +273,7 @@ impl Builder {
             .filter(|(_, server)| server.cluster.is_some());
         // Who this client is to the masters: its waiters' marks and its
         // releases carry it (the core's `Settings::with_client_tag`).
-        let mut rng = match &self.simulation {
-            None => StdRng::from_rng(&mut rand::rng()),
-            Some(simulation) => simulation.rng(),
-        };
+        let mut rng = crate::sim::rng(self.simulation.as_ref());
         let settings = Arc::new(
             config
                 .validate()?
@@ -297,6 +292,7 @@ impl Builder {
                     .map(|server| (server.name.clone(), server.client.clone())),
                 self.connect_timeout,
                 metrics.clone(),
+                self.simulation.clone(),
             ))
         });
         let shown: Vec<String> = servers.iter().map(|s| s.shown.clone()).collect();

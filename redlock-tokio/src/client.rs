@@ -4,8 +4,6 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rand::SeedableRng;
-use rand::rngs::StdRng;
 use redlock_core::{
     AcquireEvent, Acquisition, Attempts, LockSpec, LockValue, Release, ReleaseReport, RoundId,
     Settings,
@@ -359,10 +357,7 @@ impl Redlock {
             Some(ttl) => settings.ttl(ttl)?,
             None => settings.default_ttl(),
         };
-        let rng = match &self.inner.simulation {
-            None => StdRng::from_rng(&mut rand::rng()),
-            Some(simulation) => simulation.rng(),
-        };
+        let rng = crate::sim::rng(self.inner.simulation.as_ref());
         let mut acquisition =
             Acquisition::with_spec(Arc::clone(settings), spec, ttl, attempts, now, rng)?;
         // First come, first served: behind this client's waiters (the core's

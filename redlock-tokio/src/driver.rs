@@ -71,7 +71,7 @@ pub(crate) fn send(nodes: &[Arc<Node>], request: Request) -> Sent {
     let sent_to = Arc::clone(&node);
     let mut future = Box::pin(async move {
         // The clock is read for the log line only, when someone listens.
-        let started = tracing::enabled!(Level::DEBUG).then(Instant::now);
+        let started = tracing::enabled!(Level::DEBUG).then(crate::sim::now);
         // Unconstrained: Tokio's cooperative budget must not make the first
         // poll return before the request is queued.
         let reply = tokio::task::unconstrained(node.execute(&request)).await;

@@ -35,14 +35,15 @@
 //!   timer.
 //!
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use rand::Rng;
+use rand::rngs::StdRng;
+use rand::{Rng, RngExt};
 use redis::aio::{PubSubSink, PubSubStream};
 use redlock_core::{Acquisition, HandOver, Key, NodeId, Notice, WaitQueue, WaiterId, Wake};
 use tokio::sync::{Notify, mpsc};
@@ -52,6 +53,7 @@ use tracing::{Instrument, debug, debug_span, warn};
 
 use crate::metrics;
 use crate::node::map_error;
+use crate::sim::Simulation;
 
 /// First wait before reconnecting a pub/sub connection; doubles each time.
 const RECONNECT_MIN: Duration = Duration::from_millis(50);
@@ -66,6 +68,8 @@ pub(crate) struct Notices {
     /// Ends the listener tasks when the client and its last waiter are gone.
     closed: CancellationToken,
     metrics: metrics::Nodes,
+    /// A simulated client's connections and randomness.
+    simulation: Option<Simulation>,
 }
 
 impl fmt::Debug for Notices {
@@ -79,7 +83,7 @@ impl fmt::Debug for Notices {
 
 /// The state the waiters and the listeners share.
 struct Shared {
-    channels: Mutex<HashMap<Key, Channel>>,
+    channels: Mutex<BTreeMap<Key, Channel>>,
     /// How many channels some acquire waits on: written under the lock
     /// with each change, read without it by every release
     /// ([`Notices::someone_waits_anywhere`]).
@@ -180,6 +184,7 @@ impl Notices {
         nodes: impl IntoIterator<Item = (String, redis::Client)>,
         connect_timeout: Duration,
         metrics: metrics::Nodes,
+        simulation: Option<Simulation>,
     ) -> Self {
         let nodes: Vec<(String, redis::Client)> = nodes.into_iter().collect();
         let count = nodes.len();
@@ -203,6 +208,7 @@ impl Notices {
                 .collect(),
             closed: CancellationToken::new(),
             metrics,
+            simulation,
         }
     }
 
@@ -303,7 +309,7 @@ impl Notices {
                 } else {
                     entry.queue.handle_join(WaiterId(id));
                 }
-                entry.deliver(Instant::now());
+                entry.deliver(crate::sim::now());
             }
             self.shared.wanted.store(map.len(), Ordering::Relaxed);
         }
@@ -352,6 +358,8 @@ impl Notices {
                         shared: Arc::clone(&self.shared),
                         closed: self.closed.clone(),
                         metrics: self.metrics.clone(),
+                        rng: crate::sim::rng(self.simulation.as_ref()),
+                        simulation: self.simulation.clone(),
                     })
                     .instrument(span),
                 ),
@@ -367,7 +375,7 @@ impl Drop for Notices {
 }
 
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, HashMap<Key, Channel>> {
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<Key, Channel>> {
         // Every update leaves the map consistent between statements; a
         // panic elsewhere cannot leave it half-written.
         self.channels.lock().unwrap_or_else(PoisonError::into_inner)
@@ -379,7 +387,7 @@ impl Shared {
     }
 
     /// The channels some acquire waits on now.
-    fn wanted(&self) -> HashSet<Key> {
+    fn wanted(&self) -> BTreeSet<Key> {
         self.lock().keys().cloned().collect()
     }
 
@@ -458,7 +466,7 @@ impl Drop for Waiter {
                 if let Some(entry) = map.get_mut(channel) {
                     entry.waiters.remove(&self.id);
                     entry.queue.handle_leave(WaiterId(self.id), self.served);
-                    entry.deliver(Instant::now());
+                    entry.deliver(crate::sim::now());
                     if entry.waiters.is_empty() {
                         map.remove(channel);
                         emptied = true;
@@ -488,6 +496,9 @@ struct ListenerTask {
     shared: Arc<Shared>,
     closed: CancellationToken,
     metrics: metrics::Nodes,
+    /// The reconnect jitter's.
+    rng: StdRng,
+    simulation: Option<Simulation>,
 }
 
 /// A node's pub/sub connection, split: the sink for (un)subscribing, the
@@ -495,14 +506,14 @@ struct ListenerTask {
 struct Link {
     sink: PubSubSink,
     stream: PubSubStream,
-    subscribed: HashSet<Key>,
+    subscribed: BTreeSet<Key>,
     /// Made after an earlier link of this task was lost.
     replaces_lost: bool,
 }
 
 /// One node's listener: keeps its subscriptions equal to the wanted
 /// channels and forwards messages, until the client is dropped.
-async fn listen(task: ListenerTask) {
+async fn listen(mut task: ListenerTask) {
     // Also when the task is dropped with its runtime.
     let _down = MarkDown(Arc::clone(&task.connected));
     let mut link: Option<Link> = None;
@@ -521,13 +532,14 @@ async fn listen(task: ListenerTask) {
                     link = Some(Link {
                         sink,
                         stream,
-                        subscribed: HashSet::new(),
+                        subscribed: BTreeSet::new(),
                         replaces_lost: lost_before,
                     });
                 }
                 Some(Err(error)) => {
                     debug!(error = %error, retry_in_ms = backoff.as_millis() as u64, "no pub/sub connection; release notices from this node wait");
-                    reconnect_at = Some(tokio::time::Instant::now() + jittered(backoff));
+                    reconnect_at =
+                        Some(tokio::time::Instant::now() + jittered(backoff, &mut task.rng));
                     backoff = (backoff * 2).min(RECONNECT_MAX);
                 }
             }
@@ -547,13 +559,16 @@ async fn listen(task: ListenerTask) {
                     link = None;
                     lost_before = true;
                     task.connected.store(false, Ordering::Relaxed);
-                    reconnect_at = Some(tokio::time::Instant::now() + jittered(backoff));
+                    reconnect_at =
+                        Some(tokio::time::Instant::now() + jittered(backoff, &mut task.rng));
                     backoff = (backoff * 2).min(RECONNECT_MAX);
                     continue;
                 }
             }
         }
-        let retry_at = reconnect_at.filter(|_| link.is_none());
+        // Armed only while something is wanted: a retry instant in the
+        // past would otherwise end every turn of this loop at once.
+        let retry_at = reconnect_at.filter(|_| link.is_none() && task.shared.anything_wanted());
         let retry = async {
             match retry_at {
                 Some(at) => tokio::time::sleep_until(at).await,
@@ -585,7 +600,7 @@ async fn listen(task: ListenerTask) {
                     link = None;
                     lost_before = true;
                     task.connected.store(false, Ordering::Relaxed);
-                    reconnect_at = Some(tokio::time::Instant::now() + jittered(backoff));
+                    reconnect_at = Some(tokio::time::Instant::now() + jittered(backoff, &mut task.rng));
                     backoff = (backoff * 2).min(RECONNECT_MAX);
                 }
             },
@@ -603,7 +618,17 @@ impl ListenerTask {
     }
 
     async fn connect(&self) -> Result<redis::aio::PubSub, String> {
-        match tokio::time::timeout(self.connect_timeout, self.client.get_async_pubsub()).await {
+        let connecting = async {
+            match &self.simulation {
+                None => self.client.get_async_pubsub().await,
+                Some(simulation) => {
+                    let stream = simulation.connect(self.index).await?;
+                    let info = self.client.get_connection_info().redis_settings();
+                    redis::aio::PubSub::new(info, stream).await
+                }
+            }
+        };
+        match tokio::time::timeout(self.connect_timeout, connecting).await {
             Ok(Ok(pubsub)) => Ok(pubsub),
             Ok(Err(error)) => Err(map_error(&error).to_string()),
             Err(_) => Err(format!(
@@ -616,7 +641,7 @@ impl ListenerTask {
     /// Subscribes to the wanted channels the link lacks and unsubscribes
     /// from the ones nobody waits on any more. An error (or no confirmation
     /// within the connect timeout) leaves the link unusable.
-    async fn reconcile(&self, link: &mut Link, wanted: &HashSet<Key>) -> Result<(), String> {
+    async fn reconcile(&self, link: &mut Link, wanted: &BTreeSet<Key>) -> Result<(), String> {
         let add: Vec<Key> = wanted.difference(&link.subscribed).cloned().collect();
         let remove: Vec<Key> = link.subscribed.difference(wanted).cloned().collect();
         if !add.is_empty() {
@@ -670,9 +695,9 @@ impl Drop for MarkDown {
 }
 
 /// `delay` minus up to a quarter, so that many clients do not reconnect in step.
-fn jittered(delay: Duration) -> Duration {
+fn jittered(delay: Duration, rng: &mut StdRng) -> Duration {
     let quarter = u64::try_from(delay.as_micros() / 4).unwrap_or(u64::MAX);
-    delay - Duration::from_micros(rand::random_range(0..=quarter))
+    delay - Duration::from_micros(rng.random_range(0..=quarter))
 }
 
 #[cfg(test)]
@@ -687,6 +712,7 @@ mod tests {
             (0..n).map(|i| (format!("127.0.0.1:1/{i}"), client.clone())),
             Duration::from_millis(100),
             crate::metrics::Nodes::new([]),
+            None,
         ))
     }
 
@@ -706,12 +732,12 @@ mod tests {
         let second = notices.wait_for(vec![a.clone(), b.clone()], false);
         assert_eq!(
             notices.shared.wanted(),
-            HashSet::from([a.clone(), b.clone()])
+            BTreeSet::from([a.clone(), b.clone()])
         );
         drop(first);
         assert_eq!(
             notices.shared.wanted(),
-            HashSet::from([a.clone(), b.clone()])
+            BTreeSet::from([a.clone(), b.clone()])
         );
         drop(second);
         assert!(notices.shared.wanted().is_empty());

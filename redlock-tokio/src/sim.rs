@@ -122,6 +122,17 @@ impl Simulation {
     }
 }
 
+/// A fresh random generator: drawn from the simulation's seeded one in a
+/// simulation, from the OS otherwise. With [`now`], the one place the
+/// client reads the real world's clock and randomness, so that a
+/// simulation replays.
+pub(crate) fn rng(simulation: Option<&Simulation>) -> StdRng {
+    match simulation {
+        Some(simulation) => simulation.rng(),
+        None => StdRng::from_rng(&mut rand::rng()),
+    }
+}
+
 /// Now, on Tokio's clock: the same as [`std::time::Instant::now`] unless
 /// the runtime's time is paused (Tokio's `test-util`), which is how a
 /// simulation runs this client in virtual time.

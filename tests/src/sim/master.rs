@@ -3,7 +3,7 @@
 //! `tests/tests/lua_model.rs` checks against the real Lua), keys expiring in
 //! virtual time, and the faults of its [`MasterFaults`].
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -66,7 +66,13 @@ struct State {
     /// on this master may be one whose release never reached it.
     pub(crate) unanswered: u64,
     generation: u64,
+    /// Per channel, the connections subscribed to it (by number, so that a
+    /// message reaches them in one order every run), each with its outbox.
+    subscribers: BTreeMap<Vec<u8>, BTreeMap<u64, Outbox>>,
 }
+
+/// Where a connection's replies and messages wait for their instant.
+type Outbox = mpsc::UnboundedSender<(Instant, Vec<u8>)>;
 
 /// The scripts, by SHA1, as `SCRIPT LOAD` answers and `EVALSHA` names them.
 static SHAS: LazyLock<HashMap<String, &'static str>> = LazyLock::new(|| {
@@ -105,6 +111,7 @@ impl Master {
                 connections: 0,
                 unanswered: 0,
                 generation: 0,
+                subscribers: BTreeMap::new(),
             }),
             restarted: Notify::new(),
         })
@@ -256,7 +263,10 @@ impl Master {
                     self.dropped(id, &words, false);
                     break 'connection;
                 }
-                let reply = self.execute(&words);
+                let reply = match self.subscription(&words, id, &replies) {
+                    Some(confirmations) => confirmations,
+                    None => self.execute(&words),
+                };
                 if drop {
                     self.dropped(id, &words, true);
                     break 'connection;
@@ -269,6 +279,73 @@ impl Master {
         }
         // Both halves dropped: the client reads the end of its stream.
         writing.abort();
+        for subscribers in self.state().subscribers.values_mut() {
+            subscribers.remove(&id);
+        }
+    }
+
+    /// `SUBSCRIBE` and `UNSUBSCRIBE` of connection `id`: their
+    /// confirmations (RESP2, one per channel), or `None` for other commands.
+    fn subscription(&self, words: &[Vec<u8>], id: u64, outbox: &Outbox) -> Option<Vec<u8>> {
+        let name = words[0].to_ascii_uppercase();
+        let subscribe = match name.as_slice() {
+            b"SUBSCRIBE" => true,
+            b"UNSUBSCRIBE" => false,
+            _ => return None,
+        };
+        let mut bytes = Vec::new();
+        let mut state = self.state();
+        for channel in &words[1..] {
+            let subscribers = state.subscribers.entry(channel.clone()).or_default();
+            if subscribe {
+                subscribers.insert(id, outbox.clone());
+            } else {
+                subscribers.remove(&id);
+            }
+            let count = state
+                .subscribers
+                .values()
+                .filter(|subscribers| subscribers.contains_key(&id))
+                .count();
+            let kind: &[u8] = if subscribe {
+                b"subscribe"
+            } else {
+                b"unsubscribe"
+            };
+            let confirmation = Response::Array(vec![
+                Response::Data(kind.to_vec()),
+                Response::Data(channel.clone()),
+                Response::Int(count as i64),
+            ]);
+            encode(&Ok(confirmation), &mut bytes);
+        }
+        drop(state);
+        let frozen = self.state().frozen.is_some();
+        self.history
+            .command(self.index, self.clock(), frozen, words, &bytes);
+        Some(bytes)
+    }
+
+    /// `PUBLISH channel ""` from a script: a message to every connection
+    /// subscribed to it, one latency later.
+    fn publish(&self, channel: &[u8]) {
+        let mut message = Vec::new();
+        let push = Response::Array(vec![
+            Response::Data(b"message".to_vec()),
+            Response::Data(channel.to_vec()),
+            Response::Data(Vec::new()),
+        ]);
+        encode(&Ok(push), &mut message);
+        let at = Instant::now() + self.faults.latency;
+        if let Some(subscribers) = self.state().subscribers.get(channel) {
+            for outbox in subscribers.values() {
+                if outbox.send((at, message.clone())).is_ok() {
+                    self.history
+                        .notices
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        }
     }
 
     fn dropped(&self, connection: u64, words: &[Vec<u8>], ran: bool) {
@@ -321,7 +398,23 @@ impl Master {
                 let keys = &words[3..3 + count];
                 let args = &words[3 + count..];
                 let request = self.request(script, keys, args)?;
-                Ok(self.state().store.run(clock, &request))
+                let response = self.state().store.run(clock, &request);
+                // A release that deleted our value and may have a waiter
+                // publishes (`RELEASE_IF_WAITED` answers 3; `RELEASE`, with
+                // no marks to read, always does; `FAIR_RELEASE` when told
+                // to, answering 1).
+                let fair = matches!(request.kind, LockKind::Fair { .. });
+                let published = if fair {
+                    args.get(1).is_some_and(|word| word == b"1") && response == Response::Int(1)
+                } else {
+                    response == Response::Int(3)
+                };
+                if request.command == Command::Release && published {
+                    let mut channel = keys[0].clone();
+                    channel.extend_from_slice(b"\0released");
+                    self.publish(&channel);
+                }
+                Ok(response)
             }
             // SET key value NX PX ttl GET: INFO says Redis 7.0.15, which
             // has it, so a client with native commands on sends it.
@@ -388,6 +481,8 @@ impl Master {
             }
         } else if script == scripts::INSPECT {
             return Ok(self.build(keys, b"", Command::Inspect));
+        } else if script == scripts::FAIR_ACQUIRE || script == scripts::FAIR_RELEASE {
+            return self.fair(script, keys, args);
         } else {
             return Err("ERR the simulation models the exclusive scripts only".to_owned());
         };
@@ -398,6 +493,43 @@ impl Master {
                 .get(2)
                 .map(|client| LockValue::from_string(String::from_utf8_lossy(client).into_owned()));
         }
+        Ok(request)
+    }
+
+    /// The core's request a fair lock's script carries.
+    fn fair(
+        &self,
+        script: &'static str,
+        keys: &[Vec<u8>],
+        args: &[Vec<u8>],
+    ) -> Result<Request, String> {
+        let arg = |i: usize| args.get(i).ok_or("ERR missing argument".to_owned());
+        let waiter: Arc<str> = String::from_utf8_lossy(arg(2)?).into();
+        let (command, entry, by_queue, ticket) = if script == scripts::FAIR_ACQUIRE {
+            let command = Command::Acquire {
+                ttl: self.ttl(arg(1)?)?,
+            };
+            (
+                command,
+                self.ttl(arg(3)?)?,
+                arg(4)? == b"1",
+                number(arg(5)?)?,
+            )
+        } else {
+            let command = match arg(3)?.as_slice() {
+                b"0" => Command::Withdraw,
+                b"1" => Command::Release,
+                _ => Command::Leave,
+            };
+            (command, self.settings.default_ttl(), true, 0)
+        };
+        let mut request = self.build(keys, arg(0)?, command);
+        request.kind = LockKind::Fair {
+            waiter,
+            entry,
+            by_queue,
+            ticket,
+        };
         Ok(request)
     }
 

@@ -27,7 +27,10 @@
 //! connection, a pause at exit), every wait limit is honoured, and a
 //! kept-alive lock whose validity ran out was signalled lost.
 //!
-//! Release notices (pub/sub) are off: the sim's masters do not speak it.
+//! Release notices are on in most seeds ([`Plan::notices`]): the masters
+//! speak `SUBSCRIBE` and publish what a release script publishes, so
+//! waiting (marks, notices, the client's own hand-overs, resubscribing
+//! after a dropped connection) runs under the same faults and replays.
 
 #[path = "../../../redlock-core/tests/sim/redis.rs"]
 #[allow(dead_code, unreachable_pub, missing_docs)]
@@ -96,8 +99,14 @@ pub struct Plan {
     pub native: bool,
     /// Whether locks carry fencing tokens.
     pub fencing: bool,
+    /// Whether locks are fair (first come, first served across clients,
+    /// by the masters' queues); never with fencing.
+    pub fair: bool,
     /// When the process exits (the [`Mode::Exit`] runs).
     pub exit_at: Duration,
+    /// Whether waiting acquires listen for release notices (pub/sub on
+    /// their own connections, marks, hand-overs), or only retry.
+    pub notices: bool,
 }
 
 impl Plan {
@@ -147,7 +156,9 @@ impl Plan {
             node_timeout,
             native: rng.random_bool(0.5),
             fencing: rng.random_bool(0.3),
+            fair: rng.random_bool(0.25),
             exit_at: Duration::from_millis(rng.random_range(20..600)),
+            notices: rng.random_bool(0.8),
         }
     }
 
@@ -195,6 +206,8 @@ pub struct History {
     verbose: bool,
     /// Commands the masters ran, to tell when they have gone quiet.
     commands: std::sync::atomic::AtomicU64,
+    /// Release notices the masters sent to subscribed connections.
+    notices: std::sync::atomic::AtomicU64,
 }
 
 impl History {
@@ -237,6 +250,9 @@ impl History {
                 words.join(" "),
                 String::from_utf8_lossy(reply).trim_end()
             );
+            if std::env::var_os("SIM_TRACE").is_some() {
+                eprintln!("{line}");
+            }
             let mut notes = self.notes.lock().unwrap_or_else(PoisonError::into_inner);
             notes.1.push(line);
         }
@@ -304,6 +320,8 @@ pub struct Report {
     pub cancelled: u64,
     /// `inspect()` calls (the read behind `redlock status`).
     pub inspects: u64,
+    /// Release notices the masters sent to subscribed connections.
+    pub notices: u64,
     /// Faults injected (pauses, dropping masters, slow masters, restarts).
     pub faults: u64,
     /// Holds of one key that overlapped while valid.
@@ -376,7 +394,7 @@ pub fn run(seed: u64, mode: Mode, planted: Option<Planted>, verbose: bool) -> Re
         }
         tasks
     });
-    if mode == Mode::Exit {
+    let runtime = if mode == Mode::Exit {
         runtime.block_on(async {
             tokio::time::sleep(plan.exit_at).await;
             // On the virtual clock, which only a runtime reads.
@@ -388,6 +406,7 @@ pub fn run(seed: u64, mode: Mode, planted: Option<Planted>, verbose: bool) -> Re
         drop(tasks);
         // The process exits: every task is dropped with its guards.
         drop(runtime);
+        None
     } else {
         runtime.block_on(async {
             for task in tasks {
@@ -420,8 +439,43 @@ pub fn run(seed: u64, mode: Mode, planted: Option<Planted>, verbose: bool) -> Re
                 client.shutdown().await;
             }
         });
-    }
-    judge(seed, mode, &plan, &masters, &log, &history)
+        Some(runtime)
+    };
+    // The lock keys left now; then, past a TTL more, anything left at all:
+    // a waiter's mark and a fair lock's queue outlive their waiter on
+    // purpose, for a bounded time (the exit mode's frozen clock judges
+    // lock keys only). Read on the runtime: the masters' clock is virtual.
+    let live = || -> Vec<Vec<Vec<u8>>> { masters.iter().map(|m| m.live_keys()).collect() };
+    let left: Vec<Vec<Vec<u8>>> = match runtime {
+        None => live()
+            .into_iter()
+            .map(|keys| keys.into_iter().filter(|key| !is_derived(key)).collect())
+            .collect(),
+        Some(runtime) => runtime.block_on(async {
+            let locks = live();
+            tokio::time::sleep(plan.ttl + Duration::from_secs(1)).await;
+            let later = live();
+            locks
+                .into_iter()
+                .zip(later)
+                .map(|(locks, later)| {
+                    let mut keys: Vec<Vec<u8>> =
+                        locks.into_iter().filter(|k| !is_derived(k)).collect();
+                    keys.extend(later);
+                    keys.sort();
+                    keys.dedup();
+                    keys
+                })
+                .collect()
+        }),
+    };
+    judge(seed, mode, &plan, &masters, &left, &log, &history)
+}
+
+/// A key the lock keeps beside its lock key (a waiter's mark, a fair lock's
+/// queue): the lock key, a NUL byte and a name.
+fn is_derived(key: &[u8]) -> bool {
+    key.contains(&0)
 }
 
 async fn build(
@@ -459,7 +513,7 @@ async fn build(
         .retry_delay(Duration::from_millis(40))
         .retry_jitter(Duration::from_millis(60))
         .native_commands(plan.native)
-        .release_notices(false)
+        .release_notices(plan.notices)
         .simulation(simulation)
         .build()
         .await
@@ -503,8 +557,10 @@ async fn work(
         if let Some(options) = keep_alive {
             request = request.keep_alive(options);
         }
-        // Fencing is chosen per lock; the plan asks it of every lock.
-        let acquire = if plan.fencing {
+        // The kind is chosen per lock; the plan asks one of every lock.
+        let acquire = if plan.fair {
+            request.fair().into_future()
+        } else if plan.fencing {
             request.fencing().into_future()
         } else {
             request.into_future()
@@ -681,6 +737,7 @@ fn judge(
     mode: Mode,
     plan: &Plan,
     masters: &[Arc<Master>],
+    left: &[Vec<Vec<u8>>],
     log: &Mutex<Log>,
     history: &History,
 ) -> Report {
@@ -690,6 +747,7 @@ fn judge(
         locks: log.holds.len() as u64,
         cancelled: log.cancelled,
         inspects: log.inspects,
+        notices: history.notices.load(std::sync::atomic::Ordering::Relaxed),
         faults: plan.faults() as u64,
         failures: log.failures.clone(),
         ..Report::default()
@@ -730,7 +788,7 @@ fn judge(
         }
     }
     for (i, master) in masters.iter().enumerate() {
-        let keys = master.live_keys();
+        let keys = left[i].clone();
         if master.missed_requests() {
             report.keys_excused += keys.len() as u64;
             continue;
