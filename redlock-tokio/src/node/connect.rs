@@ -3,25 +3,21 @@
 //! and the background reconnection with backoff.
 
 use std::sync::Weak;
-use std::time::Duration;
 
+use rand::SeedableRng;
+use rand::rngs::StdRng;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
 use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, Value};
-use redlock_core::{NodeError, NodeErrorKind, NodeFacts};
+use redlock_core::{Backoff, NodeError, NodeErrorKind, NodeFacts};
 use tracing::{debug, info};
 
 use super::reply::map_error;
 use super::scripts::SCRIPTS;
 use super::{Link, Node, connection_config};
 use crate::sim::Simulation;
-
-/// First wait before reconnecting after a failed attempt; doubles each time.
-pub(super) const RECONNECT_MIN: Duration = Duration::from_millis(50);
-/// Longest wait between reconnection attempts.
-const RECONNECT_MAX: Duration = Duration::from_secs(2);
 
 /// The connection of a node: to one master, or to a whole cluster.
 #[derive(Clone)]
@@ -263,16 +259,18 @@ impl Node {
     }
 }
 
-pub(super) async fn reconnect(node: Weak<Node>, first_delay: Option<Duration>) {
-    let mut backoff = RECONNECT_MIN;
-    let mut rng = node.upgrade().and_then(|node| {
-        node.simulation
-            .as_ref()
-            .map(|(_, simulation)| simulation.rng())
-    });
-    let mut jittered = move |delay| jittered(delay, rng.as_mut());
-    if let Some(delay) = first_delay {
-        tokio::time::sleep(jittered(delay)).await;
+/// Reconnects `node` in the background, waiting the core's reconnection
+/// [`Backoff`] between attempts (and before the first one when
+/// `wait_first`, after the eager attempt at build failed). Ends once
+/// connected, or when the node is dropped.
+pub(super) async fn reconnect(node: Weak<Node>, wait_first: bool) {
+    let mut backoff = Backoff::reconnect();
+    let mut rng = match node.upgrade().and_then(|node| node.simulation.clone()) {
+        Some((_, simulation)) => simulation.rng(),
+        None => StdRng::from_rng(&mut rand::rng()),
+    };
+    if wait_first {
+        tokio::time::sleep(backoff.next(&mut rng)).await;
     }
     loop {
         // Hold the node only while trying, so that dropping the client ends
@@ -280,23 +278,21 @@ pub(super) async fn reconnect(node: Weak<Node>, first_delay: Option<Duration>) {
         let Some(strong) = node.upgrade() else {
             return;
         };
-        match strong.connect().await {
+        let error = match strong.connect().await {
             Ok((connected, _)) => {
                 info!(node = %strong.name, "connected");
                 strong.set_up(connected);
                 return;
             }
-            Err(error) => {
-                debug!(node = %strong.name, error = %error, retry_in_ms = backoff.as_millis() as u64, "reconnection failed");
-                let mut state = strong.lock_state();
-                if let Link::Down { error: last, .. } = &mut state.link {
-                    *last = error;
-                }
-            }
+            Err(error) => error,
+        };
+        let wait = backoff.next(&mut rng);
+        debug!(node = %strong.name, error = %error, retry_in_ms = wait.as_millis() as u64, "reconnection failed");
+        if let Link::Down { error: last, .. } = &mut strong.lock_state().link {
+            *last = error;
         }
         drop(strong);
-        tokio::time::sleep(jittered(backoff)).await;
-        backoff = (backoff * 2).min(RECONNECT_MAX);
+        tokio::time::sleep(wait).await;
     }
 }
 
@@ -307,18 +303,6 @@ fn run_id(info: &str) -> Option<String> {
         .find_map(|line| line.trim().strip_prefix("run_id:"))
         .map(str::to_owned)
         .filter(|id| !id.is_empty())
-}
-
-/// `delay` minus up to a quarter, so that many clients do not reconnect in
-/// step; drawn from `rng` in a simulation.
-fn jittered(delay: Duration, rng: Option<&mut rand::rngs::StdRng>) -> Duration {
-    use rand::RngExt;
-    let quarter = u64::try_from(delay.as_micros() / 4).unwrap_or(u64::MAX);
-    let cut = match rng {
-        Some(rng) => rng.random_range(0..=quarter),
-        None => rand::random_range(0..=quarter),
-    };
-    delay - Duration::from_micros(cut)
 }
 
 #[cfg(test)]

@@ -37,13 +37,14 @@ use redlock_core::{
     HealthChange, NodeError, NodeErrorKind, NodeFacts, NodeHealth, NodeId, Request,
 };
 use tokio::task::JoinHandle;
+use tokio_util::task::TaskTracker;
 use tracing::{debug, info};
 
 use crate::order::Order;
 use crate::sim::Simulation;
 
 use blocking::Blocking;
-use connect::{Connected, Connection, RECONNECT_MIN, reconnect};
+use connect::{Connected, Connection, reconnect};
 pub(crate) use reply::map_error;
 
 enum Link {
@@ -75,8 +76,12 @@ pub(crate) struct Node {
     /// The per-node timeout: how long a blocking release waits for an answer.
     node_timeout: Duration,
     /// How long a release that met a broken connection waits for the next
-    /// one ([`resend_later`](Self::resend_later)): the client's default TTL.
+    /// one ([`resend_later`](Self::resend_later)): the client's
+    /// [patience](crate::background::patience).
     patience: Duration,
+    /// The client's background tasks, which own the resends
+    /// ([`Background`](crate::background::Background)).
+    tasks: TaskTracker,
     /// Told when a connection is made, for releases waiting to be sent again.
     connected: tokio::sync::Notify,
     /// Releases waiting to be sent again on this node, at most [`RESENDS`](resend::RESENDS).
@@ -115,6 +120,7 @@ impl Node {
         cluster: Option<ClusterClient>,
         connect_timeout: Duration,
         node_timeout: Duration,
+        tasks: TaskTracker,
         patience: Duration,
     ) -> Self {
         Self {
@@ -124,6 +130,7 @@ impl Node {
             connect_timeout,
             node_timeout,
             patience,
+            tasks,
             connected: tokio::sync::Notify::new(),
             resends: std::sync::atomic::AtomicUsize::new(0),
             no_permission_logged: std::sync::atomic::AtomicBool::new(false),
@@ -220,6 +227,7 @@ impl Node {
             None,
             Duration::from_secs(1),
             Duration::from_secs(1),
+            TaskTracker::new(),
             Duration::from_secs(1),
         ));
         node.set_up(Connected {
@@ -253,7 +261,7 @@ impl Node {
             Ok(connection) => self.set_up(connection),
             Err(error) => {
                 let mut state = self.lock_state();
-                let reconnecting = self.spawn_reconnect(Some(RECONNECT_MIN));
+                let reconnecting = self.spawn_reconnect(true);
                 state.link = Link::Down {
                     error,
                     reconnecting,
@@ -296,7 +304,7 @@ impl Node {
                 if reconnecting.as_ref().is_none_or(JoinHandle::is_finished) {
                     // The reconnection task ended with its runtime (or never
                     // started): start one on the caller's runtime.
-                    *reconnecting = self.spawn_reconnect(None);
+                    *reconnecting = self.spawn_reconnect(false);
                 }
                 Err(error)
             }
@@ -311,7 +319,7 @@ impl Node {
             // A master down: what an operator acts on (and `connected` when
             // it is back).
             info!(node = %self.name, error = %error, "connection lost; reconnecting in the background");
-            let reconnecting = self.spawn_reconnect(None);
+            let reconnecting = self.spawn_reconnect(false);
             state.link = Link::Down {
                 error: error.clone(),
                 reconnecting,
@@ -320,9 +328,9 @@ impl Node {
     }
 
     /// Starts the reconnection loop on the current Tokio runtime, if any.
-    fn spawn_reconnect(self: &Arc<Self>, first_delay: Option<Duration>) -> Option<JoinHandle<()>> {
+    fn spawn_reconnect(self: &Arc<Self>, wait_first: bool) -> Option<JoinHandle<()>> {
         let runtime = tokio::runtime::Handle::try_current().ok()?;
-        Some(runtime.spawn(reconnect(Arc::downgrade(self), first_delay)))
+        Some(runtime.spawn(reconnect(Arc::downgrade(self), wait_first)))
     }
 }
 

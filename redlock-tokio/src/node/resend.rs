@@ -19,7 +19,8 @@ impl Node {
     /// ([`send_blocking`](Self::send_blocking)): so a runtime that drops the
     /// node's connection while a release waits for its answer still sends
     /// it. At most [`RESENDS`] wait per node; past that, a key left expires
-    /// at its TTL.
+    /// at its TTL. The client's background tasks own them, so
+    /// [`Redlock::shutdown`](crate::Redlock::shutdown) awaits them.
     pub(crate) fn resend_later(self: &Arc<Self>, request: Request) {
         use std::sync::atomic::Ordering;
         if self.resends.fetch_add(1, Ordering::Relaxed) >= RESENDS {
@@ -31,7 +32,7 @@ impl Node {
             request: Some(request),
         };
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(resend.run());
+            self.tasks.spawn_on(resend.run(), &runtime);
         }
         // Else `resend` is dropped here: sent on a blocking connection.
     }
