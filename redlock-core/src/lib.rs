@@ -165,7 +165,7 @@ pub use native::{Call, Native, NodeFacts, Server, Version};
 pub use queue::{WaitQueue, WaiterId, Wake};
 pub use quorum::{Votes, drift, quorum, remaining, valid_until};
 pub use release::{Release, ReleaseReport};
-pub use retry::{Attempts, retry_delay};
+pub use retry::{Attempts, Backoff, retry_delay};
 pub use status::{Holder, Holding, InspectReply, InspectReport, Inspection, LockState, LockStatus};
 pub use types::{Key, LockSpec, LockValue, NodeId, RoundId, Ttl};
 pub use wire::{

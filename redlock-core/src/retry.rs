@@ -264,3 +264,63 @@ pub fn retry_delay<R: Rng + ?Sized>(retry: &RetryConfig, rng: &mut R) -> Duratio
     };
     retry.delay.saturating_add(Duration::from_micros(extra))
 }
+
+/// The wait before each attempt to reconnect to a node: `min` after the
+/// first failure, doubled after each further one up to `max`, less a random
+/// part of up to a quarter so that many clients cut off together do not
+/// come back in step. Sans-IO like the rest of the core: the caller sleeps,
+/// and hands in the random generator (seeded in a simulation).
+///
+/// ```
+/// use std::time::Duration;
+/// use rand::{SeedableRng, rngs::StdRng};
+/// use redlock_core::Backoff;
+///
+/// let mut rng = StdRng::seed_from_u64(7);
+/// let mut backoff = Backoff::reconnect();
+/// let first = backoff.next(&mut rng);
+/// assert!(first <= Duration::from_millis(50) && first >= Duration::from_micros(37_500));
+/// let second = backoff.next(&mut rng);
+/// assert!(second <= Duration::from_millis(100) && second >= Duration::from_millis(75));
+/// backoff.reset();
+/// assert!(backoff.next(&mut rng) <= Duration::from_millis(50));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Backoff {
+    min: Duration,
+    max: Duration,
+    next: Duration,
+}
+
+impl Backoff {
+    /// From `min`, doubling up to `max` (`max` below `min` counts as `min`).
+    pub fn new(min: Duration, max: Duration) -> Self {
+        Self {
+            min,
+            max: max.max(min),
+            next: min,
+        }
+    }
+
+    /// The reconnection backoff of the client's nodes and release-notice
+    /// connections: 50 ms, doubling up to 2 s.
+    pub fn reconnect() -> Self {
+        Self::new(Duration::from_millis(50), Duration::from_secs(2))
+    }
+
+    /// The next wait, drawn from `rng`; the one after is twice as long, up
+    /// to the maximum.
+    pub fn next<R: Rng + ?Sized>(&mut self, rng: &mut R) -> Duration {
+        let delay = self.next;
+        self.next = delay.saturating_mul(2).min(self.max);
+        let quarter = u64::try_from(delay.as_micros() / 4).unwrap_or(u64::MAX);
+        // The modulo bias is below 2^-40 for any delay under a year.
+        let cut = rng.next_u64() % quarter.saturating_add(1);
+        delay - Duration::from_micros(cut)
+    }
+
+    /// Back to the first wait: a connection was made.
+    pub fn reset(&mut self) {
+        self.next = self.min;
+    }
+}

@@ -109,13 +109,9 @@ impl Drop for Shared {
         // Never block a thread that runs async tasks: there the thread is
         // only told to stop, and finishes the releases in flight unwaited.
         if outside_runtime().is_ok() {
-            // As long as a release may take once every node was waited for.
-            let patience = self.client.settings().release_timeout() * 2 + Duration::from_secs(1);
-            let client = &self.client;
-            // The timer is made inside: it needs the runtime's context.
-            let _ = self
-                .handle
-                .block_on(async { tokio::time::timeout(patience, client.shutdown()).await });
+            // Bounded by the client's patience: each release waits for its
+            // node no longer.
+            self.handle.block_on(self.client.shutdown());
         }
         if let Some(stop) = self
             .stop

@@ -8,6 +8,7 @@ use std::time::Duration;
 use redlock_core::{Config, ConfigError, NodeErrorKind};
 use tracing::{debug, info};
 
+use crate::background::Background;
 use crate::node::Node;
 use crate::notices::Notices;
 use crate::server::{Server, redact};
@@ -296,6 +297,7 @@ impl Builder {
             ))
         });
         let shown: Vec<String> = servers.iter().map(|s| s.shown.clone()).collect();
+        let background = Background::new(&settings);
         let mut nodes = Vec::with_capacity(servers.len());
         for (index, server) in servers.into_iter().enumerate() {
             let cluster = match server.cluster {
@@ -315,7 +317,8 @@ impl Builder {
                 cluster,
                 self.connect_timeout,
                 settings.node_timeout(),
-                settings.default_ttl().as_duration(),
+                background.tasks().clone(),
+                background.patience(),
             );
             node = node.with_health(redlock_core::NodeHealth::for_node(
                 &settings,
@@ -393,6 +396,7 @@ impl Builder {
             self.wait,
             nodes,
             notices,
+            background,
             metrics,
             self.simulation,
         );

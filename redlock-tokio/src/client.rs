@@ -10,6 +10,7 @@ use redlock_core::{
 };
 use tracing::{Instrument, debug, info_span};
 
+use crate::background::Background;
 use crate::builder::Builder;
 use crate::driver::drive;
 use crate::guard::LockGuard;
@@ -17,7 +18,6 @@ use crate::metrics;
 use crate::node::Node;
 use crate::notices::Notices;
 use crate::{Error, LockRequest, Wait};
-use tokio_util::task::TaskTracker;
 
 /// A Redlock client over N independent Redis masters.
 ///
@@ -36,14 +36,9 @@ struct Inner {
     nodes: Arc<[Arc<Node>]>,
     /// Release notices for waiting acquires; `None` when switched off.
     notices: Option<Arc<Notices>>,
-    /// The releases sent in the background, for [`Redlock::shutdown`].
-    background: TaskTracker,
-    /// Requests in flight when their operation finished, completed in one
-    /// task ([`complete_in_background`](crate::driver::complete_in_background)).
-    drain: crate::drain::Drain,
-    /// Releases and withdraws past their deadline, waiting for their nodes,
-    /// of operations on another runtime than the drain's.
-    late: TaskTracker,
+    /// Everything sent or run in the background, which
+    /// [`Redlock::shutdown`] awaits.
+    background: Background,
     /// Whether a refused release notice was logged (once per client).
     notice_refusal_logged: std::sync::atomic::AtomicBool,
     /// The node-labelled metric keys (nothing without the `metrics` feature).
@@ -59,19 +54,17 @@ impl Redlock {
         wait: Wait,
         nodes: Arc<[Arc<Node>]>,
         notices: Option<Arc<Notices>>,
+        background: Background,
         metrics: metrics::Nodes,
         simulation: Option<crate::sim::Simulation>,
     ) -> Self {
-        let patience = settings.default_ttl().as_duration();
         Self {
             inner: Arc::new(Inner {
                 settings,
                 wait,
                 nodes,
                 notices,
-                background: TaskTracker::new(),
-                drain: crate::drain::Drain::new(patience),
-                late: TaskTracker::new(),
+                background,
                 notice_refusal_logged: Default::default(),
                 metrics,
                 simulation,
@@ -160,13 +153,14 @@ impl Redlock {
             .collect()
     }
 
-    /// Waits until every request this client sends in the background has
-    /// been answered or has reached its deadline (those of dropped guards,
-    /// of cancelled or failed acquires, of slow nodes after a decision),
-    /// then up to one more per-node timeout for releases still queued on a
-    /// node that has not answered them yet (a paused master): they stay
-    /// queued after that, and reach the node if it comes back while the
-    /// process runs.
+    /// Waits until everything this client does in the background is done:
+    /// the requests of dropped guards, of cancelled or failed acquires and
+    /// of slow nodes after a decision have been answered or have passed
+    /// their deadline, and every release, withdraw or leave has reached its
+    /// node, resends after a reconnect included. A release waits for a
+    /// paused master, or for the next connection to a master that is down,
+    /// at most one default TTL from its deadline (the client's patience):
+    /// past that its key expires by itself, and `shutdown` returns.
     ///
     /// You need not call it before `main` returns: a guard alive or dropped
     /// then is still released, on a blocking connection if its runtime has
@@ -189,37 +183,17 @@ impl Redlock {
     /// # }
     /// ```
     pub async fn shutdown(&self) {
-        let background = &self.inner.background;
-        background.close();
-        background.wait().await;
-        background.reopen();
-        let drain = &self.inner.drain;
-        drain.settled().await;
-        let late = &self.inner.late;
-        late.close();
-        let _ = tokio::time::timeout(
-            self.inner.settings.node_timeout(),
-            futures::future::join(late.wait(), drain.idle()),
-        )
-        .await;
-        late.reopen();
+        self.inner.background.shutdown().await;
     }
 
     /// The simulation this client runs in, if any (see [`crate::sim`]).
+    #[cfg(feature = "planted-bugs")]
     pub(crate) fn simulation(&self) -> Option<&crate::sim::Simulation> {
         self.inner.simulation.as_ref()
     }
 
-    pub(crate) fn background(&self) -> &TaskTracker {
+    pub(crate) fn background(&self) -> &Background {
         &self.inner.background
-    }
-
-    pub(crate) fn drain(&self) -> &crate::drain::Drain {
-        &self.inner.drain
-    }
-
-    pub(crate) fn late(&self) -> &TaskTracker {
-        &self.inner.late
     }
 
     /// Logs a release's outcome; a refused release notice once per client,

@@ -24,9 +24,10 @@
 //! What it keeps of [`send`](crate::driver::send)'s rule 4: a batch waits
 //! until its deadline (the latest of its requests'); then its releases and
 //! withdraws ([`Command::must_arrive`](redlock_core::Command::must_arrive))
-//! not answered yet go on waiting, at most one default TTL, and any other
+//! not answered yet go on waiting, at most the client's
+//! [patience](crate::background::patience), and any other
 //! request is dropped. A request that must arrive and is dropped unanswered
-//! (its runtime shuts down and drops the drain, or it waited a whole TTL)
+//! (its runtime shuts down and drops the drain, or it waited the whole patience)
 //! is sent on a blocking connection ([`Sent`]'s `Drop`).
 //!
 //! The drain runs on the runtime of the operation that first needed it, and
@@ -34,7 +35,8 @@
 //! runtime shuts down; the next operation starts another. Requests of an
 //! operation on another runtime are not mixed in (their timers belong to
 //! their runtime, which may shut down first): the caller completes them in a
-//! task of their own ([`Drain::submit`] gives them back).
+//! task of their own ([`Drain::submit`] gives them back to the client's
+//! [`Background`](crate::background::Background)).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -52,10 +54,8 @@ use crate::driver::{Sent, Timer, next_quietly};
 /// end once its batches are done.
 pub(crate) struct Drain {
     shared: Arc<Shared>,
-    /// How long a release past its deadline waits for a stalled node: one
-    /// default TTL, so that a master that stays paused under load cannot
-    /// make the client hold ever more requests. A lock whose release gives
-    /// up so expires at its TTL once the node runs again.
+    /// How long a release past its deadline waits for a stalled node: the
+    /// client's [patience](crate::background::patience).
     patience: Duration,
 }
 
@@ -76,8 +76,6 @@ struct State {
     runtime: Option<tokio::runtime::Handle>,
     /// The client is gone: the task ends once it has nothing left.
     closed: bool,
-    /// Told when no batch is before its deadline ([`Drain::settled`]).
-    settled: Vec<oneshot::Sender<()>>,
     /// Told when no batch is left at all ([`Drain::idle`]).
     idle: Vec<oneshot::Sender<()>>,
 }
@@ -194,7 +192,6 @@ impl Drain {
                     fresh: 0,
                     late: 0,
                     patience: self.patience,
-                    settled: Vec::new(),
                     idle: Vec::new(),
                 });
                 Ok(())
@@ -209,26 +206,15 @@ impl Drain {
         self.shared.lock().runtime.clone()
     }
 
-    /// Waits until no batch handed over so far is before its deadline:
-    /// each has been answered, or only its requests that must arrive are
-    /// left, waiting for their nodes.
-    pub(crate) async fn settled(&self) {
-        self.wait(|state| &mut state.settled).await;
-    }
-
     /// Waits until nothing is left in the drain.
     pub(crate) async fn idle(&self) {
-        self.wait(|state| &mut state.idle).await;
-    }
-
-    async fn wait(&self, list: impl FnOnce(&mut State) -> &mut Vec<oneshot::Sender<()>>) {
         let (told, waker) = {
             let mut state = self.shared.lock();
             if state.runtime.is_none() {
                 return;
             }
             let (tell, told) = oneshot::channel();
-            list(&mut state).push(tell);
+            state.idle.push(tell);
             (told, state.waker.take())
         };
         if let Some(waker) = waker {
@@ -268,7 +254,6 @@ struct Task {
     /// Batches past it, their requests that must arrive waiting.
     late: usize,
     patience: Duration,
-    settled: Vec<oneshot::Sender<()>>,
     idle: Vec<oneshot::Sender<()>>,
 }
 
@@ -285,7 +270,6 @@ impl Future for Task {
                     Some(waker) if waker.will_wake(cx.waker()) => {}
                     _ => state.waker = Some(cx.waker().clone()),
                 }
-                task.settled.append(&mut state.settled);
                 task.idle.append(&mut state.idle);
                 state.closed
             };
@@ -313,14 +297,9 @@ impl Future for Task {
                     expired = true;
                 }
             }
-            if task.fresh == 0 {
-                for tell in task.settled.drain(..) {
+            if task.fresh == 0 && task.late == 0 {
+                for tell in task.idle.drain(..) {
                     let _ = tell.send(());
-                }
-                if task.late == 0 {
-                    for tell in task.idle.drain(..) {
-                        let _ = tell.send(());
-                    }
                 }
             }
             if closed && task.batches.is_empty() {
@@ -401,18 +380,17 @@ impl Drop for Task {
         // operation starts another drain. What was handed over and not
         // taken yet is dropped here, outside the lock; the batches with
         // the task's fields.
-        let (inbox, settled, idle) = {
+        let (inbox, idle) = {
             let mut state = self.shared.lock();
             state.runtime = None;
             state.waker = None;
             state.wakes_by = None;
             (
                 std::mem::take(&mut state.inbox),
-                std::mem::take(&mut state.settled),
                 std::mem::take(&mut state.idle),
             )
         };
-        drop((settled, idle));
+        drop(idle);
         drop(inbox);
     }
 }

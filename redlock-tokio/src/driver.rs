@@ -10,7 +10,7 @@ use std::time::Instant;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use redlock_core::{Machine, NodeErrorKind, Notice, Reply, Request, Response};
-use tracing::{Instrument, Level, debug, warn};
+use tracing::{Level, debug};
 
 use crate::Redlock;
 use crate::metrics::{self, Voted};
@@ -44,12 +44,13 @@ use crate::notices::Waiter;
 ///    command for its key was sent ([`Order`](crate::order::Order));
 /// 4. a release or withdraw ([`Command::must_arrive`](redlock_core::Command::must_arrive))
 ///    is never dropped unsent: past its deadline it stays queued until its
-///    node answers or its connection fails, at most one default TTL
-///    ([`complete_in_background`]),
+///    node answers or its connection fails, at most the client's
+///    [patience](crate::background::patience)
+///    ([`Background::complete`](crate::background::Background::complete)),
 ///    and if its runtime drops it first (the process is exiting), it is sent
 ///    on a blocking connection ([`Node::send_blocking`]). One that meets a
-///    broken connection is sent again on the next one, within a default TTL
-///    ([`Node::resend_later`]); a runtime that shuts down drops the node's
+///    broken connection is sent again on the next one, within the patience
+///    ([`Node::resend_later`], a task the client's background owns); a runtime that shuts down drops the node's
 ///    connection first, and the resend then goes out on a blocking one. Any other request
 ///    may be dropped past its deadline; the connection then skips it if it
 ///    was not written yet, which keeps the order too.
@@ -237,10 +238,30 @@ pub(crate) async fn drive_with<M: Machine>(
 where
     M::Event: std::fmt::Debug + Voted,
 {
+    #[cfg(feature = "planted-bugs")]
+    if client
+        .simulation()
+        .is_some_and(crate::sim::Simulation::skips_cancelled_withdraws)
+    {
+        let mut planted = crate::planted::SkipsCancelledWithdraws::new(machine);
+        return drive_unwrapped(&mut planted, client, &mut on_event).await;
+    }
+    drive_unwrapped(machine, client, &mut on_event).await
+}
+
+/// [`drive_with`] itself.
+async fn drive_unwrapped<M: Machine>(
+    machine: &mut M,
+    client: &Redlock,
+    on_event: &mut (dyn FnMut(&M::Event) + Send),
+) -> M::Event
+where
+    M::Event: std::fmt::Debug + Voted,
+{
     let mut run = Run {
         machine,
         client,
-        on_event: &mut on_event,
+        on_event,
         in_flight: FuturesUnordered::new(),
         waiter: None,
         finished: false,
@@ -298,7 +319,9 @@ where
                 {
                     waiter.served();
                 }
-                complete_in_background(std::mem::take(&mut self.in_flight), self.client);
+                self.client
+                    .background()
+                    .complete(std::mem::take(&mut self.in_flight));
                 return last.expect("a machine that is done gave its final event");
             }
             if let Some(event) = last {
@@ -367,7 +390,7 @@ impl<M: Machine> Run<'_, M> {
                 .into_iter()
                 .partition(|sent| sent.deadline() <= now);
         self.in_flight = live;
-        complete_in_background(expired, self.client);
+        self.client.background().complete(expired);
     }
 }
 
@@ -424,20 +447,16 @@ impl<M: Machine> Drop for Run<'_, M> {
                 notices.hand_over(&hand_over, now);
             }
         }
-        let planted_bug = self
-            .client
-            .simulation()
-            .is_some_and(crate::sim::Simulation::skips_cancelled_withdraws);
         while let Some(request) = self.machine.poll_request() {
             let nodes = self.client.node_handles();
             // What must arrive is always admitted; anything else a known
             // slow node is not sent, and nobody reads its answer now.
-            if planted_bug || !nodes[request.node.0].admit(&request, now) {
+            if !nodes[request.node.0].admit(&request, now) {
                 continue;
             }
             in_flight.push(send(nodes, request));
         }
-        complete_in_background(in_flight, self.client);
+        self.client.background().complete(in_flight);
     }
 }
 
@@ -478,69 +497,6 @@ impl Timer {
     pub(crate) fn fired(&mut self) {
         self.armed = None;
     }
-}
-
-/// Lets requests in flight complete in the background, so that slow nodes
-/// get the lock or the new TTL too, and releases sent without waiting for
-/// them reach every node. They are queued already ([`send`]), so whatever
-/// is sent next still runs after them. They wait until the latest of their
-/// deadlines; then releases and withdraws not answered yet go on waiting
-/// until their node answers or their connection fails, at most one default
-/// TTL (rule 4 of [`send`]); any other request is dropped.
-///
-/// They go to the client's one drain ([`crate::drain`]), not to a task of
-/// their own, unless it runs on another runtime than this one.
-pub(crate) fn complete_in_background(in_flight: FuturesUnordered<Sent>, client: &Redlock) {
-    if let Err(in_flight) = client.drain().submit(in_flight) {
-        complete_in_a_task(in_flight, client);
-    }
-}
-
-/// [`complete_in_background`] in a task of its own, on this runtime: for
-/// an operation on another runtime than the client's drain.
-fn complete_in_a_task(mut in_flight: FuturesUnordered<Sent>, client: &Redlock) {
-    let Some(deadline) = in_flight.iter().map(Sent::deadline).max() else {
-        return;
-    };
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        warn!(
-            requests = in_flight.len(),
-            "no Tokio runtime to complete requests on; releases among them are sent on \
-             blocking connections, a key anything else set expires at its TTL"
-        );
-        return;
-    };
-    let late = client.late().clone();
-    // One default TTL, as in the drain.
-    let patience = client.settings().default_ttl().as_duration();
-    let spawn_on = runtime.clone();
-    client.background().spawn_on(
-        async move {
-            let deadline = tokio::time::Instant::from_std(deadline);
-            let drain = async { while in_flight.next().await.is_some() {} };
-            if tokio::time::timeout_at(deadline, drain).await.is_ok() {
-                return;
-            }
-            let unanswered: FuturesUnordered<Sent> =
-                in_flight.into_iter().filter(Sent::must_arrive).collect();
-            if !unanswered.is_empty() {
-                debug!(
-                    requests = unanswered.len(),
-                    "releases past their deadline stay queued until their nodes answer"
-                );
-                let wait = unanswered.for_each(|_| async {});
-                late.spawn_on(
-                    async move {
-                        let _ = tokio::time::timeout(patience, wait).await;
-                    }
-                    .in_current_span(),
-                    &spawn_on,
-                );
-            }
-        }
-        .in_current_span(),
-        &runtime,
-    );
 }
 
 /// Sends every request of `machine` (a release) on blocking connections,

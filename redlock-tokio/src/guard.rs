@@ -338,26 +338,25 @@ fn spawn_release(client: Redlock, lock: Lock, task: Option<JoinHandle<()>>) {
         client,
         lock: Some(lock),
     };
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+    if tokio::runtime::Handle::try_current().is_err() {
         release_from_outside(unreleased, task);
         return;
-    };
+    }
     debug!("lock dropped; releasing in the background");
-    let background = unreleased.client.background().clone();
-    background.spawn_on(
-        async move {
-            let mut unreleased = unreleased;
-            if let Some(task) = task {
-                task.abort();
-                let _ = task.await;
-            }
-            // From the first poll of the release on, its requests are sent
-            // and see to themselves (`driver::send`, rule 4).
-            let mut lock = unreleased.lock.take().expect("taken only here");
-            release_lock(&unreleased.client, &mut lock, false).await;
-        },
-        &runtime,
-    );
+    let client = unreleased.client.clone();
+    let release = async move {
+        let mut unreleased = unreleased;
+        if let Some(task) = task {
+            task.abort();
+            let _ = task.await;
+        }
+        // From the first poll of the release on, its requests are sent
+        // and see to themselves (`driver::send`, rule 4).
+        let mut lock = unreleased.lock.take().expect("taken only here");
+        release_lock(&unreleased.client, &mut lock, false).await;
+    };
+    // On this runtime, checked above.
+    let _ = client.background().spawn(release);
 }
 
 /// Releases a lock dropped outside any Tokio runtime, and returns once it
@@ -375,7 +374,7 @@ fn release_from_outside(unreleased: Unreleased, task: Option<JoinHandle<()>>) {
         task.abort();
     }
     let Some(runtime) =
-        unreleased.client.drain().runtime().filter(|runtime| {
+        unreleased.client.background().runtime().filter(|runtime| {
             runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
         })
     else {
@@ -383,10 +382,9 @@ fn release_from_outside(unreleased: Unreleased, task: Option<JoinHandle<()>>) {
         return;
     };
     debug!("lock dropped outside a Tokio runtime; releasing on the client's runtime");
-    // As long as a release may take: one per-node timeout, once connected.
-    let patience = unreleased.client.settings().release_timeout() * 2 + Duration::from_secs(1);
+    let client = unreleased.client.clone();
     let (done, answered) = std::sync::mpsc::channel::<()>();
-    runtime.spawn(async move {
+    let release = async move {
         // Dropped unpolled (the runtime shuts down), `unreleased` sends
         // the release on blocking connections.
         let mut unreleased = unreleased;
@@ -396,9 +394,10 @@ fn release_from_outside(unreleased: Unreleased, task: Option<JoinHandle<()>>) {
         let mut lock = unreleased.lock.take().expect("taken only here");
         release_lock(&unreleased.client, &mut lock, false).await;
         drop(done);
-    });
+    };
+    client.background().tasks().spawn_on(release, &runtime);
     // Disconnected once the task is done or dropped.
-    let _ = answered.recv_timeout(patience);
+    let _ = answered.recv_timeout(client.background().patience());
 }
 
 /// A lock whose release has not been sent yet; dropped so, it is released

@@ -415,6 +415,7 @@
 //! `docs/guarantees.md` gives each case and what to do about it.
 #![forbid(unsafe_code)]
 
+mod background;
 #[cfg(feature = "blocking")]
 pub mod blocking;
 mod builder;
@@ -428,6 +429,8 @@ mod metrics;
 mod node;
 mod notices;
 mod order;
+#[cfg(feature = "planted-bugs")]
+mod planted;
 mod request;
 mod server;
 #[cfg(feature = "simulation")]

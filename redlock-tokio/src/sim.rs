@@ -3,7 +3,7 @@
 //! masters reached through an injected connector instead of TCP, lock values
 //! and jitter drawn from a seeded RNG instead of the OS's, and optionally a
 //! bounded connection queue (a planted bug: the client's own is unbounded,
-//! see `CONNECTION_QUEUE` in `node.rs`).
+//! see `CONNECTION_QUEUE` in `node/mod.rs`).
 //!
 //! Hidden from the docs and outside the API's stability promise. A client
 //! built without it never looks at it beyond one `Option` per connection
@@ -33,6 +33,7 @@ pub struct Simulation {
     connect: Arc<Connect>,
     connect_blocking: Option<Arc<ConnectBlocking>>,
     connection_queue: Option<usize>,
+    #[cfg(feature = "planted-bugs")]
     skip_cancelled_withdraws: bool,
     rng: Arc<Mutex<StdRng>>,
 }
@@ -56,6 +57,7 @@ impl Simulation {
             connect: Arc::new(connect),
             connect_blocking: None,
             connection_queue: None,
+            #[cfg(feature = "planted-bugs")]
             skip_cancelled_withdraws: false,
             rng: Arc::new(Mutex::new(StdRng::seed_from_u64(seed))),
         }
@@ -90,6 +92,7 @@ impl Simulation {
         self
     }
 
+    #[cfg(feature = "planted-bugs")]
     pub(crate) fn skips_cancelled_withdraws(&self) -> bool {
         self.skip_cancelled_withdraws
     }

@@ -4,7 +4,7 @@
 //! shut down, no key of ours is on any master.
 //!
 //! What keeps it so is the per-node order (`redlock-tokio`'s
-//! `ARCHITECTURE` notes and `node.rs`): every request is in its node's
+//! `ARCHITECTURE` notes and `node/`): every request is in its node's
 //! connection queue when the core emits it, so the release of a key never
 //! runs before the acquire it undoes, and a release is never dropped unsent
 //! while its connection lives.

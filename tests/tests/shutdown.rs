@@ -1,14 +1,16 @@
 //! A guard alive or dropped on the way out of `main` (an early `?`, a panic,
 //! a task the runtime drops as it shuts down) leaves no key behind, with or
 //! without `Redlock::shutdown`, on the current-thread and the multi-thread
-//! runtime alike.
+//! runtime alike; and `shutdown` awaits everything the client still has to
+//! deliver, the resends to a master that was down included.
 
 mod support;
 
 use std::process::Command;
+use std::time::Duration;
 
-use redlock_tests::RedisCluster;
-use support::{assert_absent, init_tracing};
+use redlock_tests::{NodeOptions, RedisCluster};
+use support::{assert_absent, builder, init_tracing};
 
 /// Runs the `exit-early` program: lock `key`, fail, return from `main`.
 fn exit_early(cluster: &RedisCluster, flavor: &str, mode: &str, key: &str) {
@@ -43,4 +45,93 @@ fn no_key_is_left_when_main_returns_on_either_runtime() {
             }
         }
     }
+}
+
+/// Releases that met a master down are sent again once it is back, and
+/// `shutdown` waits for them: a master killed while guards are dropped comes
+/// back with its keys (persistence on), and once `shutdown` returns no task
+/// of the client is left but those it had idle (its connections and its
+/// drain), and no key of ours is on any master.
+///
+/// On a current-thread runtime of its own, so that the count of tasks is
+/// exact when `shutdown` returns (a task's end and its count are one step on
+/// that thread).
+#[test]
+fn shutdown_awaits_the_resends_to_a_master_that_was_down() {
+    let options = NodeOptions {
+        extra_args: ["--appendonly", "yes", "--appendfsync", "always"]
+            .map(String::from)
+            .to_vec(),
+        ..NodeOptions::default()
+    };
+    let cluster = RedisCluster::start_with(3, &options);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let redlock = runtime.block_on(async {
+        let redlock = builder(&cluster)
+            // Longer than the test: only a release deletes the keys.
+            .ttl(Duration::from_secs(60))
+            // Pub/sub connections reconnect on their own schedule.
+            .release_notices(false)
+            .build()
+            .await
+            .expect("client builds");
+        // Warm up: the drain runs, as it does at the end.
+        redlock.lock("warm").await.expect("warm").release().await;
+        redlock.shutdown().await;
+        redlock
+    });
+    let idle = runtime.metrics().num_alive_tasks();
+
+    let keys: Vec<String> = (0..8).map(|i| format!("resend-{i}")).collect();
+    let guards = runtime.block_on(async {
+        let mut guards = Vec::new();
+        for key in &keys {
+            guards.push(redlock.lock(key).await.expect("every master is up"));
+        }
+        guards
+    });
+    cluster.node(0).kill();
+    {
+        let _inside = runtime.enter();
+        // Released in the background: master 0's requests meet its
+        // connection broken, and wait for the next one.
+        drop(guards);
+    }
+    runtime.block_on(async {
+        for key in &keys {
+            while cluster.nodes()[1..].iter().any(|node| node.exists(key)) {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        // Down for a while: the reconnection backs off.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    });
+    cluster.node(0).restart_keeping_data();
+    let back = keys
+        .iter()
+        .filter(|key| cluster.node(0).exists(key))
+        .count();
+    println!("master 0 back with {back} of {} keys", keys.len());
+
+    runtime.block_on(redlock.shutdown());
+    let left = runtime.metrics().num_alive_tasks();
+    let on_masters: Vec<(usize, String)> = cluster
+        .nodes()
+        .iter()
+        .enumerate()
+        .flat_map(|(i, node)| {
+            node.keys("*")
+                .into_iter()
+                .map(move |key| (i, String::from_utf8_lossy(&key).into_owned()))
+        })
+        .collect();
+    println!("tasks idle {idle}, after shutdown {left}; keys left {on_masters:?}");
+    assert_eq!(left, idle, "tasks of the client left after shutdown");
+    assert!(
+        on_masters.is_empty(),
+        "keys left after shutdown: {on_masters:?}"
+    );
 }

@@ -1,0 +1,322 @@
+//! Making a node's connection: to one master, to a whole cluster, or
+//! through a simulation's connector; what the server is (`INFO server`);
+//! and the background reconnection with backoff.
+
+use std::sync::Weak;
+
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
+use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, Value};
+use redlock_core::{Backoff, NodeError, NodeErrorKind, NodeFacts};
+use tracing::{debug, info};
+
+use super::reply::map_error;
+use super::scripts::SCRIPTS;
+use super::{Link, Node, connection_config};
+use crate::sim::Simulation;
+
+/// The connection of a node: to one master, or to a whole cluster.
+#[derive(Clone)]
+pub(super) enum Connection {
+    Single(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Connection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Connection::Single(connection) => connection.req_packed_command(cmd),
+            Connection::Cluster(connection) => connection.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Connection::Single(connection) => connection.req_packed_commands(cmd, offset, count),
+            Connection::Cluster(connection) => connection.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Connection::Single(connection) => connection.get_db(),
+            Connection::Cluster(connection) => connection.get_db(),
+        }
+    }
+}
+
+/// A connection made, and what its server turned out to be.
+pub(crate) struct Connected {
+    pub(super) connection: Connection,
+    /// Read from `INFO server` on this connection: after a reconnect the
+    /// server may be another version (upgraded, replaced), so the facts go
+    /// with the connection, never with the node.
+    pub(super) facts: NodeFacts,
+}
+
+impl Node {
+    /// Connects and loads the scripts, within the connect timeout, and reads
+    /// what the server is ([`NodeFacts`], from `INFO server`: the core picks
+    /// each request's command by them). Also returns the server's `run_id`
+    /// (from the same reply), which tells two addresses of one server apart
+    /// from two servers; `None` when the server does not say (INFO refused by
+    /// an ACL, a Redis-compatible server), which also leaves the facts
+    /// unknown: scripts only.
+    ///
+    /// A cluster node answers with the `run_id` of every master that
+    /// answered, so that a server listed twice (in two cluster nodes, or as
+    /// a plain node and a shard) is found.
+    pub(crate) async fn connect(&self) -> Result<(Connected, Vec<String>), NodeError> {
+        if let Some(cluster) = &self.cluster {
+            return self.connect_cluster(cluster).await;
+        }
+        let config = connection_config().set_connection_timeout(Some(self.connect_timeout));
+        let attempt = async {
+            let connection = match &self.simulation {
+                None => self
+                    .client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await
+                    .map_err(|err| map_error(&err))?,
+                Some((index, simulation)) => self
+                    .connect_simulated(*index, simulation, config.clone())
+                    .await
+                    .map_err(|err| map_error(&err))?,
+            };
+            // Sent together on the multiplexed connection, so one round trip
+            // loads them all, and steady state is one EVALSHA per request.
+            // (Separate commands rather than a pipeline, whose errors lose
+            // their code, such as NOAUTH.)
+            let loads = SCRIPTS.iter().map(|script| {
+                let mut connection = connection.clone();
+                async move {
+                    redis::cmd("SCRIPT")
+                        .arg("LOAD")
+                        .arg(script.source)
+                        .query_async::<String>(&mut connection)
+                        .await
+                }
+            });
+            let info = {
+                let mut connection = connection.clone();
+                async move {
+                    redis::cmd("INFO")
+                        .arg("server")
+                        .query_async::<String>(&mut connection)
+                        .await
+                }
+            };
+            let (shas, info) =
+                futures::future::join(futures::future::try_join_all(loads), info).await;
+            let shas: Vec<String> = shas.map_err(|err| map_error(&err))?;
+            let info = info.ok();
+            let run_id = info.as_deref().and_then(run_id);
+            let facts = info
+                .as_deref()
+                .map(NodeFacts::from_info)
+                .unwrap_or_default();
+            let expected: Vec<&str> = SCRIPTS.iter().map(|s| s.sha.as_str()).collect();
+            if shas != expected {
+                return Err(NodeError::new(
+                    NodeErrorKind::Protocol,
+                    "SCRIPT LOAD returned other SHA1 digests than the scripts have \
+                     (is this a Redis server?)",
+                ));
+            }
+            Ok((
+                Connected {
+                    connection: Connection::Single(connection),
+                    facts,
+                },
+                run_id.into_iter().collect(),
+            ))
+        };
+        match tokio::time::timeout(self.connect_timeout, attempt).await {
+            Ok(result) => result,
+            Err(_) => Err(NodeError::new(
+                NodeErrorKind::Connection,
+                format!(
+                    "no working connection within the connect timeout of {} ms",
+                    self.connect_timeout.as_millis()
+                ),
+            )),
+        }
+    }
+
+    /// The connection of [`connect`](Self::connect) in a simulation: over
+    /// the stream its connector gives, with its connection queue if it sets
+    /// one.
+    async fn connect_simulated(
+        &self,
+        index: usize,
+        simulation: &Simulation,
+        config: AsyncConnectionConfig,
+    ) -> redis::RedisResult<MultiplexedConnection> {
+        let stream = simulation.connect(index).await?;
+        let config = match simulation.queue() {
+            Some(requests) => config.set_pipeline_buffer_size(requests),
+            None => config,
+        };
+        let (connection, driver) = MultiplexedConnection::new_with_config(
+            self.client.get_connection_info().redis_settings(),
+            stream,
+            config,
+        )
+        .await?;
+        tokio::spawn(driver);
+        Ok(connection)
+    }
+
+    /// [`connect`](Self::connect) for a cluster node: the cluster client
+    /// reads the slot map from a seed; the scripts are loaded on every node
+    /// and `INFO server` read from every master.
+    async fn connect_cluster(
+        &self,
+        cluster: &ClusterClient,
+    ) -> Result<(Connected, Vec<String>), NodeError> {
+        let attempt = async {
+            let connection = cluster
+                .get_async_connection()
+                .await
+                .map_err(|err| map_error(&err))?;
+            let loads = SCRIPTS.iter().map(|script| {
+                let mut connection = connection.clone();
+                async move {
+                    let mut load = redis::cmd("SCRIPT");
+                    load.arg("LOAD").arg(script.source);
+                    // Every node, replicas too: a failover then finds the
+                    // scripts in place.
+                    connection
+                        .route_command(
+                            load,
+                            RoutingInfo::MultiNode((
+                                MultipleNodeRoutingInfo::AllNodes,
+                                Some(ResponsePolicy::AllSucceeded),
+                            )),
+                        )
+                        .await
+                }
+            });
+            let info = {
+                let mut connection = connection.clone();
+                async move {
+                    let mut info = redis::cmd("INFO");
+                    info.arg("server");
+                    connection
+                        .route_command(
+                            info,
+                            RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None)),
+                        )
+                        .await
+                }
+            };
+            let (loads, info) = futures::future::join(futures::future::join_all(loads), info).await;
+            if let Some(Err(err)) = loads.into_iter().find(Result::is_err) {
+                // A shard down: it loads them on its first NOSCRIPT.
+                debug!(node = %self.name, error = %map_error(&err), "scripts not loaded on every shard");
+            }
+            let infos: Vec<String> = match info {
+                Ok(Value::Map(answers)) => answers
+                    .into_iter()
+                    .filter_map(|(_, answer)| redis::from_redis_value::<String>(answer).ok())
+                    .collect(),
+                _ => Vec::new(),
+            };
+            // Scripts only unless every master said what it is.
+            let facts = if infos.is_empty() {
+                NodeFacts::default()
+            } else {
+                NodeFacts::lowest(infos.iter().map(|info| NodeFacts::from_info(info)))
+            };
+            let run_ids = infos.iter().filter_map(|info| run_id(info)).collect();
+            Ok((
+                Connected {
+                    connection: Connection::Cluster(connection),
+                    facts,
+                },
+                run_ids,
+            ))
+        };
+        match tokio::time::timeout(self.connect_timeout, attempt).await {
+            Ok(result) => result,
+            Err(_) => Err(NodeError::new(
+                NodeErrorKind::Connection,
+                format!(
+                    "no working cluster connection within the connect timeout of {} ms",
+                    self.connect_timeout.as_millis()
+                ),
+            )),
+        }
+    }
+}
+
+/// Reconnects `node` in the background, waiting the core's reconnection
+/// [`Backoff`] between attempts (and before the first one when
+/// `wait_first`, after the eager attempt at build failed). Ends once
+/// connected, or when the node is dropped.
+pub(super) async fn reconnect(node: Weak<Node>, wait_first: bool) {
+    let mut backoff = Backoff::reconnect();
+    let mut rng = match node.upgrade().and_then(|node| node.simulation.clone()) {
+        Some((_, simulation)) => simulation.rng(),
+        None => StdRng::from_rng(&mut rand::rng()),
+    };
+    if wait_first {
+        tokio::time::sleep(backoff.next(&mut rng)).await;
+    }
+    loop {
+        // Hold the node only while trying, so that dropping the client ends
+        // this task at its next wake-up.
+        let Some(strong) = node.upgrade() else {
+            return;
+        };
+        let error = match strong.connect().await {
+            Ok((connected, _)) => {
+                info!(node = %strong.name, "connected");
+                strong.set_up(connected);
+                return;
+            }
+            Err(error) => error,
+        };
+        let wait = backoff.next(&mut rng);
+        debug!(node = %strong.name, error = %error, retry_in_ms = wait.as_millis() as u64, "reconnection failed");
+        if let Link::Down { error: last, .. } = &mut strong.lock_state().link {
+            *last = error;
+        }
+        drop(strong);
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// The `run_id` line of an `INFO server` reply: 40 hex characters, random
+/// per server process.
+fn run_id(info: &str) -> Option<String> {
+    info.lines()
+        .find_map(|line| line.trim().strip_prefix("run_id:"))
+        .map(str::to_owned)
+        .filter(|id| !id.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_id_is_read_from_info_server() {
+        let info = "# Server\r\nredis_version:7.0.15\r\n\
+                    run_id:79163465ae2b4b3b9ab2214e418355116108fae7\r\ntcp_port:6379\r\n";
+        assert_eq!(
+            run_id(info).as_deref(),
+            Some("79163465ae2b4b3b9ab2214e418355116108fae7")
+        );
+        assert_eq!(run_id("# Server\r\nredis_version:7.0.15\r\n"), None);
+    }
+}

@@ -1,0 +1,181 @@
+//! Running one request on a node: the command the core picks for the
+//! server, its answer as a `Response`, and which node errors are logged how.
+
+use std::sync::Arc;
+
+use redis::{RedisError, Value};
+use redlock_core::{Call, Native, NodeError, NodeErrorKind, Reply, Request, Response};
+use tracing::{debug, warn};
+
+use super::Node;
+use super::connect::Connection;
+use super::encode::plain;
+use super::reply::{first_error, map_error, map_value};
+
+impl Node {
+    /// Runs one request as the core says for this connection's server
+    /// ([`Request::call`]): a plain command, or `EVALSHA` of its script, and
+    /// returns the reply marked with what was sent. On `NOSCRIPT` (the node
+    /// lost its script cache: `SCRIPT FLUSH`, or a restart behind a proxy
+    /// that kept our connection) the script is loaded again, and the request
+    /// sent once more unless a later request for the same lock key was sent
+    /// to this node meanwhile ([`Order`](crate::order::Order)): commands for one key take effect
+    /// in the order they were issued.
+    ///
+    /// No timeout here: the caller applies the request's deadline.
+    pub(crate) async fn execute(self: &Arc<Self>, request: &Request) -> Reply {
+        let (mut connection, facts, generation) = match self.connection() {
+            Ok(link) => link,
+            Err(error) => return Reply::to(request, Err(error)),
+        };
+        // A cluster connection keeps no order between requests (each is
+        // routed on its own, and MOVED, ASK and TRYAGAIN send it again
+        // later): a request for a key waits until the one before it on this
+        // node has been answered or given up ([`Order::turn`](crate::order::Order::turn)).
+        let _turn = match self.cluster {
+            Some(_) => Some(self.order.turn(request.key()).await),
+            None => None,
+        };
+        let call = request.call(&facts);
+        let result = match call {
+            Call::Script(script) => {
+                self.evalsha(&mut connection, generation, request, script)
+                    .await
+            }
+            Call::Native(native) => {
+                let command = plain(native.words(request));
+                let key = request.key();
+                let result = match native.pipelined(request) {
+                    None => {
+                        self.order
+                            .send_plain(key, command.query_async::<Value>(&mut connection))
+                            .await
+                    }
+                    Some(then) => {
+                        let mut pipeline = redis::pipe();
+                        // Each answer as it is: an error reply fails the
+                        // request with its own code (`WRONGTYPE`).
+                        pipeline
+                            .ignore_errors()
+                            .add_command(command)
+                            .add_command(plain(then));
+                        let answers = self
+                            .order
+                            .send_plain(key, pipeline.query_async::<Value>(&mut connection))
+                            .await
+                            .and_then(first_error);
+                        if let Ok(Value::Array(items)) = &answers
+                            && let Some(Value::ServerError(error)) = items.get(1)
+                        {
+                            let error = map_error(&error.clone().into());
+                            if error.kind == NodeErrorKind::NoPermission {
+                                self.not_permitted(request, &error);
+                            }
+                        }
+                        answers
+                    }
+                };
+                let mut result = self.finish(request, generation, result);
+                if let (Native::DelIfEqMarks, Ok(response)) = (native, &mut result) {
+                    self.publish_if_due(&mut connection, request, response)
+                        .await;
+                }
+                result
+            }
+        };
+        Reply::via(request, call, result)
+    }
+
+    /// Publishes the release notice that `response`, a plain release's
+    /// answer, calls for ([`Request::notice_after`]), and appends what that
+    /// did to it: `1` published, `0` not.
+    async fn publish_if_due(
+        &self,
+        connection: &mut Connection,
+        request: &Request,
+        response: &mut Response,
+    ) {
+        let Some(channel) = request.notice_after(response) else {
+            return;
+        };
+        let published = redis::cmd("PUBLISH")
+            .arg(channel.as_bytes())
+            .arg(b"")
+            .query_async::<Value>(connection)
+            .await;
+        if let Err(err) = &published {
+            debug!(node = %self.name, error = %map_error(err), "release notice not published");
+        }
+        if let Response::Array(items) = response {
+            items.push(Response::Int(i64::from(published.is_ok())));
+        }
+    }
+
+    /// The node's answer as a `Response`; an error that leaves the
+    /// connection unusable starts the reconnection.
+    pub(super) fn finish(
+        self: &Arc<Self>,
+        request: &Request,
+        generation: u64,
+        result: Result<Value, RedisError>,
+    ) -> Result<Response, NodeError> {
+        let command = request.command;
+        match result {
+            Ok(value) => {
+                let response = map_value(value);
+                if let Response::Other(text) = &response {
+                    // No script returns a status or a map: not a Redis
+                    // server, or not the script we loaded.
+                    warn!(node = %self.name, command = command.name(), answer = %text, "unexpected answer from node");
+                }
+                Ok(response)
+            }
+            Err(err) => {
+                let error = map_error(&err);
+                // A cluster connection reconnects to its shards by itself:
+                // one shard down must not cut the node off from the others.
+                if err.is_unrecoverable_error() && self.cluster.is_none() {
+                    self.connection_failed(generation, &error);
+                } else if error.kind == NodeErrorKind::NoPermission {
+                    self.not_permitted(request, &error);
+                } else if is_anomaly(error.kind) {
+                    warn!(node = %self.name, command = command.name(), error = %error, "node refused the request");
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// Logs a `NOPERM` at WARN once per node, then at DEBUG: an ACL user
+    /// without rights on the waiters' marks meets one on every release
+    /// (refused whole and sent again without them, or, in Valkey's
+    /// pipeline, its `MGET` alone refused, and the release publishes).
+    pub(super) fn not_permitted(&self, request: &Request, error: &NodeError) {
+        let command = request.command.name();
+        if self
+            .no_permission_logged
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            debug!(node = %self.name, command, error = %error, "not permitted");
+            return;
+        }
+        warn!(node = %self.name, command, error = %error,
+            "the server refused a key or channel to this ACL user (logged once per node); \
+             a release whose waiters' marks are refused costs a round trip or a notice more: \
+             give the user the pattern ~{{<prefix>* as well");
+    }
+}
+
+/// Node errors worth a WARN: the node is up but refused or garbled the
+/// request (an error reply, a key of another type, credentials, garbage),
+/// which retrying will not fix. A node down or slow is reported once by its
+/// connection instead, at INFO.
+fn is_anomaly(kind: NodeErrorKind) -> bool {
+    matches!(
+        kind,
+        NodeErrorKind::Server
+            | NodeErrorKind::Protocol
+            | NodeErrorKind::WrongType
+            | NodeErrorKind::Auth
+    )
+}

@@ -1,0 +1,356 @@
+//! One Redis master: its long-lived connection, its scripts, and the mapping
+//! of redis replies and errors onto the core's `Response` and `NodeError`.
+//!
+//! Each node keeps one multiplexed connection that every request shares, so
+//! requests to one node are written in the order they are sent: a release
+//! sent after an acquire is executed after it. The connection is made (and
+//! every script loaded) eagerly at build, and again in a background task
+//! with backoff whenever it breaks. While a node has no connection, requests
+//! to it fail at once with the last connection error, which the core counts
+//! as that node's failure; nothing waits for a reconnect.
+//!
+//! A node may be a whole Redis Cluster: then its connection is the `redis`
+//! crate's cluster client, which routes each command by its first key,
+//! follows MOVED and ASK, and reconnects to shards by itself. Every script's
+//! keys share a hash slot ([`Key::derived`](redlock_core::Key::derived)), so
+//! one script runs on one shard. The scripts are loaded on every shard at
+//! connect (best effort: a shard down then loads them on its first
+//! `NOSCRIPT`), and the node's facts are the lowest of its masters'
+//! ([`NodeFacts::lowest`]): a plain command goes to a cluster node only if
+//! every shard has it.
+
+mod blocking;
+mod connect;
+mod encode;
+mod execute;
+mod reply;
+mod resend;
+mod scripts;
+
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use redis::AsyncConnectionConfig;
+use redis::cluster::ClusterClient;
+use redlock_core::{
+    HealthChange, NodeError, NodeErrorKind, NodeFacts, NodeHealth, NodeId, Request,
+};
+use tokio::task::JoinHandle;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, info};
+
+use crate::order::Order;
+use crate::sim::Simulation;
+
+use blocking::Blocking;
+use connect::{Connected, Connection, reconnect};
+pub(crate) use reply::map_error;
+
+enum Link {
+    Up {
+        connection: Connection,
+        facts: NodeFacts,
+        generation: u64,
+    },
+    Down {
+        error: NodeError,
+        /// The background reconnection, if one was started. It ends early
+        /// when its runtime shuts down; a finished one is started again.
+        reconnecting: Option<JoinHandle<()>>,
+    },
+}
+
+struct State {
+    link: Link,
+    generation: u64,
+}
+
+/// One Redis master.
+pub(crate) struct Node {
+    name: Arc<str>,
+    client: redis::Client,
+    /// Set for a node that is a Redis Cluster; `client` is then unused here.
+    cluster: Option<ClusterClient>,
+    connect_timeout: Duration,
+    /// The per-node timeout: how long a blocking release waits for an answer.
+    node_timeout: Duration,
+    /// How long a release that met a broken connection waits for the next
+    /// one ([`resend_later`](Self::resend_later)): the client's
+    /// [patience](crate::background::patience).
+    patience: Duration,
+    /// The client's background tasks, which own the resends
+    /// ([`Background`](crate::background::Background)).
+    tasks: TaskTracker,
+    /// Told when a connection is made, for releases waiting to be sent again.
+    connected: tokio::sync::Notify,
+    /// Releases waiting to be sent again on this node, at most [`RESENDS`](resend::RESENDS).
+    resends: std::sync::atomic::AtomicUsize,
+    /// Whether a `NOPERM` was logged at WARN: once per node, since an ACL
+    /// user without rights on the waiters' marks meets one on every
+    /// release (which the core then sends again without them).
+    no_permission_logged: std::sync::atomic::AtomicBool,
+    state: Mutex<State>,
+    /// The order of the requests sent, per lock key.
+    order: Order,
+    /// The connection of [`send_blocking`](Self::send_blocking), made on
+    /// first use: only when a Tokio runtime is gone (or was never there).
+    blocking: Mutex<Blocking>,
+    /// Set in a simulation only: this node's index and the simulation's
+    /// connector and RNG ([`Simulation`]).
+    simulation: Option<(usize, Simulation)>,
+    /// What the core knows of this node's recent answers: whether new
+    /// requests still go to it ([`admit`](Self::admit)).
+    health: Mutex<NodeHealth>,
+}
+
+impl fmt::Debug for Node {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Node")
+            .field("name", &self.name)
+            .field("connected", &self.is_connected())
+            .finish()
+    }
+}
+
+impl Node {
+    pub(crate) fn new(
+        name: String,
+        client: redis::Client,
+        cluster: Option<ClusterClient>,
+        connect_timeout: Duration,
+        node_timeout: Duration,
+        tasks: TaskTracker,
+        patience: Duration,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            client,
+            cluster,
+            connect_timeout,
+            node_timeout,
+            patience,
+            tasks,
+            connected: tokio::sync::Notify::new(),
+            resends: std::sync::atomic::AtomicUsize::new(0),
+            no_permission_logged: std::sync::atomic::AtomicBool::new(false),
+            blocking: Mutex::default(),
+            state: Mutex::new(State {
+                link: Link::Down {
+                    error: NodeError::new(NodeErrorKind::Connection, "not connected yet"),
+                    reconnecting: None,
+                },
+                generation: 0,
+            }),
+            order: Order::default(),
+            simulation: None,
+            health: Mutex::new(NodeHealth::new(NodeId(0), node_timeout * 4)),
+        }
+    }
+
+    /// This node with the core's health record for it (node `index` of the
+    /// client's settings).
+    pub(crate) fn with_health(mut self, health: NodeHealth) -> Self {
+        self.health = Mutex::new(health);
+        self
+    }
+
+    fn health(&self) -> std::sync::MutexGuard<'_, NodeHealth> {
+        // Every update of the record is one call of the core's, which
+        // cannot leave it half-written.
+        self.health
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether the core sends `request` to this node now (see
+    /// [`NodeHealth::admit`]).
+    pub(crate) fn admit(&self, request: &Request, now: Instant) -> bool {
+        self.health().admit(request, now)
+    }
+
+    /// Whether this node is known slow.
+    pub(crate) fn is_slow(&self) -> bool {
+        self.health().is_slow()
+    }
+
+    /// The node answered a request at `now`.
+    pub(crate) fn answered(&self, now: Instant) {
+        let change = self.health().handle_answer(now);
+        self.health_changed(change);
+    }
+
+    /// A request to this node passed its deadline unanswered at `now`.
+    pub(crate) fn overdue(&self, now: Instant) {
+        let change = self.health().handle_overdue(now);
+        self.health_changed(change);
+    }
+
+    fn health_changed(&self, change: Option<HealthChange>) {
+        match change {
+            Some(HealthChange::Slow { .. }) => {
+                info!(
+                    node = %self.name,
+                    "node known slow: {} requests in a row unanswered past their timeout; \
+                     new acquires skip it, one probe every {} ms, until it answers",
+                    redlock_core::SLOW_AFTER,
+                    self.health().probe_every().as_millis()
+                );
+                crate::metrics::node_slow(&self.name, true);
+            }
+            Some(HealthChange::Trusted { after, .. }) => {
+                info!(
+                    node = %self.name,
+                    slow_ms = after.as_millis() as u64,
+                    "node answers again; trusted"
+                );
+                crate::metrics::node_slow(&self.name, false);
+            }
+            _ => {}
+        }
+    }
+
+    /// This node, node `index` of a simulation: connected through its
+    /// connector (a plain master only).
+    pub(crate) fn simulated(mut self, index: usize, simulation: Simulation) -> Self {
+        self.simulation = Some((index, simulation));
+        self
+    }
+
+    /// A node over `connection`, made elsewhere (a test's in-memory server).
+    #[cfg(test)]
+    pub(crate) fn over(connection: redis::aio::MultiplexedConnection) -> Arc<Self> {
+        let client = redis::Client::open("redis://127.0.0.1:1").expect("a valid URL");
+        let node = Arc::new(Self::new(
+            "test".to_owned(),
+            client,
+            None,
+            Duration::from_secs(1),
+            Duration::from_secs(1),
+            TaskTracker::new(),
+            Duration::from_secs(1),
+        ));
+        node.set_up(Connected {
+            connection: Connection::Single(connection),
+            facts: NodeFacts::default(),
+        });
+        node
+    }
+
+    /// The canonical address, `host:port/db` (`cluster:host:port,...` for
+    /// a cluster node).
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether a connection is up (as far as the last request could tell).
+    pub(crate) fn is_connected(&self) -> bool {
+        matches!(self.lock_state().link, Link::Up { .. })
+    }
+
+    fn lock_state(&self) -> std::sync::MutexGuard<'_, State> {
+        // The state is a plain value replaced in one assignment: a panic
+        // elsewhere cannot leave it half-written.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records the outcome of the eager connection attempt made at build.
+    /// A failure starts the background reconnection.
+    pub(crate) fn set_initial(self: &Arc<Self>, result: Result<Connected, NodeError>) {
+        match result {
+            Ok(connection) => self.set_up(connection),
+            Err(error) => {
+                let mut state = self.lock_state();
+                let reconnecting = self.spawn_reconnect(true);
+                state.link = Link::Down {
+                    error,
+                    reconnecting,
+                };
+            }
+        }
+    }
+
+    fn set_up(&self, connected: Connected) {
+        debug!(node = %self.name, server = %connected.facts, "server facts read");
+        let mut state = self.lock_state();
+        state.generation += 1;
+        state.link = Link::Up {
+            connection: connected.connection,
+            facts: connected.facts,
+            generation: state.generation,
+        };
+        drop(state);
+        self.connected.notify_waiters();
+    }
+
+    /// The connection to use, its server's facts and its generation, or
+    /// the reason there is none.
+    fn connection(self: &Arc<Self>) -> Result<(Connection, NodeFacts, u64), NodeError> {
+        let mut state = self.lock_state();
+        match &mut state.link {
+            Link::Up {
+                connection,
+                facts,
+                generation,
+            } => Ok((connection.clone(), *facts, *generation)),
+            Link::Down {
+                error,
+                reconnecting,
+            } => {
+                let error = NodeError::new(
+                    error.kind,
+                    format!("not connected; last error: {}", error.detail),
+                );
+                if reconnecting.as_ref().is_none_or(JoinHandle::is_finished) {
+                    // The reconnection task ended with its runtime (or never
+                    // started): start one on the caller's runtime.
+                    *reconnecting = self.spawn_reconnect(false);
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// Drops the connection of `generation` after an error that leaves it
+    /// unusable, and starts reconnecting.
+    fn connection_failed(self: &Arc<Self>, generation: u64, error: &NodeError) {
+        let mut state = self.lock_state();
+        if matches!(state.link, Link::Up { generation: g, .. } if g == generation) {
+            // A master down: what an operator acts on (and `connected` when
+            // it is back).
+            info!(node = %self.name, error = %error, "connection lost; reconnecting in the background");
+            let reconnecting = self.spawn_reconnect(false);
+            state.link = Link::Down {
+                error: error.clone(),
+                reconnecting,
+            };
+        }
+    }
+
+    /// Starts the reconnection loop on the current Tokio runtime, if any.
+    fn spawn_reconnect(self: &Arc<Self>, wait_first: bool) -> Option<JoinHandle<()>> {
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        Some(runtime.spawn(reconnect(Arc::downgrade(self), wait_first)))
+    }
+}
+
+/// How many requests a node's connection queues before a sender has to wait
+/// for room. Every request must be in its node's queue the moment the core
+/// emits it (the per-node order, see [`driver::send`](crate::driver::send)):
+/// a sender that waited for room would queue its request whenever its task
+/// is next polled, possibly after a request emitted later (a release
+/// overtaking its acquire). The `redis` crate's default of 50 was reached by
+/// a few dozen tasks on one client; this many is reached only by a master
+/// that stopped reading for a while under heavy load. The queue takes no
+/// memory until used, and bounds what a stalled master can make the client
+/// hold (about 200 bytes a request); past it the order may break, and a key
+/// then left behind expires at its TTL.
+pub(crate) const CONNECTION_QUEUE: usize = 1 << 16;
+
+/// How every connection to a plain master is set up.
+pub(crate) fn connection_config() -> AsyncConnectionConfig {
+    AsyncConnectionConfig::new()
+        // The core applies its own per-node timeout to every request.
+        .set_response_timeout(None)
+        .set_pipeline_buffer_size(CONNECTION_QUEUE)
+}
