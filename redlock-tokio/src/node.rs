@@ -33,7 +33,7 @@ use redis::{
     Value,
 };
 use redlock_core::{
-    Argument, Call, HealthChange, Native, NodeError, NodeErrorKind, NodeFacts, NodeHealth, NodeId,
+    Argument, Call, HealthChange, NodeError, NodeErrorKind, NodeFacts, NodeHealth, NodeId,
     Reply, Request, Response, scripts,
 };
 use tokio::task::JoinHandle;
@@ -629,71 +629,14 @@ impl Node {
             }
             Call::Native(native) => {
                 let command = plain(native.words(request));
-                let key = request.key();
-                let result = match native.pipelined(request) {
-                    None => {
-                        self.order
-                            .send_plain(key, command.query_async::<Value>(&mut connection))
-                            .await
-                    }
-                    Some(then) => {
-                        let mut pipeline = redis::pipe();
-                        // Each answer as it is: an error reply fails the
-                        // request with its own code (`WRONGTYPE`).
-                        pipeline
-                            .ignore_errors()
-                            .add_command(command)
-                            .add_command(plain(then));
-                        let answers = self
-                            .order
-                            .send_plain(key, pipeline.query_async::<Value>(&mut connection))
-                            .await
-                            .and_then(first_error);
-                        if let Ok(Value::Array(items)) = &answers
-                            && let Some(Value::ServerError(error)) = items.get(1)
-                        {
-                            let error = map_error(&error.clone().into());
-                            if error.kind == NodeErrorKind::NoPermission {
-                                self.not_permitted(request, &error);
-                            }
-                        }
-                        answers
-                    }
-                };
-                let mut result = self.finish(request, generation, result);
-                if let (Native::DelIfEqMarks, Ok(response)) = (native, &mut result) {
-                    self.publish_if_due(&mut connection, request, response)
-                        .await;
-                }
-                result
+                let result = self
+                    .order
+                    .send_plain(request.key(), command.query_async::<Value>(&mut connection))
+                    .await;
+                self.finish(request, generation, result)
             }
         };
         Reply::via(request, call, result)
-    }
-
-    /// Publishes the release notice that `response`, a plain release's
-    /// answer, calls for ([`Request::notice_after`]), and appends what that
-    /// did to it: `1` published, `0` not.
-    async fn publish_if_due(
-        &self,
-        connection: &mut Connection,
-        request: &Request,
-        response: &mut Response,
-    ) {
-        let Some(channel) = request.notice_after(response) else {
-            return;
-        };
-        let published = redis::cmd("PUBLISH")
-            .arg(channel.as_bytes())
-            .arg(b"")
-            .query_async::<Value>(connection)
-            .await;
-        if let Err(err) = &published {
-            debug!(node = %self.name, error = %map_error(err), "release notice not published");
-        }
-        if let Response::Array(items) = response {
-            items.push(Response::Int(i64::from(published.is_ok())));
-        }
     }
 
     async fn evalsha(
@@ -812,8 +755,7 @@ impl Node {
 
     /// Logs a `NOPERM` at WARN once per node, then at DEBUG: an ACL user
     /// without rights on the waiters' marks meets one on every release
-    /// (refused whole and sent again without them, or, in Valkey's
-    /// pipeline, its `MGET` alone refused, and the release publishes).
+    /// (refused whole and sent again without them).
     fn not_permitted(&self, request: &Request, error: &NodeError) {
         let command = request.command.name();
         if self
@@ -875,18 +817,13 @@ impl Node {
     /// fails here is not tried again by later blocking releases, so that a
     /// process exiting with many locks waits for a dead node once.
     pub(crate) fn send_blocking(&self, request: &Request) {
-        let facts = match &self.lock_state().link {
-            Link::Up { facts, .. } => *facts,
-            Link::Down { .. } => NodeFacts::default(),
-        };
-        let command = match request.call(&facts) {
-            // The full script: a new connection may meet an empty script
-            // cache, and there is no time for a NOSCRIPT round trip.
-            Call::Script(script) => script_call("EVAL", script, request),
-            // One command, which publishes for itself when it must.
-            Call::Native(Native::DelIfEqMarks) => script_call("EVAL", request.script(), request),
-            Call::Native(native) => plain(native.words(request)),
-        };
+        // The full script, never the plain `DELIFEQ`: our value may be
+        // marked as waited for, which only the script deletes, and nobody
+        // reads this answer to send the script after it
+        // (`redlock_core::waited`). In full: a new connection may meet an
+        // empty script cache, and there is no time for a NOSCRIPT round
+        // trip.
+        let command = script_call("EVAL", request.script(), request);
         let mut blocking = self.blocking.lock().unwrap_or_else(PoisonError::into_inner);
         if blocking.gave_up {
             return;
@@ -1074,19 +1011,6 @@ fn jittered(delay: Duration, rng: Option<&mut rand::rngs::StdRng>) -> Duration {
         None => rand::random_range(0..=quarter),
     };
     delay - Duration::from_micros(cut)
-}
-
-/// A pipeline's answers, or the error of its first command: the error of
-/// a later one stays in its place, for the core to read (the plain
-/// release's marks, which an ACL user may not read, [`Native::DelIfEqMarks`]).
-fn first_error(answers: Value) -> redis::RedisResult<Value> {
-    match answers {
-        Value::Array(items) => match items.first() {
-            Some(Value::ServerError(error)) => Err(error.clone().into()),
-            _ => Ok(Value::Array(items)),
-        },
-        other => other.extract_error(),
-    }
 }
 
 /// The plain command of `words` (name first), sized up front as
