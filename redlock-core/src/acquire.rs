@@ -540,7 +540,8 @@ impl<R: Rng> Acquisition<R> {
     /// that alone: a holder may take the key between the mark and the
     /// check.
     fn send_round(&mut self, round: &Round, value: &LockValue, command: Command) {
-        let waiter = self.notices.asked && matches!(self.kind, LockKind::Exclusive | LockKind::Multi);
+        let waiter =
+            self.notices.asked && matches!(self.kind, LockKind::Exclusive | LockKind::Multi);
         let client = waiter.then(|| self.settings.client_tag().unwrap_or(value).clone());
         let requests = round.fan_out(&self.keys, &self.kind, value, command, round.deadline);
         self.requests.extend(requests.map(|request| Request {

@@ -343,8 +343,10 @@ impl Release {
     /// per node: the script's answer is the node's.
     fn as_script(&mut self, reply: &Reply) -> Option<Request> {
         use crate::Response::Int;
-        if !matches!((reply.native, &reply.result), (Some(Native::DelIfEq), Ok(Int(0))))
-            || self.scripted.contains(&reply.node)
+        if !matches!(
+            (reply.native, &reply.result),
+            (Some(Native::DelIfEq), Ok(Int(0)))
+        ) || self.scripted.contains(&reply.node)
         {
             return None;
         }
@@ -496,7 +498,10 @@ impl Machine for Release {
         if self.done {
             return;
         }
-        if let Some(again) = self.as_script(&reply).or_else(|| self.without_marks(&reply)) {
+        if let Some(again) = self
+            .as_script(&reply)
+            .or_else(|| self.without_marks(&reply))
+        {
             self.requests.push_back(again);
             return;
         }

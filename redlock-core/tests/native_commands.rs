@@ -234,7 +234,10 @@ fn a_plain_release_that_deletes_nothing_sends_the_script_after_it() {
     for request in &sent {
         marked.handle_reply(native(request, Response::Int(0)), t0 + MS);
         let again = marked.poll_request().expect("the script after it");
-        assert_eq!((again.node, again.command), (request.node, Command::Release));
+        assert_eq!(
+            (again.node, again.command),
+            (request.node, Command::Release)
+        );
         assert_eq!(again.client.as_ref(), Some(&me), "it names its client");
         assert_eq!(
             again.call(&valkey9()),

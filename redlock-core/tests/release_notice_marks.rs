@@ -126,7 +126,8 @@ impl World {
         let mut late: Vec<Vec<Request>> = vec![Vec::new(); NODES];
         while let Some(mut request) = self.waiter.poll_request() {
             let node = request.node.0;
-            if self.marks != Marks::Sent && !matches!(request.command, Command::MarkWaiting { .. }) {
+            if self.marks != Marks::Sent && !matches!(request.command, Command::MarkWaiting { .. })
+            {
                 request.client = None;
             }
             if matches!(request.command, Command::MarkWaiting { .. }) {
@@ -583,4 +584,3 @@ fn nobody_waiting_the_release_publishes_nothing() {
         assert!(!stores[request.node.0].marked(request.keys[1].as_bytes(), 1.0));
     }
 }
-

@@ -33,8 +33,8 @@ use redis::{
     Value,
 };
 use redlock_core::{
-    Argument, Call, HealthChange, NodeError, NodeErrorKind, NodeFacts, NodeHealth, NodeId,
-    Reply, Request, Response, scripts,
+    Argument, Call, HealthChange, NodeError, NodeErrorKind, NodeFacts, NodeHealth, NodeId, Reply,
+    Request, Response, scripts,
 };
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};

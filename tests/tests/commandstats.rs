@@ -117,7 +117,11 @@ async fn one_command_per_node_per_operation_in_steady_state() {
         "every node saw every release",
         Duration::from_secs(8),
         || {
-            let release = if native_delifeq() { "delifeq" } else { "evalsha" };
+            let release = if native_delifeq() {
+                "delifeq"
+            } else {
+                "evalsha"
+            };
             let before = if native_acquire() || native_delifeq() {
                 0
             } else {
@@ -133,10 +137,8 @@ async fn one_command_per_node_per_operation_in_steady_state() {
     if native_delifeq() {
         let mut release_commands = 0;
         for node in cluster.nodes() {
-            let expected = BTreeMap::from([
-                ("delifeq".to_owned(), ROUNDS),
-                ("set".to_owned(), ROUNDS),
-            ]);
+            let expected =
+                BTreeMap::from([("delifeq".to_owned(), ROUNDS), ("set".to_owned(), ROUNDS)]);
             let stats = sent(node);
             assert_eq!(stats, expected, "{}", node.port());
             release_commands += stats.values().sum::<u64>() - ROUNDS;
@@ -248,7 +250,12 @@ async fn quiet_releases_and_withdraws_are_one_command_and_publish_nothing() {
     eventually(
         "every node saw the withdraw",
         Duration::from_secs(8),
-        || cluster.nodes().iter().all(|node| calls(node, "evalsha") == 1),
+        || {
+            cluster
+                .nodes()
+                .iter()
+                .all(|node| calls(node, "evalsha") == 1)
+        },
     )
     .await;
     for node in cluster.nodes() {

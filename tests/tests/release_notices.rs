@@ -911,10 +911,20 @@ fn a_waiter_marks_the_holders_value_and_the_holder_still_owns_it() {
 
     // Marked by our own client's waiter: the release publishes nothing.
     hold();
-    assert_eq!(attempt(&mut connection, "tag"), Value::BulkString(b"mine".to_vec()));
+    assert_eq!(
+        attempt(&mut connection, "tag"),
+        Value::BulkString(b"mine".to_vec())
+    );
     assert_eq!(value(&mut connection).as_deref(), Some(&b"mine\0tag"[..]));
-    assert_eq!(attempt(&mut connection, "tag"), Value::BulkString(b"mine\0tag".to_vec()));
-    assert_eq!(value(&mut connection).as_deref(), Some(&b"mine\0tag"[..]), "once");
+    assert_eq!(
+        attempt(&mut connection, "tag"),
+        Value::BulkString(b"mine\0tag".to_vec())
+    );
+    assert_eq!(
+        value(&mut connection).as_deref(),
+        Some(&b"mine\0tag"[..]),
+        "once"
+    );
     let pttl: i64 = redis::cmd("PTTL").arg(key).query(&mut connection).unwrap();
     assert!(pttl > 40_000 && pttl <= 50_000, "the TTL is kept: {pttl}");
     // Its scripts take it as the holder's: extend, store a token.
@@ -926,7 +936,11 @@ fn a_waiter_marks_the_holders_value_and_the_holder_still_owns_it() {
         .invoke(&mut connection)
         .unwrap();
     assert_eq!(extended, 1);
-    assert_eq!(value(&mut connection).as_deref(), Some(&b"mine\0tag"[..]), "kept marked");
+    assert_eq!(
+        value(&mut connection).as_deref(),
+        Some(&b"mine\0tag"[..]),
+        "kept marked"
+    );
     let stored: i64 = redis::Script::new(redlock_core::scripts::STORE_TOKEN)
         .key(key)
         .key("{r}\0fence")
@@ -936,8 +950,15 @@ fn a_waiter_marks_the_holders_value_and_the_holder_still_owns_it() {
         .unwrap();
     assert_eq!(stored, 1);
     if support::native_delifeq() {
-        let deleted: i64 = redis::cmd("DELIFEQ").arg(key).arg("mine").query(&mut connection).unwrap();
-        assert_eq!(deleted, 0, "a marked value is not deleted by the plain release");
+        let deleted: i64 = redis::cmd("DELIFEQ")
+            .arg(key)
+            .arg("mine")
+            .query(&mut connection)
+            .unwrap();
+        assert_eq!(
+            deleted, 0,
+            "a marked value is not deleted by the plain release"
+        );
         let extended: Value = redis::cmd("SET")
             .arg(key)
             .arg("mine")
@@ -948,9 +969,17 @@ fn a_waiter_marks_the_holders_value_and_the_holder_still_owns_it() {
             .arg("GET")
             .query(&mut connection)
             .unwrap();
-        assert_eq!(extended, Value::BulkString(b"mine\0tag".to_vec()), "nor extended");
+        assert_eq!(
+            extended,
+            Value::BulkString(b"mine\0tag".to_vec()),
+            "nor extended"
+        );
     }
-    assert_eq!(release(&mut connection), 1, "our own client waited: no notice");
+    assert_eq!(
+        release(&mut connection),
+        1,
+        "our own client waited: no notice"
+    );
     assert_eq!(value(&mut connection), None);
 
     // Another client's waiter, by its mark; then a second client: several.
@@ -960,9 +989,17 @@ fn a_waiter_marks_the_holders_value_and_the_holder_still_owns_it() {
     attempt(&mut connection, "tag");
     assert_eq!(value(&mut connection).as_deref(), Some(&b"mine\0you\0"[..]));
     attempt(&mut connection, "third");
-    assert_eq!(value(&mut connection).as_deref(), Some(&b"mine\0you\0"[..]), "stays");
+    assert_eq!(
+        value(&mut connection).as_deref(),
+        Some(&b"mine\0you\0"[..]),
+        "stays"
+    );
     node.command(["DEL", mark, others]);
-    assert_eq!(release(&mut connection), 3, "another client waited: published");
+    assert_eq!(
+        release(&mut connection),
+        3,
+        "another client waited: published"
+    );
     assert_eq!(value(&mut connection), None);
 
     // Absent: a waiter's attempt takes it, unmarked; its mark creates nothing.

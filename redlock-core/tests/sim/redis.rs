@@ -562,7 +562,7 @@ impl Store {
                 self.put_zset(keys[1], order, last);
                 self.put_zset(keys[2], expiry, last);
                 match held {
-                    Some(held) => Response::Data(held),
+                    Some(held) => Response::Data(held[..held.len().min(64)].to_vec()),
                     None if !*by_queue || position == 1 => {
                         self.set_str(keys[0], ours, clock, ttl.as_millis());
                         Response::Int(1)
