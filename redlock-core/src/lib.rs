@@ -148,6 +148,7 @@ mod retry;
 pub mod scripts;
 mod status;
 mod types;
+pub mod waited;
 mod wire;
 
 pub use acquire::{AcquireEvent, Acquisition, FAIR_PATIENCE};
