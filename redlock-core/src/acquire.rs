@@ -342,7 +342,9 @@ impl<R: Rng> Acquisition<R> {
     /// empty ([`WaitQueue::may_attempt_now`](crate::WaitQueue::may_attempt_now)).
     /// An attempt now could take the lock just freed for the first of them.
     ///
-    /// Call it right after the constructor, before draining any request:
+    /// [`Hub::plan`](crate::Hub::plan) calls it with the client's marks,
+    /// and is what an adapter calls. Call it right after the constructor,
+    /// before draining any request:
     /// the first attempt's requests are withdrawn (nothing was sent), and
     /// the acquisition waits as after a failed attempt (asking to listen,
     /// [`poll_listen`](Machine::poll_listen)) until a notice says its turn
