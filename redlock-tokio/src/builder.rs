@@ -297,6 +297,7 @@ impl Builder {
                     .map(|server| (server.name.clone(), server.client.clone())),
                 self.connect_timeout,
                 metrics.clone(),
+                &mut rng,
             ))
         });
         let shown: Vec<String> = servers.iter().map(|s| s.shown.clone()).collect();
