@@ -311,3 +311,35 @@ fn waiters_the_masters_order_hold_no_new_acquisition_back() {
         &mut hub.plan(acquire(&settings, now, 3), now)
     ));
 }
+
+/// A waiter that queued without attempting saw nothing of the lock: a
+/// release the waiter ahead was told before it came, and left unused, is
+/// its own when it becomes first. (Found by the hub's model check: it
+/// waited for its retry timer with the lock free.)
+#[test]
+fn a_queued_waiter_that_becomes_first_hears_a_release_from_before_it_queued() {
+    let settings = settings();
+    let t0 = Instant::now();
+    let mut hub = Hub::new(3);
+    let channels = acquire(&settings, t0, 2).channels();
+    let ahead = hub.handle_join(channels.clone(), false, t0);
+    let t1 = t0 + MS;
+    for node in [0, 1] {
+        hub.handle_notice(NodeId(node), channels[0].as_bytes(), t1);
+    }
+    assert_eq!(told(&mut hub).len(), 2, "told to the waiter ahead");
+    let t2 = t1 + MS;
+    let mut queued = hub.plan(acquire(&settings, t2, 3), t2);
+    sent(&mut queued);
+    let listen = queued.poll_listen().expect("it waits");
+    let waiter = hub.handle_join(listen, false, t2);
+    assert_eq!(told(&mut hub), vec![], "not first");
+    // The waiter ahead leaves without attempting.
+    hub.handle_leave(ahead, false, t2 + MS);
+    let replayed = told(&mut hub);
+    assert!(replayed.iter().all(|(to, _, at)| *to == waiter && *at == t1));
+    for (_, notice, at) in replayed {
+        queued.handle_notice(notice, at);
+    }
+    assert!(attempts_at_once(&mut queued), "it attempts at once");
+}
