@@ -337,7 +337,11 @@ fn a_queued_waiter_that_becomes_first_hears_a_release_from_before_it_queued() {
     // The waiter ahead leaves without attempting.
     hub.handle_leave(ahead, false, t2 + MS);
     let replayed = told(&mut hub);
-    assert!(replayed.iter().all(|(to, _, at)| *to == waiter && *at == t1));
+    assert!(
+        replayed
+            .iter()
+            .all(|(to, _, at)| *to == waiter && *at == t1)
+    );
     for (_, notice, at) in replayed {
         queued.handle_notice(notice, at);
     }
