@@ -342,7 +342,9 @@ impl<R: Rng> Acquisition<R> {
     /// empty ([`WaitQueue::may_attempt_now`](crate::WaitQueue::may_attempt_now)).
     /// An attempt now could take the lock just freed for the first of them.
     ///
-    /// Call it right after the constructor, before draining any request:
+    /// [`Hub::plan`](crate::Hub::plan) calls it with the client's marks,
+    /// and is what an adapter calls. Call it right after the constructor,
+    /// before draining any request:
     /// the first attempt's requests are withdrawn (nothing was sent), and
     /// the acquisition waits as after a failed attempt (asking to listen,
     /// [`poll_listen`](Machine::poll_listen)) until a notice says its turn
@@ -388,6 +390,9 @@ impl<R: Rng> Acquisition<R> {
         self.requests.clear();
         self.retries.unstart();
         self.notices.restart(now);
+        // No attempt seen: a notice from before now may be one the waiter
+        // ahead was told and left unused.
+        self.notices.since = None;
         self.notices.asked = true;
         self.notices.listen = Some(self.channels());
         let until = now + crate::retry_delay(&self.settings.retry(), &mut self.rng);
@@ -1026,7 +1031,7 @@ impl<R: Rng> Machine for Acquisition<R> {
     /// Such an extra attempt does not use up the retry count: if it fails,
     /// the acquisition goes back to waiting for the retry it had scheduled.
     fn handle_notice(&mut self, notice: Notice, now: Instant) {
-        if self.is_done() || now < self.notices.since {
+        if self.is_done() || self.notices.since.is_some_and(|since| now < since) {
             return;
         }
         match notice {

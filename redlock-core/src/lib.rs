@@ -134,6 +134,7 @@ mod config;
 mod error;
 mod extend;
 mod health;
+mod hub;
 mod keep_alive;
 mod limits;
 mod lock;
@@ -156,6 +157,7 @@ pub use config::{Config, RetryConfig, Settings};
 pub use error::{AcquireError, ConfigError, ExtendError};
 pub use extend::{Extended, Extension};
 pub use health::{HealthChange, NodeHealth, SLOW_AFTER};
+pub use hub::{Delivery, Hub};
 pub use keep_alive::{
     KeepAlive, KeepAliveEvent, KeepAliveSchedule, KeptLock, KeptLockEvent, LossReason,
 };

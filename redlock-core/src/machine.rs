@@ -22,8 +22,9 @@ use crate::{Key, NodeId, Reply, Request};
 /// 2. Drain [`poll_listen`](Self::poll_listen) and start listening for release
 ///    notices on those channels, if the driver can; drain
 ///    [`poll_hand_over`](Self::poll_hand_over) and give it to the driver's
-///    own waiters on those channels through their
-///    [`WaitQueue`](crate::WaitQueue).
+///    own waiters on those channels through its [`Hub`](crate::Hub)
+///    ([`Hub::handle_join`](crate::Hub::handle_join),
+///    [`Hub::handle_hand_over`](crate::Hub::handle_hand_over)).
 /// 3. Drain [`poll_event`](Self::poll_event). Once [`is_done`](Self::is_done),
 ///    the last event drained was the final one: stop (requests still in
 ///    flight may complete in the background; late answers change nothing).
@@ -93,8 +94,8 @@ pub trait Machine {
     }
 
     /// What a release tells the driver's own waiters on its channels,
-    /// through their [`WaitQueue`](crate::WaitQueue)
-    /// ([`WaitQueue::handle_hand_over`](crate::WaitQueue::handle_hand_over)):
+    /// through its [`Hub`](crate::Hub)
+    /// ([`Hub::handle_hand_over`](crate::Hub::handle_hand_over)):
     /// first that it is queued on every node
     /// ([`HandOver::Queued`], once every request was drained), then, for an
     /// exclusive lock, whether its nodes saw a waiter of another client

@@ -43,11 +43,16 @@ pub enum Bug {
     /// only failed nodes against the lock, not those it did not wait for:
     /// it claims a lock free that a quorum may still hold.
     ReleaseDecidesEarly,
+    /// The notice hub forgets to replay a channel's recent events to a
+    /// waiter that becomes first after one that left without the lock: a
+    /// release the leaver was told of is told to nobody, and the next
+    /// waiter sleeps through its turn.
+    HubForgetsReplay,
 }
 
 impl Bug {
     /// Every bug, in a fixed order.
-    pub const ALL: [Bug; 8] = [
+    pub const ALL: [Bug; 9] = [
         Bug::ValidityFromDecisionTime,
         Bug::QuorumHalf,
         Bug::DuplicateVoteCounted,
@@ -56,6 +61,7 @@ impl Bug {
         Bug::FairNeverFallsBack,
         Bug::FairLeaveForgotten,
         Bug::ReleaseDecidesEarly,
+        Bug::HubForgetsReplay,
     ];
 }
 

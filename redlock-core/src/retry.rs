@@ -191,7 +191,12 @@ pub(crate) struct Notices {
     /// Channels to hand out at the next `poll_listen`.
     pub(crate) listen: Option<Vec<Key>>,
     /// When the current attempt started: notices before it were seen by it.
-    pub(crate) since: Instant,
+    /// `None` while the acquisition waits behind its client's waiters
+    /// without having attempted ([`Acquisition::queue_behind`](crate::Acquisition::queue_behind)):
+    /// it saw nothing, so every notice counts, also one replayed from
+    /// before it queued (the waiter ahead, told it, may have left without
+    /// attempting; the model check of the hub found the stranded waiter).
+    pub(crate) since: Option<Instant>,
     /// Per node: a release notice came from it since.
     pub(crate) heard: Vec<bool>,
     /// The channels were subscribed (again) since: releases before that
@@ -208,7 +213,7 @@ impl Notices {
             wanted: settings.release_notices(),
             asked: false,
             listen: None,
-            since: now,
+            since: Some(now),
             heard: vec![false; settings.node_names().len()],
             subscribed: false,
             handed_over: false,
@@ -233,7 +238,7 @@ impl Notices {
     }
 
     pub(crate) fn restart(&mut self, now: Instant) {
-        self.since = now;
+        self.since = Some(now);
         self.heard.fill(false);
         self.subscribed = false;
         self.handed_over = false;

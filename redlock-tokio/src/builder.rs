@@ -293,7 +293,8 @@ impl Builder {
                     .map(|server| (server.name.clone(), server.client.clone())),
                 self.connect_timeout,
                 metrics.clone(),
-                self.simulation.clone(),
+                &mut rng,
+                self.simulation.as_ref(),
             ))
         });
         let shown: Vec<String> = servers.iter().map(|s| s.shown.clone()).collect();

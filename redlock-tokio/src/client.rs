@@ -332,13 +332,13 @@ impl Redlock {
             None => settings.default_ttl(),
         };
         let rng = crate::sim::rng(self.inner.simulation.as_ref());
-        let mut acquisition =
+        let acquisition =
             Acquisition::with_spec(Arc::clone(settings), spec, ttl, attempts, now, rng)?;
-        // First come, first served: behind this client's waiters (the core's
-        // WaitQueue rule; a request that does not wait is not held back).
-        if let Some(notices) = self.notices() {
-            notices.queue_behind(&mut acquisition, now);
-        }
+        // First come, first served behind this client's waiters: the hub plans.
+        let mut acquisition = match self.notices() {
+            Some(notices) => notices.plan(acquisition, now),
+            None => acquisition,
+        };
         report.sent();
         let span = info_span!(
             "redlock.acquire",

@@ -266,7 +266,7 @@
 //!   if it ends after the retry it jumped ahead of.
 //! - **First come, first served inside a client.** A release wakes one of
 //!   the client's waiters for that lock, the one that has waited longest
-//!   (the core's [`WaitQueue`](redlock_core::WaitQueue) decides; if it
+//!   (the core's [`Hub`](redlock_core::Hub) decides; if it
 //!   leaves without the lock, the next is told what it missed), and a new
 //!   `lock` on a lock the client's acquires already wait for queues behind
 //!   them instead of attempting, so a holder that releases and asks again

@@ -7,14 +7,14 @@
 //! every listening waiter set before each attempt
 //! ([`scripts::MARK_WAITING`](redlock_core::scripts::MARK_WAITING)). Nothing
 //! here changes for it: the marks are requests like any other.
-//! This module listens for those messages and hands each, with the node it
-//! came from and when, to the acquisitions that wait for that key
-//! ([`Machine::handle_notice`](redlock_core::Machine::handle_notice)). The
-//! core decides what notices mean (how many nodes make a release, which
-//! ones its attempt had already seen) and who gets them: per channel, a
-//! [`WaitQueue`] serves the client's waiters first come, first served (a
-//! notice goes to the waiter whose turn it is, not to all). This only
-//! delivers them.
+//! This module only moves bytes: it listens for those messages and feeds
+//! each, with the node it came from and when, to the core's
+//! [`Hub`](redlock_core::Hub), which decides what it means and which
+//! waiter hears it (per channel, the client's waiters first come, first
+//! served), what a subscription or the client's own release tells, what a
+//! waiter that becomes first is told again, and which channels are wanted.
+//! The acquisitions then decide what notices mean for their attempts
+//! ([`Machine::handle_notice`](redlock_core::Machine::handle_notice)).
 //!
 //! The shape, chosen so that it can never slow or fail a lock:
 //!
@@ -35,17 +35,17 @@
 //!   timer.
 //!
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use rand::rngs::StdRng;
-use rand::{Rng, RngExt};
+use rand::{Rng, SeedableRng};
 use redis::aio::{PubSubSink, PubSubStream};
-use redlock_core::{Acquisition, HandOver, Key, NodeId, Notice, WaitQueue, WaiterId, Wake};
+use redlock_core::{Acquisition, Backoff, HandOver, Hub, Key, NodeId, Notice, WaiterId};
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -55,27 +55,21 @@ use crate::metrics;
 use crate::node::map_error;
 use crate::sim::Simulation;
 
-/// First wait before reconnecting a pub/sub connection; doubles each time.
-const RECONNECT_MIN: Duration = Duration::from_millis(50);
-/// Longest wait between reconnection attempts.
-const RECONNECT_MAX: Duration = Duration::from_secs(2);
-
-/// The release notices of one client: a listener per node and the channels
-/// its waiting acquires want.
+/// The release notices of one client: a listener per node, and the core's
+/// [`Hub`], which decides who waits on which channel and whom each notice
+/// wakes.
 pub(crate) struct Notices {
     shared: Arc<Shared>,
     listeners: Box<[Listener]>,
     /// Ends the listener tasks when the client and its last waiter are gone.
     closed: CancellationToken,
     metrics: metrics::Nodes,
-    /// A simulated client's connections and randomness.
-    simulation: Option<Simulation>,
 }
 
 impl fmt::Debug for Notices {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Notices")
-            .field("channels", &self.shared.lock().len())
+            .field("channels", &self.shared.lock().hub.wanted_len())
             .field("connected", &self.connected())
             .finish()
     }
@@ -83,87 +77,23 @@ impl fmt::Debug for Notices {
 
 /// The state the waiters and the listeners share.
 struct Shared {
-    channels: Mutex<BTreeMap<Key, Channel>>,
+    state: Mutex<State>,
     /// How many channels some acquire waits on: written under the lock
     /// with each change, read without it by every release
     /// ([`Notices::someone_waits_anywhere`]).
     wanted: AtomicUsize,
-    next_waiter: AtomicU64,
-    nodes: usize,
+    /// Wakes each listener to compare its subscriptions with the wanted
+    /// channels.
+    wakes: Box<[Arc<Notify>]>,
 }
 
 /// Where a waiter gets its notices, with the instant each arrived.
 type Sink = mpsc::UnboundedSender<(Notice, Instant)>;
 
-/// One channel some acquires wait on.
-struct Channel {
-    /// Where each waiter gets its notices.
-    waiters: HashMap<u64, Sink>,
-    /// Whose turn it is: the core's rule.
-    queue: WaitQueue,
-    /// Per node, when its last notice arrived.
-    heard: Box<[Option<Instant>]>,
-    /// When the channel became subscribed on some node (first, or again
-    /// after a lost connection).
-    subscribed_at: Option<Instant>,
-    /// When the client's last release on the channel was queued on every
-    /// node ([`HandOver::Queued`]).
-    handed_over_at: Option<Instant>,
-    /// Subscribed on at least one node since the first waiter came.
-    active: bool,
-}
-
-impl Channel {
-    fn new(nodes: usize) -> Self {
-        Self {
-            waiters: HashMap::new(),
-            queue: WaitQueue::new(),
-            heard: vec![None; nodes].into(),
-            subscribed_at: None,
-            handed_over_at: None,
-            active: false,
-        }
-    }
-
-    /// A notice of the channel, for the waiter the queue says.
-    fn tell(&mut self, notice: Notice, at: Instant) {
-        self.queue.handle_notice(notice);
-        self.deliver(at);
-    }
-
-    /// Delivers what the queue asks; `at` is when the notice told came.
-    fn deliver(&mut self, at: Instant) {
-        while let Some(wake) = self.queue.poll_wake() {
-            match wake {
-                Wake::Tell { waiter, notice } => {
-                    if let Some(sink) = self.waiters.get(&waiter.0) {
-                        // A waiter that left is removed with its sink: no
-                        // error here.
-                        let _ = sink.send((notice, at));
-                    }
-                }
-                Wake::Replay { waiter } => {
-                    if let Some(sink) = self.waiters.get(&waiter.0) {
-                        self.replay(sink);
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
-
-    /// The channel's events so far, for a waiter that comes now: they may
-    /// be newer than its attempt (the core tells).
-    fn replay(&self, sink: &Sink) {
-        let heard = self.heard.iter().enumerate();
-        let notices = heard.filter_map(|(node, at)| Some((Notice::Released(NodeId(node)), (*at)?)));
-        let subscribed = self.subscribed_at.map(|at| (Notice::Subscribed, at));
-        // The client's own releases publish nothing for its own waiters.
-        let handed_over = self.handed_over_at.map(|at| (Notice::HandedOver, at));
-        for event in notices.chain(subscribed).chain(handed_over) {
-            let _ = sink.send(event);
-        }
-    }
+/// The hub and where its waiters get what it tells them.
+struct State {
+    hub: Hub,
+    sinks: HashMap<WaiterId, Sink>,
 }
 
 /// One node's pub/sub listener: its task, started at the first wait.
@@ -171,44 +101,49 @@ struct Listener {
     name: Arc<str>,
     client: redis::Client,
     connect_timeout: Duration,
-    /// Wakes the task to compare its subscriptions with the wanted channels.
-    wake: Arc<Notify>,
     /// Whether the task has a pub/sub connection up.
     connected: Arc<AtomicBool>,
+    /// Seeds the reconnect jitter of each task started.
+    rng: Mutex<StdRng>,
+    /// A simulated client's connections.
+    simulation: Option<Simulation>,
     task: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Notices {
-    /// Listeners for these nodes (name and client each), not started yet.
+    /// Listeners for these nodes (name and client each), not started yet;
+    /// their reconnect jitter is drawn from `rng`.
     pub(crate) fn new(
         nodes: impl IntoIterator<Item = (String, redis::Client)>,
         connect_timeout: Duration,
         metrics: metrics::Nodes,
-        simulation: Option<Simulation>,
+        rng: &mut StdRng,
+        simulation: Option<&Simulation>,
     ) -> Self {
-        let nodes: Vec<(String, redis::Client)> = nodes.into_iter().collect();
-        let count = nodes.len();
+        let listeners: Box<[Listener]> = nodes
+            .into_iter()
+            .map(|(name, client)| Listener {
+                name: name.into(),
+                client,
+                connect_timeout,
+                connected: Arc::new(AtomicBool::new(false)),
+                rng: Mutex::new(StdRng::from_rng(&mut *rng)),
+                simulation: simulation.cloned(),
+                task: Mutex::new(None),
+            })
+            .collect();
         Self {
             shared: Arc::new(Shared {
-                channels: Mutex::default(),
+                state: Mutex::new(State {
+                    hub: Hub::new(listeners.len()),
+                    sinks: HashMap::new(),
+                }),
                 wanted: AtomicUsize::new(0),
-                next_waiter: AtomicU64::new(0),
-                nodes: count,
+                wakes: listeners.iter().map(|_| Arc::new(Notify::new())).collect(),
             }),
-            listeners: nodes
-                .into_iter()
-                .map(|(name, client)| Listener {
-                    name: name.into(),
-                    client,
-                    connect_timeout,
-                    wake: Arc::new(Notify::new()),
-                    connected: Arc::new(AtomicBool::new(false)),
-                    task: Mutex::new(None),
-                })
-                .collect(),
+            listeners,
             closed: CancellationToken::new(),
             metrics,
-            simulation,
         }
     }
 
@@ -220,36 +155,15 @@ impl Notices {
             .count()
     }
 
-    /// First come, first served: when some acquire of this client already
-    /// waits on one of the acquisition's channels, it waits behind it
-    /// ([`WaitQueue::may_attempt_now`], [`Acquisition::queue_behind`]),
-    /// marking the lock only where the client's last mark does not
-    /// outlive its wait (the core decides, from what the queues recorded).
-    pub(crate) fn queue_behind<R: Rng>(&self, acquisition: &mut Acquisition<R>, now: Instant) {
-        // Nobody waiting anywhere, the common case: no channel built, no
-        // lock taken. A waiter that registers meanwhile came after us.
+    /// The acquisition as the hub plans it ([`Hub::plan`]): behind this
+    /// client's waiters on its channels, if any.
+    pub(crate) fn plan<R: Rng>(&self, acquisition: Acquisition<R>, now: Instant) -> Acquisition<R> {
+        // Nobody waiting anywhere, the common case: no lock taken. A
+        // waiter that registers meanwhile came after us.
         if !self.someone_waits_anywhere() {
-            return;
+            return acquisition;
         }
-        let channels = acquisition.channels();
-        let mut map = self.shared.lock();
-        let queues = || channels.iter().map(|channel| map.get(channel));
-        if !queues().any(|entry| entry.is_some_and(|entry| !entry.queue.may_attempt_now())) {
-            return;
-        }
-        // On every channel, or none: `None` is the least `Option`.
-        let marked = queues()
-            .map(|entry| entry.and_then(|entry| entry.queue.marked_until()))
-            .min()
-            .flatten();
-        acquisition.queue_behind(now, marked);
-        if let Some(until) = acquisition.marked_until() {
-            for channel in &channels {
-                if let Some(entry) = map.get_mut(channel) {
-                    entry.queue.handle_marked(until);
-                }
-            }
-        }
+        self.shared.update(|hub| hub.plan(acquisition, now))
     }
 
     /// Whether some acquire of this client waits, on any channel: a
@@ -260,76 +174,34 @@ impl Notices {
     }
 
     /// What a release of this client tells its waiters at `at`
-    /// ([`Machine::poll_hand_over`](redlock_core::Machine::poll_hand_over)):
-    /// their queues decide who hears it.
+    /// ([`Machine::poll_hand_over`](redlock_core::Machine::poll_hand_over)).
     pub(crate) fn hand_over(&self, hand_over: &HandOver, at: Instant) {
-        let mut map = self.shared.lock();
-        for channel in hand_over.channels() {
-            if let Some(entry) = map.get_mut(channel) {
-                // Told when it is answered, the hand-over is still the
-                // instant the release was queued.
-                let at = match hand_over {
-                    HandOver::Queued { .. } => *entry.handed_over_at.insert(at),
-                    _ => entry.handed_over_at.unwrap_or(at),
-                };
-                entry.queue.handle_hand_over(hand_over);
-                entry.deliver(at);
-            }
-        }
+        self.shared
+            .update(|hub| hub.handle_hand_over(hand_over, at));
     }
 
-    /// Registers a waiter for these channels, last in their queues. Never
+    /// Registers a waiter for these channels ([`Hub::handle_join`]). Never
     /// waits: the listeners subscribe in the background (starting on the
     /// current Tokio runtime if they are not running), and until they have,
     /// the waiter simply gets no notice.
-    ///
-    /// A waiter that finds nobody ahead of it is told the channel's recent
-    /// events at once: they may be newer than its attempt (the core tells).
-    /// An acquire that queued behind waiters who all left before it got
-    /// here finds a new channel, and is told at its subscription (a
-    /// [`Notice::Subscribed`]) or by its retry timer.
-    ///
-    /// `by_masters`: the masters order the waiters of this lock (a fair
-    /// lock, [`Machine::ordered_by_masters`](redlock_core::Machine::ordered_by_masters)):
-    /// the waiter is told every notice ([`WaitQueue::handle_join_by_masters`]).
     pub(crate) fn wait_for(self: &Arc<Self>, channels: Vec<Key>, by_masters: bool) -> Waiter {
-        let id = self.shared.next_waiter.fetch_add(1, Ordering::Relaxed);
         let (sink, receiver) = mpsc::unbounded_channel();
-        let mut new_channel = false;
-        {
-            let mut map = self.shared.lock();
-            for channel in &channels {
-                let entry = map.entry(channel.clone()).or_insert_with(|| {
-                    new_channel = true;
-                    Channel::new(self.shared.nodes)
-                });
-                entry.waiters.insert(id, sink.clone());
-                if by_masters {
-                    entry.queue.handle_join_by_masters(WaiterId(id));
-                } else {
-                    entry.queue.handle_join(WaiterId(id));
-                }
-                entry.deliver(crate::sim::now());
-            }
-            self.shared.wanted.store(map.len(), Ordering::Relaxed);
-        }
+        let id = {
+            let mut state = self.shared.lock();
+            let id = state
+                .hub
+                .handle_join(channels, by_masters, crate::sim::now());
+            state.sinks.insert(id, sink.clone());
+            self.shared.settle(state);
+            id
+        };
         self.ensure_listening();
-        if new_channel {
-            self.wake_listeners();
-        }
         Waiter {
             notices: Arc::clone(self),
             id,
-            channels,
             receiver,
             served: false,
             _sink: sink,
-        }
-    }
-
-    fn wake_listeners(&self) {
-        for listener in self.listeners.iter() {
-            listener.wake.notify_one();
         }
     }
 
@@ -344,6 +216,8 @@ impl Notices {
             if task.as_ref().is_some_and(|task| !task.is_finished()) {
                 continue;
             }
+            let rng =
+                StdRng::from_rng(&mut *listener.rng.lock().unwrap_or_else(PoisonError::into_inner));
             // Not a child of the acquire that happens to start it: it outlives it.
             let span = debug_span!(parent: None, "redlock.release_notices", node = %listener.name);
             *task = Some(
@@ -352,14 +226,14 @@ impl Notices {
                         name: Arc::clone(&listener.name),
                         client: listener.client.clone(),
                         connect_timeout: listener.connect_timeout,
-                        wake: Arc::clone(&listener.wake),
+                        wake: Arc::clone(&self.shared.wakes[index]),
                         connected: Arc::clone(&listener.connected),
                         index,
                         shared: Arc::clone(&self.shared),
                         closed: self.closed.clone(),
                         metrics: self.metrics.clone(),
-                        rng: crate::sim::rng(self.simulation.as_ref()),
-                        simulation: self.simulation.clone(),
+                        rng,
+                        simulation: listener.simulation.clone(),
                     })
                     .instrument(span),
                 ),
@@ -375,10 +249,38 @@ impl Drop for Notices {
 }
 
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, BTreeMap<Key, Channel>> {
-        // Every update leaves the map consistent between statements; a
-        // panic elsewhere cannot leave it half-written.
-        self.channels.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // The hub is consistent between its calls; a panic elsewhere
+        // cannot leave it half-written.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Gives the hub one input, then does what it says.
+    fn update<T>(&self, input: impl FnOnce(&mut Hub) -> T) -> T {
+        let mut state = self.lock();
+        let output = input(&mut state.hub);
+        self.settle(state);
+        output
+    }
+
+    /// Hands every delivery the hub asks for to its waiter, and wakes the
+    /// listeners if the wanted channels changed.
+    fn settle(&self, mut state: MutexGuard<'_, State>) {
+        let State { hub, sinks } = &mut *state;
+        while let Some(delivery) = hub.poll_delivery() {
+            if let Some(sink) = sinks.get(&delivery.waiter) {
+                // A waiter that left is removed with its sink: no error here.
+                let _ = sink.send((delivery.notice, delivery.at));
+            }
+        }
+        self.wanted.store(hub.wanted_len(), Ordering::Relaxed);
+        let changed = hub.poll_wanted_changed();
+        drop(state);
+        if changed {
+            for wake in &self.wakes {
+                wake.notify_one();
+            }
+        }
     }
 
     /// Whether some acquire waits on any channel, without the lock.
@@ -388,35 +290,7 @@ impl Shared {
 
     /// The channels some acquire waits on now.
     fn wanted(&self) -> BTreeSet<Key> {
-        self.lock().keys().cloned().collect()
-    }
-
-    /// A release notice from `node` arrived on `channel` at `now`.
-    fn notice(&self, node: usize, channel: &[u8], now: Instant) {
-        let mut map = self.lock();
-        if let Some(entry) = map.get_mut(&Key::from(channel))
-            && let Some(heard) = entry.heard.get_mut(node)
-        {
-            *heard = Some(now);
-            entry.tell(Notice::Released(NodeId(node)), now);
-        }
-    }
-
-    /// A node confirmed its subscription to `channels` at `now`. A channel's
-    /// first confirmation (or any confirmation after a lost connection,
-    /// `resubscribed`) counts as a notice: a release that came before it
-    /// was not heard.
-    fn subscribed(&self, channels: &[Key], now: Instant, resubscribed: bool) {
-        let mut map = self.lock();
-        for channel in channels {
-            if let Some(entry) = map.get_mut(channel)
-                && (!entry.active || resubscribed)
-            {
-                entry.active = true;
-                entry.subscribed_at = Some(now);
-                entry.tell(Notice::Subscribed, now);
-            }
-        }
+        self.lock().hub.wanted().cloned().collect()
     }
 }
 
@@ -424,8 +298,7 @@ impl Shared {
 /// it leaves the channels; the last waiter of a channel unsubscribes it.
 pub(crate) struct Waiter {
     notices: Arc<Notices>,
-    id: u64,
-    channels: Vec<Key>,
+    id: WaiterId,
     receiver: mpsc::UnboundedReceiver<(Notice, Instant)>,
     /// Its acquire got the lock: leaving, it hands the next release to the
     /// next waiter without telling it the ones before.
@@ -438,7 +311,6 @@ impl fmt::Debug for Waiter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Waiter")
             .field("id", &self.id)
-            .field("channels", &self.channels)
             .finish_non_exhaustive()
     }
 }
@@ -459,28 +331,13 @@ impl Waiter {
 
 impl Drop for Waiter {
     fn drop(&mut self) {
-        let mut emptied = false;
-        {
-            let mut map = self.notices.shared.lock();
-            for channel in &self.channels {
-                if let Some(entry) = map.get_mut(channel) {
-                    entry.waiters.remove(&self.id);
-                    entry.queue.handle_leave(WaiterId(self.id), self.served);
-                    entry.deliver(crate::sim::now());
-                    if entry.waiters.is_empty() {
-                        map.remove(channel);
-                        emptied = true;
-                    }
-                }
-            }
-            self.notices
-                .shared
-                .wanted
-                .store(map.len(), Ordering::Relaxed);
-        }
-        if emptied {
-            self.notices.wake_listeners();
-        }
+        let shared = &self.notices.shared;
+        let mut state = shared.lock();
+        state.sinks.remove(&self.id);
+        state
+            .hub
+            .handle_leave(self.id, self.served, crate::sim::now());
+        shared.settle(state);
     }
 }
 
@@ -518,7 +375,7 @@ async fn listen(mut task: ListenerTask) {
     let _down = MarkDown(Arc::clone(&task.connected));
     let mut link: Option<Link> = None;
     let mut lost_before = false;
-    let mut backoff = RECONNECT_MIN;
+    let mut backoff = Backoff::reconnect();
     let mut reconnect_at: Option<tokio::time::Instant> = None;
     loop {
         let may_connect = reconnect_at.is_none_or(|at| at <= tokio::time::Instant::now());
@@ -537,10 +394,9 @@ async fn listen(mut task: ListenerTask) {
                     });
                 }
                 Some(Err(error)) => {
-                    debug!(error = %error, retry_in_ms = backoff.as_millis() as u64, "no pub/sub connection; release notices from this node wait");
-                    reconnect_at =
-                        Some(tokio::time::Instant::now() + jittered(backoff, &mut task.rng));
-                    backoff = (backoff * 2).min(RECONNECT_MAX);
+                    let wait = backoff.next(&mut task.rng);
+                    debug!(error = %error, retry_in_ms = wait.as_millis() as u64, "no pub/sub connection; release notices from this node wait");
+                    reconnect_at = Some(tokio::time::Instant::now() + wait);
                 }
             }
         }
@@ -553,15 +409,13 @@ async fn listen(mut task: ListenerTask) {
                 // Only a link that subscribes resets the backoff: one that
                 // connects but may not subscribe (ACL) must not reconnect
                 // in a tight loop.
-                Some(Ok(())) => backoff = RECONNECT_MIN,
+                Some(Ok(())) => backoff.reset(),
                 Some(Err(error)) => {
                     warn!(node = %task.name, error = %error, "pub/sub connection unusable; reconnecting when needed");
                     link = None;
                     lost_before = true;
                     task.connected.store(false, Ordering::Relaxed);
-                    reconnect_at =
-                        Some(tokio::time::Instant::now() + jittered(backoff, &mut task.rng));
-                    backoff = (backoff * 2).min(RECONNECT_MAX);
+                    reconnect_at = Some(tokio::time::Instant::now() + backoff.next(&mut task.rng));
                     continue;
                 }
             }
@@ -589,7 +443,8 @@ async fn listen(mut task: ListenerTask) {
                 Some(message) => match message.get_channel::<Vec<u8>>() {
                     Ok(channel) => {
                         task.metrics.notice(task.index);
-                        task.shared.notice(task.index, &channel, crate::sim::now());
+                        let now = crate::sim::now();
+                        task.shared.update(|hub| hub.handle_notice(NodeId(task.index), &channel, now));
                     }
                     Err(error) => warn!(node = %task.name, error = %error, "pub/sub message without a channel name"),
                 },
@@ -600,8 +455,7 @@ async fn listen(mut task: ListenerTask) {
                     link = None;
                     lost_before = true;
                     task.connected.store(false, Ordering::Relaxed);
-                    reconnect_at = Some(tokio::time::Instant::now() + jittered(backoff, &mut task.rng));
-                    backoff = (backoff * 2).min(RECONNECT_MAX);
+                    reconnect_at = Some(tokio::time::Instant::now() + backoff.next(&mut task.rng));
                 }
             },
         }
@@ -653,8 +507,9 @@ impl ListenerTask {
             // connect and a refusal (ACL), nor for a link that found
             // nothing left to subscribe to.
             self.connected.store(true, Ordering::Relaxed);
+            let now = crate::sim::now();
             self.shared
-                .subscribed(&add, crate::sim::now(), link.replaces_lost);
+                .update(|hub| hub.handle_subscribed(&add, link.replaces_lost, now));
             link.subscribed.extend(add);
         }
         if !remove.is_empty() {
@@ -691,194 +546,5 @@ struct MarkDown(Arc<AtomicBool>);
 impl Drop for MarkDown {
     fn drop(&mut self) {
         self.0.store(false, Ordering::Relaxed);
-    }
-}
-
-/// `delay` minus up to a quarter, so that many clients do not reconnect in step.
-fn jittered(delay: Duration, rng: &mut StdRng) -> Duration {
-    let quarter = u64::try_from(delay.as_micros() / 4).unwrap_or(u64::MAX);
-    delay - Duration::from_micros(rng.random_range(0..=quarter))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Notices for `n` nodes on which nothing listens (port 1): the
-    /// listeners fail to connect, and the tests feed events by hand.
-    fn notices(n: usize) -> Arc<Notices> {
-        let client = redis::Client::open("redis://127.0.0.1:1").unwrap();
-        Arc::new(Notices::new(
-            (0..n).map(|i| (format!("127.0.0.1:1/{i}"), client.clone())),
-            Duration::from_millis(100),
-            crate::metrics::Nodes::new([]),
-            None,
-        ))
-    }
-
-    /// The events waiting for `waiter`.
-    fn events(waiter: &mut Waiter) -> Vec<Notice> {
-        std::iter::from_fn(|| waiter.receiver.try_recv().ok())
-            .map(|(notice, _)| notice)
-            .collect()
-    }
-
-    #[tokio::test]
-    async fn channels_are_wanted_while_someone_waits() {
-        let notices = notices(3);
-        let a = Key::from("a\0released");
-        let b = Key::from("b\0released");
-        let first = notices.wait_for(vec![a.clone()], false);
-        let second = notices.wait_for(vec![a.clone(), b.clone()], false);
-        assert_eq!(
-            notices.shared.wanted(),
-            BTreeSet::from([a.clone(), b.clone()])
-        );
-        drop(first);
-        assert_eq!(
-            notices.shared.wanted(),
-            BTreeSet::from([a.clone(), b.clone()])
-        );
-        drop(second);
-        assert!(notices.shared.wanted().is_empty());
-        // Nothing listens on those nodes, and nothing waited for them.
-        assert_eq!(notices.connected(), 0);
-    }
-
-    #[tokio::test]
-    async fn each_node_notice_reaches_the_first_waiter_of_its_channel() {
-        let notices = notices(3);
-        let a = Key::from("a\0released");
-        let b = Key::from("b\0released");
-        let mut one = notices.wait_for(vec![a.clone()], false);
-        let mut two = notices.wait_for(vec![a.clone(), b.clone()], false);
-        let mut other = notices.wait_for(vec![Key::from("c\0released")], false);
-        notices.shared.notice(2, a.as_bytes(), Instant::now());
-        notices.shared.notice(0, b"unknown", Instant::now());
-        let from_node_2 = vec![Notice::Released(NodeId(2))];
-        assert_eq!(events(&mut one), from_node_2, "first on a");
-        assert_eq!(events(&mut two), vec![], "second on a");
-        assert_eq!(events(&mut other), vec![]);
-        // On b, the second is first.
-        notices.shared.notice(1, b.as_bytes(), Instant::now());
-        assert_eq!(events(&mut two), vec![Notice::Released(NodeId(1))]);
-
-        // A late waiter waits its turn: told nothing.
-        let mut late = notices.wait_for(vec![a.clone()], false);
-        assert_eq!(events(&mut late), vec![]);
-        // The first leaves with the lock: the next release is the second's,
-        // with nothing replayed. The client's own release is not told to
-        // it while another client may wait: it hears the nodes, as other
-        // clients' waiters do.
-        let mut one = one;
-        one.served();
-        drop(one);
-        assert_eq!(events(&mut two), vec![]);
-        let channels = vec![a.clone()];
-        let queued = HandOver::Queued {
-            channels: channels.clone(),
-        };
-        notices.hand_over(&queued, Instant::now());
-        assert_eq!(events(&mut two), vec![]);
-        // Once a release found no other client's waiter, it is.
-        let alone = HandOver::Answered {
-            channels,
-            others_waiting: false,
-            unheard: false,
-        };
-        notices.hand_over(&alone, Instant::now());
-        assert_eq!(events(&mut two), vec![]);
-        notices.hand_over(&queued, Instant::now());
-        assert_eq!(events(&mut two), vec![Notice::HandedOver]);
-        notices.shared.notice(0, a.as_bytes(), Instant::now());
-        assert_eq!(events(&mut two), vec![Notice::Released(NodeId(0))]);
-        assert_eq!(events(&mut late), vec![]);
-        // The second leaves without it: the late waiter is first and told
-        // the channel's recent events (they may be newer than its attempt),
-        // the client's own last release too.
-        drop(two);
-        assert_eq!(
-            events(&mut late),
-            vec![
-                Notice::Released(NodeId(0)),
-                Notice::Released(NodeId(2)),
-                Notice::HandedOver
-            ]
-        );
-        assert_eq!(events(&mut late), vec![], "told once");
-    }
-
-    /// A new acquire queues behind the client's waiters on any of its
-    /// channels, and marks only where the client's last mark would not
-    /// outlive its wait.
-    #[tokio::test]
-    async fn acquires_queue_behind_waiters_and_share_the_clients_mark() {
-        use rand::SeedableRng;
-        use redlock_core::{Attempts, Command, Config, Machine};
-        let settings = Arc::new(Config::new(["a", "b", "c"]).validate().unwrap());
-        let notices = notices(3);
-        let now = Instant::now();
-        let acquire = |seed| {
-            let rng = rand::rngs::StdRng::seed_from_u64(seed);
-            let ttl = settings.default_ttl();
-            Acquisition::new(
-                Arc::clone(&settings),
-                b"job",
-                ttl,
-                Attempts::Retry,
-                now,
-                rng,
-            )
-        };
-        let sent = |acquisition: &mut Acquisition<rand::rngs::StdRng>| {
-            std::iter::from_fn(|| acquisition.poll_request())
-                .map(|request| request.command)
-                .collect::<Vec<_>>()
-        };
-        let attempts_at_once = |acquisition: &mut Acquisition<rand::rngs::StdRng>| {
-            notices.queue_behind(acquisition, now);
-            let attempt = sent(acquisition);
-            attempt.len() == 3 && attempt.iter().all(|c| matches!(c, Command::Acquire { .. }))
-        };
-        // Nobody waits anywhere, or nobody on its channel: it attempts at once.
-        assert!(attempts_at_once(&mut acquire(1)));
-        let _other = notices.wait_for(vec![Key::from("other\0released")], false);
-        assert!(attempts_at_once(&mut acquire(5)));
-        // Someone does: it waits, and marks.
-        let _waiter = notices.wait_for(acquire(2).channels(), false);
-        let mut first = acquire(3);
-        notices.queue_behind(&mut first, now);
-        let marks = sent(&mut first);
-        assert_eq!(marks.len(), 3);
-        assert!(
-            marks
-                .iter()
-                .all(|c| matches!(c, Command::MarkWaiting { .. }))
-        );
-        // The next relies on that mark: nothing to send.
-        let mut second = acquire(4);
-        notices.queue_behind(&mut second, now);
-        assert_eq!(sent(&mut second), vec![]);
-        assert_eq!(second.marked_until(), first.marked_until());
-    }
-
-    #[tokio::test]
-    async fn subscriptions_are_events_the_first_time_and_after_a_lost_connection() {
-        let notices = notices(5);
-        let a = Key::from("a\0released");
-        let mut waiter = notices.wait_for(vec![a.clone()], false);
-        let subscribed = |again| {
-            notices
-                .shared
-                .subscribed(std::slice::from_ref(&a), Instant::now(), again)
-        };
-        subscribed(false);
-        assert_eq!(events(&mut waiter), vec![Notice::Subscribed]);
-        // Another node confirming the same channel is no news.
-        subscribed(false);
-        assert_eq!(events(&mut waiter), vec![]);
-        // After a lost connection, releases may have been missed.
-        subscribed(true);
-        assert_eq!(events(&mut waiter), vec![Notice::Subscribed]);
     }
 }

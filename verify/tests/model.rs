@@ -106,3 +106,32 @@ planted!(planted_release_skips_timed_out, ReleaseSkipsTimedOut);
 planted!(planted_fair_never_falls_back, FairNeverFallsBack);
 planted!(planted_fair_leave_forgotten, FairLeaveForgotten);
 planted!(planted_release_decides_early, ReleaseDecidesEarly);
+
+/// The notice hub: waiters woken only by notices and hand-overs are never
+/// stranded, and the hub's planted bug strands one.
+#[test]
+fn hub_run_violates_nothing() {
+    for setup in redlock_verify::hub::HubSetup::all(true) {
+        let report = redlock_verify::hub::HubModel::new(setup).check(2, false);
+        println!("{}", report.line());
+        assert!(report.violations.is_empty(), "{}", report.line());
+    }
+}
+
+#[test]
+fn planted_hub_forgets_replay() {
+    let report =
+        redlock_verify::hub::HubModel::new(redlock_verify::hub::HubSetup::planted()).check(2, true);
+    println!("{}", report.line());
+    for (_, trace) in &report.violations {
+        println!("{trace}");
+    }
+    assert!(
+        report
+            .violations
+            .iter()
+            .any(|(p, _)| *p == redlock_verify::hub::HUB_NOT_STRANDED),
+        "{}",
+        report.line()
+    );
+}

@@ -7,9 +7,9 @@ use redis::Value;
 use redlock_core::Request;
 use tracing::{debug, info};
 
+use super::Node;
 use super::encode::script_call;
 use super::reply::map_error;
-use super::Node;
 
 /// A plain blocking connection, for releases sent when no runtime can send
 /// them (at process exit, or a guard dropped outside a runtime).

@@ -3,7 +3,8 @@
 //! configuration and ends with one summary line:
 //! `model check: states=N violations=V planted_bugs_caught=K/K seconds=S`.
 //!
-//! Arguments: `--quick` for the short configurations only; `--threads N`.
+//! Arguments: `--quick` for the short configurations only; `--threads N`;
+//! `--hub` for the notice hub's model only.
 
 use std::time::Instant;
 
@@ -34,11 +35,65 @@ fn main() {
         }
         return;
     }
+    let hub_only = args.iter().any(|a| a == "--hub");
     let started = Instant::now();
     let mut states = 0;
     let mut violations = 0;
     let mut failed = false;
     let mut known_gaps = 0;
+
+    let summary = |states: usize,
+                   violations: usize,
+                   known_gaps: usize,
+                   caught: usize,
+                   bugs: usize| {
+        println!(
+            "model check: states={states} violations={violations} known_gaps={known_gaps} planted_bugs_caught={caught}/{bugs} seconds={:.0}",
+            started.elapsed().as_secs_f64()
+        );
+    };
+    println!("== notice hub: waiters woken by notices and hand-overs, no retry timer ==");
+    for setup in redlock_verify::hub::HubSetup::all(quick) {
+        let report = redlock_verify::hub::HubModel::new(setup).check(threads, false);
+        println!("{}", report.line());
+        states += report.unique_states;
+        for (_, trace) in &report.violations {
+            println!("{trace}");
+        }
+        violations += report.violations.len();
+        failed |= !report.violations.is_empty();
+    }
+
+    let mut caught = 0;
+    // The hub's planted bug, in the hub model.
+    let hub_bug = redlock_verify::hub::HubSetup::planted();
+    let report = redlock_verify::hub::HubModel::new(hub_bug.clone()).check(threads, true);
+    println!("{:?}: {}", hub_bug.bug, report.line());
+    match report
+        .violations
+        .iter()
+        .find(|(property, _)| *property == redlock_verify::hub::HUB_NOT_STRANDED)
+    {
+        Some((_, trace)) => {
+            caught += 1;
+            println!("{trace}");
+        }
+        None => {
+            println!(
+                "  NOT CAUGHT: expected a violation of \"{}\"",
+                redlock_verify::hub::HUB_NOT_STRANDED
+            );
+            failed = true;
+        }
+    }
+
+    if hub_only {
+        summary(states, violations, known_gaps, caught, 1);
+        if failed {
+            std::process::exit(1);
+        }
+        return;
+    }
 
     let in_model = [
         (
@@ -97,7 +152,6 @@ fn main() {
 
     println!("== planted bugs: each must produce a counterexample ==");
     let bugs = configurations::planted();
-    let mut caught = 0;
     for (bug, setup) in &bugs {
         let model = RedlockModel::new(setup.clone());
         // A bug with a property of its own must break that one.
@@ -128,11 +182,7 @@ fn main() {
         }
     }
 
-    println!(
-        "model check: states={states} violations={violations} known_gaps={known_gaps} planted_bugs_caught={caught}/{} seconds={:.0}",
-        bugs.len(),
-        started.elapsed().as_secs_f64()
-    );
+    summary(states, violations, known_gaps, caught, bugs.len() + 1);
     if failed {
         std::process::exit(1);
     }
