@@ -43,11 +43,13 @@ pub enum Bug {
     /// only failed nodes against the lock, not those it did not wait for:
     /// it claims a lock free that a quorum may still hold.
     ReleaseDecidesEarly,
+    /// A semaphore counts a master's grant of any slot towards a quorum: the naive per-master counter.
+    SemaphoreCountsAnySlot,
 }
 
 impl Bug {
     /// Every bug, in a fixed order.
-    pub const ALL: [Bug; 8] = [
+    pub const ALL: [Bug; 9] = [
         Bug::ValidityFromDecisionTime,
         Bug::QuorumHalf,
         Bug::DuplicateVoteCounted,
@@ -56,6 +58,7 @@ impl Bug {
         Bug::FairNeverFallsBack,
         Bug::FairLeaveForgotten,
         Bug::ReleaseDecidesEarly,
+        Bug::SemaphoreCountsAnySlot,
     ];
 }
 

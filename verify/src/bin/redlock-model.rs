@@ -49,6 +49,10 @@ fn main() {
             "fair locks: every property must hold, fair ones included",
             configurations::fair(quick),
         ),
+        (
+            "semaphores: every property must hold, no more than k holders included",
+            configurations::semaphore(quick),
+        ),
     ];
     for (title, setups) in in_model {
         println!("== {title} ==");
