@@ -2098,9 +2098,6 @@ pub mod configurations {
         ]
     }
 
-    /// The operator-release configuration: holds since an extension counts
-    /// only the masters that confirmed our value (extend.rs); before that
-    /// rule it gave the counterexample of a bare-quorum release undone.
     /// Semaphores: k = 2 permits, three clients.
     pub fn semaphore(quick: bool) -> Vec<Setup> {
         let short = Setup::semaphore();
@@ -2124,6 +2121,9 @@ pub mod configurations {
         ]
     }
 
+    /// The operator-release configuration: holds since an extension counts
+    /// only the masters that confirmed our value (extend.rs); before that
+    /// rule it gave the counterexample of a bare-quorum release undone.
     pub fn operator() -> Setup {
         Setup {
             name: "N=3 C=2 operator release by value on a quorum, 1 fault",
