@@ -45,7 +45,12 @@ async fn permits_status(
         let nodes = redlock.inspect_permit(name, slot).await;
         all.push(Status {
             key: format!("{name} permit {slot}"),
-            redis_key: text_of(redlock.settings().permit_key(name.as_bytes(), slot).as_bytes()),
+            redis_key: text_of(
+                redlock
+                    .settings()
+                    .permit_key(name.as_bytes(), slot)
+                    .as_bytes(),
+            ),
             lock: LockStatus::from_reads(nodes.iter().map(NodeInspection::read)),
             nodes,
         });
@@ -70,7 +75,10 @@ async fn permits_status(
             })
         },
     );
-    if all.iter().any(|status| status.lock.state() == LockState::Unknown) {
+    if all
+        .iter()
+        .any(|status| status.lock.state() == LockState::Unknown)
+    {
         failure::NO_QUORUM
     } else {
         failure::SUCCESS

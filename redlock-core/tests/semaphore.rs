@@ -59,7 +59,11 @@ fn at_most_k_holders_under_faults() {
                 concurrent <= permits as usize,
                 "N={nodes} k={permits} seed {seed}: {concurrent} holders at once"
             );
-            assert!(outcome.uncovered.is_empty(), "seed {seed}: {:?}", outcome.uncovered);
+            assert!(
+                outcome.uncovered.is_empty(),
+                "seed {seed}: {:?}",
+                outcome.uncovered
+            );
             grants += outcome.holds.len();
             most = most.max(concurrent);
         }
@@ -110,9 +114,13 @@ fn an_uncontended_permit_takes_one_round_trip() {
         LockKind::Semaphore { start } => start,
         ref other => panic!("a semaphore's request, not {other:?}"),
     };
-    assert!(requests.iter().all(|r| r.script() == scripts::SEMAPHORE_ACQUIRE
-        && r.keys.len() == 4
-        && r.kind == LockKind::Semaphore { start }));
+    assert!(
+        requests
+            .iter()
+            .all(|r| r.script() == scripts::SEMAPHORE_ACQUIRE
+                && r.keys.len() == 4
+                && r.kind == LockKind::Semaphore { start })
+    );
     let now = Instant::now();
     for request in &requests[..2] {
         machine.handle_reply(Reply::to(request, Ok(granted(i64::from(start)))), now);
@@ -121,12 +129,19 @@ fn an_uncontended_permit_takes_one_round_trip() {
         panic!("the permit, at the quorum")
     };
     assert_eq!(lock.key(), &requests[0].keys[start as usize]);
-    assert_eq!(lock.kind(), &LockKind::Exclusive, "a permit is a lock on its slot");
+    assert_eq!(
+        lock.kind(),
+        &LockKind::Exclusive,
+        "a permit is a lock on its slot"
+    );
     // The master not heard from may yet grant another slot: it is asked to
     // give back whatever it set, behind the acquire on its connection.
     let withdraws = drain(&mut machine);
     assert_eq!(withdraws.len(), 1);
-    assert_eq!((withdraws[0].node.0, withdraws[0].command), (2, Command::Withdraw));
+    assert_eq!(
+        (withdraws[0].node.0, withdraws[0].command),
+        (2, Command::Withdraw)
+    );
 }
 
 #[test]
@@ -166,9 +181,15 @@ fn a_losing_attempt_withdraws_everything() {
         Reply::to(&requests[2], Ok(Response::Data(b"other".to_vec()))),
         now,
     );
-    assert!(matches!(machine.poll_event(), Some(AcquireEvent::Failed(error)) if error.is_held_by_other()));
+    assert!(
+        matches!(machine.poll_event(), Some(AcquireEvent::Failed(error)) if error.is_held_by_other())
+    );
     let withdraws = drain(&mut machine);
-    assert_eq!(withdraws.len(), 3, "every master, also the one that said full");
+    assert_eq!(
+        withdraws.len(),
+        3,
+        "every master, also the one that said full"
+    );
     for withdraw in &withdraws {
         assert_eq!(withdraw.command, Command::Withdraw);
         assert_eq!(withdraw.script(), scripts::SEMAPHORE_WITHDRAW);
@@ -186,7 +207,11 @@ fn a_cancelled_attempt_withdraws_everything() {
     machine.abandon(Instant::now());
     let withdraws = drain(&mut machine);
     assert_eq!(withdraws.len(), 5);
-    assert!(withdraws.iter().all(|w| w.command == Command::Withdraw && w.keys.len() == 3));
+    assert!(
+        withdraws
+            .iter()
+            .all(|w| w.command == Command::Withdraw && w.keys.len() == 3)
+    );
 }
 
 #[test]
@@ -250,7 +275,10 @@ fn three_clients_two_permits(seed: u64) -> usize {
     for (client, reached) in [[0, 1], [1, 2], [2, 0]].iter().enumerate() {
         let mut machine = Acquisition::with_spec(
             settings.clone(),
-            LockSpec::Semaphore { resource: b"pool", permits: 2 },
+            LockSpec::Semaphore {
+                resource: b"pool",
+                permits: 2,
+            },
             settings.default_ttl(),
             Attempts::Once,
             now,

@@ -50,13 +50,18 @@ impl Redlock {
     /// acquire it. The values returned can release the lock; show them only
     /// to whoever may do that.
     pub async fn inspect(&self, resource: impl AsRef<[u8]>) -> Vec<NodeInspection> {
-        self.inspect_key(self.settings().key(resource.as_ref())).await
+        self.inspect_key(self.settings().key(resource.as_ref()))
+            .await
     }
 
     /// As [`inspect`](Self::inspect), for permit `slot` (from 0) of the
     /// semaphore on `resource` ([`LockRequest::permits`](crate::LockRequest::permits)):
     /// who holds that permit.
-    pub async fn inspect_permit(&self, resource: impl AsRef<[u8]>, slot: u32) -> Vec<NodeInspection> {
+    pub async fn inspect_permit(
+        &self,
+        resource: impl AsRef<[u8]>,
+        slot: u32,
+    ) -> Vec<NodeInspection> {
         self.inspect_key(self.settings().permit_key(resource.as_ref(), slot))
             .await
     }

@@ -35,7 +35,11 @@ async fn k_holders_then_a_waiter(holders: &Redlock, waiter: &Redlock, name: &str
         guards.push(guard);
     }
     let slots: BTreeSet<_> = guards.iter().map(|g| g.key().clone()).collect();
-    assert_eq!(slots.len(), permits as usize, "each holder has its own slot");
+    assert_eq!(
+        slots.len(),
+        permits as usize,
+        "each holder has its own slot"
+    );
     let refused = waiter.lock(name).permits(permits).wait(Wait::No).await;
     match refused {
         Ok(guard) => panic!("a permit beyond {permits}: {guard:?}"),

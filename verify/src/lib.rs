@@ -389,7 +389,11 @@ struct Entry {
 /// The slot of a semaphore's slot key (`{res}\0permit<slot>`).
 fn slot_of(key: &redlock_core::Key) -> usize {
     let bytes = key.as_bytes();
-    let digits = bytes.iter().rev().take_while(|b| b.is_ascii_digit()).count();
+    let digits = bytes
+        .iter()
+        .rev()
+        .take_while(|b| b.is_ascii_digit())
+        .count();
     std::str::from_utf8(&bytes[bytes.len() - digits..])
         .ok()
         .and_then(|digits| digits.parse().ok())
@@ -439,8 +443,7 @@ impl Node {
                 for i in 0..k {
                     let slot = (*start as usize + i) % k;
                     if self.slots[slot].is_none() {
-                        let expires =
-                            now + ttl.as_millis() - early.min(ttl.as_millis() - 1);
+                        let expires = now + ttl.as_millis() - early.min(ttl.as_millis() - 1);
                         self.slots[slot] = Some((ours.clone(), expires));
                         return Response::Array(vec![Response::Int(1), Response::Int(slot as i64)]);
                     }
@@ -931,15 +934,14 @@ impl RedlockModel {
                                 let value = lock.value();
                                 for (n, node) in nodes.iter().enumerate() {
                                     let link = &out[c][n];
-                                    let elsewhere = node.slots.iter().enumerate().any(
-                                        |(slot, held)| {
+                                    let elsewhere =
+                                        node.slots.iter().enumerate().any(|(slot, held)| {
                                             slot != won
                                                 && held.as_ref().is_some_and(|(v, _)| v == value)
-                                        },
-                                    ) || link.iter().any(|r| {
-                                        &r.value == value
-                                            && matches!(r.command, Command::Acquire { .. })
-                                    });
+                                        }) || link.iter().any(|r| {
+                                            &r.value == value
+                                                && matches!(r.command, Command::Acquire { .. })
+                                        });
                                     let withdrawn = link.iter().any(|r| {
                                         &r.value == value && r.command == Command::Withdraw
                                     });
@@ -998,14 +1000,14 @@ impl RedlockModel {
                                 for (n, node) in nodes.iter().enumerate() {
                                     let link = &out[c][n];
                                     let set_here = node.holds(value, None)
-                                            || link.iter().any(|r| {
-                                                &r.value == value
-                                                    && matches!(
-                                                        r.command,
-                                                        Command::Acquire { .. }
-                                                            | Command::AcquireFenced { .. }
-                                                    )
-                                            });
+                                        || link.iter().any(|r| {
+                                            &r.value == value
+                                                && matches!(
+                                                    r.command,
+                                                    Command::Acquire { .. }
+                                                        | Command::AcquireFenced { .. }
+                                                )
+                                        });
                                     let withdrawn = link.iter().any(|r| {
                                         &r.value == value
                                             && matches!(
