@@ -14,23 +14,32 @@
 ///   order, wrapping around. Every node of one attempt gets the same one,
 ///   so nodes that agree on which slots are taken grant the same slot.
 ///
+/// Every slot is read, so that a request run twice (a duplicated message)
+/// answers with the slot it took the first time instead of taking another.
+///
 /// Returns:
-/// - `{1, slot}`: that slot (from 0) was free and now holds our value;
+/// - `{1, slot}`: that slot (from 0) was free and now holds our value, or
+///   already held it;
 /// - bulk string: every slot is held; the first 64 bytes of the holder of
 ///   the slot tried first;
 /// - error `WRONGTYPE ...`: a slot key read before a free one is not a
 ///   string (nothing was written: every read comes before the one write).
 pub const SEMAPHORE_ACQUIRE: &str = r#"local n = #KEYS
 local start = tonumber(ARGV[3]) % n
-local first = false
+local free, first = false, false
 for i = 0, n - 1 do
   local slot = (start + i) % n
   local held = redis.call('GET', KEYS[slot + 1])
+  if held == ARGV[1] then return {1, slot} end
   if not held then
-    redis.call('SET', KEYS[slot + 1], ARGV[1], 'PX', ARGV[2])
-    return {1, slot}
+    if not free then free = slot end
+  elseif not first then
+    first = held
   end
-  if not first then first = held end
+end
+if free then
+  redis.call('SET', KEYS[free + 1], ARGV[1], 'PX', ARGV[2])
+  return {1, free}
 end
 return string.sub(first, 1, 64)
 "#;

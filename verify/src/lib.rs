@@ -418,13 +418,24 @@ impl Node {
         }
     }
 
-    /// Whether `value` is set on this master, at the lock key or any slot,
-    /// live at `now` (any, with `None`).
-    fn holds(&self, value: &LockValue, now: Option<u64>) -> bool {
+    /// Whether `value` is set on this master, at the lock key or any slot.
+    fn holds(&self, value: &LockValue) -> bool {
         std::iter::once(&self.key)
             .chain(&self.slots)
             .flatten()
-            .any(|(v, expires)| v == value && now.is_none_or(|now| *expires > now))
+            .any(|(v, _)| v == value)
+    }
+
+    /// Whether `value` is live at `now` at key `key`: 0 the lock key, `i`
+    /// a semaphore's slot `i - 1`.
+    fn holds_at(&self, key: usize, value: &LockValue, now: u64) -> bool {
+        let entry = match key {
+            0 => &self.key,
+            slot => &self.slots[slot - 1],
+        };
+        entry
+            .as_ref()
+            .is_some_and(|(v, expires)| v == value && *expires > now)
     }
 
     /// Runs one request at tick `now`: a semaphore's acquire and withdraw
@@ -440,6 +451,14 @@ impl Node {
         match (&request.kind, request.command) {
             (LockKind::Semaphore { start }, Command::Acquire { ttl }) => {
                 let k = self.slots.len();
+                // A request run twice answers with the slot it took.
+                if let Some(slot) = self
+                    .slots
+                    .iter()
+                    .position(|held| held.as_ref().is_some_and(|(v, _)| v == ours))
+                {
+                    return Response::Array(vec![Response::Int(1), Response::Int(slot as i64)]);
+                }
                 for i in 0..k {
                     let slot = (*start as usize + i) % k;
                     if self.slots[slot].is_none() {
@@ -999,7 +1018,7 @@ impl RedlockModel {
                             if let Some(value) = &failed_value {
                                 for (n, node) in nodes.iter().enumerate() {
                                     let link = &out[c][n];
-                                    let set_here = node.holds(value, None)
+                                    let set_here = node.holds(value)
                                         || link.iter().any(|r| {
                                             &r.value == value
                                                 && matches!(
@@ -1088,16 +1107,23 @@ impl RedlockModel {
                     // network and reach their masters (an adapter's
                     // background drain); their answers go to nobody.
                     if report.frees_lock() {
-                        let holding: Vec<usize> = nodes
-                            .iter()
-                            .enumerate()
-                            .filter(|&(n, node)| {
-                                (node.up || self.setup.keep_data)
-                                    && node.holds(value, Some(tick))
-                                    && !ran_ahead.contains(&(value.clone(), n))
+                        // A quorum holding the value at one key: the
+                        // lock's, or one slot of a semaphore.
+                        let holding: Vec<usize> = (0..=nodes[0].slots.len())
+                            .map(|key| {
+                                nodes
+                                    .iter()
+                                    .enumerate()
+                                    .filter(|&(n, node)| {
+                                        (node.up || self.setup.keep_data)
+                                            && node.holds_at(key, value, tick)
+                                            && !ran_ahead.contains(&(value.clone(), n))
+                                    })
+                                    .map(|(n, _)| n)
+                                    .collect::<Vec<usize>>()
                             })
-                            .map(|(n, _)| n)
-                            .collect();
+                            .max_by_key(Vec::len)
+                            .unwrap_or_default();
                         if holding.len() >= self.setup.quorum() {
                             broken.push((
                                 RELEASE_CLAIM,

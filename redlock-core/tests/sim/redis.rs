@@ -337,23 +337,31 @@ impl Store {
             },
             // `SEMAPHORE_ACQUIRE`: the first free slot from `start` on.
             (LockKind::Semaphore { start }, Command::Acquire { ttl }) => {
-                let mut first = None;
+                let (mut free, mut first) = (None, None);
                 for i in 0..keys.len() {
                     let slot = (*start as usize + i) % keys.len();
                     match self.get_str(keys[slot], clock) {
-                        None => {
-                            self.set_str(keys[slot], ours, clock, ttl.as_millis());
+                        Some(held) if held == ours => {
                             return Response::Array(vec![
                                 Response::Int(1),
                                 Response::Int(slot as i64),
                             ]);
+                        }
+                        None => {
+                            free.get_or_insert(slot);
                         }
                         Some(held) => {
                             first.get_or_insert(held);
                         }
                     }
                 }
-                Response::Data(first.unwrap_or_default())
+                match free {
+                    Some(slot) => {
+                        self.set_str(keys[slot], ours, clock, ttl.as_millis());
+                        Response::Array(vec![Response::Int(1), Response::Int(slot as i64)])
+                    }
+                    None => Response::Data(first.unwrap_or_default()),
+                }
             }
             // `SEMAPHORE_WITHDRAW`: our value out of every slot.
             (LockKind::Semaphore { .. }, Command::Release | Command::Withdraw) => {
