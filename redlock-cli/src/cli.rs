@@ -194,6 +194,11 @@ pub(crate) struct ExecArgs {
     /// as REDLOCK_FENCING_TOKEN: larger than every earlier holder's token.
     #[arg(long)]
     pub(crate) fencing: bool,
+    /// Run while holding one of K permits of a semaphore (at most K holders
+    /// of KEY at once; every user of KEY must give the same K). The permit
+    /// is a lock on its slot, `{KEY}\0permit<i>`.
+    #[arg(long, value_name = "K", conflicts_with = "fencing")]
+    pub(crate) permits: Option<u32>,
     /// How long COMMAND has between SIGTERM and SIGKILL, when the lock is
     /// lost or redlock is told to stop.
     #[arg(long, value_parser = parse_duration, default_value = "5s", value_name = "DURATION")]
@@ -217,6 +222,10 @@ impl ExecArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct StatusArgs {
+    /// A semaphore of K permits (`exec --permits K`): show each permit's
+    /// holder.
+    #[arg(long, value_name = "K")]
+    pub(crate) permits: Option<u32>,
     /// The lock's name.
     pub(crate) key: String,
 }

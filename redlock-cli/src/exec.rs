@@ -84,6 +84,8 @@ async fn exec(common: &Common, args: &ExecArgs, output: &Output) -> Result<u8, F
     }
     let mut acquire = if args.fencing {
         request.fencing().into_future()
+    } else if let Some(permits) = args.permits {
+        request.permits(permits).into_future()
     } else {
         request.into_future()
     };

@@ -16,6 +16,9 @@ pub(crate) async fn run(common: &Common, args: StatusArgs, output: &Output) -> u
         Ok(redlock) => redlock,
         Err(failure) => return failure.report(output),
     };
+    if let Some(permits) = args.permits {
+        return permits_status(&redlock, &args.key, permits, output).await;
+    }
     let nodes = redlock.inspect(&args.key).await;
     let status = Status {
         key: args.key.clone(),
@@ -27,6 +30,58 @@ pub(crate) async fn run(common: &Common, args: StatusArgs, output: &Output) -> u
     match status.lock.state() {
         LockState::Unknown => failure::NO_QUORUM,
         LockState::Held | LockState::NotHeld => failure::SUCCESS,
+    }
+}
+
+/// `status --permits K`: each permit as a lock of its own, in slot order.
+async fn permits_status(
+    redlock: &redlock_tokio::Redlock,
+    name: &str,
+    permits: u32,
+    output: &Output,
+) -> u8 {
+    let mut all = Vec::new();
+    for slot in 0..permits {
+        let nodes = redlock.inspect_permit(name, slot).await;
+        all.push(Status {
+            key: format!("{name} permit {slot}"),
+            redis_key: text_of(
+                redlock
+                    .settings()
+                    .permit_key(name.as_bytes(), slot)
+                    .as_bytes(),
+            ),
+            lock: LockStatus::from_reads(nodes.iter().map(NodeInspection::read)),
+            nodes,
+        });
+    }
+    let held = all
+        .iter()
+        .filter(|status| status.lock.state() == LockState::Held)
+        .count();
+    output.result(
+        || {
+            let mut text = format!("semaphore {name}: {held} of {permits} permits held\n");
+            all.iter().for_each(|status| text.push_str(&status.text()));
+            text
+        },
+        || {
+            json!({
+                "event": "status",
+                "key": name,
+                "permits": permits,
+                "held": held,
+                "slots": all.iter().map(Status::json).collect::<Vec<_>>(),
+            })
+        },
+    );
+    if all
+        .iter()
+        .any(|status| status.lock.state() == LockState::Unknown)
+    {
+        failure::NO_QUORUM
+    } else {
+        failure::SUCCESS
     }
 }
 

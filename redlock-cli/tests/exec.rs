@@ -213,3 +213,66 @@ fn a_signal_to_redlock_reaches_the_command_and_the_lock_is_released() {
         assert_eq!(node.get("deploy").as_deref(), Some(&b"someone-else"[..]));
     }
 }
+
+/// `exec --permits 2`: two commands run at once, a third is busy; `status
+/// --permits 2` shows each permit's holder.
+#[test]
+fn permits_let_k_commands_run_at_once_and_status_shows_each_holder() {
+    let cluster = RedisCluster::start(3);
+    let scratch = Scratch::new("permits");
+    let go = scratch.path("go");
+    let hold = format!(
+        "i=0; while [ ! -e '{}' ] && [ $i -lt 150 ]; do sleep 0.1; i=$((i+1)); done",
+        go.display()
+    );
+    let holders: Vec<_> = (0..2)
+        .map(|_| {
+            start(redlock_on(&cluster, "exec").args([
+                "--permits",
+                "2",
+                "--wait",
+                "pool",
+                "--",
+                "sh",
+                "-c",
+                &hold,
+            ]))
+        })
+        .collect();
+    eventually("two permits held", Duration::from_secs(10), || {
+        let status = run(redlock_on(&cluster, "status").args(["--json", "--permits", "2", "pool"]));
+        status.stdout_json().first().is_some_and(|s| s["held"] == 2)
+    });
+    let status = run(redlock_on(&cluster, "status").args(["--permits", "2", "pool"]));
+    status.assert_code(0);
+    assert!(
+        status
+            .stdout
+            .starts_with("semaphore pool: 2 of 2 permits held"),
+        "{status:#?}"
+    );
+    assert!(
+        status.stdout.contains("lock pool permit 0: held"),
+        "{status:#?}"
+    );
+    assert!(
+        status.stdout.contains("lock pool permit 1: held"),
+        "{status:#?}"
+    );
+
+    let busy = run(redlock_on(&cluster, "exec").args([
+        "--permits",
+        "2",
+        "--no-wait",
+        "pool",
+        "--",
+        "true",
+    ]));
+    busy.assert_code(1);
+    std::fs::write(&go, b"").unwrap();
+    for holder in holders {
+        holder.wait_within(Duration::from_secs(20)).assert_code(0);
+    }
+    let free = run(redlock_on(&cluster, "status").args(["--json", "--permits", "2", "pool"]));
+    assert_eq!(free.stdout_json()[0]["held"], 0, "{free:#?}");
+}

@@ -161,6 +161,8 @@ pub struct Acquisition<R> {
     marked_until: Option<Instant>,
     /// The current attempt went without a mark of its own.
     unmarked: bool,
+    /// Semaphores: the slot each master granted in the current attempt.
+    slots: Vec<Option<u64>>,
 }
 
 /// Fair locks ([`LockSpec::Fair`]): after this many attempts in a row that
@@ -297,6 +299,7 @@ impl<R: Rng> Acquisition<R> {
             marked_until: None,
             unmarked: false,
             best_position: None,
+            slots: Vec::new(),
         };
         this.start_attempt(now, None);
         Ok(this)
@@ -445,13 +448,17 @@ impl<R: Rng> Acquisition<R> {
         let attempt = RoundId(self.rng.next_u64());
         let value = LockValue::random(&mut self.rng, self.settings.value_len());
         let round = Round::new(attempt, &self.settings, now, self.node_timeout);
+        if let LockKind::Semaphore { start } = &mut self.kind {
+            // One first slot for every master of the attempt.
+            *start = ((self.rng.next_u64() >> 40) % self.keys.len() as u64) as u32;
+        }
         let command = if self.fenced {
             Command::AcquireFenced { ttl: self.ttl }
         } else {
             Command::Acquire { ttl: self.ttl }
         };
         // Reset in place: an attempt allocates nothing for them.
-        for slots in [&mut self.counters, &mut self.positions] {
+        for slots in [&mut self.counters, &mut self.positions, &mut self.slots] {
             slots.clear();
             slots.resize(round.nodes().len(), None);
         }
@@ -492,7 +499,12 @@ impl<R: Rng> Acquisition<R> {
         deadline: Instant,
         now: Instant,
     ) {
-        if !self.notices.asked || !matches!(self.kind, LockKind::Exclusive | LockKind::Multi) {
+        if !self.notices.asked
+            || !matches!(
+                self.kind,
+                LockKind::Exclusive | LockKind::Multi | LockKind::Semaphore { .. }
+            )
+        {
             return;
         }
         self.marked_until = Some(now + self.settings.waiters_mark_span(self.node_timeout));
@@ -502,7 +514,7 @@ impl<R: Rng> Acquisition<R> {
         // Its own round: nobody counts its replies.
         let id = RoundId(self.rng.next_u64());
         let count = match self.kind {
-            LockKind::Multi => self.keys.len(),
+            LockKind::Multi | LockKind::Semaphore { .. } => self.keys.len(),
             _ => 1,
         };
         for key in &self.keys[..count] {
@@ -606,7 +618,13 @@ impl<R: Rng> Acquisition<R> {
         let State::Attempting { round, phase, .. } = &self.state else {
             return;
         };
-        let error = match round.tally() {
+        let (tally, slot) = match self.kind {
+            LockKind::Semaphore { .. } => {
+                crate::semaphore::tally(round, &self.slots, self.settings.quorum())
+            }
+            _ => (round.tally(), None),
+        };
+        let error = match tally {
             Tally::Open => return,
             Tally::Won => {
                 // Validity always counts from the start of the lock round.
@@ -651,10 +669,26 @@ impl<R: Rng> Acquisition<R> {
                             token, lock_votes, ..
                         } => (lock_votes, Some(token)),
                     };
+                    let (keys, kind, votes) = match slot {
+                        Some(slot) => {
+                            let (keys, withdraws, votes) = crate::semaphore::take_permit(
+                                &round,
+                                &self.slots,
+                                slot,
+                                (&self.keys, &self.kind, &value),
+                                &untouched,
+                                votes,
+                                now + self.settings.release_timeout(),
+                            );
+                            self.requests.extend(withdraws);
+                            (keys, LockKind::Exclusive, votes)
+                        }
+                        None => (self.keys.clone(), self.kind.clone(), votes),
+                    };
                     let lock = Lock {
                         settings: self.settings.clone(),
-                        keys: self.keys.clone(),
-                        kind: self.kind.clone(),
+                        keys,
+                        kind,
                         value,
                         ttl: self.ttl,
                         acquired_at: started,
@@ -977,8 +1011,17 @@ impl<R: Rng> Machine for Acquisition<R> {
             },
             _ => None,
         };
+        let slot = match self.kind {
+            // A slot that is not one of ours counts for none.
+            LockKind::Semaphore { .. } => crate::semaphore::granted_slot(&reply.result)
+                .filter(|&slot| slot < self.keys.len() as u64),
+            _ => None,
+        };
         let vote = interpret_acquire(&self.kind, command, reply.native, reply.result);
         if round.record(reply.round, reply.node, vote) {
+            if let Some(granted) = self.slots.get_mut(reply.node.0) {
+                *granted = slot;
+            }
             if let Some(slot) = self.counters.get_mut(reply.node.0) {
                 *slot = counter;
             }

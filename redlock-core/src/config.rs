@@ -661,6 +661,13 @@ impl Settings {
                 }
                 (keys.into(), LockKind::Multi)
             }
+            LockSpec::Semaphore { resource, permits } => {
+                if permits == 0 || permits > crate::MAX_PERMITS {
+                    return Err(ConfigError::Permits { permits });
+                }
+                let keys = crate::semaphore::slot_keys(&self.key(resource), permits);
+                (keys, LockKind::Semaphore { start: 0 })
+            }
         })
     }
 
@@ -747,7 +754,7 @@ pub(crate) fn release_channel(key: &crate::Key) -> crate::Key {
 /// key's (the resource's own) for the other kinds.
 pub(crate) fn release_channels(keys: &[crate::Key], kind: &crate::LockKind) -> Vec<crate::Key> {
     let count = match kind {
-        crate::LockKind::Multi => keys.len(),
+        crate::LockKind::Multi | crate::LockKind::Semaphore { .. } => keys.len(),
         _ => 1,
     };
     keys[..count.min(keys.len())]

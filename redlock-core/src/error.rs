@@ -141,6 +141,12 @@ pub enum ConfigError {
         /// That key's slot.
         second_slot: u16,
     },
+    /// A semaphore of no permit, or of more than [`MAX_PERMITS`](crate::MAX_PERMITS).
+    #[error("a semaphore needs 1 to {max} permits, not {permits}", max = crate::MAX_PERMITS)]
+    Permits {
+        /// The number given.
+        permits: u32,
+    },
     /// A reentrant lock has an empty owner id.
     #[error("a reentrant lock needs a non-empty owner id: it decides who may take the lock again")]
     EmptyOwner,

@@ -147,6 +147,8 @@ mod quorum;
 mod release;
 mod retry;
 pub mod scripts;
+mod semaphore;
+mod semaphore_scripts;
 mod status;
 mod types;
 pub mod waited;
@@ -169,6 +171,7 @@ pub use queue::{WaitQueue, WaiterId, Wake};
 pub use quorum::{Votes, drift, quorum, remaining, valid_until};
 pub use release::{Release, ReleaseReport};
 pub use retry::{Attempts, Backoff, retry_delay};
+pub use semaphore::MAX_PERMITS;
 pub use status::{Holder, Holding, InspectReply, InspectReport, Inspection, LockState, LockStatus};
 pub use types::{Key, LockSpec, LockValue, NodeId, RoundId, Ttl};
 pub use wire::{

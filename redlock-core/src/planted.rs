@@ -48,11 +48,13 @@ pub enum Bug {
     /// release the leaver was told of is told to nobody, and the next
     /// waiter sleeps through its turn.
     HubForgetsReplay,
+    /// A semaphore counts a master's grant of any slot towards a quorum: the naive per-master counter.
+    SemaphoreCountsAnySlot,
 }
 
 impl Bug {
     /// Every bug, in a fixed order.
-    pub const ALL: [Bug; 9] = [
+    pub const ALL: [Bug; 10] = [
         Bug::ValidityFromDecisionTime,
         Bug::QuorumHalf,
         Bug::DuplicateVoteCounted,
@@ -62,6 +64,7 @@ impl Bug {
         Bug::FairLeaveForgotten,
         Bug::ReleaseDecidesEarly,
         Bug::HubForgetsReplay,
+        Bug::SemaphoreCountsAnySlot,
     ];
 }
 

@@ -74,6 +74,14 @@ impl Votes {
         self.votes.get(node.0)
     }
 
+    /// Replaces the vote of `node` (a semaphore's permit tells apart the
+    /// masters that granted another slot).
+    pub(crate) fn set(&mut self, node: NodeId, vote: NodeVote) {
+        if let Some(slot) = self.votes.get_mut(node.0) {
+            *slot = vote;
+        }
+    }
+
     /// The round these votes belong to.
     pub fn round(&self) -> RoundId {
         self.round

@@ -744,7 +744,7 @@ return {value, pttl, counter}"#;
 
 /// Every script the state machines may ask a node to run, to load (`SCRIPT
 /// LOAD`) when a connection is made.
-pub const ALL: [&str; 21] = [
+pub const ALL: [&str; 23] = [
     ACQUIRE,
     EXTEND,
     RELEASE,
@@ -766,4 +766,8 @@ pub const ALL: [&str; 21] = [
     RELEASE_IF_WAITED,
     FAIR_ACQUIRE,
     FAIR_RELEASE,
+    SEMAPHORE_ACQUIRE,
+    SEMAPHORE_WITHDRAW,
 ];
+
+pub use crate::semaphore_scripts::{SEMAPHORE_ACQUIRE, SEMAPHORE_WITHDRAW};

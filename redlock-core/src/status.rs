@@ -314,7 +314,12 @@ impl Inspection {
     /// round `round` (copied into every request; replies of other rounds are
     /// ignored).
     pub fn new(settings: &Settings, resource: &[u8], round: RoundId, now: Instant) -> Self {
-        let key = settings.key(resource);
+        Self::of_key(settings, settings.key(resource), round, now)
+    }
+
+    /// As [`new`](Self::new), for a lock key given whole: a semaphore's
+    /// permit ([`Settings::permit_key`]).
+    pub fn of_key(settings: &Settings, key: crate::Key, round: RoundId, now: Instant) -> Self {
         let counter = settings.fencing_key(&key);
         let keys: Arc<[crate::Key]> = Arc::from([key, counter]);
         let round = Round::new(round, settings, now, settings.node_timeout());

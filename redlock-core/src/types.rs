@@ -322,6 +322,23 @@ pub enum LockSpec<'a> {
     /// Fair locks exclude each other; they do not wait in line with plain
     /// exclusive locks of the same resource (those ignore the queue).
     Fair(&'a [u8]),
+    /// One of `permits` permits of a counting semaphore: at most `permits`
+    /// holders at once, while the lock's assumptions hold.
+    ///
+    /// Each permit is a slot lock (`{<key>}\0permit0` ..
+    /// `{<key>}\0permit<permits-1>`) held on a quorum like an exclusive
+    /// lock; one script per master takes a free slot, starting from the
+    /// same slot on every master, so an uncontended acquire is one round
+    /// trip. The lock handed out is an exclusive lock on its slot key:
+    /// extend, keep alive and release it as any lock. Every user of a
+    /// semaphore must give the same `permits` (1 to
+    /// [`MAX_PERMITS`](crate::MAX_PERMITS)). See `docs/semaphore.md`.
+    Semaphore {
+        /// The resource: the semaphore's name.
+        resource: &'a [u8],
+        /// How many holders at most.
+        permits: u32,
+    },
 }
 
 /// A TTL checked against the settings: whole milliseconds, positive validity

@@ -76,6 +76,10 @@ impl Request {
             (LockKind::Fair { .. }, Acquire { .. }) => scripts::FAIR_ACQUIRE,
             (LockKind::Fair { .. }, Extend { .. } | Restore { .. }) => scripts::EXTEND,
             (LockKind::Fair { .. }, Release | Withdraw | Leave) => scripts::FAIR_RELEASE,
+            (LockKind::Semaphore { .. }, Acquire { .. }) => scripts::SEMAPHORE_ACQUIRE,
+            (LockKind::Semaphore { .. }, Release | Withdraw) => scripts::SEMAPHORE_WITHDRAW,
+            // A held permit is an exclusive lock on its slot: never asked.
+            (LockKind::Semaphore { .. }, Extend { .. } | Restore { .. }) => scripts::EXTEND,
             (_, Inspect) => scripts::INSPECT,
             // Only a fair lock has a place in a queue to leave.
             (_, Leave) => scripts::RELEASE,
@@ -113,6 +117,9 @@ impl Request {
                 Some(Argument::Int(readers_hold_off.as_millis()))
             }
             (LockKind::Reentrant { owner }, _) => Some(Argument::Bytes(owner.as_bytes())),
+            (LockKind::Semaphore { start }, Command::Acquire { .. }) => {
+                Some(Argument::Int(u64::from(*start)))
+            }
             (
                 LockKind::Exclusive,
                 Command::Release | Command::MarkWaiting { .. } | Command::AcquireFenced { .. },
@@ -225,6 +232,15 @@ pub enum LockKind {
         /// the larger number goes after, ties go by waiter id).
         ticket: u64,
     },
+    /// One permit of a counting semaphore, while it is acquired: one of
+    /// the slot locks (see [`LockSpec::Semaphore`](crate::LockSpec::Semaphore)).
+    /// A permit once held is an [`Exclusive`](Self::Exclusive) lock on its
+    /// slot key.
+    Semaphore {
+        /// The slot each master tries first in this attempt (from 0), the
+        /// same on every master: drawn per attempt from the acquisition's RNG.
+        start: u32,
+    },
 }
 
 impl LockKind {
@@ -237,6 +253,7 @@ impl LockKind {
             LockKind::Reentrant { .. } => "reentrant",
             LockKind::Multi => "multi",
             LockKind::Fair { .. } => "fair",
+            LockKind::Semaphore { .. } => "semaphore",
         }
     }
 }
@@ -679,6 +696,11 @@ pub(crate) fn interpret_acquire(
     match (kind, command, native, &result) {
         (LockKind::Fair { .. }, Command::Acquire { .. }, None, Ok(Response::Array(items))) if matches!(items.as_slice(), [Response::Int(0), Response::Int(p), Response::Int(score)] if *p >= 1 && *score >= 0) => {
             NodeVote::HeldByOther(None)
+        }
+        (LockKind::Semaphore { .. }, Command::Acquire { .. }, None, Ok(_))
+            if crate::semaphore::granted_slot(&result).is_some() =>
+        {
+            NodeVote::Granted
         }
         _ => interpret(command, native, result),
     }

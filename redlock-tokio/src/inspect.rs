@@ -50,10 +50,26 @@ impl Redlock {
     /// acquire it. The values returned can release the lock; show them only
     /// to whoever may do that.
     pub async fn inspect(&self, resource: impl AsRef<[u8]>) -> Vec<NodeInspection> {
+        self.inspect_key(self.settings().key(resource.as_ref()))
+            .await
+    }
+
+    /// As [`inspect`](Self::inspect), for permit `slot` (from 0) of the
+    /// semaphore on `resource` ([`LockRequest::permits`](crate::LockRequest::permits)):
+    /// who holds that permit.
+    pub async fn inspect_permit(
+        &self,
+        resource: impl AsRef<[u8]>,
+        slot: u32,
+    ) -> Vec<NodeInspection> {
+        self.inspect_key(self.settings().permit_key(resource.as_ref(), slot))
+            .await
+    }
+
+    async fn inspect_key(&self, key: redlock_core::Key) -> Vec<NodeInspection> {
         let settings = self.settings();
-        let mut inspection =
-            Inspection::new(settings, resource.as_ref(), RoundId(0), crate::sim::now());
-        let span = info_span!("redlock.inspect", resource = %settings.key(resource.as_ref()));
+        let span = info_span!("redlock.inspect", resource = %key);
+        let mut inspection = Inspection::of_key(settings, key, RoundId(0), crate::sim::now());
         let report = async {
             let report = drive(&mut inspection, self).await;
             debug!(reads = %report.votes(), "inspected");

@@ -478,6 +478,11 @@ struct GuideGuarantees;
 #[doc = include_str!("../../docs/lock-kinds.md")]
 struct GuideLockKinds;
 
+/// The guide's `docs/semaphore.md` examples, compiled by `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/semaphore.md")]
+struct GuideSemaphore;
+
 /// The guide's `docs/waiting.md` examples, compiled by `cargo test --doc`.
 #[cfg(doctest)]
 #[doc = include_str!("../../docs/waiting.md")]

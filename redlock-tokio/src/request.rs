@@ -66,8 +66,9 @@ pub mod kind {
     /// [`fencing`](crate::LockRequest::fencing),
     /// [`fair`](crate::LockRequest::fair),
     /// [`read`](crate::LockRequest::read),
-    /// [`write`](crate::LockRequest::write) or
-    /// [`reentrant`](crate::LockRequest::reentrant).
+    /// [`write`](crate::LockRequest::write),
+    /// [`reentrant`](crate::LockRequest::reentrant) or
+    /// [`permits`](crate::LockRequest::permits).
     #[derive(Debug)]
     pub enum Open {}
     /// A request whose kind is chosen.
@@ -85,6 +86,7 @@ enum Spec {
     Write,
     Reentrant(Arc<str>),
     Multi(Vec<Arc<[u8]>>),
+    Semaphore(u32),
 }
 
 /// One acquire, made by [`Redlock::lock`] or [`Redlock::lock_all`]: await
@@ -191,6 +193,17 @@ impl LockRequest<kind::Open> {
     /// writers.
     pub fn write(self) -> LockRequest<kind::Chosen> {
         self.kind(Spec::Write)
+    }
+
+    /// One of `permits` permits of a counting semaphore: at most `permits`
+    /// holders at once, on a quorum like a lock (see `docs/semaphore.md`).
+    /// The guard is an ordinary [`LockGuard`] on the permit's slot
+    /// ([`LockGuard::key`]): extend it, keep it alive, release it as a
+    /// lock; a waiter wakes on a permit's release notice. Every user of
+    /// the resource must give the same `permits` (1 to
+    /// [`MAX_PERMITS`](redlock_core::MAX_PERMITS), else [`Error::Config`]).
+    pub fn permits(self, permits: u32) -> LockRequest<kind::Chosen> {
+        self.kind(Spec::Semaphore(permits))
     }
 
     /// Reentrant for `owner`: the same owner id may take the lock again
@@ -316,6 +329,10 @@ impl<K> LockRequest<K> {
                 names = resources.iter().map(|name| &name[..]).collect();
                 LockSpec::Multi(&names)
             }
+            Spec::Semaphore(permits) => LockSpec::Semaphore {
+                resource: &self.resource,
+                permits: *permits,
+            },
         };
         let wait = self.wait.unwrap_or(self.client.default_wait());
         let mut guard = self

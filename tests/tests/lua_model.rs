@@ -1,5 +1,5 @@
 //! The simulation's Redis model is the Lua that really runs: random
-//! workloads of the core's own machines (every lock kind; acquire, extend,
+//! workloads of the core's own machines (every lock kind and semaphore permits; acquire, extend,
 //! restore, release, withdraw, fenced rounds, waiters marks, and the marks
 //! on a holder's value a waiter's attempt or mark sets), each request run both by the real
 //! server (its script, as the client sends it) and by the simulation's
@@ -250,8 +250,13 @@ impl Pair {
         // Reentrant locks keep a hash at their key: a resource of their own,
         // so that no script meets a key of another type (the model has no
         // WRONGTYPE; the real-server tests cover it).
-        let spec = match rng.random_range(0..6) {
+        let spec = match rng.random_range(0..7) {
             0 => LockSpec::Exclusive(resource),
+            // Slot keys of their own (`{s}\0permit<i>`), two permits.
+            6 => LockSpec::Semaphore {
+                resource: b"s",
+                permits: 2,
+            },
             1 => LockSpec::Fenced(resource),
             2 => LockSpec::Read(resource),
             3 => LockSpec::Write(resource),

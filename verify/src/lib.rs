@@ -133,6 +133,10 @@ pub struct Setup {
     /// Retries of each acquisition (`Attempts::Retry`), one tick after a
     /// failed attempt; 0: a single attempt (`Attempts::Once`).
     pub retries: u32,
+    /// Whether clients take one permit of a semaphore of this many
+    /// (`LockSpec::Semaphore`; 0: a lock): the masters keep that many slot
+    /// keys, and [`PERMITS`] applies.
+    pub permits: u32,
     /// The planted bug switched on, if any.
     pub bug: Option<Bug>,
 }
@@ -162,7 +166,26 @@ impl Setup {
             fenced: false,
             fair: false,
             retries: 0,
+            permits: 0,
             bug: None,
+        }
+    }
+
+    /// N = 3 masters, 3 clients each taking one of 2 permits, all starting
+    /// at t=0: the smallest world where a per-master counter admits three
+    /// holders (each admitted by two masters: AB, BC, CA).
+    pub fn semaphore() -> Self {
+        Self {
+            name: "N=3 C=3 semaphore k=2, all start at t=0",
+            clients: 3,
+            permits: 2,
+            start_by: 0,
+            horizon: 7,
+            extensions: 0,
+            faults: 0,
+            crashes: 0,
+            delays: 0,
+            ..Self::small()
         }
     }
 
@@ -210,8 +233,9 @@ impl Setup {
 }
 
 /// The names of the properties, in the order they are checked.
-pub const PROPERTIES: [&str; 10] = [
+pub const PROPERTIES: [&str; 11] = [
     MUTUAL_EXCLUSION,
+    PERMITS,
     COVERED,
     FENCING,
     NO_STALE_HOLD,
@@ -223,8 +247,12 @@ pub const PROPERTIES: [&str; 10] = [
     NOTHING_LEFT,
 ];
 
-/// Never two clients holding with validity left at the same instant.
+/// Never two clients holding with validity left at the same instant (a
+/// semaphore's permits: never two on one slot).
 pub const MUTUAL_EXCLUSION: &str = "mutual exclusion";
+/// A semaphore of k permits: never more than k clients holding with
+/// validity left at the same instant.
+pub const PERMITS: &str = "semaphore: no more than k holders";
 /// A holder's validity ends no later than its keys on a quorum (true time).
 pub const COVERED: &str = "validity covered by a quorum of keys";
 /// A later fencing token is strictly larger.
@@ -350,6 +378,8 @@ struct Node {
     key: Option<(LockValue, u64)>,
     counter: u64,
     queue: Vec<Entry>,
+    /// A semaphore's slot keys (value and expiry), empty for a lock.
+    slots: Vec<Option<(LockValue, u64)>>,
 }
 
 /// One waiter's entry in a master's fair queue; the derived order is the
@@ -361,6 +391,20 @@ struct Entry {
     dies: u64,
 }
 
+/// The slot of a semaphore's slot key (`{res}\0permit<slot>`).
+fn slot_of(key: &redlock_core::Key) -> usize {
+    let bytes = key.as_bytes();
+    let digits = bytes
+        .iter()
+        .rev()
+        .take_while(|b| b.is_ascii_digit())
+        .count();
+    std::str::from_utf8(&bytes[bytes.len() - digits..])
+        .ok()
+        .and_then(|digits| digits.parse().ok())
+        .expect("a semaphore's slot key ends with its slot")
+}
+
 impl Node {
     fn live(&self, now: u64) -> Option<&LockValue> {
         self.key
@@ -369,11 +413,94 @@ impl Node {
             .map(|(value, _)| value)
     }
 
+    /// The key and expiry a lock on `key` lives at: the lock key, or a
+    /// semaphore's slot.
+    fn entry(&self, key: &redlock_core::Key) -> Option<&(LockValue, u64)> {
+        if self.slots.is_empty() {
+            self.key.as_ref()
+        } else {
+            self.slots[slot_of(key)].as_ref()
+        }
+    }
+
+    /// Whether `value` is set on this master, at the lock key or any slot.
+    fn holds(&self, value: &LockValue) -> bool {
+        std::iter::once(&self.key)
+            .chain(&self.slots)
+            .flatten()
+            .any(|(v, _)| v == value)
+    }
+
+    /// Whether `value` is live at `now` at key `key`: 0 the lock key, `i`
+    /// a semaphore's slot `i - 1`.
+    fn holds_at(&self, key: usize, value: &LockValue, now: u64) -> bool {
+        let entry = match key {
+            0 => &self.key,
+            slot => &self.slots[slot - 1],
+        };
+        entry
+            .as_ref()
+            .is_some_and(|(v, expires)| v == value && *expires > now)
+    }
+
+    /// Runs one request at tick `now`: a semaphore's acquire and withdraw
+    /// on every slot (`scripts::SEMAPHORE_ACQUIRE`, `SEMAPHORE_WITHDRAW`), a
+    /// held permit's scripts on its slot, anything else on the lock key.
+    fn run(&mut self, request: &Request, now: u64, early: u64) -> Response {
+        for slot in &mut self.slots {
+            if slot.as_ref().is_some_and(|(_, expires)| *expires <= now) {
+                *slot = None;
+            }
+        }
+        let ours = &request.value;
+        match (&request.kind, request.command) {
+            (LockKind::Semaphore { start }, Command::Acquire { ttl }) => {
+                let k = self.slots.len();
+                // A request run twice answers with the slot it took.
+                if let Some(slot) = self
+                    .slots
+                    .iter()
+                    .position(|held| held.as_ref().is_some_and(|(v, _)| v == ours))
+                {
+                    return Response::Array(vec![Response::Int(1), Response::Int(slot as i64)]);
+                }
+                for i in 0..k {
+                    let slot = (*start as usize + i) % k;
+                    if self.slots[slot].is_none() {
+                        let expires = now + ttl.as_millis() - early.min(ttl.as_millis() - 1);
+                        self.slots[slot] = Some((ours.clone(), expires));
+                        return Response::Array(vec![Response::Int(1), Response::Int(slot as i64)]);
+                    }
+                }
+                let first = self.slots[*start as usize % k].as_ref().map(|(v, _)| v);
+                Response::Data(first.map(|v| v.as_bytes().to_vec()).unwrap_or_default())
+            }
+            (LockKind::Semaphore { .. }, _) => {
+                let mut found = -1;
+                for slot in &mut self.slots {
+                    if slot.as_ref().is_some_and(|(v, _)| v == ours) {
+                        *slot = None;
+                        found = 1;
+                    }
+                }
+                Response::Int(found)
+            }
+            _ if !self.slots.is_empty() => {
+                let slot = slot_of(request.key());
+                std::mem::swap(&mut self.key, &mut self.slots[slot]);
+                let response = self.run_key(request, now, early);
+                std::mem::swap(&mut self.key, &mut self.slots[slot]);
+                response
+            }
+            _ => self.run_key(request, now, early),
+        }
+    }
+
     /// Runs one request at tick `now`: the contracts of `scripts::ACQUIRE`,
     /// `ACQUIRE_FENCED`, `STORE_TOKEN`, `EXTEND` and `RELEASE`, and for a
     /// fair lock `FAIR_ACQUIRE` and `FAIR_RELEASE` (its extension is
     /// `EXTEND`'s).
-    fn run(&mut self, request: &Request, now: u64, early: u64) -> Response {
+    fn run_key(&mut self, request: &Request, now: u64, early: u64) -> Response {
         if self.live(now).is_none() {
             self.key = None;
         }
@@ -824,6 +951,35 @@ impl RedlockModel {
                             }
                             token_seen =
                                 lock.fencing_token().map(|t| (t, value_name(lock.value())));
+                            if self.setup.permits > 0 {
+                                // A permit withdraws from every master where
+                                // its value may sit in another slot.
+                                let won = slot_of(lock.key());
+                                let value = lock.value();
+                                for (n, node) in nodes.iter().enumerate() {
+                                    let link = &out[c][n];
+                                    let elsewhere =
+                                        node.slots.iter().enumerate().any(|(slot, held)| {
+                                            slot != won
+                                                && held.as_ref().is_some_and(|(v, _)| v == value)
+                                        }) || link.iter().any(|r| {
+                                            &r.value == value
+                                                && matches!(r.command, Command::Acquire { .. })
+                                        });
+                                    let withdrawn = link.iter().any(|r| {
+                                        &r.value == value && r.command == Command::Withdraw
+                                    });
+                                    if elsewhere && !withdrawn {
+                                        broken.push((
+                                            CLEAN_UP,
+                                            format!(
+                                                "c{c}'s permit (slot {won}) left {} in another slot of n{n} without a withdraw",
+                                                value_name(value)
+                                            ),
+                                        ));
+                                    }
+                                }
+                            }
                             client.turned_away = 0;
                             if let Some(outcome) = client.outcomes.last_mut() {
                                 outcome.served = true;
@@ -867,16 +1023,15 @@ impl RedlockModel {
                             if let Some(value) = &failed_value {
                                 for (n, node) in nodes.iter().enumerate() {
                                     let link = &out[c][n];
-                                    let set_here =
-                                        node.key.as_ref().is_some_and(|(v, _)| v == value)
-                                            || link.iter().any(|r| {
-                                                &r.value == value
-                                                    && matches!(
-                                                        r.command,
-                                                        Command::Acquire { .. }
-                                                            | Command::AcquireFenced { .. }
-                                                    )
-                                            });
+                                    let set_here = node.holds(value)
+                                        || link.iter().any(|r| {
+                                            &r.value == value
+                                                && matches!(
+                                                    r.command,
+                                                    Command::Acquire { .. }
+                                                        | Command::AcquireFenced { .. }
+                                                )
+                                        });
                                     let withdrawn = link.iter().any(|r| {
                                         &r.value == value
                                             && matches!(
@@ -957,16 +1112,23 @@ impl RedlockModel {
                     // network and reach their masters (an adapter's
                     // background drain); their answers go to nobody.
                     if report.frees_lock() {
-                        let holding: Vec<usize> = nodes
-                            .iter()
-                            .enumerate()
-                            .filter(|&(n, node)| {
-                                (node.up || self.setup.keep_data)
-                                    && node.live(tick) == Some(value)
-                                    && !ran_ahead.contains(&(value.clone(), n))
+                        // A quorum holding the value at one key: the
+                        // lock's, or one slot of a semaphore.
+                        let holding: Vec<usize> = (0..=nodes[0].slots.len())
+                            .map(|key| {
+                                nodes
+                                    .iter()
+                                    .enumerate()
+                                    .filter(|&(n, node)| {
+                                        (node.up || self.setup.keep_data)
+                                            && node.holds_at(key, value, tick)
+                                            && !ran_ahead.contains(&(value.clone(), n))
+                                    })
+                                    .map(|(n, _)| n)
+                                    .collect::<Vec<usize>>()
                             })
-                            .map(|(n, _)| n)
-                            .collect();
+                            .max_by_key(Vec::len)
+                            .unwrap_or_default();
                         if holding.len() >= self.setup.quorum() {
                             broken.push((
                                 RELEASE_CLAIM,
@@ -1294,6 +1456,19 @@ impl RedlockModel {
                     let expires = node.key.as_ref().map_or(0, |(_, e)| *e);
                     format!("{}<{expires}", value_name(value))
                 }
+                None if !node.slots.is_empty() => {
+                    let slots: Vec<String> = node
+                        .slots
+                        .iter()
+                        .map(|slot| match slot {
+                            Some((value, e)) if *e > state.now => {
+                                format!("{}<{e}", value_name(value))
+                            }
+                            _ => "-".into(),
+                        })
+                        .collect();
+                    format!("[{}]", slots.join(","))
+                }
                 None => "-".into(),
             };
             let down = if node.up { "" } else { "(down)" };
@@ -1435,6 +1610,7 @@ impl Model for RedlockModel {
                     key: None,
                     counter: 0,
                     queue: Vec::new(),
+                    slots: vec![None; self.setup.permits as usize],
                 };
                 n
             ],
@@ -1602,7 +1778,12 @@ impl Model for RedlockModel {
                     client: c as u8,
                     seq: client.started.wrapping_mul(32),
                 };
-                let spec = if self.setup.fair {
+                let spec = if self.setup.permits > 0 {
+                    LockSpec::Semaphore {
+                        resource: RESOURCE,
+                        permits: self.setup.permits,
+                    }
+                } else if self.setup.fair {
                     LockSpec::Fair(RESOURCE)
                 } else if self.setup.fenced {
                     LockSpec::Fenced(RESOURCE)
@@ -1744,6 +1925,7 @@ impl Model for RedlockModel {
                 let node = &mut state.nodes[n];
                 node.up = true;
                 if !self.setup.keep_data {
+                    node.slots.iter_mut().for_each(|slot| *slot = None);
                     node.key = None;
                     node.counter = 0;
                     node.queue.clear();
@@ -1780,7 +1962,14 @@ impl Model for RedlockModel {
         }
         vec![
             Property::always(MUTUAL_EXCLUSION, |model: &Self, state: &State| {
-                model.holders(state).count() <= 1
+                // One holder per key: the lock's, or each permit's slot.
+                let keys: Vec<_> = model.holders(state).map(|(_, lock)| lock.key()).collect();
+                keys.iter()
+                    .enumerate()
+                    .all(|(i, key)| !keys[i + 1..].contains(key))
+            }),
+            Property::always(PERMITS, |model: &Self, state: &State| {
+                model.holders(state).count() <= model.setup.permits.max(1) as usize
             }),
             Property::always(COVERED, |model: &Self, state: &State| {
                 let q = model.setup.quorum();
@@ -1790,8 +1979,7 @@ impl Model for RedlockModel {
                         .nodes
                         .iter()
                         .filter(|node| {
-                            node.key
-                                .as_ref()
+                            node.entry(lock.key())
                                 .is_some_and(|(v, e)| v == lock.value() && *e as f64 >= until)
                         })
                         .count();
@@ -1943,6 +2131,29 @@ pub mod configurations {
         ]
     }
 
+    /// Semaphores: k = 2 permits, three clients.
+    pub fn semaphore(quick: bool) -> Vec<Setup> {
+        let short = Setup::semaphore();
+        if quick {
+            return vec![short];
+        }
+        vec![
+            short,
+            Setup {
+                name: "N=3 C=3 semaphore k=2, 1 fault (lost, duplicated, overtaking)",
+                faults: 1,
+                horizon: 6,
+                ..Setup::semaphore()
+            },
+            Setup {
+                name: "N=3 C=3 semaphore k=2, 1 crash-restart with data kept",
+                crashes: 1,
+                horizon: 6,
+                ..Setup::semaphore()
+            },
+        ]
+    }
+
     /// The operator-release configuration: holds since an extension counts
     /// only the masters that confirmed our value (extend.rs); before that
     /// rule it gave the counterexample of a bare-quorum release undone.
@@ -2032,6 +2243,8 @@ pub mod configurations {
                         start_by: 0,
                         ..base.clone()
                     },
+                    // Three clients, two permits: AB, BC and CA.
+                    Bug::SemaphoreCountsAnySlot => Setup::semaphore(),
                     _ => base.clone(),
                 };
                 (
@@ -2056,6 +2269,8 @@ pub mod configurations {
             Bug::FairLeaveForgotten => Some(super::NOTHING_LEFT),
             // It claims a lock free that a quorum still holds.
             Bug::ReleaseDecidesEarly => Some(super::RELEASE_CLAIM),
+            // More holders than permits.
+            Bug::SemaphoreCountsAnySlot => Some(super::PERMITS),
             _ => None,
         }
     }

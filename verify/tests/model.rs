@@ -48,6 +48,16 @@ fn operator_release_is_never_undone() {
     );
 }
 
+/// Semaphores: no more than k holders, one per slot, withdraws queued
+/// everywhere a value may sit.
+#[test]
+fn semaphore_run_violates_nothing() {
+    for setup in configurations::semaphore(true) {
+        let report = run(setup, false);
+        assert!(report.violations.is_empty(), "{}", report.line());
+    }
+}
+
 #[test]
 fn out_of_model_controls_are_caught() {
     for (setup, expected) in configurations::out_of_model() {

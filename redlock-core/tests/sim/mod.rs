@@ -118,6 +118,9 @@ pub enum Kinds {
     Reentrant { owners: usize },
     /// Multi-resource locks over 1..=3 of the keys, mixed with single ones.
     Multi,
+    /// One permit of a semaphore of `permits` on each key: holds of one key
+    /// share the group [`PERMITS`], so the test counts them.
+    Semaphore { permits: u32 },
 }
 
 impl Default for SimConfig {
@@ -167,6 +170,9 @@ pub struct Hold {
 
 /// The group of every reader: readers may overlap each other.
 pub const READERS: u64 = u64::MAX;
+
+/// The group of every semaphore holder: up to `permits` may overlap.
+pub const PERMITS: u64 = u64::MAX - 1;
 
 /// What a run produced.
 #[derive(Debug, Default)]
@@ -857,6 +863,16 @@ impl World {
                     (LockSpec::Multi(&multi_refs), Target { keys, group: None })
                 }
             }
+            Kinds::Semaphore { permits } => (
+                LockSpec::Semaphore {
+                    resource: &single,
+                    permits,
+                },
+                Target {
+                    keys: vec![key],
+                    group: Some(PERMITS),
+                },
+            ),
         };
         let machine = Acquisition::with_spec(
             self.settings.clone(),

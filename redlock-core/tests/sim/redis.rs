@@ -360,6 +360,45 @@ impl Store {
                 Some(_) => Response::Int(0),
                 None => Response::Int(-1),
             },
+            // `SEMAPHORE_ACQUIRE`: the first free slot from `start` on.
+            (LockKind::Semaphore { start }, Command::Acquire { ttl }) => {
+                let (mut free, mut first) = (None, None);
+                for i in 0..keys.len() {
+                    let slot = (*start as usize + i) % keys.len();
+                    match self.get_str(keys[slot], clock) {
+                        Some(held) if held == ours => {
+                            return Response::Array(vec![
+                                Response::Int(1),
+                                Response::Int(slot as i64),
+                            ]);
+                        }
+                        None => {
+                            free.get_or_insert(slot);
+                        }
+                        Some(held) => {
+                            first.get_or_insert(held);
+                        }
+                    }
+                }
+                match free {
+                    Some(slot) => {
+                        self.set_str(keys[slot], ours, clock, ttl.as_millis());
+                        Response::Array(vec![Response::Int(1), Response::Int(slot as i64)])
+                    }
+                    None => Response::Data(first.unwrap_or_default()),
+                }
+            }
+            // `SEMAPHORE_WITHDRAW`: our value out of every slot.
+            (LockKind::Semaphore { .. }, Command::Release | Command::Withdraw) => {
+                let mut found = false;
+                for key in &keys {
+                    if self.get_str(key, clock).as_deref() == Some(ours) {
+                        self.del(key);
+                        found = true;
+                    }
+                }
+                Response::Int(if found { 1 } else { -1 })
+            }
             (
                 LockKind::Exclusive | LockKind::Write { .. },
                 Command::Release | Command::Withdraw,

@@ -3,8 +3,9 @@
 //! configuration and ends with one summary line:
 //! `model check: states=N violations=V planted_bugs_caught=K/K seconds=S`.
 //!
-//! Arguments: `--quick` for the short configurations only; `--threads N`;
-//! `--hub` for the notice hub's model only.
+//! Arguments: `--quick` for the short configurations only; `--semaphore` for
+//! the semaphore configurations alone; `--hub` for the notice hub's model
+//! only; `--threads N`.
 
 use std::time::Instant;
 
@@ -32,6 +33,17 @@ fn main() {
         println!("{}", report.line());
         for (_, trace) in &report.violations {
             println!("{trace}");
+        }
+        return;
+    }
+    if args.iter().any(|a| a == "--semaphore") {
+        // The semaphore configurations alone, in full.
+        for setup in configurations::semaphore(false) {
+            let report = RedlockModel::new(setup).check(threads, false);
+            println!("{}", report.line());
+            for (_, trace) in &report.violations {
+                println!("{trace}");
+            }
         }
         return;
     }
@@ -103,6 +115,10 @@ fn main() {
         (
             "fair locks: every property must hold, fair ones included",
             configurations::fair(quick),
+        ),
+        (
+            "semaphores: every property must hold, no more than k holders included",
+            configurations::semaphore(quick),
         ),
     ];
     for (title, setups) in in_model {

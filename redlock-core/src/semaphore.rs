@@ -1,0 +1,157 @@
+//! A counting semaphore on a quorum ([`LockSpec::Semaphore`](crate::LockSpec::Semaphore)):
+//! the rules an [`Acquisition`](crate::Acquisition) of one permit follows.
+//!
+//! # Why at most k holders
+//!
+//! A semaphore of k permits is k slot locks, `{<name>}\0permit0` ..
+//! `{<name>}\0permit<k-1>`. A permit is one slot whose key holds our value
+//! on a quorum of masters, counted as any lock is (validity from the start
+//! of the round, drift, the same TTL expiry). Two holders of one slot would
+//! need two quorums holding two values at one key, and two quorums share a
+//! master: so each slot has at most one holder, and k slots at most k, while
+//! the lock's assumptions hold. Nothing else is counted: a master's grant of
+//! another slot than the quorum's is no vote, and is withdrawn.
+//!
+//! A per-master counter voted on by a majority has no such bound: each
+//! master admits k, and a holder needs any N/2+1 of them, so up to
+//! `N * k / (N/2 + 1)` clients each find a majority (3 masters, k = 2:
+//! clients admitted by AB, BC and CA). The planted bug
+//! `SemaphoreCountsAnySlot` is that counter: it counts grants of any slot.
+//!
+//! # One round trip
+//!
+//! Each attempt sends one [`scripts::SEMAPHORE_ACQUIRE`](crate::scripts::SEMAPHORE_ACQUIRE)
+//! per master with the same first slot to try, drawn from the
+//! acquisition's RNG: masters that agree on which slots are taken (the
+//! common case) grant the same slot, and contenders start at different
+//! slots instead of all racing for the first. An attempt whose masters
+//! disagree and reach no quorum on one slot withdraws everywhere
+//! ([`scripts::SEMAPHORE_WITHDRAW`](crate::scripts::SEMAPHORE_WITHDRAW)); a
+//! won attempt withdraws from the masters that granted another slot. The
+//! permit is then an ordinary exclusive lock on its slot key: extended,
+//! kept alive, released (with its release notice) like one.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::quorum::{Round, Tally};
+use crate::{
+    Command, Key, LockKind, LockValue, NodeError, NodeId, NodeVote, Request, Response, Votes,
+};
+
+/// The most permits one semaphore may have: each master's acquire may read
+/// every slot, one `GET` each.
+pub const MAX_PERMITS: u32 = 1024;
+
+impl crate::Settings {
+    /// The lock key of permit `slot` (from 0) of the semaphore on
+    /// `resource`: `{<key>}\0permit<slot>`, in the key's hash slot. A held
+    /// permit is an exclusive lock on it.
+    pub fn permit_key(&self, resource: &[u8], slot: u32) -> Key {
+        permit_key(&self.key(resource), slot)
+    }
+}
+
+fn permit_key(key: &Key, slot: u32) -> Key {
+    key.derived(format!("\0permit{slot}").as_bytes())
+}
+
+/// The slot keys of a semaphore of `permits` on the lock key `key`, in the
+/// key's hash slot (see [`Key::derived`]).
+pub(crate) fn slot_keys(key: &Key, permits: u32) -> Arc<[Key]> {
+    (0..permits).map(|slot| permit_key(key, slot)).collect()
+}
+
+/// The slot a master granted, from its answer to `SEMAPHORE_ACQUIRE`.
+pub(crate) fn granted_slot(result: &Result<Response, NodeError>) -> Option<u64> {
+    match result {
+        Ok(Response::Array(items)) => match items.as_slice() {
+            [Response::Int(1), Response::Int(slot)] => u64::try_from(*slot).ok(),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Where an attempt stands: won, with the slot a quorum granted; lost, once
+/// no slot can reach a quorum with the masters not heard from; else open.
+/// `slots[i]`: the slot master `i` granted, if it did.
+pub(crate) fn tally(round: &Round, slots: &[Option<u64>], quorum: usize) -> (Tally, Option<u64>) {
+    let granted = |node: NodeId| {
+        if round.granted(node) {
+            slots.get(node.0).copied().flatten()
+        } else {
+            None
+        }
+    };
+    let pending = round.count(|vote| matches!(vote, NodeVote::Pending));
+    let mut best: Option<(usize, u64)> = None;
+    for slot in round.nodes().filter_map(granted) {
+        let same = round
+            .nodes()
+            .filter(|&node| match granted(node) {
+                // The naive counter: any grant counts for any slot.
+                Some(_) if planted!(SemaphoreCountsAnySlot) => true,
+                other => other == Some(slot),
+            })
+            .count();
+        if best.is_none_or(|(count, _)| same > count) {
+            best = Some((same, slot));
+        }
+    }
+    match best {
+        Some((count, slot)) if count >= quorum => (Tally::Won, Some(slot)),
+        Some((count, _)) if count + pending >= quorum => (Tally::Open, None),
+        None if pending >= quorum => (Tally::Open, None),
+        _ => (Tally::Lost, None),
+    }
+}
+
+/// The masters a won attempt on `slot` must withdraw from: those that did
+/// not grant that slot (another slot, no answer yet, a failure), except the
+/// ones never asked (`skipped`).
+pub(crate) fn others(
+    round: &Round,
+    slots: &[Option<u64>],
+    slot: u64,
+    skipped: &[NodeId],
+) -> Vec<NodeId> {
+    round
+        .nodes()
+        .filter(|node| !(round.granted(*node) && slots.get(node.0) == Some(&Some(slot))))
+        .filter(|node| !skipped.contains(node))
+        .collect()
+}
+
+/// The won round's votes as the permit's lock tells them: a master that
+/// granted another slot holds no part of this one.
+pub(crate) fn permit_votes(mut votes: Votes, slots: &[Option<u64>], slot: u64) -> Votes {
+    for (node, granted) in slots.iter().enumerate() {
+        if granted.is_some_and(|granted| granted != slot) {
+            votes.set(NodeId(node), NodeVote::HeldByOther(None));
+        }
+    }
+    votes
+}
+
+/// A won attempt on `slot`: the permit's lock keys (its slot key), the
+/// withdraws of our value from the masters that did not grant that slot,
+/// and the permit's votes.
+pub(crate) fn take_permit(
+    round: &Round,
+    slots: &[Option<u64>],
+    slot: u64,
+    (keys, kind, value): (&Arc<[Key]>, &LockKind, &LockValue),
+    skipped: &[NodeId],
+    votes: Votes,
+    deadline: Instant,
+) -> (Arc<[Key]>, Vec<Request>, Votes) {
+    let others = others(round, slots, slot, skipped);
+    let withdraws = round
+        .fan_out(keys, kind, value, Command::Withdraw, deadline)
+        .filter(|request| others.contains(&request.node))
+        .collect();
+    let index = usize::try_from(slot).expect("a granted slot is one of the keys");
+    let permit: Arc<[Key]> = vec![keys[index].clone()].into();
+    (permit, withdraws, permit_votes(votes, slots, slot))
+}

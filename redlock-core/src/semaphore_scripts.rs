@@ -1,0 +1,62 @@
+//! The scripts of a counting semaphore ([`LockSpec::Semaphore`](crate::LockSpec::Semaphore)),
+//! re-exported from [`scripts`](crate::scripts).
+//!
+//! A semaphore of k permits is k slot locks (`{<name>}\0permit0` ..
+//! `{<name>}\0permit<k-1>`, one hash slot). A permit is one slot held on a
+//! quorum, like any lock; these two scripts only let one round trip try
+//! every slot of a node and undo it.
+
+/// Take one free slot of a semaphore on one node.
+///
+/// - `KEYS`: the k slot keys, in slot order.
+/// - `ARGV[1]`: our lock value. `ARGV[2]`: the TTL in milliseconds.
+///   `ARGV[3]`: the slot to try first (from 0); the others follow in
+///   order, wrapping around. Every node of one attempt gets the same one,
+///   so nodes that agree on which slots are taken grant the same slot.
+///
+/// Every slot is read, so that a request run twice (a duplicated message)
+/// answers with the slot it took the first time instead of taking another.
+///
+/// Returns:
+/// - `{1, slot}`: that slot (from 0) was free and now holds our value, or
+///   already held it;
+/// - bulk string: every slot is held; the first 64 bytes of the holder of
+///   the slot tried first;
+/// - error `WRONGTYPE ...`: a slot key read before a free one is not a
+///   string (nothing was written: every read comes before the one write).
+pub const SEMAPHORE_ACQUIRE: &str = r#"local n = #KEYS
+local start = tonumber(ARGV[3]) % n
+local free, first = false, false
+for i = 0, n - 1 do
+  local slot = (start + i) % n
+  local held = redis.call('GET', KEYS[slot + 1])
+  if held == ARGV[1] then return {1, slot} end
+  if not held then
+    if not free then free = slot end
+  elseif not first then
+    first = held
+  end
+end
+if free then
+  redis.call('SET', KEYS[free + 1], ARGV[1], 'PX', ARGV[2])
+  return {1, free}
+end
+return string.sub(first, 1, 64)
+"#;
+
+/// Remove our value from whichever slots of a semaphore hold it on one
+/// node, without a release notice: what a failed, abandoned or disagreeing
+/// attempt may have set.
+///
+/// - `KEYS`: the k slot keys. `ARGV[1]`: our lock value.
+///
+/// Returns `1` if some slot held our value (now deleted), `-1` if none did.
+/// Every slot is read before the first delete.
+pub const SEMAPHORE_WITHDRAW: &str = r#"local ours = {}
+for i, key in ipairs(KEYS) do
+  if redis.call('GET', key) == ARGV[1] then ours[#ours + 1] = key end
+end
+if #ours == 0 then return -1 end
+redis.call('DEL', unpack(ours))
+return 1
+"#;

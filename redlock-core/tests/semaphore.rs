@@ -1,0 +1,352 @@
+//! A counting semaphore on a quorum (`LockSpec::Semaphore`): at most k
+//! holders at once under the simulation's faults, one round trip when
+//! uncontended, and an attempt that does not win leaves nothing.
+
+mod sim;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use redlock_core::{
+    AcquireEvent, Acquisition, Attempts, Command, Config, ConfigError, LockKind, LockSpec, Machine,
+    NodeVote, Reply, Request, Response, Settings, scripts,
+};
+use sim::{Hold, Kinds, SimConfig, run};
+
+fn schedules() -> u64 {
+    std::env::var("SIM_SCHEDULES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(300)
+}
+
+/// The most holds of one key that overlap at one instant.
+fn max_concurrent(holds: &[Hold]) -> usize {
+    let mut edges: Vec<(usize, Duration, i32)> = holds
+        .iter()
+        .filter(|hold| hold.end > hold.start)
+        .flat_map(|hold| [(hold.key, hold.start, 1), (hold.key, hold.end, -1)])
+        .collect();
+    // Ends before starts at one instant: a hold ending then does not overlap.
+    edges.sort_by_key(|&(key, at, step)| (key, at, step));
+    let (mut most, mut open, mut key) = (0, 0i32, usize::MAX);
+    for (k, _, step) in edges {
+        if k != key {
+            (key, open) = (k, 0);
+        }
+        open += step;
+        most = most.max(open as usize);
+    }
+    most
+}
+
+#[test]
+fn at_most_k_holders_under_faults() {
+    for (nodes, permits) in [(3, 2), (5, 3)] {
+        let cfg = SimConfig {
+            nodes,
+            clients: 8,
+            kinds: Kinds::Semaphore { permits },
+            ..SimConfig::default()
+        };
+        let (mut grants, mut most) = (0, 0);
+        for seed in 0..schedules() {
+            let outcome = run(seed, &cfg);
+            let concurrent = max_concurrent(&outcome.holds);
+            assert!(
+                concurrent <= permits as usize,
+                "N={nodes} k={permits} seed {seed}: {concurrent} holders at once"
+            );
+            assert!(
+                outcome.uncovered.is_empty(),
+                "seed {seed}: {:?}",
+                outcome.uncovered
+            );
+            grants += outcome.holds.len();
+            most = most.max(concurrent);
+        }
+        println!(
+            "semaphore N={nodes} k={permits}: {} schedules, {grants} grants, max_concurrent_holders={most}",
+            schedules()
+        );
+        // The permits are used, not only one at a time.
+        assert_eq!(most, permits as usize, "never {permits} holders at once");
+    }
+}
+
+fn settings(nodes: usize) -> Arc<Settings> {
+    let names: Vec<String> = (0..nodes).map(|i| format!("n{i}")).collect();
+    Arc::new(Config::new(names).validate().unwrap())
+}
+
+fn acquire(settings: &Arc<Settings>, permits: u32, attempts: Attempts) -> Acquisition<StdRng> {
+    Acquisition::with_spec(
+        settings.clone(),
+        LockSpec::Semaphore {
+            resource: b"pool",
+            permits,
+        },
+        settings.default_ttl(),
+        attempts,
+        Instant::now(),
+        StdRng::seed_from_u64(7),
+    )
+    .unwrap()
+}
+
+fn drain(machine: &mut Acquisition<StdRng>) -> Vec<Request> {
+    std::iter::from_fn(|| machine.poll_request()).collect()
+}
+
+fn granted(slot: i64) -> Response {
+    Response::Array(vec![Response::Int(1), Response::Int(slot)])
+}
+
+#[test]
+fn an_uncontended_permit_takes_one_round_trip() {
+    let settings = settings(3);
+    let mut machine = acquire(&settings, 4, Attempts::Once);
+    let requests = drain(&mut machine);
+    assert_eq!(requests.len(), 3, "one request per master");
+    let start = match requests[0].kind {
+        LockKind::Semaphore { start } => start,
+        ref other => panic!("a semaphore's request, not {other:?}"),
+    };
+    assert!(
+        requests
+            .iter()
+            .all(|r| r.script() == scripts::SEMAPHORE_ACQUIRE
+                && r.keys.len() == 4
+                && r.kind == LockKind::Semaphore { start })
+    );
+    let now = Instant::now();
+    for request in &requests[..2] {
+        machine.handle_reply(Reply::to(request, Ok(granted(i64::from(start)))), now);
+    }
+    let Some(AcquireEvent::Acquired(lock)) = machine.poll_event() else {
+        panic!("the permit, at the quorum")
+    };
+    assert_eq!(lock.key(), &requests[0].keys[start as usize]);
+    assert_eq!(
+        lock.kind(),
+        &LockKind::Exclusive,
+        "a permit is a lock on its slot"
+    );
+    // The master not heard from may yet grant another slot: it is asked to
+    // give back whatever it set, behind the acquire on its connection.
+    let withdraws = drain(&mut machine);
+    assert_eq!(withdraws.len(), 1);
+    assert_eq!(
+        (withdraws[0].node.0, withdraws[0].command),
+        (2, Command::Withdraw)
+    );
+}
+
+#[test]
+fn masters_that_granted_another_slot_give_it_back() {
+    let settings = settings(3);
+    let mut machine = acquire(&settings, 2, Attempts::Once);
+    let requests = drain(&mut machine);
+    let now = Instant::now();
+    machine.handle_reply(Reply::to(&requests[0], Ok(granted(1))), now);
+    machine.handle_reply(Reply::to(&requests[1], Ok(granted(0))), now);
+    assert!(machine.poll_event().is_none(), "one vote per slot: open");
+    machine.handle_reply(Reply::to(&requests[2], Ok(granted(1))), now);
+    let Some(AcquireEvent::Acquired(lock)) = machine.poll_event() else {
+        panic!("slot 1 on a quorum")
+    };
+    assert_eq!(lock.key(), &requests[0].keys[1]);
+    assert_eq!(lock.votes().granted(), 2, "the other slot is no vote");
+    assert!(matches!(lock.votes().votes()[1], NodeVote::HeldByOther(_)));
+    let withdraws = drain(&mut machine);
+    assert_eq!(withdraws.len(), 1);
+    assert_eq!(withdraws[0].node.0, 1);
+    assert_eq!(withdraws[0].command, Command::Withdraw);
+    assert_eq!(withdraws[0].script(), scripts::SEMAPHORE_WITHDRAW);
+    assert_eq!(withdraws[0].keys.len(), 2, "every slot");
+}
+
+#[test]
+fn a_losing_attempt_withdraws_everything() {
+    let settings = settings(3);
+    let mut machine = acquire(&settings, 2, Attempts::Once);
+    let requests = drain(&mut machine);
+    let now = Instant::now();
+    // Three masters, three answers: slot 0, slot 1, full. No slot has a quorum.
+    machine.handle_reply(Reply::to(&requests[0], Ok(granted(0))), now);
+    machine.handle_reply(Reply::to(&requests[1], Ok(granted(1))), now);
+    machine.handle_reply(
+        Reply::to(&requests[2], Ok(Response::Data(b"other".to_vec()))),
+        now,
+    );
+    assert!(
+        matches!(machine.poll_event(), Some(AcquireEvent::Failed(error)) if error.is_held_by_other())
+    );
+    let withdraws = drain(&mut machine);
+    assert_eq!(
+        withdraws.len(),
+        3,
+        "every master, also the one that said full"
+    );
+    for withdraw in &withdraws {
+        assert_eq!(withdraw.command, Command::Withdraw);
+        assert_eq!(withdraw.script(), scripts::SEMAPHORE_WITHDRAW);
+        assert_eq!(withdraw.keys, requests[0].keys, "every slot");
+        assert_eq!(withdraw.value, requests[0].value);
+    }
+}
+
+#[test]
+fn a_cancelled_attempt_withdraws_everything() {
+    let settings = settings(5);
+    let mut machine = acquire(&settings, 3, Attempts::Retry);
+    let requests = drain(&mut machine);
+    machine.handle_reply(Reply::to(&requests[0], Ok(granted(2))), Instant::now());
+    machine.abandon(Instant::now());
+    let withdraws = drain(&mut machine);
+    assert_eq!(withdraws.len(), 5);
+    assert!(
+        withdraws
+            .iter()
+            .all(|w| w.command == Command::Withdraw && w.keys.len() == 3)
+    );
+}
+
+#[test]
+fn slots_share_the_hash_slot_and_a_bad_count_is_refused() {
+    let settings = settings(3);
+    let machine = acquire(&settings, 3, Attempts::Once);
+    let slots: Vec<_> = machine.keys().iter().map(|k| k.slot()).collect();
+    assert!(slots.iter().all(|&s| s == slots[0]));
+    assert_eq!(machine.keys()[2].as_bytes(), b"{pool}\0permit2");
+    for permits in [0, redlock_core::MAX_PERMITS + 1] {
+        let refused = Acquisition::with_spec(
+            settings.clone(),
+            LockSpec::Semaphore {
+                resource: b"pool",
+                permits,
+            },
+            settings.default_ttl(),
+            Attempts::Once,
+            Instant::now(),
+            StdRng::seed_from_u64(1),
+        );
+        assert!(matches!(refused, Err(ConfigError::Permits { permits: p }) if p == permits));
+    }
+}
+
+/// A master's slots, served as `SEMAPHORE_ACQUIRE` and `SEMAPHORE_WITHDRAW` do.
+fn serve(slots: &mut [Option<Vec<u8>>], request: &Request) -> Response {
+    let ours = request.value.as_bytes().to_vec();
+    match (&request.kind, request.command) {
+        (LockKind::Semaphore { start }, Command::Acquire { .. }) => {
+            let n = slots.len();
+            for i in 0..n {
+                let slot = (*start as usize + i) % n;
+                if slots[slot].is_none() {
+                    slots[slot] = Some(ours);
+                    return granted(slot as i64);
+                }
+            }
+            Response::Data(b"full".to_vec())
+        }
+        (_, Command::Withdraw) => {
+            let mut found = -1;
+            for slot in slots.iter_mut().filter(|slot| slot.as_ref() == Some(&ours)) {
+                *slot = None;
+                found = 1;
+            }
+            Response::Int(found)
+        }
+        other => panic!("not a semaphore request: {other:?}"),
+    }
+}
+
+/// Three clients on three masters with two permits, each reaching two
+/// masters (AB, BC, CA; the third times out), one after the other; the
+/// masters run the scripts. Returns how many hold a permit at the end.
+fn three_clients_two_permits(seed: u64) -> usize {
+    let settings = settings(3);
+    let now = Instant::now();
+    let mut masters = vec![vec![None; 2]; 3];
+    let mut held = 0;
+    for (client, reached) in [[0, 1], [1, 2], [2, 0]].iter().enumerate() {
+        let mut machine = Acquisition::with_spec(
+            settings.clone(),
+            LockSpec::Semaphore {
+                resource: b"pool",
+                permits: 2,
+            },
+            settings.default_ttl(),
+            Attempts::Once,
+            now,
+            StdRng::seed_from_u64(seed * 3 + client as u64),
+        )
+        .unwrap();
+        // Until the machine is done and its withdraws have been served.
+        loop {
+            let requests = drain(&mut machine);
+            if requests.is_empty() {
+                break;
+            }
+            for request in requests {
+                let node = request.node.0;
+                let answer = if reached.contains(&node) {
+                    Ok(serve(&mut masters[node], &request))
+                } else {
+                    Err(redlock_core::NodeError::timeout(Duration::from_millis(50)))
+                };
+                machine.handle_reply(Reply::to(&request, answer), now);
+            }
+            while let Some(event) = machine.poll_event() {
+                held += usize::from(matches!(event, AcquireEvent::Acquired(_)));
+            }
+        }
+    }
+    held
+}
+
+/// The naive per-master counter (planted bug `SemaphoreCountsAnySlot`)
+/// admits three holders of two permits where the slots admit two.
+#[test]
+fn three_clients_on_pairs_of_masters_never_hold_three_permits() {
+    for seed in 0..50 {
+        assert!(three_clients_two_permits(seed) <= 2, "seed {seed}");
+    }
+}
+
+/// The naive per-master counter (planted bug `SemaphoreCountsAnySlot`)
+/// admits three holders of two permits: AB, BC and CA.
+#[cfg(feature = "planted-bugs")]
+#[test]
+fn the_naive_counter_admits_more_than_k() {
+    use redlock_core::planted::{self, Bug};
+    planted::set(Some(Bug::SemaphoreCountsAnySlot));
+    let most = (0..50).map(three_clients_two_permits).max();
+    planted::set(None);
+    assert_eq!(most, Some(3));
+}
+
+/// The simulation, too, finds more than k holders (or a permit not covered
+/// by a quorum of its slot) under the naive counter.
+#[cfg(feature = "planted-bugs")]
+#[test]
+fn the_simulation_catches_the_naive_counter() {
+    use redlock_core::planted::{self, Bug};
+    let cfg = SimConfig {
+        nodes: 3,
+        clients: 8,
+        kinds: Kinds::Semaphore { permits: 2 },
+        ..SimConfig::default()
+    };
+    planted::set(Some(Bug::SemaphoreCountsAnySlot));
+    let caught = (0..100).find(|&seed| {
+        let outcome = run(seed, &cfg);
+        max_concurrent(&outcome.holds) > 2 || !outcome.uncovered.is_empty()
+    });
+    planted::set(None);
+    println!("naive counter caught at seed {caught:?}");
+    assert!(caught.is_some());
+}

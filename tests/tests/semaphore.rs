@@ -1,0 +1,162 @@
+//! Semaphores (`redlock.lock(name).permits(k)`) on real masters: k holders
+//! at once and the (k+1)-th waits until one releases, a cancelled acquire
+//! leaves no slot key, a dead holder's permit comes back after its TTL; on
+//! plain masters (Redis, or Valkey with `REDLOCK_SERVER_BIN`) and on nodes
+//! that are whole Redis Clusters.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::future::IntoFuture;
+use std::time::Duration;
+
+use redlock_tests::{RedisCluster, ShardedNode};
+use redlock_tokio::{LockGuard, Redlock, Wait};
+use support::{NODE_TIMEOUT, QUICK, assert_absent, builder, client, eventually};
+
+/// The slot keys of a semaphore of `permits` on `name` (no key prefix).
+fn slot_keys(name: &str, permits: u32) -> Vec<Vec<u8>> {
+    (0..permits)
+        .map(|slot| format!("{{{name}}}\0permit{slot}").into_bytes())
+        .collect()
+}
+
+/// Takes every permit at once, then shows that one more waits for a
+/// release and gets the permit released.
+async fn k_holders_then_a_waiter(holders: &Redlock, waiter: &Redlock, name: &str, permits: u32) {
+    let mut guards: Vec<LockGuard> = Vec::new();
+    for _ in 0..permits {
+        let guard = holders
+            .lock(name)
+            .permits(permits)
+            .wait(Wait::AtMost(Duration::from_secs(10)))
+            .await
+            .expect("a free permit");
+        guards.push(guard);
+    }
+    let slots: BTreeSet<_> = guards.iter().map(|g| g.key().clone()).collect();
+    assert_eq!(
+        slots.len(),
+        permits as usize,
+        "each holder has its own slot"
+    );
+    let refused = waiter.lock(name).permits(permits).wait(Wait::No).await;
+    match refused {
+        Ok(guard) => panic!("a permit beyond {permits}: {guard:?}"),
+        Err(error) => assert!(error.is_held_by_other(), "{error:?}"),
+    }
+    let waiting = {
+        let waiter = waiter.clone();
+        let name = name.to_owned();
+        tokio::spawn(async move {
+            waiter
+                .lock(&name)
+                .permits(permits)
+                .wait(Wait::AtMost(Duration::from_secs(20)))
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "the (k+1)-th waits while k hold");
+    let released = guards.remove(0);
+    let freed = released.key().clone();
+    released.release().await;
+    let granted = waiting.await.unwrap().expect("the released permit");
+    assert_eq!(granted.key(), &freed, "the one free slot");
+    granted.release().await;
+    for guard in guards {
+        guard.release().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn k_holders_at_once_and_the_next_waits_for_a_release() {
+    let cluster = RedisCluster::start(3);
+    let (a, b) = (client(&cluster).await, client(&cluster).await);
+    k_holders_then_a_waiter(&a, &b, "pool", 3).await;
+    a.shutdown().await;
+    b.shutdown().await;
+    for key in slot_keys("pool", 3) {
+        assert_absent(&cluster, key);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_acquire_leaves_no_slot_key() {
+    let cluster = RedisCluster::start(3);
+    let redlock = builder(&cluster)
+        .node_timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .unwrap();
+    redlock.lock("warm").await.unwrap().release().await;
+    cluster.node(0).pause();
+    cluster.node(1).pause();
+    let result = tokio::time::timeout(
+        Duration::from_millis(200),
+        redlock.lock("cancelled").permits(2).into_future(),
+    )
+    .await;
+    assert!(result.is_err(), "the permit cannot be decided yet");
+    eventually("node 2 gave its slot back", QUICK, || {
+        slot_keys("cancelled", 2)
+            .iter()
+            .all(|key| !cluster.node(2).exists(key))
+    })
+    .await;
+    cluster.node(0).resume();
+    cluster.node(1).resume();
+    redlock.shutdown().await;
+    for key in slot_keys("cancelled", 2) {
+        assert_absent(&cluster, key);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_holders_permit_returns_after_its_ttl() {
+    let cluster = RedisCluster::start(3);
+    let (dead, waiter) = (client(&cluster).await, client(&cluster).await);
+    let ttl = Duration::from_secs(1);
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let guard = dead.lock("jobs").permits(2).ttl(ttl).await.unwrap();
+        held.push(guard.key().clone());
+        // A holder that dies releases nothing: its keys live out their TTL.
+        std::mem::forget(guard);
+    }
+    let refused = waiter.lock("jobs").permits(2).wait(Wait::No).await;
+    assert!(refused.is_err_and(|e| e.is_held_by_other()));
+    let granted = waiter
+        .lock("jobs")
+        .permits(2)
+        .wait(Wait::AtMost(Duration::from_secs(20)))
+        .await
+        .expect("a dead holder's permit comes back");
+    assert!(held.contains(granted.key()));
+    granted.release().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_works_on_cluster_nodes() {
+    let nodes = ShardedNode::start_many(3, 3);
+    let urls: Vec<String> = nodes.iter().map(ShardedNode::url).collect();
+    let build = || {
+        Redlock::builder(urls.clone())
+            .node_timeout(NODE_TIMEOUT)
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+    };
+    let (a, b) = (build().await.unwrap(), build().await.unwrap());
+    // Every slot key lands in the name's hash slot, on one shard.
+    let keys = slot_keys("pool", 2);
+    assert!(
+        keys.iter()
+            .all(|key| nodes[0].shard_index(key) == nodes[0].shard_index("pool"))
+    );
+    k_holders_then_a_waiter(&a, &b, "pool", 2).await;
+    a.shutdown().await;
+    b.shutdown().await;
+    for node in &nodes {
+        assert!(keys.iter().all(|key| !node.exists(key)), "a slot key left");
+    }
+}
