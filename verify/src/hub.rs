@@ -9,7 +9,7 @@
 //! behind an attempt are what the other configurations check). A waiting
 //! task attempts again only when the hub tells it a notice newer than its
 //! last attempt, as an acquisition does
-//! ([`Machine::handle_notice`](redlock_core::Machine::handle_notice)):
+//! ([`Machine::handle_notice`]):
 //! here no timer stands behind a lost wake-up.
 //!
 //! The world around the hubs: a release frees the lock and hands over to
