@@ -191,13 +191,14 @@ pub(crate) struct ExecArgs {
     #[arg(long, value_parser = parse_duration, value_name = "DURATION", conflicts_with = "no_wait")]
     pub(crate) deadline: Option<Duration>,
     /// Take a fencing token with the lock (one more round trip) and export it
-    /// as REDLOCK_FENCING_TOKEN: larger than every earlier holder's token.
+    /// as REDLOCK_FENCING_TOKEN: larger than every earlier holder's token
+    /// (with --permits, every earlier holder's of the same permit slot).
     #[arg(long)]
     pub(crate) fencing: bool,
     /// Run while holding one of K permits of a semaphore (at most K holders
     /// of KEY at once; every user of KEY must give the same K). The permit
     /// is a lock on its slot, `{KEY}\0permit<i>`.
-    #[arg(long, value_name = "K", conflicts_with = "fencing")]
+    #[arg(long, value_name = "K")]
     pub(crate) permits: Option<u32>,
     /// How long COMMAND has between SIGTERM and SIGKILL, when the lock is
     /// lost or redlock is told to stop.

@@ -82,12 +82,11 @@ async fn exec(common: &Common, args: &ExecArgs, output: &Output) -> Result<u8, F
             || json!({ "event": "waiting", "key": key }),
         );
     }
-    let mut acquire = if args.fencing {
-        request.fencing().into_future()
-    } else if let Some(permits) = args.permits {
-        request.permits(permits).into_future()
-    } else {
-        request.into_future()
+    let mut acquire = match (args.permits, args.fencing) {
+        (Some(permits), true) => request.permits(permits).fencing().into_future(),
+        (Some(permits), false) => request.permits(permits).into_future(),
+        (None, true) => request.fencing().into_future(),
+        (None, false) => request.into_future(),
     };
     // Each turn handles one signal; the acquire itself is bounded by its
     // attempts or deadline.

@@ -68,6 +68,8 @@ enum Phase {
         token: u64,
         lock_started: Instant,
         lock_votes: Votes,
+        /// The fenced lock's keys (a permit's: its slot and its counter).
+        keys: Arc<[Key]>,
     },
 }
 
@@ -133,6 +135,9 @@ pub struct Acquisition<R> {
     retries: Retries,
     /// The script keys, the lock key first.
     keys: Arc<[Key]>,
+    /// The keys of the lock round's acquire: [`keys`](Self::keys), and for
+    /// a fenced semaphore its slots' counters after them.
+    acquire_keys: Arc<[Key]>,
     kind: LockKind,
     fenced: bool,
     /// Fencing counters the nodes returned in the current lock round.
@@ -270,7 +275,11 @@ impl<R: Rng> Acquisition<R> {
             // A writer that will not retry must not hold readers off.
             *readers_hold_off = Ttl::NONE;
         }
-        let fenced = matches!(spec, LockSpec::Fenced(_));
+        let fenced = matches!(spec, LockSpec::Fenced(_) | LockSpec::FencedSemaphore { .. });
+        let acquire_keys = match spec {
+            LockSpec::FencedSemaphore { .. } => crate::semaphore::with_counters(&settings, &keys),
+            _ => keys.clone(),
+        };
         let mut rng = rng;
         if let LockKind::Fair { waiter, .. } = &mut kind {
             *waiter = LockValue::random(&mut rng, 10).as_str().into();
@@ -279,6 +288,7 @@ impl<R: Rng> Acquisition<R> {
         let notices = Notices::new(&settings, now);
         let mut this = Self {
             keys,
+            acquire_keys,
             kind,
             fenced,
             counters: Vec::new(),
@@ -548,12 +558,17 @@ impl<R: Rng> Acquisition<R> {
     }
 
     fn send_round(&mut self, round: &Round, value: &LockValue, command: Command) {
-        let requests = round.fan_out(&self.keys, &self.kind, value, command, round.deadline);
+        let keys = &self.acquire_keys;
+        let requests = round.fan_out(keys, &self.kind, value, command, round.deadline);
         self.requests.extend(requests);
     }
 
-    /// The lock round was won on a fenced lock: store the token on a quorum.
-    fn start_fence_round(&mut self, now: Instant) {
+    /// The lock round was won on a fenced lock (a fenced semaphore's, on
+    /// `slot`): store the token on a quorum. A permit's token comes from
+    /// the counters of the masters that granted its slot, and is stored
+    /// beside its slot key; the masters that granted another slot are
+    /// withdrawn from now.
+    fn start_fence_round(&mut self, now: Instant, slot: Option<u64>) {
         let State::Attempting {
             round,
             value,
@@ -566,24 +581,45 @@ impl<R: Rng> Acquisition<R> {
         let token = round
             .nodes()
             .filter(|node| round.granted(*node))
+            .filter(|node| slot.is_none() || self.slots[node.0] == slot)
             .filter_map(|node| self.counters[node.0])
             .max()
             .unwrap_or(0)
             .saturating_add(1);
+        let (keys, lock_votes) = match slot {
+            Some(slot) => {
+                let (permit, withdraws, votes) = crate::semaphore::take_permit(
+                    &round,
+                    &self.slots,
+                    slot,
+                    (&self.keys, &self.kind, &value),
+                    &round.skipped_nodes(),
+                    round.votes(now),
+                    now + self.settings.release_timeout(),
+                );
+                self.requests.extend(withdraws);
+                let counter = self.settings.fencing_key(&permit[0]);
+                ([permit[0].clone(), counter].into(), votes)
+            }
+            None => (self.keys.clone(), round.votes(now)),
+        };
         let fence = Round::new(
             RoundId(self.rng.next_u64()),
             &self.settings,
             now,
             self.node_timeout,
         );
-        self.send_round(&fence, &value, Command::StoreToken { token });
+        let command = Command::StoreToken { token };
+        let requests = fence.fan_out(&keys, &LockKind::Exclusive, &value, command, fence.deadline);
+        self.requests.extend(requests);
         self.state = State::Attempting {
             round: fence,
             value,
             phase: Phase::Fence {
                 token,
                 lock_started: round.started,
-                lock_votes: round.votes(now),
+                lock_votes,
+                keys,
             },
             scheduled,
         };
@@ -603,8 +639,8 @@ impl<R: Rng> Acquisition<R> {
         let State::Attempting { round, phase, .. } = &self.state else {
             return;
         };
-        let (tally, slot) = match self.kind {
-            LockKind::Semaphore { .. } => {
+        let (tally, slot) = match (&self.kind, phase) {
+            (LockKind::Semaphore { .. }, Phase::Lock) => {
                 crate::semaphore::tally(round, &self.slots, self.settings.quorum())
             }
             _ => (round.tally(), None),
@@ -625,7 +661,7 @@ impl<R: Rng> Acquisition<R> {
                 let until = valid_until(started, self.ttl, self.drift);
                 if let Some(until) = until.filter(|&until| remaining(until, now).is_some()) {
                     if matches!(phase, Phase::Lock) && self.fenced {
-                        self.start_fence_round(now);
+                        self.start_fence_round(now, slot);
                         return;
                     }
                     let State::Attempting {
@@ -648,14 +684,19 @@ impl<R: Rng> Acquisition<R> {
                     }
                     // Nodes the lock round skipped never saw our value.
                     let untouched = skipped_by_lock_round(&round, &phase);
-                    let (votes, fencing_token) = match phase {
-                        Phase::Lock => (round.votes(now), None),
+                    let (votes, fencing_token, fenced_keys) = match phase {
+                        Phase::Lock => (round.votes(now), None, None),
                         Phase::Fence {
-                            token, lock_votes, ..
-                        } => (lock_votes, Some(token)),
+                            token,
+                            lock_votes,
+                            keys,
+                            ..
+                        } => (lock_votes, Some(token), Some(keys)),
                     };
-                    let (keys, kind, votes) = match slot {
-                        Some(slot) => {
+                    let (keys, kind, votes) = match (slot, fenced_keys) {
+                        // A fenced lock, or a fenced permit on its slot.
+                        (_, Some(keys)) => (keys, LockKind::Exclusive, votes),
+                        (Some(slot), None) => {
                             let (keys, withdraws, votes) = crate::semaphore::take_permit(
                                 &round,
                                 &self.slots,
@@ -668,7 +709,7 @@ impl<R: Rng> Acquisition<R> {
                             self.requests.extend(withdraws);
                             (keys, LockKind::Exclusive, votes)
                         }
-                        None => (self.keys.clone(), self.kind.clone(), votes),
+                        (None, None) => (self.keys.clone(), self.kind.clone(), votes),
                     };
                     let lock = Lock {
                         settings: self.settings.clone(),
@@ -980,18 +1021,20 @@ impl<R: Rng> Machine for Acquisition<R> {
             },
             _ => (None, None),
         };
-        let counter = match (&command, &reply.result) {
-            (Command::AcquireFenced { .. }, Ok(Response::Array(items))) => match items.as_slice() {
-                [Response::Int(1), Response::Int(counter)] => u64::try_from(*counter).ok(),
-                _ => None,
-            },
-            _ => None,
-        };
-        let slot = match self.kind {
+        let (slot, counter) = match (&self.kind, &command, &reply.result) {
             // A slot that is not one of ours counts for none.
-            LockKind::Semaphore { .. } => crate::semaphore::granted_slot(&reply.result)
-                .filter(|&slot| slot < self.keys.len() as u64),
-            _ => None,
+            (LockKind::Semaphore { .. }, _, result) => crate::semaphore::granted(result)
+                .filter(|&(slot, _)| slot < self.keys.len() as u64)
+                .map_or((None, None), |(slot, counter)| (Some(slot), counter)),
+            (_, Command::AcquireFenced { .. }, Ok(Response::Array(items))) => {
+                match items.as_slice() {
+                    [Response::Int(1), Response::Int(counter)] => {
+                        (None, u64::try_from(*counter).ok())
+                    }
+                    _ => (None, None),
+                }
+            }
+            _ => (None, None),
         };
         let vote = interpret_acquire(&self.kind, command, reply.native, reply.result);
         if round.record(reply.round, reply.node, vote) {

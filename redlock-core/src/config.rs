@@ -661,7 +661,8 @@ impl Settings {
                 }
                 (keys.into(), LockKind::Multi)
             }
-            LockSpec::Semaphore { resource, permits } => {
+            LockSpec::Semaphore { resource, permits }
+            | LockSpec::FencedSemaphore { resource, permits } => {
                 if permits == 0 || permits > crate::MAX_PERMITS {
                     return Err(ConfigError::Permits { permits });
                 }

@@ -62,15 +62,37 @@ pub(crate) fn slot_keys(key: &Key, permits: u32) -> Arc<[Key]> {
     (0..permits).map(|slot| permit_key(key, slot)).collect()
 }
 
-/// The slot a master granted, from its answer to `SEMAPHORE_ACQUIRE`.
-pub(crate) fn granted_slot(result: &Result<Response, NodeError>) -> Option<u64> {
+/// A fenced semaphore's acquire keys: its `slots`, then each slot's
+/// fencing counter ([`Settings::fencing_key`](crate::Settings::fencing_key)
+/// of the slot key), in the same order.
+pub(crate) fn with_counters(settings: &crate::Settings, slots: &[Key]) -> Arc<[Key]> {
+    let counters = slots.iter().map(|slot| settings.fencing_key(slot));
+    slots.iter().cloned().chain(counters).collect()
+}
+
+/// The slot a master granted, from its answer to `SEMAPHORE_ACQUIRE`, with
+/// that slot's fencing counter if the answer carries one (fenced).
+pub(crate) fn granted(result: &Result<Response, NodeError>) -> Option<(u64, Option<u64>)> {
     match result {
         Ok(Response::Array(items)) => match items.as_slice() {
-            [Response::Int(1), Response::Int(slot)] => u64::try_from(*slot).ok(),
+            [Response::Int(1), Response::Int(slot)] => Some((u64::try_from(*slot).ok()?, None)),
+            [
+                Response::Int(1),
+                Response::Int(slot),
+                Response::Int(counter),
+            ] => Some((
+                u64::try_from(*slot).ok()?,
+                Some(u64::try_from(*counter).ok()?),
+            )),
             _ => None,
         },
         _ => None,
     }
+}
+
+/// The slot a master granted, from its answer to `SEMAPHORE_ACQUIRE`.
+pub(crate) fn granted_slot(result: &Result<Response, NodeError>) -> Option<u64> {
+    granted(result).map(|(slot, _)| slot)
 }
 
 /// Where an attempt stands: won, with the slot a quorum granted; lost, once

@@ -8,29 +8,38 @@
 
 /// Take one free slot of a semaphore on one node.
 ///
-/// - `KEYS`: the k slot keys, in slot order.
+/// - `KEYS`: the k slot keys, in slot order; for a fenced semaphore, then
+///   the k slots' fencing counters, in the same order (each the slot key's
+///   [`Settings::fencing_key`](crate::Settings::fencing_key)).
 /// - `ARGV[1]`: our lock value. `ARGV[2]`: the TTL in milliseconds.
 ///   `ARGV[3]`: the slot to try first (from 0); the others follow in
 ///   order, wrapping around. Every node of one attempt gets the same one,
 ///   so nodes that agree on which slots are taken grant the same slot.
+///   `ARGV[4]`, fenced only: k.
 ///
 /// Every slot is read, so that a request run twice (a duplicated message)
 /// answers with the slot it took the first time instead of taking another.
 ///
 /// Returns:
 /// - `{1, slot}`: that slot (from 0) was free and now holds our value, or
-///   already held it;
+///   already held it; fenced, `{1, slot, counter}` with that slot's
+///   fencing counter (0 if it never had one);
 /// - bulk string: every slot is held; the first 64 bytes of the holder of
 ///   the slot tried first;
 /// - error `WRONGTYPE ...`: a slot key read before a free one is not a
-///   string (nothing was written: every read comes before the one write).
-pub const SEMAPHORE_ACQUIRE: &str = r#"local n = #KEYS
+///   string, or (fenced) the granted slot's counter is not (nothing was
+///   written then: every read comes before the one write).
+pub const SEMAPHORE_ACQUIRE: &str = r#"local n = tonumber(ARGV[4]) or #KEYS
 local start = tonumber(ARGV[3]) % n
+local function grant(slot)
+  if n == #KEYS then return {1, slot} end
+  return {1, slot, tonumber(redis.call('GET', KEYS[n + slot + 1]) or '0') or 0}
+end
 local free, first = false, false
 for i = 0, n - 1 do
   local slot = (start + i) % n
   local held = redis.call('GET', KEYS[slot + 1])
-  if held == ARGV[1] then return {1, slot} end
+  if held == ARGV[1] then return grant(slot) end
   if not held then
     if not free then free = slot end
   elseif not first then
@@ -38,8 +47,9 @@ for i = 0, n - 1 do
   end
 end
 if free then
+  local granted = grant(free)
   redis.call('SET', KEYS[free + 1], ARGV[1], 'PX', ARGV[2])
-  return {1, free}
+  return granted
 end
 return string.sub(first, 1, 64)
 "#;

@@ -339,6 +339,21 @@ pub enum LockSpec<'a> {
         /// How many holders at most.
         permits: u32,
     },
+    /// As [`Semaphore`](Self::Semaphore), with a fencing token per permit
+    /// ([`Lock::fencing_token`](crate::Lock::fencing_token)): larger than
+    /// the token of every earlier holder of the same permit slot, as a
+    /// fenced lock's is on its key. Each slot keeps its own counter
+    /// (`{<key>}\0permit<i>\0fencing`, the slot key's
+    /// [`Settings::fencing_key`](crate::Settings::fencing_key)); the lock
+    /// handed out is a fenced lock on its slot key. A protected resource
+    /// checks the token per slot ([`Lock::key`](crate::Lock::key) names
+    /// it): see `docs/semaphore.md`.
+    FencedSemaphore {
+        /// The resource: the semaphore's name.
+        resource: &'a [u8],
+        /// How many holders at most.
+        permits: u32,
+    },
 }
 
 /// A TTL checked against the settings: whole milliseconds, positive validity

@@ -50,6 +50,7 @@ impl Request {
     pub fn script(&self) -> &'static str {
         use Command::*;
         match (&self.kind, self.command) {
+            (LockKind::Semaphore { .. }, AcquireFenced { .. }) => scripts::SEMAPHORE_ACQUIRE,
             (_, AcquireFenced { .. }) => scripts::ACQUIRE_FENCED,
             (_, StoreToken { .. }) => scripts::STORE_TOKEN,
             (_, MarkWaiting { .. }) => scripts::MARK_WAITING,
@@ -113,9 +114,10 @@ impl Request {
                 Some(Argument::Int(readers_hold_off.as_millis()))
             }
             (LockKind::Reentrant { owner }, _) => Some(Argument::Bytes(owner.as_bytes())),
-            (LockKind::Semaphore { start }, Command::Acquire { .. }) => {
-                Some(Argument::Int(u64::from(*start)))
-            }
+            (
+                LockKind::Semaphore { start },
+                Command::Acquire { .. } | Command::AcquireFenced { .. },
+            ) => Some(Argument::Int(u64::from(*start))),
             (LockKind::Exclusive, Command::Release | Command::MarkWaiting { .. }) => self
                 .client
                 .as_ref()
@@ -126,6 +128,13 @@ impl Request {
             (Some(n), _) => Some(Argument::Int(n)),
             (None, Some(_)) => Some(Argument::Int(0)),
             (None, None) => None,
+        };
+        // A fenced semaphore's k: its keys are the slots, then their counters.
+        let permits = match (&self.kind, self.command) {
+            (LockKind::Semaphore { .. }, Command::AcquireFenced { .. }) => {
+                Some(Argument::Int((self.keys.len() / 2) as u64))
+            }
+            _ => None,
         };
         let restore = match self.command {
             Command::Extend { .. } => Some(Argument::Int(0)),
@@ -167,6 +176,7 @@ impl Request {
         std::iter::once(Argument::Bytes(self.value.as_bytes()))
             .chain(second)
             .chain(third)
+            .chain(permits)
             .chain(waiter)
             .chain(fair.into_iter().flatten())
             .chain(restore)
@@ -689,11 +699,12 @@ pub(crate) fn interpret_acquire(
         (LockKind::Fair { .. }, Command::Acquire { .. }, None, Ok(Response::Array(items))) if matches!(items.as_slice(), [Response::Int(0), Response::Int(p), Response::Int(score)] if *p >= 1 && *score >= 0) => {
             NodeVote::HeldByOther(None)
         }
-        (LockKind::Semaphore { .. }, Command::Acquire { .. }, None, Ok(_))
-            if crate::semaphore::granted_slot(&result).is_some() =>
-        {
-            NodeVote::Granted
-        }
+        (
+            LockKind::Semaphore { .. },
+            Command::Acquire { .. } | Command::AcquireFenced { .. },
+            None,
+            Ok(_),
+        ) if crate::semaphore::granted_slot(&result).is_some() => NodeVote::Granted,
         _ => interpret(command, native, result),
     }
 }

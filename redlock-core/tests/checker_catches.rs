@@ -31,6 +31,7 @@ fn checker_flags_a_hand_made_overlap() {
             start: ms(0),
             end: ms(100),
             token: None,
+            slot: 0,
             group: None,
         },
         Hold {
@@ -39,6 +40,7 @@ fn checker_flags_a_hand_made_overlap() {
             start: ms(100),
             end: ms(200),
             token: None,
+            slot: 0,
             group: None,
         },
         Hold {
@@ -47,6 +49,7 @@ fn checker_flags_a_hand_made_overlap() {
             start: ms(150),
             end: ms(250),
             token: None,
+            slot: 0,
             group: None,
         },
         Hold {
@@ -55,6 +58,7 @@ fn checker_flags_a_hand_made_overlap() {
             start: ms(199),
             end: ms(300),
             token: None,
+            slot: 0,
             group: None,
         },
     ];

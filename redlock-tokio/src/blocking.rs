@@ -269,7 +269,7 @@ impl LockRequest<kind::Open> {
 
     /// With a fencing token ([`crate::LockRequest::fencing`]).
     pub fn fencing(self) -> LockRequest<kind::Chosen> {
-        self.kind(crate::LockRequest::fencing)
+        self.kind(crate::LockRequest::<kind::Open>::fencing)
     }
 
     /// Fair ([`crate::LockRequest::fair`]).

@@ -71,6 +71,10 @@ pub mod kind {
     /// [`permits`](crate::LockRequest::permits).
     #[derive(Debug)]
     pub enum Open {}
+    /// A permit of a semaphore, which may still ask for a fencing token:
+    /// [`fencing`](crate::LockRequest::fencing).
+    #[derive(Debug)]
+    pub enum Permits {}
     /// A request whose kind is chosen.
     #[derive(Debug)]
     pub enum Chosen {}
@@ -86,7 +90,7 @@ enum Spec {
     Write,
     Reentrant(Arc<str>),
     Multi(Vec<Arc<[u8]>>),
-    Semaphore(u32),
+    Semaphore { permits: u32, fenced: bool },
 }
 
 /// One acquire, made by [`Redlock::lock`] or [`Redlock::lock_all`]: await
@@ -150,7 +154,7 @@ impl LockRequest<kind::Open> {
         }
     }
 
-    fn kind(self, spec: Spec) -> LockRequest<kind::Chosen> {
+    fn kind<K>(self, spec: Spec) -> LockRequest<K> {
         LockRequest {
             client: self.client,
             resource: self.resource,
@@ -202,8 +206,14 @@ impl LockRequest<kind::Open> {
     /// lock; a waiter wakes on a permit's release notice. Every user of
     /// the resource must give the same `permits` (1 to
     /// [`MAX_PERMITS`](redlock_core::MAX_PERMITS), else [`Error::Config`]).
-    pub fn permits(self, permits: u32) -> LockRequest<kind::Chosen> {
-        self.kind(Spec::Semaphore(permits))
+    ///
+    /// Add [`fencing`](LockRequest::<kind::Permits>::fencing) for a fencing
+    /// token per permit.
+    pub fn permits(self, permits: u32) -> LockRequest<kind::Permits> {
+        self.kind(Spec::Semaphore {
+            permits,
+            fenced: false,
+        })
     }
 
     /// Reentrant for `owner`: the same owner id may take the lock again
@@ -214,6 +224,34 @@ impl LockRequest<kind::Open> {
     /// anyone who knows the id can enter.
     pub fn reentrant(self, owner: impl Into<Arc<str>>) -> LockRequest<kind::Chosen> {
         self.kind(Spec::Reentrant(owner.into()))
+    }
+}
+
+impl LockRequest<kind::Permits> {
+    /// With a fencing token per permit ([`LockGuard::fencing_token`]):
+    /// larger than the token of every earlier holder of the same permit
+    /// slot ([`LockGuard::key`] names the slot) while the nodes keep their
+    /// data. The protected resource keeps the highest token it accepted per
+    /// slot and refuses a lower one: a holder paused past its TTL is
+    /// refused once its slot's next holder has written. Costs one more
+    /// round trip, and keeps a counter key per slot on every node (see
+    /// `docs/semaphore.md`).
+    pub fn fencing(self) -> LockRequest<kind::Chosen> {
+        let Spec::Semaphore { permits, .. } = self.spec else {
+            unreachable!("a `Permits` request is a semaphore's");
+        };
+        LockRequest {
+            client: self.client,
+            resource: self.resource,
+            spec: Spec::Semaphore {
+                permits,
+                fenced: true,
+            },
+            ttl: self.ttl,
+            wait: self.wait,
+            keep_alive: self.keep_alive,
+            kind: PhantomData,
+        }
     }
 }
 
@@ -329,7 +367,17 @@ impl<K> LockRequest<K> {
                 names = resources.iter().map(|name| &name[..]).collect();
                 LockSpec::Multi(&names)
             }
-            Spec::Semaphore(permits) => LockSpec::Semaphore {
+            Spec::Semaphore {
+                permits,
+                fenced: false,
+            } => LockSpec::Semaphore {
+                resource: &self.resource,
+                permits: *permits,
+            },
+            Spec::Semaphore {
+                permits,
+                fenced: true,
+            } => LockSpec::FencedSemaphore {
                 resource: &self.resource,
                 permits: *permits,
             },

@@ -243,10 +243,15 @@ impl Pair {
         // Reentrant locks keep a hash at their key: a resource of their own,
         // so that no script meets a key of another type (the model has no
         // WRONGTYPE; the real-server tests cover it).
-        let spec = match rng.random_range(0..7) {
+        let spec = match rng.random_range(0..8) {
             0 => LockSpec::Exclusive(resource),
             // Slot keys of their own (`{s}\0permit<i>`), two permits.
             6 => LockSpec::Semaphore {
+                resource: b"s",
+                permits: 2,
+            },
+            // The same slots, with their counters (`{s}\0permit<i>\0fencing`).
+            7 => LockSpec::FencedSemaphore {
                 resource: b"s",
                 permits: 2,
             },

@@ -160,3 +160,65 @@ async fn a_semaphore_works_on_cluster_nodes() {
         assert!(keys.iter().all(|key| !node.exists(key)), "a slot key left");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_permits_tokens_grow_per_slot_and_a_deposed_holder_is_refused() {
+    let cluster = RedisCluster::start(3);
+    let (dead, live) = (client(&cluster).await, client(&cluster).await);
+    let ttl = Duration::from_secs(1);
+    let fenced = |redlock: &Redlock| {
+        redlock
+            .lock("fenced-pool")
+            .permits(2)
+            .fencing()
+            .ttl(ttl)
+            .wait(Wait::AtMost(Duration::from_secs(20)))
+    };
+    let deposed = fenced(&dead).await.expect("a free permit");
+    let other = fenced(&live).await.expect("the other permit");
+    assert_ne!(deposed.key(), other.key(), "two slots");
+    let (slot, deposed_token) = (deposed.key().clone(), deposed.fencing_token().unwrap());
+    assert_eq!(deposed_token, 1, "a fresh slot starts at 1");
+    assert_eq!(other.fencing_token(), Some(1), "each slot counts its own");
+    // The counter lives beside its slot key, on (at least) a quorum.
+    let counter = [slot.as_bytes(), b"\0fencing"].concat();
+    let stored = cluster
+        .nodes()
+        .iter()
+        .filter(|node| node.get(&counter).as_deref() == Some(&b"1"[..]))
+        .count();
+    assert!(stored >= 2, "the token on {stored} masters");
+    // The first holder stalls past its TTL (it never releases); the slot
+    // comes free and its next holder gets a larger token.
+    std::mem::forget(deposed);
+    let next = fenced(&live).await.expect("the deposed holder's permit");
+    assert_eq!(next.key(), &slot, "the only free slot");
+    let next_token = next.fencing_token().unwrap();
+    assert!(
+        next_token > deposed_token,
+        "{next_token} after {deposed_token}"
+    );
+    // The protected resource keeps the highest token per slot.
+    let resource = cluster.node(0);
+    let write = |slot: &redlock_core::Key, token: u64| -> i64 {
+        let highest = format!("resource:{slot}");
+        let value = resource.command([
+            "EVAL",
+            redlock_core::scripts::CHECK_TOKEN,
+            "1",
+            &highest,
+            &token.to_string(),
+        ]);
+        redis::from_redis_value(value).unwrap()
+    };
+    assert_eq!(write(&slot, next_token), 1, "the slot's new holder writes");
+    assert_eq!(write(other.key(), 1), 1, "the other permit's holder writes");
+    assert_eq!(
+        write(&slot, deposed_token),
+        0,
+        "the deposed holder is refused"
+    );
+    next.release().await;
+    other.release().await;
+    live.shutdown().await;
+}

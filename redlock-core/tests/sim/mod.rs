@@ -163,6 +163,8 @@ pub struct Hold {
     pub start: Duration,
     pub end: Duration,
     pub token: Option<u64>,
+    /// A semaphore's permit: the slot held (0 for every other lock).
+    pub slot: u32,
     /// Holds of one group may overlap (readers; one reentrant owner);
     /// `None` excludes everyone.
     pub group: Option<u64>,
@@ -208,9 +210,9 @@ impl Outcome {
     /// Pairs of holds of one key where the later one (by hand-out time) does
     /// not have a strictly larger fencing token.
     pub fn token_regressions(&self) -> Vec<(Hold, Hold)> {
-        let mut by_key: HashMap<usize, Vec<Hold>> = HashMap::new();
+        let mut by_key: HashMap<(usize, u32), Vec<Hold>> = HashMap::new();
         for hold in &self.holds {
-            by_key.entry(hold.key).or_default().push(*hold);
+            by_key.entry((hold.key, hold.slot)).or_default().push(*hold);
         }
         let mut found = Vec::new();
         for (_, mut list) in by_key {
@@ -232,6 +234,21 @@ impl Outcome {
         }
         found
     }
+}
+
+/// The slot of a semaphore's permit key (`{<key>}\0permit<i>`), 0 for
+/// any other key.
+fn permit_slot(key: &[u8]) -> u32 {
+    let marker = b"\0permit";
+    key.windows(marker.len())
+        .rposition(|window| window == marker)
+        .and_then(|at| {
+            std::str::from_utf8(&key[at + marker.len()..])
+                .ok()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
 }
 
 /// The checker: sorts the holds of each key by start and reports every hold that
@@ -873,6 +890,16 @@ impl World {
                     (LockSpec::Multi(&multi_refs), Target { keys, group: None })
                 }
             }
+            Kinds::Semaphore { permits } if self.cfg.fenced => (
+                LockSpec::FencedSemaphore {
+                    resource: &single,
+                    permits,
+                },
+                Target {
+                    keys: vec![key],
+                    group: Some(PERMITS),
+                },
+            ),
             Kinds::Semaphore { permits } => (
                 LockSpec::Semaphore {
                     resource: &single,
@@ -1116,6 +1143,7 @@ impl World {
                         start,
                         end,
                         token: lock.fencing_token(),
+                        slot: permit_slot(lock.key().as_bytes()),
                         group: key.group,
                     });
                     holds.push(self.outcome.holds.len() - 1);

@@ -248,14 +248,18 @@ impl Store {
         // An extend sets a missing lock again only as a restore.
         let restore = matches!(request.command, Command::Restore { .. });
         match (&request.kind, request.command) {
-            (_, Command::AcquireFenced { ttl }) => match self.get_str(keys[0], clock) {
-                Some(held) => Response::Data(held),
-                None => {
-                    self.set_str(keys[0], ours, clock, ttl.as_millis());
-                    let counter = self.counter(keys[1], clock) as i64;
-                    Response::Array(vec![Response::Int(1), Response::Int(counter)])
+            (kind, Command::AcquireFenced { ttl })
+                if !matches!(kind, LockKind::Semaphore { .. }) =>
+            {
+                match self.get_str(keys[0], clock) {
+                    Some(held) => Response::Data(held),
+                    None => {
+                        self.set_str(keys[0], ours, clock, ttl.as_millis());
+                        let counter = self.counter(keys[1], clock) as i64;
+                        Response::Array(vec![Response::Int(1), Response::Int(counter)])
+                    }
                 }
-            },
+            }
             (_, Command::StoreToken { token }) => match self.get_str(keys[0], clock) {
                 Some(held) if held == ours => {
                     let counter = self.counter(keys[1], clock).max(token);
@@ -335,18 +339,26 @@ impl Store {
                 Some(_) => Response::Int(0),
                 None => Response::Int(-1),
             },
-            // `SEMAPHORE_ACQUIRE`: the first free slot from `start` on.
-            (LockKind::Semaphore { start }, Command::Acquire { ttl }) => {
+            // `SEMAPHORE_ACQUIRE`: the first free slot from `start` on;
+            // fenced, with that slot's counter (the keys after the slots).
+            (
+                LockKind::Semaphore { start },
+                Command::Acquire { ttl } | Command::AcquireFenced { ttl },
+            ) => {
+                let fenced = matches!(request.command, Command::AcquireFenced { .. });
+                let n = if fenced { keys.len() / 2 } else { keys.len() };
+                let grant = |this: &mut Self, slot: usize| {
+                    let mut items = vec![Response::Int(1), Response::Int(slot as i64)];
+                    if fenced {
+                        items.push(Response::Int(this.counter(keys[n + slot], clock) as i64));
+                    }
+                    Response::Array(items)
+                };
                 let (mut free, mut first) = (None, None);
-                for i in 0..keys.len() {
-                    let slot = (*start as usize + i) % keys.len();
+                for i in 0..n {
+                    let slot = (*start as usize + i) % n;
                     match self.get_str(keys[slot], clock) {
-                        Some(held) if held == ours => {
-                            return Response::Array(vec![
-                                Response::Int(1),
-                                Response::Int(slot as i64),
-                            ]);
-                        }
+                        Some(held) if held == ours => return grant(self, slot),
                         None => {
                             free.get_or_insert(slot);
                         }
@@ -358,7 +370,7 @@ impl Store {
                 match free {
                     Some(slot) => {
                         self.set_str(keys[slot], ours, clock, ttl.as_millis());
-                        Response::Array(vec![Response::Int(1), Response::Int(slot as i64)])
+                        grant(self, slot)
                     }
                     None => Response::Data(first.unwrap_or_default()),
                 }
