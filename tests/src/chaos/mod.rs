@@ -25,6 +25,7 @@
 //!   saw and rejects lower ones (fencing).
 //! - [`checker`]: overlapping holds, stale and fenced writes, liveness and
 //!   no-quorum timing per fault window.
+//! - [`permits`]: the semaphore checker: holders of one semaphore at once.
 //! - [`proxy`]: a fault-injecting TCP proxy (latency, loss-like stalls,
 //!   blackhole partitions, connection resets).
 //! - [`docker`]: `docker compose` / `docker-compose` and faults inside a
@@ -37,6 +38,7 @@ pub mod clock;
 pub mod clock_shift;
 pub mod docker;
 pub mod masters;
+pub mod permits;
 pub mod proxy;
 pub mod record;
 pub mod resource;

@@ -20,6 +20,10 @@
 //!   master killed and restarted (empty, taking its slots back) after the
 //!   TTL, a plain master killed and restarted after the TTL (see
 //!   `suite/cluster.rs`).
+//! - **semaphore** (in model) and **semaphore_restart_empty** (out of
+//!   model), on local processes: permits of one semaphore of [`PERMITS`]
+//!   under paused, killed and restarted masters and holders paused past
+//!   their TTL, counted by the semaphore checker (see `suite/semaphore.rs`).
 //! - **sharp** scenarios, one fault each, with two workers and a long hold:
 //!   two masters are down while one worker gets the lock, so it holds it on
 //!   exactly a quorum (masters 1-3); the two come back, and master 1 is then
@@ -53,9 +57,11 @@ mod cluster;
 mod instruments;
 mod report;
 mod schedule;
+mod semaphore;
 
 pub use instruments::{LagMonitor, STALL_THRESHOLD};
 pub use report::render;
+pub use semaphore::{PERMITS, SemaphoreSummary};
 
 use instruments::{Held, Probe, Workers, signal};
 use schedule::{Method, Planned, Sharp, between, schedule};
@@ -121,6 +127,20 @@ impl Mode {
         match self {
             Mode::Ci => 2,
             Mode::Full => 5,
+        }
+    }
+
+    fn semaphore_cycles(self) -> usize {
+        match self {
+            Mode::Ci => 1,
+            Mode::Full => 3,
+        }
+    }
+
+    fn semaphore_rounds(self) -> usize {
+        match self {
+            Mode::Ci => 1,
+            Mode::Full => 2,
         }
     }
 
@@ -192,6 +212,8 @@ pub struct Report {
     pub skipped: Vec<String>,
     /// Failures across the run.
     pub failures: Vec<String>,
+    /// The semaphore scenarios' figures, when they ran.
+    pub semaphore: Option<SemaphoreSummary>,
 }
 
 impl Report {
@@ -269,6 +291,7 @@ pub async fn run(options: Options) -> Report {
     let mut rng = StdRng::seed_from_u64(options.seed);
     let mut scenarios = Vec::new();
     let mut skipped = Vec::new();
+    let mut semaphore = None;
 
     if options.process {
         let ctx = Context {
@@ -312,6 +335,20 @@ pub async fn run(options: Options) -> Report {
             ctx.cluster(rng.random(), options.mode.cluster_cycles())
                 .await,
         );
+        let (in_model, most) = ctx
+            .semaphore(rng.random(), options.mode.semaphore_cycles())
+            .await;
+        let rounds = options.mode.semaphore_rounds();
+        let (out_of_model, found) = ctx.semaphore_restart_empty(rng.random(), rounds).await;
+        semaphore = Some(SemaphoreSummary {
+            permits: PERMITS,
+            grants: in_model.analysis.granted(),
+            max_concurrent_holders: most,
+            stale_writes_accepted: in_model.analysis.stale_writes_accepted,
+            rounds,
+            found,
+        });
+        scenarios.extend([in_model, out_of_model]);
     } else {
         skipped.push("process part: not asked for".to_owned());
     }
@@ -366,6 +403,7 @@ pub async fn run(options: Options) -> Report {
         scenarios,
         skipped,
         failures,
+        semaphore,
     }
 }
 
@@ -495,6 +533,7 @@ impl Context<'_> {
             ttl_ms: ttl.as_millis() as u64,
             node_timeout_ms: NODE_TIMEOUT.as_millis() as u64,
             fencing: true,
+            permits: None,
             try_lock_share: 0.5,
             keep_alive_share: 0.0,
             extend_share: 0.02,

@@ -50,6 +50,11 @@ pub struct Config {
     pub node_timeout_ms: u64,
     /// Ask for fencing tokens (fenced locks).
     pub fencing: bool,
+    /// Take one of this many permits of a semaphore on each key instead of
+    /// a lock. A hold and its writes are then named `<key>/permit<slot>`:
+    /// each slot is a lock of its own, with its own fencing tokens.
+    #[serde(default)]
+    pub permits: Option<u32>,
     /// Share of acquires made with one attempt (`Wait::No`); the others retry.
     pub try_lock_share: f64,
     /// Share of holds kept alive (they last 1.5 TTL).
@@ -205,10 +210,11 @@ async fn contend(shared: Arc<Shared>, task: u32) {
         if keep_alive {
             request = request.keep_alive(KeepAlive::default());
         }
-        let acquire = if config.fencing {
-            request.fencing().into_future()
-        } else {
-            request.into_future()
+        let acquire = match (config.permits, config.fencing) {
+            (Some(permits), true) => request.permits(permits).fencing().into_future(),
+            (Some(permits), false) => request.permits(permits).into_future(),
+            (None, true) => request.fencing().into_future(),
+            (None, false) => request.into_future(),
         };
         let start_ns = mono_ns();
         let result = acquire.await;
@@ -233,6 +239,10 @@ async fn contend(shared: Arc<Shared>, task: u32) {
             Ok(guard) => {
                 let hold = next_hold;
                 next_hold += 1;
+                let key = match config.permits {
+                    Some(_) => permit_name(&key, guard.key().as_bytes()),
+                    None => key,
+                };
                 hold_lock(&shared, &mut rng, guard, keep_alive, key, hold, end_ns).await;
                 tokio::time::sleep(uniform(&mut rng, config.idle_ms)).await;
             }
@@ -245,6 +255,18 @@ async fn contend(shared: Arc<Shared>, task: u32) {
             }
         }
     }
+}
+
+/// A permit's name in the records: the semaphore's name and the slot its
+/// lock key ends with (`{<key>}\0permit<slot>`), as `<key>/permit<slot>`.
+pub fn permit_name(semaphore: &str, slot_key: &[u8]) -> String {
+    let marker = b"\0permit";
+    let slot = slot_key
+        .windows(marker.len())
+        .rposition(|window| window == marker)
+        .map(|at| String::from_utf8_lossy(&slot_key[at + marker.len()..]).into_owned())
+        .unwrap_or_default();
+    format!("{semaphore}{}{slot}", crate::chaos::permits::SLOT_SEPARATOR)
 }
 
 /// Watches a hold's steps: the longest gap between two of them, and whether

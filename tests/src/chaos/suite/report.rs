@@ -199,6 +199,9 @@ pub fn render(report: &Report, options: &Options, wall: Duration) -> String {
         wall.as_secs_f64(),
         options.seed
     );
+    if let Some(semaphore) = &report.semaphore {
+        let _ = writeln!(out, "{}", semaphore.line());
+    }
     let _ = write!(out, "{}", report.summary_line());
     out
 }
