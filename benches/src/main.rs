@@ -24,6 +24,10 @@
 //!   key, each holding it 20 ms: worst
 //!   wait over the fair cycle, Jain's index of the grants, hand-over gap
 //!   p50/p99. Printed after the tables, not in the report file;
+//! - (s) semaphore, this library only ([`semaphore`]): acquire p50/p99 and
+//!   permits granted per second for k = 1, 4 and 16 permits beside a plain
+//!   lock, under 1 and 64 tasks of one client. Printed after the tables;
+//!   `--only s` runs it alone;
 //! - (k) throughput under faults ([`faults`]): (b)'s 64 tasks on distinct
 //!   keys, this library and rslock, healthy, then with one and two masters
 //!   paused, one killed (restarted empty after), one slowed by 20 ms per
@@ -51,7 +55,7 @@
 //! too few masters for two).
 //!
 //! ```text
-//! redlock-bench [--quick] [--nodes 1|3|5|7] [--only abcdejk]
+//! redlock-bench [--quick] [--nodes 1|3|5|7] [--only abcdejks]
 //!               [--contenders ours,rslock,floor,script-floor]
 //!               [--out DIR] [--ttl-ms MS] [--retry-jitter-ms MS]
 //! ```
@@ -110,6 +114,7 @@ mod monitor;
 mod report;
 mod scaling;
 mod scenarios;
+mod semaphore;
 mod stats;
 
 use std::path::PathBuf;
@@ -144,6 +149,8 @@ struct Plan {
     fairness: Duration,
     /// How long each phase of (k) runs.
     faults: faults::FaultPlan,
+    /// How long each shape of (s) runs.
+    semaphore: Duration,
 }
 
 impl Plan {
@@ -168,6 +175,7 @@ impl Plan {
             command_operations: 200,
             fairness: Duration::from_secs(10),
             faults: faults::FaultPlan::full(),
+            semaphore: Duration::from_secs(3),
         }
     }
 
@@ -192,13 +200,14 @@ impl Plan {
             command_operations: 50,
             fairness: Duration::from_secs(1),
             faults: faults::FaultPlan::quick(),
+            semaphore: Duration::from_millis(300),
         }
     }
 }
 
 struct Args {
     quick: bool,
-    /// Which scenarios to run, as letters: "abcdejk" by default.
+    /// Which scenarios to run, as letters: "abcdejks" by default.
     only: String,
     /// Which contenders to run (all by default): for profiling one alone.
     kinds: Vec<Kind>,
@@ -218,7 +227,7 @@ struct Args {
     scaling: bool,
 }
 
-const USAGE: &str = "usage: redlock-bench [--quick] [--nodes 1|3|5|7] [--only abcdejk] [--contenders ours,rslock,floor,script-floor] [--out DIR] [--ttl-ms MS] [--retry-jitter-ms MS]
+const USAGE: &str = "usage: redlock-bench [--quick] [--nodes 1|3|5|7] [--only abcdejks] [--contenders ours,rslock,floor,script-floor] [--out DIR] [--ttl-ms MS] [--retry-jitter-ms MS]
        redlock-bench --shards 0,1,3 [--nodes N] [--quick] [--tasks N] [--memory-locks N] [--out DIR] [--ttl-ms MS]
        redlock-bench --memory [--shards 0,1,3] [--memory-locks N] [--out DIR]
        redlock-bench --scaling [--quick] [--contenders ours,rslock,floor,safe-floor] [--out DIR]";
@@ -226,7 +235,7 @@ const USAGE: &str = "usage: redlock-bench [--quick] [--nodes 1|3|5|7] [--only ab
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
         quick: false,
-        only: "abcdejk".to_owned(),
+        only: "abcdejks".to_owned(),
         kinds: Kind::ALL.to_vec(),
         nodes: None,
         out: None,
@@ -293,8 +302,8 @@ fn parse_args() -> Result<Args, String> {
                     args.scaling = true;
                     continue;
                 }
-                if args.only.is_empty() || !args.only.chars().all(|c| "abcdejk".contains(c)) {
-                    return Err("--only: letters among a, b, c, d, e, j, k".to_owned());
+                if args.only.is_empty() || !args.only.chars().all(|c| "abcdejks".contains(c)) {
+                    return Err("--only: letters among a, b, c, d, e, j, k, s".to_owned());
                 }
             }
             "--contenders" => {
@@ -539,6 +548,29 @@ fn run(args: &Args) -> Result<String, String> {
             ))?);
         }
     }
+    let mut semaphores = Vec::new();
+    if runs('s') {
+        for permits in semaphore::KINDS {
+            for tasks in semaphore::CONTENDERS {
+                progress(&format!(
+                    "(s) {} with {tasks} contender(s), {:?}",
+                    permits.map_or("lock".to_owned(), |k| format!("semaphore of {k}")),
+                    plan.semaphore
+                ));
+                let name = format!(
+                    "bench-sem-{}-{tasks}",
+                    permits.map_or("lock".to_owned(), |k| k.to_string())
+                );
+                semaphores.push(runtime.block_on(semaphore::run(
+                    &cluster.urls(),
+                    permits,
+                    tasks,
+                    plan.semaphore,
+                    &name,
+                ))?);
+            }
+        }
+    }
     // Last: it kills and restarts masters.
     let mut faults = faults::Faults::default();
     if runs('k') && faults::states(nodes).is_empty() {
@@ -613,6 +645,16 @@ fn run(args: &Args) -> Result<String, String> {
             fairness::HEADER
         );
         for shape in &fairness {
+            println!("{}", shape.line());
+        }
+    }
+    if !semaphores.is_empty() {
+        println!(
+            "(s) semaphore: tasks of one client on one name, each holding a permit (or the lock) {} ms\n{}",
+            semaphore::HOLD.as_millis(),
+            semaphore::HEADER
+        );
+        for shape in &semaphores {
             println!("{}", shape.line());
         }
     }
