@@ -276,3 +276,26 @@ fn permits_let_k_commands_run_at_once_and_status_shows_each_holder() {
     let free = run(redlock_on(&cluster, "status").args(["--json", "--permits", "2", "pool"]));
     assert_eq!(free.stdout_json()[0]["held"], 0, "{free:#?}");
 }
+
+/// `exec --permits K --fencing`: the command gets its permit slot's fencing
+/// token, which grows with each holder of that slot.
+#[test]
+fn a_fenced_permit_exports_its_slots_token() {
+    let cluster = RedisCluster::start(3);
+    let token = || {
+        let run = run(redlock_on(&cluster, "exec").args([
+            "--permits",
+            "1",
+            "--fencing",
+            "fenced-pool",
+            "--",
+            "sh",
+            "-c",
+            "echo \"$REDLOCK_FENCING_TOKEN\"",
+        ]));
+        run.assert_code(0);
+        run.stdout.trim().to_owned()
+    };
+    assert_eq!(token(), "1", "a fresh slot starts at 1");
+    assert_eq!(token(), "2", "the slot's next holder");
+}
