@@ -154,6 +154,10 @@ async fn a_semaphore_works_on_cluster_nodes() {
             .all(|key| nodes[0].shard_index(key) == nodes[0].shard_index("pool"))
     );
     k_holders_then_a_waiter(&a, &b, "pool", 2).await;
+    // A fenced permit's counters share the slot keys' hash slot.
+    let fenced = a.lock("pool").permits(2).fencing().await.unwrap();
+    assert_eq!(fenced.fencing_token(), Some(1));
+    fenced.release().await;
     a.shutdown().await;
     b.shutdown().await;
     for node in &nodes {
