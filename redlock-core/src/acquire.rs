@@ -367,7 +367,9 @@ impl<R: Rng> Acquisition<R> {
     /// (its owner may hold it already: taking it again must not wait behind
     /// others), for a fair lock (the masters' queues order its waiters, and
     /// its first attempt takes its place there, behind the waiters that came
-    /// first), with release notices off (nothing would say its turn
+    /// first), for a semaphore's permit (another permit may be free: behind
+    /// the client's first waiter, k permits would be handed over one at a
+    /// time, as a lock), with release notices off (nothing would say its turn
     /// came), or once a request was polled.
     ///
     /// It marks the lock as waited for at once ([`Command::MarkWaiting`]),
@@ -395,7 +397,7 @@ impl<R: Rng> Acquisition<R> {
             );
         let own_order = matches!(
             self.kind,
-            LockKind::Reentrant { .. } | LockKind::Fair { .. }
+            LockKind::Reentrant { .. } | LockKind::Fair { .. } | LockKind::Semaphore { .. }
         );
         if self.retries.limit_is_once() || own_order || !self.notices.wanted || !fresh {
             return;
