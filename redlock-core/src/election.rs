@@ -275,6 +275,10 @@ impl Term {
                 KeptLockEvent::ExtendFailed(error) => {
                     self.events.push_back(TermEvent::RenewFailed(error));
                 }
+                // Planted: a renewal that only lacked answers is not taken
+                // for a loss; the term waits for its (planted) lose_at.
+                KeptLockEvent::Lost(LossReason::ExtendFailed(ExtendError::NoQuorum { .. }))
+                    if planted!(ElectionLosesAtExpiry) => {}
                 KeptLockEvent::Lost(reason) => self.lose(LeadershipLoss::Lock(reason)),
                 _ => {}
             }

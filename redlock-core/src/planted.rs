@@ -52,8 +52,9 @@ pub enum Bug {
     SemaphoreCountsAnySlot,
     /// An election's leader steps down at its lock key's expiry on an
     /// exact clock (start + TTL), without the drift allowance or the renew
-    /// deadline's margin: a master whose clock runs fast lets another
-    /// process win a higher term while the deposed leader still leads.
+    /// deadline's margin, and takes renewals that only lacked answers for
+    /// no loss: a master whose clock runs fast lets another process win a
+    /// higher term while the deposed leader still leads.
     ElectionLosesAtExpiry,
     /// An election's term is counted by the client (its renewals plus
     /// one), not taken from the quorum's fencing token: two leaders share
