@@ -16,7 +16,7 @@ use crate::machine::Machine;
 use crate::quorum::Round;
 use crate::{
     Command, ConfigError, ExtendError, KeepAlive, KeptLock, KeptLockEvent, Lock, LockKind,
-    LossReason, NodeVote, Reply, Request, ReleaseReport, Settings, Ttl, Votes, wire,
+    LossReason, NodeVote, ReleaseReport, Reply, Request, Settings, Ttl, Votes, wire,
 };
 
 /// client-go's jitter factor: the renew deadline must exceed the retry
@@ -176,7 +176,8 @@ impl Term {
         // Renew once the retry period has passed since the last round.
         let span = ttl.saturating_sub(lock.settings().drift(lock.ttl()));
         let share = span.saturating_sub(timing.retry_period).as_secs_f64() / ttl.as_secs_f64();
-        let lose_at = Self::loss_instant(&lock, lock.valid_until(), lock.ttl(), timing.renew_deadline);
+        let lose_at =
+            Self::loss_instant(&lock, lock.valid_until(), lock.ttl(), timing.renew_deadline);
         Some(Self {
             kept: KeptLock::new(lock, KeepAlive::default().extend_when_left(share)),
             term,
@@ -190,9 +191,7 @@ impl Term {
     /// The start of the round that set `valid_until` with `ttl`, plus the
     /// renew deadline.
     fn loss_instant(lock: &Lock, valid_until: Instant, ttl: Ttl, deadline: Duration) -> Instant {
-        let span = ttl
-            .as_duration()
-            .saturating_sub(lock.settings().drift(ttl));
+        let span = ttl.as_duration().saturating_sub(lock.settings().drift(ttl));
         let started = valid_until.checked_sub(span).unwrap_or(valid_until);
         if planted!(ElectionLosesAtExpiry) {
             // Planted: at the key's expiry on an exact clock, no drift, no margin.
@@ -361,8 +360,11 @@ impl Proclaim {
     pub fn new(lock: &Lock, term: u64, value: &[u8], now: Instant) -> Self {
         let settings: &Arc<Settings> = lock.settings();
         let key = lock.key().clone();
-        let keys: Arc<[crate::Key]> =
-            Arc::from([key.clone(), settings.fencing_key(&key), settings.leader_key(&key)]);
+        let keys: Arc<[crate::Key]> = Arc::from([
+            key.clone(),
+            settings.fencing_key(&key),
+            settings.leader_key(&key),
+        ]);
         // A round id of its own: the term's lock keeps counting its rounds.
         let round = Round::new(
             crate::RoundId(lock.next_round.wrapping_add(1 << 32)),

@@ -85,10 +85,18 @@ impl LeaderReport {
     /// a leader may have stepped down since (use the term to fence).
     pub fn leader(&self) -> Option<Leader> {
         let quorum = crate::quorum(self.reads.len());
-        let replies: Vec<&LeaderReply> = self.reads.iter().filter_map(|r| r.as_ref().ok()).collect();
-        let id = replies.iter().filter_map(|r| r.holder.as_ref()).find(|id| {
-            replies.iter().filter(|r| r.holder.as_ref() == Some(*id)).count() >= quorum
-        })?;
+        let replies: Vec<&LeaderReply> =
+            self.reads.iter().filter_map(|r| r.as_ref().ok()).collect();
+        let id = replies
+            .iter()
+            .filter_map(|r| r.holder.as_ref())
+            .find(|id| {
+                replies
+                    .iter()
+                    .filter(|r| r.holder.as_ref() == Some(*id))
+                    .count()
+                    >= quorum
+            })?;
         let holding = || replies.iter().filter(|r| r.holder.as_ref() == Some(id));
         let term = holding().filter_map(|r| r.counter).max()?;
         let value = replies
@@ -226,7 +234,9 @@ impl LeaderWatch {
             None => true,
             Some(last) => {
                 leader.term > last.term
-                    || (leader.term == last.term && leader.value.is_some() && last.value != leader.value)
+                    || (leader.term == last.term
+                        && leader.value.is_some()
+                        && last.value != leader.value)
             }
         };
         if news {

@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use rand::{SeedableRng, rngs::StdRng};
 use redlock_core::{
-    AcquireEvent, Acquisition, Attempts, Command, Config, ConfigError, ElectionTiming,
-    LeaderRead, LeaderReport, LeaderWatch, LeadershipLoss, Lock, LockSpec, Machine, NodeError,
-    NodeErrorKind, Reply, Request, Response, RoundId, Settings, Term, TermEvent,
+    AcquireEvent, Acquisition, Attempts, Command, Config, ConfigError, ElectionTiming, LeaderRead,
+    LeaderReport, LeaderWatch, LeadershipLoss, Lock, LockSpec, Machine, NodeError, NodeErrorKind,
+    Reply, Request, Response, RoundId, Settings, Term, TermEvent,
 };
 
 fn settings(nodes: usize) -> Arc<Settings> {
@@ -119,7 +119,10 @@ fn the_term_is_the_fencing_token_and_loss_comes_before_the_validity_ends() {
     let mut now = due;
     while !term.is_done() {
         now = term.poll_timeout().unwrap();
-        assert!(now <= t0 + Duration::from_secs(6), "never past the loss instant");
+        assert!(
+            now <= t0 + Duration::from_secs(6),
+            "never past the loss instant"
+        );
         term.handle_timeout(now);
         drain(&mut term);
     }
@@ -129,9 +132,11 @@ fn the_term_is_the_fencing_token_and_loss_comes_before_the_validity_ends() {
         events.last(),
         Some(TermEvent::Lost(LeadershipLoss::RenewDeadline(_)))
     ));
-    assert!(events[..events.len() - 1]
-        .iter()
-        .all(|e| matches!(e, TermEvent::RenewFailed(_))));
+    assert!(
+        events[..events.len() - 1]
+            .iter()
+            .all(|e| matches!(e, TermEvent::RenewFailed(_)))
+    );
     assert_eq!(term.poll_timeout(), None);
 }
 
@@ -160,7 +165,10 @@ fn a_renewal_moves_the_loss_instant_and_a_refusal_ends_the_term_at_once() {
     }
     let events = events(&mut term);
     assert!(
-        matches!(events.last(), Some(TermEvent::Lost(LeadershipLoss::Lock(_)))),
+        matches!(
+            events.last(),
+            Some(TermEvent::Lost(LeadershipLoss::Lock(_)))
+        ),
         "{events:?}"
     );
     assert!(term.is_done());
@@ -245,7 +253,11 @@ fn read(settings: &Settings, answers: &[Result<Response, NodeError>]) -> LeaderR
     read.poll_event().unwrap()
 }
 
-fn node(holder: Option<&str>, counter: Option<u64>, record: Option<&str>) -> Result<Response, NodeError> {
+fn node(
+    holder: Option<&str>,
+    counter: Option<u64>,
+    record: Option<&str>,
+) -> Result<Response, NodeError> {
     let data = |s: &str| Response::Data(s.as_bytes().to_vec());
     Ok(Response::Array(vec![
         holder.map_or(Response::Nil, data),
@@ -281,13 +293,24 @@ fn the_leader_is_an_id_on_a_quorum_and_a_watch_tells_only_rising_terms() {
     let b = stale.leader().unwrap();
     assert_eq!((b.term, b.value), (6, None));
     // No quorum holds one id: nobody leads, as far as this read tells.
-    let split = read(&settings, &[node(Some("a"), Some(5), None), node(Some("b"), Some(6), None), timeout]);
+    let split = read(
+        &settings,
+        &[
+            node(Some("a"), Some(5), None),
+            node(Some("b"), Some(6), None),
+            timeout,
+        ],
+    );
     assert_eq!(split.leader(), None);
 
     let mut watch = LeaderWatch::new();
     assert_eq!(watch.handle_report(&report).map(|l| l.term), Some(5));
     assert_eq!(watch.handle_report(&report), None, "told once");
     assert_eq!(watch.handle_report(&stale).map(|l| l.term), Some(6));
-    assert_eq!(watch.handle_report(&report), None, "never back to a lower term");
+    assert_eq!(
+        watch.handle_report(&report),
+        None,
+        "never back to a lower term"
+    );
     assert_eq!(watch.last().map(|l| l.term), Some(6));
 }

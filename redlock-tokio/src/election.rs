@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use futures::Stream;
 use redlock_core::{
-    ElectionTiming, Leader, LeaderRead, LeaderReport, LeaderWatch, LeadershipLoss, Lock,
-    LockSpec, ReleaseReport, RoundId, Term, TermEvent,
+    ElectionTiming, Leader, LeaderRead, LeaderReport, LeaderWatch, LeadershipLoss, Lock, LockSpec,
+    ReleaseReport, RoundId, Term, TermEvent,
 };
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
@@ -67,12 +67,8 @@ impl Election {
         renew_deadline: Duration,
         retry_period: Duration,
     ) -> Result<Self, Error> {
-        self.timing = ElectionTiming::new(
-            self.client.settings(),
-            lease,
-            renew_deadline,
-            retry_period,
-        )?;
+        self.timing =
+            ElectionTiming::new(self.client.settings(), lease, renew_deadline, retry_period)?;
         Ok(self)
     }
 
@@ -254,8 +250,13 @@ impl Leadership {
         *self.lock_running() = Some((task, stop));
     }
 
-    fn lock_running(&self) -> std::sync::MutexGuard<'_, Option<(JoinHandle<Term>, oneshot::Sender<()>)>> {
-        self.inner.running.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock_running(
+        &self,
+    ) -> std::sync::MutexGuard<'_, Option<(JoinHandle<Term>, oneshot::Sender<()>)>> {
+        self.inner
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The term: the election's fencing token, larger than every earlier

@@ -69,7 +69,10 @@ async fn resign_frees_the_name_at_once_and_twice_changes_nothing() {
     let report = first.resign().await.expect("leading");
     assert!(report.frees_lock());
     assert_eq!(first.lost().await, LeadershipLoss::Resigned);
-    assert!(first.resign().await.is_none(), "resigning again does nothing");
+    assert!(
+        first.resign().await.is_none(),
+        "resigning again does nothing"
+    );
     // The old leader's value can no longer be proclaimed.
     assert!(first.proclaim("a:2").await.is_err());
     let second = election(&b, "resign")
@@ -129,7 +132,10 @@ async fn a_leader_whose_renewals_fail_steps_down_and_campaigns_again() {
     let losses = losses.lock().unwrap().clone();
     println!("terms {terms:?}, losses {losses:?}");
     assert!(terms[1] > terms[0]);
-    assert!(matches!(losses[0], LeadershipLoss::RenewDeadline(_)), "{losses:?}");
+    assert!(
+        matches!(losses[0], LeadershipLoss::RenewDeadline(_)),
+        "{losses:?}"
+    );
     run.abort();
 }
 

@@ -27,8 +27,8 @@ use std::time::{Duration, Instant};
 
 use redlock_core::planted::{self, Bug};
 use redlock_core::{
-    AcquireEvent, Acquisition, Attempts, Config, ElectionTiming, LockSpec, Machine, Reply,
-    Request, Settings, Term, TermEvent,
+    AcquireEvent, Acquisition, Attempts, Config, ElectionTiming, LockSpec, Machine, Reply, Request,
+    Settings, Term, TermEvent,
 };
 use stateright::{Checker, HasDiscoveries, Model, Property};
 
@@ -39,7 +39,8 @@ pub const ONE_LEADER_PER_TERM: &str = "election: at most one leader per term";
 /// Every election's term is larger than every earlier election's.
 pub const TERMS_RISE: &str = "election: terms strictly rise";
 /// A client is elected only once every other leader's loss has fired.
-pub const LOSS_FIRST: &str = "election: a deposed leader's loss fires before a higher term is granted";
+pub const LOSS_FIRST: &str =
+    "election: a deposed leader's loss fires before a higher term is granted";
 
 /// One configuration of the election model.
 #[derive(Clone, Debug)]
@@ -337,7 +338,7 @@ impl ElectionModel {
                     Phase::Campaigning(a) => a.poll_timeout(),
                     Phase::Leading(t) => t.poll_timeout(),
                 };
-                if !due.is_some_and(|at| at <= now) {
+                if due.is_none_or(|at| at > now) {
                     break;
                 }
                 match &mut state.clients[c].phase {
