@@ -541,6 +541,7 @@ impl<R: Rng> Acquisition<R> {
                 client: self.settings.client_tag().cloned(),
                 native: false,
                 deadline,
+                payload: None,
             }));
         }
     }

@@ -467,6 +467,14 @@ impl Settings {
         key.derived(b"\0fencing")
     }
 
+    /// The key of an election's leader record (`{name}\0leader` for the
+    /// election `name`): the leader's term, id and value, written by
+    /// [`scripts::PROCLAIM`](crate::scripts::PROCLAIM) in the lock key's
+    /// hash slot.
+    pub fn leader_key(&self, key: &crate::Key) -> crate::Key {
+        key.derived(b"\0leader")
+    }
+
     /// The key where waiters of an exclusive lock announce themselves
     /// ([`scripts::MARK_WAITING`](crate::scripts::MARK_WAITING)): the lock
     /// key followed by a NUL byte and `waiters`, in the lock key's hash slot

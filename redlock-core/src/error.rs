@@ -114,6 +114,22 @@ pub enum ConfigError {
     /// or one call's wait limit ([`Attempts::Within`](crate::Attempts::Within)), is zero.
     #[error("the acquire deadline (or wait limit) is zero: no attempt could ever start")]
     ZeroDeadline,
+    /// An election's timings cannot keep one leader: its lease's validity
+    /// (the TTL less the drift allowance) must exceed the renew deadline,
+    /// and the renew deadline 1.2 times the retry period, as Kubernetes'
+    /// client-go checks ([`ElectionTiming::new`](crate::ElectionTiming::new)).
+    #[error(
+        "election timings: need lease validity {} > renew deadline {} > 1.2 x retry period {}",
+        Millis(*validity), Millis(*renew_deadline), Millis(*retry_period)
+    )]
+    ElectionTiming {
+        /// The lease's validity: its TTL less the drift allowance.
+        validity: Duration,
+        /// How long a leader keeps trying to renew before it steps down.
+        renew_deadline: Duration,
+        /// The pause between campaign attempts and between renewals.
+        retry_period: Duration,
+    },
     /// A multi-resource lock names no resource.
     #[error("a multi-resource lock needs at least one resource")]
     NoResources,

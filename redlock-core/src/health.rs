@@ -168,7 +168,9 @@ impl NodeHealth {
         let Standing::Slow { since, next_probe } = self.state else {
             return true;
         };
-        if request.command.must_arrive() || matches!(request.command, Command::Inspect) {
+        if request.command.must_arrive()
+            || matches!(request.command, Command::Inspect | Command::ReadLeader)
+        {
             return true;
         }
         if now < next_probe {

@@ -380,6 +380,7 @@ pub enum KeptLockEvent {
 /// assert!(kept.is_done());
 /// # Ok::<(), ConfigError>(())
 /// ```
+#[cfg_attr(feature = "model-check", derive(Clone))]
 #[derive(Debug)]
 pub struct KeptLock {
     lock: Lock,

@@ -14,6 +14,7 @@
 //!   │ Release      │ handle_reply(reply, now)              │  clock)  │
 //!   │ KeptLock     │                                        │          │
 //!   │ Inspection   │ handle_timeout(now) at poll_timeout()  │          │
+//!   │ Term         │                                        │          │
 //!   └──────────────┘                                        └──────────┘
 //!          │ poll_event()            (every machine: the Machine trait)
 //!          ▼
@@ -131,6 +132,9 @@ macro_rules! planted {
 
 mod acquire;
 mod config;
+mod election;
+mod election_read;
+mod election_scripts;
 mod error;
 mod extend;
 mod health;
@@ -155,6 +159,8 @@ mod wire;
 
 pub use acquire::{AcquireEvent, Acquisition, FAIR_PATIENCE};
 pub use config::{Config, RetryConfig, Settings};
+pub use election::{ElectionTiming, LeadershipLoss, Proclaim, Term, TermEvent};
+pub use election_read::{Leader, LeaderRead, LeaderReply, LeaderReport, LeaderWatch};
 pub use error::{AcquireError, ConfigError, ExtendError};
 pub use extend::{Extended, Extension};
 pub use health::{HealthChange, NodeHealth, SLOW_AFTER};

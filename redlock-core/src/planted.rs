@@ -50,11 +50,21 @@ pub enum Bug {
     HubForgetsReplay,
     /// A semaphore counts a master's grant of any slot towards a quorum: the naive per-master counter.
     SemaphoreCountsAnySlot,
+    /// An election's leader steps down at its lock key's expiry on an
+    /// exact clock (start + TTL), without the drift allowance or the renew
+    /// deadline's margin, and takes renewals that only lacked answers for
+    /// no loss: a master whose clock runs fast lets another process win a
+    /// higher term while the deposed leader still leads.
+    ElectionLosesAtExpiry,
+    /// An election's term is counted by the client (its renewals plus
+    /// one), not taken from the quorum's fencing token: two leaders share
+    /// a term.
+    ElectionTermFromClient,
 }
 
 impl Bug {
     /// Every bug, in a fixed order.
-    pub const ALL: [Bug; 10] = [
+    pub const ALL: [Bug; 12] = [
         Bug::ValidityFromDecisionTime,
         Bug::QuorumHalf,
         Bug::DuplicateVoteCounted,
@@ -65,6 +75,8 @@ impl Bug {
         Bug::ReleaseDecidesEarly,
         Bug::HubForgetsReplay,
         Bug::SemaphoreCountsAnySlot,
+        Bug::ElectionLosesAtExpiry,
+        Bug::ElectionTermFromClient,
     ];
 }
 

@@ -237,6 +237,7 @@ impl Round {
             client: None,
             native,
             deadline,
+            payload: None,
         })
     }
 

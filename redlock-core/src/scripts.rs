@@ -700,7 +700,7 @@ return {value, pttl, counter}"#;
 
 /// Every script the state machines may ask a node to run, to load (`SCRIPT
 /// LOAD`) when a connection is made.
-pub const ALL: [&str; 23] = [
+pub const ALL: [&str; 25] = [
     ACQUIRE,
     EXTEND,
     RELEASE,
@@ -724,6 +724,9 @@ pub const ALL: [&str; 23] = [
     FAIR_RELEASE,
     SEMAPHORE_ACQUIRE,
     SEMAPHORE_WITHDRAW,
+    PROCLAIM,
+    READ_LEADER,
 ];
 
+pub use crate::election_scripts::{PROCLAIM, READ_LEADER};
 pub use crate::semaphore_scripts::{SEMAPHORE_ACQUIRE, SEMAPHORE_WITHDRAW};

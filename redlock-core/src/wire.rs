@@ -38,6 +38,9 @@ pub struct Request {
     pub native: bool,
     /// When the state machine stops waiting for this node.
     pub deadline: Instant,
+    /// Bytes the command carries besides the lock's own: a leader's value
+    /// for [`Command::Proclaim`]; `None` for every other command.
+    pub payload: Option<Arc<[u8]>>,
 }
 
 impl Request {
@@ -79,6 +82,8 @@ impl Request {
             // A held permit is an exclusive lock on its slot: never asked.
             (LockKind::Semaphore { .. }, Extend { .. } | Restore { .. }) => scripts::EXTEND,
             (_, Inspect) => scripts::INSPECT,
+            (_, Proclaim { .. }) => scripts::PROCLAIM,
+            (_, ReadLeader) => scripts::READ_LEADER,
             // Only a fair lock has a place in a queue to leave.
             (_, Leave) => scripts::RELEASE,
         }
@@ -104,10 +109,10 @@ impl Request {
             | Command::Extend { ttl }
             | Command::Restore { ttl }
             | Command::MarkWaiting { ttl } => Some(ttl.as_millis()),
-            Command::StoreToken { token } => Some(token),
+            Command::StoreToken { token } | Command::Proclaim { term: token } => Some(token),
             Command::Release => Some(1),
             Command::Withdraw | Command::Leave => Some(0),
-            Command::Inspect => None,
+            Command::Inspect | Command::ReadLeader => None,
         };
         let third = match (&self.kind, self.command) {
             (LockKind::Write { readers_hold_off }, Command::Acquire { .. }) => {
@@ -118,6 +123,11 @@ impl Request {
                 LockKind::Semaphore { start },
                 Command::Acquire { .. } | Command::AcquireFenced { .. },
             ) => Some(Argument::Int(u64::from(*start))),
+            (_, Command::Proclaim { .. }) => self
+                .payload
+                .as_deref()
+                .map(Argument::Bytes)
+                .or(Some(Argument::Bytes(b""))),
             (LockKind::Exclusive, Command::Release | Command::MarkWaiting { .. }) => self
                 .client
                 .as_ref()
@@ -326,6 +336,19 @@ pub enum Command {
         /// How long the mark lives at least.
         ttl: Ttl,
     },
+    /// Write a leader's value under its term where the lock key holds our
+    /// value and no higher term is stored ([`scripts::PROCLAIM`]; `keys`:
+    /// the lock key, its fencing counter and its leader record, see
+    /// [`Settings::leader_key`](crate::Settings::leader_key)). The value
+    /// goes in [`Request::payload`].
+    Proclaim {
+        /// Our term (the lock's fencing token).
+        term: u64,
+    },
+    /// Read the lock key, its fencing counter and its leader record
+    /// ([`scripts::READ_LEADER`]), for a [`LeaderRead`](crate::LeaderRead).
+    /// Writes nothing; not a vote.
+    ReadLeader,
 }
 
 impl Command {
@@ -341,7 +364,9 @@ impl Command {
             | Command::Leave
             | Command::StoreToken { .. }
             | Command::Inspect
-            | Command::MarkWaiting { .. } => None,
+            | Command::MarkWaiting { .. }
+            | Command::Proclaim { .. }
+            | Command::ReadLeader => None,
         }
     }
 
@@ -368,6 +393,8 @@ impl Command {
             Command::StoreToken { .. } => "store token",
             Command::Inspect => "inspect",
             Command::MarkWaiting { .. } => "mark waiting",
+            Command::Proclaim { .. } => "proclaim",
+            Command::ReadLeader => "read leader",
         }
     }
 }
@@ -647,6 +674,9 @@ pub(crate) fn interpret(
         (Command::StoreToken { .. }, Response::Int(1)) => Some(NodeVote::Granted),
         (Command::StoreToken { .. }, Response::Int(0)) => Some(NodeVote::HeldByOther(None)),
         (Command::StoreToken { .. }, Response::Int(-1)) => Some(NodeVote::Missing),
+        (Command::Proclaim { .. }, Response::Int(1)) => Some(NodeVote::Granted),
+        // 0: the key holds another value or none; -1: a higher term is stored.
+        (Command::Proclaim { .. }, Response::Int(0 | -1)) => Some(NodeVote::HeldByOther(None)),
         (Command::Extend { .. } | Command::Restore { .. }, Response::Int(1)) => {
             Some(NodeVote::Granted)
         }

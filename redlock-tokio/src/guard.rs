@@ -267,6 +267,17 @@ impl LockGuard {
         report
     }
 
+    /// The lock as it stands, handed to another owner (an election's
+    /// term): the guard no longer releases it.
+    pub(crate) fn into_lock(mut self) -> Lock {
+        if let Some(task) = self.keep_alive.take() {
+            task.abort();
+        }
+        self.shared.end();
+        self.done = true;
+        self.shared.with(|kept| kept.lock.clone())
+    }
+
     /// Stops tracking the lock (and its keep-alive) without releasing it,
     /// and returns its value: the key stays on the nodes until it expires
     /// or someone releases the value with [`Redlock::release_value`].
@@ -333,7 +344,7 @@ impl LossSignal {
 /// drops that task first (it is shutting down: `main` returned with the
 /// guard alive or just dropped), or there is no runtime, the release goes
 /// out on blocking connections instead, at once.
-fn spawn_release(client: Redlock, lock: Lock, task: Option<JoinHandle<()>>) {
+pub(crate) fn spawn_release(client: Redlock, lock: Lock, task: Option<JoinHandle<()>>) {
     let unreleased = Unreleased {
         client,
         lock: Some(lock),

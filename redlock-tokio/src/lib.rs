@@ -422,6 +422,7 @@ mod builder;
 mod client;
 mod drain;
 mod driver;
+mod election;
 mod error;
 mod guard;
 mod inspect;
@@ -443,11 +444,13 @@ mod tls;
 
 pub use builder::Builder;
 pub use client::Redlock;
+pub use election::{Election, Leadership};
 pub use error::Error;
 pub use guard::{LockGuard, LossSignal, Releasing};
 pub use inspect::NodeInspection;
 pub use redlock_core::{
-    AcquireError, ConfigError, ExtendError, KeepAlive, LossReason, ReleaseReport,
+    AcquireError, ConfigError, ExtendError, KeepAlive, Leader, LeaderReport, LeadershipLoss,
+    LossReason, ReleaseReport,
 };
 pub use request::{Acquiring, LockRequest, Wait, kind};
 
@@ -475,6 +478,11 @@ struct GuideGuarantees;
 #[cfg(doctest)]
 #[doc = include_str!("../../docs/lock-kinds.md")]
 struct GuideLockKinds;
+
+/// The guide's `docs/election.md` examples, compiled by `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/election.md")]
+struct GuideElection;
 
 /// The guide's `docs/semaphore.md` examples, compiled by `cargo test --doc`.
 #[cfg(doctest)]

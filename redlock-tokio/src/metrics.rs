@@ -73,6 +73,27 @@ impl Voted for KeptLockEvent {
     }
 }
 
+impl Voted for redlock_core::TermEvent {
+    fn votes(&self) -> Option<&Votes> {
+        match self {
+            redlock_core::TermEvent::RenewFailed(error) => error.votes(),
+            _ => None,
+        }
+    }
+}
+
+impl Voted for Result<u64, ExtendError> {
+    fn votes(&self) -> Option<&Votes> {
+        self.as_ref().err().and_then(ExtendError::votes)
+    }
+}
+
+impl Voted for redlock_core::LeaderReport {
+    fn votes(&self) -> Option<&Votes> {
+        None
+    }
+}
+
 impl Voted for InspectReport {
     fn votes(&self) -> Option<&Votes> {
         Some(InspectReport::votes(self))

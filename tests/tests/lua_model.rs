@@ -180,6 +180,7 @@ fn workload(extend_script: Option<&'static str>) -> Result<usize, String> {
                         client,
                         native: false,
                         deadline: Instant::now(),
+                        payload: None,
                     };
                     pair.run(&request)?;
                     pair.compare_mark(&settings.waiters_key(&key))?;
@@ -315,6 +316,7 @@ impl Pair {
             client: None,
             native: false,
             deadline: Instant::now() + Duration::from_secs(1),
+            payload: None,
         };
         if self.run(&request)? == Response::Int(1) {
             self.run(&Request {

@@ -59,6 +59,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod election;
 pub mod hub;
 
 use std::collections::VecDeque;
@@ -327,6 +328,13 @@ pub struct ModelRng {
     seq: u8,
 }
 
+impl ModelRng {
+    /// The RNG of client `client`, from its first draw.
+    pub fn new(client: u8) -> Self {
+        Self { client, seq: 0 }
+    }
+}
+
 impl rand_core::TryRng for ModelRng {
     type Error = Infallible;
 
@@ -372,11 +380,11 @@ fn waiter_name(waiter: &str) -> String {
 /// One master: up or down, the lock key (value and expiry tick in true
 /// time), the fencing counter, and the fair queue in its order (score, then
 /// waiter id), each entry with the tick it dies.
-#[derive(Clone, Debug, Hash, PartialEq, Eq)]
-struct Node {
-    up: bool,
-    key: Option<(LockValue, u64)>,
-    counter: u64,
+#[derive(Clone, Debug, Hash, PartialEq, Eq, Default)]
+pub(crate) struct Node {
+    pub(crate) up: bool,
+    pub(crate) key: Option<(LockValue, u64)>,
+    pub(crate) counter: u64,
     queue: Vec<Entry>,
     /// A semaphore's slot keys (value and expiry), empty for a lock.
     slots: Vec<Option<(LockValue, u64)>>,
@@ -446,7 +454,7 @@ impl Node {
     /// Runs one request at tick `now`: a semaphore's acquire and withdraw
     /// on every slot (`scripts::SEMAPHORE_ACQUIRE`, `SEMAPHORE_WITHDRAW`), a
     /// held permit's scripts on its slot, anything else on the lock key.
-    fn run(&mut self, request: &Request, now: u64, early: u64) -> Response {
+    pub(crate) fn run(&mut self, request: &Request, now: u64, early: u64) -> Response {
         for slot in &mut self.slots {
             if slot.as_ref().is_some_and(|(_, expires)| *expires <= now) {
                 *slot = None;
@@ -2207,8 +2215,16 @@ pub mod configurations {
         };
         Bug::ALL
             .iter()
-            // The hub's bug is the hub model's to catch (`hub::HubSetup::planted`).
-            .filter(|&&bug| bug != Bug::HubForgetsReplay)
+            // The hub's bug is the hub model's to catch (`hub::HubSetup::planted`),
+            // the election's the election model's (`election::ElectionSetup::planted`).
+            .filter(|&&bug| {
+                !matches!(
+                    bug,
+                    Bug::HubForgetsReplay
+                        | Bug::ElectionLosesAtExpiry
+                        | Bug::ElectionTermFromClient
+                )
+            })
             .map(|&bug| {
                 let setup = match bug {
                     // Fair bugs need fair clients that retry, and a master

@@ -544,6 +544,7 @@ impl Master {
             client: None,
             native: false,
             deadline: std::time::Instant::now(),
+            payload: None,
         }
     }
 }

@@ -5,7 +5,7 @@
 //!
 //! Arguments: `--quick` for the short configurations only; `--semaphore` for
 //! the semaphore configurations alone; `--hub` for the notice hub's model
-//! only; `--threads N`.
+//! only; `--election` for the election's model only; `--threads N`.
 
 use std::time::Instant;
 
@@ -48,6 +48,7 @@ fn main() {
         return;
     }
     let hub_only = args.iter().any(|a| a == "--hub");
+    let election_only = args.iter().any(|a| a == "--election");
     let started = Instant::now();
     let mut states = 0;
     let mut violations = 0;
@@ -64,6 +65,43 @@ fn main() {
             started.elapsed().as_secs_f64()
         );
     };
+    // The election: its own model, its own planted bugs.
+    let mut caught = 0;
+    let mut election_bugs = 0;
+    println!("== election: one leader per term, terms rise, a deposed leader's loss first ==");
+    for setup in redlock_verify::election::ElectionSetup::all(quick) {
+        let report = redlock_verify::election::ElectionModel::new(setup).check(threads, false);
+        println!("{}", report.line());
+        states += report.unique_states;
+        for (_, trace) in &report.violations {
+            println!("{trace}");
+        }
+        violations += report.violations.len();
+        failed |= !report.violations.is_empty();
+    }
+    for (bug, setup, property) in redlock_verify::election::ElectionSetup::planted() {
+        election_bugs += 1;
+        let report = redlock_verify::election::ElectionModel::new(setup).check(threads, true);
+        println!("{bug:?}: {}", report.line());
+        match report.violations.iter().find(|(p, _)| *p == property) {
+            Some((_, trace)) => {
+                caught += 1;
+                println!("{trace}");
+            }
+            None => {
+                println!("  NOT CAUGHT: expected a violation of \"{property}\"");
+                failed = true;
+            }
+        }
+    }
+    if election_only {
+        summary(states, violations, known_gaps, caught, election_bugs);
+        if failed {
+            std::process::exit(1);
+        }
+        return;
+    }
+
     println!("== notice hub: waiters woken by notices and hand-overs, no retry timer ==");
     for setup in redlock_verify::hub::HubSetup::all(quick) {
         let report = redlock_verify::hub::HubModel::new(setup).check(threads, false);
@@ -76,7 +114,6 @@ fn main() {
         failed |= !report.violations.is_empty();
     }
 
-    let mut caught = 0;
     // The hub's planted bug, in the hub model.
     let hub_bug = redlock_verify::hub::HubSetup::planted();
     let report = redlock_verify::hub::HubModel::new(hub_bug.clone()).check(threads, true);
@@ -100,7 +137,7 @@ fn main() {
     }
 
     if hub_only {
-        summary(states, violations, known_gaps, caught, 1);
+        summary(states, violations, known_gaps, caught, election_bugs + 1);
         if failed {
             std::process::exit(1);
         }
@@ -198,7 +235,13 @@ fn main() {
         }
     }
 
-    summary(states, violations, known_gaps, caught, bugs.len() + 1);
+    summary(
+        states,
+        violations,
+        known_gaps,
+        caught,
+        bugs.len() + election_bugs + 1,
+    );
     if failed {
         std::process::exit(1);
     }

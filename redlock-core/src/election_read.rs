@@ -1,0 +1,253 @@
+//! Who leads an election, as one read of every node tells: advisory.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::machine::Machine;
+use crate::quorum::Round;
+use crate::{
+    Command, Key, LockKind, LockValue, NodeError, NodeErrorKind, NodeVote, Reply, Request,
+    Response, RoundId, Settings,
+};
+
+/// A leader, as the nodes tell it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Leader {
+    /// The leader's id: its lock value.
+    pub id: Vec<u8>,
+    /// Its term: the highest fencing counter among the nodes that hold its id.
+    pub term: u64,
+    /// The value it proclaimed under this term, if a node holds one.
+    pub value: Option<Vec<u8>>,
+}
+
+/// One node's answer to [`scripts::READ_LEADER`](crate::scripts::READ_LEADER).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct LeaderReply {
+    /// The lock key's value (the leader's id), if the key exists.
+    pub holder: Option<Vec<u8>>,
+    /// The node's fencing counter, if it holds a number.
+    pub counter: Option<u64>,
+    /// The node's leader record: term, id and value.
+    pub record: Option<(u64, Vec<u8>, Vec<u8>)>,
+}
+
+impl LeaderReply {
+    /// Reads the script's `{value, counter, record}`; anything else is a
+    /// [`NodeErrorKind::Protocol`] error.
+    pub fn parse(response: Response) -> Result<Self, NodeError> {
+        let unexpected = |response: &dyn std::fmt::Debug| {
+            NodeError::new(
+                NodeErrorKind::Protocol,
+                format!("unexpected answer to the read-leader script: {response:?}"),
+            )
+        };
+        let Response::Array(items) = response else {
+            return Err(unexpected(&response));
+        };
+        let [holder, counter, record] =
+            <[Response; 3]>::try_from(items).map_err(|items| unexpected(&items))?;
+        let bytes = |response: Response| match response {
+            Response::Data(bytes) => Some(bytes),
+            _ => None,
+        };
+        let number = |bytes: &[u8]| std::str::from_utf8(bytes).ok()?.parse::<u64>().ok();
+        let record = bytes(record).and_then(|record| {
+            let mut parts = record.splitn(3, |&b| b == 0);
+            let term = number(parts.next()?)?;
+            let id = parts.next()?.to_vec();
+            let value = parts.next()?.to_vec();
+            Some((term, id, value))
+        });
+        Ok(Self {
+            holder: bytes(holder),
+            counter: bytes(counter).as_deref().and_then(number),
+            record,
+        })
+    }
+}
+
+/// What a [`LeaderRead`] read on every node: its final event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LeaderReport {
+    /// One entry per node, in node order.
+    pub reads: Vec<Result<LeaderReply, NodeError>>,
+}
+
+impl LeaderReport {
+    /// The leader: an id held on a quorum of the nodes, with the highest
+    /// counter among them as its term and the value of a record of that id
+    /// and term. Advisory: the answer is already old when it arrives, and
+    /// a leader may have stepped down since (use the term to fence).
+    pub fn leader(&self) -> Option<Leader> {
+        let quorum = crate::quorum(self.reads.len());
+        let replies: Vec<&LeaderReply> =
+            self.reads.iter().filter_map(|r| r.as_ref().ok()).collect();
+        let id = replies
+            .iter()
+            .filter_map(|r| r.holder.as_ref())
+            .find(|id| {
+                replies
+                    .iter()
+                    .filter(|r| r.holder.as_ref() == Some(*id))
+                    .count()
+                    >= quorum
+            })?;
+        let holding = || replies.iter().filter(|r| r.holder.as_ref() == Some(id));
+        let term = holding().filter_map(|r| r.counter).max()?;
+        let value = replies
+            .iter()
+            .filter_map(|r| r.record.as_ref())
+            .find(|(t, i, _)| *t == term && i == id)
+            .map(|(_, _, value)| value.clone());
+        Some(Leader {
+            id: id.clone(),
+            term,
+            value,
+        })
+    }
+}
+
+/// One read of an election on every node, driven like every [`Machine`]:
+/// the read behind a one-shot "who leads" and each poll of an observer. It
+/// gives its [`LeaderReport`] once every node answered or at the per-node
+/// timeout; it decides nothing and writes nothing.
+#[derive(Debug)]
+pub struct LeaderRead {
+    round: Round,
+    reads: Vec<Option<Result<LeaderReply, NodeError>>>,
+    requests: VecDeque<Request>,
+    report: Option<LeaderReport>,
+    done: bool,
+}
+
+impl LeaderRead {
+    /// Reads the election `name` on every node from `now`, in round `round`.
+    pub fn new(settings: &Settings, name: &[u8], round: RoundId, now: Instant) -> Self {
+        let key = settings.key(name);
+        let keys: Arc<[Key]> = Arc::from([
+            key.clone(),
+            settings.fencing_key(&key),
+            settings.leader_key(&key),
+        ]);
+        let round = Round::new(round, settings, now, settings.node_timeout());
+        let value = LockValue::from_string(String::new());
+        let requests = round
+            .fan_out(
+                &keys,
+                &LockKind::Exclusive,
+                &value,
+                Command::ReadLeader,
+                round.deadline,
+            )
+            .collect();
+        Self {
+            reads: vec![None; settings.node_names().len()],
+            round,
+            requests,
+            report: None,
+            done: false,
+        }
+    }
+
+    fn finish(&mut self) {
+        self.done = true;
+        let timeout = self.round.timeout;
+        let reads = std::mem::take(&mut self.reads)
+            .into_iter()
+            .map(|read| read.unwrap_or_else(|| Err(NodeError::timeout(timeout))))
+            .collect();
+        self.report = Some(LeaderReport { reads });
+    }
+}
+
+impl Machine for LeaderRead {
+    type Event = LeaderReport;
+
+    fn poll_request(&mut self) -> Option<Request> {
+        self.requests.pop_front()
+    }
+
+    fn poll_event(&mut self) -> Option<LeaderReport> {
+        self.report.take()
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        (!self.done).then_some(self.round.deadline)
+    }
+
+    fn handle_reply(&mut self, reply: Reply, _now: Instant) {
+        if self.done {
+            return;
+        }
+        let read = reply.result.and_then(LeaderReply::parse);
+        let vote = match &read {
+            Ok(_) => NodeVote::Granted,
+            Err(error) => NodeVote::Failed(error.clone()),
+        };
+        if !self.round.record(reply.round, reply.node, vote) {
+            return;
+        }
+        if let Some(slot) = self.reads.get_mut(reply.node.0) {
+            *slot = Some(read);
+        }
+        if self.round.all_answered() {
+            self.finish();
+        }
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        if !self.done && now >= self.round.deadline {
+            self.round.expire();
+            self.finish();
+        }
+    }
+
+    fn is_done(&self) -> bool {
+        self.done
+    }
+}
+
+/// What an observer tells: each leader once, terms only rising. Feed it
+/// every [`LeaderReport`]; a report with a lower term than one already
+/// told (a stale read, a minority of nodes behind) tells nothing, and one
+/// with the same term tells again only when the leader's value arrived.
+#[derive(Clone, Debug, Default)]
+pub struct LeaderWatch {
+    last: Option<Leader>,
+}
+
+impl LeaderWatch {
+    /// A watch that has told nothing yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The leader to tell after `report`, if any.
+    pub fn handle_report(&mut self, report: &LeaderReport) -> Option<Leader> {
+        let leader = report.leader()?;
+        let news = match &self.last {
+            None => true,
+            Some(last) => {
+                leader.term > last.term
+                    || (leader.term == last.term
+                        && leader.value.is_some()
+                        && last.value != leader.value)
+            }
+        };
+        if news {
+            self.last = Some(leader.clone());
+            return Some(leader);
+        }
+        None
+    }
+
+    /// The last leader told.
+    pub fn last(&self) -> Option<&Leader> {
+        self.last.as_ref()
+    }
+}

@@ -1,0 +1,186 @@
+//! Leader election (`redlock.election(name)`) on real masters (Redis, or
+//! Valkey with `REDLOCK_SERVER_BIN`): a killed leader is followed by one
+//! with a higher term, resign frees the name at once and twice changes
+//! nothing, a leader whose renewals fail steps down and the run loop
+//! campaigns again, and an observer catches up after every server
+//! restarted (with an fsynced AOF: terms, like fencing tokens, need the
+//! data kept).
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use redlock_tests::{NodeOptions, RedisCluster};
+use redlock_tokio::{Election, LeadershipLoss, Redlock, Wait};
+use support::client;
+
+const LEASE: Duration = Duration::from_millis(1_500);
+const RENEW: Duration = Duration::from_millis(900);
+const RETRY: Duration = Duration::from_millis(200);
+
+fn election(redlock: &Redlock, name: &str) -> Election {
+    redlock
+        .election(name)
+        .timing(LEASE, RENEW, RETRY)
+        .expect("valid timings")
+        .wait(Wait::AtMost(Duration::from_secs(10)))
+}
+
+#[test]
+fn a_killed_leader_is_followed_by_one_with_a_higher_term() {
+    let cluster = RedisCluster::start(3);
+    // The leader runs on its own runtime, shut down under it: its renewals
+    // stop and nothing is released, as when its process is killed.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let first = runtime.block_on(async {
+        let redlock = client(&cluster).await;
+        let leadership = election(&redlock, "killed").campaign().await.unwrap();
+        let term = leadership.term();
+        std::mem::forget(leadership);
+        term
+    });
+    runtime.shutdown_background();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let redlock = client(&cluster).await;
+        let started = std::time::Instant::now();
+        let next = election(&redlock, "killed").campaign().await.unwrap();
+        println!(
+            "failover after the leader's death: {:?} (lease {LEASE:?})",
+            started.elapsed()
+        );
+        assert!(next.term() > first, "{} after {first}", next.term());
+        let mut next = next;
+        assert!(next.resign().await.unwrap().frees_lock());
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resign_frees_the_name_at_once_and_twice_changes_nothing() {
+    let cluster = RedisCluster::start(3);
+    let a = client(&cluster).await;
+    let b = client(&cluster).await;
+    let mut first = election(&a, "resign").campaign().await.unwrap();
+    first.proclaim("a:1").await.unwrap();
+    let busy = election(&b, "resign").wait(Wait::No).campaign().await;
+    assert!(busy.is_err(), "one leader at a time");
+    let report = first.resign().await.expect("leading");
+    assert!(report.frees_lock());
+    assert_eq!(first.lost().await, LeadershipLoss::Resigned);
+    assert!(
+        first.resign().await.is_none(),
+        "resigning again does nothing"
+    );
+    // The old leader's value can no longer be proclaimed.
+    assert!(first.proclaim("a:2").await.is_err());
+    let second = election(&b, "resign")
+        .wait(Wait::No)
+        .campaign()
+        .await
+        .expect("free at once");
+    assert!(second.term() > first.term());
+    second.proclaim("b:1").await.unwrap();
+    let read = election(&a, "resign").leader().await;
+    let leader = read.leader().expect("a quorum names the leader");
+    assert_eq!(leader.term, second.term());
+    assert_eq!(leader.value.as_deref(), Some(&b"b:1"[..]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_renewals_fail_steps_down_and_campaigns_again() {
+    let cluster = Arc::new(RedisCluster::start(3));
+    let redlock = client(&cluster).await;
+    let terms = Arc::new(Mutex::new(Vec::new()));
+    let losses = Arc::new(Mutex::new(Vec::new()));
+    let run = {
+        let election = election(&redlock, "renewals").wait(Wait::Forever);
+        let terms = Arc::clone(&terms);
+        let losses = Arc::clone(&losses);
+        tokio::spawn(async move {
+            election
+                .run(
+                    move |leadership| {
+                        terms.lock().unwrap().push(leadership.term());
+                        async move { std::future::pending::<()>().await }
+                    },
+                    move |reason| losses.lock().unwrap().push(reason.clone()),
+                )
+                .await
+        })
+    };
+    support::eventually("elected", Duration::from_secs(5), || {
+        terms.lock().unwrap().len() == 1
+    })
+    .await;
+    // A majority stops answering: renewals fail, the leader steps down at
+    // its renew deadline.
+    cluster.node(0).pause();
+    cluster.node(1).pause();
+    support::eventually("stepped down", Duration::from_secs(5), || {
+        !losses.lock().unwrap().is_empty()
+    })
+    .await;
+    cluster.node(0).resume();
+    cluster.node(1).resume();
+    support::eventually("elected again", Duration::from_secs(10), || {
+        terms.lock().unwrap().len() >= 2
+    })
+    .await;
+    let terms = terms.lock().unwrap().clone();
+    let losses = losses.lock().unwrap().clone();
+    println!("terms {terms:?}, losses {losses:?}");
+    assert!(terms[1] > terms[0]);
+    assert!(
+        matches!(losses[0], LeadershipLoss::RenewDeadline(_)),
+        "{losses:?}"
+    );
+    run.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_catches_up_after_every_server_restarted() {
+    let options = NodeOptions {
+        extra_args: ["--appendonly", "yes", "--appendfsync", "always"]
+            .map(String::from)
+            .to_vec(),
+        ..NodeOptions::default()
+    };
+    let cluster = RedisCluster::start_with(3, &options);
+    let a = client(&cluster).await;
+    let b = client(&cluster).await;
+    let mut observed = Box::pin(election(&b, "observed").observe());
+    let mut first = election(&a, "observed").campaign().await.unwrap();
+    first.proclaim("a").await.unwrap();
+    let seen = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            let leader = observed.next().await.unwrap();
+            if leader.value.is_some() {
+                return leader;
+            }
+        }
+    })
+    .await
+    .expect("the observer sees the leader");
+    assert_eq!(seen.term, first.term());
+    first.resign().await;
+    for node in cluster.nodes() {
+        node.restart_keeping_data();
+    }
+    let second = election(&a, "observed").campaign().await.unwrap();
+    second.proclaim("a2").await.unwrap();
+    let caught_up = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let leader = observed.next().await.unwrap();
+            assert!(leader.term >= seen.term, "terms only rise");
+            if leader.term == second.term() && leader.value.is_some() {
+                return leader;
+            }
+        }
+    })
+    .await
+    .expect("the observer catches up with the new leader");
+    assert_eq!(caught_up.value.as_deref(), Some(&b"a2"[..]));
+    assert!(second.term() > first.term());
+}
