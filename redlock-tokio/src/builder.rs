@@ -150,8 +150,8 @@ impl Builder {
     /// connection per node is opened (and kept, shared by every waiting
     /// acquire of the client and its clones), with one subscription per
     /// resource waited on. A node whose pub/sub connection fails only sends
-    /// no notices; acquires never wait for it. See the crate docs,
-    /// "Waiting for a lock".
+    /// no notices; acquires never wait for it. See the guide,
+    /// `docs/waiting.md`.
     ///
     /// Off, this client's releases publish no notices either: for an ACL
     /// user without channel rights (Redis 7 grants none by default). With

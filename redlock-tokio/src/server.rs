@@ -205,7 +205,7 @@ pub(crate) fn cluster_client(
         // MOVED and ASK during resharding, and a refreshed slot map, each
         // take one retry. Few: a command retried after its connection broke
         // may run after a later command for the same key was sent (see the
-        // crate docs, "Cluster nodes").
+        // guide, `docs/cluster.md`, "Retries and order").
         .retries(3)
         .build()
 }
