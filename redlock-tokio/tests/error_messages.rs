@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use redlock_tokio::core::{
-    AcquireEvent, Acquisition, Attempts, Config, Key, Machine, NodeError, NodeErrorKind,
-    Response, Settings,
+    AcquireEvent, Acquisition, Attempts, Config, Key, Machine, NodeError, NodeErrorKind, Response,
+    Settings,
 };
 use redlock_tokio::{AcquireError, ConfigError, Error, ExtendError, LossReason};
 
