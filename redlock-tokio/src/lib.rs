@@ -76,94 +76,41 @@
 //!
 //! Every kind goes through the same quorum machinery (acquire on a majority,
 //! validity, release everywhere after a failure, extend, keep-alive), and
-//! every guard is the ordinary [`LockGuard`].
-//!
-//! ```no_run
-//! use std::time::Duration;
-//! use redlock_tokio::{Redlock, Wait};
-//!
-//! # async fn kinds(redlock: Redlock, worker_id: &str) -> Result<(), redlock_tokio::Error> {
-//! // Exclusive, with a fencing token: larger than every earlier holder's while
-//! // nodes keep their data; the protected resource refuses lower ones.
-//! let fenced = redlock.lock("ledger").fencing().await?;
-//! let token: u64 = fenced.fencing_token().expect("asked for one");
-//! # let _ = token;
-//! fenced.release().await;
-//!
-//! // Read-write: many readers, or one writer; a waiting writer holds off new readers.
-//! let reading = redlock.lock("catalog").read().await?;
-//! reading.release().await;
-//! let writing = redlock.lock("catalog").write().wait(Wait::No).ttl(Duration::from_secs(5)).await?;
-//! writing.release().await;
-//!
-//! // Reentrant: the same owner id enters again; each guard releases its own entry.
-//! let outer = redlock.lock("job-42").reentrant(worker_id).await?;
-//! let inner = redlock.lock("job-42").reentrant(worker_id).await?;
-//! inner.release().await;
-//! outer.release().await;
-//!
-//! // Fair: first come, first served across processes.
-//! let fair = redlock.lock("printer").fair().await?;
-//! fair.release().await;
-//!
-//! // Multi-resource: all keys on a node, or none of them.
-//! let both = redlock.lock_all(["account:1", "account:2"]).await?;
-//! both.release().await;
-//! # Ok(()) }
-//! ```
+//! every guard is the ordinary [`LockGuard`]: exclusive (the default), with
+//! a fencing token ([`LockRequest::fencing`]), read-write
+//! ([`LockRequest::read`], [`LockRequest::write`]), reentrant
+//! ([`LockRequest::reentrant`]), fair across processes
+//! ([`LockRequest::fair`]) and multi-resource ([`Redlock::lock_all`]). The
+//! guide's `docs/lock-kinds.md` shows each.
 //!
 //! # When things fail
 //!
-//! - A node that is down, paused or slow costs at most the per-node
-//!   timeout ([`core::Settings::node_timeout`], by default 1% of the TTL,
-//!   between 10 and 50 ms), never the TTL; with a majority up, locks go on.
-//! - A lock that is not granted is an [`Error::Acquire`] with the core's
-//!   [`AcquireError`]: `Held` (another owner), `NoQuorum` (too many nodes
-//!   failed), `ValidityExhausted` (a quorum came too late), `WrongType` (the
-//!   key is not a lock: not retried), `DeadlineExceeded`. Each carries every
-//!   node's vote ([`core::Votes`]), so the message says which node did what.
-//!   Whatever the attempt may have set is released on every node first.
-//! - Configuration mistakes fail before anything is sent and are never
-//!   retried: when the client is built ([`Error::Config`] for no nodes,
-//!   even or duplicate nodes, unparsable URLs, a host name that does not
-//!   resolve, a zero or huge TTL; [`Error::Auth`]; [`Error::Tls`]), or when
-//!   a call starts (a per-call TTL out of bounds, a cross-slot lock on a
-//!   cluster node).
-//! - A lock lost (its validity ran out; kept alive: another owner, a
-//!   release by value, too many nodes silent until validity ran out) fires
-//!   the guard's loss signal, and [`LockRequest::run`] cancels the work and
-//!   returns [`Error::LockLost`].
+//! A node down, paused or slow costs at most the per-node timeout
+//! ([`core::Settings::node_timeout`]), never the TTL. A lock not granted is
+//! an [`Error::Acquire`] carrying every node's vote ([`core::Votes`]);
+//! configuration mistakes fail before anything is sent ([`Error::Config`],
+//! [`Error::Auth`], [`Error::Tls`]); a lock lost fires the guard's loss
+//! signal, and [`LockRequest::run`] then cancels the work and returns
+//! [`Error::LockLost`]. [`Error`]'s predicates tell the classes apart; the
+//! guide's `docs/errors.md` gives each.
 //!
 //! # Connections, waiting, exit
 //!
-//! - One multiplexed connection per node, shared by every lock and clone
-//!   of [`Redlock`]; scripts are loaded at connect, and the core picks plain
-//!   commands where the node's server has them (`INFO server`, read again on
-//!   every reconnect). A node that cannot be reached does not fail
-//!   [`Builder::build`] (it is reconnected in the background); rejected
-//!   credentials ([`Error::Auth`]) and a refused TLS handshake
-//!   ([`Error::Tls`]) do. `rediss://` URLs use rustls (feature `tls`);
-//!   `redis+cluster://` makes a whole Redis Cluster one node (one vote).
-//! - For each key, a node runs the commands in the order the core emitted
-//!   them, under any load; a release is never dropped unsent. Every future
-//!   is cancel-safe: a dropped acquire releases what its attempt may have
-//!   set, a dropped [`LockGuard`] releases in the background, and a guard
-//!   alive when `main` returns is released too ([`Redlock::shutdown`] is the
-//!   explicit form).
-//! - A waiting acquire retries on its timer **or** at a release notice
-//!   (pub/sub, one connection per node, opened only when someone waits),
-//!   first come, first served inside a client, across clients with
-//!   [`LockRequest::fair`]; [`Builder::release_notices`]`(false)` turns it off.
-//! - Logs go to [`tracing`](https://docs.rs/tracing), quiet at INFO; the
-//!   `metrics` feature reports through the [`metrics`](https://docs.rs/metrics)
-//!   facade. Features: `tls` (default), `insecure-tls`, `metrics`, `blocking`.
-//!
-//! The guide in the repository says each of these in full, one page per
-//! topic (`docs/README.md` indexes them): `docs/connecting.md` (nodes, order,
-//! cancellation and exit, TLS, Redis and Valkey, features),
-//! `docs/cluster.md`, `docs/waiting.md`, `docs/errors.md`,
-//! `docs/metrics-and-logs.md` (every metric and its labels),
-//! `docs/blocking.md` and `docs/guarantees.md`.
+//! One multiplexed connection per node, shared by every lock and clone of
+//! [`Redlock`]; a node down at [`Builder::build`] is reconnected in the
+//! background, while rejected credentials ([`Error::Auth`]) or TLS
+//! ([`Error::Tls`]) fail the build; `redis+cluster://` makes a whole
+//! Redis Cluster one node. For each key a node runs the commands
+//! in the order the core emitted them, and every future is cancel-safe: a
+//! dropped acquire or [`LockGuard`], or a guard alive when `main` returns,
+//! is released in the background ([`Redlock::shutdown`] waits for that). A
+//! waiting acquire tries again at its retry delay or at a release notice
+//! (pub/sub), first come, first served inside a client. Logs go to
+//! [`tracing`](https://docs.rs/tracing), quiet at INFO; features: `tls`
+//! (default), `insecure-tls`, `metrics`, `blocking`. The guide in the
+//! repository (`docs/README.md`) says each in full: `docs/connecting.md`
+//! (order, exit, TLS, Redis and Valkey, features), `docs/cluster.md`,
+//! `docs/waiting.md`, `docs/metrics-and-logs.md`, `docs/blocking.md`.
 //!
 //! # Guarantees and limits
 //!
@@ -237,112 +184,26 @@ pub use request::{Acquiring, LockRequest, Wait, kind};
 /// The core crate: the algorithm, its settings, votes, keys and values.
 pub use redlock_core as core;
 
-/// The README's Rust examples, compiled by `cargo test --doc` so that they
-/// cannot drift from the API (they are `no_run`: they name masters that do not
-/// exist here).
-#[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
-struct ReadmeExamples;
-
-/// This crate's README example, compiled by `cargo test --doc`.
-#[cfg(doctest)]
-#[doc = include_str!("../README.md")]
-struct CrateReadmeExample;
-
-/// The guide's `docs/guarantees.md` examples, compiled by `cargo test --doc`.
-#[cfg(doctest)]
-#[doc = include_str!("../../docs/guarantees.md")]
-struct GuideGuarantees;
-
-/// The guide's `docs/lock-kinds.md` examples, compiled by `cargo test --doc`.
-#[cfg(doctest)]
-#[doc = include_str!("../../docs/lock-kinds.md")]
-struct GuideLockKinds;
-
-/// The guide's `docs/semaphore.md` examples, compiled by `cargo test --doc`.
-#[cfg(doctest)]
-#[doc = include_str!("../../docs/semaphore.md")]
-struct GuideSemaphore;
-
-/// The guide's `docs/waiting.md` examples, compiled by `cargo test --doc`.
-#[cfg(doctest)]
-#[doc = include_str!("../../docs/waiting.md")]
-struct GuideWaiting;
-
-/// The guide's `docs/errors.md` examples, compiled by `cargo test --doc`.
-#[cfg(doctest)]
-#[doc = include_str!("../../docs/errors.md")]
-struct GuideErrors;
-
-/// The guide's `docs/connecting.md` examples, compiled by `cargo test --doc`.
-#[cfg(doctest)]
-#[doc = include_str!("../../docs/connecting.md")]
-struct GuideConnecting;
-
-/// The guide's `docs/cluster.md` examples, compiled by `cargo test --doc`.
-#[cfg(doctest)]
-#[doc = include_str!("../../docs/cluster.md")]
-struct GuideCluster;
-
-/// The guide's `docs/metrics-and-logs.md` examples, compiled by `cargo test --doc`.
-#[cfg(doctest)]
-#[doc = include_str!("../../docs/metrics-and-logs.md")]
-struct GuideMetricsAndLogs;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn assert_send_sync_clone<T: Send + Sync + Clone>() {}
-    fn assert_send<T: Send>(_: &T) {}
-
-    #[test]
-    fn handles_are_send_and_sync() {
-        assert_send_sync_clone::<Redlock>();
-        assert_send_sync_clone::<Error>();
-        assert_send_sync_clone::<LossSignal>();
-        fn assert_send_sync<T: Send + Sync>() {}
-        assert_send_sync::<LockGuard>();
-    }
-
-    #[allow(dead_code, clippy::diverging_sub_expression, unreachable_code)]
-    fn futures_are_send(redlock: Redlock, guard: LockGuard) {
-        use std::future::IntoFuture;
-        assert_send(&redlock.lock("r").into_future());
-        assert_send(
-            &redlock
-                .lock("r")
-                .ttl(std::time::Duration::from_secs(1))
-                .wait(Wait::No)
-                .into_future(),
-        );
-        assert_send(&redlock.release_value("r", &core::LockValue::from_string("v")));
-        assert_send(&redlock.lock("r").run(async |lock| {
-            tokio::task::yield_now().await;
-            Ok::<_, Error>(lock.validity())
-        }));
-        assert_send(&redlock.inspect("r"));
-        assert_send(&guard.lost());
-        assert_send(&guard.release());
-    }
-
-    /// Work under `run` can be spawned: the future is `Send + 'static`.
-    #[allow(dead_code)]
-    fn run_can_be_spawned(redlock: Redlock) {
-        tokio::spawn(async move {
-            redlock
-                .lock("r")
-                .run(async |lock| {
-                    tokio::task::yield_now().await;
-                    Ok::<_, Error>(lock.fencing_token())
-                })
-                .await
-        });
-    }
+/// Markdown whose Rust examples `cargo test --doc` compiles, so that they
+/// cannot drift from the API: the READMEs (`no_run`: they name masters that
+/// do not exist here) and the guide's pages.
+macro_rules! doctested {
+    ($($(#[$cfg:meta])* $name:ident = $path:literal;)*) => {
+        $($(#[$cfg])* #[cfg(doctest)] #[doc = include_str!($path)] struct $name;)*
+    };
 }
 
-/// The guide's `docs/blocking.md` examples, compiled by `cargo test --doc`
-/// (with the `blocking` feature, which they use).
-#[cfg(all(doctest, feature = "blocking"))]
-#[doc = include_str!("../../docs/blocking.md")]
-struct GuideBlocking;
+doctested! {
+    ReadmeExamples = "../../README.md";
+    CrateReadmeExample = "../README.md";
+    GuideGuarantees = "../../docs/guarantees.md";
+    GuideLockKinds = "../../docs/lock-kinds.md";
+    GuideSemaphore = "../../docs/semaphore.md";
+    GuideWaiting = "../../docs/waiting.md";
+    GuideErrors = "../../docs/errors.md";
+    GuideConnecting = "../../docs/connecting.md";
+    GuideCluster = "../../docs/cluster.md";
+    GuideMetricsAndLogs = "../../docs/metrics-and-logs.md";
+    #[cfg(feature = "blocking")]
+    GuideBlocking = "../../docs/blocking.md";
+}
