@@ -349,6 +349,14 @@ impl<K: Send + 'static> LockRequest<K> {
     }
 }
 
+/// The accessors of [`LockGuard`]: each forwards to the async guard's
+/// method of the same name.
+macro_rules! forward {
+    ($($(#[$doc:meta])* $name:ident -> $ty:ty;)*) => {
+        $($(#[$doc])* pub fn $name(&self) -> $ty { self.inner().$name() })*
+    };
+}
+
 /// A lock held on a quorum of nodes, from a blocking [`LockRequest`]: the
 /// accessors of [`crate::LockGuard`], and its commands as blocking calls.
 /// Dropping it releases the lock on the client's thread, without waiting.
@@ -373,69 +381,33 @@ impl LockGuard {
         self.guard.as_ref().expect("a live guard holds its lock")
     }
 
-    /// The resource name ([`crate::LockGuard::resource`]).
-    pub fn resource(&self) -> &[u8] {
-        self.inner().resource()
-    }
-
-    /// The Redis key ([`crate::LockGuard::key`]).
-    pub fn key(&self) -> &Key {
-        self.inner().key()
-    }
-
-    /// Our value on the nodes ([`crate::LockGuard::value`]).
-    pub fn value(&self) -> &LockValue {
-        self.inner().value()
-    }
-
-    /// The fencing token of a fenced lock ([`crate::LockGuard::fencing_token`]).
-    pub fn fencing_token(&self) -> Option<u64> {
-        self.inner().fencing_token()
-    }
-
-    /// The votes of the round that acquired the lock.
-    pub fn votes(&self) -> &Votes {
-        self.inner().votes()
-    }
-
-    /// When the winning round was sent ([`crate::LockGuard::acquired_at`]).
-    pub fn acquired_at(&self) -> Instant {
-        self.inner().acquired_at()
-    }
-
-    /// Validity left now; zero once lost ([`crate::LockGuard::validity`]).
-    pub fn validity(&self) -> Duration {
-        self.inner().validity()
-    }
-
-    /// The end of the last validity window ([`crate::LockGuard::valid_until`]).
-    pub fn valid_until(&self) -> Instant {
-        self.inner().valid_until()
-    }
-
-    /// The TTL of the last acquire or extension.
-    pub fn ttl(&self) -> Duration {
-        self.inner().ttl()
-    }
-
-    /// Successful extensions so far.
-    pub fn extensions(&self) -> u64 {
-        self.inner().extensions()
-    }
-
-    /// Whether the lock is lost ([`crate::LockGuard::is_lost`]).
-    pub fn is_lost(&self) -> bool {
-        self.inner().is_lost()
-    }
-
-    /// Why the lock was lost, once it is.
-    pub fn loss(&self) -> Option<LossReason> {
-        self.inner().loss()
-    }
-
-    /// The loss signal as a handle of its own, for async code elsewhere.
-    pub fn loss_signal(&self) -> LossSignal {
-        self.inner().loss_signal()
+    forward! {
+        /// The resource name ([`crate::LockGuard::resource`]).
+        resource -> &[u8];
+        /// The Redis key ([`crate::LockGuard::key`]).
+        key -> &Key;
+        /// Our value on the nodes ([`crate::LockGuard::value`]).
+        value -> &LockValue;
+        /// The fencing token of a fenced lock ([`crate::LockGuard::fencing_token`]).
+        fencing_token -> Option<u64>;
+        /// The votes of the round that acquired the lock.
+        votes -> &Votes;
+        /// When the winning round was sent ([`crate::LockGuard::acquired_at`]).
+        acquired_at -> Instant;
+        /// Validity left now; zero once lost ([`crate::LockGuard::validity`]).
+        validity -> Duration;
+        /// The end of the last validity window ([`crate::LockGuard::valid_until`]).
+        valid_until -> Instant;
+        /// The TTL of the last acquire or extension.
+        ttl -> Duration;
+        /// Successful extensions so far.
+        extensions -> u64;
+        /// Whether the lock is lost ([`crate::LockGuard::is_lost`]).
+        is_lost -> bool;
+        /// Why the lock was lost, once it is.
+        loss -> Option<LossReason>;
+        /// The loss signal as a handle of its own, for async code elsewhere.
+        loss_signal -> LossSignal;
     }
 
     /// Extends the lock ([`crate::LockGuard::extend`]).

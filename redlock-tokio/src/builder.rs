@@ -47,6 +47,16 @@ impl fmt::Debug for Builder {
     }
 }
 
+/// Setters of [`Builder`]: each sets one field and returns the builder.
+macro_rules! setters {
+    ($($(#[$doc:meta])* $name:ident($arg:ident: $ty:ty) => $($field:ident).+ = $value:expr;)*) => {
+        $($(#[$doc])* pub fn $name(mut self, $arg: $ty) -> Self {
+            self.$($field).+ = $value;
+            self
+        })*
+    };
+}
+
 impl Builder {
     /// A builder for these URLs ([`Redlock::builder`]).
     pub(crate) fn from_urls<I, S>(urls: I) -> Self
@@ -69,77 +79,40 @@ impl Builder {
         }
     }
 
-    /// How long a lock lives on each node unless released or extended.
-    /// Default 10 s.
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.config.ttl = ttl;
-        self
-    }
-
-    /// Share of the TTL set aside for clock drift, in `[0, 1)`. Default 0.01.
-    pub fn drift_factor(mut self, factor: f64) -> Self {
-        self.config.drift_factor = factor;
-        self
-    }
-
-    /// How long one node may take to answer. Default: 1% of the TTL, between
-    /// 10 and 50 ms.
-    pub fn node_timeout(mut self, timeout: Duration) -> Self {
-        self.config.node_timeout = Some(timeout);
-        self
-    }
-
-    /// How long an acquire waits for a lock held by someone else, unless
-    /// its request says otherwise ([`LockRequest::wait`](crate::LockRequest::wait)).
-    /// Default [`Wait::Retries`]`(10)`: the first attempt and 10 retries,
-    /// about 0.5 to 2 s.
-    pub fn wait(mut self, wait: Wait) -> Self {
-        self.wait = wait;
-        self
-    }
-
-    /// The fixed part of the wait between attempts. Default 50 ms.
-    pub fn retry_delay(mut self, delay: Duration) -> Self {
-        self.config.retry.delay = delay;
-        self
-    }
-
-    /// The random part of the wait between attempts. Default 150 ms.
-    pub fn retry_jitter(mut self, jitter: Duration) -> Self {
-        self.config.retry.jitter = jitter;
-        self
-    }
-
-    /// Random bytes per lock value (16..=256). Default 20.
-    pub fn value_len(mut self, len: usize) -> Self {
-        self.config.value_len = len;
-        self
-    }
-
-    /// Prepended to every resource name to form its key, for example
-    /// `"lock:"`. Default empty.
-    pub fn key_prefix(mut self, prefix: impl Into<Vec<u8>>) -> Self {
-        self.config.key_prefix = prefix.into();
-        self
-    }
-
-    /// How long connecting to one node (TCP, TLS, authentication, loading
-    /// the scripts) may take, at build and on every reconnection.
-    /// Default 1 s.
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// Whether plain commands may replace scripts where a node's server has
-    /// them (default true): an exclusive acquire as `SET key value NX PX
-    /// ttl GET` (Redis >= 7.0, Valkey), a withdraw as `DELIFEQ key value`
-    /// (Valkey >= 9.0); the core picks them per node from what the server
-    /// reported at connect. Off, every request is a script: for ACL users
-    /// allowed `EVALSHA` but not `SET` or `DELIFEQ`.
-    pub fn native_commands(mut self, on: bool) -> Self {
-        self.config.native_commands = on;
-        self
+    setters! {
+        /// How long a lock lives on each node unless released or extended.
+        /// Default 10 s.
+        ttl(ttl: Duration) => config.ttl = ttl;
+        /// Share of the TTL set aside for clock drift, in `[0, 1)`. Default 0.01.
+        drift_factor(factor: f64) => config.drift_factor = factor;
+        /// How long one node may take to answer. Default: 1% of the TTL, between
+        /// 10 and 50 ms.
+        node_timeout(timeout: Duration) => config.node_timeout = Some(timeout);
+        /// How long an acquire waits for a lock held by someone else, unless
+        /// its request says otherwise ([`LockRequest::wait`](crate::LockRequest::wait)).
+        /// Default [`Wait::Retries`]`(10)`: the first attempt and 10 retries,
+        /// about 0.5 to 2 s.
+        wait(wait: Wait) => wait = wait;
+        /// The fixed part of the wait between attempts. Default 50 ms.
+        retry_delay(delay: Duration) => config.retry.delay = delay;
+        /// The random part of the wait between attempts. Default 150 ms.
+        retry_jitter(jitter: Duration) => config.retry.jitter = jitter;
+        /// Random bytes per lock value (16..=256). Default 20.
+        value_len(len: usize) => config.value_len = len;
+        /// Prepended to every resource name to form its key, for example
+        /// `"lock:"`. Default empty.
+        key_prefix(prefix: impl Into<Vec<u8>>) => config.key_prefix = prefix.into();
+        /// How long connecting to one node (TCP, TLS, authentication, loading
+        /// the scripts) may take, at build and on every reconnection.
+        /// Default 1 s.
+        connect_timeout(timeout: Duration) => connect_timeout = timeout;
+        /// Whether plain commands may replace scripts where a node's server has
+        /// them (default true): an exclusive acquire as `SET key value NX PX
+        /// ttl GET` (Redis >= 7.0, Valkey), a withdraw as `DELIFEQ key value`
+        /// (Valkey >= 9.0); the core picks them per node from what the server
+        /// reported at connect. Off, every request is a script: for ACL users
+        /// allowed `EVALSHA` but not `SET` or `DELIFEQ`.
+        native_commands(on: bool) => config.native_commands = on;
     }
 
     /// Whether a waiting [`Redlock::lock`] listens for release notices
@@ -150,8 +123,8 @@ impl Builder {
     /// connection per node is opened (and kept, shared by every waiting
     /// acquire of the client and its clones), with one subscription per
     /// resource waited on. A node whose pub/sub connection fails only sends
-    /// no notices; acquires never wait for it. See the crate docs,
-    /// "Waiting for a lock".
+    /// no notices; acquires never wait for it. See the guide,
+    /// `docs/waiting.md`.
     ///
     /// Off, this client's releases publish no notices either: for an ACL
     /// user without channel rights (Redis 7 grants none by default). With
@@ -172,13 +145,12 @@ impl Builder {
         self
     }
 
-    /// Accept an even number of servers (2, 4, ...). Default false: the
-    /// build fails with [`ConfigError::EvenNodes`], since an even count is
-    /// more often a master left out or listed twice than a choice, and N = 4
-    /// tolerates no more failed masters than N = 3 (the quorum is 3).
-    pub fn allow_even_nodes(mut self, allow: bool) -> Self {
-        self.config.allow_even_nodes = allow;
-        self
+    setters! {
+        /// Accept an even number of servers (2, 4, ...). Default false: the
+        /// build fails with [`ConfigError::EvenNodes`], since an even count is
+        /// more often a master left out or listed twice than a choice, and N = 4
+        /// tolerates no more failed masters than N = 3 (the quorum is 3).
+        allow_even_nodes(allow: bool) => config.allow_even_nodes = allow;
     }
 
     /// Trust only the CA certificate(s) in this PEM file for `rediss://`
@@ -392,15 +364,16 @@ impl Builder {
             // Dropping the nodes ends any reconnection task already started.
             return Err(error);
         }
-        let client = Redlock::new(
+        let client = Redlock::new(crate::client::Inner {
             settings,
-            self.wait,
+            wait: self.wait,
             nodes,
             notices,
             background,
+            notice_refusal_logged: Default::default(),
             metrics,
-            self.simulation,
-        );
+            simulation: self.simulation,
+        });
         debug!(
             nodes = client.nodes().len(),
             connected = client.connected_nodes(),

@@ -29,46 +29,29 @@ pub struct Redlock {
     inner: Arc<Inner>,
 }
 
-struct Inner {
-    settings: Arc<Settings>,
+pub(crate) struct Inner {
+    pub(crate) settings: Arc<Settings>,
     /// How long an acquire waits unless its request says.
-    wait: Wait,
-    nodes: Arc<[Arc<Node>]>,
+    pub(crate) wait: Wait,
+    pub(crate) nodes: Arc<[Arc<Node>]>,
     /// Release notices for waiting acquires; `None` when switched off.
-    notices: Option<Arc<Notices>>,
+    pub(crate) notices: Option<Arc<Notices>>,
     /// Everything sent or run in the background, which
     /// [`Redlock::shutdown`] awaits.
-    background: Background,
+    pub(crate) background: Background,
     /// Whether a refused release notice was logged (once per client).
-    notice_refusal_logged: std::sync::atomic::AtomicBool,
+    pub(crate) notice_refusal_logged: std::sync::atomic::AtomicBool,
     /// The node-labelled metric keys (nothing without the `metrics` feature).
-    metrics: metrics::Nodes,
+    pub(crate) metrics: metrics::Nodes,
     /// Set in a simulation only: its seeded RNG replaces the OS's.
-    simulation: Option<crate::sim::Simulation>,
+    pub(crate) simulation: Option<crate::sim::Simulation>,
 }
 
 impl Redlock {
     /// A client over connected (or reconnecting) nodes.
-    pub(crate) fn new(
-        settings: Arc<Settings>,
-        wait: Wait,
-        nodes: Arc<[Arc<Node>]>,
-        notices: Option<Arc<Notices>>,
-        background: Background,
-        metrics: metrics::Nodes,
-        simulation: Option<crate::sim::Simulation>,
-    ) -> Self {
+    pub(crate) fn new(inner: Inner) -> Self {
         Self {
-            inner: Arc::new(Inner {
-                settings,
-                wait,
-                nodes,
-                notices,
-                background,
-                notice_refusal_logged: Default::default(),
-                metrics,
-                simulation,
-            }),
+            inner: Arc::new(inner),
         }
     }
 }

@@ -1,6 +1,6 @@
 //! Metrics through the [`metrics`](https://docs.rs/metrics) facade, with the
-//! `metrics` feature; without it, every function here is an empty inline
-//! function and every type a zero-sized one, so the rest of the crate calls
+//! `metrics` feature; without it, every function here is an empty one
+//! (inlined away) and every type a zero-sized one, so the rest of the crate calls
 //! them unconditionally and pays nothing.
 //!
 //! Only outcomes the core already decided are reported: an acquisition's
@@ -585,60 +585,41 @@ mod off {
 
     use super::{End, Kind, Outcome, Voted};
 
-    #[inline(always)]
+    // Empty functions of this crate: the compiler inlines them away.
     pub(crate) fn describe() {}
+    pub(crate) fn held(_: &Lock, _: End) {}
+    pub(crate) fn extended(_: Result<(), &ExtendError>) {}
+    pub(crate) fn lost(_: &LossReason) {}
+    pub(crate) fn released(_: &ReleaseReport) {}
+    pub(crate) fn node_misses(_: usize) {}
+    pub(crate) fn node_slow(_: &str, _: bool) {}
 
     pub(crate) struct Acquire;
 
     impl Acquire {
-        #[inline(always)]
         pub(crate) fn start(_: Kind, _: Instant) -> Self {
             Acquire
         }
-        #[inline(always)]
         pub(crate) fn sent(&mut self) {}
-        #[inline(always)]
         pub(crate) fn finish(self, _: Outcome, _: u32) {}
     }
-
-    #[inline(always)]
-    pub(crate) fn held(_: &Lock, _: End) {}
-
-    #[inline(always)]
-    pub(crate) fn extended(_: Result<(), &ExtendError>) {}
-
-    #[inline(always)]
-    pub(crate) fn lost(_: &LossReason) {}
-
-    #[inline(always)]
-    pub(crate) fn released(_: &ReleaseReport) {}
-
-    #[inline(always)]
-    pub(crate) fn node_misses(_: usize) {}
-
-    #[inline(always)]
-    pub(crate) fn node_slow(_: &str, _: bool) {}
 
     #[derive(Clone)]
     pub(crate) struct Nodes;
 
     impl Nodes {
-        #[inline(always)]
         pub(crate) fn new<'a>(_: impl IntoIterator<Item = &'a str>) -> Self {
             Nodes
         }
-        #[inline(always)]
         pub(crate) fn notice(&self, _: usize) {}
     }
 
     pub(crate) struct Rounds;
 
     impl Rounds {
-        #[inline(always)]
         pub(crate) fn new() -> Self {
             Rounds
         }
-        #[inline(always)]
         pub(crate) fn event(&mut self, _: &Nodes, _: &impl Voted) {}
     }
 }
