@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use crate::machine::Machine;
-use crate::native::{Native, others_may_wait};
+use crate::native::Native;
 use crate::quorum::{Round, quorum};
 use crate::wire::interpret;
 use std::sync::Arc;
@@ -161,6 +161,17 @@ impl std::fmt::Display for ReleaseReport {
 ///
 /// Nodes the lock's value was never sent to ([`Lock::untouched`](crate::Lock::untouched))
 /// are not asked: their vote is [`NodeVote::NotAsked`].
+///
+/// On a node whose server has `DELIFEQ` (Valkey 9) the release is that one
+/// command, which deletes our value only where no waiter marked it
+/// ([`waited`](crate::waited)); where it deletes nothing, the release
+/// sends the release script there, once, whose answer is the node's
+/// (deleted and published, another holder, gone). A node not waited for
+/// answers into nobody's hands: once a node was found marked, the script
+/// goes to those nodes as well when the release decides (behind their
+/// `DELIFEQ`); otherwise, where a waiter marked our value there alone, it
+/// stays until its TTL, as on a node that failed, and publishes nothing
+/// (that waiter then found the nodes that decided the release free).
 #[cfg_attr(feature = "model-check", derive(Clone))]
 #[derive(Debug)]
 pub struct Release {
@@ -178,12 +189,14 @@ pub struct Release {
     /// answering `1`), and nodes that deleted it and did not.
     alone: usize,
     not_alone: usize,
-    /// An exclusive release's request that names the waiters' marks: its
-    /// client is what a plain release reads the marks against
-    /// ([`notice`](Self::notice)), and it is sent again without them to a
-    /// node that refuses them ([`without_marks`](Self::without_marks));
-    /// and the nodes it was.
-    marked: Option<Request>,
+    /// The request sent to every node (the first node's): sent again as
+    /// its script to a node whose plain `DELIFEQ` found our value marked
+    /// as waited for, or gone ([`as_script`](Self::as_script)), and without
+    /// the waiters' marks to a node that refuses them
+    /// ([`without_marks`](Self::without_marks)); and the nodes it was,
+    /// each way.
+    sent: Option<Request>,
+    scripted: Vec<crate::NodeId>,
     unmarked: Vec<crate::NodeId>,
     /// Its driver stopped before every node answered.
     abandoned: bool,
@@ -242,14 +255,12 @@ impl Release {
                 ..request
             })
             .collect();
-        let marked = requests
-            .front()
-            .filter(|request| request.names_marks())
-            .cloned();
+        let sent = requests.front().cloned();
         Self {
             round,
             notices_refused: 0,
-            marked,
+            sent,
+            scripted: Vec::new(),
             unmarked: Vec::new(),
             requests,
             hand_over,
@@ -296,11 +307,13 @@ impl Release {
     /// This release for a driver that gives its hand-over to nobody (one
     /// that sends its requests and reads no answer): it does not name its
     /// client, so it publishes for every marked waiter, the client's own
-    /// too.
+    /// too; and it is the script on every node, never a plain `DELIFEQ`,
+    /// after which nobody would read the answer to send the script.
     #[must_use]
     pub fn unattended(mut self) -> Self {
-        for request in self.requests.iter_mut().chain(&mut self.marked) {
+        for request in self.requests.iter_mut().chain(&mut self.sent) {
             request.client = None;
+            request.native = false;
         }
         self.hand_over = None;
         self.answer = None;
@@ -309,30 +322,44 @@ impl Release {
 
     /// Whether `reply`, where it deleted our key, says that the notice was
     /// refused, and that no other client's waiter is marked there.
-    fn notice(&self, reply: &Reply) -> (bool, bool) {
-        use crate::Response::{Array, Int};
+    fn notice(reply: &Reply) -> (bool, bool) {
+        use crate::Response::Int;
         match (reply.native, &reply.result) {
             // The release script: 2 the notice refused, 1 nobody else marked.
             (None, Ok(Int(2))) => (true, false),
             (None, Ok(Int(1))) => (false, true),
-            // The plain release: what it read of the marks decides, as in
-            // the script; a notice due, what publishing it did.
-            (Some(Native::DelIfEqMarks), Ok(Array(items))) => match items.as_slice() {
-                [_, read, notice @ ..] => {
-                    let client = self
-                        .marked
-                        .as_ref()
-                        .and_then(|marked| marked.client.as_ref());
-                    if others_may_wait(client, read) {
-                        (!matches!(notice, [Int(1)]), false)
-                    } else {
-                        (false, true)
-                    }
-                }
-                _ => (false, false),
-            },
+            // The plain release deletes our value only unmarked: nobody
+            // waited for it there.
+            (Some(Native::DelIfEq), Ok(Int(1))) => (false, true),
             _ => (false, false),
         }
+    }
+
+    /// The request to send again after `reply`, if it is a plain
+    /// `DELIFEQ` that deleted nothing: our value may be there marked as
+    /// waited for ([`waited`](crate::waited)). The release script, sent
+    /// then, deletes it marked or not, publishes the notice the waiters
+    /// wait for, and tells a key gone from one held by another value. Once
+    /// per node: the script's answer is the node's.
+    fn as_script(&mut self, reply: &Reply) -> Option<Request> {
+        use crate::Response::Int;
+        if !matches!(
+            (reply.native, &reply.result),
+            (Some(Native::DelIfEq), Ok(Int(0)))
+        ) || self.scripted.contains(&reply.node)
+        {
+            return None;
+        }
+        let sent = self
+            .sent
+            .as_ref()
+            .filter(|request| request.round == reply.round)?;
+        self.scripted.push(reply.node);
+        Some(Request {
+            node: reply.node,
+            native: false,
+            ..sent.clone()
+        })
     }
 
     /// The request to send again after `reply`, if it is a node's refusal
@@ -350,13 +377,14 @@ impl Release {
             return None;
         }
         let marked = self
-            .marked
+            .sent
             .as_ref()
-            .filter(|request| request.round == reply.round)?;
+            .filter(|request| request.round == reply.round && request.names_marks())?;
         self.unmarked.push(reply.node);
         Some(Request {
             node: reply.node,
             keys: Arc::from(&marked.keys[..1]),
+            native: false,
             ..marked.clone()
         })
     }
@@ -367,6 +395,29 @@ impl Release {
     }
 
     fn finish(&mut self, now: Instant) {
+        // Where a node's `DELIFEQ` found our value marked, a waiter may
+        // have marked the nodes not waited for too, whose answers nobody
+        // reads: the script goes to them now, behind their `DELIFEQ`
+        // (it finds nothing where that deleted), so that they delete our
+        // value and publish to that waiter.
+        if !self.scripted.is_empty() {
+            let pending: Vec<_> = self
+                .round
+                .nodes()
+                .filter(|&node| matches!(self.round.vote(node), Some(NodeVote::Pending)))
+                .filter(|node| !self.scripted.contains(node))
+                .collect();
+            for node in pending {
+                let Some(sent) = &self.sent else { break };
+                let again = Request {
+                    node,
+                    native: false,
+                    ..sent.clone()
+                };
+                self.scripted.push(node);
+                self.requests.push_back(again);
+            }
+        }
         self.done = true;
         self.report = Some(ReleaseReport {
             votes: self.round.votes(now),
@@ -447,11 +498,14 @@ impl Machine for Release {
         if self.done {
             return;
         }
-        if let Some(again) = self.without_marks(&reply) {
+        if let Some(again) = self
+            .as_script(&reply)
+            .or_else(|| self.without_marks(&reply))
+        {
             self.requests.push_back(again);
             return;
         }
-        let (refused, alone) = self.notice(&reply);
+        let (refused, alone) = Self::notice(&reply);
         let vote = interpret(Command::Release, reply.native, reply.result);
         let granted = matches!(vote, NodeVote::Granted);
         // Counted once per node: a repeated answer is not recorded again.

@@ -146,7 +146,9 @@
 //!   picks each request's command by them
 //!   ([`Request::call`](redlock_core::Request::call)): an exclusive
 //!   acquire is a plain `SET key value NX PX ttl GET` on Redis >= 7.0 and
-//!   Valkey, a withdraw (no release notice) a `DELIFEQ` on Valkey >= 9.0.
+//!   Valkey, a release a `DELIFEQ` on Valkey >= 9.0 (followed by the
+//!   release script only where a waiter marked the lock,
+//!   [`redlock_core::waited`]).
 //! - The Lua scripts are loaded (`SCRIPT LOAD`) on every connection,
 //!   so every other operation is one `EVALSHA` per node. A node that answers
 //!   `NOSCRIPT` (its script cache was flushed) gets the script loaded

@@ -350,20 +350,10 @@ impl Node {
     fn run(&mut self, now: Duration, request: &Request) -> Reply {
         let clock = self.clock(now);
         let call = request.call(&self.facts);
-        let mut response = match call {
+        let response = match call {
             Call::Script(_) => self.store.run(clock, request),
             Call::Native(native) => self.store.run_native(clock, request, native),
         };
-        // As the adapter does: a plain release publishes after it where
-        // the core says a notice is due (always heard of as published).
-        if let (
-            Call::Native(redlock_core::Native::DelIfEqMarks),
-            Some(_),
-            redlock_core::Response::Array(items),
-        ) = (call, request.notice_after(&response), &mut response)
-        {
-            items.push(redlock_core::Response::Int(1));
-        }
         Reply::via(request, call, Ok(response))
     }
 }
