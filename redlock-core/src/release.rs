@@ -164,14 +164,13 @@ impl std::fmt::Display for ReleaseReport {
 ///
 /// On a node whose server has `DELIFEQ` (Valkey 9) the release is that one
 /// command, which deletes our value only where no waiter marked it
-/// ([`waited`](crate::waited)); where it deletes nothing, the release
-/// sends the release script there, once, whose answer is the node's
-/// (deleted and published, another holder, gone). A node not waited for
-/// answers into nobody's hands: once a node was found marked, the script
-/// goes to those nodes as well when the release decides (behind their
-/// `DELIFEQ`); otherwise, where a waiter marked our value there alone, it
-/// stays until its TTL, as on a node that failed, and publishes nothing
-/// (that waiter then found the nodes that decided the release free).
+/// ([`waited`](crate::waited)). Where it deletes nothing, the release
+/// script follows it on that node's connection ([`Request::follow_up`]),
+/// whoever reads the answer: the release while it waits, the client's
+/// background for a node not waited for. The script's answer is the node's
+/// (deleted and published, another holder, gone), so a `DELIFEQ` that
+/// found our value marked is never counted as not held, and a node not
+/// waited for deletes our value, marked or not, as the others did.
 #[cfg_attr(feature = "model-check", derive(Clone))]
 #[derive(Debug)]
 pub struct Release {
@@ -189,14 +188,10 @@ pub struct Release {
     /// answering `1`), and nodes that deleted it and did not.
     alone: usize,
     not_alone: usize,
-    /// The request sent to every node (the first node's): sent again as
-    /// its script to a node whose plain `DELIFEQ` found our value marked
-    /// as waited for, or gone ([`as_script`](Self::as_script)), and without
-    /// the waiters' marks to a node that refuses them
-    /// ([`without_marks`](Self::without_marks)); and the nodes it was,
-    /// each way.
+    /// The request sent to every node (the first node's): sent again
+    /// without the waiters' marks to a node that refuses them
+    /// ([`without_marks`](Self::without_marks)); and the nodes it was.
     sent: Option<Request>,
-    scripted: Vec<crate::NodeId>,
     unmarked: Vec<crate::NodeId>,
     /// Its driver stopped before every node answered.
     abandoned: bool,
@@ -260,7 +255,6 @@ impl Release {
             round,
             notices_refused: 0,
             sent,
-            scripted: Vec::new(),
             unmarked: Vec::new(),
             requests,
             hand_over,
@@ -335,33 +329,6 @@ impl Release {
         }
     }
 
-    /// The request to send again after `reply`, if it is a plain
-    /// `DELIFEQ` that deleted nothing: our value may be there marked as
-    /// waited for ([`waited`](crate::waited)). The release script, sent
-    /// then, deletes it marked or not, publishes the notice the waiters
-    /// wait for, and tells a key gone from one held by another value. Once
-    /// per node: the script's answer is the node's.
-    fn as_script(&mut self, reply: &Reply) -> Option<Request> {
-        use crate::Response::Int;
-        if !matches!(
-            (reply.native, &reply.result),
-            (Some(Native::DelIfEq), Ok(Int(0)))
-        ) || self.scripted.contains(&reply.node)
-        {
-            return None;
-        }
-        let sent = self
-            .sent
-            .as_ref()
-            .filter(|request| request.round == reply.round)?;
-        self.scripted.push(reply.node);
-        Some(Request {
-            node: reply.node,
-            native: false,
-            ..sent.clone()
-        })
-    }
-
     /// The request to send again after `reply`, if it is a node's refusal
     /// of a release that names the waiters' marks (`NOPERM`: an ACL user
     /// whose key patterns cover the lock key but not the marks next to
@@ -395,29 +362,6 @@ impl Release {
     }
 
     fn finish(&mut self, now: Instant) {
-        // Where a node's `DELIFEQ` found our value marked, a waiter may
-        // have marked the nodes not waited for too, whose answers nobody
-        // reads: the script goes to them now, behind their `DELIFEQ`
-        // (it finds nothing where that deleted), so that they delete our
-        // value and publish to that waiter.
-        if !self.scripted.is_empty() {
-            let pending: Vec<_> = self
-                .round
-                .nodes()
-                .filter(|&node| matches!(self.round.vote(node), Some(NodeVote::Pending)))
-                .filter(|node| !self.scripted.contains(node))
-                .collect();
-            for node in pending {
-                let Some(sent) = &self.sent else { break };
-                let again = Request {
-                    node,
-                    native: false,
-                    ..sent.clone()
-                };
-                self.scripted.push(node);
-                self.requests.push_back(again);
-            }
-        }
         self.done = true;
         self.report = Some(ReleaseReport {
             votes: self.round.votes(now),
@@ -498,10 +442,7 @@ impl Machine for Release {
         if self.done {
             return;
         }
-        if let Some(again) = self
-            .as_script(&reply)
-            .or_else(|| self.without_marks(&reply))
-        {
+        if let Some(again) = self.without_marks(&reply) {
             self.requests.push_back(again);
             return;
         }
@@ -535,6 +476,44 @@ impl Machine for Release {
 
     fn is_done(&self) -> bool {
         self.done
+    }
+}
+
+impl Request {
+    /// The request that follows this one on its node once `reply` answers
+    /// it, whoever reads that answer (the machine that sent it, or the
+    /// client's background once the machine decided without this node):
+    /// the script after a plain `DELIFEQ` (a release, or a withdraw of a
+    /// failed attempt) that deleted nothing, since our value may be there
+    /// marked as waited for ([`waited`](crate::waited)). The script deletes
+    /// it, marked or not, and a release's publishes the notice the waiters
+    /// wait for. The reply the sender then reads is the script's; the
+    /// script is never followed.
+    ///
+    /// ```
+    /// # use std::{sync::Arc, time::Instant};
+    /// # use redlock_core::*;
+    /// let settings = Settings::new(1, Config::default()).unwrap();
+    /// let key = Key::new(b"job").unwrap();
+    /// let mut release = Release::new(&settings, key, LockValue::from("v"), RoundId(1), Instant::now());
+    /// let request = release.poll_request().unwrap();
+    /// let zero = |native| Reply { native, ..Reply::to(&request, Ok(Response::Int(0))) };
+    /// // Sent as `DELIFEQ`, deleted nothing: the script follows.
+    /// let script = request.follow_up(&zero(Some(Native::DelIfEq))).unwrap();
+    /// assert!(!script.native);
+    /// // The script's own answer is final.
+    /// assert!(script.follow_up(&zero(None)).is_none());
+    /// ```
+    pub fn follow_up(&self, reply: &Reply) -> Option<Request> {
+        let deleted_nothing = matches!(
+            (reply.native, &reply.result),
+            (Some(Native::DelIfEq), Ok(crate::Response::Int(0)))
+        );
+        let undoes = matches!(self.command, Command::Release | Command::Withdraw);
+        (deleted_nothing && undoes && reply.node == self.node).then(|| Request {
+            native: false,
+            ..self.clone()
+        })
     }
 }
 

@@ -227,13 +227,15 @@ fn a_plain_release_that_deletes_nothing_sends_the_script_after_it() {
     let report = quiet.poll_event().unwrap();
     assert_eq!((report.released(), report.notices_refused()), (3, 0));
 
-    // Marked (or gone, or another's): the script, once per node.
+    // Marked (or gone, or another's): the script follows on each node
+    // (`Request::follow_up`), and its answer is the node's; the machine
+    // never counts the `DELIFEQ`'s `0`.
     let mut marked = release();
     let sent = requests(&mut marked);
-    let mut scripts_sent = Vec::new();
-    for request in &sent {
-        marked.handle_reply(native(request, Response::Int(0)), t0 + MS);
-        let again = marked.poll_request().expect("the script after it");
+    for (request, answer) in sent.iter().zip([3, 1, -1]) {
+        let again = request
+            .follow_up(&native(request, Response::Int(0)))
+            .expect("the script after it");
         assert_eq!(
             (again.node, again.command),
             (request.node, Command::Release)
@@ -243,14 +245,15 @@ fn a_plain_release_that_deletes_nothing_sends_the_script_after_it() {
             again.call(&valkey9()),
             Call::Script(scripts::RELEASE_IF_WAITED)
         );
-        scripts_sent.push(again);
+        assert_eq!(
+            again.follow_up(&Reply::to(&again, Ok(Response::Int(0)))),
+            None
+        );
+        // Released for another client's waiter (published); released, only
+        // our client's waiters marked it (nothing published); gone.
+        marked.handle_reply(Reply::to(&again, Ok(Response::Int(answer))), t0 + MS);
+        assert_eq!(marked.poll_request(), None);
     }
-    // Released for another client's waiter (published); released, only
-    // our client's waiters marked it (nothing published); gone.
-    for (request, answer) in scripts_sent.iter().zip([3, 1, -1]) {
-        marked.handle_reply(Reply::to(request, Ok(Response::Int(answer))), t0 + MS);
-    }
-    assert_eq!(marked.poll_request(), None, "once per node");
     marked.poll_hand_over();
     assert_eq!(
         marked.poll_hand_over(),
@@ -264,17 +267,10 @@ fn a_plain_release_that_deletes_nothing_sends_the_script_after_it() {
     assert_eq!((report.released(), report.not_held()), (2, 1));
     assert_eq!(report.votes().votes()[2], NodeVote::Missing);
 
-    // A second `0` for a node already sent its script is that node's
-    // answer: not ours.
-    let mut twice = release();
-    let sent = requests(&mut twice);
-    twice.handle_reply(native(&sent[0], Response::Int(0)), t0 + MS);
-    let again = twice.poll_request().unwrap();
-    twice.handle_reply(native(&again, Response::Int(0)), t0 + MS);
-    assert_eq!(twice.poll_request(), None);
-    twice.handle_timeout(t0 + Duration::from_secs(10));
-    let report = twice.poll_event().unwrap();
-    assert_eq!(report.votes().votes()[0], NodeVote::NotOurs);
+    // A deleting `DELIFEQ`, and any other answer, is followed by nothing.
+    assert_eq!(sent[0].follow_up(&native(&sent[0], Response::Int(1))), None);
+    let failed = Reply::to(&sent[0], Err(NodeError::new(NodeErrorKind::Timeout, "t")));
+    assert_eq!(sent[0].follow_up(&failed), None);
 }
 
 /// A release on three nodes: node 0 answers as a script, the others as
@@ -290,9 +286,10 @@ fn delifeq_answers_count_as_released_or_not_ours() {
     };
     release.handle_reply(Reply::to(&requests[0], Ok(Response::Int(1))), t0 + MS);
     release.handle_reply(native(&requests[1], Response::Int(1)), t0 + MS);
-    // Nothing deleted: the script tells why (gone here).
-    release.handle_reply(native(&requests[2], Response::Int(0)), t0 + MS);
-    let again = release.poll_request().expect("the script after it");
+    // Nothing deleted: the script that follows tells why (gone here).
+    let again = requests[2]
+        .follow_up(&native(&requests[2], Response::Int(0)))
+        .expect("the script after it");
     release.handle_reply(Reply::to(&again, Ok(Response::Int(-1))), t0 + MS);
     let report = release.poll_event().expect("every node answered");
     assert_eq!(

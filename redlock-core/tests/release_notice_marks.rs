@@ -197,8 +197,16 @@ impl World {
                 if response == Response::Int(3) {
                     self.hear(node, now);
                 }
+                let reply = Reply::via(&request, call, Ok(response));
+                // The connection sends what follows the answer before
+                // handing it over: behind what the node queued meanwhile.
+                if let Some(next) = request.follow_up(&reply) {
+                    self.queues[node].push_back(Op::Holder(next));
+                    self.drain_waiter();
+                    return true;
+                }
                 let release = self.release.as_mut().expect("a release is under way");
-                release.handle_reply(Reply::via(&request, call, Ok(response)), now);
+                release.handle_reply(reply, now);
                 // Sent once the answer is in: behind what the node queued
                 // meanwhile.
                 while let Some(again) = release.poll_request() {

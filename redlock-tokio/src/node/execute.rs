@@ -21,8 +21,23 @@ impl Node {
     /// to this node meanwhile ([`Order`](crate::order::Order)): commands for one key take effect
     /// in the order they were issued.
     ///
+    /// Where the core says another request follows the answer on this
+    /// node ([`Request::follow_up`]: the script after a `DELIFEQ` that
+    /// deleted nothing), it is sent next, and its reply is the one
+    /// returned: so it happens whoever reads the reply, the machine or
+    /// nobody (a node the machine decided without).
+    ///
     /// No timeout here: the caller applies the request's deadline.
     pub(crate) async fn execute(self: &Arc<Self>, request: &Request) -> Reply {
+        let reply = self.execute_once(request).await;
+        match request.follow_up(&reply) {
+            Some(next) => self.execute_once(&next).await,
+            None => reply,
+        }
+    }
+
+    /// [`execute`](Self::execute) without the follow-up.
+    async fn execute_once(self: &Arc<Self>, request: &Request) -> Reply {
         let (mut connection, facts, generation) = match self.connection() {
             Ok(link) => link,
             Err(error) => return Reply::to(request, Err(error)),
