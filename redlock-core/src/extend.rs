@@ -231,10 +231,16 @@ impl Extension {
             deadline,
         );
         let untouched = &self.untouched;
-        // Our value may be marked as waited for: where a plain `DELIFEQ`
-        // deletes nothing, the script follows it (`Request::follow_up`).
-        self.requests
-            .extend(requests.filter(|request| !untouched.contains(&request.node)));
+        // The script: our value may be marked as waited for, which a plain
+        // `DELIFEQ` leaves (see `Release`), and nobody reads this answer.
+        self.requests.extend(
+            requests
+                .filter(|request| !untouched.contains(&request.node))
+                .map(|request| Request {
+                    native: false,
+                    ..request
+                }),
+        );
     }
 
     /// The request to send again after `reply`, if it is a plain extend

@@ -483,12 +483,14 @@ impl Request {
     /// The request that follows this one on its node once `reply` answers
     /// it, whoever reads that answer (the machine that sent it, or the
     /// client's background once the machine decided without this node):
-    /// the script after a plain `DELIFEQ` (a release, or a withdraw of a
-    /// failed attempt) that deleted nothing, since our value may be there
-    /// marked as waited for ([`waited`](crate::waited)). The script deletes
-    /// it, marked or not, and a release's publishes the notice the waiters
-    /// wait for. The reply the sender then reads is the script's; the
-    /// script is never followed.
+    /// the script after a plain `DELIFEQ` (a release, or a withdraw) that
+    /// deleted nothing, since our value may be there marked as waited for
+    /// ([`waited`](crate::waited)), by a waiter of any client. The script
+    /// deletes it, marked or not, and a release's publishes the notice the
+    /// waiters wait for. The reply the sender then reads is the script's;
+    /// the script is never followed. (A failed attempt's withdraw, whose
+    /// `DELIFEQ` mostly finds another holder's value, is the script itself
+    /// where this client's waiters listen.)
     ///
     /// ```
     /// # use std::{sync::Arc, time::Instant};
