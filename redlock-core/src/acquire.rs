@@ -560,25 +560,10 @@ impl<R: Rng> Acquisition<R> {
         }
     }
 
-    /// Queues an attempt's requests. A waiter's (it listens for notices,
-    /// on an exclusive or multi-resource lock) name its client, or its
-    /// value for a client without a tag: each node then marks the holder it
-    /// finds as waited for, in the same step as the check
-    /// ([`waited`](crate::waited)), so that a release that deletes with one
-    /// plain `DELIFEQ` where nobody waited still publishes to this waiter.
-    /// The mark sent before the attempt ([`Command::MarkWaiting`]) cannot do
-    /// that alone: a holder may take the key between the mark and the
-    /// check.
     fn send_round(&mut self, round: &Round, value: &LockValue, command: Command) {
-        let waiter =
-            self.notices.asked && matches!(self.kind, LockKind::Exclusive | LockKind::Multi);
-        let client = waiter.then(|| self.settings.client_tag().unwrap_or(value).clone());
         let keys = &self.acquire_keys;
         let requests = round.fan_out(keys, &self.kind, value, command, round.deadline);
-        self.requests.extend(requests.map(|request| Request {
-            client: client.clone(),
-            ..request
-        }));
+        self.requests.extend(requests);
     }
 
     /// The lock round was won on a fenced lock (a fenced semaphore's, on
@@ -938,18 +923,9 @@ impl<R: Rng> Acquisition<R> {
     ) {
         let deadline = now + self.settings.release_timeout();
         let requests = round.fan_out(&self.keys, &self.kind, value, Command::Withdraw, deadline);
-        // Where waiters listen, one may have marked our value as waited for
-        // ([`waited`](crate::waited)): a plain `DELIFEQ` would leave it
-        // there until its TTL, and nobody reads a withdraw's answer to
-        // send the script after it. So the script, which deletes it marked.
-        let native = !self.settings.release_notices();
         let requests = requests
             .filter(|r| !skipped.contains(&r.node))
-            .filter(|r| !(planted!(ReleaseSkipsTimedOut) && round.timed_out(r.node)))
-            .map(|r| Request {
-                native: r.native && native,
-                ..r
-            });
+            .filter(|r| !(planted!(ReleaseSkipsTimedOut) && round.timed_out(r.node)));
         self.requests.extend(requests);
         if last {
             self.queue_leave(round, value, now);

@@ -155,7 +155,6 @@ mod semaphore;
 mod semaphore_scripts;
 mod status;
 mod types;
-pub mod waited;
 mod wire;
 
 pub use acquire::{AcquireEvent, Acquisition, FAIR_PATIENCE};

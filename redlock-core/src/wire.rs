@@ -28,12 +28,9 @@ pub struct Request {
     /// What to run.
     pub command: Command,
     /// The client that sends it, for the scripts that name it to the
-    /// masters (a waiter's mark, and an exclusive lock's release,
+    /// masters (a waiter's mark and an exclusive lock's release,
     /// [`Settings::with_client_tag`](crate::Settings::with_client_tag));
-    /// `None` for every other request and for a client without a tag. A
-    /// waiter's attempt always names one (its value where its client has
-    /// no tag): it marks the holder it finds as waited for
-    /// ([`waited`](crate::waited)).
+    /// `None` for every other request and for a client without a tag.
     pub client: Option<LockValue>,
     /// Whether the core may send it as a plain command where the node's
     /// server has one ([`Request::call`],
@@ -96,9 +93,8 @@ impl Request {
     /// fencing token, or for a release whether to publish a release notice:
     /// `1` for [`Command::Release`], `0` for [`Command::Withdraw`]); then, for
     /// a write lock's acquire, how long readers are held off, for a
-    /// reentrant lock, the owner, for a waiter's mark, a waiter's attempt
-    /// (exclusive, fenced or multi-resource) and an exclusive lock's
-    /// release, the [client](Self::client) if it has one, and for a fair lock's acquire and release
+    /// reentrant lock, the owner, for a waiter's mark and an exclusive
+    /// lock's release, the [client](Self::client) if it has one, and for a fair lock's acquire and release
     /// its waiter id, then (acquire) how long its queue entry lives and
     /// whether it waits for its turn (`1`) or takes the lock by the plain rule
     /// (`0`) and its ticket (the place it asks for), or (release) `0` to keep its place in the queue (a withdraw),
@@ -132,11 +128,7 @@ impl Request {
                 .as_deref()
                 .map(Argument::Bytes)
                 .or(Some(Argument::Bytes(b""))),
-            (
-                LockKind::Exclusive,
-                Command::Release | Command::MarkWaiting { .. } | Command::AcquireFenced { .. },
-            )
-            | (LockKind::Exclusive | LockKind::Multi, Command::Acquire { .. }) => self
+            (LockKind::Exclusive, Command::Release | Command::MarkWaiting { .. }) => self
                 .client
                 .as_ref()
                 .map(|client| Argument::Bytes(client.as_bytes())),
@@ -676,9 +668,9 @@ pub(crate) fn interpret(
         (Command::AcquireFenced { .. }, Response::Array(items)) if matches!(items.as_slice(), [Response::Int(1), Response::Int(c)] if *c >= 0) => {
             Some(NodeVote::Granted)
         }
-        (Command::Acquire { .. } | Command::AcquireFenced { .. }, Response::Data(holder)) => Some(
-            NodeVote::HeldByOther(Some(crate::waited::unmarked(holder).to_vec())),
-        ),
+        (Command::Acquire { .. } | Command::AcquireFenced { .. }, Response::Data(holder)) => {
+            Some(NodeVote::HeldByOther(Some(holder.clone())))
+        }
         (Command::StoreToken { .. }, Response::Int(1)) => Some(NodeVote::Granted),
         (Command::StoreToken { .. }, Response::Int(0)) => Some(NodeVote::HeldByOther(None)),
         (Command::StoreToken { .. }, Response::Int(-1)) => Some(NodeVote::Missing),
@@ -767,17 +759,31 @@ fn interpret_native(command: Command, native: Native, response: Response) -> Nod
     let vote = match (command, native, &response) {
         (Command::Acquire { .. }, Native::SetNxGet, Response::Nil) => Some(NodeVote::Granted),
         // The whole value comes back; keep what the script would keep.
-        (Command::Acquire { .. }, Native::SetNxGet, Response::Data(holder)) => {
-            let holder = crate::waited::unmarked(holder);
-            Some(NodeVote::HeldByOther(Some(
-                holder[..holder.len().min(64)].to_vec(),
-            )))
-        }
+        (Command::Acquire { .. }, Native::SetNxGet, Response::Data(holder)) => Some(
+            NodeVote::HeldByOther(Some(holder[..holder.len().min(64)].to_vec())),
+        ),
         (Command::Release | Command::Withdraw, Native::DelIfEq, Response::Int(1)) => {
             Some(NodeVote::Granted)
         }
         (Command::Release | Command::Withdraw, Native::DelIfEq, Response::Int(0)) => {
             Some(NodeVote::NotOurs)
+        }
+        // `[deleted, [key, waiters, others]]`, and after a notice what it
+        // did. Not deleted, the key read next says why, as the script does.
+        (Command::Release, Native::DelIfEqMarks, Response::Array(items)) => {
+            match items.as_slice() {
+                [Response::Int(1), read, notice @ ..]
+                    if is_read(read) && matches!(notice, [] | [Response::Int(0 | 1)]) =>
+                {
+                    Some(NodeVote::Granted)
+                }
+                [Response::Int(0), read] if is_read(read) => Some(match read {
+                    Response::Array(read) if read[0] == Response::Nil => NodeVote::Missing,
+                    Response::Array(_) => NodeVote::HeldByOther(None),
+                    _ => NodeVote::NotOurs,
+                }),
+                _ => None,
+            }
         }
         // (Its `Data` answers are read by `interpret_extend`.)
         (Command::Extend { .. }, Native::SetIfEqGet, Response::Nil) => Some(NodeVote::Missing),
@@ -793,6 +799,17 @@ fn interpret_native(command: Command, native: Native, response: Response) -> Nod
             ),
         ))
     })
+}
+
+/// What `MGET` of the lock key and the two marks answers (each nil or a
+/// string), or its refusal in its place.
+fn is_read(response: &Response) -> bool {
+    let string = |response: &Response| matches!(response, Response::Nil | Response::Data(_));
+    match response {
+        Response::Array(read) => read.len() == 3 && read.iter().all(string),
+        Response::Other(_) => true,
+        _ => false,
+    }
 }
 
 #[cfg(test)]
