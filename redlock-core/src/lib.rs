@@ -137,6 +137,7 @@ mod election_read;
 mod election_scripts;
 mod error;
 mod extend;
+mod fair_scripts;
 mod health;
 mod hub;
 mod keep_alive;
@@ -155,6 +156,7 @@ mod semaphore;
 mod semaphore_scripts;
 mod status;
 mod types;
+mod vote;
 mod wire;
 
 pub use acquire::{AcquireEvent, Acquisition, FAIR_PATIENCE};

@@ -1,0 +1,68 @@
+//! The second round of a fenced lock: once the lock round is won, the
+//! fencing token is stored on a quorum before the lock is handed out.
+
+use super::*;
+
+impl<R: Rng> Acquisition<R> {
+    /// The lock round was won on a fenced lock (a fenced semaphore's, on
+    /// `slot`): store the token on a quorum. A permit's token comes from
+    /// the counters of the masters that granted its slot, and is stored
+    /// beside its slot key; the masters that granted another slot are
+    /// withdrawn from now.
+    pub(super) fn start_fence_round(&mut self, now: Instant, slot: Option<u64>) {
+        let State::Attempting {
+            round,
+            value,
+            scheduled,
+            ..
+        } = std::mem::replace(&mut self.state, State::Done)
+        else {
+            unreachable!("only called while attempting");
+        };
+        let token = round
+            .nodes()
+            .filter(|node| round.granted(*node))
+            .filter(|node| slot.is_none() || self.slots[node.0] == slot)
+            .filter_map(|node| self.counters[node.0])
+            .max()
+            .unwrap_or(0)
+            .saturating_add(1);
+        let (keys, lock_votes) = match slot {
+            Some(slot) => {
+                let (permit, withdraws, votes) = crate::semaphore::take_permit(
+                    &round,
+                    &self.slots,
+                    slot,
+                    (&self.keys, &self.kind, &value),
+                    &round.skipped_nodes(),
+                    round.votes(now),
+                    now + self.settings.release_timeout(),
+                );
+                self.requests.extend(withdraws);
+                let counter = self.settings.fencing_key(&permit[0]);
+                ([permit[0].clone(), counter].into(), votes)
+            }
+            None => (self.keys.clone(), round.votes(now)),
+        };
+        let fence = Round::new(
+            RoundId(self.rng.next_u64()),
+            &self.settings,
+            now,
+            self.node_timeout,
+        );
+        let command = Command::StoreToken { token };
+        let requests = fence.fan_out(&keys, &LockKind::Exclusive, &value, command, fence.deadline);
+        self.requests.extend(requests);
+        self.state = State::Attempting {
+            round: fence,
+            value,
+            phase: Phase::Fence {
+                token,
+                lock_started: round.started,
+                lock_votes,
+                keys,
+            },
+            scheduled,
+        };
+    }
+}
