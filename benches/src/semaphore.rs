@@ -126,5 +126,7 @@ pub(crate) async fn run(
         shape.acquire.merge(&acquire);
     }
     shape.elapsed = started.elapsed();
+    // Its releases in flight end here, not in the next shape's figures.
+    redlock.shutdown().await;
     Ok(shape)
 }

@@ -25,7 +25,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::{Command, Request};
+use crate::Request;
 
 /// Requests in a row left unanswered past their deadline that make a node
 /// known slow.
@@ -160,7 +160,8 @@ impl NodeHealth {
 
     /// Whether to send `request` to the node at `now`. Always for a
     /// trusted node, and for a request that must arrive (a release, a
-    /// withdraw, a queue leave) or only reads (an inspection). A known slow
+    /// withdraw, a queue leave) or only reads ([`Command::only_reads`](crate::Command::only_reads): an
+    /// inspection, who leads an election). A known slow
     /// node gets any other request only as a probe, one per
     /// [`probe_every`](Self::probe_every); the driver answers a request
     /// not admitted with [`Reply::skipped`](crate::Reply::skipped).
@@ -168,9 +169,7 @@ impl NodeHealth {
         let Standing::Slow { since, next_probe } = self.state else {
             return true;
         };
-        if request.command.must_arrive()
-            || matches!(request.command, Command::Inspect | Command::ReadLeader)
-        {
+        if request.command.must_arrive() || request.command.only_reads() {
             return true;
         }
         if now < next_probe {

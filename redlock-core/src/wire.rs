@@ -383,6 +383,13 @@ impl Command {
         matches!(self, Command::Release | Command::Withdraw | Command::Leave)
     }
 
+    /// Whether the command only reads (an inspection, who leads an
+    /// election): it changes nothing a vote could count, and a node known
+    /// slow is asked all the same.
+    pub fn only_reads(&self) -> bool {
+        matches!(self, Command::Inspect | Command::ReadLeader)
+    }
+
     /// A short name for logs: `acquire`, `extend`, `release`.
     pub fn name(&self) -> &'static str {
         match self {

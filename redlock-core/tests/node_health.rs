@@ -114,6 +114,7 @@ fn what_must_arrive_and_what_only_reads_always_goes() {
         Command::Withdraw,
         Command::Leave,
         Command::Inspect,
+        Command::ReadLeader,
     ] {
         assert!(
             health.admit(&request(&settings, command, t0), t0),

@@ -121,8 +121,14 @@ impl Election {
             let mut leadership = self.campaign().await?;
             let mut task = tokio::spawn(work(leadership.clone()));
             tokio::select! {
-                _ = &mut task => {
+                ended = &mut task => {
                     leadership.resign().await;
+                    // The work's panic is the caller's, not a quiet return.
+                    if let Err(error) = ended
+                        && error.is_panic()
+                    {
+                        std::panic::resume_unwind(error.into_panic());
+                    }
                     return Ok(());
                 }
                 reason = leadership.lost() => {
@@ -153,14 +159,18 @@ impl Election {
     pub fn observe(&self) -> impl Stream<Item = Leader> + Send + 'static {
         let election = self.clone();
         futures::stream::unfold(
-            (election, LeaderWatch::new()),
-            |(election, mut watch)| async move {
+            (election, LeaderWatch::new(), true),
+            |(election, mut watch, mut first)| async move {
                 loop {
+                    // One read per retry period, also right after a change.
+                    if !first {
+                        tokio::time::sleep(election.timing.retry_period()).await;
+                    }
+                    first = false;
                     let report = election.leader().await;
                     if let Some(leader) = watch.handle_report(&report) {
-                        return Some((leader, (election, watch)));
+                        return Some((leader, (election, watch, first)));
                     }
-                    tokio::time::sleep(election.timing.retry_period()).await;
                 }
             },
         )
@@ -328,7 +338,12 @@ impl Leadership {
         let (task, stop) = running?;
         let _ = stop.send(());
         let mut term = task.await.ok()?;
-        let mut release = term.resign(crate::sim::now())?;
+        let Some(mut release) = term.resign(crate::sim::now()) else {
+            // Lost already: our value may still be on some servers, where
+            // it would hold off the next leader until its TTL.
+            crate::guard::spawn_release(self.inner.client.clone(), term.lock().clone(), None);
+            return None;
+        };
         let report = drive(&mut release, &self.inner.client).await;
         term.handle_resigned(&report);
         if term.is_over() {
@@ -366,9 +381,23 @@ impl Drop for Inner {
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
-        if let Some((task, _)) = running {
+        let Some((task, stop)) = running else {
+            return;
+        };
+        let (client, campaigned) = (self.client.clone(), self.lock.clone());
+        if tokio::runtime::Handle::try_current().is_err() {
             task.abort();
-            crate::guard::spawn_release(self.client.clone(), self.lock.clone(), None);
+            crate::guard::spawn_release(client, campaigned, None);
+            return;
         }
+        // The renewal stops first (what it sent goes before the release on
+        // each server's connection: an extension or a restore after the
+        // release would set the key again), and the release acts on the
+        // lock with every renewal applied (the servers a restore filled).
+        let _ = stop.send(());
+        let _ = self.client.background().spawn(async move {
+            let lock = task.await.map_or(campaigned, |term| term.lock().clone());
+            crate::guard::spawn_release(client, lock, None);
+        });
     }
 }

@@ -281,13 +281,8 @@ impl LockGuard {
     /// Stops tracking the lock (and its keep-alive) without releasing it,
     /// and returns its value: the key stays on the nodes until it expires
     /// or someone releases the value with [`Redlock::release_value`].
-    pub fn forget(mut self) -> LockValue {
-        if let Some(task) = self.keep_alive.take() {
-            task.abort();
-        }
-        self.shared.end();
-        self.done = true;
-        self.value().clone()
+    pub fn forget(self) -> LockValue {
+        self.into_lock().value().clone()
     }
 }
 

@@ -1,7 +1,7 @@
 //! The election's model: clients campaign with the core's real fenced
 //! [`Acquisition`], lead with the core's real [`Term`] (a [`KeptLock`]
-//! renewing every retry period, and the loss instant), and campaign again
-//! after a loss, against the masters of the lock model (`Node`: set if
+//! renewing every retry period, and the loss instant; one campaign each in
+//! the configurations run today), against the masters of the lock model (`Node`: set if
 //! absent, fencing counter, extend and restore, compare-and-delete; keys
 //! expire up to `early` ticks before their TTL on a master whose clock runs
 //! fast, in model while within the drift allowance).
