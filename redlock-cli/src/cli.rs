@@ -8,8 +8,9 @@ use clap::{Args, Parser, Subcommand};
 
 const EXIT_CODES: &str = "\
 Exit codes:
-  0        success (exec: the command exited 0)
+  0        success (exec, elect: the command exited 0)
   1        exec: the lock is held by another owner (busy; see --busy-exit-code);
+           elect --deadline: another process still leads;
            release: the value is held on no node (mistyped, expired or released
            already); nothing was deleted
   2        usage or configuration error (bad option, no nodes, bad URL, a
@@ -19,10 +20,11 @@ Exit codes:
            hash, ...)
   3        no quorum: too many nodes down or too slow
   4        exec: the lock was lost while the command ran; the command was stopped
-  126/127  exec: the command could not be executed / was not found
-  128+N    exec: the command died of signal N (or redlock got signal N before
-           the command started)
-  other    exec: the command's own exit code";
+           (elect --once: the leadership was lost)
+  126/127  exec, elect: the command could not be executed / was not found
+  128+N    exec, elect: the command died of signal N (or redlock got signal N
+           before the command started)
+  other    exec, elect: the command's own exit code";
 
 /// A distributed flock(1): run a command while holding a Redlock on N
 /// independent Redis nodes.
@@ -90,6 +92,31 @@ pub(crate) enum Command {
         override_usage = "redlock release [OPTIONS] --value <VALUE> <KEY>"
     )]
     Release(ReleaseArgs),
+    /// Run a command while leading an election, and campaign again on loss.
+    ///
+    /// Campaigns for NAME (waiting while another process leads), runs
+    /// COMMAND while leading, with the leadership renewed in the background
+    /// every --retry-period. The leader steps down --renew-deadline after
+    /// its last confirmed renewal, before any other process can be elected:
+    /// COMMAND's process group then gets SIGTERM, then SIGKILL after
+    /// --kill-grace, and redlock campaigns again (with --once, exits 4).
+    /// When COMMAND exits by itself, redlock resigns (NAME is free at once)
+    /// and exits with COMMAND's code. Signals are passed on as for `exec`.
+    ///
+    /// COMMAND gets REDLOCK_KEY (NAME), REDLOCK_TERM and
+    /// REDLOCK_FENCING_TOKEN (both the term: larger than every earlier
+    /// leader's; let the resources COMMAND writes refuse smaller ones).
+    #[command(
+        after_help = EXIT_CODES,
+        override_usage = "redlock elect [OPTIONS] <NAME> -- <COMMAND>..."
+    )]
+    Elect(ElectArgs),
+    /// Show who leads an election: its id, term and proclaimed value, on every node.
+    ///
+    /// Advisory: the leader may have stepped down by the time this prints.
+    /// Exits 3 when fewer than a quorum of nodes answered.
+    #[command(after_help = EXIT_CODES, override_usage = "redlock leader [OPTIONS] <NAME>")]
+    Leader(LeaderArgs),
 }
 
 /// Options every subcommand takes, before or after its name
@@ -239,6 +266,49 @@ pub(crate) struct ReleaseArgs {
     /// inside `redlock exec`).
     #[arg(long, value_name = "VALUE")]
     pub(crate) value: String,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ElectArgs {
+    /// The lease: how long the leadership lives on each node unless
+    /// renewed, so how long NAME stays taken after a leader was killed.
+    #[arg(long, value_parser = parse_duration, default_value = "10s", value_name = "DURATION")]
+    pub(crate) lease: Duration,
+    /// A leader steps down this long after its last confirmed renewal.
+    /// Default: two thirds of the lease (less the clock drift allowance).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub(crate) renew_deadline: Option<Duration>,
+    /// The pause between renewals. Default: a quarter of the renew
+    /// deadline. The lease (less drift) must exceed the renew deadline,
+    /// which must exceed 1.2 x the retry period.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub(crate) retry_period: Option<Duration>,
+    /// Once elected, write VALUE (an address, say) as the leader's, under
+    /// its term; `redlock leader` shows it.
+    #[arg(long, value_name = "VALUE")]
+    pub(crate) proclaim: Option<String>,
+    /// Lead at most once: after a loss, exit 4 instead of campaigning again.
+    #[arg(long)]
+    pub(crate) once: bool,
+    /// Give up a campaign after this long (exit 1 while another process
+    /// leads, 3 while nodes fail). Default: campaign without limit.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub(crate) deadline: Option<Duration>,
+    /// How long COMMAND has between SIGTERM and SIGKILL, when the
+    /// leadership is lost or redlock is told to stop.
+    #[arg(long, value_parser = parse_duration, default_value = "5s", value_name = "DURATION")]
+    pub(crate) kill_grace: Duration,
+    /// The election's name (the Redis key is the key prefix followed by it).
+    pub(crate) key: String,
+    /// The command to run while leading, and its arguments, after `--`.
+    #[arg(last = true, required = true, num_args = 1.., value_name = "COMMAND")]
+    pub(crate) command: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct LeaderArgs {
+    /// The election's name.
+    pub(crate) key: String,
 }
 
 /// The longest duration an option takes: a century, far beyond any use,

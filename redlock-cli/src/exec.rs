@@ -15,48 +15,26 @@
 //! 5. Release on every node, whatever happened, then exit.
 
 use std::future::IntoFuture;
-use std::io;
-use std::os::unix::process::ExitStatusExt;
-use std::process::ExitStatus;
-use std::time::Duration;
 
-use nix::errno::Errno;
-use nix::sys::signal::{Signal, killpg, raise};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use redlock_tokio::core::Votes;
 use redlock_tokio::{KeepAlive, LockGuard, ReleaseReport, Wait};
 use serde_json::json;
-use tokio::signal::unix::{SignalKind, signal};
-use tokio::time::Instant;
 
+use crate::child::{self, Ending, Held, Signals};
 use crate::cli::{Common, ExecArgs};
 use crate::connect::connect;
 use crate::failure::{self, Failure};
 use crate::output::{Human, Level, Output, command_line, millis, release_json, votes_json};
 
 pub(crate) async fn run(common: &Common, args: ExecArgs, output: &Output) -> u8 {
-    let code = match exec(common, &args, output).await {
-        Ok(code) => code,
-        Err(failure) => failure.report(output),
-    };
-    output.json_only(|| json!({ "event": "finished", "exit_code": code }));
-    code
+    Failure::finish(exec(common, &args, output).await, output)
 }
 
 async fn exec(common: &Common, args: &ExecArgs, output: &Output) -> Result<u8, Failure> {
-    let mut signals = Signals::new().map_err(|error| Failure {
-        code: failure::USAGE,
-        kind: "signals",
-        message: format!("cannot install signal handlers: {error}"),
-        nodes: None,
-    })?;
+    let mut signals = Signals::install()?;
     let waits = args.waits();
-    // Checked before anything is printed or sent: a zero wait limit is a
-    // configuration error, not a wait that ends at once.
-    if args.deadline.is_some_and(|deadline| deadline.is_zero()) {
-        let error = redlock_tokio::Error::Config(redlock_tokio::ConfigError::ZeroDeadline);
-        return Err(Failure::from_error(&error, args.busy_exit_code));
-    }
+    Failure::zero_deadline(args.deadline)?;
     let redlock = connect(common, |builder| builder.ttl(args.ttl)).await?;
     let key = args.key.as_str();
     let shown = command_line(&args.command);
@@ -95,7 +73,7 @@ async fn exec(common: &Common, args: &ExecArgs, output: &Output) -> Result<u8, F
             result = &mut acquire => break Ok(result),
             signal = signals.recv() => {
                 if signal == Signal::SIGTSTP {
-                    suspend(None, key, output);
+                    child::suspend(None, key, output);
                     continue;
                 }
                 break Err(signal);
@@ -174,146 +152,37 @@ async fn exec(common: &Common, args: &ExecArgs, output: &Output) -> Result<u8, F
             })
         },
     );
-    let mut command = tokio::process::Command::new(&args.command[0]);
-    command
-        .args(&args.command[1..])
-        .env("REDLOCK_KEY", key)
-        .env("REDLOCK_VALUE", value.as_str())
-        // Its own group, so that SIGTERM/SIGKILL reach what it started too.
-        .process_group(0);
+    let mut env = vec![
+        ("REDLOCK_KEY", key.to_owned()),
+        ("REDLOCK_VALUE", value.as_str().to_owned()),
+    ];
+    let mut unset = vec![];
     match token {
-        Some(token) => command.env("REDLOCK_FENCING_TOKEN", token.to_string()),
-        // Not a token inherited from an outer redlock.
-        None => command.env_remove("REDLOCK_FENCING_TOKEN"),
-    };
-    let child = match command.spawn() {
+        Some(token) => env.push(("REDLOCK_FENCING_TOKEN", token.to_string())),
+        None => unset.push("REDLOCK_FENCING_TOKEN"),
+    }
+    let child = match child::spawn(&args.command, &env, &unset, output) {
         Ok(child) => child,
-        Err(error) => {
-            let code = if error.kind() == io::ErrorKind::NotFound {
-                failure::NOT_FOUND
-            } else {
-                failure::CANNOT_EXECUTE
-            };
-            output.event(
-                Level::Error,
-                || format!("cannot run {shown}: {error}"),
-                || json!({ "event": "error", "kind": "spawn", "exit_code": code, "message": format!("cannot run {shown}: {error}") }),
-            );
+        Err(code) => {
             release(guard, key, output).await;
             return Ok(code);
         }
     };
 
-    let ending = supervise(child, &guard, &mut signals, args.kill_grace, key, output).await;
+    let what = format!("lock {key}");
+    let held = Held {
+        lost: guard.lost(),
+        is_lost: &|| guard.is_lost(),
+        what: &what,
+        key,
+    };
+    let ending = child::supervise(child, held, &mut signals, args.kill_grace, output).await;
     release(guard, key, output).await;
     Ok(match ending {
         Ending::Lost => failure::LOST,
-        Ending::Exited(status) => exit_code(status),
+        Ending::Exited(status) => child::exit_code(status),
         Ending::WaitFailed => u8::MAX,
     })
-}
-
-/// How the supervision ended.
-enum Ending {
-    /// The command exited, with the lock held to the end.
-    Exited(ExitStatus),
-    /// The lock was lost; the command was stopped.
-    Lost,
-    /// The command's status could not be read (should not happen); it was
-    /// killed.
-    WaitFailed,
-}
-
-/// Waits for the command, stopping it when the lock is lost or redlock gets
-/// a signal.
-async fn supervise(
-    mut child: tokio::process::Child,
-    guard: &LockGuard,
-    signals: &mut Signals,
-    kill_grace: Duration,
-    key: &str,
-    output: &Output,
-) -> Ending {
-    // The child has not been waited for, so its pid (the group id) is
-    // still ours to signal. `id` is `None` only after a successful wait.
-    let group = child.id().and_then(|pid| i32::try_from(pid).ok());
-    let mut lost = false;
-    let mut kill_at: Option<Instant> = None;
-    let mut killed = false;
-    // Each turn handles one event; the loop ends when the command exits,
-    // which SIGKILL forces at the latest `kill_grace` after a loss or signal.
-    let status = loop {
-        tokio::select! {
-            // A loss first: a command that exits at the same moment may
-            // already have run without the lock.
-            reason = guard.lost(), if !lost => {
-                lost = true;
-                output.event(
-                    Level::Error,
-                    || format!(
-                        "lock {key} lost ({reason}); stopping the command (SIGTERM, SIGKILL after {})",
-                        Human(kill_grace)
-                    ),
-                    || json!({ "event": "lost", "key": key, "reason": reason.to_string() }),
-                );
-                signal_group(group, Signal::SIGTERM);
-                kill_at = Some(earliest(kill_at, Instant::now() + kill_grace));
-            }
-            status = child.wait() => break status,
-            signal = signals.recv() => {
-                if signal == Signal::SIGTSTP {
-                    suspend(group, key, output);
-                    continue;
-                }
-                output.event(
-                    Level::Error,
-                    || format!("got {signal}; passing it on to the command (SIGKILL after {})", Human(kill_grace)),
-                    || json!({ "event": "signal", "signal": signal.as_str(), "key": key, "forwarded": true }),
-                );
-                signal_group(group, signal);
-                kill_at = Some(earliest(kill_at, Instant::now() + kill_grace));
-            }
-            () = sleep_until(kill_at), if !killed => {
-                killed = true;
-                output.event(
-                    Level::Error,
-                    || format!("the command did not stop within {}; sending SIGKILL", Human(kill_grace)),
-                    || json!({ "event": "killed", "key": key }),
-                );
-                signal_group(group, Signal::SIGKILL);
-            }
-        }
-    };
-    // A loss noticed only now: the command may have finished after the
-    // lock could no longer be counted on.
-    let lost = lost || guard.is_lost();
-    if lost {
-        // What the command left behind must not go on without the lock.
-        signal_group(group, Signal::SIGKILL);
-    }
-    match status {
-        Ok(status) => {
-            output.event(
-                Level::Progress,
-                || format!("the command {}", describe(status)),
-                || json!({ "event": "exited", "code": status.code(), "signal": status.signal() }),
-            );
-            if lost {
-                Ending::Lost
-            } else {
-                Ending::Exited(status)
-            }
-        }
-        Err(error) => {
-            signal_group(group, Signal::SIGKILL);
-            output.event(
-                Level::Error,
-                || format!("cannot wait for the command: {error}"),
-                || json!({ "event": "error", "kind": "wait", "message": error.to_string() }),
-            );
-            Ending::WaitFailed
-        }
-    }
 }
 
 async fn release(guard: LockGuard, key: &str, output: &Output) -> ReleaseReport {
@@ -368,119 +237,6 @@ async fn release(guard: LockGuard, key: &str, output: &Output) -> ReleaseReport 
         },
     );
     report
-}
-
-fn exit_code(status: ExitStatus) -> u8 {
-    match (status.code(), status.signal()) {
-        (Some(code), _) => u8::try_from(code).unwrap_or(u8::MAX),
-        (None, Some(signal)) => failure::signal_exit_code(signal),
-        // Neither an exit code nor a signal: treat as a failure.
-        (None, None) => u8::MAX,
-    }
-}
-
-fn describe(status: ExitStatus) -> String {
-    match (status.code(), status.signal()) {
-        (Some(code), _) => format!("exited with code {code}"),
-        (None, Some(signal)) => match Signal::try_from(signal) {
-            Ok(signal) => format!("was killed by {signal}"),
-            Err(_) => format!("was killed by signal {signal}"),
-        },
-        (None, None) => format!("ended: {status}"),
-    }
-}
-
-fn earliest(current: Option<Instant>, candidate: Instant) -> Instant {
-    current.map_or(candidate, |at| at.min(candidate))
-}
-
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// Ctrl-Z (SIGTSTP): stops the command's process group with SIGSTOP (which
-/// it cannot ignore), then redlock itself, and resumes the group when redlock
-/// is continued. A command left running while redlock is stopped would go on
-/// after the lock expired, since nothing extends it. After a long stop the
-/// lock is lost, which the keep-alive reports at once on resumption.
-fn suspend(group: Option<i32>, key: &str, output: &Output) {
-    output.event(
-        Level::Error,
-        || {
-            format!(
-                "suspended (SIGTSTP), with the command; lock {key} is not extended while stopped and may be lost"
-            )
-        },
-        || json!({ "event": "suspended", "key": key }),
-    );
-    signal_group(group, Signal::SIGSTOP);
-    // Returns once redlock is continued (SIGCONT).
-    if let Err(error) = raise(Signal::SIGSTOP) {
-        let _ = std::io::Write::write_all(
-            &mut std::io::stderr().lock(),
-            format!("redlock: cannot stop: {error}\n").as_bytes(),
-        );
-    }
-    signal_group(group, Signal::SIGCONT);
-    output.event(
-        Level::Progress,
-        || "continued".to_owned(),
-        || json!({ "event": "continued", "key": key }),
-    );
-}
-
-/// Sends `signal` to the command's process group. A group that is gone
-/// already is fine.
-fn signal_group(group: Option<i32>, signal: Signal) {
-    let Some(group) = group else { return };
-    match killpg(Pid::from_raw(group), signal) {
-        Ok(()) | Err(Errno::ESRCH) => {}
-        Err(error) => {
-            let _ = std::io::Write::write_all(
-                &mut std::io::stderr().lock(),
-                format!("redlock: cannot send {signal} to the command: {error}\n").as_bytes(),
-            );
-        }
-    }
-}
-
-/// The signals that stop redlock, caught so that they are passed on to the
-/// command and the lock is released, and Ctrl-Z, so that the command stops
-/// with redlock.
-struct Signals {
-    interrupt: tokio::signal::unix::Signal,
-    terminate: tokio::signal::unix::Signal,
-    hangup: tokio::signal::unix::Signal,
-    quit: tokio::signal::unix::Signal,
-    stop: tokio::signal::unix::Signal,
-}
-
-impl Signals {
-    fn new() -> io::Result<Self> {
-        Ok(Self {
-            interrupt: signal(SignalKind::interrupt())?,
-            terminate: signal(SignalKind::terminate())?,
-            hangup: signal(SignalKind::hangup())?,
-            quit: signal(SignalKind::quit())?,
-            stop: signal(SignalKind::from_raw(Signal::SIGTSTP as i32))?,
-        })
-    }
-
-    /// The next signal. Cancel-safe.
-    async fn recv(&mut self) -> Signal {
-        tokio::select! {
-            Some(()) = self.interrupt.recv() => Signal::SIGINT,
-            Some(()) = self.terminate.recv() => Signal::SIGTERM,
-            Some(()) = self.hangup.recv() => Signal::SIGHUP,
-            Some(()) = self.quit.recv() => Signal::SIGQUIT,
-            Some(()) = self.stop.recv() => Signal::SIGTSTP,
-            // The streams end only with the runtime.
-            else => std::future::pending().await,
-        }
-    }
 }
 
 /// Where the lock was granted, for the locked message: `on 3 of 3 nodes`,
@@ -552,15 +308,6 @@ fn short_list(names: &[&str]) -> String {
 mod tests {
     use super::*;
     use crate::output::tests::{GRANTED, HELD, REFUSED, round};
-
-    #[test]
-    fn exit_codes_follow_the_shell() {
-        assert_eq!(exit_code(ExitStatus::from_raw(0)), 0);
-        assert_eq!(exit_code(ExitStatus::from_raw(7 << 8)), 7);
-        // Killed by SIGTERM (15): 143.
-        assert_eq!(exit_code(ExitStatus::from_raw(15)), 143);
-        assert_eq!(describe(ExitStatus::from_raw(9)), "was killed by SIGKILL");
-    }
 
     #[test]
     fn a_node_not_waited_for_is_neither_answering_nor_failed() {

@@ -83,6 +83,24 @@ impl Failure {
         self.kind == "busy"
     }
 
+    /// The exit code of a subcommand that runs a command (`exec`, `elect`),
+    /// with its failure reported and, in JSON, a last `finished` event.
+    pub(crate) fn finish(result: Result<u8, Self>, output: &Output) -> u8 {
+        let code = result.unwrap_or_else(|failure| failure.report(output));
+        output.json_only(|| json!({ "event": "finished", "exit_code": code }));
+        code
+    }
+
+    /// A zero wait limit is a configuration error, not a wait that ends at
+    /// once: checked before anything is printed or sent.
+    pub(crate) fn zero_deadline(deadline: Option<std::time::Duration>) -> Result<(), Self> {
+        if deadline.is_some_and(|deadline| deadline.is_zero()) {
+            let error = Error::Config(redlock_tokio::ConfigError::ZeroDeadline);
+            return Err(Self::from_error(&error, BUSY));
+        }
+        Ok(())
+    }
+
     /// Reports the failure and returns its exit code.
     pub(crate) fn report(self, output: &Output) -> u8 {
         let level = if self.is_busy() {

@@ -4,6 +4,8 @@
 //! redlock exec --nodes redis://a,redis://b,redis://c --ttl 10s nightly-report -- ./report.sh
 //! redlock status --nodes ... nightly-report
 //! redlock release --nodes ... nightly-report --value 5f1c...
+//! redlock elect --nodes ... scheduler -- ./scheduler
+//! redlock leader --nodes ... scheduler
 //! ```
 //!
 //! `exec` takes the lock (one attempt unless `--wait`), runs the command
@@ -16,12 +18,15 @@
 //! supervises the child process and reports.
 #![forbid(unsafe_code)]
 
+mod child;
 mod cli;
 mod connect;
+mod elect;
 mod exec;
 mod failure;
 #[cfg(test)]
 mod fuzzed;
+mod leader;
 mod output;
 mod release;
 mod status;
@@ -38,8 +43,8 @@ fn main() -> ExitCode {
     let common = &cli.common;
     let json_to = match &cli.command {
         // stdout belongs to the command.
-        Command::Exec(_) => JsonTo::Stderr,
-        Command::Status(_) | Command::Release(_) => JsonTo::Stdout,
+        Command::Exec(_) | Command::Elect(_) => JsonTo::Stderr,
+        Command::Status(_) | Command::Release(_) | Command::Leader(_) => JsonTo::Stdout,
     };
     let output = Output::new(common.json, json_to, common.quiet);
     if common.verbose {
@@ -61,6 +66,8 @@ fn main() -> ExitCode {
             Command::Exec(args) => exec::run(&cli.common, args, &output).await,
             Command::Status(args) => status::run(&cli.common, args, &output).await,
             Command::Release(args) => release::run(&cli.common, args, &output).await,
+            Command::Elect(args) => elect::run(&cli.common, args, &output).await,
+            Command::Leader(args) => leader::run(&cli.common, args, &output).await,
         }
     });
     ExitCode::from(code)

@@ -1,10 +1,10 @@
 //! Messages in plain words or JSON lines, and where each goes.
 //!
 //! Plain messages go to stderr, prefixed with `redlock: `; stdout carries
-//! only results (`status`, `release`) or nothing at all (`exec`, whose
-//! stdout belongs to the command). With `--json`, every message is one JSON
-//! object on one line instead, with an `"event"` field: on stderr for
-//! `exec`, on stdout for the others.
+//! only results (`status`, `release`, `leader`) or nothing at all (`exec`,
+//! `elect`: stdout belongs to the command). With `--json`, every message is
+//! one JSON object on one line instead, with an `"event"` field: on stderr
+//! for `exec` and `elect`, on stdout for the others.
 
 use std::fmt;
 use std::io::Write;
