@@ -197,7 +197,8 @@ struct Inner {
     lock: Lock,
     term: u64,
     renew_deadline: Duration,
-    status: watch::Sender<Status>,
+    /// Shared with the renewing task, which tells through it.
+    status: Arc<watch::Sender<Status>>,
     /// The renewing task and how to stop it, while it runs.
     running: Mutex<Option<(JoinHandle<Term>, oneshot::Sender<()>)>>,
     /// One resign at a time.
@@ -219,6 +220,7 @@ impl Leadership {
             lose_at: term.lose_at(),
             loss: None,
         });
+        let status = Arc::new(status);
         let this = Self {
             inner: Arc::new(Inner {
                 client,
@@ -234,25 +236,28 @@ impl Leadership {
         this
     }
 
-    /// Drives the term in the background until it ends or is stopped.
+    /// Drives the term in the background until it ends or is stopped. The
+    /// task holds what it tells, not the leadership: dropping the last
+    /// handle stops it ([`Inner`]'s drop).
     fn renew(&self, mut term: Term) {
         let (stop, mut stopped) = oneshot::channel();
-        let inner = Arc::clone(&self.inner);
+        let status = Arc::clone(&self.inner.status);
+        let client = self.inner.client.clone();
+        let number = self.inner.term;
         let task = tokio::spawn(async move {
-            let status = &inner.status;
             let tell = |event: &TermEvent| match event {
                 TermEvent::Renewed { lose_at, .. } => {
                     status.send_modify(|s| s.lose_at = *lose_at);
                 }
                 TermEvent::RenewFailed(error) => debug!(error = %error, "renewal failed"),
                 TermEvent::Lost(reason) => {
-                    info!(term = inner.term, reason = %reason, "leadership lost");
+                    info!(term = number, reason = %reason, "leadership lost");
                     status.send_modify(|s| s.loss = Some(reason.clone()));
                 }
                 _ => {}
             };
             tokio::select! {
-                event = drive_with(&mut term, &inner.client, tell) => tell(&event),
+                event = drive_with(&mut term, &client, tell) => tell(&event),
                 _ = &mut stopped => {}
             }
             term

@@ -184,3 +184,22 @@ async fn an_observer_catches_up_after_every_server_restarted() {
     assert_eq!(caught_up.value.as_deref(), Some(&b"a2"[..]));
     assert!(second.term() > first.term());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_leadership_stops_renewing_and_frees_the_name() {
+    let cluster = RedisCluster::start(3);
+    let a = client(&cluster).await;
+    let b = client(&cluster).await;
+    let leadership = election(&a, "dropped").campaign().await.unwrap();
+    let term = leadership.term();
+    // A clone keeps it: dropping one handle changes nothing.
+    drop(leadership.clone());
+    assert!(leadership.loss().is_none());
+    drop(leadership);
+    a.shutdown().await;
+    // Released, and no renewal sets the key again afterwards.
+    tokio::time::sleep(RETRY * 2).await;
+    support::assert_absent(&cluster, "dropped");
+    let next = election(&b, "dropped").wait(Wait::No).campaign().await;
+    assert!(next.expect("free at once").term() > term);
+}
