@@ -64,6 +64,9 @@ use tokio::sync::oneshot;
 
 use crate::{Error, KeepAlive, LossReason, LossSignal, ReleaseReport, Wait, kind};
 
+mod election;
+pub use election::{Election, Leadership, Observe};
+
 /// A blocking Redlock client: [`crate::Redlock`] driven by a thread of its
 /// own. Cheap to clone; clones share the thread and the connections.
 #[derive(Clone)]

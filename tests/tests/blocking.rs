@@ -189,3 +189,47 @@ fn inside_a_runtime_every_call_is_a_typed_error() {
         assert_absent(&cluster, key);
     }
 }
+
+#[test]
+fn a_blocking_election_leads_resigns_and_the_next_term_is_higher() {
+    let cluster = RedisCluster::start(3);
+    let (a, b) = (client(&cluster), client(&cluster));
+    let timing = |redlock: &blocking::Redlock| {
+        redlock
+            .election("blocking-election")
+            .timing(
+                Duration::from_millis(1_500),
+                Duration::from_millis(900),
+                Duration::from_millis(200),
+            )
+            .expect("valid timings")
+    };
+    let mut first = timing(&a).campaign().expect("free");
+    first.proclaim("a:1").expect("leading");
+    let busy = timing(&b).wait(Wait::No).campaign().expect_err("a leads");
+    assert!(busy.is_held_by_other(), "{busy}");
+    let leader = timing(&b).leader().expect("outside a runtime");
+    let leader = leader.leader().expect("a quorum names the leader");
+    assert_eq!(
+        (leader.term, leader.value.as_deref()),
+        (first.term(), Some(&b"a:1"[..]))
+    );
+    assert!(!first.is_lost());
+    let report = first.resign().expect("outside a runtime").expect("leading");
+    assert!(report.frees_lock(), "{report}");
+    assert!(first.is_lost());
+    assert_eq!(
+        first.wait_lost().unwrap(),
+        redlock_tokio::LeadershipLoss::Resigned
+    );
+    let mut observed = timing(&a).observe();
+    let second = timing(&b).wait(Wait::No).campaign().expect("free at once");
+    assert!(second.term() > first.term());
+    let seen = observed.next().expect("a stream without end").unwrap();
+    assert!(seen.term >= first.term(), "terms only rise: {seen:?}");
+    // Dropped: resigned on the client's thread, and the client's drop
+    // waits for it.
+    drop(second);
+    drop(b);
+    assert_absent(&cluster, "blocking-election");
+}
