@@ -182,6 +182,21 @@ pub(crate) async fn run(
     let scripts = Scripts::new();
     scripts.load(&mut setup).await.map_err(err("SCRIPT LOAD"))?;
     let redlock = strategy.masters().and_then(|n| env.redlock(n));
+    // The hand-written Redlock shares one connection per master, as this
+    // library's client does.
+    let raw_masters: Vec<MultiplexedConnection> = env
+        .admin
+        .iter()
+        .skip(1)
+        .take(strategy.raw_masters().unwrap_or(0))
+        .cloned()
+        .collect();
+    for master in &raw_masters {
+        scripts
+            .load(&mut master.clone())
+            .await
+            .map_err(err("SCRIPT LOAD"))?;
+    }
     let mut traders = Vec::with_capacity(shape.0 + shape.1);
     for _ in 0..shape.0 + shape.1 {
         traders.push(Trader {
@@ -191,6 +206,7 @@ pub(crate) async fn run(
                 .map_err(err("data server"))?,
             strategy,
             redlock: redlock.clone(),
+            raw_masters: raw_masters.clone(),
             scripts: scripts.clone(),
             planted_race,
             retries: 0,

@@ -20,7 +20,7 @@
 //!
 //! ```text
 //! redlock-bench --market [--quick] [--seconds N] [--shapes 1/1,5/1,5/5,16/16]
-//!               [--strategies watch,none,single-coarse,single-fine,coarse-3,fine-3,fenced-3,...]
+//!               [--strategies watch,none,single-coarse,single-fine,coarse-3,fine-3,raw-fine-3,fenced-3,...]
 //!               [--planted-race] [--out DIR]
 //! ```
 //!
@@ -65,7 +65,7 @@ pub(crate) struct MarketArgs {
     pub(crate) out: Option<PathBuf>,
 }
 
-pub(crate) const USAGE: &str = "usage: redlock-bench --market [--quick] [--seconds N] [--shapes 1/1,5/1,5/5,16/16] [--strategies watch,none,single-coarse,single-fine,coarse-N,fine-N,fenced-N] [--planted-race] [--out DIR]";
+pub(crate) const USAGE: &str = "usage: redlock-bench --market [--quick] [--seconds N] [--shapes 1/1,5/1,5/5,16/16] [--strategies watch,none,single-coarse,single-fine,coarse-N,fine-N,raw-fine-N,fenced-N] [--planted-race] [--out DIR]";
 
 /// Reads the arguments after `--market`.
 pub(crate) fn parse_args(args: impl Iterator<Item = String>) -> Result<MarketArgs, String> {

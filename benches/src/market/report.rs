@@ -148,21 +148,45 @@ pub(crate) fn tables(cells: &[Cell], info: &Info) -> String {
     out
 }
 
-/// What fault tolerance costs: item locks over 3 masters against the
-/// hand-written lock on the data server, shape by shape, in operations, in
-/// purchases alone (listings take no item lock) and in CPU per purchase.
+/// What fault tolerance costs, and what of it is this library's: item
+/// locks over 3 masters against the hand-written lock on the data server,
+/// the same against the hand-written Redlock over 3 masters (the
+/// raw-command floor), and that floor against the single server; shape
+/// by shape, in operations, in purchases alone (listings take no item
+/// lock) and in CPU per operation. One line per pair that ran.
 pub(crate) fn fault_tolerance(cells: &[Cell]) -> String {
-    let mut out = String::from(
-        "item locks over 3 masters / the hand-written lock on the data server, by shape (ops, purchases, CPU per op):",
-    );
+    [
+        (
+            Strategy::Fine(3),
+            Strategy::SingleFine,
+            "item locks over 3 masters / the hand-written lock on the data server",
+        ),
+        (
+            Strategy::Fine(3),
+            Strategy::RawFine(3),
+            "item locks over 3 masters / the hand-written Redlock over 3 (the raw-command floor)",
+        ),
+        (
+            Strategy::RawFine(3),
+            Strategy::SingleFine,
+            "the hand-written Redlock over 3 / the hand-written lock on the data server",
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(ours, theirs, label)| versus(cells, ours, theirs, label))
+    .collect::<Vec<_>>()
+    .join("\n")
+}
+
+/// `label, by shape (ops, purchases, CPU per op): 1/1: R, R, R; ...`, or
+/// `None` when no shape ran both.
+fn versus(cells: &[Cell], ours: Strategy, theirs: Strategy, label: &str) -> Option<String> {
+    let mut out = format!("{label}, by shape (ops, purchases, CPU per op):");
     let header = out.len();
-    for fine in cells
-        .iter()
-        .filter(|cell| cell.strategy == Strategy::Fine(3))
-    {
-        let Some(single) = cells
+    for cell in cells.iter().filter(|cell| cell.strategy == ours) {
+        let Some(other) = cells
             .iter()
-            .find(|c| c.strategy == Strategy::SingleFine && c.shape == fine.shape)
+            .find(|c| c.strategy == theirs && c.shape == cell.shape)
         else {
             continue;
         };
@@ -176,18 +200,18 @@ pub(crate) fn fault_tolerance(cells: &[Cell]) -> String {
         let _ = write!(
             out,
             " {}/{}: {}, {}, {};",
-            fine.shape.0,
-            fine.shape.1,
-            ratio(fine.ops_per_60s(), single.ops_per_60s()),
-            ratio(per_60s(fine), per_60s(single)),
-            ratio(cpu(fine), cpu(single)),
+            cell.shape.0,
+            cell.shape.1,
+            ratio(cell.ops_per_60s(), other.ops_per_60s()),
+            ratio(per_60s(cell), per_60s(other)),
+            ratio(cpu(cell), cpu(other)),
         );
     }
     if out.len() == header {
-        return String::new();
+        return None;
     }
     out.pop();
-    out
+    Some(out)
 }
 
 /// The checks of every safe cell, added up, then the unsafe ceiling's.
@@ -303,6 +327,7 @@ fn color(strategy: Strategy) -> RGBColor {
         Strategy::Fine(3) => RGBColor(0x1f, 0x77, 0xb4),
         Strategy::Fine(_) => RGBColor(0x10, 0x3f, 0x60),
         Strategy::Fenced(_) => RGBColor(0x2c, 0xa0, 0x2c),
+        Strategy::RawFine(_) => RGBColor(0x94, 0x67, 0xbd),
     }
 }
 

@@ -12,6 +12,7 @@
 //! (`WATCH` on the seller's own inventory), as an item nobody can buy yet
 //! needs no lock of its own.
 
+use std::future::Future;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
@@ -45,11 +46,18 @@ pub(crate) enum Strategy {
     /// One lock per item with a fencing token, over N masters; the data
     /// server's write refuses a token smaller than the item's last.
     Fenced(usize),
+    /// The raw-command floor of [`Fine`](Strategy::Fine): Redlock written
+    /// by hand with the `redis` crate, `SET NX PX` sent to the N masters at
+    /// once and granted on a majority (retried 1 ms apart; the granted
+    /// ones given back), compare-and-delete on each to release. No
+    /// validity check, no waiting by notices: the commands a Redlock
+    /// cannot do without, and nothing else.
+    RawFine(usize),
 }
 
 impl Strategy {
     /// The default run's rows, in table order.
-    pub(crate) const DEFAULT: [Strategy; 11] = [
+    pub(crate) const DEFAULT: [Strategy; 12] = [
         Strategy::Watch,
         Strategy::NoLock,
         Strategy::SingleCoarse,
@@ -60,6 +68,7 @@ impl Strategy {
         Strategy::Fine(1),
         Strategy::Fine(3),
         Strategy::Fine(5),
+        Strategy::RawFine(3),
         Strategy::Fenced(3),
     ];
 
@@ -74,6 +83,7 @@ impl Strategy {
             Strategy::Coarse(n) => format!("coarse-{n}"),
             Strategy::Fine(n) => format!("fine-{n}"),
             Strategy::Fenced(n) => format!("fenced-{n}"),
+            Strategy::RawFine(n) => format!("raw-fine-{n}"),
         }
     }
 
@@ -92,6 +102,7 @@ impl Strategy {
             ("coarse", n @ (1 | 3 | 5)) => Some(Strategy::Coarse(n)),
             ("fine", n @ (1 | 3 | 5)) => Some(Strategy::Fine(n)),
             ("fenced", n @ (1 | 3 | 5)) => Some(Strategy::Fenced(n)),
+            ("raw-fine", n @ (1 | 3 | 5)) => Some(Strategy::RawFine(n)),
             _ => None,
         }
     }
@@ -106,13 +117,22 @@ impl Strategy {
             Strategy::Coarse(n) => format!("market lock, Redlock over {n}"),
             Strategy::Fine(n) => format!("item locks, Redlock over {n}"),
             Strategy::Fenced(n) => format!("item locks + fencing, Redlock over {n}"),
+            Strategy::RawFine(n) => format!("item locks, hand-written Redlock over {n}"),
         }
     }
 
-    /// The lock masters it uses, if any.
+    /// The lock masters this library's client uses, if any.
     pub(crate) fn masters(self) -> Option<usize> {
         match self {
             Strategy::Coarse(n) | Strategy::Fine(n) | Strategy::Fenced(n) => Some(n),
+            _ => None,
+        }
+    }
+
+    /// The lock masters the hand-written Redlock uses, if any.
+    pub(crate) fn raw_masters(self) -> Option<usize> {
+        match self {
+            Strategy::RawFine(n) => Some(n),
             _ => None,
         }
     }
@@ -189,6 +209,9 @@ pub(crate) struct Trader {
     pub(crate) data: MultiplexedConnection,
     pub(crate) strategy: Strategy,
     pub(crate) redlock: Option<Redlock>,
+    /// The hand-written Redlock's masters (shared connections, one per
+    /// master, as this library keeps).
+    pub(crate) raw_masters: Vec<MultiplexedConnection>,
     pub(crate) scripts: Scripts,
     /// The purchase skips its lock (`--planted-race`): the audit must catch it.
     pub(crate) planted_race: bool,
@@ -212,6 +235,7 @@ enum Held {
     None,
     Redlock(LockGuard),
     Single { key: String, value: String },
+    Raw { key: String, value: String },
 }
 
 impl Trader {
@@ -245,6 +269,47 @@ impl Trader {
                     if Instant::now() >= deadline {
                         return Ok(None);
                     }
+                    tokio::time::sleep(SINGLE_RETRY).await;
+                }
+            }
+            Strategy::RawFine(_) => {
+                let key = self.lock_name(item);
+                let value = format!("{:016x}", rand::rng().random::<u64>());
+                let quorum = self.raw_masters.len() / 2 + 1;
+                loop {
+                    let sets = self.raw_masters.iter().map(|master| {
+                        let mut master = master.clone();
+                        let (key, value) = (&key, &value);
+                        async move {
+                            redis::cmd("SET")
+                                .arg(key)
+                                .arg(value)
+                                .arg("NX")
+                                .arg("PX")
+                                .arg(SINGLE_TTL_MS)
+                                .query_async::<Option<String>>(&mut master)
+                                .await
+                        }
+                    });
+                    let granted = futures::future::join_all(sets)
+                        .await
+                        .into_iter()
+                        .filter(|set| matches!(set, Ok(Some(_))))
+                        .count();
+                    let held = Held::Raw {
+                        key: key.clone(),
+                        value: value.clone(),
+                    };
+                    if granted >= quorum {
+                        return Ok(Some(held));
+                    }
+                    // Given back on every master: the ones that said no
+                    // delete nothing.
+                    self.unlock(held).await;
+                    if Instant::now() >= deadline {
+                        return Ok(None);
+                    }
+                    self.retries += 1;
                     tokio::time::sleep(SINGLE_RETRY).await;
                 }
             }
@@ -289,34 +354,53 @@ impl Trader {
             Held::None => {}
             Held::Redlock(guard) => drop(guard),
             Held::Single { key, value } => {
-                let mut data = self.data.clone();
-                let release = self.scripts.release.clone();
-                let mut reply = Box::pin(async move {
-                    release
-                        .key(key)
-                        .arg(value)
-                        .invoke_async::<i64>(&mut data)
-                        .await
-                        .map(drop)
-                        .map_err(|err| format!("release: {err}"))
-                });
-                // The first poll queues the command on the connection, so it
-                // reaches the server before the task's next one (its next
-                // `SET NX`, which must find the market's lock free); only
-                // the reply is waited for in the background.
-                match futures::poll!(reply.as_mut()) {
-                    Poll::Ready(Err(err)) => self.release_errors.push(err),
-                    Poll::Ready(Ok(())) => {}
-                    Poll::Pending => {
-                        self.behind.spawn(reply);
-                    }
+                let connection = self.data.clone();
+                self.release_behind(connection, key, value);
+            }
+            Held::Raw { key, value } => {
+                for master in self.raw_masters.clone() {
+                    self.release_behind(master, key.clone(), value.clone());
                 }
-                // Reap the releases already done, so they do not pile up.
-                while let Some(done) = self.behind.try_join_next() {
-                    if let Ok(Err(err)) = done {
-                        self.release_errors.push(err);
-                    }
-                }
+            }
+        }
+        // Reap the releases already done, so they do not pile up.
+        while let Some(done) = self.behind.try_join_next() {
+            if let Ok(Err(err)) = done {
+                self.release_errors.push(err);
+            }
+        }
+    }
+
+    /// The hand-written compare-and-delete of `key` = `value` on
+    /// `connection`: the first poll queues the command on the connection,
+    /// so it reaches the server before the task's next one (its next
+    /// `SET NX`, which must find the market's lock free); only the reply
+    /// is waited for in the background.
+    fn release_behind(
+        &mut self,
+        mut connection: MultiplexedConnection,
+        key: String,
+        value: String,
+    ) {
+        let release = self.scripts.release.clone();
+        let mut reply = Box::pin(async move {
+            release
+                .key(key)
+                .arg(value)
+                .invoke_async::<i64>(&mut connection)
+                .await
+                .map(drop)
+                .map_err(|err| format!("release: {err}"))
+        });
+        let waker = std::task::Waker::noop();
+        match reply
+            .as_mut()
+            .poll(&mut std::task::Context::from_waker(waker))
+        {
+            Poll::Ready(Err(err)) => self.release_errors.push(err),
+            Poll::Ready(Ok(())) => {}
+            Poll::Pending => {
+                self.behind.spawn(reply);
             }
         }
     }
