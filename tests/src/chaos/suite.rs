@@ -55,16 +55,19 @@ use rand::{RngExt, SeedableRng};
 
 mod cluster;
 mod instruments;
+mod nodes;
 mod report;
 mod schedule;
 mod semaphore;
+mod victims;
 
 pub use instruments::{LagMonitor, STALL_THRESHOLD};
 pub use report::render;
 pub use semaphore::{PERMITS, SemaphoreSummary};
 
-use instruments::{Held, Probe, Workers, signal};
-use schedule::{Method, Planned, Sharp, between, schedule};
+use instruments::{Probe, Workers, signal};
+use schedule::{Method, Planned, ScheduledFault, Sharp, schedule};
+use victims::{kill_in_hold, stop_in_hold};
 
 use super::checker::{self, Analysis, Records, Verdict, Window, WindowReport};
 use super::clock::{mono_ns, ms, nanos};
@@ -454,33 +457,6 @@ async fn hold_open(probe: &Probe, start_ns: u64, length: Duration) {
     }
 }
 
-/// The victim's next grant, then a short wait into its hold.
-async fn victim_grant(workers: &mut Workers, victim: u32, rng: &mut StdRng) -> Option<Held> {
-    workers.drain();
-    let held = workers
-        .next_grant(Instant::now() + Duration::from_secs(3), |w| w == victim)
-        .await?;
-    tokio::time::sleep(between(rng, 5, 60)).await;
-    Some(held)
-}
-
-/// Waits (briefly) until process `pid` is stopped: `kill` only queues the
-/// signal.
-async fn wait_stopped(pid: u32) {
-    for _ in 0..200 {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        // The state follows the command name in parentheses.
-        if stat
-            .rsplit(')')
-            .next()
-            .is_some_and(|rest| rest.trim_start().starts_with('T'))
-        {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-}
-
 /// With a majority down, the bound on a probe's time: [`GROSS_FACTOR`]
 /// per-node timeouts, in ms.
 pub fn gross_no_quorum_ms() -> f64 {
@@ -492,6 +468,8 @@ struct Finished {
     analysis: Analysis,
     reports: Vec<WindowReport>,
     probes: Vec<Attempt>,
+    /// Every worker's records.
+    records: Records,
 }
 
 struct Context<'a> {
@@ -607,64 +585,37 @@ impl Context<'_> {
             }
             configs.push(config);
         }
-        let mut workers = Workers::spawn(&self.options.worker_exe, &dir, configs).await;
-        let monitor = LagMonitor::start(run_for);
-        let probe = Probe::start(urls.clone(), MIXED_TTL, name.clone(), run_for);
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        let (probe, monitor, mut workers) = self
+            .start_run(&name, &dir, configs, (&urls, MIXED_TTL), run_for)
+            .await;
 
-        let mut windows = Vec::new();
         let mut failures = Vec::new();
-        let mut faults = 0;
-        for (i, fault) in plan.iter().enumerate() {
-            match self
-                .inject(
-                    &masters,
-                    &proxies,
-                    &mut workers,
-                    &probe,
-                    &mut victim,
-                    fault,
-                    &mut rng,
-                )
-                .await
-            {
-                Ok(Some(window)) => {
-                    faults += 1;
-                    self.log.say(format!(
-                        "{name}: fault {}/{}: {} ({:.0} ms)",
-                        i + 1,
-                        plan.len(),
-                        window.label,
-                        ms(window.end_ns - window.start_ns)
-                    ));
-                    windows.push(window);
-                }
-                Ok(None) => notes.push(format!("fault {} ({}) skipped", i + 1, fault.class())),
-                Err(err) => {
-                    failures.push(format!("fault {} ({}): {err}", i + 1, fault.class()));
-                    blocking({
-                        let masters = Arc::clone(&masters);
-                        move || masters.restore_all()
-                    })
-                    .await;
+        let windows = self
+            .run_schedule(
+                (&name, &plan),
+                &mut rng,
+                (&mut notes, &mut failures),
+                async |_, fault, rng: &mut StdRng| {
+                    let victim = &mut victim;
+                    self.inject(&masters, &proxies, &mut workers, &probe, victim, fault, rng)
+                        .await
+                },
+                async || {
+                    let masters = Arc::clone(&masters);
+                    blocking(move || masters.restore_all()).await;
                     for proxy in &proxies {
                         proxy.set(Fault::None);
                     }
-                }
-            }
-            if fault.breaks_connections() {
-                // Clients reconnect to a restarted master with a backoff of
-                // up to 2 s (redlock-tokio's RECONNECT_MAX): give every
-                // client its next attempt before the next fault, so that
-                // the next window tests that fault, not the last one.
-                tokio::time::sleep(RECONNECT_ALLOWANCE).await;
-            }
-            tokio::time::sleep(between(&mut rng, 300, 600)).await;
-        }
+                },
+                |_| "the victim was never caught inside a hold".to_owned(),
+            )
+            .await;
+        let faults = windows.len();
         let Finished {
             analysis,
             reports,
             probes,
+            ..
         } = self
             .finish_run(
                 &dir,
@@ -695,6 +646,55 @@ impl Context<'_> {
             windows: reports,
             faults,
             probes,
+            notes,
+            failures,
+            seconds: started.elapsed().as_secs_f64(),
+        }
+    }
+
+    /// Starts a run: its worker processes, the machine's lag monitor and
+    /// the probe (a fresh key with `ttl` on `urls` every 20 ms), and lets
+    /// them settle for a second.
+    async fn start_run(
+        &self,
+        name: &str,
+        dir: &Path,
+        configs: Vec<worker::Config>,
+        (urls, ttl): (&[String], Duration),
+        run_for: Duration,
+    ) -> (Probe, LagMonitor, Workers) {
+        let workers = Workers::spawn(&self.options.worker_exe, dir, configs).await;
+        let monitor = LagMonitor::start(run_for);
+        let probe = Probe::start(urls.to_vec(), ttl, name.to_owned(), run_for);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        (probe, monitor, workers)
+    }
+
+    /// Ends a run of rounds (the sharp and out-of-model scenarios: no
+    /// probe): stops the workers and judges their records (the in-model
+    /// checks for an in-model one) into the scenario's result.
+    async fn finish_rounds(
+        &self,
+        (name, in_model, started): (String, bool, Instant),
+        workers: Workers,
+        windows: &[Window],
+        notes: Vec<String>,
+        mut failures: Vec<String>,
+    ) -> ScenarioResult {
+        let (records, problems) = workers.stop().await;
+        failures.extend(problems);
+        let records: Records = records.into_iter().collect();
+        let analysis = records.analyze();
+        if in_model {
+            self.check_in_model(&analysis, &mut failures);
+        }
+        ScenarioResult {
+            name,
+            in_model,
+            analysis,
+            windows: checker::liveness(windows, &records, &[], &[]),
+            faults: windows.len(),
+            probes: vec![],
             notes,
             failures,
             seconds: started.elapsed().as_secs_f64(),
@@ -733,6 +733,7 @@ impl Context<'_> {
             analysis,
             reports,
             probes,
+            records,
         }
     }
 
@@ -1006,24 +1007,9 @@ impl Context<'_> {
                 w
             }
             Planned::ClientPause { length } => {
-                // Land inside a hold: the victim's work lasts 120 ms or more,
-                // but a busy machine may deliver its announcement late, so
-                // its records are read to make sure, and it is tried again.
-                let mut landed = None;
-                for _ in 0..3 {
-                    let Some(held) = victim_grant(workers, victim.id, rng).await else {
-                        continue;
-                    };
-                    let pid = workers.pid(victim.id);
-                    signal(pid, Signal::SIGSTOP)?;
-                    wait_stopped(pid).await;
-                    if workers.in_hold(victim.id) {
-                        landed = Some((held, pid));
-                        break;
-                    }
-                    signal(pid, Signal::SIGCONT)?;
-                }
-                let Some((held, pid)) = landed else {
+                // Land inside a hold: the victim's work lasts 120 ms or more.
+                let id = victim.id;
+                let Some((held, pid)) = stop_in_hold(workers, rng, |w| w == id).await? else {
                     return Ok(None);
                 };
                 let start = mono_ns();
@@ -1041,45 +1027,31 @@ impl Context<'_> {
                 w
             }
             Planned::ClientKill => {
-                for _ in 0..3 {
-                    let Some(held) = victim_grant(workers, victim.id, rng).await else {
-                        continue;
-                    };
-                    let killed = victim.id;
-                    workers.kill(killed).await?;
-                    let start = mono_ns();
-                    let mid_hold = workers.in_hold(killed);
-                    // A new process takes the victim's part (and its key).
+                // A new process takes the victim's part (and its key).
+                let id = victim.id;
+                let replacement = || {
                     victim.id = victim.next_id;
                     victim.next_id += 1;
-                    workers.replace(killed, victim.id);
-                    if !mid_hold {
-                        continue;
-                    }
-                    // The lock comes free once the dead holder's validity
-                    // ends (the checker verifies nobody got it before).
-                    let Some(again) = workers
-                        .next_grant(Instant::now() + GRANT_CAP, |w| w == victim.id)
-                        .await
-                    else {
-                        return Err(std::io::Error::other(format!(
-                            "the key of worker {killed}, killed mid-hold, was not granted to its replacement within {} s",
-                            GRANT_CAP.as_secs()
-                        )));
-                    };
-                    return Ok(Some(window(
-                        format!(
-                            "SIGKILL worker {killed} {:.0} ms into a hold; its key granted to worker {} {:.0} ms later (TTL {} ms)",
-                            ms(start - held.at_ns),
-                            victim.id,
-                            ms(again.at_ns.saturating_sub(start)),
-                            MIXED_TTL.as_millis()
-                        ),
-                        true,
-                        start,
-                    )));
-                }
-                return Ok(None);
+                    victim.id
+                };
+                // The lock comes free once the dead holder's validity ends
+                // (the checker verifies nobody got it before).
+                let Some(killed) =
+                    kill_in_hold(workers, rng, |w| w == id, replacement, |new, w| w == new).await?
+                else {
+                    return Ok(None);
+                };
+                window(
+                    format!(
+                        "SIGKILL worker {id} {:.0} ms into a hold; its key granted to worker {} {:.0} ms later (TTL {} ms)",
+                        ms(killed.at_ns - killed.held.at_ns),
+                        killed.next.worker,
+                        ms(killed.next.at_ns.saturating_sub(killed.at_ns)),
+                        MIXED_TTL.as_millis()
+                    ),
+                    true,
+                    killed.at_ns,
+                )
             }
         }))
     }
@@ -1262,24 +1234,13 @@ impl Context<'_> {
               ));
             }
         }
-        let (records, problems) = workers.stop().await;
-        failures.extend(problems);
-        let records: Records = records.into_iter().collect();
-        let analysis = records.analyze();
-        if variant.in_model() {
-            self.check_in_model(&analysis, &mut failures);
-        }
-        let faults = windows.len();
-        ScenarioResult {
-            name,
-            in_model: variant.in_model(),
-            analysis,
-            windows: checker::liveness(&windows, &records, &[], &[]),
-            faults,
-            probes: vec![],
+        self.finish_rounds(
+            (name, variant.in_model(), started),
+            workers,
+            &windows,
             notes,
             failures,
-            seconds: started.elapsed().as_secs_f64(),
-        }
+        )
+        .await
     }
 }

@@ -134,6 +134,13 @@ impl Workers {
             .collect()
     }
 
+    /// Every worker's holds granted at or after `ns`, so far.
+    pub(super) fn holds_since(&self, ns: u64) -> Vec<crate::chaos::record::Hold> {
+        let mut holds = self.records().holds;
+        holds.retain(|h| h.granted_ns >= ns);
+        holds
+    }
+
     /// Whether `worker` is inside a hold right now, as its records show: a
     /// grant without its end. Records are written unbuffered at the grant
     /// and at the end, so a stopped or killed worker's file is up to date.
