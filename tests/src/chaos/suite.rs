@@ -521,6 +521,7 @@ impl Context<'_> {
             announce: false,
             seed,
             out: dir.join(format!("worker-{worker}.jsonl")),
+            election: None,
         }
     }
 
