@@ -7,6 +7,10 @@
 #
 # Environment:
 #   CHAOS_SEED=N          replay a run (the seed is printed at the start)
+#   CHAOS_ONLY=a,b        run only these scenarios: mixed, restart_delayed,
+#                         restart_empty, clock_jump, cluster, semaphore,
+#                         election (the last two with their out-of-model
+#                         scenario); each gets the seed a whole run gives it
 #   CHAOS_DOCKER=auto     auto (default): compose part when Docker answers;
 #                         on: fail when it cannot run; off: skip it
 #   REDIS_IMAGE=...       image for the compose masters; by default one is

@@ -24,6 +24,14 @@
 //!   model), on local processes: permits of one semaphore of [`PERMITS`]
 //!   under paused, killed and restarted masters and holders paused past
 //!   their TTL, counted by the semaphore checker (see `suite/semaphore.rs`).
+//! - **election** (in model) and **election_restart_empty** (out of
+//!   model), on local processes: worker processes campaign for one
+//!   election's name under paused, killed and restarted masters, a leader
+//!   stopped past its lease, a leader killed and replaced, and small clock
+//!   jumps; the checker finds no two leaders at once, terms rising and no
+//!   stale write, and times failovers; out of model, a master restarted
+//!   empty under a leader elected on exactly a quorum gives two leaders,
+//!   which the checker must find every round (see `suite/election.rs`).
 //! - **sharp** scenarios, one fault each, with two workers and a long hold:
 //!   two masters are down while one worker gets the lock, so it holds it on
 //!   exactly a quorum (masters 1-3); the two come back, and master 1 is then
@@ -39,11 +47,11 @@
 //!   the lock in time (nothing to find) is tried again, a few times.
 //!
 //! What fails the run is only what a broken lock or a broken suite does: an
-//! overlap or a stale write in model, a lock won without a majority, a
-//! window with a majority up and no grant at all, an acquire with a
-//! majority down that is not a no-quorum error or takes over ten per-node
-//! timeouts, an out-of-model round the checker does not catch, a lost hold
-//! record, a crash. Counts and timings are printed.
+//! overlap, a stale write or a term not above the one before in model, a
+//! lock won without a majority, a window with a majority up and no grant at
+//! all, an acquire with a majority down that is not a no-quorum error or
+//! takes over ten per-node timeouts, an out-of-model round the checker does
+//! not catch, a lost hold record, a crash. Counts and timings are printed.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -54,6 +62,7 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
 mod cluster;
+mod election;
 mod instruments;
 mod nodes;
 mod report;
@@ -61,6 +70,7 @@ mod schedule;
 mod semaphore;
 mod victims;
 
+pub use election::ElectionSummary;
 pub use instruments::{LagMonitor, STALL_THRESHOLD};
 pub use report::render;
 pub use semaphore::{PERMITS, SemaphoreSummary};
@@ -147,6 +157,20 @@ impl Mode {
         }
     }
 
+    fn election_cycles(self) -> usize {
+        match self {
+            Mode::Ci => 2,
+            Mode::Full => 5,
+        }
+    }
+
+    fn election_rounds(self) -> usize {
+        match self {
+            Mode::Ci => 2,
+            Mode::Full => 4,
+        }
+    }
+
     fn sharp_rounds(self, compose: bool) -> usize {
         match (self, compose) {
             (Mode::Ci, false) => 2,
@@ -181,6 +205,29 @@ pub struct Options {
     pub out_dir: PathBuf,
     /// The `chaos-worker` binary.
     pub worker_exe: PathBuf,
+    /// Run only these of [`SCENARIOS`] (`None`: all of them).
+    pub only: Option<Vec<String>>,
+}
+
+/// The scenarios [`Options::only`] names: `semaphore` and `election` each
+/// run their in-model and out-of-model scenarios.
+pub const SCENARIOS: [&str; 7] = [
+    "mixed",
+    "restart_delayed",
+    "restart_empty",
+    "clock_jump",
+    "cluster",
+    "semaphore",
+    "election",
+];
+
+impl Options {
+    /// Whether scenario `name` (one of [`SCENARIOS`]) runs.
+    pub fn runs(&self, name: &str) -> bool {
+        self.only
+            .as_ref()
+            .is_none_or(|only| only.iter().any(|n| n == name))
+    }
 }
 
 /// What one scenario found.
@@ -217,6 +264,8 @@ pub struct Report {
     pub failures: Vec<String>,
     /// The semaphore scenarios' figures, when they ran.
     pub semaphore: Option<SemaphoreSummary>,
+    /// The election scenarios' figures, when they ran.
+    pub election: Option<ElectionSummary>,
 }
 
 impl Report {
@@ -295,6 +344,7 @@ pub async fn run(options: Options) -> Report {
     let mut scenarios = Vec::new();
     let mut skipped = Vec::new();
     let mut semaphore = None;
+    let mut election = None;
 
     if options.process {
         let ctx = Context {
@@ -303,60 +353,90 @@ pub async fn run(options: Options) -> Report {
             resource_url: resource.url(),
             part: "process",
         };
-        let masters = Arc::new(blocking(|| Masters::local(5, 0, vec![])).await);
-        scenarios.push(
-            ctx.mixed(masters, rng.random(), options.mode.mixed_cycles(false))
-                .await,
-        );
-        let rounds = options.mode.sharp_rounds(false);
-        for variant in [Sharp::RestartDelayed, Sharp::RestartEmpty] {
+        // Every scenario's seed is drawn whether it runs or not: a seed
+        // replays the same scenarios whatever `only` leaves out.
+        let seed = rng.random();
+        if options.runs("mixed") {
             let masters = Arc::new(blocking(|| Masters::local(5, 0, vec![])).await);
             scenarios.push(
-                ctx.sharp(masters, variant, rounds, None, rng.random())
+                ctx.mixed(masters, seed, options.mode.mixed_cycles(false))
                     .await,
             );
         }
-        let shim_dir = options.out_dir.join("clock-shift");
-        match ClockShift::build(&shim_dir) {
-            Ok(shift) => {
-                let env = shift.env();
-                let masters = Arc::new(blocking(move || Masters::local(5, 1, env)).await);
-                scenarios.push(
-                    ctx.sharp(
-                        masters,
-                        Sharp::ClockJump,
-                        rounds,
-                        Some(Arc::new(shift)),
-                        rng.random(),
-                    )
-                    .await,
-                );
+        let rounds = options.mode.sharp_rounds(false);
+        for variant in [Sharp::RestartDelayed, Sharp::RestartEmpty] {
+            let seed = rng.random();
+            if options.runs(variant.name()) {
+                let masters = Arc::new(blocking(|| Masters::local(5, 0, vec![])).await);
+                scenarios.push(ctx.sharp(masters, variant, rounds, None, seed).await);
             }
-            Err(err) => skipped.push(format!("process/clock_jump: {err}")),
         }
-        scenarios.push(
-            ctx.cluster(rng.random(), options.mode.cluster_cycles())
-                .await,
-        );
-        let (in_model, most) = ctx
-            .semaphore(rng.random(), options.mode.semaphore_cycles())
-            .await;
-        let rounds = options.mode.semaphore_rounds();
-        let (out_of_model, found) = ctx.semaphore_restart_empty(rng.random(), rounds).await;
-        semaphore = Some(SemaphoreSummary {
-            permits: PERMITS,
-            grants: in_model.analysis.granted(),
-            max_concurrent_holders: most,
-            stale_writes_accepted: in_model.analysis.stale_writes_accepted,
-            rounds,
-            found,
-        });
-        scenarios.extend([in_model, out_of_model]);
+        let seed = rng.random();
+        if options.runs(Sharp::ClockJump.name()) {
+            let shim_dir = options.out_dir.join("clock-shift");
+            match ClockShift::build(&shim_dir) {
+                Ok(shift) => {
+                    let env = shift.env();
+                    let masters = Arc::new(blocking(move || Masters::local(5, 1, env)).await);
+                    scenarios.push(
+                        ctx.sharp(
+                            masters,
+                            Sharp::ClockJump,
+                            rounds,
+                            Some(Arc::new(shift)),
+                            seed,
+                        )
+                        .await,
+                    );
+                }
+                Err(err) => skipped.push(format!("process/clock_jump: {err}")),
+            }
+        }
+        let seed = rng.random();
+        if options.runs("cluster") {
+            scenarios.push(ctx.cluster(seed, options.mode.cluster_cycles()).await);
+        }
+        let seeds: [u64; 2] = [rng.random(), rng.random()];
+        if options.runs("semaphore") {
+            let (in_model, most) = ctx
+                .semaphore(seeds[0], options.mode.semaphore_cycles())
+                .await;
+            let rounds = options.mode.semaphore_rounds();
+            let (out_of_model, found) = ctx.semaphore_restart_empty(seeds[1], rounds).await;
+            semaphore = Some(SemaphoreSummary {
+                permits: PERMITS,
+                grants: in_model.analysis.granted(),
+                max_concurrent_holders: most,
+                stale_writes_accepted: in_model.analysis.stale_writes_accepted,
+                rounds,
+                found,
+            });
+            scenarios.extend([in_model, out_of_model]);
+        }
+        let seeds: [u64; 2] = [rng.random(), rng.random()];
+        if options.runs("election") {
+            let (in_model, failover_ms) =
+                ctx.election(seeds[0], options.mode.election_cycles()).await;
+            let rounds = options.mode.election_rounds();
+            let (out_of_model, found) = ctx.election_restart_empty(seeds[1], rounds).await;
+            election = Some(ElectionSummary {
+                terms: in_model.analysis.granted(),
+                overlaps: in_model.analysis.overlaps.len(),
+                stale_writes_accepted: in_model.analysis.stale_writes_accepted,
+                failover_ms,
+                rounds,
+                found,
+            });
+            scenarios.extend([in_model, out_of_model]);
+        }
     } else {
         skipped.push("process part: not asked for".to_owned());
     }
 
     match &options.compose {
+        Some(spec) if !(options.runs("mixed") || options.runs("restart_empty")) => skipped.push(
+            format!("compose part ({}): its scenarios are not asked for", spec.project),
+        ),
         Some(spec) => {
             let ctx = Context {
                 options: &options,
@@ -365,27 +445,32 @@ pub async fn run(options: Options) -> Report {
                 part: "compose",
             };
             let (project, ports) = (spec.project.clone(), spec.ports.clone());
+            let seeds: [u64; 2] = [rng.random(), rng.random()];
             match blocking(move || Masters::compose(&project, &ports)).await {
                 Ok(masters) => {
                     let masters = Arc::new(masters);
-                    scenarios.push(
-                        ctx.mixed(
-                            Arc::clone(&masters),
-                            rng.random(),
-                            options.mode.mixed_cycles(true),
-                        )
-                        .await,
-                    );
-                    scenarios.push(
-                        ctx.sharp(
-                            masters,
-                            Sharp::RestartEmpty,
-                            options.mode.sharp_rounds(true),
-                            None,
-                            rng.random(),
-                        )
-                        .await,
-                    );
+                    if options.runs("mixed") {
+                        scenarios.push(
+                            ctx.mixed(
+                                Arc::clone(&masters),
+                                seeds[0],
+                                options.mode.mixed_cycles(true),
+                            )
+                            .await,
+                        );
+                    }
+                    if options.runs("restart_empty") {
+                        scenarios.push(
+                            ctx.sharp(
+                                masters,
+                                Sharp::RestartEmpty,
+                                options.mode.sharp_rounds(true),
+                                None,
+                                seeds[1],
+                            )
+                            .await,
+                        );
+                    }
                 }
                 Err(err) => skipped.push(format!("compose part: {err}")),
             }
@@ -407,6 +492,7 @@ pub async fn run(options: Options) -> Report {
         skipped,
         failures,
         semaphore,
+        election,
     }
 }
 

@@ -126,6 +126,15 @@ impl Workers {
         self.start(config);
     }
 
+    /// Writes `line` on `worker`'s stdin (an election worker's leader
+    /// resigns on `resign`).
+    pub(super) async fn tell(&mut self, worker: u32, line: &str) -> std::io::Result<()> {
+        match self.proc(worker).stdin.as_mut() {
+            Some(stdin) => stdin.write_all(format!("{line}\n").as_bytes()).await,
+            None => Ok(()),
+        }
+    }
+
     /// Every worker's records so far (files are written unbuffered).
     pub(super) fn records(&self) -> Records {
         self.procs
