@@ -12,7 +12,9 @@
 //!     [--out DIR]
 //! ```
 //!
-//! `CHAOS_SEED` also sets the seed. The last line printed is
+//! `CHAOS_SEED` also sets the seed; `CHAOS_ONLY=election,semaphore` runs
+//! only those scenarios (names in [`suite::SCENARIOS`]), with the seeds a
+//! whole run would give them. The last line printed is
 //! `chaos summary: granted=N overlaps=K stale_writes_accepted=S in_model_faults=F out_of_model_violations_found=V`;
 //! the exit status is non-zero when a check failed.
 //!
@@ -22,7 +24,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use redlock_tests::chaos::suite::{self, ComposeSpec, Mode, Options};
+use redlock_tests::chaos::suite::{self, ComposeSpec, Mode, Options, SCENARIOS};
 
 fn usage() -> ExitCode {
     eprintln!(
@@ -41,6 +43,21 @@ fn main() -> ExitCode {
     let mut project = None;
     let mut ports: Vec<u16> = Vec::new();
     let mut out = None;
+    let only: Option<Vec<String>> = std::env::var("CHAOS_ONLY")
+        .ok()
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| s.split(',').map(|n| n.trim().to_owned()).collect());
+    if let Some(unknown) = only
+        .iter()
+        .flatten()
+        .find(|n| !SCENARIOS.contains(&n.as_str()))
+    {
+        eprintln!(
+            "chaos: CHAOS_ONLY names {unknown:?}, not one of {}",
+            SCENARIOS.join(", ")
+        );
+        return ExitCode::from(2);
+    }
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -98,11 +115,16 @@ fn main() -> ExitCode {
         compose,
         out_dir,
         worker_exe,
+        only,
     };
     println!(
-        "chaos: seed {seed} (replay: CHAOS_SEED={seed}), {} mode, records in {}",
+        "chaos: seed {seed} (replay: CHAOS_SEED={seed}), {} mode, records in {}{}",
         if mode == Mode::Ci { "CI" } else { "full" },
-        options.out_dir.display()
+        options.out_dir.display(),
+        match &options.only {
+            Some(only) => format!(", only {}", only.join(",")),
+            None => String::new(),
+        }
     );
     // The process part's masters and the protected resource run this binary
     // (REDLOCK_SERVER_BIN); the compose part runs its image's server.

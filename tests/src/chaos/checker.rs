@@ -38,7 +38,8 @@ pub struct HoldId {
 }
 
 impl HoldId {
-    fn of(hold: &Hold) -> Self {
+    /// The id of `hold`.
+    pub fn of(hold: &Hold) -> Self {
         Self {
             worker: hold.worker,
             hold: hold.hold,
@@ -491,24 +492,7 @@ mod tests {
     use crate::chaos::record::TokenKind;
 
     fn hold(worker: u32, n: u64, key: &str, granted: u64, end: u64) -> Hold {
-        Hold {
-            worker,
-            hold: n,
-            key: key.into(),
-            granted_ns: granted,
-            valid_until_ns: end,
-            round_started_ns: granted,
-            end_ns: end,
-            released_ns: end,
-            fencing_token: None,
-            keep_alive: false,
-            extensions: 0,
-            longest_stall_ms: 0.0,
-            paused_past_validity: false,
-            noticed_loss: None,
-            loss: None,
-            open: false,
-        }
+        Hold::made_up(worker, n, key, granted, end)
     }
 
     fn write(worker: u32, n: u64, key: &str, sent: u64, accepted: bool, seq: u64) -> Write {

@@ -26,6 +26,8 @@
 //! - [`checker`]: overlapping holds, stale and fenced writes, liveness and
 //!   no-quorum timing per fault window.
 //! - [`permits`]: the semaphore checker: holders of one semaphore at once.
+//! - [`leaders`]: the election checker: terms rising in grant order, and
+//!   failover times (two leaders at once are the checker's overlaps).
 //! - [`proxy`]: a fault-injecting TCP proxy (latency, loss-like stalls,
 //!   blackhole partitions, connection resets).
 //! - [`docker`]: `docker compose` / `docker-compose` and faults inside a
@@ -37,6 +39,7 @@ pub mod checker;
 pub mod clock;
 pub mod clock_shift;
 pub mod docker;
+pub mod leaders;
 pub mod masters;
 pub mod permits;
 pub mod proxy;

@@ -59,24 +59,7 @@ mod tests {
     use super::*;
 
     fn hold(worker: u32, key: &str, granted_ms: u64, end_ms: u64) -> Hold {
-        Hold {
-            worker,
-            hold: 0,
-            key: key.to_owned(),
-            granted_ns: granted_ms * 1_000_000,
-            valid_until_ns: end_ms * 1_000_000,
-            round_started_ns: granted_ms * 1_000_000,
-            end_ns: end_ms * 1_000_000,
-            released_ns: end_ms * 1_000_000,
-            fencing_token: None,
-            keep_alive: false,
-            extensions: 0,
-            longest_stall_ms: 0.0,
-            paused_past_validity: false,
-            noticed_loss: None,
-            loss: None,
-            open: false,
-        }
+        Hold::made_up(worker, 0, key, granted_ms * 1_000_000, end_ms * 1_000_000)
     }
 
     #[test]

@@ -191,6 +191,27 @@ impl Hold {
     }
 }
 
+#[cfg(test)]
+impl Hold {
+    /// A made-up hold of the checkers' tests: held over `[granted, end)`,
+    /// ended by a release, nothing else to tell.
+    pub(crate) fn made_up(worker: u32, hold: u64, key: &str, granted_ns: u64, end_ns: u64) -> Self {
+        let grant = Grant {
+            worker,
+            hold,
+            key: key.to_owned(),
+            granted_ns,
+            valid_until_ns: end_ns,
+            round_started_ns: granted_ns,
+            fencing_token: None,
+        };
+        Self {
+            open: false,
+            ..Self::open(&grant, end_ns)
+        }
+    }
+}
+
 /// What a write to the protected resource carried as its token.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -24,6 +24,14 @@
 //!   model), on local processes: permits of one semaphore of [`PERMITS`]
 //!   under paused, killed and restarted masters and holders paused past
 //!   their TTL, counted by the semaphore checker (see `suite/semaphore.rs`).
+//! - **election** (in model) and **election_restart_empty** (out of
+//!   model), on local processes: worker processes campaign for one
+//!   election's name under paused, killed and restarted masters, a leader
+//!   stopped past its lease, a leader killed and replaced, and small clock
+//!   jumps; the checker finds no two leaders at once, terms rising and no
+//!   stale write, and times failovers; out of model, a master restarted
+//!   empty under a leader elected on exactly a quorum gives two leaders,
+//!   which the checker must find every round (see `suite/election.rs`).
 //! - **sharp** scenarios, one fault each, with two workers and a long hold:
 //!   two masters are down while one worker gets the lock, so it holds it on
 //!   exactly a quorum (masters 1-3); the two come back, and master 1 is then
@@ -39,11 +47,11 @@
 //!   the lock in time (nothing to find) is tried again, a few times.
 //!
 //! What fails the run is only what a broken lock or a broken suite does: an
-//! overlap or a stale write in model, a lock won without a majority, a
-//! window with a majority up and no grant at all, an acquire with a
-//! majority down that is not a no-quorum error or takes over ten per-node
-//! timeouts, an out-of-model round the checker does not catch, a lost hold
-//! record, a crash. Counts and timings are printed.
+//! overlap, a stale write or a term not above the one before in model, a
+//! lock won without a majority, a window with a majority up and no grant at
+//! all, an acquire with a majority down that is not a no-quorum error or
+//! takes over ten per-node timeouts, an out-of-model round the checker does
+//! not catch, a lost hold record, a crash. Counts and timings are printed.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -54,17 +62,22 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
 mod cluster;
+mod election;
 mod instruments;
+mod nodes;
 mod report;
 mod schedule;
 mod semaphore;
+mod victims;
 
+pub use election::ElectionSummary;
 pub use instruments::{LagMonitor, STALL_THRESHOLD};
 pub use report::render;
 pub use semaphore::{PERMITS, SemaphoreSummary};
 
-use instruments::{Held, Probe, Workers, signal};
-use schedule::{Method, Planned, Sharp, between, schedule};
+use instruments::{Probe, Workers, signal};
+use schedule::{Method, Planned, ScheduledFault, Sharp, schedule};
+use victims::{kill_in_hold, stop_in_hold};
 
 use super::checker::{self, Analysis, Records, Verdict, Window, WindowReport};
 use super::clock::{mono_ns, ms, nanos};
@@ -144,6 +157,20 @@ impl Mode {
         }
     }
 
+    fn election_cycles(self) -> usize {
+        match self {
+            Mode::Ci => 2,
+            Mode::Full => 5,
+        }
+    }
+
+    fn election_rounds(self) -> usize {
+        match self {
+            Mode::Ci => 2,
+            Mode::Full => 4,
+        }
+    }
+
     fn sharp_rounds(self, compose: bool) -> usize {
         match (self, compose) {
             (Mode::Ci, false) => 2,
@@ -178,6 +205,29 @@ pub struct Options {
     pub out_dir: PathBuf,
     /// The `chaos-worker` binary.
     pub worker_exe: PathBuf,
+    /// Run only these of [`SCENARIOS`] (`None`: all of them).
+    pub only: Option<Vec<String>>,
+}
+
+/// The scenarios [`Options::only`] names: `semaphore` and `election` each
+/// run their in-model and out-of-model scenarios.
+pub const SCENARIOS: [&str; 7] = [
+    "mixed",
+    "restart_delayed",
+    "restart_empty",
+    "clock_jump",
+    "cluster",
+    "semaphore",
+    "election",
+];
+
+impl Options {
+    /// Whether scenario `name` (one of [`SCENARIOS`]) runs.
+    pub fn runs(&self, name: &str) -> bool {
+        self.only
+            .as_ref()
+            .is_none_or(|only| only.iter().any(|n| n == name))
+    }
 }
 
 /// What one scenario found.
@@ -214,6 +264,8 @@ pub struct Report {
     pub failures: Vec<String>,
     /// The semaphore scenarios' figures, when they ran.
     pub semaphore: Option<SemaphoreSummary>,
+    /// The election scenarios' figures, when they ran.
+    pub election: Option<ElectionSummary>,
 }
 
 impl Report {
@@ -292,6 +344,7 @@ pub async fn run(options: Options) -> Report {
     let mut scenarios = Vec::new();
     let mut skipped = Vec::new();
     let mut semaphore = None;
+    let mut election = None;
 
     if options.process {
         let ctx = Context {
@@ -300,60 +353,90 @@ pub async fn run(options: Options) -> Report {
             resource_url: resource.url(),
             part: "process",
         };
-        let masters = Arc::new(blocking(|| Masters::local(5, 0, vec![])).await);
-        scenarios.push(
-            ctx.mixed(masters, rng.random(), options.mode.mixed_cycles(false))
-                .await,
-        );
-        let rounds = options.mode.sharp_rounds(false);
-        for variant in [Sharp::RestartDelayed, Sharp::RestartEmpty] {
+        // Every scenario's seed is drawn whether it runs or not: a seed
+        // replays the same scenarios whatever `only` leaves out.
+        let seed = rng.random();
+        if options.runs("mixed") {
             let masters = Arc::new(blocking(|| Masters::local(5, 0, vec![])).await);
             scenarios.push(
-                ctx.sharp(masters, variant, rounds, None, rng.random())
+                ctx.mixed(masters, seed, options.mode.mixed_cycles(false))
                     .await,
             );
         }
-        let shim_dir = options.out_dir.join("clock-shift");
-        match ClockShift::build(&shim_dir) {
-            Ok(shift) => {
-                let env = shift.env();
-                let masters = Arc::new(blocking(move || Masters::local(5, 1, env)).await);
-                scenarios.push(
-                    ctx.sharp(
-                        masters,
-                        Sharp::ClockJump,
-                        rounds,
-                        Some(Arc::new(shift)),
-                        rng.random(),
-                    )
-                    .await,
-                );
+        let rounds = options.mode.sharp_rounds(false);
+        for variant in [Sharp::RestartDelayed, Sharp::RestartEmpty] {
+            let seed = rng.random();
+            if options.runs(variant.name()) {
+                let masters = Arc::new(blocking(|| Masters::local(5, 0, vec![])).await);
+                scenarios.push(ctx.sharp(masters, variant, rounds, None, seed).await);
             }
-            Err(err) => skipped.push(format!("process/clock_jump: {err}")),
         }
-        scenarios.push(
-            ctx.cluster(rng.random(), options.mode.cluster_cycles())
-                .await,
-        );
-        let (in_model, most) = ctx
-            .semaphore(rng.random(), options.mode.semaphore_cycles())
-            .await;
-        let rounds = options.mode.semaphore_rounds();
-        let (out_of_model, found) = ctx.semaphore_restart_empty(rng.random(), rounds).await;
-        semaphore = Some(SemaphoreSummary {
-            permits: PERMITS,
-            grants: in_model.analysis.granted(),
-            max_concurrent_holders: most,
-            stale_writes_accepted: in_model.analysis.stale_writes_accepted,
-            rounds,
-            found,
-        });
-        scenarios.extend([in_model, out_of_model]);
+        let seed = rng.random();
+        if options.runs(Sharp::ClockJump.name()) {
+            let shim_dir = options.out_dir.join("clock-shift");
+            match ClockShift::build(&shim_dir) {
+                Ok(shift) => {
+                    let env = shift.env();
+                    let masters = Arc::new(blocking(move || Masters::local(5, 1, env)).await);
+                    scenarios.push(
+                        ctx.sharp(
+                            masters,
+                            Sharp::ClockJump,
+                            rounds,
+                            Some(Arc::new(shift)),
+                            seed,
+                        )
+                        .await,
+                    );
+                }
+                Err(err) => skipped.push(format!("process/clock_jump: {err}")),
+            }
+        }
+        let seed = rng.random();
+        if options.runs("cluster") {
+            scenarios.push(ctx.cluster(seed, options.mode.cluster_cycles()).await);
+        }
+        let seeds: [u64; 2] = [rng.random(), rng.random()];
+        if options.runs("semaphore") {
+            let (in_model, most) = ctx
+                .semaphore(seeds[0], options.mode.semaphore_cycles())
+                .await;
+            let rounds = options.mode.semaphore_rounds();
+            let (out_of_model, found) = ctx.semaphore_restart_empty(seeds[1], rounds).await;
+            semaphore = Some(SemaphoreSummary {
+                permits: PERMITS,
+                grants: in_model.analysis.granted(),
+                max_concurrent_holders: most,
+                stale_writes_accepted: in_model.analysis.stale_writes_accepted,
+                rounds,
+                found,
+            });
+            scenarios.extend([in_model, out_of_model]);
+        }
+        let seeds: [u64; 2] = [rng.random(), rng.random()];
+        if options.runs("election") {
+            let (in_model, failover_ms) =
+                ctx.election(seeds[0], options.mode.election_cycles()).await;
+            let rounds = options.mode.election_rounds();
+            let (out_of_model, found) = ctx.election_restart_empty(seeds[1], rounds).await;
+            election = Some(ElectionSummary {
+                terms: in_model.analysis.granted(),
+                overlaps: in_model.analysis.overlaps.len(),
+                stale_writes_accepted: in_model.analysis.stale_writes_accepted,
+                failover_ms,
+                rounds,
+                found,
+            });
+            scenarios.extend([in_model, out_of_model]);
+        }
     } else {
         skipped.push("process part: not asked for".to_owned());
     }
 
     match &options.compose {
+        Some(spec) if !(options.runs("mixed") || options.runs("restart_empty")) => skipped.push(
+            format!("compose part ({}): its scenarios are not asked for", spec.project),
+        ),
         Some(spec) => {
             let ctx = Context {
                 options: &options,
@@ -362,27 +445,32 @@ pub async fn run(options: Options) -> Report {
                 part: "compose",
             };
             let (project, ports) = (spec.project.clone(), spec.ports.clone());
+            let seeds: [u64; 2] = [rng.random(), rng.random()];
             match blocking(move || Masters::compose(&project, &ports)).await {
                 Ok(masters) => {
                     let masters = Arc::new(masters);
-                    scenarios.push(
-                        ctx.mixed(
-                            Arc::clone(&masters),
-                            rng.random(),
-                            options.mode.mixed_cycles(true),
-                        )
-                        .await,
-                    );
-                    scenarios.push(
-                        ctx.sharp(
-                            masters,
-                            Sharp::RestartEmpty,
-                            options.mode.sharp_rounds(true),
-                            None,
-                            rng.random(),
-                        )
-                        .await,
-                    );
+                    if options.runs("mixed") {
+                        scenarios.push(
+                            ctx.mixed(
+                                Arc::clone(&masters),
+                                seeds[0],
+                                options.mode.mixed_cycles(true),
+                            )
+                            .await,
+                        );
+                    }
+                    if options.runs("restart_empty") {
+                        scenarios.push(
+                            ctx.sharp(
+                                masters,
+                                Sharp::RestartEmpty,
+                                options.mode.sharp_rounds(true),
+                                None,
+                                seeds[1],
+                            )
+                            .await,
+                        );
+                    }
                 }
                 Err(err) => skipped.push(format!("compose part: {err}")),
             }
@@ -404,6 +492,7 @@ pub async fn run(options: Options) -> Report {
         skipped,
         failures,
         semaphore,
+        election,
     }
 }
 
@@ -454,33 +543,6 @@ async fn hold_open(probe: &Probe, start_ns: u64, length: Duration) {
     }
 }
 
-/// The victim's next grant, then a short wait into its hold.
-async fn victim_grant(workers: &mut Workers, victim: u32, rng: &mut StdRng) -> Option<Held> {
-    workers.drain();
-    let held = workers
-        .next_grant(Instant::now() + Duration::from_secs(3), |w| w == victim)
-        .await?;
-    tokio::time::sleep(between(rng, 5, 60)).await;
-    Some(held)
-}
-
-/// Waits (briefly) until process `pid` is stopped: `kill` only queues the
-/// signal.
-async fn wait_stopped(pid: u32) {
-    for _ in 0..200 {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        // The state follows the command name in parentheses.
-        if stat
-            .rsplit(')')
-            .next()
-            .is_some_and(|rest| rest.trim_start().starts_with('T'))
-        {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-}
-
 /// With a majority down, the bound on a probe's time: [`GROSS_FACTOR`]
 /// per-node timeouts, in ms.
 pub fn gross_no_quorum_ms() -> f64 {
@@ -492,6 +554,8 @@ struct Finished {
     analysis: Analysis,
     reports: Vec<WindowReport>,
     probes: Vec<Attempt>,
+    /// Every worker's records.
+    records: Records,
 }
 
 struct Context<'a> {
@@ -543,6 +607,7 @@ impl Context<'_> {
             announce: false,
             seed,
             out: dir.join(format!("worker-{worker}.jsonl")),
+            election: None,
         }
     }
 
@@ -607,64 +672,37 @@ impl Context<'_> {
             }
             configs.push(config);
         }
-        let mut workers = Workers::spawn(&self.options.worker_exe, &dir, configs).await;
-        let monitor = LagMonitor::start(run_for);
-        let probe = Probe::start(urls.clone(), MIXED_TTL, name.clone(), run_for);
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        let (probe, monitor, mut workers) = self
+            .start_run(&name, &dir, configs, (&urls, MIXED_TTL), run_for)
+            .await;
 
-        let mut windows = Vec::new();
         let mut failures = Vec::new();
-        let mut faults = 0;
-        for (i, fault) in plan.iter().enumerate() {
-            match self
-                .inject(
-                    &masters,
-                    &proxies,
-                    &mut workers,
-                    &probe,
-                    &mut victim,
-                    fault,
-                    &mut rng,
-                )
-                .await
-            {
-                Ok(Some(window)) => {
-                    faults += 1;
-                    self.log.say(format!(
-                        "{name}: fault {}/{}: {} ({:.0} ms)",
-                        i + 1,
-                        plan.len(),
-                        window.label,
-                        ms(window.end_ns - window.start_ns)
-                    ));
-                    windows.push(window);
-                }
-                Ok(None) => notes.push(format!("fault {} ({}) skipped", i + 1, fault.class())),
-                Err(err) => {
-                    failures.push(format!("fault {} ({}): {err}", i + 1, fault.class()));
-                    blocking({
-                        let masters = Arc::clone(&masters);
-                        move || masters.restore_all()
-                    })
-                    .await;
+        let windows = self
+            .run_schedule(
+                (&name, &plan),
+                &mut rng,
+                (&mut notes, &mut failures),
+                async |_, fault, rng: &mut StdRng| {
+                    let victim = &mut victim;
+                    self.inject(&masters, &proxies, &mut workers, &probe, victim, fault, rng)
+                        .await
+                },
+                async || {
+                    let masters = Arc::clone(&masters);
+                    blocking(move || masters.restore_all()).await;
                     for proxy in &proxies {
                         proxy.set(Fault::None);
                     }
-                }
-            }
-            if fault.breaks_connections() {
-                // Clients reconnect to a restarted master with a backoff of
-                // up to 2 s (redlock-tokio's RECONNECT_MAX): give every
-                // client its next attempt before the next fault, so that
-                // the next window tests that fault, not the last one.
-                tokio::time::sleep(RECONNECT_ALLOWANCE).await;
-            }
-            tokio::time::sleep(between(&mut rng, 300, 600)).await;
-        }
+                },
+                |_| "the victim was never caught inside a hold".to_owned(),
+            )
+            .await;
+        let faults = windows.len();
         let Finished {
             analysis,
             reports,
             probes,
+            ..
         } = self
             .finish_run(
                 &dir,
@@ -695,6 +733,55 @@ impl Context<'_> {
             windows: reports,
             faults,
             probes,
+            notes,
+            failures,
+            seconds: started.elapsed().as_secs_f64(),
+        }
+    }
+
+    /// Starts a run: its worker processes, the machine's lag monitor and
+    /// the probe (a fresh key with `ttl` on `urls` every 20 ms), and lets
+    /// them settle for a second.
+    async fn start_run(
+        &self,
+        name: &str,
+        dir: &Path,
+        configs: Vec<worker::Config>,
+        (urls, ttl): (&[String], Duration),
+        run_for: Duration,
+    ) -> (Probe, LagMonitor, Workers) {
+        let workers = Workers::spawn(&self.options.worker_exe, dir, configs).await;
+        let monitor = LagMonitor::start(run_for);
+        let probe = Probe::start(urls.to_vec(), ttl, name.to_owned(), run_for);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        (probe, monitor, workers)
+    }
+
+    /// Ends a run of rounds (the sharp and out-of-model scenarios: no
+    /// probe): stops the workers and judges their records (the in-model
+    /// checks for an in-model one) into the scenario's result.
+    async fn finish_rounds(
+        &self,
+        (name, in_model, started): (String, bool, Instant),
+        workers: Workers,
+        windows: &[Window],
+        notes: Vec<String>,
+        mut failures: Vec<String>,
+    ) -> ScenarioResult {
+        let (records, problems) = workers.stop().await;
+        failures.extend(problems);
+        let records: Records = records.into_iter().collect();
+        let analysis = records.analyze();
+        if in_model {
+            self.check_in_model(&analysis, &mut failures);
+        }
+        ScenarioResult {
+            name,
+            in_model,
+            analysis,
+            windows: checker::liveness(windows, &records, &[], &[]),
+            faults: windows.len(),
+            probes: vec![],
             notes,
             failures,
             seconds: started.elapsed().as_secs_f64(),
@@ -733,6 +820,7 @@ impl Context<'_> {
             analysis,
             reports,
             probes,
+            records,
         }
     }
 
@@ -1006,24 +1094,9 @@ impl Context<'_> {
                 w
             }
             Planned::ClientPause { length } => {
-                // Land inside a hold: the victim's work lasts 120 ms or more,
-                // but a busy machine may deliver its announcement late, so
-                // its records are read to make sure, and it is tried again.
-                let mut landed = None;
-                for _ in 0..3 {
-                    let Some(held) = victim_grant(workers, victim.id, rng).await else {
-                        continue;
-                    };
-                    let pid = workers.pid(victim.id);
-                    signal(pid, Signal::SIGSTOP)?;
-                    wait_stopped(pid).await;
-                    if workers.in_hold(victim.id) {
-                        landed = Some((held, pid));
-                        break;
-                    }
-                    signal(pid, Signal::SIGCONT)?;
-                }
-                let Some((held, pid)) = landed else {
+                // Land inside a hold: the victim's work lasts 120 ms or more.
+                let id = victim.id;
+                let Some((held, pid)) = stop_in_hold(workers, rng, |w| w == id).await? else {
                     return Ok(None);
                 };
                 let start = mono_ns();
@@ -1041,45 +1114,31 @@ impl Context<'_> {
                 w
             }
             Planned::ClientKill => {
-                for _ in 0..3 {
-                    let Some(held) = victim_grant(workers, victim.id, rng).await else {
-                        continue;
-                    };
-                    let killed = victim.id;
-                    workers.kill(killed).await?;
-                    let start = mono_ns();
-                    let mid_hold = workers.in_hold(killed);
-                    // A new process takes the victim's part (and its key).
+                // A new process takes the victim's part (and its key).
+                let id = victim.id;
+                let replacement = || {
                     victim.id = victim.next_id;
                     victim.next_id += 1;
-                    workers.replace(killed, victim.id);
-                    if !mid_hold {
-                        continue;
-                    }
-                    // The lock comes free once the dead holder's validity
-                    // ends (the checker verifies nobody got it before).
-                    let Some(again) = workers
-                        .next_grant(Instant::now() + GRANT_CAP, |w| w == victim.id)
-                        .await
-                    else {
-                        return Err(std::io::Error::other(format!(
-                            "the key of worker {killed}, killed mid-hold, was not granted to its replacement within {} s",
-                            GRANT_CAP.as_secs()
-                        )));
-                    };
-                    return Ok(Some(window(
-                        format!(
-                            "SIGKILL worker {killed} {:.0} ms into a hold; its key granted to worker {} {:.0} ms later (TTL {} ms)",
-                            ms(start - held.at_ns),
-                            victim.id,
-                            ms(again.at_ns.saturating_sub(start)),
-                            MIXED_TTL.as_millis()
-                        ),
-                        true,
-                        start,
-                    )));
-                }
-                return Ok(None);
+                    victim.id
+                };
+                // The lock comes free once the dead holder's validity ends
+                // (the checker verifies nobody got it before).
+                let Some(killed) =
+                    kill_in_hold(workers, rng, |w| w == id, replacement, |new, w| w == new).await?
+                else {
+                    return Ok(None);
+                };
+                window(
+                    format!(
+                        "SIGKILL worker {id} {:.0} ms into a hold; its key granted to worker {} {:.0} ms later (TTL {} ms)",
+                        ms(killed.at_ns - killed.held.at_ns),
+                        killed.next.worker,
+                        ms(killed.next.at_ns.saturating_sub(killed.at_ns)),
+                        MIXED_TTL.as_millis()
+                    ),
+                    true,
+                    killed.at_ns,
+                )
             }
         }))
     }
@@ -1262,24 +1321,13 @@ impl Context<'_> {
               ));
             }
         }
-        let (records, problems) = workers.stop().await;
-        failures.extend(problems);
-        let records: Records = records.into_iter().collect();
-        let analysis = records.analyze();
-        if variant.in_model() {
-            self.check_in_model(&analysis, &mut failures);
-        }
-        let faults = windows.len();
-        ScenarioResult {
-            name,
-            in_model: variant.in_model(),
-            analysis,
-            windows: checker::liveness(&windows, &records, &[], &[]),
-            faults,
-            probes: vec![],
+        self.finish_rounds(
+            (name, variant.in_model(), started),
+            workers,
+            &windows,
             notes,
             failures,
-            seconds: started.elapsed().as_secs_f64(),
-        }
+        )
+        .await
     }
 }

@@ -11,12 +11,17 @@
 //! write sent whatever the validity (it models a write already in flight
 //! when the process was stopped: the case fencing is for), a check whether
 //! the lock is still ours, release.
+//!
+//! With [`Config::election`] the process campaigns in an election instead
+//! ([`ElectionConfig`], `worker/election.rs`): a leadership is recorded as a
+//! hold whose end is its loss signal, and its term is the token of its
+//! writes.
 
 use std::future::IntoFuture;
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
@@ -28,6 +33,10 @@ use tokio::io::AsyncBufReadExt;
 use super::clock::{instant_ns, mono_ns, nanos};
 use super::record::{Api, Attempt, Extended, Grant, Hold, Outcome, Record, TokenKind, Write};
 use super::resource::Resource;
+
+mod election;
+
+pub use election::ElectionConfig;
 
 /// What one worker process does.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -73,6 +82,10 @@ pub struct Config {
     pub seed: u64,
     /// The JSON-lines file to write.
     pub out: PathBuf,
+    /// Campaign in the election `keys[0]` (lease `ttl_ms`) instead of
+    /// taking locks.
+    #[serde(default)]
+    pub election: Option<ElectionConfig>,
 }
 
 /// How long a work step lasts at most: the resolution at which a stopped
@@ -95,6 +108,9 @@ struct Shared {
     resource: Resource,
     out: std::sync::Mutex<std::fs::File>,
     stop: AtomicBool,
+    /// `resign` lines read on stdin: a leader elected before the last one
+    /// steps down.
+    resigns: AtomicU64,
     deadline: Instant,
 }
 
@@ -110,6 +126,33 @@ impl Shared {
         let _ = out.write_all(line.as_bytes());
     }
 
+    /// Records one acquire call of `key` over `(start, end)` that gave
+    /// `result`.
+    fn record_attempt<T>(
+        &self,
+        key: &str,
+        api: Api,
+        (start_ns, end_ns): (u64, u64),
+        result: &Result<T, Error>,
+    ) {
+        let (attempt_outcome, error) = match result {
+            Ok(_) => (Outcome::Granted, None),
+            Err(error) => {
+                let o = outcome(error);
+                (o, (o != Outcome::Held).then(|| error.to_string()))
+            }
+        };
+        self.record(Record::Attempt(Attempt {
+            worker: self.config.worker,
+            key: key.to_owned(),
+            api,
+            start_ns,
+            end_ns,
+            outcome: attempt_outcome,
+            error,
+        }));
+    }
+
     fn running(&self) -> bool {
         !self.stop.load(Ordering::Relaxed) && Instant::now() < self.deadline
     }
@@ -118,12 +161,18 @@ impl Shared {
 /// Runs the worker until stopped (stdin) or [`Config::run_ms`] passed.
 pub async fn run(config: Config) -> Result<(), String> {
     let ttl = Duration::from_millis(config.ttl_ms);
+    // A campaign waits on masters that fsync every write: it retries less
+    // often than a lock worker spins.
+    let (retry_delay, retry_jitter) = match &config.election {
+        Some(election) => (election.retry_delay(), election.retry_delay()),
+        None => (Duration::from_millis(1), Duration::from_millis(4)),
+    };
     let redlock = Redlock::builder(&config.urls)
         .ttl(ttl)
         .node_timeout(Duration::from_millis(config.node_timeout_ms))
         .wait(Wait::Retries(20))
-        .retry_delay(Duration::from_millis(1))
-        .retry_jitter(Duration::from_millis(4))
+        .retry_delay(retry_delay)
+        .retry_jitter(retry_jitter)
         .connect_timeout(Duration::from_secs(1))
         .build()
         .await
@@ -140,20 +189,29 @@ pub async fn run(config: Config) -> Result<(), String> {
         resource,
         out: std::sync::Mutex::new(file),
         stop: AtomicBool::new(false),
+        resigns: AtomicU64::new(0),
     });
 
-    // `stop` on stdin, or its end, stops the tasks after their current hold.
+    // `stop` on stdin, or its end, stops the tasks after their current hold;
+    // `resign` ends a leader's term.
     let stopper = Arc::clone(&shared);
     tokio::spawn(async move {
         let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
         while let Ok(Some(line)) = lines.next_line().await {
-            if line.trim() == "stop" {
-                break;
+            match line.trim() {
+                "stop" => break,
+                "resign" => {
+                    stopper.resigns.fetch_add(1, Ordering::Relaxed);
+                }
+                _ => {}
             }
         }
         stopper.stop.store(true, Ordering::Relaxed);
     });
 
+    if let Some(election) = shared.config.election.clone() {
+        return election::campaign(shared, election).await;
+    }
     let tasks: Vec<_> = (0..shared.config.tasks)
         .map(|task| tokio::spawn(contend(Arc::clone(&shared), task)))
         .collect();
@@ -182,15 +240,20 @@ fn uniform(rng: &mut StdRng, (low, high): (u64, u64)) -> Duration {
     })
 }
 
-/// One task: acquire, hold, release, until stopped.
-async fn contend(shared: Arc<Shared>, task: u32) {
-    let config = &shared.config;
-    let mut rng = StdRng::seed_from_u64(
+/// A task's choices, seeded by the worker's seed, its id and the task.
+fn task_rng(config: &Config, task: u32) -> StdRng {
+    StdRng::seed_from_u64(
         config
             .seed
             .wrapping_mul(0x9E37_79B9_7F4A_7C15)
             .wrapping_add(u64::from(config.worker) << 16 | u64::from(task)),
-    );
+    )
+}
+
+/// One task: acquire, hold, release, until stopped.
+async fn contend(shared: Arc<Shared>, task: u32) {
+    let config = &shared.config;
+    let mut rng = task_rng(config, task);
     let ttl = Duration::from_millis(config.ttl_ms);
     // Hold numbers unique in the process: task in the high bits.
     let mut next_hold = u64::from(task) << 40;
@@ -219,22 +282,7 @@ async fn contend(shared: Arc<Shared>, task: u32) {
         let start_ns = mono_ns();
         let result = acquire.await;
         let end_ns = mono_ns();
-        let (attempt_outcome, error) = match &result {
-            Ok(_) => (Outcome::Granted, None),
-            Err(error) => {
-                let o = outcome(error);
-                (o, (o != Outcome::Held).then(|| error.to_string()))
-            }
-        };
-        shared.record(Record::Attempt(Attempt {
-            worker: config.worker,
-            key: key.clone(),
-            api,
-            start_ns,
-            end_ns,
-            outcome: attempt_outcome,
-            error,
-        }));
+        shared.record_attempt(&key, api, (start_ns, end_ns), &result);
         match result {
             Ok(guard) => {
                 let hold = next_hold;

@@ -19,11 +19,10 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
-use super::instruments::{LagMonitor, Probe, Workers};
-use super::schedule::between;
+use super::instruments::Probe;
+use super::schedule::{ScheduledFault, between};
 use super::{
-    Context, Finished, GRANT_CAP, MIXED_TTL, NODE_TIMEOUT, RECONNECT_ALLOWANCE, ScenarioResult,
-    blocking, hold_open,
+    Context, Finished, GRANT_CAP, MIXED_TTL, NODE_TIMEOUT, ScenarioResult, blocking, hold_open,
 };
 use crate::chaos::checker::Window;
 use crate::chaos::clock::{mono_ns, ms};
@@ -95,13 +94,19 @@ enum Fault {
     PlainKill { node: usize, extra: Duration },
 }
 
-impl Fault {
-    fn class(self) -> &'static str {
+impl ScheduledFault for Fault {
+    fn class(&self) -> &'static str {
         match self {
             Fault::ShardPause { .. } => "cluster_shard_pause",
             Fault::ShardKill { .. } => "cluster_shard_kill",
             Fault::PlainKill { .. } => "cluster_plain_kill",
         }
+    }
+
+    /// The client reconnects to a restarted plain master with a backoff;
+    /// a restarted shard's slots are found again through the cluster.
+    fn breaks_connections(&self) -> bool {
+        matches!(self, Fault::PlainKill { .. })
     }
 }
 
@@ -184,42 +189,29 @@ impl Context<'_> {
                 config
             })
             .collect();
-        let workers = Workers::spawn(&self.options.worker_exe, &dir, configs).await;
-        let monitor = LagMonitor::start(run_for);
-        let probe = Probe::start(urls.clone(), MIXED_TTL, name.clone(), run_for);
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        let (probe, monitor, workers) = self
+            .start_run(&name, &dir, configs, (&urls, MIXED_TTL), run_for)
+            .await;
 
-        let mut windows = Vec::new();
         let mut failures = Vec::new();
-        for (i, &fault) in faults.iter().enumerate() {
-            match inject(&nodes, &probe, fault).await {
-                Ok(window) => {
-                    self.log.say(format!(
-                        "{name}: fault {}/{}: {} ({:.0} ms)",
-                        i + 1,
-                        faults.len(),
-                        window.label,
-                        ms(window.end_ns - window.start_ns)
-                    ));
-                    windows.push(window);
-                }
-                Err(err) => {
-                    failures.push(format!("fault {} ({}): {err}", i + 1, fault.class()));
+        let windows = self
+            .run_schedule(
+                (&name, &faults),
+                &mut rng,
+                (&mut notes, &mut failures),
+                async |_, &fault, _: &mut StdRng| inject(&nodes, &probe, fault).await.map(Some),
+                async || {
                     let nodes = Arc::clone(&nodes);
                     blocking(move || nodes.restore_all()).await;
-                }
-            }
-            if matches!(fault, Fault::PlainKill { .. }) {
-                // The client reconnects to a restarted plain master with a
-                // backoff of up to 2 s: the next window tests its own fault.
-                tokio::time::sleep(RECONNECT_ALLOWANCE).await;
-            }
-            tokio::time::sleep(between(&mut rng, 300, 600)).await;
-        }
+                },
+                |_| String::new(),
+            )
+            .await;
         let Finished {
             analysis,
             reports,
             probes,
+            ..
         } = self
             .finish_run(
                 &dir,

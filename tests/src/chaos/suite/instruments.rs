@@ -126,12 +126,28 @@ impl Workers {
         self.start(config);
     }
 
+    /// Writes `line` on `worker`'s stdin (an election worker's leader
+    /// resigns on `resign`).
+    pub(super) async fn tell(&mut self, worker: u32, line: &str) -> std::io::Result<()> {
+        match self.proc(worker).stdin.as_mut() {
+            Some(stdin) => stdin.write_all(format!("{line}\n").as_bytes()).await,
+            None => Ok(()),
+        }
+    }
+
     /// Every worker's records so far (files are written unbuffered).
     pub(super) fn records(&self) -> Records {
         self.procs
             .iter()
             .flat_map(|p| read_records(&p.config.out).unwrap_or_default())
             .collect()
+    }
+
+    /// Every worker's holds granted at or after `ns`, so far.
+    pub(super) fn holds_since(&self, ns: u64) -> Vec<crate::chaos::record::Hold> {
+        let mut holds = self.records().holds;
+        holds.retain(|h| h.granted_ns >= ns);
+        holds
     }
 
     /// Whether `worker` is inside a hold right now, as its records show: a

@@ -1,12 +1,14 @@
-//! The seeded fault schedule of the mixed scenarios, and the sharp
-//! scenarios' faults.
+//! The seeded fault schedule of the mixed scenarios, the sharp scenarios'
+//! faults, and how a schedule of faults is run.
 
 use std::time::Duration;
 
 use rand::RngExt;
 use rand::rngs::StdRng;
 
-use super::MIXED_TTL;
+use super::{Context, MIXED_TTL, RECONNECT_ALLOWANCE, SHARP_TRIES};
+use crate::chaos::checker::Window;
+use crate::chaos::clock::ms;
 
 /// How one master is taken away in a majority-down fault.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,9 +54,8 @@ pub(super) enum Planned {
     ClientKill,
 }
 
-impl Planned {
-    /// Whether undoing it leaves clients reconnecting (a master was killed).
-    pub(super) fn breaks_connections(&self) -> bool {
+impl ScheduledFault for Planned {
+    fn breaks_connections(&self) -> bool {
         match self {
             Planned::NodeKill { .. } => true,
             Planned::MajorityDown { nodes, .. } => nodes.iter().any(|(_, m)| *m == Method::Kill),
@@ -62,7 +63,7 @@ impl Planned {
         }
     }
 
-    pub(super) fn class(&self) -> &'static str {
+    fn class(&self) -> &'static str {
         match self {
             Planned::NodeKill { .. } => "node_kill_delayed_restart",
             Planned::NodePause { .. } => "node_pause",
@@ -77,6 +78,13 @@ impl Planned {
 
 pub(super) fn between(rng: &mut StdRng, low_ms: u64, high_ms: u64) -> Duration {
     Duration::from_millis(rng.random_range(low_ms..=high_ms))
+}
+
+/// Shuffles `items` with the schedule's RNG (Fisher-Yates).
+pub(super) fn shuffle<T>(rng: &mut StdRng, items: &mut [T]) {
+    for i in (1..items.len()).rev() {
+        items.swap(i, rng.random_range(0..=i));
+    }
 }
 
 /// The mixed schedule: `cycles` rounds of every class in a shuffled order.
@@ -129,10 +137,7 @@ pub(super) fn schedule(rng: &mut StdRng, cycles: usize, nodes: usize) -> Vec<Pla
             },
             Planned::ClientKill,
         ];
-        // Fisher-Yates with the schedule's RNG.
-        for i in (1..cycle.len()).rev() {
-            cycle.swap(i, rng.random_range(0..=i));
-        }
+        shuffle(rng, &mut cycle);
         plan.extend(cycle);
     }
     plan
@@ -158,4 +163,115 @@ impl Sharp {
     pub(super) fn in_model(self) -> bool {
         self == Sharp::RestartDelayed
     }
+}
+
+/// A fault of a schedule ([`Context::run_schedule`]).
+pub(super) trait ScheduledFault {
+    /// Its class, as windows and the report name it.
+    fn class(&self) -> &'static str;
+    /// Whether undoing it leaves clients reconnecting (a master was killed).
+    fn breaks_connections(&self) -> bool;
+}
+
+impl Context<'_> {
+    /// Runs `faults` in turn with `inject` (given the fault's index) and
+    /// logs each window; a `None` from it is noted with `skipped`'s reason,
+    /// an error is a failure after which `restore` puts everything back.
+    /// After a fault that broke connections the schedule waits
+    /// [`RECONNECT_ALLOWANCE`] (clients reconnect to a restarted master with
+    /// a backoff of up to 2 s: the next window tests its own fault), and 300
+    /// to 600 ms after every fault.
+    pub(super) async fn run_schedule<F: ScheduledFault>(
+        &self,
+        (name, faults): (&str, &[F]),
+        rng: &mut StdRng,
+        (notes, failures): (&mut Vec<String>, &mut Vec<String>),
+        mut inject: impl AsyncFnMut(usize, &F, &mut StdRng) -> std::io::Result<Option<Window>>,
+        mut restore: impl AsyncFnMut(),
+        skipped: impl Fn(usize) -> String,
+    ) -> Vec<Window> {
+        let mut windows = Vec::new();
+        for (i, fault) in faults.iter().enumerate() {
+            match inject(i, fault, rng).await {
+                Ok(Some(window)) => {
+                    self.log.say(format!(
+                        "{name}: fault {}/{}: {} ({:.0} ms)",
+                        i + 1,
+                        faults.len(),
+                        window.label,
+                        ms(window.end_ns - window.start_ns)
+                    ));
+                    windows.push(window);
+                }
+                Ok(None) => notes.push(format!(
+                    "fault {} ({}) skipped: {}",
+                    i + 1,
+                    fault.class(),
+                    skipped(i)
+                )),
+                Err(err) => {
+                    failures.push(format!("fault {} ({}): {err}", i + 1, fault.class()));
+                    restore().await;
+                }
+            }
+            if fault.breaks_connections() {
+                tokio::time::sleep(RECONNECT_ALLOWANCE).await;
+            }
+            tokio::time::sleep(between(rng, 300, 600)).await;
+        }
+        windows
+    }
+}
+
+/// What one try of an out-of-model round found ([`run_rounds`]).
+pub(super) enum Try {
+    /// The checker found the violation: what it found.
+    Found(String),
+    /// Nothing to find this time (the contender was too slow): why.
+    Missed(String),
+    /// The round cannot go on: a failure was recorded.
+    Broken,
+}
+
+/// Runs `rounds` rounds of an out-of-model fault, each tried up to
+/// [`SHARP_TRIES`] times with `attempt` (given the round, the try and where
+/// failures go) until the checker finds the violation; notes what each
+/// round found and why a try was made again. A round whose tries all missed
+/// fails the run: `violation` was not reproduced, or the checker missed it.
+/// How many rounds found theirs.
+pub(super) async fn run_rounds(
+    rounds: usize,
+    (notes, failures): (&mut Vec<String>, &mut Vec<String>),
+    mut attempt: impl AsyncFnMut(usize, usize, &mut Vec<String>) -> Try,
+    violation: &str,
+) -> usize {
+    let mut found = 0;
+    for round in 0..rounds {
+        let mut reproduced = false;
+        for tried in 0..SHARP_TRIES {
+            match attempt(round, tried, failures).await {
+                Try::Found(what) => {
+                    notes.push(format!("round {}: {what}", round + 1));
+                    reproduced = true;
+                    break;
+                }
+                Try::Missed(why) if tried + 1 < SHARP_TRIES => notes.push(format!(
+                    "round {} try {}: {why}; tried again",
+                    round + 1,
+                    tried + 1
+                )),
+                Try::Missed(_) => {}
+                Try::Broken => break,
+            }
+        }
+        if reproduced {
+            found += 1;
+        } else {
+            failures.push(format!(
+                "round {}: {violation} not found in {SHARP_TRIES} tries: the out-of-model fault was not reproduced, or the checker missed it",
+                round + 1
+            ));
+        }
+    }
+    found
 }

@@ -19,7 +19,6 @@
 //!   semaphore checker must count k + 1 holders, in every round (a round in
 //!   which that worker was too slow is tried again, a few times).
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -27,17 +26,17 @@ use nix::sys::signal::Signal;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
-use super::instruments::{LagMonitor, Probe, Workers, signal};
-use super::schedule::between;
+use super::instruments::{Probe, Workers, signal};
+use super::nodes::{MasterFault, NodeAction, act, restore_nodes, start_masters};
+use super::schedule::{ScheduledFault, Try, between, run_rounds};
 use super::{
-    Context, Finished, GRANT_CAP, GRANT_WAIT, MIXED_TTL, NODE_TIMEOUT, RECONNECT_ALLOWANCE,
-    SHARP_TRIES, ScenarioResult, blocking, hold_open, victim_grant, wait_stopped,
+    Context, Finished, GRANT_CAP, GRANT_WAIT, MIXED_TTL, NODE_TIMEOUT, SHARP_TRIES, ScenarioResult,
+    blocking, hold_open, stop_in_hold,
 };
-use crate::chaos::checker::{self, Records, Window};
+use crate::RedisNode;
+use crate::chaos::checker::Window;
 use crate::chaos::clock::{mono_ns, ms, nanos};
 use crate::chaos::permits;
-use crate::chaos::record::read_records;
-use crate::{NodeOptions, RedisNode};
 
 /// The semaphore's permits, in both scenarios.
 pub const PERMITS: u32 = 3;
@@ -80,97 +79,33 @@ impl SemaphoreSummary {
     }
 }
 
-/// Starts the masters; `persistent`: with AOF, fsync at every write.
-fn start_masters(persistent: bool) -> Vec<RedisNode> {
-    let extra_args = if persistent {
-        ["--appendonly", "yes", "--appendfsync", "always"]
-            .map(String::from)
-            .to_vec()
-    } else {
-        Vec::new()
-    };
-    let options = NodeOptions {
-        extra_args,
-        ..NodeOptions::default()
-    };
-    std::thread::scope(|scope| {
-        let starts: Vec<_> = (0..MASTERS)
-            .map(|_| scope.spawn(|| RedisNode::start_with(options.clone())))
-            .collect();
-        starts
-            .into_iter()
-            .map(|start| {
-                start
-                    .join()
-                    .unwrap_or_else(|p| std::panic::resume_unwind(p))
-            })
-            .collect()
-    })
-}
-
-/// Best effort, after a failed fault: every master running again, with its
-/// data.
-fn restore_all(nodes: &[RedisNode]) {
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        for node in nodes {
-            if node.is_running() {
-                node.resume();
-            } else {
-                node.restart_keeping_data();
-            }
-        }
-    }));
-}
-
-/// Every record in a scenario's worker files, read after the workers
-/// stopped.
-fn read_dir_records(dir: &Path, workers: u32) -> Records {
-    (0..workers)
-        .flat_map(|w| read_records(&dir.join(format!("worker-{w}.jsonl"))).unwrap_or_default())
-        .collect()
-}
-
-/// A fault action on the masters.
-type NodeAction = Box<dyn FnOnce(&[RedisNode]) + Send>;
-
-/// Runs `f` on the masters, on the blocking pool.
-async fn act(nodes: &Arc<Vec<RedisNode>>, f: NodeAction) {
-    let nodes = Arc::clone(nodes);
-    blocking(move || f(&nodes)).await;
-}
-
 /// One fault of the in-model schedule.
 #[derive(Clone, Copy, Debug)]
 enum Fault {
-    /// SIGSTOP a master for this long.
-    Pause { node: usize, length: Duration },
-    /// SIGKILL a master; restart it with its data after this long.
-    Kill { node: usize, down: Duration },
+    /// A master paused, or killed and restarted with its data.
+    Master(MasterFault),
     /// SIGSTOP a worker inside a permit's hold for the TTL and this much.
     StopHolder { past_ttl: Duration },
 }
 
-impl Fault {
-    fn class(self) -> &'static str {
+impl ScheduledFault for Fault {
+    fn class(&self) -> &'static str {
         match self {
-            Fault::Pause { .. } => "semaphore_master_pause",
-            Fault::Kill { .. } => "semaphore_master_kill",
+            Fault::Master(MasterFault::Pause { .. }) => "semaphore_master_pause",
+            Fault::Master(MasterFault::Kill { .. }) => "semaphore_master_kill",
             Fault::StopHolder { .. } => "semaphore_holder_paused",
         }
+    }
+
+    fn breaks_connections(&self) -> bool {
+        matches!(self, Fault::Master(MasterFault::Kill { .. }))
     }
 }
 
 fn plan(rng: &mut StdRng, cycles: usize) -> Vec<Fault> {
     let mut faults = Vec::new();
     for _ in 0..cycles {
-        faults.push(Fault::Pause {
-            node: rng.random_range(0..MASTERS),
-            length: between(rng, 300, 800),
-        });
-        faults.push(Fault::Kill {
-            node: rng.random_range(0..MASTERS),
-            down: between(rng, 100, 600),
-        });
+        faults.extend(MasterFault::both(rng, MASTERS).map(Fault::Master));
         faults.push(Fault::StopHolder {
             past_ttl: between(rng, 100, 400),
         });
@@ -186,7 +121,7 @@ impl Context<'_> {
         let name = format!("{}/semaphore", self.part);
         let dir = self.dir("semaphore");
         let mut rng = StdRng::seed_from_u64(seed);
-        let nodes = Arc::new(blocking(|| start_masters(true)).await);
+        let nodes = Arc::new(blocking(|| start_masters(MASTERS, true, vec![])).await);
         let urls: Vec<String> = nodes.iter().map(RedisNode::url).collect();
         let faults = plan(&mut rng, cycles);
         let run_for =
@@ -223,46 +158,28 @@ impl Context<'_> {
                 config
             })
             .collect();
-        let mut workers = Workers::spawn(&self.options.worker_exe, &dir, configs).await;
-        let monitor = LagMonitor::start(run_for);
-        let probe = Probe::start(urls.clone(), MIXED_TTL, name.clone(), run_for);
-        tokio::time::sleep(Duration::from_secs(1)).await;
-
-        let mut windows = Vec::new();
+        let (probe, monitor, mut workers) = self
+            .start_run(&name, &dir, configs, (&urls, MIXED_TTL), run_for)
+            .await;
         let mut failures = Vec::new();
-        for (i, &fault) in faults.iter().enumerate() {
-            let victim = i as u32 % WORKERS;
-            match inject(&nodes, &probe, &mut workers, fault, victim, &mut rng).await {
-                Ok(Some(window)) => {
-                    self.log.say(format!(
-                        "{name}: fault {}/{}: {} ({:.0} ms)",
-                        i + 1,
-                        faults.len(),
-                        window.label,
-                        ms(window.end_ns - window.start_ns)
-                    ));
-                    windows.push(window);
-                }
-                Ok(None) => notes.push(format!(
-                    "fault {} ({}): worker {victim} was never caught inside a hold; skipped",
-                    i + 1,
-                    fault.class()
-                )),
-                Err(err) => {
-                    failures.push(format!("fault {} ({}): {err}", i + 1, fault.class()));
-                    let nodes = Arc::clone(&nodes);
-                    blocking(move || restore_all(&nodes)).await;
-                }
-            }
-            if matches!(fault, Fault::Kill { .. }) {
-                tokio::time::sleep(RECONNECT_ALLOWANCE).await;
-            }
-            tokio::time::sleep(between(&mut rng, 300, 600)).await;
-        }
+        let victim = |i: usize| i as u32 % WORKERS;
+        let windows = self
+            .run_schedule(
+                (&name, &faults),
+                &mut rng,
+                (&mut notes, &mut failures),
+                async |i, &fault, rng: &mut StdRng| {
+                    inject(&nodes, &probe, &mut workers, fault, victim(i), rng).await
+                },
+                async || restore_nodes(&nodes).await,
+                |i| format!("worker {} was never caught inside a hold", victim(i)),
+            )
+            .await;
         let Finished {
             analysis,
             reports,
             probes,
+            records,
         } = self
             .finish_run(
                 &dir,
@@ -272,7 +189,7 @@ impl Context<'_> {
                 &mut failures,
             )
             .await;
-        let most = permits::max_over_all(&read_dir_records(&dir, WORKERS).holds);
+        let most = permits::max_over_all(&records.holds);
         notes.push(format!(
             "max_concurrent_holders={most} of {PERMITS} permits"
         ));
@@ -307,7 +224,7 @@ impl Context<'_> {
         let name = format!("{}/semaphore_restart_empty", self.part);
         let dir = self.dir("semaphore_restart_empty");
         let mut rng = StdRng::seed_from_u64(seed);
-        let nodes = Arc::new(blocking(|| start_masters(false)).await);
+        let nodes = Arc::new(blocking(|| start_masters(MASTERS, false, vec![])).await);
         let urls: Vec<String> = nodes.iter().map(RedisNode::url).collect();
         // Long holds: the last worker must reconnect to the restarted
         // masters (backoff up to 2 s) and win them while the k still hold.
@@ -347,10 +264,10 @@ impl Context<'_> {
         let mut workers = Workers::spawn(&self.options.worker_exe, &dir, configs).await;
         let (mut windows, mut failures, mut notes) = (Vec::new(), Vec::new(), Vec::new());
         let act = |f: NodeAction| act(&nodes, f);
-        let mut found = 0;
-        for round in 0..rounds {
-            let mut reproduced = false;
-            for attempt in 0..SHARP_TRIES {
+        let found = run_rounds(
+            rounds,
+            (&mut notes, &mut failures),
+            async |round, attempt, failures: &mut Vec<String>| {
                 let round_start = mono_ns();
                 // Master 3 down: every permit taken now is held on exactly
                 // masters 1-2.
@@ -380,7 +297,7 @@ impl Context<'_> {
                         holders.len(),
                         GRANT_WAIT.as_secs()
                     ));
-                    break;
+                    return Try::Broken;
                 };
                 act(Box::new(|n| n[0].restart())).await;
                 let start_ns = mono_ns();
@@ -414,55 +331,23 @@ impl Context<'_> {
                         + Duration::from_millis(200),
                 )
                 .await;
-                let holds: Vec<_> = workers
-                    .records()
-                    .holds
-                    .into_iter()
-                    .filter(|h| h.granted_ns >= round_start)
-                    .collect();
-                let most = permits::max_over_all(&holds);
+                let most = permits::max_over_all(&workers.holds_since(round_start));
                 if most > PERMITS as usize {
-                    reproduced = true;
-                    notes.push(format!(
-                        "round {}: the checker counted {most} holders of {PERMITS} permits",
-                        round + 1
-                    ));
-                    break;
+                    Try::Found(format!(
+                        "the checker counted {most} holders of {PERMITS} permits"
+                    ))
+                } else {
+                    Try::Missed(format!(
+                        "at most {most} holders (the last worker may have won too late)"
+                    ))
                 }
-                if attempt + 1 < SHARP_TRIES {
-                    notes.push(format!(
-                        "round {} try {}: at most {most} holders (the last worker may have won too late); tried again",
-                        round + 1,
-                        attempt + 1
-                    ));
-                }
-            }
-            if reproduced {
-                found += 1;
-            } else {
-                failures.push(format!(
-                    "round {}: the checker never counted {} holders in {SHARP_TRIES} tries: the out-of-model fault was not reproduced, or the checker missed it",
-                    round + 1,
-                    PERMITS + 1
-                ));
-            }
-        }
-        let (records, problems) = workers.stop().await;
-        failures.extend(problems);
-        let records: Records = records.into_iter().collect();
-        let analysis = records.analyze();
-        let faults = windows.len();
-        let result = ScenarioResult {
-            name,
-            in_model: false,
-            analysis,
-            windows: checker::liveness(&windows, &records, &[], &[]),
-            faults,
-            probes: vec![],
-            notes,
-            failures,
-            seconds: started.elapsed().as_secs_f64(),
-        };
+            },
+            &format!("{} holders of {PERMITS} permits", PERMITS + 1),
+        )
+        .await;
+        let result = self
+            .finish_rounds((name, false, started), workers, &windows, notes, failures)
+            .await;
         (result, found)
     }
 }
@@ -478,66 +363,25 @@ async fn inject(
     victim: u32,
     rng: &mut StdRng,
 ) -> std::io::Result<Option<Window>> {
-    let act = |f: NodeAction| act(nodes, f);
-    let window = |label: String, start_ns: u64| Window {
-        label,
-        class: fault.class().to_owned(),
-        majority_up: true,
-        start_ns,
-        end_ns: mono_ns(),
-    };
     Ok(Some(match fault {
-        Fault::Pause { node, length } => {
-            act(Box::new(move |n| n[node].pause())).await;
-            let start = mono_ns();
-            hold_open(probe, start, length).await;
-            let w = window(format!("pause master {}", node + 1), start);
-            act(Box::new(move |n| n[node].resume())).await;
-            w
-        }
-        Fault::Kill { node, down } => {
-            act(Box::new(move |n| n[node].kill())).await;
-            let start = mono_ns();
-            hold_open(probe, start, down).await;
-            let w = window(
-                format!(
-                    "kill master {}, restart it with its data after {:.0} ms",
-                    node + 1,
-                    ms(mono_ns() - start)
-                ),
-                start,
-            );
-            act(Box::new(move |n| n[node].restart_keeping_data())).await;
-            w
-        }
+        Fault::Master(master) => master.inject(nodes, probe, fault.class()).await,
         Fault::StopHolder { past_ttl } => {
-            let mut landed = None;
-            for _ in 0..3 {
-                let Some(held) = victim_grant(workers, victim, rng).await else {
-                    continue;
-                };
-                let pid = workers.pid(victim);
-                signal(pid, Signal::SIGSTOP)?;
-                wait_stopped(pid).await;
-                if workers.in_hold(victim) {
-                    landed = Some((held, pid));
-                    break;
-                }
-                signal(pid, Signal::SIGCONT)?;
-            }
-            let Some((held, pid)) = landed else {
+            let Some((held, pid)) = stop_in_hold(workers, rng, |w| w == victim).await? else {
                 return Ok(None);
             };
             let start = mono_ns();
             hold_open(probe, start, MIXED_TTL + past_ttl).await;
-            let w = window(
-                format!(
+            let w = Window {
+                label: format!(
                     "SIGSTOP worker {victim} {:.0} ms into a permit's hold, for the TTL and {} ms",
                     ms(start - held.at_ns),
                     past_ttl.as_millis()
                 ),
-                start,
-            );
+                class: fault.class().to_owned(),
+                majority_up: true,
+                start_ns: start,
+                end_ns: mono_ns(),
+            };
             signal(pid, Signal::SIGCONT)?;
             w
         }
