@@ -398,7 +398,9 @@ fn release_from_outside(unreleased: Unreleased, task: Option<JoinHandle<()>>) {
             let _ = task.await;
         }
         let mut lock = unreleased.lock.take().expect("taken only here");
-        release_lock(&unreleased.client, &mut lock, false).await;
+        // Every node's answer: the caller blocks anyway, and may be about
+        // to end the process (no background left to finish the rest).
+        release_lock(&unreleased.client, &mut lock, true).await;
         drop(done);
     };
     client.background().tasks().spawn_on(release, &runtime);

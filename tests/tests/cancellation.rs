@@ -63,6 +63,7 @@ async fn cancelled_while_contending() {
     let result = tokio::time::timeout(Duration::from_millis(300), waiter.lock("contended")).await;
     assert!(result.is_err(), "held by the holder all along");
     guard.release().await;
+    holder.shutdown().await;
     waiter.shutdown().await;
     assert_absent(&cluster, "contended");
 }

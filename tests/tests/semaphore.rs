@@ -179,7 +179,12 @@ async fn fenced_permits_tokens_grow_per_slot_and_a_deposed_holder_is_refused() {
             .wait(Wait::AtMost(Duration::from_secs(20)))
     };
     let deposed = fenced(&dead).await.expect("a free permit");
-    let other = fenced(&live).await.expect("the other permit");
+    // Held past the test (a TTL of its own), so that the deposed holder's
+    // slot is the only one to come free.
+    let other = fenced(&live)
+        .ttl(Duration::from_secs(60))
+        .await
+        .expect("the other permit");
     assert_ne!(deposed.key(), other.key(), "two slots");
     let (slot, deposed_token) = (deposed.key().clone(), deposed.fencing_token().unwrap());
     assert_eq!(deposed_token, 1, "a fresh slot starts at 1");
