@@ -194,8 +194,12 @@ impl Term {
         let span = ttl.as_duration().saturating_sub(lock.settings().drift(ttl));
         let started = valid_until.checked_sub(span).unwrap_or(valid_until);
         if planted!(ElectionLosesAtExpiry) {
-            // Planted: at the key's expiry on an exact clock, no drift, no margin.
-            return started + ttl.as_duration();
+            // Planted: at the key's expiry on an exact clock, no drift, no
+            // margin. (`checked_add`, not `+`: code dead without the feature
+            // gives cargo-mutants no operator to mutate.)
+            return started
+                .checked_add(ttl.as_duration())
+                .unwrap_or(valid_until);
         }
         (started + deadline).min(valid_until)
     }

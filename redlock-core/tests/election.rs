@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use rand::{SeedableRng, rngs::StdRng};
 use redlock_core::{
-    AcquireEvent, Acquisition, Attempts, Command, Config, ConfigError, ElectionTiming, LeaderRead,
-    LeaderReport, LeaderWatch, LeadershipLoss, Lock, LockSpec, Machine, NodeError, NodeErrorKind,
-    Reply, Request, Response, RoundId, Settings, Term, TermEvent,
+    AcquireEvent, Acquisition, Attempts, Command, Config, ConfigError, ElectionTiming, ExtendError,
+    LeaderRead, LeaderReport, LeaderWatch, LeadershipLoss, Lock, LockSpec, Machine, NodeError,
+    NodeErrorKind, Reply, Request, Response, RoundId, Settings, Term, TermEvent,
 };
 
 fn settings(nodes: usize) -> Arc<Settings> {
@@ -117,7 +117,11 @@ fn the_term_is_the_fencing_token_and_loss_comes_before_the_validity_ends() {
     assert_eq!(sent.len(), 3);
     // No node answers: renewals are retried, then the deadline strikes.
     let mut now = due;
-    while !term.is_done() {
+    for rounds in 0.. {
+        if term.is_done() {
+            break;
+        }
+        assert!(rounds < 100, "the renew deadline never ended the term");
         now = term.poll_timeout().unwrap();
         assert!(
             now <= t0 + Duration::from_secs(6),
@@ -138,6 +142,54 @@ fn the_term_is_the_fencing_token_and_loss_comes_before_the_validity_ends() {
             .all(|e| matches!(e, TermEvent::RenewFailed(_)))
     );
     assert_eq!(term.poll_timeout(), None);
+}
+
+#[test]
+fn default_timings_are_two_thirds_of_the_validity_and_a_quarter_of_that() {
+    let settings = settings(3);
+    let default = ElectionTiming::default_for(&settings);
+    let lease = settings.default_ttl();
+    assert_eq!(default.lease(), lease);
+    let validity = lease.as_duration() - settings.drift(lease);
+    assert_eq!(default.renew_deadline(), validity * 2 / 3);
+    assert_eq!(default.retry_period(), validity * 2 / 3 / 4);
+}
+
+#[test]
+fn a_term_is_over_once_it_is_lost_and_not_before() {
+    let settings = settings(3);
+    let t0 = Instant::now();
+    let mut term = Term::new(campaign(&settings, 3, t0), &timing(&settings)).unwrap();
+    assert!(!term.is_over());
+    let lose_at = term.lose_at();
+    term.handle_timeout(lose_at - Duration::from_millis(1));
+    drain(&mut term);
+    assert!(!term.is_over(), "an instant before: still leading");
+    term.handle_timeout(lose_at);
+    assert!(term.is_over());
+    assert!(term.resign(lose_at).is_none(), "nothing left to resign");
+}
+
+#[test]
+fn a_renewal_without_a_quorum_is_told_and_the_term_goes_on() {
+    let settings = settings(3);
+    let t0 = Instant::now();
+    let mut term = Term::new(campaign(&settings, 8, t0), &timing(&settings)).unwrap();
+    let due = term.poll_timeout().unwrap();
+    term.handle_timeout(due);
+    let sent = drain(&mut term);
+    term.handle_reply(Reply::to(&sent[0], Ok(Response::Int(1))), due);
+    for request in &sent[1..] {
+        let down = NodeError::new(NodeErrorKind::Connection, "down");
+        term.handle_reply(Reply::to(request, Err(down)), due);
+    }
+    let events = events(&mut term);
+    assert!(
+        matches!(events.as_slice(), [TermEvent::RenewFailed(_)]),
+        "{events:?}"
+    );
+    assert!(!term.is_over());
+    assert_eq!(term.lose_at(), t0 + Duration::from_secs(6), "not moved");
 }
 
 #[test]
@@ -240,6 +292,47 @@ fn proclaim_writes_under_our_term_and_fails_where_a_higher_term_is_stored() {
     assert!(matches!(outcome, Err(ref e) if e.is_lost()), "{outcome:?}");
 }
 
+#[test]
+fn one_refusal_does_not_fail_a_proclaim_the_others_write() {
+    let settings = settings(3);
+    let t0 = Instant::now();
+    let term = Term::new(campaign(&settings, 4, t0), &timing(&settings)).unwrap();
+    let mut proclaim = term.proclaim(b"addr", t0);
+    let sent = drain(&mut proclaim);
+    proclaim.handle_reply(Reply::to(&sent[0], Ok(Response::Int(-1))), t0);
+    assert_eq!(proclaim.poll_event(), None, "two nodes may still write it");
+    assert!(!proclaim.is_done());
+    for request in &sent[1..] {
+        proclaim.handle_reply(Reply::to(request, Ok(Response::Int(1))), t0);
+    }
+    assert_eq!(proclaim.poll_event(), Some(Ok(5)));
+    assert!(proclaim.is_done());
+}
+
+#[test]
+fn a_proclaim_nobody_answers_ends_at_its_deadline_without_a_quorum() {
+    let settings = settings(3);
+    let t0 = Instant::now();
+    let term = Term::new(campaign(&settings, 4, t0), &timing(&settings)).unwrap();
+    let mut proclaim = term.proclaim(b"addr", t0);
+    assert_eq!(drain(&mut proclaim).len(), 3);
+    let deadline = proclaim.poll_timeout().expect("a deadline while open");
+    assert!(deadline > t0);
+    proclaim.handle_timeout(deadline - Duration::from_millis(1));
+    assert_eq!(proclaim.poll_event(), None, "not before its deadline");
+    assert!(!proclaim.is_done());
+    proclaim.handle_timeout(deadline);
+    let outcome = proclaim.poll_event();
+    assert!(
+        matches!(outcome, Some(Err(ExtendError::NoQuorum { .. }))),
+        "{outcome:?}"
+    );
+    assert!(proclaim.is_done());
+    assert_eq!(proclaim.poll_timeout(), None);
+    proclaim.handle_timeout(deadline);
+    assert_eq!(proclaim.poll_event(), None, "one outcome");
+}
+
 fn read(settings: &Settings, answers: &[Result<Response, NodeError>]) -> LeaderReport {
     let t0 = Instant::now();
     let mut read = LeaderRead::new(settings, b"leader", RoundId(1), t0);
@@ -313,4 +406,46 @@ fn the_leader_is_an_id_on_a_quorum_and_a_watch_tells_only_rising_terms() {
         "never back to a lower term"
     );
     assert_eq!(watch.last().map(|l| l.term), Some(6));
+}
+
+#[test]
+fn the_leaders_value_is_a_record_of_its_id_and_its_term() {
+    let settings = settings(3);
+    let report = read(
+        &settings,
+        &[
+            node(Some("a"), Some(5), Some("5\0b\0addr-b")),
+            node(Some("a"), Some(5), Some("4\0a\0old-a")),
+            node(Some("a"), Some(5), Some("5\0a\0addr-a")),
+        ],
+    );
+    let leader = report.leader().unwrap();
+    assert_eq!(leader.value.as_deref(), Some(&b"addr-a"[..]));
+}
+
+#[test]
+fn a_leader_read_reports_a_silent_node_as_timed_out_at_its_deadline() {
+    let settings = settings(3);
+    let t0 = Instant::now();
+    let mut read = LeaderRead::new(&settings, b"leader", RoundId(1), t0);
+    let sent = drain(&mut read);
+    for request in &sent[..2] {
+        read.handle_reply(Reply::to(request, node(Some("a"), Some(5), None)), t0);
+    }
+    assert!(!read.is_done(), "a node has not answered");
+    let deadline = read.poll_timeout().expect("a deadline while open");
+    assert_eq!(deadline, t0 + settings.node_timeout());
+    read.handle_timeout(deadline - Duration::from_millis(1));
+    assert_eq!(read.poll_event(), None, "not before its deadline");
+    read.handle_timeout(deadline);
+    assert!(read.is_done());
+    assert_eq!(read.poll_timeout(), None);
+    let report = read.poll_event().expect("the report at the deadline");
+    assert!(matches!(
+        &report.reads[2],
+        Err(error) if error.kind == NodeErrorKind::Timeout
+    ));
+    assert_eq!(report.leader().map(|leader| leader.term), Some(5));
+    read.handle_timeout(deadline);
+    assert_eq!(read.poll_event(), None, "one report");
 }

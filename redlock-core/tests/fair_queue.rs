@@ -19,7 +19,7 @@ use rand::rngs::StdRng;
 use redis::Store;
 use redlock_core::{
     AcquireEvent, Acquisition, Attempts, Command, Config, FAIR_PATIENCE, Lock, LockKind, LockSpec,
-    Machine, Reply, Request, Settings,
+    Machine, NodeError, NodeErrorKind, Reply, Request, Settings,
 };
 
 const RESOURCE: &[u8] = b"printer";
@@ -272,6 +272,55 @@ fn masters_that_disagree_on_the_head_hold_a_waiter_back_a_bounded_number_of_atte
     let attempts = served_despite_disagreeing_masters().expect("served");
     println!("served at attempt {attempts} (FAIR_PATIENCE = {FAIR_PATIENCE})");
     assert_eq!(attempts, FAIR_PATIENCE + 1);
+}
+
+/// Only attempts that found the key free and another waiter's turn count
+/// towards `FAIR_PATIENCE`: attempts that fail because nodes fail keep the
+/// waiter in the masters' order however many there are.
+#[test]
+fn attempts_that_fail_for_want_of_answers_never_make_a_waiter_fall_back() {
+    let world = World::new();
+    let mut waiter = world.waiter(3);
+    let mut now = world.instant();
+    for _ in 0..FAIR_PATIENCE + 2 {
+        let requests: Vec<Request> = std::iter::from_fn(|| waiter.poll_request()).collect();
+        let attempt = requests.iter().filter(|r| r.command.ttl().is_some());
+        for request in attempt {
+            let down = NodeError::new(NodeErrorKind::Connection, "down");
+            waiter.handle_reply(Reply::to(request, Err(down)), now);
+        }
+        assert!(
+            matches!(waiter.kind(), LockKind::Fair { by_queue: true, .. }),
+            "still by the queue after {} attempts",
+            waiter.attempts()
+        );
+        now = waiter.poll_timeout().expect("waiting for its retry");
+        waiter.handle_timeout(now);
+    }
+    assert!(waiter.attempts() > FAIR_PATIENCE);
+}
+
+/// A garbage answer is no place in a queue: whatever score it carries, the
+/// waiter does not try again at once, it waits for its retry.
+#[test]
+fn a_garbage_answer_never_brings_the_next_attempt_forward() {
+    let world = World::new();
+    let mut waiter = world.waiter(4);
+    let now = world.instant();
+    let requests: Vec<Request> = std::iter::from_fn(|| waiter.poll_request()).collect();
+    // A "queued" answer at position 0, which the script never gives.
+    let garbage = || {
+        use redlock_core::Response::Int;
+        Ok(redlock_core::Response::Array(vec![Int(0), Int(0), Int(9)]))
+    };
+    for request in requests.iter().filter(|r| r.command.ttl().is_some()) {
+        waiter.handle_reply(Reply::to(request, garbage()), now);
+    }
+    assert!(matches!(
+        waiter.poll_event(),
+        Some(AcquireEvent::AttemptFailed { .. })
+    ));
+    assert!(waiter.current_attempt().is_none(), "waits for its retry");
 }
 
 #[test]

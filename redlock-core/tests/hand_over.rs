@@ -402,6 +402,27 @@ fn a_queued_waiter_marks_when_it_queues_and_again_when_an_attempt_outlives_its_r
     assert_eq!(marks(&after), 0, "{after:?}");
 }
 
+/// The mark an attempt that outlived its retry sends for the next one is
+/// given one per-node timeout to arrive, as every request is.
+#[test]
+fn the_mark_for_the_next_retry_has_one_node_timeout_to_arrive() {
+    let settings = settings_with(true, 100 * MS);
+    let t0 = Instant::now();
+    let mut waiter = acquisition(&settings, LockSpec::Exclusive(b"job"), t0);
+    waiter.queue_behind(t0, None);
+    sent(&mut waiter);
+    waiter.handle_notice(Notice::HandedOver, t0 + 95 * MS);
+    let attempt = sent(&mut waiter);
+    let at = t0 + 101 * MS;
+    turn_away(&mut waiter, &attempt, at);
+    let marks: Vec<Request> = sent(&mut waiter)
+        .into_iter()
+        .filter(|r| matches!(r.command, Command::MarkWaiting { .. }))
+        .collect();
+    assert_eq!(marks.len(), 3);
+    assert!(marks.iter().all(|mark| mark.deadline == at + 10 * MS));
+}
+
 /// A waiter that queues behind its client's others sends no mark while the
 /// client's last mark lives until its retry's mark has reached the nodes
 /// (retry + one per-node timeout), and marks as before when it does not.

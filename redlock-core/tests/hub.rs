@@ -60,6 +60,27 @@ fn channels_are_wanted_while_someone_waits() {
 }
 
 #[test]
+fn the_wanted_count_is_the_number_of_channels_someone_waits_on() {
+    // The adapter's listeners connect only while it is not zero.
+    let now = Instant::now();
+    let mut hub = Hub::new(3);
+    let (a, b) = (Key::from("a\0released"), Key::from("b\0released"));
+    let count = |hub: &Hub| {
+        assert_eq!(hub.wanted_len(), hub.wanted().count());
+        hub.wanted_len()
+    };
+    assert_eq!(count(&hub), 0);
+    let first = hub.handle_join(vec![a.clone()], false, now);
+    assert_eq!(count(&hub), 1);
+    let second = hub.handle_join(vec![a, b], false, now);
+    assert_eq!(count(&hub), 2);
+    hub.handle_leave(first, false, now);
+    assert_eq!(count(&hub), 2, "the second still waits on both");
+    hub.handle_leave(second, false, now);
+    assert_eq!(count(&hub), 0);
+}
+
+#[test]
 fn each_node_notice_reaches_the_first_waiter_of_its_channel() {
     let t0 = Instant::now();
     let mut hub = Hub::new(3);

@@ -57,6 +57,14 @@ fn slow(settings: &Arc<Settings>, t0: Instant) -> NodeHealth {
 }
 
 #[test]
+fn a_slow_node_of_a_client_is_probed_every_four_node_timeouts() {
+    let settings = settings();
+    let health = NodeHealth::for_node(&settings, NodeId(3));
+    assert_eq!(health.node(), NodeId(3));
+    assert_eq!(health.probe_every(), settings.node_timeout() * 4);
+}
+
+#[test]
 fn an_answer_between_overdue_requests_starts_the_count_again() {
     let settings = settings();
     let t0 = Instant::now();

@@ -199,6 +199,41 @@ fn a_losing_attempt_withdraws_everything() {
 }
 
 #[test]
+fn the_slot_a_quorum_granted_wins_whichever_master_answered_first() {
+    let settings = settings(3);
+    let mut machine = acquire(&settings, 2, Attempts::Once);
+    let requests = drain(&mut machine);
+    let now = Instant::now();
+    machine.handle_reply(Reply::to(&requests[0], Ok(granted(1))), now);
+    machine.handle_reply(Reply::to(&requests[1], Ok(granted(0))), now);
+    machine.handle_reply(Reply::to(&requests[2], Ok(granted(0))), now);
+    let Some(AcquireEvent::Acquired(lock)) = machine.poll_event() else {
+        panic!("slot 0 on a quorum")
+    };
+    assert_eq!(lock.key(), &requests[0].keys[0]);
+}
+
+#[test]
+fn a_master_with_every_slot_held_is_no_grant_and_fails_nobody_early() {
+    let settings = settings(3);
+    let mut machine = acquire(&settings, 2, Attempts::Once);
+    let requests = drain(&mut machine);
+    let now = Instant::now();
+    let full = || Ok(Response::Data(b"other".to_vec()));
+    // The first answer says full: the two others may still grant one slot.
+    machine.handle_reply(Reply::to(&requests[0], full()), now);
+    assert!(machine.poll_event().is_none(), "still open");
+    machine.handle_reply(Reply::to(&requests[1], full()), now);
+    let Some(AcquireEvent::Failed(error)) = machine.poll_event() else {
+        panic!("no slot can reach a quorum")
+    };
+    assert!(error.is_held_by_other(), "{error}");
+    let votes = error.votes().expect("the attempt's votes").votes();
+    assert_eq!(votes[0], NodeVote::HeldByOther(Some(b"other".to_vec())));
+    assert_eq!(votes[1], NodeVote::HeldByOther(Some(b"other".to_vec())));
+}
+
+#[test]
 fn a_cancelled_attempt_withdraws_everything() {
     let settings = settings(5);
     let mut machine = acquire(&settings, 3, Attempts::Retry);

@@ -371,6 +371,28 @@ fn without_a_release_the_limit_is_waited_out_with_a_last_attempt() {
 }
 
 #[test]
+fn a_fenced_waiters_last_attempt_starts_two_node_timeouts_before_the_limit() {
+    // A fenced attempt takes two rounds (the lock, then the token), so
+    // the last one starts in time for both to end by the limit.
+    let settings = slow_retries();
+    let t0 = Instant::now();
+    let mut acquire = Acquisition::with_spec(
+        Arc::clone(&settings),
+        LockSpec::Fenced(b"w"),
+        settings.default_ttl(),
+        Attempts::Within(300 * MS),
+        t0,
+        StdRng::seed_from_u64(5),
+    )
+    .unwrap();
+    refuse(&mut acquire, t0 + MS);
+    let Some(AcquireEvent::AttemptFailed { retry_at, .. }) = acquire.poll_event() else {
+        panic!("the first attempt fails");
+    };
+    assert_eq!(retry_at, t0 + 290 * MS);
+}
+
+#[test]
 fn no_waiter_gives_up_before_its_limit() {
     // Many seeds and limits against nodes that stay held: the final event
     // comes exactly at the limit, never before.

@@ -101,6 +101,61 @@ fn the_first_keeps_its_turn_until_it_leaves() {
     assert!(queue.is_empty() && queue.may_attempt_now());
 }
 
+#[test]
+fn joining_twice_changes_nothing() {
+    let mut queue = WaitQueue::new();
+    queue.handle_join(WaiterId(1));
+    queue.handle_join(WaiterId(2));
+    queue.handle_join_by_masters(WaiterId(3));
+    // Again, in either order.
+    queue.handle_join(WaiterId(1));
+    queue.handle_join_by_masters(WaiterId(1));
+    queue.handle_join_by_masters(WaiterId(3));
+    queue.handle_join(WaiterId(3));
+    assert_eq!(queue.len(), 3);
+    assert_eq!(
+        wakes(&mut queue),
+        vec![
+            Wake::Replay {
+                waiter: WaiterId(1)
+            },
+            Wake::Replay {
+                waiter: WaiterId(3)
+            },
+        ],
+        "each told once"
+    );
+    let notice = Notice::Released(NodeId(0));
+    queue.handle_notice(notice);
+    assert_eq!(wakes(&mut queue), vec![tell(1, notice), tell(3, notice)]);
+    // One leave each empties it.
+    queue.handle_leave(WaiterId(1), true);
+    assert_eq!(queue.first(), Some(WaiterId(2)));
+    queue.handle_leave(WaiterId(2), true);
+    queue.handle_leave(WaiterId(3), true);
+    assert!(queue.is_empty());
+}
+
+#[test]
+fn what_was_due_to_a_waiter_that_leaves_goes_nowhere_and_the_others_keep_theirs() {
+    let mut queue = WaitQueue::new();
+    queue.handle_join_by_masters(WaiterId(1));
+    queue.handle_join_by_masters(WaiterId(2));
+    let notice = Notice::Released(NodeId(1));
+    queue.handle_notice(notice);
+    // Not drained before the first left.
+    queue.handle_leave(WaiterId(1), false);
+    assert_eq!(
+        wakes(&mut queue),
+        vec![
+            Wake::Replay {
+                waiter: WaiterId(2)
+            },
+            tell(2, notice),
+        ]
+    );
+}
+
 /// Fair locks: the masters' queues say whose turn it is, and it may be any
 /// of the client's waiters, so each is told every notice; they neither
 /// hold back nor wait behind the client's own order.

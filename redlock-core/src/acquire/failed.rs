@@ -87,13 +87,14 @@ impl<R: Rng> Acquisition<R> {
         if best.is_some() {
             self.best_position = best;
         }
-        if held >= self.settings.quorum() || nearer {
+        let held_by_quorum = held >= self.settings.quorum();
+        if held_by_quorum || nearer {
             self.stalls = 0;
         } else if queued > 0 {
             self.stalls = self.stalls.saturating_add(1);
         }
         *by_queue = self.stalls < FAIR_PATIENCE || planted!(FairNeverFallsBack);
-        raised && queued > 0 && held < self.settings.quorum()
+        raised && queued > 0 && !held_by_quorum
     }
 
     pub(super) fn wait_for_retry(&mut self, error: AcquireError, until: Instant, now: Instant) {
