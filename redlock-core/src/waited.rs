@@ -25,13 +25,15 @@
 //!
 //! Every script that compares the holder's value takes a marked value as
 //! the holder's (extend, release, the fencing token's store, the
-//! multi-resource scripts); a plain extend (`SET ... IFEQ v`) does not set
-//! a marked value, answers it, and the extension sends the extend script
-//! to that node instead ([`Extension`](crate::Extension)). A mark lives as
-//! long as the value it marks: a holder that is gone (a key absent) is not
-//! marked (`SET ... KEEPTTL` happens only on a value read there), so a
-//! mark never creates a lock, and it dies with the lock, released or
-//! expired. Values that contain a NUL byte are not lock values
+//! multi-resource scripts, the semaphore's acquire and withdraw: a
+//! semaphore's waiter marks every slot's holder); a plain extend
+//! (`SET ... IFEQ v`) does not set a marked value, answers it, and the
+//! extension sends the extend script to that node instead
+//! ([`Extension`](crate::Extension)). A mark lives as long as the value it
+//! marks: a holder that is gone (a key absent) is not marked
+//! (`SET ... KEEPTTL` happens only on a value read there), so a mark never
+//! creates a lock, and it dies with the lock, released or expired. Values
+//! that contain a NUL byte are not lock values
 //! ([`LockValue::random`](crate::LockValue::random) gives hex): one passed
 //! to a release by value may be read as marked.
 

@@ -383,7 +383,7 @@ impl Store {
                 for i in 0..n {
                     let slot = (*start as usize + i) % n;
                     match self.get_str(keys[slot], clock) {
-                        Some(held) if held == ours => return grant(self, slot),
+                        Some(held) if is_ours(&held, ours) => return grant(self, slot),
                         None => {
                             free.get_or_insert(slot);
                         }
@@ -404,7 +404,10 @@ impl Store {
             (LockKind::Semaphore { .. }, Command::Release | Command::Withdraw) => {
                 let mut found = false;
                 for key in &keys {
-                    if self.get_str(key, clock).as_deref() == Some(ours) {
+                    if self
+                        .get_str(key, clock)
+                        .is_some_and(|held| is_ours(&held, ours))
+                    {
                         self.del(key);
                         found = true;
                     }
