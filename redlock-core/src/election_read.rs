@@ -63,8 +63,7 @@ impl LeaderReply {
             Some((term, id, value))
         });
         Ok(Self {
-            // Without a waiter's mark ([`waited`](crate::waited)): the id.
-            holder: bytes(holder).map(|held| crate::waited::unmarked(&held).to_vec()),
+            holder: bytes(holder),
             counter: bytes(counter).as_deref().and_then(number),
             record,
         })
