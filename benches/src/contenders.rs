@@ -284,9 +284,8 @@ pub(crate) struct Floor {
     /// Scripted only: acquire with `SET NX PX GET` rather than the script,
     /// as this library does on this server.
     native_acquire: bool,
-    /// Scripted only: release with `DELIFEQ` and `MGET` of the marks in one
-    /// pipeline rather than the script, as this library does on this
-    /// server (Valkey >= 9.0).
+    /// Scripted only: release with `DELIFEQ` rather than the script, as
+    /// this library does on this server (Valkey >= 9.0).
     plain_release: bool,
     /// This library's commands: the client's tag its releases carry (8
     /// random bytes, hex, as the library draws it).
@@ -316,16 +315,6 @@ enum FloorConnection {
 }
 
 impl FloorConnection {
-    /// A pipeline, on a plain master only.
-    async fn query_pipeline(&self, pipeline: redis::Pipeline) -> RedisResult<Value> {
-        match self {
-            FloorConnection::Plain(connection) => {
-                pipeline.query_async(&mut connection.clone()).await
-            }
-            FloorConnection::Cluster(_) => unreachable!("this library's commands are plain-only"),
-        }
-    }
-
     async fn query(&self, command: Cmd) -> RedisResult<Value> {
         match self {
             FloorConnection::Plain(connection) => {
@@ -491,32 +480,16 @@ impl Floor {
     pub(crate) async fn release(&self, lock: FloorLock) {
         let deletes = lock.granted.iter().map(|&node| {
             let connection = &self.connections[node];
-            if self.plain_release {
-                // This library's release where the server has `DELIFEQ`:
-                // it and `MGET` of the key and the marks, one pipeline
-                // (nobody is marked here, so no `PUBLISH` follows).
-                let key = redlock_tokio::core::Key::from(lock.key.as_bytes());
-                let mut pipeline = redis::pipe();
-                pipeline
-                    .ignore_errors()
-                    .cmd("DELIFEQ")
-                    .arg(&lock.key)
-                    .arg(&lock.value)
-                    .cmd("MGET")
-                    .arg(&lock.key)
-                    .arg(key.derived(b"\0waiters").as_bytes())
-                    .arg(key.derived(b"\0others").as_bytes());
-                return futures::future::Either::Left(async move {
-                    connection.query_pipeline(pipeline).await
-                });
-            }
             let command = match &self.scripted {
                 _ if self.mode == FloorMode::Raw => {
                     let mut command = redis::cmd("DEL");
                     command.arg(&lock.key);
                     command
                 }
-                _ if self.delifeq => {
+                // The safe floor's release, and this library's where the
+                // server has `DELIFEQ` (nobody waits here, so nobody marked
+                // the value: nothing follows it).
+                _ if self.delifeq || self.plain_release => {
                     let mut command = redis::cmd("DELIFEQ");
                     command.arg(&lock.key).arg(&lock.value);
                     command
@@ -551,7 +524,7 @@ impl Floor {
                     command
                 }
             };
-            futures::future::Either::Right(async move { connection.query(command).await })
+            async move { connection.query(command).await }
         });
         futures::future::join_all(deletes).await;
     }

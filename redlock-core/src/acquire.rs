@@ -386,10 +386,25 @@ impl<R: Rng> Acquisition<R> {
         };
     }
 
+    /// Queues an attempt's requests. A waiter's (it listens for notices,
+    /// on an exclusive or multi-resource lock) name its client, or its
+    /// value for a client without a tag: each node then marks the holder it
+    /// finds as waited for, in the same step as the check
+    /// ([`waited`](crate::waited)), so that a release that deletes with one
+    /// plain `DELIFEQ` where nobody waited still publishes to this waiter.
+    /// The mark sent before the attempt ([`Command::MarkWaiting`]) cannot do
+    /// that alone: a holder may take the key between the mark and the
+    /// check.
     fn send_round(&mut self, round: &Round, value: &LockValue, command: Command) {
+        let waiter =
+            self.notices.asked && matches!(self.kind, LockKind::Exclusive | LockKind::Multi);
+        let client = waiter.then(|| self.settings.client_tag().unwrap_or(value).clone());
         let keys = &self.acquire_keys;
         let requests = round.fan_out(keys, &self.kind, value, command, round.deadline);
-        self.requests.extend(requests);
+        self.requests.extend(requests.map(|request| Request {
+            client: client.clone(),
+            ..request
+        }));
     }
 
     fn decide(&mut self, now: Instant) {

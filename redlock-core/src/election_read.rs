@@ -63,7 +63,8 @@ impl LeaderReply {
             Some((term, id, value))
         });
         Ok(Self {
-            holder: bytes(holder),
+            // Without a waiter's mark ([`waited`](crate::waited)): the id.
+            holder: bytes(holder).map(|held| crate::waited::unmarked(&held).to_vec()),
             counter: bytes(counter).as_deref().and_then(number),
             record,
         })

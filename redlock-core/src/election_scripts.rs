@@ -15,12 +15,14 @@
 ///   `ARGV[3]`: the value to proclaim.
 ///
 /// Returns:
-/// - integer `1`: the lock key holds our value, no higher term is stored in
+/// - integer `1`: the lock key holds our value (marked as waited for or
+///   not, [`waited`](crate::waited)), no higher term is stored in
 ///   the counter or the record: the record is now ours;
 /// - integer `0`: the lock key holds another value or none; nothing changed;
 /// - integer `-1`: a higher term is stored; nothing changed;
 /// - error `WRONGTYPE ...`: the lock key exists and is not a string.
-pub const PROCLAIM: &str = r#"if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+pub const PROCLAIM: &str = r#"local held = redis.call('GET', KEYS[1])
+if held ~= ARGV[1] and not (held and string.sub(held, 1, #ARGV[1] + 1) == ARGV[1] .. '\0') then
   return 0
 end
 local term = tonumber(ARGV[2])

@@ -231,8 +231,46 @@ impl Extension {
             deadline,
         );
         let untouched = &self.untouched;
-        self.requests
-            .extend(requests.filter(|request| !untouched.contains(&request.node)));
+        // The script: our value may be marked as waited for, which a plain
+        // `DELIFEQ` leaves (see `Release`), and nobody reads this answer.
+        self.requests.extend(
+            requests
+                .filter(|request| !untouched.contains(&request.node))
+                .map(|request| Request {
+                    native: false,
+                    ..request
+                }),
+        );
+    }
+
+    /// The request to send again after `reply`, if it is a plain extend
+    /// (`SET ... IFEQ`) that found our value marked as waited for
+    /// ([`waited`](crate::waited)) and so set nothing: the extend script,
+    /// which extends it marked, keeping the mark.
+    fn as_script(&self, reply: &Reply) -> Option<Request> {
+        let Ok(crate::Response::Data(held)) = &reply.result else {
+            return None;
+        };
+        let marked = reply.native == Some(crate::Native::SetIfEqGet)
+            && reply.round == self.round.id
+            && held.as_slice() != self.value.as_bytes()
+            && crate::waited::is_ours(held, self.value.as_bytes());
+        if !marked {
+            return None;
+        }
+        let command = Command::Extend { ttl: self.ttl };
+        let mut requests = self.round.fan_out(
+            &self.keys,
+            &self.kind,
+            &self.value,
+            command,
+            self.round.deadline,
+        );
+        let again = requests.find(|request| request.node == reply.node)?;
+        Some(Request {
+            native: false,
+            ..again
+        })
     }
 }
 
@@ -256,6 +294,10 @@ impl Machine for Extension {
 
     fn handle_reply(&mut self, reply: Reply, now: Instant) {
         if self.done {
+            return;
+        }
+        if let Some(again) = self.as_script(&reply) {
+            self.requests.push_back(again);
             return;
         }
         let vote = interpret_extend(

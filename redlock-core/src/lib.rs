@@ -157,6 +157,7 @@ mod semaphore_scripts;
 mod status;
 mod types;
 mod vote;
+pub mod waited;
 mod wire;
 
 pub use acquire::{AcquireEvent, Acquisition, FAIR_PATIENCE};

@@ -13,23 +13,26 @@
 //!
 //! | request | native form | where |
 //! |---|---|---|
-//! | exclusive acquire | `SET key value NX PX ttl GET` | Redis >= 7.0, Valkey |
-//! | withdraw (no notice) | `DELIFEQ key value` | Valkey >= 9.0 |
-//! | exclusive release (notices on) | `DELIFEQ key value` and `MGET` of the key and the waiters' marks, one pipeline; `PUBLISH` after it only when another client's waiter is marked | Valkey >= 9.0 |
+//! | exclusive acquire (not a waiter's) | `SET key value NX PX ttl GET` | Redis >= 7.0, Valkey |
+//! | exclusive release, withdraw | `DELIFEQ key value` | Valkey >= 9.0 |
 //! | exclusive extend | `SET key value IFEQ value PX ttl GET` | Valkey >= 9.0 |
 //!
-//! The exclusive release is two commands where the script is one, and still
-//! one round trip: on Valkey 9.1.2 `DELIFEQ` and `MGET` of two keys cost the
-//! server 0.05 and 0.09 us a call (`INFO commandstats` under `redis-benchmark
-//! -P 16`), the release script 1.92 us. It decides as the script does, from what the pipeline read
-//! ([`Request::notice_after`]), and only the caller can then publish: one
-//! more round trip when another client waits, none when nobody does.
+//! The release is one command, as the safe floor's: where a waiter
+//! listens, it marked the holder's value ([`waited`](crate::waited)), the
+//! `DELIFEQ` answers `0`, and only then does the release send its script
+//! to that node, which deletes the marked value and publishes the notice
+//! ([`Release`](crate::Release)). A waiter's attempt on such a node is
+//! therefore its script, which marks the holder in the same step as its
+//! check; on a server without `DELIFEQ` the release script reads the
+//! waiters' marks itself, and a waiter's attempt may go plain. A plain
+//! extend that finds our value marked sets nothing, and the extension
+//! sends the extend script there ([`Extension`](crate::Extension)).
 //!
 //! Everything else stays a script:
 //! - the other kinds' releases must publish a notice only when they deleted
 //!   our value, which no plain command does in one step (with notices off,
 //!   [`Settings::release_command`](crate::Settings::release_command) is a
-//!   withdraw, which goes native);
+//!   withdraw, which goes native for the write lock too);
 //! - a restore sets a missing key again ([`Command::Restore`]), which
 //!   `SET ... IFEQ` cannot do: it sets nothing on a missing key (an extend
 //!   must not either, so it goes native); Redis >= 8.4 has `IFEQ` too, but no
@@ -212,27 +215,15 @@ pub enum Native {
     /// ours; the holder's value (whole) when it is held; `WRONGTYPE` when it
     /// holds another type.
     SetNxGet,
-    /// `DELIFEQ key value`: `1` when our value was there and is deleted; `0`
-    /// when the key is absent or holds another value (not told apart);
-    /// `WRONGTYPE` when it holds another type.
+    /// `DELIFEQ key value`: `1` when our value, unmarked, was there and is
+    /// deleted; `0` when the key is absent, holds another value, or our
+    /// value marked as waited for ([`waited`](crate::waited); not told
+    /// apart: the release sends its script then); `WRONGTYPE` when it
+    /// holds another type.
     DelIfEq,
-    /// `DELIFEQ key value`, then `MGET key waiters others` (the lock key
-    /// and the marks, [`scripts::MARK_WAITING`](crate::scripts::MARK_WAITING))
-    /// in the same pipeline, for an exclusive lock's release: `[deleted,
-    /// [key, waiters, others]]`, `deleted` as [`DelIfEq`](Self::DelIfEq)
-    /// answers, a key absent (or of another type) nil; `WRONGTYPE` when the
-    /// lock key holds another type. The key read after a `0` tells a key
-    /// held by another value (or set again meanwhile) from one that is gone,
-    /// as the release script does. Where `MGET` alone is refused (an ACL
-    /// user without rights on the marks, `NOPERM`), the caller puts its
-    /// error in its place, as [`Response::Other`]: marks that cannot be
-    /// read publish. Where it deleted our value and a waiter of another
-    /// client may be marked ([`Request::notice_after`]), the caller then
-    /// publishes the release notice and appends what that did: `1`
-    /// published, `0` not (refused, or the connection failed).
-    DelIfEqMarks,
     /// `SET key value IFEQ value PX ttl GET`: the value that was there; it is
-    /// ours exactly when the TTL was set. Nil when the key is absent (nothing
+    /// ours exactly when the TTL was set (ours marked as waited for, nothing
+    /// was set). Nil when the key is absent (nothing
     /// set); `WRONGTYPE` when it holds another type.
     SetIfEqGet,
 }
@@ -242,7 +233,7 @@ impl Native {
     pub fn name(&self) -> &'static str {
         match self {
             Native::SetNxGet => "SET",
-            Native::DelIfEq | Native::DelIfEqMarks => "DELIFEQ",
+            Native::DelIfEq => "DELIFEQ",
             Native::SetIfEqGet => "SET",
         }
     }
@@ -268,7 +259,7 @@ impl Native {
                     Argument::Bytes(b"GET"),
                 ]
             }
-            Native::DelIfEq | Native::DelIfEqMarks => vec![Argument::Bytes(b"DELIFEQ"), key, value],
+            Native::DelIfEq => vec![Argument::Bytes(b"DELIFEQ"), key, value],
             Native::SetIfEqGet => {
                 let ttl = request
                     .command
@@ -285,27 +276,6 @@ impl Native {
                     Argument::Bytes(b"GET"),
                 ]
             }
-        }
-    }
-}
-
-impl Native {
-    /// The command sent right after [`words`](Self::words) in the same
-    /// pipeline, name first, if any: `MGET` of the lock key and the marks
-    /// for [`DelIfEqMarks`](Self::DelIfEqMarks).
-    pub fn pipelined<'a>(&self, request: &'a Request) -> Option<Vec<Argument<'a>>> {
-        match self {
-            Native::DelIfEqMarks => Some(
-                std::iter::once(Argument::Bytes(b"MGET"))
-                    .chain(
-                        request
-                            .keys
-                            .iter()
-                            .map(|key| Argument::Bytes(key.as_bytes())),
-                    )
-                    .collect(),
-            ),
-            _ => None,
         }
     }
 }
@@ -331,20 +301,20 @@ impl Request {
             return Call::Script(self.script());
         }
         match (&self.kind, self.command) {
-            (LockKind::Exclusive, Command::Acquire { .. }) if facts.has_set_nx_get() => {
+            // A waiter's attempt (it names its client) marks the holder
+            // where the holder's release is a plain `DELIFEQ`.
+            (LockKind::Exclusive, Command::Acquire { .. })
+                if facts.has_set_nx_get() && (self.client.is_none() || !facts.has_delifeq()) =>
+            {
                 Call::Native(Native::SetNxGet)
             }
             (LockKind::Exclusive, Command::Extend { .. }) if facts.has_set_ifeq_get() => {
                 Call::Native(Native::SetIfEqGet)
             }
-            (LockKind::Exclusive, Command::Release)
-                if facts.has_delifeq() && self.names_marks() =>
-            {
-                Call::Native(Native::DelIfEqMarks)
-            }
             // The write lock's release script is the exclusive one: it
             // deletes the lock key alone.
-            (LockKind::Exclusive | LockKind::Write { .. }, Command::Withdraw)
+            (LockKind::Exclusive, Command::Release)
+            | (LockKind::Exclusive | LockKind::Write { .. }, Command::Withdraw)
                 if facts.has_delifeq() =>
             {
                 Call::Native(Native::DelIfEq)
@@ -353,80 +323,14 @@ impl Request {
         }
     }
 
-    /// The channel to publish the release notice on after `response`, the
-    /// answer of this request's node to it sent as
-    /// [`Native::DelIfEqMarks`] (without what is appended after a notice):
-    /// `Some` when it deleted our value and a waiter of another client may
-    /// be marked there, as [`scripts::RELEASE_IF_WAITED`](crate::scripts::RELEASE_IF_WAITED)
-    /// decides. The caller publishes an empty message on it (`PUBLISH
-    /// channel ""`) and appends `1` to the answer if that succeeded, `0` if
-    /// not, before it feeds the reply back.
-    ///
-    /// ```
-    /// use std::time::Instant;
-    /// use redlock_core::{Config, LockValue, Machine, Release, Response, RoundId};
-    ///
-    /// let settings = Config::new(["redis://127.0.0.1:6379"])
-    ///     .validate()
-    ///     .unwrap()
-    ///     .with_client_tag(LockValue::from_string("me"));
-    /// let (key, ours) = (settings.key(b"job"), LockValue::from_string("ours"));
-    /// let mut release = Release::new(&settings, key, ours, RoundId(1), Instant::now());
-    /// let request = release.poll_request().unwrap();
-    /// let mark = |text: &str| Response::Data(text.into());
-    /// // Deleted; then the key read gone, and the two marks.
-    /// let read = |waiters, others| {
-    ///     let read = vec![Response::Nil, waiters, others];
-    ///     Response::Array(vec![Response::Int(1), Response::Array(read)])
-    /// };
-    /// // Nobody marked, or only our own client's waiters: no notice.
-    /// assert_eq!(request.notice_after(&read(Response::Nil, Response::Nil)), None);
-    /// assert_eq!(request.notice_after(&read(mark("me"), Response::Nil)), None);
-    /// // Another client's waiter: a notice on the lock's channel.
-    /// let channel = settings.release_channel(request.key());
-    /// assert_eq!(request.notice_after(&read(mark("you"), Response::Nil)), Some(channel.clone()));
-    /// assert_eq!(request.notice_after(&read(mark("me"), mark("1"))), Some(channel));
-    /// ```
-    pub fn notice_after(&self, response: &Response) -> Option<crate::Key> {
-        let Response::Array(items) = response else {
-            return None;
-        };
-        if !self.names_marks() {
-            return None;
-        }
-        match items.as_slice() {
-            [Response::Int(1), read] if others_may_wait(self.client.as_ref(), read) => {
-                Some(crate::config::release_channel(self.key()))
-            }
-            _ => None,
-        }
-    }
-
     /// Whether this is an exclusive lock's release that names the waiters'
     /// marks next to its key (`[key, waiters, others]`,
     /// [`Settings::release_keys`](crate::Settings)): they are named only
-    /// where they share the key's slot. Such a release may go plain
-    /// ([`Native::DelIfEqMarks`]), and is sent again without its marks to
-    /// a node that refuses them ([`Release`](crate::Release)).
+    /// where they share the key's slot. Such a release is sent again
+    /// without its marks to a node that refuses them
+    /// ([`Release`](crate::Release)).
     pub(crate) fn names_marks(&self) -> bool {
         self.kind == LockKind::Exclusive && self.command == Command::Release && self.keys.len() == 3
-    }
-}
-
-/// Whether the marks a plain release read (`[key, waiters, others]`, the
-/// answer of `MGET`) may stand for a waiter of another client than
-/// `client`, as the release script decides: not when nobody is marked,
-/// nor when the mark is our client's and the others mark is absent.
-/// Anything else may: marks that could not be read (an error in their
-/// place), an answer of another shape.
-pub(crate) fn others_may_wait(client: Option<&crate::LockValue>, read: &Response) -> bool {
-    let Response::Array(read) = read else {
-        return true;
-    };
-    match (read.as_slice(), client) {
-        ([_, Response::Nil, _], _) => false,
-        ([_, Response::Data(mark), Response::Nil], Some(client)) => mark != client.as_bytes(),
-        _ => true,
     }
 }
 

@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use crate::machine::Machine;
-use crate::native::{Native, others_may_wait};
+use crate::native::Native;
 use crate::quorum::{Round, quorum};
 use crate::wire::interpret;
 use std::sync::Arc;
@@ -161,6 +161,16 @@ impl std::fmt::Display for ReleaseReport {
 ///
 /// Nodes the lock's value was never sent to ([`Lock::untouched`](crate::Lock::untouched))
 /// are not asked: their vote is [`NodeVote::NotAsked`].
+///
+/// On a node whose server has `DELIFEQ` (Valkey 9) the release is that one
+/// command, which deletes our value only where no waiter marked it
+/// ([`waited`](crate::waited)). Where it deletes nothing, the release
+/// script follows it on that node's connection ([`Request::follow_up`]),
+/// whoever reads the answer: the release while it waits, the client's
+/// background for a node not waited for. The script's answer is the node's
+/// (deleted and published, another holder, gone), so a `DELIFEQ` that
+/// found our value marked is never counted as not held, and a node not
+/// waited for deletes our value, marked or not, as the others did.
 #[cfg_attr(feature = "model-check", derive(Clone))]
 #[derive(Debug)]
 pub struct Release {
@@ -178,12 +188,10 @@ pub struct Release {
     /// answering `1`), and nodes that deleted it and did not.
     alone: usize,
     not_alone: usize,
-    /// An exclusive release's request that names the waiters' marks: its
-    /// client is what a plain release reads the marks against
-    /// ([`notice`](Self::notice)), and it is sent again without them to a
-    /// node that refuses them ([`without_marks`](Self::without_marks));
-    /// and the nodes it was.
-    marked: Option<Request>,
+    /// The request sent to every node (the first node's): sent again
+    /// without the waiters' marks to a node that refuses them
+    /// ([`without_marks`](Self::without_marks)); and the nodes it was.
+    sent: Option<Request>,
     unmarked: Vec<crate::NodeId>,
     /// Its driver stopped before every node answered.
     abandoned: bool,
@@ -242,14 +250,11 @@ impl Release {
                 ..request
             })
             .collect();
-        let marked = requests
-            .front()
-            .filter(|request| request.names_marks())
-            .cloned();
+        let sent = requests.front().cloned();
         Self {
             round,
             notices_refused: 0,
-            marked,
+            sent,
             unmarked: Vec::new(),
             requests,
             hand_over,
@@ -296,11 +301,13 @@ impl Release {
     /// This release for a driver that gives its hand-over to nobody (one
     /// that sends its requests and reads no answer): it does not name its
     /// client, so it publishes for every marked waiter, the client's own
-    /// too.
+    /// too; and it is the script on every node, never a plain `DELIFEQ`,
+    /// after which nobody would read the answer to send the script.
     #[must_use]
     pub fn unattended(mut self) -> Self {
-        for request in self.requests.iter_mut().chain(&mut self.marked) {
+        for request in self.requests.iter_mut().chain(&mut self.sent) {
             request.client = None;
+            request.native = false;
         }
         self.hand_over = None;
         self.answer = None;
@@ -309,28 +316,15 @@ impl Release {
 
     /// Whether `reply`, where it deleted our key, says that the notice was
     /// refused, and that no other client's waiter is marked there.
-    fn notice(&self, reply: &Reply) -> (bool, bool) {
-        use crate::Response::{Array, Int};
+    fn notice(reply: &Reply) -> (bool, bool) {
+        use crate::Response::Int;
         match (reply.native, &reply.result) {
             // The release script: 2 the notice refused, 1 nobody else marked.
             (None, Ok(Int(2))) => (true, false),
             (None, Ok(Int(1))) => (false, true),
-            // The plain release: what it read of the marks decides, as in
-            // the script; a notice due, what publishing it did.
-            (Some(Native::DelIfEqMarks), Ok(Array(items))) => match items.as_slice() {
-                [_, read, notice @ ..] => {
-                    let client = self
-                        .marked
-                        .as_ref()
-                        .and_then(|marked| marked.client.as_ref());
-                    if others_may_wait(client, read) {
-                        (!matches!(notice, [Int(1)]), false)
-                    } else {
-                        (false, true)
-                    }
-                }
-                _ => (false, false),
-            },
+            // The plain release deletes our value only unmarked: nobody
+            // waited for it there.
+            (Some(Native::DelIfEq), Ok(Int(1))) => (false, true),
             _ => (false, false),
         }
     }
@@ -350,13 +344,14 @@ impl Release {
             return None;
         }
         let marked = self
-            .marked
+            .sent
             .as_ref()
-            .filter(|request| request.round == reply.round)?;
+            .filter(|request| request.round == reply.round && request.names_marks())?;
         self.unmarked.push(reply.node);
         Some(Request {
             node: reply.node,
             keys: Arc::from(&marked.keys[..1]),
+            native: false,
             ..marked.clone()
         })
     }
@@ -451,7 +446,7 @@ impl Machine for Release {
             self.requests.push_back(again);
             return;
         }
-        let (refused, alone) = self.notice(&reply);
+        let (refused, alone) = Self::notice(&reply);
         let vote = interpret(Command::Release, reply.native, reply.result);
         let granted = matches!(vote, NodeVote::Granted);
         // Counted once per node: a repeated answer is not recorded again.
@@ -481,6 +476,46 @@ impl Machine for Release {
 
     fn is_done(&self) -> bool {
         self.done
+    }
+}
+
+impl Request {
+    /// The request that follows this one on its node once `reply` answers
+    /// it, whoever reads that answer (the machine that sent it, or the
+    /// client's background once the machine decided without this node):
+    /// the script after a plain `DELIFEQ` (a release, or a withdraw) that
+    /// deleted nothing, since our value may be there marked as waited for
+    /// ([`waited`](crate::waited)), by a waiter of any client. The script
+    /// deletes it, marked or not, and a release's publishes the notice the
+    /// waiters wait for. The reply the sender then reads is the script's;
+    /// the script is never followed. (A failed attempt's withdraw, whose
+    /// `DELIFEQ` mostly finds another holder's value, is the script itself
+    /// where this client's waiters listen.)
+    ///
+    /// ```
+    /// # use std::{sync::Arc, time::Instant};
+    /// # use redlock_core::*;
+    /// let settings = Settings::new(1, Config::default()).unwrap();
+    /// let key = Key::new(b"job").unwrap();
+    /// let mut release = Release::new(&settings, key, LockValue::from("v"), RoundId(1), Instant::now());
+    /// let request = release.poll_request().unwrap();
+    /// let zero = |native| Reply { native, ..Reply::to(&request, Ok(Response::Int(0))) };
+    /// // Sent as `DELIFEQ`, deleted nothing: the script follows.
+    /// let script = request.follow_up(&zero(Some(Native::DelIfEq))).unwrap();
+    /// assert!(!script.native);
+    /// // The script's own answer is final.
+    /// assert!(script.follow_up(&zero(None)).is_none());
+    /// ```
+    pub fn follow_up(&self, reply: &Reply) -> Option<Request> {
+        let deleted_nothing = matches!(
+            (reply.native, &reply.result),
+            (Some(Native::DelIfEq), Ok(crate::Response::Int(0)))
+        );
+        let undoes = matches!(self.command, Command::Release | Command::Withdraw);
+        (deleted_nothing && undoes && reply.node == self.node).then(|| Request {
+            native: false,
+            ..self.clone()
+        })
     }
 }
 

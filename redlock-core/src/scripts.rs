@@ -39,11 +39,20 @@
 //! ([`Settings::waiters_mark_ttl`](crate::Settings::waiters_mark_ttl)); its
 //! TTL only grows, since waiters share it, and nobody deletes it: it expires
 //! within one mark TTL of the last waiter's last attempt.
+//!
+//! A waiter's mark and its attempts also mark the holder's value itself
+//! ([`waited`](crate::waited)), so that a release that sends one plain
+//! `DELIFEQ` (Valkey 9) learns without reading the marks that nobody
+//! waited; the scripts here that compare the holder's value take a marked
+//! value as the holder's.
 
 /// Acquire one node.
 ///
 /// - `KEYS[1]`: the lock key.
 /// - `ARGV[1]`: our lock value. `ARGV[2]`: the TTL in milliseconds.
+///   `ARGV[3]`, for a waiter's attempt only: its client; a holder found is
+///   then marked as waited for by it, in the same step as the check
+///   ([`waited`](crate::waited)).
 ///
 /// Returns:
 /// - integer `1`: the key was absent and is now ours with that TTL;
@@ -53,6 +62,12 @@
 /// - error `WRONGTYPE ...`: the key exists and is not a string.
 pub const ACQUIRE: &str = r#"local held = redis.call('GET', KEYS[1])
 if held then
+  if ARGV[3] then
+    local tag = string.match(held, '%z([^%z]*)$')
+    if not tag or (tag ~= '' and tag ~= ARGV[3]) then
+      redis.call('SET', KEYS[1], held .. '\0' .. (tag and '' or ARGV[3]), 'KEEPTTL')
+    end
+  end
   return string.sub(held, 1, 64)
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
@@ -78,7 +93,7 @@ return 1
 /// - integer `0`: the key is held by another value, left as it is;
 /// - error `WRONGTYPE ...`: the key exists and is not a string.
 pub const EXTEND: &str = r#"local held = redis.call('GET', KEYS[1])
-if held == ARGV[1] then
+if held == ARGV[1] or (held and string.sub(held, 1, #ARGV[1] + 1) == ARGV[1] .. '\0') then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end
@@ -112,7 +127,7 @@ return 2
 /// - integer `-1`: the key is absent (expired, or never set on this node);
 /// - error `WRONGTYPE ...`: the key exists and is not a string.
 pub const RELEASE: &str = r#"local held = redis.call('GET', KEYS[1])
-if held == ARGV[1] then
+if held == ARGV[1] or (held and string.sub(held, 1, #ARGV[1] + 1) == ARGV[1] .. '\0') then
   redis.call('DEL', KEYS[1])
   if ARGV[2] == '1' and type(redis.pcall('PUBLISH', KEYS[1] .. '\0released', '')) == 'table' then
     return 2
@@ -128,7 +143,8 @@ return -1
 /// Announce a waiter on one node: the releases of an exclusive lock publish
 /// only while such a mark lives ([`RELEASE_IF_WAITED`]).
 ///
-/// - `KEYS[1]`: the lock key (unused; it routes the call to the key's slot).
+/// - `KEYS[1]`: the lock key: a value held there is marked as waited for
+///   by the waiter's client ([`waited`](crate::waited)).
 ///   `KEYS[2]`: the resource's waiters mark
 ///   ([`Settings::waiters_key`](crate::Settings::waiters_key)). `KEYS[3]`:
 ///   the mark that another client's waiter was overwritten
@@ -160,6 +176,13 @@ end
 if mark ~= client or left < tonumber(ARGV[2]) then
   redis.call('SET', KEYS[2], client, 'PX', math.max(left, tonumber(ARGV[2])))
 end
+local held = redis.pcall('GET', KEYS[1])
+if type(held) == 'string' and held ~= ARGV[1] then
+  local tag = string.match(held, '%z([^%z]*)$')
+  if not tag or (tag ~= '' and tag ~= client) then
+    redis.call('SET', KEYS[1], held .. '\0' .. (tag and '' or client), 'KEEPTTL')
+  end
+end
 return 1
 "#;
 
@@ -174,15 +197,17 @@ return 1
 ///   ([`Settings::with_client_tag`](crate::Settings::with_client_tag)), if
 ///   it has one.
 ///
+/// Our value counts marked as waited for too ([`waited`](crate::waited)).
 /// Returns what [`RELEASE`] returns: `0` held by another value, `-1`
 /// absent, `WRONGTYPE` another type; and once our key is deleted:
 /// - `1`: no waiter of another client is marked, and nothing is published:
 ///   nobody is marked, or only our own client's waiters are (the mark is
-///   ours and the others mark does not live), and our client tells them
-///   itself ([`HandOver`](crate::HandOver));
-/// - `3`: a waiter of another client may be marked (the mark is another
-///   client's, the others mark lives, or the marks cannot be read), and a
-///   notice is published;
+///   ours, the others mark does not live, and our value is unmarked or
+///   marked by our client alone), and our client tells them itself
+///   ([`HandOver`](crate::HandOver));
+/// - `3`: a waiter of another client may be marked (the mark or our value
+///   says another client, the others mark lives, or the marks cannot be
+///   read), and a notice is published;
 /// - `2`: the same, but the server refused the `PUBLISH`.
 ///
 /// The marks are read with `redis.pcall`: where they cannot be read (a
@@ -196,13 +221,14 @@ return 1
 /// waiting, the server runs `GET`, `DEL` and `GET`: no `PUBLISH`; nor when
 /// only our own waiters wait.
 pub const RELEASE_IF_WAITED: &str = r#"local held = redis.call('GET', KEYS[1])
-if held == ARGV[1] then
+if held == ARGV[1] or (held and string.sub(held, 1, #ARGV[1] + 1) == ARGV[1] .. '\0') then
   redis.call('DEL', KEYS[1])
   if ARGV[2] ~= '1' then
     return 1
   end
   local mark = redis.pcall('GET', KEYS[2])
-  if not mark or (mark == ARGV[3] and redis.pcall('EXISTS', KEYS[3]) == 0) then
+  local unmarked = not mark or (mark == ARGV[3] and redis.pcall('EXISTS', KEYS[3]) == 0)
+  if unmarked and (held == ARGV[1] or string.sub(held, #ARGV[1] + 2) == ARGV[3]) then
     return 1
   end
   if type(redis.pcall('PUBLISH', KEYS[1] .. '\0released', '')) == 'table' then
@@ -221,6 +247,7 @@ return -1
 /// - `KEYS[1]`: the lock key. `KEYS[2]`: the resource's fencing counter
 ///   (see [`Settings::fencing_key`](crate::Settings::fencing_key)).
 /// - `ARGV[1]`: our lock value. `ARGV[2]`: the TTL in milliseconds.
+///   `ARGV[3]`: a waiter's client, as for [`ACQUIRE`].
 ///
 /// Returns:
 /// - array `{1, counter}`: the key was absent and is now ours; `counter` is the
@@ -231,6 +258,12 @@ return -1
 /// The counter key has no TTL: it must outlive every lock of the resource.
 pub const ACQUIRE_FENCED: &str = r#"local held = redis.call('GET', KEYS[1])
 if held then
+  if ARGV[3] then
+    local tag = string.match(held, '%z([^%z]*)$')
+    if not tag or (tag ~= '' and tag ~= ARGV[3]) then
+      redis.call('SET', KEYS[1], held .. '\0' .. (tag and '' or ARGV[3]), 'KEEPTTL')
+    end
+  end
   return string.sub(held, 1, 64)
 end
 local counter = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
@@ -250,7 +283,7 @@ return {1, counter}
 /// - integer `-1`: the key is absent (expired); nothing changed;
 /// - error `WRONGTYPE ...`: a key exists and is not a string.
 pub const STORE_TOKEN: &str = r#"local held = redis.call('GET', KEYS[1])
-if held == ARGV[1] then
+if held == ARGV[1] or (held and string.sub(held, 1, #ARGV[1] + 1) == ARGV[1] .. '\0') then
   local counter = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
   local token = tonumber(ARGV[2])
   if token > counter then
@@ -511,10 +544,18 @@ return 1
 // its resources exclude each other.
 
 /// Acquire every key on one node, or none: `1` all set; a bulk string (the
-/// first holder's value, at most 64 bytes) when any key is held.
+/// first holder's value, at most 64 bytes) when any key is held, which a
+/// waiter's attempt (its client in `ARGV[3]`) marks as waited for, as
+/// [`ACQUIRE`] does.
 pub const MULTI_ACQUIRE: &str = r#"for _, key in ipairs(KEYS) do
   local held = redis.call('GET', key)
   if held then
+    if ARGV[3] then
+      local tag = string.match(held, '%z([^%z]*)$')
+      if not tag or (tag ~= '' and tag ~= ARGV[3]) then
+        redis.call('SET', key, held .. '\0' .. (tag and '' or ARGV[3]), 'KEEPTTL')
+      end
+    end
     return string.sub(held, 1, 64)
   end
 end
@@ -528,10 +569,13 @@ return 1
 /// were missing and were set again (with the restore flag `ARGV[3]`, as for
 /// [`EXTEND`]; `-1` without it, and nothing changed), `0` some key is held
 /// by another value (nothing changed).
-pub const MULTI_EXTEND: &str = r#"local missing = false
+pub const MULTI_EXTEND: &str = r#"local function ours(held)
+  return held == ARGV[1] or (held and string.sub(held, 1, #ARGV[1] + 1) == ARGV[1] .. '\0')
+end
+local missing = false
 for _, key in ipairs(KEYS) do
   local held = redis.call('GET', key)
-  if held and held ~= ARGV[1] then
+  if held and not ours(held) then
     return 0
   end
   if not held then
@@ -543,7 +587,7 @@ if missing and ARGV[3] ~= '1' then
 end
 local code = 1
 for _, key in ipairs(KEYS) do
-  if redis.call('GET', key) == ARGV[1] then
+  if ours(redis.call('GET', key)) then
     redis.call('PEXPIRE', key, ARGV[2])
   else
     redis.call('SET', key, ARGV[1], 'PX', ARGV[2])
@@ -559,7 +603,7 @@ return code
 pub const MULTI_RELEASE: &str = r#"local released, others, refused = 0, 0, false
 for _, key in ipairs(KEYS) do
   local held = redis.call('GET', key)
-  if held == ARGV[1] then
+  if held == ARGV[1] or (held and string.sub(held, 1, #ARGV[1] + 1) == ARGV[1] .. '\0') then
     redis.call('DEL', key)
     if ARGV[2] == '1' and type(redis.pcall('PUBLISH', key .. '\0released', '')) == 'table' then
       refused = true

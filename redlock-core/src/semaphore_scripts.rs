@@ -18,7 +18,9 @@
 ///   `ARGV[4]`, fenced only: k.
 ///
 /// Every slot is read, so that a request run twice (a duplicated message)
-/// answers with the slot it took the first time instead of taking another.
+/// answers with the slot it took the first time instead of taking another;
+/// our value counts marked as waited for too ([`waited`](crate::waited):
+/// a waiter marks every slot's holder).
 ///
 /// Returns:
 /// - `{1, slot}`: that slot (from 0) was free and now holds our value, or
@@ -35,11 +37,14 @@ local function grant(slot)
   if n == #KEYS then return {1, slot} end
   return {1, slot, tonumber(redis.call('GET', KEYS[n + slot + 1]) or '0') or 0}
 end
+local function ours(held)
+  return held == ARGV[1] or (held and string.sub(held, 1, #ARGV[1] + 1) == ARGV[1] .. '\0')
+end
 local free, first = false, false
 for i = 0, n - 1 do
   local slot = (start + i) % n
   local held = redis.call('GET', KEYS[slot + 1])
-  if held == ARGV[1] then return grant(slot) end
+  if ours(held) then return grant(slot) end
   if not held then
     if not free then free = slot end
   elseif not first then
@@ -61,10 +66,16 @@ return string.sub(first, 1, 64)
 /// - `KEYS`: the k slot keys. `ARGV[1]`: our lock value.
 ///
 /// Returns `1` if some slot held our value (now deleted), `-1` if none did.
-/// Every slot is read before the first delete.
+/// Every slot is read before the first delete. Our value counts marked as
+/// waited for too ([`waited`](crate::waited)): a waiter of any client
+/// marks every slot's holder, ours while this withdraw is on its way
+/// (without this, the marked value stayed until its TTL).
 pub const SEMAPHORE_WITHDRAW: &str = r#"local ours = {}
 for i, key in ipairs(KEYS) do
-  if redis.call('GET', key) == ARGV[1] then ours[#ours + 1] = key end
+  local held = redis.call('GET', key)
+  if held == ARGV[1] or (held and string.sub(held, 1, #ARGV[1] + 1) == ARGV[1] .. '\0') then
+    ours[#ours + 1] = key
+  end
 end
 if #ours == 0 then return -1 end
 redis.call('DEL', unpack(ours))

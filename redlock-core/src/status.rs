@@ -91,8 +91,10 @@ impl InspectReply {
             <[Response; 3]>::try_from(items).map_err(|items| unexpected(&items))?;
         let holding = match (stored, pttl) {
             (Response::Nil, _) | (_, Response::Int(-2)) => None,
+            // A mark that waiters wait (`waited`) is not part of the
+            // holder's value: the same holder on every node, releasable.
             (Response::Data(value), Response::Int(pttl)) => Some(Holding {
-                value,
+                value: crate::waited::unmarked(&value).to_vec(),
                 // -1: no expiry. Other negatives do not exist.
                 pttl: u64::try_from(pttl).ok().map(Duration::from_millis),
             }),

@@ -210,9 +210,9 @@ pub(crate) fn interpret(
         (Command::AcquireFenced { .. }, Response::Array(items)) if matches!(items.as_slice(), [Response::Int(1), Response::Int(c)] if *c >= 0) => {
             Some(NodeVote::Granted)
         }
-        (Command::Acquire { .. } | Command::AcquireFenced { .. }, Response::Data(holder)) => {
-            Some(NodeVote::HeldByOther(Some(holder.clone())))
-        }
+        (Command::Acquire { .. } | Command::AcquireFenced { .. }, Response::Data(holder)) => Some(
+            NodeVote::HeldByOther(Some(crate::waited::unmarked(holder).to_vec())),
+        ),
         (Command::StoreToken { .. }, Response::Int(1)) => Some(NodeVote::Granted),
         (Command::StoreToken { .. }, Response::Int(0)) => Some(NodeVote::HeldByOther(None)),
         (Command::StoreToken { .. }, Response::Int(-1)) => Some(NodeVote::Missing),
@@ -301,31 +301,17 @@ fn interpret_native(command: Command, native: Native, response: Response) -> Nod
     let vote = match (command, native, &response) {
         (Command::Acquire { .. }, Native::SetNxGet, Response::Nil) => Some(NodeVote::Granted),
         // The whole value comes back; keep what the script would keep.
-        (Command::Acquire { .. }, Native::SetNxGet, Response::Data(holder)) => Some(
-            NodeVote::HeldByOther(Some(holder[..holder.len().min(64)].to_vec())),
-        ),
+        (Command::Acquire { .. }, Native::SetNxGet, Response::Data(holder)) => {
+            let holder = crate::waited::unmarked(holder);
+            Some(NodeVote::HeldByOther(Some(
+                holder[..holder.len().min(64)].to_vec(),
+            )))
+        }
         (Command::Release | Command::Withdraw, Native::DelIfEq, Response::Int(1)) => {
             Some(NodeVote::Granted)
         }
         (Command::Release | Command::Withdraw, Native::DelIfEq, Response::Int(0)) => {
             Some(NodeVote::NotOurs)
-        }
-        // `[deleted, [key, waiters, others]]`, and after a notice what it
-        // did. Not deleted, the key read next says why, as the script does.
-        (Command::Release, Native::DelIfEqMarks, Response::Array(items)) => {
-            match items.as_slice() {
-                [Response::Int(1), read, notice @ ..]
-                    if is_read(read) && matches!(notice, [] | [Response::Int(0 | 1)]) =>
-                {
-                    Some(NodeVote::Granted)
-                }
-                [Response::Int(0), read] if is_read(read) => Some(match read {
-                    Response::Array(read) if read[0] == Response::Nil => NodeVote::Missing,
-                    Response::Array(_) => NodeVote::HeldByOther(None),
-                    _ => NodeVote::NotOurs,
-                }),
-                _ => None,
-            }
         }
         // (Its `Data` answers are read by `interpret_extend`.)
         (Command::Extend { .. }, Native::SetIfEqGet, Response::Nil) => Some(NodeVote::Missing),
@@ -341,17 +327,6 @@ fn interpret_native(command: Command, native: Native, response: Response) -> Nod
             ),
         ))
     })
-}
-
-/// What `MGET` of the lock key and the two marks answers (each nil or a
-/// string), or its refusal in its place.
-fn is_read(response: &Response) -> bool {
-    let string = |response: &Response| matches!(response, Response::Nil | Response::Data(_));
-    match response {
-        Response::Array(read) => read.len() == 3 && read.iter().all(string),
-        Response::Other(_) => true,
-        _ => false,
-    }
 }
 
 #[cfg(test)]

@@ -31,9 +31,12 @@ pub struct Request {
     /// What to run.
     pub command: Command,
     /// The client that sends it, for the scripts that name it to the
-    /// masters (a waiter's mark and an exclusive lock's release,
+    /// masters (a waiter's mark, and an exclusive lock's release,
     /// [`Settings::with_client_tag`](crate::Settings::with_client_tag));
-    /// `None` for every other request and for a client without a tag.
+    /// `None` for every other request and for a client without a tag. A
+    /// waiter's attempt always names one (its value where its client has
+    /// no tag): it marks the holder it finds as waited for
+    /// ([`waited`](crate::waited)).
     pub client: Option<LockValue>,
     /// Whether the core may send it as a plain command where the node's
     /// server has one ([`Request::call`],
@@ -96,8 +99,9 @@ impl Request {
     /// fencing token, or for a release whether to publish a release notice:
     /// `1` for [`Command::Release`], `0` for [`Command::Withdraw`]); then, for
     /// a write lock's acquire, how long readers are held off, for a
-    /// reentrant lock, the owner, for a waiter's mark and an exclusive
-    /// lock's release, the [client](Self::client) if it has one, and for a fair lock's acquire and release
+    /// reentrant lock, the owner, for a waiter's mark, a waiter's attempt
+    /// (exclusive, fenced or multi-resource) and an exclusive lock's
+    /// release, the [client](Self::client) if it has one, and for a fair lock's acquire and release
     /// its waiter id, then (acquire) how long its queue entry lives and
     /// whether it waits for its turn (`1`) or takes the lock by the plain rule
     /// (`0`) and its ticket (the place it asks for), or (release) `0` to keep its place in the queue (a withdraw),
@@ -131,7 +135,11 @@ impl Request {
                 .as_deref()
                 .map(Argument::Bytes)
                 .or(Some(Argument::Bytes(b""))),
-            (LockKind::Exclusive, Command::Release | Command::MarkWaiting { .. }) => self
+            (
+                LockKind::Exclusive,
+                Command::Release | Command::MarkWaiting { .. } | Command::AcquireFenced { .. },
+            )
+            | (LockKind::Exclusive | LockKind::Multi, Command::Acquire { .. }) => self
                 .client
                 .as_ref()
                 .map(|client| Argument::Bytes(client.as_bytes())),

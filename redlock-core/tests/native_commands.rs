@@ -157,213 +157,120 @@ fn other_kinds_and_fenced_locks_stay_scripted() {
 #[test]
 fn releases_and_withdraws_use_delifeq_on_valkey_9() {
     let t0 = Instant::now();
-    // With notices, `DELIFEQ` and `MGET` of the key and the marks;
-    // elsewhere the release that publishes only for a waiter's mark.
-    for (notices, script, on_valkey) in [
-        (
-            true,
-            scripts::RELEASE_IF_WAITED,
-            Call::Native(Native::DelIfEqMarks),
-        ),
-        (false, scripts::RELEASE, Call::Native(Native::DelIfEq)),
+    // With notices as without, one `DELIFEQ`; elsewhere the release that
+    // publishes only for a waiter's mark, or the quiet one.
+    for (notices, script) in [
+        (true, scripts::RELEASE_IF_WAITED),
+        (false, scripts::RELEASE),
     ] {
         let settings = settings(notices);
         let mut release = release_of(&settings, Key::from(&b"k"[..]), 1, t0);
         let request = requests(&mut release).remove(0);
-        assert_eq!(request.call(&valkey9()), on_valkey);
+        assert_eq!(request.call(&valkey9()), Call::Native(Native::DelIfEq));
         assert_eq!(request.call(&valkey8()), Call::Script(script));
         assert_eq!(request.call(&redis7()), Call::Script(script));
     }
     // A release whose marks cannot share its key's slot (a cluster key
-    // with a `}` and no hash tag) sends the lock key alone: the script,
-    // which then always publishes.
+    // with a `}` and no hash tag) sends the lock key alone: plain too.
     let mut release = release_of(&settings(true), Key::from(&b"a}b"[..]), 1, t0);
     let request = requests(&mut release).remove(0);
     assert_eq!(request.keys.len(), 1);
-    assert_eq!(
-        request.call(&valkey9()),
-        Call::Script(scripts::RELEASE_IF_WAITED)
-    );
+    assert_eq!(request.call(&valkey9()), Call::Native(Native::DelIfEq));
 }
 
-/// The plain release reads the marks in the same pipeline and decides as
-/// the release script does: no notice when nobody or only our own
-/// client's waiters are marked; else the caller publishes and says how
-/// that went.
+/// A plain release deletes our value only where no waiter marked it
+/// (`redlock_core::waited`): nobody waited there. Where it deletes nothing,
+/// the release sends its script to that node, once, and reads the
+/// script's answer as the node's: released (publishing, or not for our own
+/// client's waiters), held by another value, or gone.
 #[test]
-fn a_plain_release_reads_the_marks_as_the_script_does() {
+fn a_plain_release_that_deletes_nothing_sends_the_script_after_it() {
     let t0 = Instant::now();
     let me = LockValue::from_string("me");
     let settings = Arc::new(settings(true).as_ref().clone().with_client_tag(me.clone()));
     let release = || release_of(&settings, settings.key(b"k"), 1, t0);
-    let mark = |text: &str| Response::Data(text.as_bytes().to_vec());
-    // What the pipeline answers: whether `DELIFEQ` deleted, then the key
-    // (gone here) and the marks as `MGET` read them.
-    let read = |deleted, waiters, others| {
-        Response::Array(vec![
-            Response::Int(deleted),
-            Response::Array(vec![Response::Nil, waiters, others]),
-        ])
-    };
-    let published = |response: Response, done| match response {
-        Response::Array(mut items) => {
-            items.push(Response::Int(done));
-            Response::Array(items)
-        }
-        other => other,
-    };
     let native = |request: &Request, response| {
-        Reply::via(request, Call::Native(Native::DelIfEqMarks), Ok(response))
+        Reply::via(request, Call::Native(Native::DelIfEq), Ok(response))
     };
+    let channels = vec![settings.release_channel(&settings.key(b"k"))];
 
+    // Nobody waited anywhere: one command per node, nothing after it.
     let mut quiet = release();
-    let requests = requests(&mut quiet);
-    let request = &requests[0];
-    let words = |words: Vec<Argument<'_>>| -> Vec<Vec<u8>> {
-        words
-            .into_iter()
-            .map(|word| match word {
-                Argument::Bytes(bytes) => bytes.to_vec(),
-                Argument::Int(n) => n.to_string().into_bytes(),
-            })
-            .collect()
-    };
-    assert_eq!(
-        words(Native::DelIfEqMarks.words(request)),
-        [&b"DELIFEQ"[..], request.key().as_bytes(), b"v"]
-    );
-    let marks = words(Native::DelIfEqMarks.pipelined(request).unwrap());
-    assert_eq!(
-        marks,
-        [
-            &b"MGET"[..],
-            request.key().as_bytes(),
-            settings.waiters_key(request.key()).as_bytes(),
-            settings.others_waiting_key(request.key()).as_bytes()
-        ]
-    );
-    assert_eq!(Native::DelIfEq.pipelined(request), None);
-    // Nobody marked; only our client's waiter; gone (whatever is marked).
-    for (request, response) in requests.iter().zip([
-        read(1, Response::Nil, Response::Nil),
-        read(1, mark("me"), Response::Nil),
-        read(0, mark("you"), Response::Nil),
-    ]) {
-        assert_eq!(request.notice_after(&response), None, "{response:?}");
-        quiet.handle_reply(native(request, response), t0 + MS);
+    let sent = requests(&mut quiet);
+    let words: Vec<Vec<u8>> = Native::DelIfEq
+        .words(&sent[0])
+        .into_iter()
+        .map(|word| match word {
+            Argument::Bytes(bytes) => bytes.to_vec(),
+            Argument::Int(n) => n.to_string().into_bytes(),
+        })
+        .collect();
+    assert_eq!(words, [&b"DELIFEQ"[..], sent[0].key().as_bytes(), b"v"]);
+    for request in &sent {
+        quiet.handle_reply(native(request, Response::Int(1)), t0 + MS);
+        assert_eq!(quiet.poll_request(), None);
     }
     assert_eq!(
         quiet.poll_hand_over(),
         Some(HandOver::Queued {
-            channels: vec![settings.release_channel(request.key())]
+            channels: channels.clone()
         })
     );
     assert_eq!(
         quiet.poll_hand_over(),
         Some(HandOver::Answered {
-            channels: vec![settings.release_channel(request.key())],
+            channels: channels.clone(),
             others_waiting: false,
             unheard: true,
         })
     );
     let report = quiet.poll_event().unwrap();
-    assert_eq!((report.released(), report.not_held()), (2, 1));
-    assert_eq!(report.votes().votes()[2], NodeVote::Missing);
-    assert_eq!(report.notices_refused(), 0);
-    // Not deleted, the key read next tells another holder from none, as
-    // the script's `0` and `-1` do; and nothing is published.
-    let mut held = release();
-    let requests = self::requests(&mut held);
-    let theirs = Response::Array(vec![
-        Response::Int(0),
-        Response::Array(vec![mark("theirs"), mark("you"), Response::Nil]),
-    ]);
-    assert_eq!(requests[0].notice_after(&theirs), None);
-    for request in &requests {
-        held.handle_reply(native(request, theirs.clone()), t0 + MS);
-    }
-    let report = held.poll_event().unwrap();
-    assert_eq!(report.votes().votes()[0], NodeVote::HeldByOther(None));
+    assert_eq!((report.released(), report.notices_refused()), (3, 0));
 
-    // Another client's waiter; ours, but another client's was overwritten;
-    // another client's, and the notice not published: refused, like the
-    // notice the script could not publish, and so when the caller did not
-    // say that it published.
-    let mut noisy = release();
-    let requests = self::requests(&mut noisy);
-    let answers = [
-        read(1, mark("you"), Response::Nil),
-        read(1, mark("me"), mark("1")),
-        read(1, mark("you"), mark("1")),
-    ];
-    for (request, answer) in requests.iter().zip(&answers) {
+    // Marked (or gone, or another's): the script follows on each node
+    // (`Request::follow_up`), and its answer is the node's; the machine
+    // never counts the `DELIFEQ`'s `0`.
+    let mut marked = release();
+    let sent = requests(&mut marked);
+    for (request, answer) in sent.iter().zip([3, 1, -1]) {
+        let again = request
+            .follow_up(&native(request, Response::Int(0)))
+            .expect("the script after it");
         assert_eq!(
-            request.notice_after(answer),
-            Some(settings.release_channel(request.key()))
+            (again.node, again.command),
+            (request.node, Command::Release)
         );
+        assert_eq!(again.client.as_ref(), Some(&me), "it names its client");
+        assert_eq!(
+            again.call(&valkey9()),
+            Call::Script(scripts::RELEASE_IF_WAITED)
+        );
+        assert_eq!(
+            again.follow_up(&Reply::to(&again, Ok(Response::Int(0)))),
+            None
+        );
+        // Released for another client's waiter (published); released, only
+        // our client's waiters marked it (nothing published); gone.
+        marked.handle_reply(Reply::to(&again, Ok(Response::Int(answer))), t0 + MS);
+        assert_eq!(marked.poll_request(), None);
     }
-    let [first, second, third] = answers;
-    noisy.handle_reply(native(&requests[0], published(first, 1)), t0 + MS);
-    noisy.handle_reply(native(&requests[1], published(second, 0)), t0 + MS);
-    noisy.handle_reply(native(&requests[2], third), t0 + MS);
-    noisy.poll_hand_over();
+    marked.poll_hand_over();
     assert_eq!(
-        noisy.poll_hand_over(),
+        marked.poll_hand_over(),
         Some(HandOver::Answered {
-            channels: vec![settings.release_channel(request.key())],
+            channels: channels.clone(),
             others_waiting: true,
-            unheard: false,
+            unheard: true,
         })
     );
-    let report = noisy.poll_event().unwrap();
-    assert_eq!((report.released(), report.notices_refused()), (3, 2));
+    let report = marked.poll_event().unwrap();
+    assert_eq!((report.released(), report.not_held()), (2, 1));
+    assert_eq!(report.votes().votes()[2], NodeVote::Missing);
 
-    // Without a tag, every mark is another client's.
-    let untagged = settings_untagged_request(t0);
-    assert!(
-        untagged
-            .notice_after(&read(1, mark("me"), Response::Nil))
-            .is_some()
-    );
-    assert_eq!(
-        untagged.notice_after(&read(1, Response::Nil, mark("1"))),
-        None
-    );
-
-    // Answers of any other shape are garbage.
-    let mut garbled = release();
-    let requests = self::requests(&mut garbled);
-    let answers = [
-        read(2, Response::Nil, Response::Nil),
-        Response::Array(vec![
-            Response::Int(1),
-            Response::Array(vec![Response::Nil, Response::Nil]),
-        ]),
-        published(read(1, mark("you"), Response::Nil), 5),
-    ];
-    for (request, answer) in requests.iter().zip(answers) {
-        garbled.handle_reply(native(request, answer), t0 + MS);
-    }
-    let report = garbled.poll_event().unwrap();
-    assert_eq!(report.failed(), 3);
-    for vote in report.votes().votes() {
-        assert!(
-            matches!(
-                vote,
-                NodeVote::Failed(NodeError {
-                    kind: NodeErrorKind::Protocol,
-                    ..
-                })
-            ),
-            "{vote:?}"
-        );
-    }
-}
-
-fn settings_untagged_request(t0: Instant) -> Request {
-    let settings = settings(true);
-    let mut release = release_of(&settings, settings.key(b"k"), 1, t0);
-    requests(&mut release).remove(0)
+    // A deleting `DELIFEQ`, and any other answer, is followed by nothing.
+    assert_eq!(sent[0].follow_up(&native(&sent[0], Response::Int(1))), None);
+    let failed = Reply::to(&sent[0], Err(NodeError::new(NodeErrorKind::Timeout, "t")));
+    assert_eq!(sent[0].follow_up(&failed), None);
 }
 
 /// A release on three nodes: node 0 answers as a script, the others as
@@ -379,13 +286,17 @@ fn delifeq_answers_count_as_released_or_not_ours() {
     };
     release.handle_reply(Reply::to(&requests[0], Ok(Response::Int(1))), t0 + MS);
     release.handle_reply(native(&requests[1], Response::Int(1)), t0 + MS);
-    release.handle_reply(native(&requests[2], Response::Int(0)), t0 + MS);
+    // Nothing deleted: the script that follows tells why (gone here).
+    let again = requests[2]
+        .follow_up(&native(&requests[2], Response::Int(0)))
+        .expect("the script after it");
+    release.handle_reply(Reply::to(&again, Ok(Response::Int(-1))), t0 + MS);
     let report = release.poll_event().expect("every node answered");
     assert_eq!(
         (report.released(), report.not_held(), report.failed()),
         (2, 1, 0)
     );
-    assert_eq!(report.votes().votes()[2], NodeVote::NotOurs);
+    assert_eq!(report.votes().votes()[2], NodeVote::Missing);
     assert_eq!(report.notices_refused(), 0);
 
     // 2 is the release script's "released, notice refused"; DELIFEQ never
@@ -543,14 +454,52 @@ fn an_exclusive_extend_is_set_ifeq_get_on_valkey_9_and_reads_the_value_found() {
         Some(NodeVote::HeldByOther(_))
     ));
     assert_eq!(votes.get(requests[2].node), Some(&NodeVote::Missing));
+
+    // Ours marked as waited for (`redlock_core::waited`): nothing was set;
+    // the extend script goes to that node, once, and its answer counts.
+    let mut ext = lock.extend(ttl, t0 + 3 * MS).unwrap();
+    let requests: Vec<Request> = std::iter::from_fn(|| ext.poll_request()).collect();
+    let marked = [&ours[..], b"\0them"].concat();
+    ext.handle_reply(
+        Reply::via(&requests[0], call, Ok(Response::Data(marked))),
+        t0 + 4 * MS,
+    );
+    let again = ext.poll_request().expect("the script after it");
+    assert_eq!(again.node, requests[0].node);
+    assert_eq!(again.call(&valkey9()), Call::Script(scripts::EXTEND));
+    ext.handle_reply(Reply::to(&again, Ok(Response::Int(1))), t0 + 4 * MS);
+    ext.handle_reply(
+        Reply::via(&requests[1], call, Ok(Response::Data(ours.clone()))),
+        t0 + 4 * MS,
+    );
+    assert_eq!(ext.poll_request(), None);
+    let Some(Ok(extended)) = ext.poll_event() else {
+        panic!("two confirmations of three extend");
+    };
+    assert_eq!(extended.votes.granted(), 2);
+}
+
+/// A waiter's attempt names its client: on Valkey 9, where the holder's
+/// release is a plain `DELIFEQ`, it is the acquire script, which marks the
+/// holder it finds as waited for; elsewhere it may go plain.
+#[test]
+fn a_waiters_attempt_is_the_marking_script_where_releases_go_plain() {
+    let t0 = Instant::now();
+    let mut request = requests(&mut acquisition(LockSpec::Exclusive(b"k"), t0)).remove(0);
+    request.client = Some(LockValue::from_string("me"));
+    assert_eq!(request.call(&valkey9()), Call::Script(scripts::ACQUIRE));
+    for facts in [redis7(), valkey8()] {
+        assert_eq!(request.call(&facts), Call::Native(Native::SetNxGet));
+    }
+    let arguments: Vec<Argument<'_>> = request.arguments().collect();
+    assert_eq!(arguments.last(), Some(&Argument::Bytes(b"me")));
 }
 
 /// An ACL user may have rights on the lock key but not on the waiters'
 /// marks next to it (`~lock:*` against `{lock:x}\0waiters`): the server
 /// refuses a release that names them (`NOPERM`, before it runs), and the
 /// release goes to that node again without them, once; the script then
-/// publishes whenever it deletes our value. On Valkey the refusal of the
-/// marks alone comes in their place, and the release publishes.
+/// publishes whenever it deletes our value.
 #[test]
 fn a_release_refused_for_its_marks_is_sent_again_without_them() {
     let t0 = Instant::now();
@@ -575,38 +524,7 @@ fn a_release_refused_for_its_marks_is_sent_again_without_them() {
     // Refused again (no rights on the lock key either): the node's answer.
     release.handle_reply(Reply::to(&again, noperm()), t0 + MS);
     assert_eq!(release.poll_request(), None, "once");
-    // Valkey: `DELIFEQ` deleted, `MGET` refused.
-    let marks_refused = Response::Array(vec![
-        Response::Int(1),
-        Response::Other("ServerError(NOPERM ...)".into()),
-    ]);
-    // (Not deleted, they say nothing of why: not ours.)
-    let not_deleted = Response::Array(vec![
-        Response::Int(0),
-        Response::Other("ServerError(NOPERM ...)".into()),
-    ]);
-    let mut other = release_of(&settings(true), Key::from(&b"k"[..]), 1, t0);
-    let first = other.poll_request().unwrap();
-    other.handle_reply(
-        Reply::via(&first, Call::Native(Native::DelIfEqMarks), Ok(not_deleted)),
-        t0 + MS,
-    );
-    other.handle_timeout(t0 + Duration::from_secs(10));
-    let report = other.poll_event().unwrap();
-    assert_eq!(report.votes().votes()[0], NodeVote::NotOurs);
-    assert!(requests[1].notice_after(&marks_refused).is_some());
-    let Response::Array(mut published) = marks_refused else {
-        unreachable!()
-    };
-    published.push(Response::Int(1));
-    release.handle_reply(
-        Reply::via(
-            &requests[1],
-            Call::Native(Native::DelIfEqMarks),
-            Ok(Response::Array(published)),
-        ),
-        t0 + MS,
-    );
+    release.handle_reply(Reply::to(&requests[1], Ok(Response::Int(1))), t0 + MS);
     release.handle_reply(Reply::to(&requests[2], Ok(Response::Int(3))), t0 + MS);
     assert_eq!(release.poll_request(), None);
     let report = release.poll_event().expect("every node answered");

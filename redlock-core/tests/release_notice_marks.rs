@@ -15,9 +15,11 @@
 //! are lost, and one whose mark reaches a node after its attempt there.
 //!
 //! All of it twice: the holder's release as the script, and as Valkey 9's
-//! plain commands (`DELIFEQ` and `MGET` of the marks in one pipeline, then
-//! a `PUBLISH` of its own, which reaches the node behind whatever was
-//! queued there meanwhile).
+//! plain `DELIFEQ`, which deletes only a value no waiter marked
+//! (`redlock_core::waited`); where it deletes nothing, the release sends
+//! its script after it, which reaches the node behind whatever was queued
+//! there meanwhile. The holder's release is the core's own machine, fed
+//! every answer.
 
 #[path = "sim/redis.rs"]
 #[allow(dead_code, unreachable_pub)]
@@ -31,12 +33,14 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use redlock_core::{
     AcquireEvent, Acquisition, Attempts, Call, Command, Config, Machine, Native, NodeFacts, NodeId,
-    Notice, Reply, Request, Response, RetryConfig, Server, Settings, Version, scripts,
+    Notice, Release, Reply, Request, Response, RetryConfig, Server, Settings, Version, scripts,
 };
 
 const NODES: usize = 3;
 
-/// How the waiter's marks are handled, for the controls.
+/// How the waiter's marks are handled, for the controls: its mark
+/// requests, and the mark on the holder's value its attempts carry (their
+/// client, `redlock_core::waited`), which the controls strip.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Marks {
     /// As the core sends them.
@@ -52,7 +56,7 @@ enum Marks {
 enum Via {
     /// The release script, which publishes inside.
     Script,
-    /// `DELIFEQ` and `MGET`, then `PUBLISH` when the core says so.
+    /// `DELIFEQ`, then the script where it deleted nothing.
     Plain,
 }
 
@@ -83,8 +87,6 @@ fn settings(via: Via) -> Arc<Settings> {
 enum Op {
     Waiter(Request),
     Holder(Request),
-    /// The `PUBLISH` that follows a plain release.
-    Notice,
 }
 
 struct World {
@@ -93,6 +95,11 @@ struct World {
     stores: Vec<redis::Store>,
     queues: Vec<VecDeque<Op>>,
     waiter: Acquisition<StdRng>,
+    /// The holder's release, fed its answers.
+    release: Option<Release>,
+    /// Plain `DELIFEQ`s sent, and release scripts sent after them.
+    plain_releases: usize,
+    scripts_after: usize,
     subscribed: bool,
     marks: Marks,
     via: Via,
@@ -117,8 +124,12 @@ impl World {
     /// Queues the waiter's new requests at their nodes, in order.
     fn drain_waiter(&mut self) {
         let mut late: Vec<Vec<Request>> = vec![Vec::new(); NODES];
-        while let Some(request) = self.waiter.poll_request() {
+        while let Some(mut request) = self.waiter.poll_request() {
             let node = request.node.0;
+            if self.marks != Marks::Sent && !matches!(request.command, Command::MarkWaiting { .. })
+            {
+                request.client = None;
+            }
             if matches!(request.command, Command::MarkWaiting { .. }) {
                 self.marks_sent += 1;
             }
@@ -165,26 +176,43 @@ impl World {
                 self.waiter
                     .handle_reply(Reply::to(&request, Ok(response)), now);
             }
-            Op::Holder(request) if self.via == Via::Script => {
-                assert_eq!(request.script(), scripts::RELEASE_IF_WAITED);
-                let response = self.stores[node].run(clock, &request);
-                let published = response == Response::Int(3)
-                    && self.stores[node].marked(request.keys[1].as_bytes(), clock);
-                if published {
+            Op::Holder(request) => {
+                let facts = match self.via {
+                    Via::Script => NodeFacts::default(),
+                    Via::Plain => valkey9(),
+                };
+                let call = request.call(&facts);
+                let response = match call {
+                    Call::Script(script) => {
+                        assert_eq!(script, scripts::RELEASE_IF_WAITED);
+                        self.scripts_after += usize::from(self.via == Via::Plain);
+                        self.stores[node].run(clock, &request)
+                    }
+                    Call::Native(plain) => {
+                        assert_eq!(plain, Native::DelIfEq);
+                        self.plain_releases += 1;
+                        self.stores[node].run_native(clock, &request, plain)
+                    }
+                };
+                if response == Response::Int(3) {
                     self.hear(node, now);
                 }
-            }
-            Op::Holder(request) => {
-                let plain = Native::DelIfEqMarks;
-                assert_eq!(request.call(&valkey9()), Call::Native(plain));
-                let response = self.stores[node].run_native(clock, &request, plain);
-                if request.notice_after(&response).is_some() {
-                    // Sent once the answer is in: behind what the node
-                    // queued meanwhile.
-                    self.queues[node].push_back(Op::Notice);
+                let reply = Reply::via(&request, call, Ok(response));
+                // The connection sends what follows the answer before
+                // handing it over: behind what the node queued meanwhile.
+                if let Some(next) = request.follow_up(&reply) {
+                    self.queues[node].push_back(Op::Holder(next));
+                    self.drain_waiter();
+                    return true;
+                }
+                let release = self.release.as_mut().expect("a release is under way");
+                release.handle_reply(reply, now);
+                // Sent once the answer is in: behind what the node queued
+                // meanwhile.
+                while let Some(again) = release.poll_request() {
+                    self.queues[again.node.0].push_back(Op::Holder(again));
                 }
             }
-            Op::Notice => self.hear(node, now),
         }
         self.drain_waiter();
         true
@@ -284,6 +312,9 @@ fn woken_in(
         stores,
         queues: (0..NODES).map(|_| VecDeque::new()).collect(),
         waiter,
+        release: None,
+        plain_releases: 0,
+        scripts_after: 0,
         subscribed: false,
         marks,
         via,
@@ -303,6 +334,7 @@ fn woken_in(
     let release_at = world.now();
     let mut release = lock.release(release_at);
     let releases: Vec<Request> = std::iter::from_fn(|| release.poll_request()).collect();
+    world.release = Some(release);
     // Releases placed before the waiter listens.
     for request in &releases {
         if placement[request.node.0] == 0 {
@@ -351,6 +383,7 @@ fn woken_in(
     if !world.acquired && !world.waiter.is_done() {
         world.timer_needed = true;
     }
+    LAST_COUNTS.with(|counts| counts.set((world.plain_releases, world.scripts_after)));
     (world.acquired && !world.timer_needed).then_some(world.heard)
 }
 
@@ -462,6 +495,68 @@ fn a_mark_that_comes_after_the_attempt_misses_a_release() {
         missed(Shape::Attempted, Marks::Late),
         "a late mark, yet every release was heard"
     );
+}
+
+#[test]
+fn nobody_waiting_the_plain_release_is_one_delifeq_per_node() {
+    let settings = settings(Via::Plain);
+    let start = Instant::now();
+    let mut stores: Vec<redis::Store> = (0..NODES).map(|_| redis::Store::default()).collect();
+    let mut holder = Acquisition::new(
+        settings.clone(),
+        b"job",
+        settings.default_ttl(),
+        Attempts::Once,
+        start,
+        StdRng::seed_from_u64(1),
+    );
+    while let Some(request) = holder.poll_request() {
+        let response = stores[request.node.0].run(0.0, &request);
+        holder.handle_reply(Reply::to(&request, Ok(response)), start);
+    }
+    let Some(AcquireEvent::Acquired(mut lock)) = holder.poll_event() else {
+        panic!("the holder takes the free lock");
+    };
+    let mut release = lock.release(start).every_node();
+    let mut sent = 0;
+    while let Some(request) = release.poll_request() {
+        let call = request.call(&valkey9());
+        assert_eq!(call, Call::Native(Native::DelIfEq));
+        sent += 1;
+        let response = stores[request.node.0].run_native(1.0, &request, Native::DelIfEq);
+        assert_eq!(response, Response::Int(1));
+        release.handle_reply(Reply::via(&request, call, Ok(response)), start);
+    }
+    assert_eq!(sent, NODES, "one command per node, nothing after it");
+    let report = release.poll_event().expect("decided");
+    assert_eq!(report.released(), NODES);
+}
+
+#[test]
+fn a_waiters_attempt_marks_the_holder_so_the_plain_release_falls_back_and_publishes() {
+    for (placement, order) in schedules() {
+        let (heard, plain, after) = woken_counts(placement, order);
+        assert!(
+            heard == 0 || after > 0,
+            "placed {placement:?}, order {order:?}: heard without a script after the DELIFEQ"
+        );
+        assert!(plain > 0, "placed {placement:?}: the release went plain");
+    }
+}
+
+/// For the plain release: notices heard, `DELIFEQ`s sent, and scripts
+/// sent after them.
+fn woken_counts(placement: [usize; NODES], order: [usize; NODES]) -> (usize, usize, usize) {
+    let heard = woken_after(Via::Plain, placement, order, Marks::Sent).expect("woken");
+    LAST_COUNTS.with(|counts| {
+        let (plain, after) = counts.get();
+        (heard, plain, after)
+    })
+}
+
+thread_local! {
+    /// The last world's `plain_releases` and `scripts_after`.
+    static LAST_COUNTS: std::cell::Cell<(usize, usize)> = const { std::cell::Cell::new((0, 0)) };
 }
 
 #[test]

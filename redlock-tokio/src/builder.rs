@@ -108,7 +108,7 @@ impl Builder {
         connect_timeout(timeout: Duration) => connect_timeout = timeout;
         /// Whether plain commands may replace scripts where a node's server has
         /// them (default true): an exclusive acquire as `SET key value NX PX
-        /// ttl GET` (Redis >= 7.0, Valkey), a withdraw as `DELIFEQ key value`
+        /// ttl GET` (Redis >= 7.0, Valkey), a release as `DELIFEQ key value`
         /// (Valkey >= 9.0); the core picks them per node from what the server
         /// reported at connect. Off, every request is a script: for ACL users
         /// allowed `EVALSHA` but not `SET` or `DELIFEQ`.

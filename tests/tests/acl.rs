@@ -11,7 +11,9 @@ use redlock_tests::{RedisCluster, RedisNode};
 use redlock_tokio::{Redlock, Wait};
 use std::time::Duration;
 
-use support::{NODE_TIMEOUT, assert_absent, eventually, init_tracing, subscribers, timed};
+use support::{
+    NODE_TIMEOUT, assert_absent, eventually, init_tracing, mark_waiting, subscribers, timed,
+};
 
 /// Creates user `locker` with every command and key but no channel on each
 /// node, and returns the URLs that log in as it.
@@ -48,16 +50,17 @@ async fn a_refused_notice_does_not_fail_the_release() {
         .build()
         .await
         .unwrap();
-    // Nobody waits for "plain": its release publishes nothing. A waiter
-    // marked itself for "again" (as `scripts::MARK_WAITING` does): its
-    // release publishes, and the server refuses.
+    // Nobody waits for "plain": its release publishes nothing. A waiter of
+    // another client marks "again" while it is held (`support::mark_waiting`):
+    // its release publishes (on Valkey, the script that follows the
+    // `DELIFEQ` that found our value marked), and the server refuses.
     for (resource, waited) in [("plain", false), ("again", true)] {
+        let guard = redlock.lock(resource).await.unwrap();
         if waited {
             for node in cluster.nodes() {
-                node.command([&b"SET"[..], b"{again}\0waiters", b"1", b"PX", b"60000"]);
+                mark_waiting(node, resource, "another client");
             }
         }
-        let guard = redlock.lock(resource).await.unwrap();
         let report = guard.release().every_node().await;
         assert_eq!(report.released(), 3, "{report}");
         assert_eq!(report.failed(), 0, "{report}");

@@ -133,7 +133,12 @@ async fn wait_at_most_gives_up_with_the_deadline_error() {
             .iter()
             .map(|node| node.get("busy"))
             .collect();
-        let ours = |v: &Option<Vec<u8>>| v.as_deref() == Some(guard.value().as_bytes());
+        // The waiter may have marked the holder's value as waited for
+        // (`redlock_core::waited`): still the holder's.
+        let ours = |v: &Option<Vec<u8>>| {
+            v.as_deref()
+                .is_some_and(|v| redlock_core::waited::is_ours(v, guard.value().as_bytes()))
+        };
         values.iter().all(|v| v.is_none() || ours(v))
             && values.iter().filter(|v| ours(v)).count() >= 2
     })

@@ -1,6 +1,7 @@
 //! The simulation's Redis model is the Lua that really runs: random
 //! workloads of the core's own machines (every lock kind and semaphore permits; acquire, extend,
-//! restore, release, withdraw, fenced rounds, waiters marks), each request run both by the real
+//! restore, release, withdraw, fenced rounds, waiters marks, and the marks
+//! on a holder's value a waiter's attempt or mark sets), each request run both by the real
 //! server (its script, as the client sends it) and by the simulation's
 //! node (`redlock-core/tests/sim/redis.rs`), must get the same answer
 //! every time. A script changed without its model (or the reverse) fails
@@ -66,6 +67,7 @@ fn workload(extend_script: Option<&'static str>) -> Result<usize, String> {
         start: Instant::now(),
         compared: 0,
         extend_script,
+        attempt_client: None,
     };
     for seed in 0..10 {
         let mut rng = StdRng::seed_from_u64(seed);
@@ -185,6 +187,8 @@ fn workload(extend_script: Option<&'static str>) -> Result<usize, String> {
                     pair.run(&request)?;
                     pair.compare_mark(&settings.waiters_key(&key))?;
                     pair.compare_mark(&settings.others_waiting_key(&key))?;
+                    // And the holder's value it marked, if any.
+                    pair.compare_value(&key)?;
                 }
                 10 => {
                     // The last waiter's mark expired, or the others mark.
@@ -229,6 +233,9 @@ struct Pair {
     start: Instant,
     compared: usize,
     extend_script: Option<&'static str>,
+    /// The client the attempts name, as a waiter's do: they mark the
+    /// holder they find (`redlock_core::waited`).
+    attempt_client: Option<LockValue>,
 }
 
 impl Pair {
@@ -274,7 +281,26 @@ impl Pair {
             machine_rng,
         )
         .unwrap();
-        match self.drive(&mut acquisition)? {
+        // As a waiter of this client, of another, or of none (its value
+        // stands in), or not a waiter.
+        self.attempt_client = match rng.random_range(0..4) {
+            0 => settings.client_tag().cloned(),
+            1 => Some(LockValue::from_string("another client")),
+            2 => Some(LockValue::random(rng, settings.value_len())),
+            _ => None,
+        };
+        let event = self.drive(&mut acquisition);
+        self.attempt_client = None;
+        // (Only theirs are strings a waiter marks.)
+        if matches!(
+            acquisition.kind(),
+            redlock_core::LockKind::Exclusive | redlock_core::LockKind::Multi
+        ) {
+            for key in acquisition.keys().iter() {
+                self.compare_value(key)?;
+            }
+        }
+        match event? {
             AcquireEvent::Acquired(lock) => Ok(Some(lock)),
             _ => Ok(None),
         }
@@ -394,8 +420,40 @@ impl Pair {
         Ok(())
     }
 
+    /// The string at `key` on both (a lock's value, marked or not): the
+    /// same on both.
+    fn compare_value(&mut self, key: &redlock_core::Key) -> Result<(), String> {
+        let real: Option<Vec<u8>> = redis::cmd("GET")
+            .arg(key.as_bytes())
+            .query(&mut self.real)
+            .unwrap_or(None);
+        let clock = self.start.elapsed().as_micros() as f64;
+        let modelled = self.model.string(key.as_bytes(), clock);
+        if real != modelled {
+            return Err(format!(
+                "the value at {key:?}: {real:?} on the server, {modelled:?} in the model"
+            ));
+        }
+        Ok(())
+    }
+
     /// One request on both; their answers must agree.
     fn run(&mut self, request: &Request) -> Result<Response, String> {
+        let waiters;
+        let request = match (&self.attempt_client, request.command, &request.kind) {
+            (
+                Some(client),
+                Command::Acquire { .. } | Command::AcquireFenced { .. },
+                redlock_core::LockKind::Exclusive | redlock_core::LockKind::Multi,
+            ) => {
+                waiters = Request {
+                    client: Some(client.clone()),
+                    ..request.clone()
+                };
+                &waiters
+            }
+            _ => request,
+        };
         let script = match (self.extend_script, request.command, &request.kind) {
             (
                 Some(planted),

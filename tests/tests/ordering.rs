@@ -13,7 +13,7 @@ use std::time::Duration;
 use redlock_core::scripts;
 use redlock_tests::{RedisCluster, RedisNode};
 use redlock_tokio::Wait;
-use support::{QUICK, builder, eventually, native_acquire, subscribers};
+use support::{QUICK, builder, eventually, subscribers};
 
 /// Long enough that a paused node's requests are still wanted when it
 /// resumes, whatever the machine's load.
@@ -71,12 +71,13 @@ fn a_withdraw_reaches_each_node_before_the_next_round() {
         .node(0)
         .command(["SET", "contended", "someone else", "PX", "60000"]);
     let monitor = Monitor::start(cluster.node(1));
-    // An acquire is a plain SET where the server has `SET NX PX GET`.
-    let acquire_sha = if native_acquire() {
-        "SET".to_owned()
-    } else {
-        redis::Script::new(scripts::ACQUIRE).get_hash().to_owned()
-    };
+    // An attempt is a plain SET where the server has `SET NX PX GET`, but a
+    // waiter's (from its second attempt on) is the script where the server
+    // has `DELIFEQ` too: it marks the holder it finds
+    // (`redlock_core::waited`). With notices on, a withdraw is the script.
+    let script = |source: &str| redis::Script::new(source).get_hash().to_owned();
+    let attempt_calls = vec![script(scripts::ACQUIRE), "SET".to_owned()];
+    let withdraw = script(scripts::RELEASE);
 
     // The waiting client runs on a current-thread runtime, where a task
     // spawned to send the withdraw runs only after the next attempt went
@@ -115,17 +116,17 @@ fn a_withdraw_reaches_each_node_before_the_next_round() {
                 .all(|node| subscribers(node, "contended") == 1)
         })
         .await;
-        let seen = monitor.acquires(&acquire_sha);
+        let seen = monitor.acquires(&attempt_calls);
         eventually("the next attempt is in flight", QUICK * 4, || {
-            monitor.acquires(&acquire_sha) > seen
+            monitor.acquires(&attempt_calls) > seen
         })
         .await;
         for node in &cluster.nodes()[..2] {
             node.command([&b"PUBLISH"[..], b"contended\0released", b"1"]);
         }
-        let in_flight = monitor.acquires(&acquire_sha);
+        let in_flight = monitor.acquires(&attempt_calls);
         eventually("the attempt after the notice", QUICK * 4, || {
-            monitor.acquires(&acquire_sha) > in_flight
+            monitor.acquires(&attempt_calls) > in_flight
         })
         .await;
     });
@@ -136,13 +137,16 @@ fn a_withdraw_reaches_each_node_before_the_next_round() {
     let acquires: Vec<usize> = calls
         .iter()
         .enumerate()
-        .filter(|(_, sha)| **sha == acquire_sha)
+        .filter(|(_, call)| attempt_calls.contains(call))
         .map(|(at, _)| at)
         .collect();
     assert!(acquires.len() >= 3, "{calls:?}");
+    // Each attempt took node 1 (nobody else holds it there), so each
+    // failed one withdraws there before the next (a waiter's mark may be
+    // sent between them too, which is no withdraw).
     for pair in acquires.windows(2) {
         assert!(
-            pair[1] > pair[0] + 1,
+            calls[pair[0] + 1..pair[1]].contains(&withdraw),
             "an attempt reached node 1 before the previous attempt's withdraw: {calls:?}"
         );
     }
@@ -195,12 +199,13 @@ impl Monitor {
         self.calls.lock().unwrap().clone()
     }
 
-    fn acquires(&self, sha: &str) -> usize {
+    /// How many calls so far are one of `calls`.
+    fn acquires(&self, calls: &[String]) -> usize {
         self.calls
             .lock()
             .unwrap()
             .iter()
-            .filter(|s| *s == sha)
+            .filter(|call| calls.contains(call))
             .count()
     }
 }

@@ -856,122 +856,159 @@ fn the_release_script_tells_every_case_apart() {
     assert!(!node.exists(key), "released all the same");
 }
 
-/// The plain release (Valkey >= 9: `DELIFEQ` and `MGET` of the marks, in
-/// one pipeline) decides whether to publish as the release script does,
-/// in every case of the marks, on a real server: the core reads what the
-/// pipeline answered ([`Request::notice_after`](redlock_core::Request::notice_after)),
-/// the script decides for itself. One case differs, on purpose: `MGET`
-/// reads a mark of another type as absent, where the script publishes.
+/// A waiter marks the holder's value (`redlock_core::waited`), on a real
+/// server: its attempt and its mark append its client, keeping the TTL; a
+/// second client turns it into "several"; a key that is absent stays
+/// absent. The holder's scripts take the marked value as its own; on
+/// Valkey >= 9 its plain `DELIFEQ` does not (that is what tells the
+/// release that someone waited), and the release script it falls back to
+/// publishes unless only its own client waited.
 #[test]
-fn the_plain_release_decides_as_the_release_script_does() {
-    use redlock_core::{LockValue, Machine, Native, Release, RoundId};
-
+fn a_waiter_marks_the_holders_value_and_the_holder_still_owns_it() {
     let node = RedisNode::start();
-    if !support::native_delifeq() {
-        println!(
-            "skipped: {:?} has no DELIFEQ",
-            redlock_tests::server().kind()
-        );
-        return;
-    }
     let client = redis::Client::open(node.url()).expect("a valid URL");
     let mut connection = client.get_connection().expect("connects");
-    let settings = redlock_core::Config::new([node.url()])
-        .validate()
-        .unwrap()
-        .with_client_tag(LockValue::from_string("tag"));
-    let mut release = Release::new(
-        &settings,
-        settings.key(b"r"),
-        LockValue::from_string("mine"),
-        RoundId(1),
-        std::time::Instant::now(),
-    );
-    let request = release.poll_request().unwrap();
-    let name = |key: &redlock_core::Key| key.as_bytes().to_vec();
-    let (key, mark, others) = (
-        name(&request.keys[0]),
-        name(&request.keys[1]),
-        name(&request.keys[2]),
-    );
-    let script = redis::Script::new(redlock_core::scripts::RELEASE_IF_WAITED);
-    let scripted = |connection: &mut redis::Connection| {
-        script
-            .key(&key)
-            .key(&mark)
-            .key(&others)
+    let scripts = redlock_core::scripts::RELEASE_IF_WAITED;
+    let (key, mark, others) = ("{r}", "{r}\0waiters", "{r}\0others");
+    let value = |connection: &mut redis::Connection| -> Option<Vec<u8>> {
+        redis::cmd("GET").arg(key).query(connection).unwrap()
+    };
+    let attempt = |connection: &mut redis::Connection, client: &str| {
+        redis::Script::new(redlock_core::scripts::ACQUIRE)
+            .key(key)
+            .arg("new")
+            .arg(60_000)
+            .arg(client)
+            .invoke::<Value>(connection)
+            .unwrap()
+    };
+    let wait_mark = |connection: &mut redis::Connection, client: &str| {
+        redis::Script::new(redlock_core::scripts::MARK_WAITING)
+            .key(key)
+            .key(mark)
+            .key(others)
+            .arg("next")
+            .arg(60_000)
+            .arg(client)
+            .invoke::<i64>(connection)
+            .unwrap()
+    };
+    let release = |connection: &mut redis::Connection| {
+        redis::Script::new(scripts)
+            .key(key)
+            .key(mark)
+            .key(others)
             .arg("mine")
             .arg(1)
             .arg("tag")
             .invoke::<i64>(connection)
             .unwrap()
     };
-    // The plain release as the client sends it: one pipeline.
-    let send = |connection: &mut redis::Connection| {
-        let mut pipeline = redis::pipe();
-        for words in [
-            Native::DelIfEqMarks.words(&request),
-            Native::DelIfEqMarks.pipelined(&request).unwrap(),
-        ] {
-            let mut command = redis::Cmd::new();
-            support::push_arguments(&mut command, words);
-            pipeline.add_command(command);
-        }
-        pipeline.query::<Vec<Value>>(connection)
+    let hold = || {
+        node.command(["DEL", key, mark, others]);
+        node.command(["SET", key, "mine", "PX", "50000"]);
     };
-    let plain = |connection: &mut redis::Connection| {
-        support::to_response(Value::Array(send(connection).unwrap()))
-    };
-    let set = |what: &[u8], to: &str| {
-        node.command(["DEL".as_bytes(), what]);
-        if !to.is_empty() {
-            node.command(["SET".as_bytes(), what, to.as_bytes()]);
-        }
-    };
-    // (waiters mark, others mark, whether the script publishes)
-    for (waiters, other_clients, published) in [
-        ("", "", false),
-        ("tag", "", false),
-        ("other", "", true),
-        ("tag", "1", true),
-        ("other", "1", true),
-        ("", "1", false),
-    ] {
-        let case = format!("waiters {waiters:?}, others {other_clients:?}");
-        for via_script in [true, false] {
-            set(&mark, waiters);
-            set(&others, other_clients);
-            set(&key, "mine");
-            let notice = if via_script {
-                let answer = scripted(&mut connection);
-                assert!(answer == 1 || answer == 3, "{case}: {answer}");
-                answer == 3
-            } else {
-                let answer = plain(&mut connection);
-                request.notice_after(&answer).is_some()
-            };
-            assert_eq!(notice, published, "{case}, script: {via_script}");
-            assert!(!node.exists(&key), "{case}: released");
-        }
-        // Not ours, or absent: nothing deleted, no notice, whatever is marked.
-        for held in ["theirs", ""] {
-            set(&key, held);
-            let answer = plain(&mut connection);
-            assert_eq!(request.notice_after(&answer), None, "{case}, held {held:?}");
-        }
+
+    // Marked by our own client's waiter: the release publishes nothing.
+    hold();
+    assert_eq!(
+        attempt(&mut connection, "tag"),
+        Value::BulkString(b"mine".to_vec())
+    );
+    assert_eq!(value(&mut connection).as_deref(), Some(&b"mine\0tag"[..]));
+    assert_eq!(
+        attempt(&mut connection, "tag"),
+        Value::BulkString(b"mine\0tag".to_vec())
+    );
+    assert_eq!(
+        value(&mut connection).as_deref(),
+        Some(&b"mine\0tag"[..]),
+        "once"
+    );
+    let pttl: i64 = redis::cmd("PTTL").arg(key).query(&mut connection).unwrap();
+    assert!(pttl > 40_000 && pttl <= 50_000, "the TTL is kept: {pttl}");
+    // Its scripts take it as the holder's: extend, store a token.
+    let extended: i64 = redis::Script::new(redlock_core::scripts::EXTEND)
+        .key(key)
+        .arg("mine")
+        .arg(70_000)
+        .arg(0)
+        .invoke(&mut connection)
+        .unwrap();
+    assert_eq!(extended, 1);
+    assert_eq!(
+        value(&mut connection).as_deref(),
+        Some(&b"mine\0tag"[..]),
+        "kept marked"
+    );
+    let stored: i64 = redis::Script::new(redlock_core::scripts::STORE_TOKEN)
+        .key(key)
+        .key("{r}\0fence")
+        .arg("mine")
+        .arg(7)
+        .invoke(&mut connection)
+        .unwrap();
+    assert_eq!(stored, 1);
+    if support::native_delifeq() {
+        let deleted: i64 = redis::cmd("DELIFEQ")
+            .arg(key)
+            .arg("mine")
+            .query(&mut connection)
+            .unwrap();
+        assert_eq!(
+            deleted, 0,
+            "a marked value is not deleted by the plain release"
+        );
+        let extended: Value = redis::cmd("SET")
+            .arg(key)
+            .arg("mine")
+            .arg("IFEQ")
+            .arg("mine")
+            .arg("PX")
+            .arg(80_000)
+            .arg("GET")
+            .query(&mut connection)
+            .unwrap();
+        assert_eq!(
+            extended,
+            Value::BulkString(b"mine\0tag".to_vec()),
+            "nor extended"
+        );
     }
-    // A mark of another type: the script publishes, the plain release
-    // reads it as absent (only a waiter's own mark is ever written there).
-    node.command(["DEL".as_bytes(), &mark[..]]);
-    node.command(["HSET".as_bytes(), &mark[..], &b"f"[..], &b"v"[..]]);
-    set(&others, "");
-    set(&key, "mine");
-    assert_eq!(scripted(&mut connection), 3);
-    set(&key, "mine");
-    assert_eq!(request.notice_after(&plain(&mut connection)), None);
-    // The lock key of another type: `WRONGTYPE` from `DELIFEQ`.
-    node.command(["DEL".as_bytes(), &key[..]]);
-    node.command(["HSET".as_bytes(), &key[..], &b"f"[..], &b"v"[..]]);
-    let err = send(&mut connection).unwrap_err();
-    assert!(format!("{err}").contains("WRONGTYPE"), "{err}");
+    assert_eq!(
+        release(&mut connection),
+        1,
+        "our own client waited: no notice"
+    );
+    assert_eq!(value(&mut connection), None);
+
+    // Another client's waiter, by its mark; then a second client: several.
+    hold();
+    assert_eq!(wait_mark(&mut connection, "you"), 1);
+    assert_eq!(value(&mut connection).as_deref(), Some(&b"mine\0you"[..]));
+    attempt(&mut connection, "tag");
+    assert_eq!(value(&mut connection).as_deref(), Some(&b"mine\0you\0"[..]));
+    attempt(&mut connection, "third");
+    assert_eq!(
+        value(&mut connection).as_deref(),
+        Some(&b"mine\0you\0"[..]),
+        "stays"
+    );
+    node.command(["DEL", mark, others]);
+    assert_eq!(
+        release(&mut connection),
+        3,
+        "another client waited: published"
+    );
+    assert_eq!(value(&mut connection), None);
+
+    // Absent: a waiter's attempt takes it, unmarked; its mark creates nothing.
+    node.command(["DEL", key]);
+    wait_mark(&mut connection, "you");
+    assert_eq!(value(&mut connection), None, "a mark creates no lock");
+    assert_eq!(attempt(&mut connection, "you"), Value::Int(1));
+    assert_eq!(value(&mut connection).as_deref(), Some(&b"new"[..]));
+    // Another holder's value is never taken for ours.
+    node.command(["SET", key, "mine-not\0tag"]);
+    assert_eq!(release(&mut connection), 0);
 }

@@ -112,6 +112,58 @@ async fn a_cancelled_acquire_leaves_no_slot_key() {
     }
 }
 
+/// A waiter marks the holder of every slot it finds taken
+/// (`redlock_core::waited`), ours too while a failed attempt's withdraw is
+/// on its way: another client's waiter, or, on a node that is a Redis
+/// Cluster, our own next attempt's mark, sent for another slot's key and so
+/// not ordered behind the withdraw. The semaphore's scripts take our value
+/// marked as ours: the withdraw deletes it (it stayed until its TTL: "a
+/// slot key left" in `a_semaphore_works_on_cluster_nodes` on Valkey), and
+/// an acquire run twice answers with the slot it took. A value that only
+/// starts with ours is another's.
+#[test]
+fn the_semaphore_scripts_take_our_value_marked_by_a_waiter() {
+    use redis::Value;
+    use redlock_tests::RedisNode;
+    use redlock_tokio::core::scripts;
+
+    let node = RedisNode::start();
+    let client = redis::Client::open(node.url()).expect("a valid URL");
+    let mut connection = client.get_connection().expect("connects");
+    let keys = slot_keys("marked", 3);
+    let set = |key: &[u8], value: &[u8]| {
+        node.command([&b"SET"[..], key, value, b"PX", b"60000"]);
+    };
+    let acquire = |connection: &mut redis::Connection| {
+        redis::Script::new(scripts::SEMAPHORE_ACQUIRE)
+            .key(&keys[0])
+            .key(&keys[1])
+            .key(&keys[2])
+            .arg("v")
+            .arg(60_000)
+            .arg(0)
+            .invoke::<Value>(connection)
+            .unwrap()
+    };
+    // Slot 0 another's whose value starts with ours, slot 1 ours marked by
+    // a waiter, slot 2 free.
+    set(&keys[0], b"vw");
+    set(&keys[1], b"v\0another client");
+    let ours = Value::Array(vec![Value::Int(1), Value::Int(1)]);
+    assert_eq!(acquire(&mut connection), ours, "the slot it took");
+    assert!(!node.exists(&keys[2]), "a second slot taken");
+    let withdraw = redis::Script::new(scripts::SEMAPHORE_WITHDRAW)
+        .key(&keys[0])
+        .key(&keys[1])
+        .key(&keys[2])
+        .arg("v")
+        .invoke::<i64>(&mut connection)
+        .unwrap();
+    assert_eq!(withdraw, 1);
+    assert!(!node.exists(&keys[1]), "our marked value left");
+    assert_eq!(node.get(&keys[0]).as_deref(), Some(&b"vw"[..]), "another's");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_holders_permit_returns_after_its_ttl() {
     let cluster = RedisCluster::start(3);
@@ -161,7 +213,13 @@ async fn a_semaphore_works_on_cluster_nodes() {
     a.shutdown().await;
     b.shutdown().await;
     for node in &nodes {
-        assert!(keys.iter().all(|key| !node.exists(key)), "a slot key left");
+        for key in &keys {
+            let left = node
+                .get(key)
+                .map(|value| String::from_utf8_lossy(&value).into_owned());
+            let key = String::from_utf8_lossy(key);
+            assert!(left.is_none(), "a slot key left: {left:?} at {key:?}");
+        }
     }
 }
 

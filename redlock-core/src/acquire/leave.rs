@@ -47,9 +47,18 @@ impl<R: Rng> Acquisition<R> {
     ) {
         let deadline = now + self.settings.release_timeout();
         let requests = round.fan_out(&self.keys, &self.kind, value, Command::Withdraw, deadline);
+        // Where waiters listen, one may have marked our value as waited for
+        // ([`waited`](crate::waited)): a plain `DELIFEQ` would leave it
+        // there until its TTL, and nobody reads a withdraw's answer to
+        // send the script after it. So the script, which deletes it marked.
+        let native = !self.settings.release_notices();
         let requests = requests
             .filter(|r| !skipped.contains(&r.node))
-            .filter(|r| !(planted!(ReleaseSkipsTimedOut) && round.timed_out(r.node)));
+            .filter(|r| !(planted!(ReleaseSkipsTimedOut) && round.timed_out(r.node)))
+            .map(|r| Request {
+                native: r.native && native,
+                ..r
+            });
         self.requests.extend(requests);
         if last {
             self.queue_leave(round, value, now);

@@ -129,12 +129,8 @@ fn check_calls(facts: NodeFacts, u: &mut Unstructured<'_>) -> Result<()> {
             (Native::SetIfEqGet, Command::Extend { .. }, LockKind::Exclusive) => {
                 facts.has_set_ifeq_get()
             }
-            (Native::DelIfEq, Command::Withdraw, LockKind::Exclusive | LockKind::Write { .. }) => {
-                facts.has_delifeq()
-            }
-            (Native::DelIfEqMarks, Command::Release, LockKind::Exclusive) => {
-                facts.has_delifeq() && request.keys.len() == 3
-            }
+            (Native::DelIfEq, Command::Withdraw, LockKind::Exclusive | LockKind::Write { .. })
+            | (Native::DelIfEq, Command::Release, LockKind::Exclusive) => facts.has_delifeq(),
             _ => false,
         };
         assert!(allowed, "{native:?} for {request:?} on {facts}");

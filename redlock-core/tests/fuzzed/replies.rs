@@ -314,32 +314,8 @@ fn yes_answer(fed: &Fed) -> bool {
         (None, Release, Response::Int(3)) => true,
         (Some(Native::SetNxGet), Acquire { .. }, Response::Nil) => true,
         (Some(Native::DelIfEq), Release | Withdraw, Response::Int(1)) => true,
-        (Some(Native::DelIfEqMarks), Release, Response::Array(items)) => {
-            plain_release(items) == Some(1)
-        }
         (Some(Native::SetIfEqGet), Extend { .. }, Response::Data(held)) => *held == fed.ours,
         _ => false,
-    }
-}
-
-/// What the plain release's `DELIFEQ` answered, if `items` has its shape:
-/// `[0 | 1, [key, mark, mark]]` (or the refusal of `MGET` in its place),
-/// then `0` or `1` after a notice.
-fn plain_release(items: &[Response]) -> Option<i64> {
-    let mark = |m: &Response| matches!(m, Response::Nil | Response::Data(_));
-    let marks = |m: &Response| match m {
-        Response::Array(marks) => marks.len() == 3 && marks.iter().all(mark),
-        Response::Other(_) => true,
-        _ => false,
-    };
-    match items {
-        [Response::Int(1), read, notice @ ..]
-            if marks(read) && matches!(notice, [] | [Response::Int(0 | 1)]) =>
-        {
-            Some(1)
-        }
-        [Response::Int(0), read] if marks(read) => Some(0),
-        _ => None,
     }
 }
 
@@ -369,11 +345,7 @@ fn documented_answer(fed: &Fed) -> bool {
                 Response::Data(_) | Response::Nil
             )
     );
-    let plain_no = matches!(
-        (fed.native, fed.command, response),
-        (Some(Native::DelIfEqMarks), Release, Response::Array(items)) if plain_release(items) == Some(0)
-    );
-    no || plain_no || yes_answer(fed)
+    no || yes_answer(fed)
 }
 
 /// Every vote is explained by an answer that node gave in that round.

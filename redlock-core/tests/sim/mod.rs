@@ -289,6 +289,12 @@ enum Event {
         request: Request,
         drop_reply: bool,
     },
+    /// A client's connection sends the request that follows an answer it
+    /// read ([`Request::follow_up`]), before handing anyone the answer.
+    FollowUp {
+        client: usize,
+        request: Request,
+    },
     /// A reply reaches its client.
     Answer {
         client: usize,
@@ -367,20 +373,10 @@ impl Node {
     fn run(&mut self, now: Duration, request: &Request) -> Reply {
         let clock = self.clock(now);
         let call = request.call(&self.facts);
-        let mut response = match call {
+        let response = match call {
             Call::Script(_) => self.store.run(clock, request),
             Call::Native(native) => self.store.run_native(clock, request, native),
         };
-        // As the adapter does: a plain release publishes after it where
-        // the core says a notice is due (always heard of as published).
-        if let (
-            Call::Native(redlock_core::Native::DelIfEqMarks),
-            Some(_),
-            redlock_core::Response::Array(items),
-        ) = (call, request.notice_after(&response), &mut response)
-        {
-            items.push(redlock_core::Response::Int(1));
-        }
         Reply::via(request, call, Ok(response))
     }
 }
@@ -592,6 +588,7 @@ impl World {
                 request,
                 drop_reply,
             } => self.deliver(client, request, drop_reply),
+            Event::FollowUp { client, request } => self.send(client, request),
             Event::Answer { client, reply } => self.on_reply(client, reply),
             Event::Notice { client, node } => {
                 if let ClientState::Acquiring { machine, .. } = &mut self.clients[client].state {
@@ -706,7 +703,22 @@ impl World {
             None => matches!(&response, redlock_core::Response::Array(items) if items.len() == 3),
         };
         let freed = request.command == redlock_core::Command::Release && published;
-        self.answer(client, request.node.0, reply, drop_reply);
+        // The connection reads this answer and sends what follows it, whose
+        // answer is the one its sender gets: a lost answer has no follow-up.
+        match request.follow_up(&reply) {
+            Some(next) if !drop_reply => {
+                let at = self.now + self.uniform(self.cfg.latency);
+                self.push(
+                    at,
+                    Event::FollowUp {
+                        client,
+                        request: next,
+                    },
+                );
+            }
+            Some(_) => {}
+            None => self.answer(client, request.node.0, reply, drop_reply),
+        }
         if freed && self.cfg.notices {
             // Every client is subscribed; the message may be lost like any other.
             for other in 0..self.clients.len() {

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use redlock_core::waited::is_ours;
 use redlock_core::{Command, LockKind, Native, Request, Response};
 
 #[derive(Clone, Debug)]
@@ -30,13 +31,14 @@ pub struct Store {
 const MS: f64 = 1000.0;
 
 impl Store {
-    /// When `value` at `key` expires (node microseconds), if it is there.
+    /// When `value` at `key` expires (node microseconds), if it is there
+    /// (marked as waited for or not).
     pub fn expiry_of(&self, key: &[u8], value: &[u8], clock: f64) -> Option<f64> {
         match self.data.get(key) {
             Some(Entry {
                 val: Val::Str(v),
                 expires,
-            }) if v == value && *expires > clock => Some(*expires),
+            }) if is_ours(v, value) && *expires > clock => Some(*expires),
             _ => None,
         }
     }
@@ -75,6 +77,12 @@ impl Store {
         }
     }
 
+    /// `GET key` of a string key. (Used by `tests/tests/lua_model.rs`.)
+    #[allow(dead_code)]
+    pub fn string(&mut self, key: &[u8], clock: f64) -> Option<Vec<u8>> {
+        self.get_str(key, clock)
+    }
+
     /// `DEL key`. (Used by `tests/tests/lua_model.rs`.)
     #[allow(dead_code)]
     pub fn forget(&mut self, key: &[u8]) {
@@ -110,6 +118,29 @@ impl Store {
                 expires: clock + ttl_ms as f64 * MS,
             },
         );
+    }
+
+    /// Marks `held`, the value at `key`, as waited for by `client`
+    /// (`redlock_core::waited`): `v` becomes `v\0client`, a value marked by
+    /// another client `v\0d\0`; its TTL stays.
+    fn mark_held(&mut self, key: &[u8], held: &[u8], client: &[u8], clock: f64) {
+        let marked = match held.iter().rposition(|&byte| byte == 0) {
+            None => [held, b"\0", client].concat(),
+            Some(at) if at + 1 == held.len() || &held[at + 1..] == client => return,
+            Some(_) => [held, b"\0"].concat(),
+        };
+        if let Some(entry) = self.live(key, clock) {
+            entry.val = Val::Str(marked);
+        }
+    }
+
+    /// What an acquire answers for a key held by `held`: its first 64
+    /// bytes, after a waiter's attempt (it names its client) marked it.
+    fn held_by(&mut self, key: &[u8], held: Vec<u8>, request: &Request, clock: f64) -> Response {
+        if let Some(client) = &request.client {
+            self.mark_held(key, &held, client.as_bytes(), clock);
+        }
+        Response::Data(held[..held.len().min(64)].to_vec())
     }
 
     fn pexpire(&mut self, key: &[u8], clock: f64, ttl_ms: u64) {
@@ -211,19 +242,6 @@ impl Store {
                 }
                 _ => Response::Int(0),
             },
-            // `DELIFEQ key value`, then `MGET` of the key and the marks.
-            Native::DelIfEqMarks => {
-                let deleted = self.run_native(clock, request, Native::DelIfEq);
-                let marks = request
-                    .keys
-                    .iter()
-                    .map(|mark| {
-                        self.get_str(mark.as_bytes(), clock)
-                            .map_or(Response::Nil, Response::Data)
-                    })
-                    .collect();
-                Response::Array(vec![deleted, Response::Array(marks)])
-            }
             // `SET key value IFEQ value PX ttl GET`: the value found (the TTL
             // set when it is ours), or nil and nothing set.
             Native::SetIfEqGet => match self.get_str(key, clock) {
@@ -252,7 +270,7 @@ impl Store {
                 if !matches!(kind, LockKind::Semaphore { .. }) =>
             {
                 match self.get_str(keys[0], clock) {
-                    Some(held) => Response::Data(held),
+                    Some(held) => self.held_by(keys[0], held, request, clock),
                     None => {
                         self.set_str(keys[0], ours, clock, ttl.as_millis());
                         let counter = self.counter(keys[1], clock) as i64;
@@ -261,7 +279,7 @@ impl Store {
                 }
             }
             (_, Command::StoreToken { token }) => match self.get_str(keys[0], clock) {
-                Some(held) if held == ours => {
+                Some(held) if is_ours(&held, ours) => {
                     let counter = self.counter(keys[1], clock).max(token);
                     self.data.insert(
                         keys[1].to_vec(),
@@ -276,7 +294,7 @@ impl Store {
                 None => Response::Int(-1),
             },
             (LockKind::Exclusive, Command::Acquire { ttl }) => match self.get_str(keys[0], clock) {
-                Some(held) => Response::Data(held),
+                Some(held) => self.held_by(keys[0], held, request, clock),
                 None => {
                     self.set_str(keys[0], ours, clock, ttl.as_millis());
                     Response::Int(1)
@@ -286,7 +304,7 @@ impl Store {
                 LockKind::Exclusive | LockKind::Fair { .. },
                 Command::Extend { ttl } | Command::Restore { ttl },
             ) => match self.get_str(keys[0], clock) {
-                Some(held) if held == ours => {
+                Some(held) if is_ours(&held, ours) => {
                     self.pexpire(keys[0], clock, ttl.as_millis());
                     Response::Int(1)
                 }
@@ -314,26 +332,33 @@ impl Store {
                 if mark.as_deref() != Some(client) || left < ms {
                     self.set_str(keys[1], client, clock, left.max(ms) as u64);
                 }
+                if let Some(held) = self.get_str(keys[0], clock).filter(|held| held != ours) {
+                    let client = client.to_vec();
+                    self.mark_held(keys[0], &held, &client, clock);
+                }
                 Response::Int(1)
             }
             // `RELEASE_IF_WAITED`: 3 when another client's waiter may be
             // marked (the publish itself is the simulation's, `sim/mod.rs`).
+            // Our value marked by our client alone counts as unmarked.
             (LockKind::Exclusive, Command::Release) => match self.get_str(keys[0], clock) {
-                Some(held) if held == ours => {
+                Some(held) if is_ours(&held, ours) => {
                     self.del(keys[0]);
                     let (Some(mark), Some(others)) = (keys.get(1), keys.get(2)) else {
                         return Response::Int(3);
                     };
                     let client = request.client.as_ref().map(|client| client.as_bytes());
+                    let alone = held == ours || held.get(ours.len() + 1..) == client;
                     match self.get_str(mark, clock) {
-                        None => Response::Int(1),
+                        None if alone => Response::Int(1),
                         Some(mark)
-                            if Some(mark.as_slice()) == client
+                            if alone
+                                && Some(mark.as_slice()) == client
                                 && self.live(others, clock).is_none() =>
                         {
                             Response::Int(1)
                         }
-                        Some(_) => Response::Int(3),
+                        _ => Response::Int(3),
                     }
                 }
                 Some(_) => Response::Int(0),
@@ -358,7 +383,7 @@ impl Store {
                 for i in 0..n {
                     let slot = (*start as usize + i) % n;
                     match self.get_str(keys[slot], clock) {
-                        Some(held) if held == ours => return grant(self, slot),
+                        Some(held) if is_ours(&held, ours) => return grant(self, slot),
                         None => {
                             free.get_or_insert(slot);
                         }
@@ -379,7 +404,10 @@ impl Store {
             (LockKind::Semaphore { .. }, Command::Release | Command::Withdraw) => {
                 let mut found = false;
                 for key in &keys {
-                    if self.get_str(key, clock).as_deref() == Some(ours) {
+                    if self
+                        .get_str(key, clock)
+                        .is_some_and(|held| is_ours(&held, ours))
+                    {
                         self.del(key);
                         found = true;
                     }
@@ -390,7 +418,7 @@ impl Store {
                 LockKind::Exclusive | LockKind::Write { .. },
                 Command::Release | Command::Withdraw,
             ) => match self.get_str(keys[0], clock) {
-                Some(held) if held == ours => {
+                Some(held) if is_ours(&held, ours) => {
                     self.del(keys[0]);
                     Response::Int(1)
                 }
@@ -399,7 +427,7 @@ impl Store {
             },
             (LockKind::Read, Command::Acquire { ttl }) => {
                 if let Some(writer) = self.get_str(keys[0], clock) {
-                    return Response::Data(writer);
+                    return Response::Data(writer[..writer.len().min(64)].to_vec());
                 }
                 if self.get_str(keys[2], clock).is_some() {
                     return Response::Data(b"writer-waiting".to_vec());
@@ -435,7 +463,7 @@ impl Store {
             }
             (LockKind::Write { readers_hold_off }, Command::Acquire { ttl }) => {
                 if let Some(writer) = self.get_str(keys[0], clock) {
-                    return Response::Data(writer);
+                    return Response::Data(writer[..writer.len().min(64)].to_vec());
                 }
                 let set = self.readers(keys[1], clock);
                 let busy = !set.is_empty();
@@ -477,7 +505,7 @@ impl Store {
             (LockKind::Multi, Command::Acquire { ttl }) => {
                 for key in &keys {
                     if let Some(held) = self.get_str(key, clock) {
-                        return Response::Data(held);
+                        return self.held_by(key, held, request, clock);
                     }
                 }
                 for key in &keys {
@@ -489,7 +517,7 @@ impl Store {
                 let mut missing = false;
                 for key in &keys {
                     match self.get_str(key, clock) {
-                        Some(held) if held != ours => return Response::Int(0),
+                        Some(held) if !is_ours(&held, ours) => return Response::Int(0),
                         Some(_) => {}
                         None => missing = true,
                     }
@@ -512,7 +540,7 @@ impl Store {
                 let (mut released, mut others) = (0, 0);
                 for key in &keys {
                     match self.get_str(key, clock) {
-                        Some(held) if held == ours => {
+                        Some(held) if is_ours(&held, ours) => {
                             self.del(key);
                             released += 1;
                         }
@@ -588,7 +616,7 @@ impl Store {
                 self.put_zset(keys[1], order, last);
                 self.put_zset(keys[2], expiry, last);
                 match held {
-                    Some(held) => Response::Data(held),
+                    Some(held) => Response::Data(held[..held.len().min(64)].to_vec()),
                     None if !*by_queue || position == 1 => {
                         self.set_str(keys[0], ours, clock, ttl.as_millis());
                         Response::Int(1)

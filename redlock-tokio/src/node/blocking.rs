@@ -4,12 +4,12 @@
 use std::sync::PoisonError;
 
 use redis::Value;
-use redlock_core::{Call, Native, NodeFacts, Request};
+use redlock_core::Request;
 use tracing::{debug, info};
 
-use super::encode::{plain, script_call};
+use super::Node;
+use super::encode::script_call;
 use super::reply::map_error;
-use super::{Link, Node};
 
 /// A plain blocking connection, for releases sent when no runtime can send
 /// them (at process exit, or a guard dropped outside a runtime).
@@ -31,18 +31,13 @@ impl Node {
     /// fails here is not tried again by later blocking releases, so that a
     /// process exiting with many locks waits for a dead node once.
     pub(crate) fn send_blocking(&self, request: &Request) {
-        let facts = match &self.lock_state().link {
-            Link::Up { facts, .. } => *facts,
-            Link::Down { .. } => NodeFacts::default(),
-        };
-        let command = match request.call(&facts) {
-            // The full script: a new connection may meet an empty script
-            // cache, and there is no time for a NOSCRIPT round trip.
-            Call::Script(script) => script_call("EVAL", script, request),
-            // One command, which publishes for itself when it must.
-            Call::Native(Native::DelIfEqMarks) => script_call("EVAL", request.script(), request),
-            Call::Native(native) => plain(native.words(request)),
-        };
+        // The full script, never the plain `DELIFEQ`: our value may be
+        // marked as waited for, which only the script deletes, and nobody
+        // reads this answer to send the script after it
+        // (`redlock_core::waited`). In full: a new connection may meet an
+        // empty script cache, and there is no time for a NOSCRIPT round
+        // trip.
+        let command = script_call("EVAL", request.script(), request);
         let mut blocking = self.blocking.lock().unwrap_or_else(PoisonError::into_inner);
         if blocking.gave_up {
             return;

@@ -4,13 +4,12 @@
 use std::sync::Arc;
 
 use redis::{RedisError, Value};
-use redlock_core::{Call, Native, NodeError, NodeErrorKind, Reply, Request, Response};
+use redlock_core::{Call, NodeError, NodeErrorKind, Reply, Request, Response};
 use tracing::{debug, warn};
 
 use super::Node;
-use super::connect::Connection;
 use super::encode::plain;
-use super::reply::{first_error, map_error, map_value};
+use super::reply::{map_error, map_value};
 
 impl Node {
     /// Runs one request as the core says for this connection's server
@@ -22,8 +21,23 @@ impl Node {
     /// to this node meanwhile ([`Order`](crate::order::Order)): commands for one key take effect
     /// in the order they were issued.
     ///
+    /// Where the core says another request follows the answer on this
+    /// node ([`Request::follow_up`]: the script after a `DELIFEQ` that
+    /// deleted nothing), it is sent next, and its reply is the one
+    /// returned: so it happens whoever reads the reply, the machine or
+    /// nobody (a node the machine decided without).
+    ///
     /// No timeout here: the caller applies the request's deadline.
     pub(crate) async fn execute(self: &Arc<Self>, request: &Request) -> Reply {
+        let reply = self.execute_once(request).await;
+        match request.follow_up(&reply) {
+            Some(next) => self.execute_once(&next).await,
+            None => reply,
+        }
+    }
+
+    /// [`execute`](Self::execute) without the follow-up.
+    async fn execute_once(self: &Arc<Self>, request: &Request) -> Reply {
         let (mut connection, facts, generation) = match self.connection() {
             Ok(link) => link,
             Err(error) => return Reply::to(request, Err(error)),
@@ -44,71 +58,14 @@ impl Node {
             }
             Call::Native(native) => {
                 let command = plain(native.words(request));
-                let key = request.key();
-                let result = match native.pipelined(request) {
-                    None => {
-                        self.order
-                            .send_plain(key, command.query_async::<Value>(&mut connection))
-                            .await
-                    }
-                    Some(then) => {
-                        let mut pipeline = redis::pipe();
-                        // Each answer as it is: an error reply fails the
-                        // request with its own code (`WRONGTYPE`).
-                        pipeline
-                            .ignore_errors()
-                            .add_command(command)
-                            .add_command(plain(then));
-                        let answers = self
-                            .order
-                            .send_plain(key, pipeline.query_async::<Value>(&mut connection))
-                            .await
-                            .and_then(first_error);
-                        if let Ok(Value::Array(items)) = &answers
-                            && let Some(Value::ServerError(error)) = items.get(1)
-                        {
-                            let error = map_error(&error.clone().into());
-                            if error.kind == NodeErrorKind::NoPermission {
-                                self.not_permitted(request, &error);
-                            }
-                        }
-                        answers
-                    }
-                };
-                let mut result = self.finish(request, generation, result);
-                if let (Native::DelIfEqMarks, Ok(response)) = (native, &mut result) {
-                    self.publish_if_due(&mut connection, request, response)
-                        .await;
-                }
-                result
+                let result = self
+                    .order
+                    .send_plain(request.key(), command.query_async::<Value>(&mut connection))
+                    .await;
+                self.finish(request, generation, result)
             }
         };
         Reply::via(request, call, result)
-    }
-
-    /// Publishes the release notice that `response`, a plain release's
-    /// answer, calls for ([`Request::notice_after`]), and appends what that
-    /// did to it: `1` published, `0` not.
-    async fn publish_if_due(
-        &self,
-        connection: &mut Connection,
-        request: &Request,
-        response: &mut Response,
-    ) {
-        let Some(channel) = request.notice_after(response) else {
-            return;
-        };
-        let published = redis::cmd("PUBLISH")
-            .arg(channel.as_bytes())
-            .arg(b"")
-            .query_async::<Value>(connection)
-            .await;
-        if let Err(err) = &published {
-            debug!(node = %self.name, error = %map_error(err), "release notice not published");
-        }
-        if let Response::Array(items) = response {
-            items.push(Response::Int(i64::from(published.is_ok())));
-        }
     }
 
     /// The node's answer as a `Response`; an error that leaves the
@@ -148,8 +105,7 @@ impl Node {
 
     /// Logs a `NOPERM` at WARN once per node, then at DEBUG: an ACL user
     /// without rights on the waiters' marks meets one on every release
-    /// (refused whole and sent again without them, or, in Valkey's
-    /// pipeline, its `MGET` alone refused, and the release publishes).
+    /// (refused whole and sent again without them).
     pub(super) fn not_permitted(&self, request: &Request, error: &NodeError) {
         let command = request.command.name();
         if self

@@ -5,19 +5,6 @@
 use redis::{ErrorKind, RedisError, Value};
 use redlock_core::{NodeError, NodeErrorKind, Response};
 
-/// A pipeline's answers, or the error of its first command: the error of
-/// a later one stays in its place, for the core to read (the plain
-/// release's marks, which an ACL user may not read, [`Native::DelIfEqMarks`](redlock_core::Native::DelIfEqMarks)).
-pub(super) fn first_error(answers: Value) -> redis::RedisResult<Value> {
-    match answers {
-        Value::Array(items) => match items.first() {
-            Some(Value::ServerError(error)) => Err(error.clone().into()),
-            _ => Ok(Value::Array(items)),
-        },
-        other => other.extract_error(),
-    }
-}
-
 /// A script's return value as the core's `Response`.
 pub(crate) fn map_value(value: Value) -> Response {
     match value {

@@ -487,8 +487,15 @@ impl Master {
             return Err("ERR the simulation models the exclusive scripts only".to_owned());
         };
         let mut request = self.build(keys, arg(0)?, command);
-        // The client a mark or an exclusive release names, if any.
-        if matches!(command, Command::MarkWaiting { .. } | Command::Release) {
+        // The client a mark, a waiter's attempt or an exclusive release
+        // names, if any.
+        if matches!(
+            command,
+            Command::MarkWaiting { .. }
+                | Command::Release
+                | Command::Acquire { .. }
+                | Command::AcquireFenced { .. }
+        ) {
             request.client = args
                 .get(2)
                 .map(|client| LockValue::from_string(String::from_utf8_lossy(client).into_owned()));

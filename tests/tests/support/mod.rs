@@ -151,6 +151,20 @@ pub(crate) fn user_without_marks(cluster: &RedisCluster) -> Vec<String> {
         .collect()
 }
 
+/// Marks the lock held at `key` (a key without a hash tag) on `node` as
+/// waited for by a waiter of `client`, as that waiter's mark does
+/// (`scripts::MARK_WAITING`): the waiters' mark next to the key, and the
+/// holder's value itself (`redlock_core::waited`), which a Valkey release's
+/// `DELIFEQ` then does not delete, so that its release script follows.
+pub(crate) fn mark_waiting(node: &RedisNode, key: &str, client: &str) {
+    let (waiters, others) = (format!("{{{key}}}\0waiters"), format!("{{{key}}}\0others"));
+    let script = redlock_tokio::core::scripts::MARK_WAITING;
+    let args = [
+        "EVAL", script, "3", key, &waiters, &others, "a waiter", "60000", client,
+    ];
+    assert_eq!(node.command(args), Value::Int(1), "{node}: the mark");
+}
+
 /// A node's answer as the core's `Response`, as the client maps it.
 pub(crate) fn to_response(value: Value) -> Response {
     match value {
