@@ -149,8 +149,22 @@ impl Container {
     }
 
     /// `docker pause` (cgroup freezer: the process stops, TCP still answers).
+    ///
+    /// The freezer can give up while the container's process is in the
+    /// kernel ("OCI runtime pause failed: unable to freeze"; the container
+    /// keeps running); that is the machine, not the lock under test, so the
+    /// pause is tried again, up to five times, 200 ms apart.
     pub fn pause(&self) -> io::Result<()> {
-        run("docker", &["pause", &self.id]).map(drop)
+        let mut tries = 0;
+        loop {
+            match run("docker", &["pause", &self.id]) {
+                Err(err) if tries < 4 && err.to_string().contains("unable to freeze") => {
+                    tries += 1;
+                    thread::sleep(Duration::from_millis(200));
+                }
+                result => return result.map(drop),
+            }
+        }
     }
 
     /// `docker unpause`.
