@@ -13,7 +13,7 @@ mod waiting;
 
 use leave::skipped_by_lock_round;
 
-use crate::machine::{Machine, Notice};
+use crate::machine::{HandOver, Machine, Notice};
 use crate::quorum::{Round, Tally, remaining, valid_until};
 use crate::retry::{Next, Notices, Retries};
 use crate::wire::interpret_acquire;
@@ -175,6 +175,10 @@ pub struct Acquisition<R> {
     unmarked: bool,
     /// Semaphores: the slot each master granted in the current attempt.
     slots: Vec<Option<u64>>,
+    /// The release channels on which the withdraws of an acquisition that
+    /// ended during an attempt hand over, until given
+    /// ([`Machine::poll_hand_over`]).
+    hand_over: Option<Vec<Key>>,
 }
 
 /// Fair locks ([`LockSpec::Fair`]): after this many attempts in a row that
@@ -314,6 +318,7 @@ impl<R: Rng> Acquisition<R> {
             positions: Vec::new(),
             scores: 0,
             marked_until: None,
+            hand_over: None,
             unmarked: false,
             best_position: None,
             slots: Vec::new(),
@@ -570,6 +575,20 @@ impl<R: Rng> Machine for Acquisition<R> {
         self.notices.listen.take()
     }
 
+    /// The lock's channels, once the withdraws of an attempt cut short
+    /// (the acquisition ended with it in flight: cancelled, or past its
+    /// deadline) are queued on every node: that attempt may have taken
+    /// the lock, and its withdraws release it, so the client's waiters
+    /// learn of it as of a release (a waiter's attempt that met the
+    /// withdrawn value saw it held, and no notice would come).
+    fn poll_hand_over(&mut self) -> Option<HandOver> {
+        if !self.requests.is_empty() {
+            return None;
+        }
+        let channels = self.hand_over.take()?;
+        Some(HandOver::Queued { channels })
+    }
+
     /// A fair lock's waiters are ordered by the masters' queues.
     fn ordered_by_masters(&self) -> bool {
         matches!(self.kind, LockKind::Fair { .. })
@@ -666,8 +685,13 @@ impl<R: Rng> Machine for Acquisition<R> {
     ///
     /// Such an extra attempt does not use up the retry count: if it fails,
     /// the acquisition goes back to waiting for the retry it had scheduled.
-    fn handle_notice(&mut self, notice: Notice, now: Instant) {
-        if self.is_done() || self.notices.since.is_some_and(|since| now < since) {
+    ///
+    /// The notice's instant `at` counts against the attempt's start; the
+    /// attempt it starts starts `now`: a notice replayed to a waiter that
+    /// became first may be long past, and a round started then would be
+    /// past its deadline before its first request left.
+    fn handle_delivery(&mut self, notice: Notice, at: Instant, now: Instant) {
+        if self.is_done() || self.notices.since.is_some_and(|since| at < since) {
             return;
         }
         match notice {

@@ -10,7 +10,8 @@ use crate::{Acquisition, HandOver, Key, NodeId, Notice, WaitQueue, WaiterId, Wak
 
 /// What the [`Hub`] asks its caller to deliver, drained with
 /// [`Hub::poll_delivery`]: give `notice` to `waiter`'s acquisition
-/// ([`Machine::handle_notice`](crate::Machine::handle_notice)) with `at`.
+/// ([`Machine::handle_delivery`](crate::Machine::handle_delivery)) with `at`,
+/// at the instant it is delivered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Delivery {

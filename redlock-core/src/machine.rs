@@ -32,7 +32,8 @@ use crate::{Key, NodeId, Reply, Request};
 ///    ([`handle_reply`](Self::handle_reply)), the instant of
 ///    [`poll_timeout`](Self::poll_timeout)
 ///    ([`handle_timeout`](Self::handle_timeout)), or a release notice
-///    ([`handle_notice`](Self::handle_notice)). Then go to 1.
+///    ([`handle_notice`](Self::handle_notice), or
+///    [`handle_delivery`](Self::handle_delivery) for a hub's). Then go to 1.
 ///
 /// A driver that stops before the end (a cancelled future) calls
 /// [`abandon`](Self::abandon) and sends the requests it queues.
@@ -101,7 +102,9 @@ pub trait Machine {
     /// exclusive lock, whether its nodes saw a waiter of another client
     /// ([`HandOver::Answered`], once every node answered or timed out).
     /// Only a [`Release`](crate::Release) of a fair or an exclusive lock
-    /// hands over.
+    /// hands over, and an [`Acquisition`](crate::Acquisition) of one that
+    /// ends during an attempt: its withdraws are a release of what the
+    /// attempt may have taken ([`HandOver::Queued`] only).
     fn poll_hand_over(&mut self) -> Option<HandOver> {
         None
     }
@@ -116,7 +119,16 @@ pub trait Machine {
     /// Feeds a release notice that arrived at `now`. Only an acquisition
     /// uses them.
     fn handle_notice(&mut self, notice: Notice, now: Instant) {
-        let _ = (notice, now);
+        self.handle_delivery(notice, now, now);
+    }
+
+    /// Feeds a release notice delivered at `now` for an event at `at`, as
+    /// a [`Hub`](crate::Hub) gives it ([`Delivery`](crate::Delivery)): a
+    /// replay, or a hand-over told at its answer, carries the instant of its
+    /// event, earlier than its delivery. `at` is what is compared with the
+    /// attempt's start; an attempt the notice starts starts `now`.
+    fn handle_delivery(&mut self, notice: Notice, at: Instant, now: Instant) {
+        let _ = (notice, at, now);
     }
 
     /// True once the final event is queued.

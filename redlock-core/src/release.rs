@@ -377,7 +377,7 @@ impl Release {
 /// waiter, told first, would win before other clients' waiters, who hear
 /// of the release from the masters, so the
 /// [`WaitQueue`](crate::WaitQueue) tells it only while none is.
-fn hands_over(kind: &LockKind) -> bool {
+pub(crate) fn hands_over(kind: &LockKind) -> bool {
     matches!(kind, LockKind::Fair { .. } | LockKind::Exclusive)
 }
 

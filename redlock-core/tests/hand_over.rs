@@ -487,3 +487,79 @@ fn a_refused_release_of_several_keys_is_not_sent_again() {
     release.handle_reply(Reply::to(&requests[0], Err(noperm)), t0 + 2 * MS);
     assert_eq!(release.poll_request(), None);
 }
+
+/// A notice delivered late (a hub's replay to a waiter that became first,
+/// or a hand-over told at its release's answer) carries the instant of its
+/// event: that instant counts against the attempt's start, and the attempt
+/// it starts starts at delivery. Started at the event's instant, the round
+/// would be past its deadline before its first request left, every node
+/// counted as timed out (the client sim's notices mode found a waiter that
+/// lost its turn so, and nodes marked slow by it).
+#[test]
+fn a_late_delivery_starts_its_attempt_at_delivery() {
+    let settings = settings(true);
+    let t0 = Instant::now();
+    let mut waiter = waiter(&settings, t0);
+    let delivered = t0 + 250 * MS;
+    waiter.handle_delivery(Notice::HandedOver, t0 + 5 * MS, delivered);
+    let attempt = votes(&mut waiter);
+    assert_eq!(attempt.len(), 3);
+    assert!(
+        attempt.iter().all(|r| r.deadline > delivered),
+        "the round's deadline follows its start: {:?}",
+        attempt.iter().map(|r| r.deadline - t0).collect::<Vec<_>>()
+    );
+    // Older than the attempt that failed at t0: seen by it.
+    let mut waiter2 = self::waiter(&settings, t0 + 5 * MS);
+    waiter2.handle_delivery(Notice::HandedOver, t0 + 4 * MS, delivered);
+    assert!(votes(&mut waiter2).is_empty());
+}
+
+/// An acquisition that ends during an attempt (cancelled, or past its wait
+/// limit) withdraws what the attempt may have taken, and hands that over to
+/// its client's waiters once the withdraws are queued on every node, as a
+/// release does: a waiter whose attempt met the withdrawn value saw it held
+/// and would hear no notice (the client sim's notices mode found one left
+/// waiting for its retry). Only where its client's waiters listen, and for
+/// the kinds a release hands over.
+#[test]
+fn an_attempt_cut_short_hands_its_withdraws_over() {
+    let t0 = Instant::now();
+    for (notices, spec, hands_over) in [
+        (true, LockSpec::Exclusive(b"job"), true),
+        (true, LockSpec::Fair(b"job"), true),
+        (false, LockSpec::Exclusive(b"job"), false),
+        (true, LockSpec::Read(b"job"), false),
+    ] {
+        let mut acquire = acquisition(&settings(notices), spec, t0);
+        let attempt = votes(&mut acquire);
+        assert!(!attempt.is_empty());
+        acquire.abandon(t0 + MS);
+        assert_eq!(
+            acquire.poll_hand_over(),
+            None,
+            "not before the withdraws are drained"
+        );
+        let withdraws = sent(&mut acquire);
+        assert!(
+            withdraws.iter().any(|r| r.command == Command::Withdraw),
+            "{spec:?}: {withdraws:?}"
+        );
+        let told = acquire.poll_hand_over();
+        assert_eq!(
+            told.is_some(),
+            hands_over,
+            "{spec:?} with notices {notices}: {told:?}"
+        );
+        if let Some(told) = told {
+            assert!(matches!(told, HandOver::Queued { .. }));
+            assert_eq!(told.channels().len(), 1);
+            assert_eq!(acquire.poll_hand_over(), None, "once");
+        }
+    }
+    // Between attempts nothing is withdrawn, and nothing handed over.
+    let mut waiting = waiter(&settings(true), t0);
+    waiting.abandon(t0 + MS);
+    sent(&mut waiting);
+    assert_eq!(waiting.poll_hand_over(), None);
+}

@@ -350,7 +350,7 @@ where
                     self.hand_off_expired(now);
                 }
                 Some((notice, at)) = next_notice(&mut self.waiter) => {
-                    self.machine.handle_notice(notice, at);
+                    self.machine.handle_delivery(notice, at, crate::sim::now());
                 }
             }
         }
@@ -439,14 +439,6 @@ impl<M: Machine> Drop for Run<'_, M> {
         let in_flight = std::mem::take(&mut self.in_flight);
         let now = crate::sim::now();
         self.machine.abandon(now);
-        // A release's waiters hear what it could not learn.
-        if let Some(notices) = self.client.notices()
-            && notices.someone_waits_anywhere()
-        {
-            while let Some(hand_over) = self.machine.poll_hand_over() {
-                notices.hand_over(&hand_over, now);
-            }
-        }
         while let Some(request) = self.machine.poll_request() {
             let nodes = self.client.node_handles();
             // What must arrive is always admitted; anything else a known
@@ -455,6 +447,15 @@ impl<M: Machine> Drop for Run<'_, M> {
                 continue;
             }
             in_flight.push(send(nodes, request));
+        }
+        // A release's waiters hear what it could not learn; an
+        // acquisition's, that its withdraws, queued now, free the lock.
+        if let Some(notices) = self.client.notices()
+            && notices.someone_waits_anywhere()
+        {
+            while let Some(hand_over) = self.machine.poll_hand_over() {
+                notices.hand_over(&hand_over, now);
+            }
         }
         self.client.background().complete(in_flight);
     }

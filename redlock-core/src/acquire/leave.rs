@@ -16,6 +16,9 @@ impl<R: Rng> Acquisition<R> {
             } => {
                 let skipped = skipped_by_lock_round(&round, &phase);
                 self.queue_releases(&round, &skipped, &value, now, true);
+                if self.notices.wanted && crate::release::hands_over(&self.kind) {
+                    self.hand_over = Some(self.channels());
+                }
             }
             State::Waiting { .. } if matches!(self.kind, LockKind::Fair { .. }) => {
                 // Between attempts nothing of ours is set, but our entries
