@@ -25,7 +25,8 @@
 //! a master once every client shut down (or, at exit, once the blocking
 //! releases ran) unless that master missed a request (a dropped
 //! connection, a pause at exit), every wait limit is honoured, and a
-//! kept-alive lock whose validity ran out was signalled lost.
+//! kept-alive lock whose validity ran out was signalled lost; in
+//! [`Mode::Notices`], no waiter is stranded by a release.
 //!
 //! Release notices are on in most seeds ([`Plan::notices`]): the masters
 //! speak `SUBSCRIBE` and publish what a release script publishes, so
@@ -65,7 +66,20 @@ pub enum Mode {
     /// One master restarts empty mid-run: outside Redlock's model, so
     /// overlaps are a figure here, not a failure.
     Restart,
+    /// Waiting by release notices alone: one client, no faults, a retry
+    /// delay longer than any wait limit (so only a notice or a hand-over
+    /// wakes a waiter), and waiters that give up the moment a lock they
+    /// wait for is released (the first of them may have been told). Judged
+    /// besides: a lock released while valid is taken again soon whenever
+    /// someone waited through its release ([`STRANDED_AFTER`]).
+    Notices,
 }
+
+/// How long a lock released while valid may stay free, while a waiter
+/// waits through the release, before the waiter counts as stranded (the
+/// [`Mode::Notices`] runs): far above a hand-over's round trip (at most a
+/// few ms here), far below the retry delay that would wake it otherwise.
+pub const STRANDED_AFTER: Duration = Duration::from_millis(250);
 
 /// A bug planted in the client through the sim's hooks, to show the sim
 /// finds it.
@@ -76,6 +90,10 @@ pub enum Planted {
     BoundedQueue,
     /// A cancelled acquire sends no withdraws: what it won stays set.
     NoCancelledWithdraws,
+    /// The core's notice hub forgets to replay a channel's events to the
+    /// waiter that becomes first after one that left without the lock
+    /// (`redlock_core::planted::Bug::HubForgetsReplay`).
+    HubForgetsReplay,
 }
 
 /// The run's choices, all drawn from the seed.
@@ -107,6 +125,9 @@ pub struct Plan {
     /// Whether waiting acquires listen for release notices (pub/sub on
     /// their own connections, marks, hand-overs), or only retry.
     pub notices: bool,
+    /// The clients' retry delay (40 ms, jittered by up to 60; in
+    /// [`Mode::Notices`], 10 s: longer than any wait limit).
+    pub retry_delay: Duration,
 }
 
 impl Plan {
@@ -159,7 +180,38 @@ impl Plan {
             fair: rng.random_bool(0.25),
             exit_at: Duration::from_millis(rng.random_range(20..600)),
             notices: rng.random_bool(0.8),
+            retry_delay: Duration::from_millis(40),
         }
+        .with_mode(seed, mode)
+    }
+
+    /// What [`Mode::Notices`] changes: its choices drawn from a generator
+    /// of their own, so that the other modes' plans stay as they were.
+    fn with_mode(mut self, seed: u64, mode: Mode) -> Self {
+        if mode != Mode::Notices {
+            return self;
+        }
+        let mut rng = StdRng::seed_from_u64(seed.rotate_left(17));
+        for master in &mut self.masters {
+            *master = MasterFaults {
+                // Not the slow master's latency: as drawn for the others.
+                latency: master.latency.min(Duration::from_millis(2)),
+                jitter: master.jitter,
+                buffer: master.buffer,
+                ..MasterFaults::default()
+            };
+        }
+        // Above any round trip here (latency up to 2 ms and jitter up to
+        // 3 ms each way): an attempt that times out goes back to its retry
+        // timer, as it should, and that is a fault this mode leaves out.
+        self.node_timeout = Duration::from_millis(rng.random_range(20..=50));
+        self.clients = 1;
+        self.tasks = rng.random_range(2..=4);
+        self.resources = rng.random_range(1..=2);
+        self.fair = false;
+        self.notices = true;
+        self.retry_delay = Duration::from_secs(10);
+        self
     }
 
     /// Many tasks on distinct resources and one master paused behind a
@@ -282,6 +334,7 @@ impl History {
 #[derive(Clone, Debug)]
 struct Hold {
     key: Vec<u8>,
+    resource: String,
     value: String,
     who: String,
     granted: f64,
@@ -299,9 +352,22 @@ impl Hold {
     }
 }
 
+/// One acquire call, from its start to its end (granted, failed,
+/// cancelled or given up), in virtual ms since the run started.
+#[derive(Clone, Debug)]
+struct Waited {
+    resource: String,
+    who: String,
+    begun: f64,
+    ended: f64,
+    /// How it ended: granted, failed, or stopped (cancelled, given up).
+    outcome: &'static str,
+}
+
 #[derive(Default)]
 struct Log {
     holds: Vec<Hold>,
+    waits: Vec<Waited>,
     cancelled: u64,
     inspects: u64,
     failures: Vec<String>,
@@ -352,6 +418,24 @@ pub fn run(seed: u64, mode: Mode, planted: Option<Planted>, verbose: bool) -> Re
     }
     let history = Arc::new(History::with_log(verbose));
     let log = Arc::new(Mutex::new(Log::default()));
+    // The core's bug, on this thread: the runtime is current-thread.
+    redlock_tokio::core::planted::set(
+        (planted == Some(Planted::HubForgetsReplay))
+            .then_some(redlock_tokio::core::planted::Bug::HubForgetsReplay),
+    );
+    let report = run_plan(seed, mode, &plan, planted, &history, &log);
+    redlock_tokio::core::planted::set(None);
+    report
+}
+
+fn run_plan(
+    seed: u64,
+    mode: Mode,
+    plan: &Plan,
+    planted: Option<Planted>,
+    history: &Arc<History>,
+    log: &Arc<Mutex<Log>>,
+) -> Report {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .start_paused(true)
@@ -363,7 +447,7 @@ pub fn run(seed: u64, mode: Mode, planted: Option<Planted>, verbose: bool) -> Re
             .masters
             .iter()
             .enumerate()
-            .map(|(i, faults)| Master::new(i, seed, faults.clone(), Arc::clone(&history)))
+            .map(|(i, faults)| Master::new(i, seed, faults.clone(), Arc::clone(history)))
             .collect();
         (masters, start)
     });
@@ -373,11 +457,12 @@ pub fn run(seed: u64, mode: Mode, planted: Option<Planted>, verbose: bool) -> Re
         }
         let mut clients = Vec::new();
         for c in 0..plan.clients {
-            clients.push(build(&plan, &masters, seed, c, planted).await);
+            clients.push(build(plan, &masters, seed, c, planted).await);
         }
         clients
     });
     let tasks = runtime.block_on(async {
+        let releases = tokio::sync::broadcast::Sender::new(64);
         let mut tasks = Vec::new();
         for (c, client) in clients.iter().enumerate() {
             for t in 0..plan.tasks {
@@ -387,7 +472,8 @@ pub fn run(seed: u64, mode: Mode, planted: Option<Planted>, verbose: bool) -> Re
                     plan.clone(),
                     rng,
                     format!("c{c}t{t}"),
-                    Arc::clone(&log),
+                    Arc::clone(log),
+                    (mode == Mode::Notices).then(|| releases.clone()),
                     start,
                 )));
             }
@@ -453,7 +539,10 @@ pub fn run(seed: u64, mode: Mode, planted: Option<Planted>, verbose: bool) -> Re
             .collect(),
         Some(runtime) => runtime.block_on(async {
             let locks = live();
-            tokio::time::sleep(plan.ttl + Duration::from_secs(1)).await;
+            // A waiter's mark lives one retry (delay and jitter) and two
+            // per-node timeouts past its last attempt.
+            let mark = plan.retry_delay + Duration::from_millis(60) + plan.node_timeout * 2;
+            tokio::time::sleep(plan.ttl.max(mark) + Duration::from_secs(1)).await;
             let later = live();
             locks
                 .into_iter()
@@ -469,7 +558,7 @@ pub fn run(seed: u64, mode: Mode, planted: Option<Planted>, verbose: bool) -> Re
                 .collect()
         }),
     };
-    judge(seed, mode, &plan, &masters, &left, &log, &history)
+    judge(seed, mode, plan, &masters, &left, log, history)
 }
 
 /// A key the lock keeps beside its lock key (a waiter's mark, a fair lock's
@@ -501,7 +590,7 @@ async fn build(
     match planted {
         Some(Planted::BoundedQueue) => simulation = simulation.connection_queue(2),
         Some(Planted::NoCancelledWithdraws) => simulation = simulation.skip_cancelled_withdraws(),
-        None => {}
+        Some(Planted::HubForgetsReplay) | None => {}
     }
     let urls: Vec<String> = (0..masters.len())
         .map(|i| format!("redis://sim-master-{i}:6379"))
@@ -510,7 +599,7 @@ async fn build(
         .ttl(plan.ttl)
         .node_timeout(plan.node_timeout)
         .connect_timeout(Duration::from_millis(200))
-        .retry_delay(Duration::from_millis(40))
+        .retry_delay(plan.retry_delay)
         .retry_jitter(Duration::from_millis(60))
         .native_commands(plan.native)
         .release_notices(plan.notices)
@@ -528,6 +617,7 @@ async fn work(
     mut rng: StdRng,
     name: String,
     log: Arc<Mutex<Log>>,
+    releases: Option<tokio::sync::broadcast::Sender<String>>,
     start: Instant,
 ) {
     for round in 0..plan.rounds {
@@ -536,7 +626,11 @@ async fn work(
         if rng.random_bool(0.2) {
             inspect(&client, &plan, &resource, None, &who, &log).await;
         }
-        let limit = Duration::from_millis(rng.random_range(1..400));
+        let limit = match releases {
+            // Long enough to wait through a hold or two.
+            Some(_) => Duration::from_millis(rng.random_range(1..2_000)),
+            None => Duration::from_millis(rng.random_range(1..400)),
+        };
         // What the hold will be, drawn before the acquire: keep-alive is
         // chosen on the request.
         let held_for = plan.ttl.mul_f64(rng.random_range(0.0..1.5));
@@ -568,17 +662,43 @@ async fn work(
         let cancel_after = rng
             .random_bool(0.25)
             .then(|| Duration::from_micros(rng.random_range(0..20_000)));
+        // In the notices mode, half the waiters give up the moment a lock
+        // of their resource is released: the first of them may have been
+        // told its turn came, and the next must be told instead.
+        let give_up = releases
+            .as_ref()
+            .filter(|_| rng.random_bool(0.5))
+            .map(tokio::sync::broadcast::Sender::subscribe);
+        let acquire = async {
+            match give_up {
+                Some(heard) => tokio::select! {
+                    biased;
+                    result = acquire => Some(result),
+                    () = released(heard, &resource) => None,
+                },
+                None => Some(acquire.await),
+            }
+        };
         let result = match cancel_after {
-            Some(after) => match tokio::time::timeout(after, acquire).await {
-                Ok(result) => result,
-                Err(_) => {
-                    log.lock().unwrap().cancelled += 1;
-                    continue;
-                }
-            },
+            Some(after) => tokio::time::timeout(after, acquire).await.ok().flatten(),
             None => acquire.await,
         };
         let returned = Instant::now();
+        log.lock().unwrap().waits.push(Waited {
+            resource: resource.clone(),
+            who: who.clone(),
+            begun: ms(begun, start),
+            ended: ms(returned, start),
+            outcome: match &result {
+                Some(Ok(_)) => "granted",
+                Some(Err(_)) => "failed",
+                None => "stopped",
+            },
+        });
+        let Some(result) = result else {
+            log.lock().unwrap().cancelled += 1;
+            continue;
+        };
         if returned - begun > limit {
             log.lock().unwrap().failures.push(format!(
                 "{who}: a wait limit of {limit:?} took {:?}",
@@ -591,6 +711,7 @@ async fn work(
         };
         let mut hold = Hold {
             key: guard.key().as_bytes().to_vec(),
+            resource: resource.clone(),
             value: guard.value().as_str().to_owned(),
             who: who.clone(),
             granted: ms(returned, start),
@@ -666,7 +787,23 @@ async fn work(
                 let _report = guard.release().await;
             }
         }
+        if let Some(releases) = &releases {
+            let _ = releases.send(resource.clone());
+        }
         tokio::time::sleep(Duration::from_millis(rng.random_range(0..30))).await;
+    }
+}
+
+/// Waits for a release of `resource` (the notices mode's waiters that
+/// give up).
+async fn released(mut heard: tokio::sync::broadcast::Receiver<String>, resource: &str) {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        match heard.recv().await {
+            Ok(released) if released == resource => return,
+            Ok(_) | Err(RecvError::Lagged(_)) => {}
+            Err(RecvError::Closed) => std::future::pending().await,
+        }
     }
 }
 
@@ -732,6 +869,47 @@ fn update_hold(log: &Mutex<Log>, index: usize, change: impl FnOnce(&mut Hold)) {
     change(&mut log.lock().unwrap().holds[index]);
 }
 
+/// Waiters stranded by a release ([`Mode::Notices`]): a lock released
+/// while valid stayed free for longer than [`STRANDED_AFTER`] while a
+/// waiter for it waited through the release and past that time. Its turn
+/// came at the release, and only a notice or a hand-over could tell it
+/// (the retry delay is longer than its wait limit).
+fn stranded(log: &Log) -> Vec<String> {
+    let after = STRANDED_AFTER.as_secs_f64() * 1e3;
+    let mut failures = Vec::new();
+    for hold in &log.holds {
+        // Released while valid: a release that came after its validity may
+        // find the key expired, which no notice tells.
+        let Some(released) = hold.let_go.filter(|&at| at + 10.0 < hold.valid_until) else {
+            continue;
+        };
+        let retaken = log
+            .holds
+            .iter()
+            .filter(|next| next.resource == hold.resource && next.granted > released)
+            .map(|next| next.granted)
+            .min_by(f64::total_cmp);
+        if retaken.is_some_and(|at| at - released <= after) {
+            continue;
+        }
+        if let Some(waiter) = log.waits.iter().find(|w| {
+            w.resource == hold.resource && w.begun < released && w.ended > released + after
+        }) {
+            failures.push(format!(
+                "{} released by {} at {released:.3} ms while valid, free until {}, while {} \
+                 waited [{:.3}, {:.3}] ms: stranded",
+                hold.resource,
+                hold.who,
+                retaken.map_or("the end".to_owned(), |at| format!("{at:.3} ms")),
+                waiter.who,
+                waiter.begun,
+                waiter.ended
+            ));
+        }
+    }
+    failures
+}
+
 fn judge(
     seed: u64,
     mode: Mode,
@@ -787,6 +965,9 @@ fn judge(
             }
         }
     }
+    if mode == Mode::Notices {
+        report.failures.extend(stranded(&log));
+    }
     for (i, master) in masters.iter().enumerate() {
         let keys = left[i].clone();
         if master.missed_requests() {
@@ -803,6 +984,12 @@ fn judge(
                 String::from_utf8_lossy(&key)
             ));
         }
+    }
+    for wait in &log.waits {
+        history.note(format!(
+            "wait of {} for {}: [{:.3}, {:.3}] ms, {}",
+            wait.who, wait.resource, wait.begun, wait.ended, wait.outcome
+        ));
     }
     for hold in &log.holds {
         history.note(format!(
