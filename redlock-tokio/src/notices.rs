@@ -14,7 +14,7 @@
 //! served), what a subscription or the client's own release tells, what a
 //! waiter that becomes first is told again, and which channels are wanted.
 //! The acquisitions then decide what notices mean for their attempts
-//! ([`Machine::handle_notice`](redlock_core::Machine::handle_notice)).
+//! ([`Machine::handle_delivery`](redlock_core::Machine::handle_delivery)).
 //!
 //! The shape, chosen so that it can never slow or fail a lock:
 //!

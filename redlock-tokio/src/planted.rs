@@ -65,8 +65,8 @@ impl<M: Machine> Machine for SkipsCancelledWithdraws<'_, M> {
         self.machine.handle_timeout(now);
     }
 
-    fn handle_notice(&mut self, notice: Notice, now: Instant) {
-        self.machine.handle_notice(notice, now);
+    fn handle_delivery(&mut self, notice: Notice, at: Instant, now: Instant) {
+        self.machine.handle_delivery(notice, at, now);
     }
 
     fn is_done(&self) -> bool {
