@@ -99,6 +99,47 @@ impl<R: Rng> Acquisition<R> {
         self.marked_until
     }
 
+    /// A release notice: once the lock may have been released after the
+    /// current attempt started (see below), the acquisition tries again at
+    /// once instead of at the end of the retry delay, so a released lock
+    /// passes to a waiter in about one round trip. A notice that comes
+    /// during an attempt counts once that attempt has failed (the release may
+    /// have reached a node just after the attempt's check there); one from
+    /// before the attempt started was seen by it.
+    ///
+    /// The lock may have been released when notices came from more nodes than
+    /// failed attempts can free while another client holds a quorum
+    /// (N - quorum + 1: 2 of 3, 3 of 5), when the channels were newly
+    /// subscribed, or when this client released the lock itself
+    /// ([`Notice::HandedOver`]: its release runs on every node before the
+    /// attempt, so the hand-over takes one round trip and no notice).
+    /// Failed attempts release what they set, and those releases
+    /// publish too; a holder of a quorum leaves at most N - quorum nodes to
+    /// them, so their clean-ups alone never wake a waiter.
+    ///
+    /// Such an extra attempt does not use up the retry count: if it fails,
+    /// the acquisition goes back to waiting for the retry it had scheduled.
+    ///
+    /// The notice's instant `at` counts against the attempt's start; the
+    /// attempt it starts starts `now`: a notice replayed to a waiter that
+    /// became first may be long past, and a round started then would be
+    /// past its deadline before its first request left.
+    pub(super) fn hear(&mut self, notice: Notice, at: Instant, now: Instant) {
+        if self.is_done() || self.notices.since.is_some_and(|since| at < since) {
+            return;
+        }
+        match notice {
+            Notice::Released(node) => {
+                if let Some(heard) = self.notices.heard.get_mut(node.0) {
+                    *heard = true;
+                }
+            }
+            Notice::Subscribed => self.notices.subscribed = true,
+            Notice::HandedOver => self.notices.handed_over = true,
+        }
+        self.wake_if_released(now);
+    }
+
     /// Between attempts, starts the next one at once if the lock may have
     /// been released since the last one started.
     pub(super) fn wake_if_released(&mut self, now: Instant) {
