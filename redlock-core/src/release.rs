@@ -495,9 +495,10 @@ impl Request {
     /// ```
     /// # use std::{sync::Arc, time::Instant};
     /// # use redlock_core::*;
-    /// let settings = Settings::new(1, Config::default()).unwrap();
-    /// let key = Key::new(b"job").unwrap();
-    /// let mut release = Release::new(&settings, key, LockValue::from("v"), RoundId(1), Instant::now());
+    /// let settings = Config::new(["a"]).validate().unwrap();
+    /// let key = Key::from(&b"job"[..]);
+    /// let value = LockValue::from_string("v");
+    /// let mut release = Release::new(&settings, key, value, RoundId(1), Instant::now());
     /// let request = release.poll_request().unwrap();
     /// let zero = |native| Reply { native, ..Reply::to(&request, Ok(Response::Int(0))) };
     /// // Sent as `DELIFEQ`, deleted nothing: the script follows.
