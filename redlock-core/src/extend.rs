@@ -231,8 +231,9 @@ impl Extension {
             deadline,
         );
         let untouched = &self.untouched;
-        // The script: our value may be marked as waited for, which a plain
-        // `DELIFEQ` leaves (see `Release`), and nobody reads this answer.
+        // The script: the lock is gone here, so others likely waited and
+        // marked our value, which a plain `DELIFEQ` leaves; the script would
+        // then follow it (`Request::follow_up`), a round trip later.
         self.requests.extend(
             requests
                 .filter(|request| !untouched.contains(&request.node))

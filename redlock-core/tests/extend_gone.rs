@@ -144,6 +144,9 @@ fn a_value_released_on_a_quorum_is_lost_and_not_re_created() {
         // Our value is released on every node, after the extend there.
         assert_eq!(releases.len(), 3, "{answers:?}");
         assert!(releases.iter().all(|r| r.command == Command::Release));
+        // As the script, never a plain `DELIFEQ`: waiters likely marked our
+        // value, which `DELIFEQ` leaves, and the script would then follow.
+        assert!(releases.iter().all(|r| !r.native), "{answers:?}");
     }
     // Three of five.
     let (outcome, releases) = extend(

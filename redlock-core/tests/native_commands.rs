@@ -525,7 +525,11 @@ fn a_release_refused_for_its_marks_is_sent_again_without_them() {
     release.handle_reply(Reply::to(&again, noperm()), t0 + MS);
     assert_eq!(release.poll_request(), None, "once");
     release.handle_reply(Reply::to(&requests[1], Ok(Response::Int(1))), t0 + MS);
-    release.handle_reply(Reply::to(&requests[2], Ok(Response::Int(3))), t0 + MS);
+    // Another node refuses too: sent again there, to that node.
+    release.handle_reply(Reply::to(&requests[2], noperm()), t0 + MS);
+    let again = release.poll_request().expect("sent again");
+    assert_eq!((again.node, again.keys.len()), (requests[2].node, 1));
+    release.handle_reply(Reply::to(&again, Ok(Response::Int(3))), t0 + MS);
     assert_eq!(release.poll_request(), None);
     let report = release.poll_event().expect("every node answered");
     assert_eq!((report.released(), report.failed()), (2, 1), "{report}");

@@ -592,3 +592,89 @@ fn nobody_waiting_the_release_publishes_nothing() {
         assert!(!stores[request.node.0].marked(request.keys[1].as_bytes(), 1.0));
     }
 }
+
+/// Another client takes the key between a waiter's mark and its attempt on
+/// every node: the mark found the key free (it set only the waiters' key),
+/// so it is the attempt, which names its client, that marks the new
+/// holder's value (`redlock_core::waited`). The new holder's plain
+/// `DELIFEQ` then deletes nothing, and the script after it publishes. An
+/// attempt that named nobody would leave the value unmarked: the `DELIFEQ`
+/// would delete it silently, and the waiter wait for its retry timer.
+#[test]
+fn a_holder_between_the_mark_and_the_attempt_is_marked_by_the_attempt() {
+    const SECOND: f64 = 1_000_000.0;
+    let settings = settings(Via::Plain);
+    let start = Instant::now();
+    let at = |ms| start + Duration::from_millis(ms);
+    let mut stores: Vec<redis::Store> = (0..NODES).map(|_| redis::Store::default()).collect();
+    let take = |stores: &mut Vec<redis::Store>, seed, ttl, clock| {
+        let mut holder = Acquisition::new(
+            settings.clone(),
+            b"job",
+            ttl,
+            Attempts::Once,
+            start,
+            StdRng::seed_from_u64(seed),
+        );
+        while let Some(request) = holder.poll_request() {
+            let response = stores[request.node.0].run(clock, &request);
+            holder.handle_reply(Reply::to(&request, Ok(response)), start);
+        }
+        match holder.poll_event() {
+            Some(AcquireEvent::Acquired(lock)) => lock,
+            other => panic!("the holder takes the free lock: {other:?}"),
+        }
+    };
+    // The first holder's key lives one second.
+    let ttl = settings.ttl(Duration::from_secs(1)).unwrap();
+    take(&mut stores, 1, ttl, 0.0);
+    let mut waiter = Acquisition::new(
+        settings.clone(),
+        b"job",
+        settings.default_ttl(),
+        Attempts::Retry,
+        start,
+        StdRng::seed_from_u64(2),
+    );
+    while let Some(request) = waiter.poll_request() {
+        let response = stores[request.node.0].run(0.001 * SECOND, &request);
+        waiter.handle_reply(Reply::to(&request, Ok(response)), at(1));
+    }
+    assert!(!waiter.is_done(), "the first attempt finds the lock held");
+    assert!(waiter.poll_listen().is_some(), "it asks to listen");
+    // It listens: its marks, then its attempt, on every node.
+    waiter.handle_notice(Notice::Subscribed, at(2));
+    let requests: Vec<Request> = std::iter::from_fn(|| waiter.poll_request()).collect();
+    let (marks, attempts): (Vec<_>, Vec<_>) = requests
+        .into_iter()
+        .partition(|request| matches!(request.command, Command::MarkWaiting { .. }));
+    assert_eq!((marks.len(), attempts.len()), (NODES, NODES));
+    // The first holder's key has expired when the marks land.
+    for mark in &marks {
+        let response = stores[mark.node.0].run(1.1 * SECOND, mark);
+        waiter.handle_reply(Reply::to(mark, Ok(response)), at(3));
+    }
+    // The second holder takes the key, then the attempts land.
+    let mut second = take(&mut stores, 3, settings.default_ttl(), 1.2 * SECOND);
+    for attempt in &attempts {
+        let response = stores[attempt.node.0].run(1.3 * SECOND, attempt);
+        waiter.handle_reply(Reply::to(attempt, Ok(response)), at(4));
+    }
+    assert!(!waiter.is_done(), "the second holder holds the lock");
+    // Its plain release: a `DELIFEQ` that deletes nothing, then the script,
+    // which publishes, on every node.
+    let mut release = second.release(at(5));
+    let mut published = 0;
+    while let Some(request) = release.poll_request() {
+        let call = request.call(&valkey9());
+        let plain = stores[request.node.0].run_native(1.4 * SECOND, &request, Native::DelIfEq);
+        let reply = Reply::via(&request, call, Ok(plain));
+        let script = request
+            .follow_up(&reply)
+            .unwrap_or_else(|| panic!("node {}: the DELIFEQ deleted the value", request.node.0));
+        let response = stores[request.node.0].run(1.4 * SECOND, &script);
+        published += usize::from(response == Response::Int(3));
+        release.handle_reply(Reply::to(&script, Ok(response)), at(6));
+    }
+    assert_eq!(published, NODES, "the release published on every node");
+}
