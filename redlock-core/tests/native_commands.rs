@@ -544,3 +544,40 @@ fn a_release_refused_for_its_marks_is_sent_again_without_them() {
     quiet.handle_reply(Reply::to(&requests[0], noperm()), t0 + MS);
     assert_eq!(quiet.poll_request(), None);
 }
+
+/// A failed attempt's withdraws: the script where waiters listen (they may
+/// have marked our value, and a plain `DELIFEQ` that deleted nothing would
+/// need the script after it: on the nodes where the attempt found another
+/// holder, that is every time); `DELIFEQ` where nobody listens.
+#[test]
+fn withdraws_are_plain_only_where_nobody_listens() {
+    let t0 = Instant::now();
+    for notices in [true, false] {
+        let settings = settings(notices);
+        let mut attempt = Acquisition::with_spec(
+            Arc::clone(&settings),
+            LockSpec::Exclusive(b"k"),
+            settings.default_ttl(),
+            Attempts::Once,
+            t0,
+            StdRng::seed_from_u64(7),
+        )
+        .unwrap();
+        let sent = requests(&mut attempt);
+        let holder = Response::Data(b"theirs".to_vec());
+        attempt.handle_reply(Reply::to(&sent[0], Ok(Response::Int(1))), t0 + MS);
+        attempt.handle_reply(Reply::to(&sent[1], Ok(holder.clone())), t0 + MS);
+        attempt.handle_reply(Reply::to(&sent[2], Ok(holder)), t0 + MS);
+        let withdraws = requests(&mut attempt);
+        assert!(!withdraws.is_empty(), "the attempt failed and withdraws");
+        for withdraw in &withdraws {
+            assert_eq!(withdraw.command, Command::Withdraw);
+            let expected = if notices {
+                Call::Script(withdraw.script())
+            } else {
+                Call::Native(Native::DelIfEq)
+            };
+            assert_eq!(withdraw.call(&valkey9()), expected, "notices {notices}");
+        }
+    }
+}

@@ -51,9 +51,10 @@ impl<R: Rng> Acquisition<R> {
         let deadline = now + self.settings.release_timeout();
         let requests = round.fan_out(&self.keys, &self.kind, value, Command::Withdraw, deadline);
         // Where waiters listen, one may have marked our value as waited for
-        // ([`waited`](crate::waited)): a plain `DELIFEQ` would leave it
-        // there until its TTL, and nobody reads a withdraw's answer to
-        // send the script after it. So the script, which deletes it marked.
+        // ([`waited`](crate::waited)), which a plain `DELIFEQ` leaves; the
+        // script would then follow it ([`Request::follow_up`]), as it would
+        // on every node where the attempt found another holder. So the
+        // script at once, which deletes our value marked or not.
         let native = !self.settings.release_notices();
         let requests = requests
             .filter(|r| !skipped.contains(&r.node))
