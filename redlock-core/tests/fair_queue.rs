@@ -345,6 +345,26 @@ fn a_waiter_that_gives_up_leaves_every_queue() {
     );
 }
 
+/// The leave of a waiter that gives up between attempts must arrive: it
+/// has the release timeout from when it was queued, as a withdraw has.
+#[test]
+fn a_waiters_leave_has_the_release_timeout() {
+    let mut world = World::new();
+    let mut holder = world.waiter(1);
+    let _held = world.step(&mut holder).expect("a free lock");
+    let mut waiter = world.waiter(2);
+    assert!(world.step(&mut waiter).is_none());
+    world.now += Duration::from_millis(5);
+    let now = world.instant();
+    waiter.abandon(now);
+    let leaves: Vec<_> = std::iter::from_fn(|| waiter.poll_request()).collect();
+    assert_eq!(leaves.len(), 3, "{leaves:?}");
+    for leave in &leaves {
+        assert_eq!(leave.command, Command::Leave);
+        assert_eq!(leave.deadline, now + world.settings.release_timeout());
+    }
+}
+
 #[test]
 fn a_dead_waiters_entry_expires() {
     let mut world = World::new();

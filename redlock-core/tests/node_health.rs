@@ -240,3 +240,82 @@ fn a_failed_fenced_attempt_withdraws_where_only_its_token_was_skipped() {
     let nodes: Vec<_> = withdraws.iter().map(|r| r.node.0).collect();
     assert_eq!(nodes, [0, 1, 2, 3, 4], "a and b got our value");
 }
+
+/// A node that does not answer within the round may have set our value:
+/// the failed attempt withdraws it there too, unlike on a node it skipped.
+#[test]
+fn a_failed_attempt_withdraws_from_a_node_that_timed_out() {
+    let settings = settings();
+    let t0 = Instant::now();
+    let mut acquire = acquisition(&settings, t0, 8);
+    let requests: Vec<_> = std::iter::from_fn(|| acquire.poll_request()).collect();
+    // a never answers, b and c set our value, d and e hold another one.
+    for request in &requests[1..3] {
+        acquire.handle_reply(Reply::to(request, Ok(Response::Int(1))), t0);
+    }
+    for request in &requests[3..] {
+        let other = Response::Data(b"other".to_vec());
+        acquire.handle_reply(Reply::to(request, Ok(other)), t0);
+    }
+    let deadline = acquire
+        .poll_timeout()
+        .expect("a has until the round's deadline");
+    acquire.handle_timeout(deadline);
+    assert!(matches!(
+        acquire.poll_event(),
+        Some(AcquireEvent::Failed(_))
+    ));
+    let withdraws: Vec<_> = std::iter::from_fn(|| acquire.poll_request()).collect();
+    assert!(withdraws.iter().all(|r| r.command == Command::Withdraw));
+    let nodes: Vec<_> = withdraws.iter().map(|r| r.node.0).collect();
+    assert_eq!(nodes, [0, 1, 2, 3, 4], "a may have set our value");
+}
+
+/// A fenced attempt whose lock round skipped a node (known slow) and whose
+/// token round then fails: nothing of ours reached that node, so nothing
+/// is withdrawn there.
+#[test]
+fn a_failed_fenced_attempt_withdraws_nothing_where_its_lock_round_skipped() {
+    let settings = settings();
+    let t0 = Instant::now();
+    let mut acquire = Acquisition::fenced(
+        Arc::clone(&settings),
+        b"job",
+        settings.default_ttl(),
+        Attempts::Once,
+        t0,
+        StdRng::seed_from_u64(9),
+    );
+    let requests: Vec<_> = std::iter::from_fn(|| acquire.poll_request()).collect();
+    // e is known slow; a, b, c set our value; d holds another one.
+    acquire.handle_reply(Reply::skipped(&requests[4]), t0);
+    for request in &requests[..3] {
+        let set = Response::Array(vec![Response::Int(1), Response::Int(0)]);
+        acquire.handle_reply(Reply::to(request, Ok(set)), t0);
+    }
+    let other = Response::Data(b"other".to_vec());
+    acquire.handle_reply(Reply::to(&requests[3], Ok(other)), t0);
+    let tokens: Vec<_> = std::iter::from_fn(|| acquire.poll_request()).collect();
+    assert!(
+        tokens
+            .iter()
+            .all(|r| matches!(r.command, Command::StoreToken { .. })),
+        "{tokens:?}"
+    );
+    // The token is refused everywhere: no quorum.
+    for request in &tokens {
+        acquire.handle_reply(Reply::to(request, Ok(Response::Int(0))), t0 + MS);
+    }
+    let deadline = acquire.poll_timeout();
+    if !matches!(acquire.poll_event(), Some(AcquireEvent::Failed(_))) {
+        acquire.handle_timeout(deadline.expect("undecided, it has a deadline"));
+        assert!(matches!(
+            acquire.poll_event(),
+            Some(AcquireEvent::Failed(_))
+        ));
+    }
+    let withdraws: Vec<_> = std::iter::from_fn(|| acquire.poll_request()).collect();
+    assert!(withdraws.iter().all(|r| r.command == Command::Withdraw));
+    let nodes: Vec<_> = withdraws.iter().map(|r| r.node.0).collect();
+    assert_eq!(nodes, [0, 1, 2, 3], "e never saw our value");
+}
