@@ -678,3 +678,60 @@ fn a_holder_between_the_mark_and_the_attempt_is_marked_by_the_attempt() {
     }
     assert_eq!(published, NODES, "the release published on every node");
 }
+
+/// A waiter for several keys, the resources of a multi-resource lock or
+/// the slots of a semaphore, marks every one of them on every node: the
+/// release that frees any of them must publish.
+#[test]
+fn a_waiter_for_several_keys_marks_each_of_them() {
+    let specs = [
+        redlock_core::LockSpec::Multi(&[b"a", b"b"]),
+        redlock_core::LockSpec::Semaphore {
+            resource: b"pool",
+            permits: 2,
+        },
+    ];
+    for spec in specs {
+        let settings = settings(Via::Script);
+        let start = Instant::now();
+        let mut stores: Vec<redis::Store> = (0..NODES).map(|_| redis::Store::default()).collect();
+        let acquisition = |seed, attempts| {
+            Acquisition::with_spec(
+                settings.clone(),
+                spec,
+                settings.default_ttl(),
+                attempts,
+                start,
+                StdRng::seed_from_u64(seed),
+            )
+            .unwrap()
+        };
+        let mut attempt = |machine: &mut Acquisition<StdRng>| {
+            while let Some(request) = machine.poll_request() {
+                let response = stores[request.node.0].run(0.0, &request);
+                machine.handle_reply(Reply::to(&request, Ok(response)), start);
+            }
+        };
+        // Held: both resources, or both permits.
+        let holders = match spec {
+            redlock_core::LockSpec::Semaphore { permits, .. } => permits,
+            _ => 1,
+        };
+        for seed in 0..u64::from(holders) {
+            let mut holder = acquisition(seed + 1, Attempts::Once);
+            attempt(&mut holder);
+            assert!(
+                matches!(holder.poll_event(), Some(AcquireEvent::Acquired(_))),
+                "{spec:?}: holder {seed} is granted"
+            );
+        }
+        let mut waiter = acquisition(9, Attempts::Retry);
+        attempt(&mut waiter);
+        assert!(waiter.poll_listen().is_some(), "{spec:?}: it waits");
+        waiter.handle_notice(Notice::Subscribed, start + Duration::from_millis(1));
+        let marks = std::iter::from_fn(|| waiter.poll_request())
+            .filter(|request| matches!(request.command, Command::MarkWaiting { .. }))
+            .count();
+        assert_eq!(marks, 2 * NODES, "{spec:?}: two keys on every node");
+    }
+}
