@@ -735,3 +735,98 @@ fn a_waiter_for_several_keys_marks_each_of_them() {
         assert_eq!(marks, 2 * NODES, "{spec:?}: two keys on every node");
     }
 }
+
+/// The marks of an attempt a notice starts between retries, `before` its
+/// retry; and the instants of the waiter's last mark's end, of its retry
+/// and of the notice.
+fn marks_of_extra_attempt(fenced: bool, before: Duration) -> (usize, Instant, Instant, Instant) {
+    let settings = settings(Via::Script);
+    let start = Instant::now();
+    let mut stores: Vec<redis::Store> = (0..NODES).map(|_| redis::Store::default()).collect();
+    let mut attempt = |machine: &mut Acquisition<StdRng>, now: Instant| {
+        while let Some(request) = machine.poll_request() {
+            let response = stores[request.node.0].run(0.0, &request);
+            machine.handle_reply(Reply::to(&request, Ok(response)), now);
+        }
+    };
+    let mut holder = Acquisition::new(
+        settings.clone(),
+        b"job",
+        settings.default_ttl(),
+        Attempts::Once,
+        start,
+        StdRng::seed_from_u64(1),
+    );
+    attempt(&mut holder, start);
+    assert!(matches!(
+        holder.poll_event(),
+        Some(AcquireEvent::Acquired(_))
+    ));
+    let new = if fenced {
+        Acquisition::fenced
+    } else {
+        Acquisition::new
+    };
+    let mut waiter = new(
+        settings.clone(),
+        b"job",
+        settings.default_ttl(),
+        Attempts::Retry,
+        start,
+        StdRng::seed_from_u64(2),
+    );
+    attempt(&mut waiter, start);
+    assert!(waiter.poll_listen().is_some(), "it waits");
+    let subscribed = start + Duration::from_millis(1);
+    waiter.handle_notice(Notice::Subscribed, subscribed);
+    attempt(&mut waiter, subscribed);
+    let marked = waiter.marked_until().expect("its attempt marked");
+    let retry = waiter.poll_timeout().expect("it waits for its retry");
+    let at = retry - before;
+    // The release is heard from a quorum of the nodes.
+    waiter.handle_notice(Notice::Released(NodeId(0)), at);
+    waiter.handle_notice(Notice::Released(NodeId(1)), at);
+    let requests: Vec<Request> = std::iter::from_fn(|| waiter.poll_request()).collect();
+    assert!(!requests.is_empty(), "a quorum's notices start an attempt");
+    let marks = requests
+        .iter()
+        .filter(|request| matches!(request.command, Command::MarkWaiting { .. }))
+        .count();
+    (marks, marked, retry, at)
+}
+
+/// An attempt a notice starts between retries goes without a mark exactly
+/// while the last mark lives, by one per-node timeout, past both the retry
+/// it goes back to and its own end (`mark_lives_past`); a fenced attempt
+/// takes two rounds, so one that starts within a per-node timeout of the
+/// retry marks.
+#[test]
+fn an_extra_attempt_goes_unmarked_exactly_while_the_last_mark_lives_past_the_retry() {
+    let timeout = settings(Via::Script).node_timeout();
+    for fenced in [false, true] {
+        let attempt = timeout * if fenced { 2 } else { 1 };
+        let (mut marked_cases, mut unmarked_cases) = (0, 0);
+        let befores = (1..=60u32)
+            .map(|ms| Duration::from_millis(5) * ms)
+            .chain([Duration::from_secs(5)]);
+        for before in befores {
+            let (marks, marked, retry, at) = marks_of_extra_attempt(fenced, before);
+            let lives_past = marked >= retry.max(at + attempt) + timeout;
+            assert_eq!(
+                marks == 0,
+                lives_past,
+                "fenced {fenced}, notice {before:?} before the retry: {marks} marks"
+            );
+            if lives_past {
+                unmarked_cases += 1;
+            } else {
+                marked_cases += 1;
+            }
+        }
+        assert!(unmarked_cases > 0, "fenced {fenced}: none went unmarked");
+        assert!(
+            !fenced || marked_cases > 0,
+            "a fenced attempt just before its retry marks"
+        );
+    }
+}
