@@ -60,6 +60,11 @@ fn error_codes_are_classified_exactly() {
         NodeErrorKind::from_error_code("WRONGPASS"),
         NodeErrorKind::Auth
     );
+    // An ACL user without rights on a key or channel the request names.
+    assert_eq!(
+        NodeErrorKind::from_error_code("NOPERM"),
+        NodeErrorKind::NoPermission
+    );
     // Only the code counts, not words further on in the message.
     for code in [
         "ERR",
