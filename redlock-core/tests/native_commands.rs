@@ -581,3 +581,33 @@ fn withdraws_are_plain_only_where_nobody_listens() {
         }
     }
 }
+
+/// A `DELIFEQ` that deleted nothing, given to the release as the node's
+/// answer (by an adapter that does not send the script after it), reads
+/// as "not ours there", never as a protocol error.
+#[test]
+fn a_delifeq_that_deleted_nothing_reads_as_not_ours() {
+    let t0 = Instant::now();
+    let mut release = release_of(&settings(false), Key::from(&b"k"[..]), 1, t0);
+    for request in requests(&mut release) {
+        let reply = Reply::via(
+            &request,
+            Call::Native(Native::DelIfEq),
+            Ok(Response::Int(0)),
+        );
+        release.handle_reply(reply, t0 + MS);
+    }
+    let report = release.poll_event().expect("decided");
+    assert!(
+        report
+            .votes()
+            .votes()
+            .iter()
+            .all(|vote| matches!(vote, NodeVote::NotOurs | NodeVote::Pending)),
+        "{report}"
+    );
+    assert!(
+        report.votes().votes().contains(&NodeVote::NotOurs),
+        "{report}"
+    );
+}

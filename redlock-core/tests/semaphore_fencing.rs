@@ -142,6 +142,7 @@ fn a_permit_token_comes_from_its_slots_counters_and_is_stored_beside_its_slot() 
     assert_eq!(withdraws.len(), 1, "{requests:?}");
     assert_eq!(withdraws[0].node.0, 1, "the master that granted slot 0");
     assert_eq!(withdraws[0].script(), scripts::SEMAPHORE_WITHDRAW);
+    assert_eq!(withdraws[0].deadline, now + settings.release_timeout());
     assert_eq!(stores.len(), 3);
     for store in &stores {
         assert_eq!(store.command, Command::StoreToken { token: 8 });
