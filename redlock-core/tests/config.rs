@@ -245,3 +245,41 @@ fn the_largest_ttl_is_accepted() {
         Err(ConfigError::TtlTooLarge { .. })
     ));
 }
+
+/// A waiter's mark lives the longest retry wait plus two per-node
+/// timeouts, plus the drift allowance (1% + 2 ms), as its documentation
+/// says; a fair waiter's queue entry, two retry waits and two per-node
+/// timeouts, within the lock's TTL.
+#[test]
+fn waiters_marks_and_queue_entries_live_as_documented() {
+    use rand::SeedableRng;
+    use redlock_core::{Acquisition, Attempts, LockKind, LockSpec, RetryConfig};
+    let node_timeout = Duration::from_millis(50);
+    let settings = Config::new(nodes(3))
+        .node_timeout(node_timeout)
+        .retry(
+            RetryConfig::default()
+                .delay(Duration::from_millis(200))
+                .jitter(Duration::from_millis(100)),
+        )
+        .validate()
+        .unwrap();
+    // 200 + 100 + 2 x 50 = 400 ms, plus 4 ms (1%) and 2 ms.
+    assert_eq!(settings.waiters_mark_ttl(node_timeout).as_millis(), 406);
+
+    let settings = std::sync::Arc::new(settings);
+    let fair = Acquisition::with_spec(
+        settings.clone(),
+        LockSpec::Fair(b"printer"),
+        settings.default_ttl(),
+        Attempts::Once,
+        std::time::Instant::now(),
+        rand::rngs::StdRng::seed_from_u64(1),
+    )
+    .unwrap();
+    let LockKind::Fair { entry, .. } = fair.kind() else {
+        panic!("a fair lock: {:?}", fair.kind());
+    };
+    // (200 + 100 + 50) x 2.
+    assert_eq!(entry.as_millis(), 700);
+}

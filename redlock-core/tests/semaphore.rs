@@ -270,6 +270,22 @@ fn slots_share_the_hash_slot_and_a_bad_count_is_refused() {
         );
         assert!(matches!(refused, Err(ConfigError::Permits { permits: p }) if p == permits));
     }
+    // The largest count is taken.
+    let largest = Acquisition::with_spec(
+        settings.clone(),
+        LockSpec::Semaphore {
+            resource: b"pool",
+            permits: redlock_core::MAX_PERMITS,
+        },
+        settings.default_ttl(),
+        Attempts::Once,
+        Instant::now(),
+        StdRng::seed_from_u64(1),
+    );
+    assert_eq!(
+        largest.map(|machine| machine.keys().len()).ok(),
+        Some(redlock_core::MAX_PERMITS as usize)
+    );
 }
 
 /// A master's slots, served as `SEMAPHORE_ACQUIRE` and `SEMAPHORE_WITHDRAW` do.
