@@ -82,6 +82,45 @@ fn settings(via: Via) -> Arc<Settings> {
     )
 }
 
+/// Runs every request `machine` queued on `stores` at `clock`, and gives
+/// it their answers at `now`.
+fn answer_all(
+    machine: &mut Acquisition<StdRng>,
+    stores: &mut [redis::Store],
+    clock: f64,
+    now: Instant,
+) {
+    while let Some(request) = machine.poll_request() {
+        let response = stores[request.node.0].run(clock, &request);
+        machine.handle_reply(Reply::to(&request, Ok(response)), now);
+    }
+}
+
+/// A holder, its values drawn from `seed`, takes the free `job` on every
+/// node at `clock`.
+fn take(
+    settings: &Arc<Settings>,
+    stores: &mut [redis::Store],
+    seed: u64,
+    ttl: redlock_core::Ttl,
+    clock: f64,
+    now: Instant,
+) -> redlock_core::Lock {
+    let mut holder = Acquisition::new(
+        settings.clone(),
+        b"job",
+        ttl,
+        Attempts::Once,
+        now,
+        StdRng::seed_from_u64(seed),
+    );
+    answer_all(&mut holder, stores, clock, now);
+    match holder.poll_event() {
+        Some(AcquireEvent::Acquired(lock)) => lock,
+        other => panic!("the holder takes the free lock: {other:?}"),
+    }
+}
+
 /// One operation queued at a node.
 #[derive(Debug)]
 enum Op {
@@ -260,21 +299,14 @@ fn woken_in(
     let start = Instant::now();
     let mut stores: Vec<redis::Store> = (0..NODES).map(|_| redis::Store::default()).collect();
     // The holder takes the lock on every node.
-    let mut holder = Acquisition::new(
-        settings.clone(),
-        b"job",
+    let mut lock = take(
+        &settings,
+        &mut stores,
+        1,
         settings.default_ttl(),
-        Attempts::Once,
+        0.0,
         start,
-        StdRng::seed_from_u64(1),
     );
-    while let Some(request) = holder.poll_request() {
-        let response = stores[request.node.0].run(0.0, &request);
-        holder.handle_reply(Reply::to(&request, Ok(response)), start);
-    }
-    let Some(AcquireEvent::Acquired(mut lock)) = holder.poll_event() else {
-        panic!("the holder takes the free lock");
-    };
     let mut client_marked = None;
     if shape == Shape::Covered {
         // The client's waiter ahead of it queued, and marked, first.
@@ -502,21 +534,14 @@ fn nobody_waiting_the_plain_release_is_one_delifeq_per_node() {
     let settings = settings(Via::Plain);
     let start = Instant::now();
     let mut stores: Vec<redis::Store> = (0..NODES).map(|_| redis::Store::default()).collect();
-    let mut holder = Acquisition::new(
-        settings.clone(),
-        b"job",
+    let mut lock = take(
+        &settings,
+        &mut stores,
+        1,
         settings.default_ttl(),
-        Attempts::Once,
+        0.0,
         start,
-        StdRng::seed_from_u64(1),
     );
-    while let Some(request) = holder.poll_request() {
-        let response = stores[request.node.0].run(0.0, &request);
-        holder.handle_reply(Reply::to(&request, Ok(response)), start);
-    }
-    let Some(AcquireEvent::Acquired(mut lock)) = holder.poll_event() else {
-        panic!("the holder takes the free lock");
-    };
     let mut release = lock.release(start).every_node();
     let mut sent = 0;
     while let Some(request) = release.poll_request() {
@@ -564,21 +589,14 @@ fn nobody_waiting_the_release_publishes_nothing() {
     let settings = settings(Via::Script);
     let start = Instant::now();
     let mut stores: Vec<redis::Store> = (0..NODES).map(|_| redis::Store::default()).collect();
-    let mut holder = Acquisition::new(
-        settings.clone(),
-        b"job",
+    let mut lock = take(
+        &settings,
+        &mut stores,
+        1,
         settings.default_ttl(),
-        Attempts::Once,
+        0.0,
         start,
-        StdRng::seed_from_u64(1),
     );
-    while let Some(request) = holder.poll_request() {
-        let response = stores[request.node.0].run(0.0, &request);
-        holder.handle_reply(Reply::to(&request, Ok(response)), start);
-    }
-    let Some(AcquireEvent::Acquired(mut lock)) = holder.poll_event() else {
-        panic!("the holder takes the free lock");
-    };
     let mut release = lock.release(start);
     while let Some(request) = release.poll_request() {
         assert_eq!(request.script(), scripts::RELEASE_IF_WAITED);
@@ -607,27 +625,9 @@ fn a_holder_between_the_mark_and_the_attempt_is_marked_by_the_attempt() {
     let start = Instant::now();
     let at = |ms| start + Duration::from_millis(ms);
     let mut stores: Vec<redis::Store> = (0..NODES).map(|_| redis::Store::default()).collect();
-    let take = |stores: &mut Vec<redis::Store>, seed, ttl, clock| {
-        let mut holder = Acquisition::new(
-            settings.clone(),
-            b"job",
-            ttl,
-            Attempts::Once,
-            start,
-            StdRng::seed_from_u64(seed),
-        );
-        while let Some(request) = holder.poll_request() {
-            let response = stores[request.node.0].run(clock, &request);
-            holder.handle_reply(Reply::to(&request, Ok(response)), start);
-        }
-        match holder.poll_event() {
-            Some(AcquireEvent::Acquired(lock)) => lock,
-            other => panic!("the holder takes the free lock: {other:?}"),
-        }
-    };
     // The first holder's key lives one second.
     let ttl = settings.ttl(Duration::from_secs(1)).unwrap();
-    take(&mut stores, 1, ttl, 0.0);
+    take(&settings, &mut stores, 1, ttl, 0.0, start);
     let mut waiter = Acquisition::new(
         settings.clone(),
         b"job",
@@ -636,10 +636,7 @@ fn a_holder_between_the_mark_and_the_attempt_is_marked_by_the_attempt() {
         start,
         StdRng::seed_from_u64(2),
     );
-    while let Some(request) = waiter.poll_request() {
-        let response = stores[request.node.0].run(0.001 * SECOND, &request);
-        waiter.handle_reply(Reply::to(&request, Ok(response)), at(1));
-    }
+    answer_all(&mut waiter, &mut stores, 0.001 * SECOND, at(1));
     assert!(!waiter.is_done(), "the first attempt finds the lock held");
     assert!(waiter.poll_listen().is_some(), "it asks to listen");
     // It listens: its marks, then its attempt, on every node.
@@ -655,7 +652,14 @@ fn a_holder_between_the_mark_and_the_attempt_is_marked_by_the_attempt() {
         waiter.handle_reply(Reply::to(mark, Ok(response)), at(3));
     }
     // The second holder takes the key, then the attempts land.
-    let mut second = take(&mut stores, 3, settings.default_ttl(), 1.2 * SECOND);
+    let mut second = take(
+        &settings,
+        &mut stores,
+        3,
+        settings.default_ttl(),
+        1.2 * SECOND,
+        start,
+    );
     for attempt in &attempts {
         let response = stores[attempt.node.0].run(1.3 * SECOND, attempt);
         waiter.handle_reply(Reply::to(attempt, Ok(response)), at(4));
@@ -706,12 +710,8 @@ fn a_waiter_for_several_keys_marks_each_of_them() {
             )
             .unwrap()
         };
-        let mut attempt = |machine: &mut Acquisition<StdRng>| {
-            while let Some(request) = machine.poll_request() {
-                let response = stores[request.node.0].run(0.0, &request);
-                machine.handle_reply(Reply::to(&request, Ok(response)), start);
-            }
-        };
+        let mut attempt =
+            |machine: &mut Acquisition<StdRng>| answer_all(machine, &mut stores, 0.0, start);
         // Held: both resources, or both permits.
         let holders = match spec {
             redlock_core::LockSpec::Semaphore { permits, .. } => permits,
@@ -743,25 +743,14 @@ fn marks_of_extra_attempt(fenced: bool, before: Duration) -> (usize, Instant, In
     let settings = settings(Via::Script);
     let start = Instant::now();
     let mut stores: Vec<redis::Store> = (0..NODES).map(|_| redis::Store::default()).collect();
-    let mut attempt = |machine: &mut Acquisition<StdRng>, now: Instant| {
-        while let Some(request) = machine.poll_request() {
-            let response = stores[request.node.0].run(0.0, &request);
-            machine.handle_reply(Reply::to(&request, Ok(response)), now);
-        }
-    };
-    let mut holder = Acquisition::new(
-        settings.clone(),
-        b"job",
+    take(
+        &settings,
+        &mut stores,
+        1,
         settings.default_ttl(),
-        Attempts::Once,
+        0.0,
         start,
-        StdRng::seed_from_u64(1),
     );
-    attempt(&mut holder, start);
-    assert!(matches!(
-        holder.poll_event(),
-        Some(AcquireEvent::Acquired(_))
-    ));
     let new = if fenced {
         Acquisition::fenced
     } else {
@@ -775,11 +764,11 @@ fn marks_of_extra_attempt(fenced: bool, before: Duration) -> (usize, Instant, In
         start,
         StdRng::seed_from_u64(2),
     );
-    attempt(&mut waiter, start);
+    answer_all(&mut waiter, &mut stores, 0.0, start);
     assert!(waiter.poll_listen().is_some(), "it waits");
     let subscribed = start + Duration::from_millis(1);
     waiter.handle_notice(Notice::Subscribed, subscribed);
-    attempt(&mut waiter, subscribed);
+    answer_all(&mut waiter, &mut stores, 0.0, subscribed);
     let marked = waiter.marked_until().expect("its attempt marked");
     let retry = waiter.poll_timeout().expect("it waits for its retry");
     let at = retry - before;
