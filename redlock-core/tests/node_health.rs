@@ -35,6 +35,25 @@ fn acquisition(settings: &Arc<Settings>, t0: Instant, seed: u64) -> Acquisition<
     )
 }
 
+/// A single fenced attempt at `job`, its lock values drawn from `seed`.
+fn fenced(settings: &Arc<Settings>, t0: Instant, seed: u64) -> Acquisition<StdRng> {
+    Acquisition::fenced(
+        Arc::clone(settings),
+        b"job",
+        settings.default_ttl(),
+        Attempts::Once,
+        t0,
+        StdRng::seed_from_u64(seed),
+    )
+}
+
+/// The nodes of the requests `acquire` queued, every one a withdraw.
+fn withdrawn_from(acquire: &mut Acquisition<StdRng>) -> Vec<usize> {
+    let withdraws: Vec<_> = std::iter::from_fn(|| acquire.poll_request()).collect();
+    assert!(withdraws.iter().all(|r| r.command == Command::Withdraw));
+    withdraws.iter().map(|r| r.node.0).collect()
+}
+
 /// One request of `command` to node 4, for `admit`.
 fn request(settings: &Arc<Settings>, command: Command, t0: Instant) -> Request {
     let mut acquire = acquisition(settings, t0, 1);
@@ -183,10 +202,7 @@ fn a_failed_attempt_withdraws_nothing_from_a_node_it_skipped() {
             t0,
         );
     }
-    let withdraws: Vec<_> = std::iter::from_fn(|| acquire.poll_request()).collect();
-    assert!(withdraws.iter().all(|r| r.command == Command::Withdraw));
-    let nodes: Vec<_> = withdraws.iter().map(|r| r.node.0).collect();
-    assert_eq!(nodes, [2, 3, 4]);
+    assert_eq!(withdrawn_from(&mut acquire), [2, 3, 4]);
 }
 
 /// A fenced attempt whose token round skips a node (known slow since its
@@ -196,14 +212,7 @@ fn a_failed_attempt_withdraws_nothing_from_a_node_it_skipped() {
 fn a_failed_fenced_attempt_withdraws_where_only_its_token_was_skipped() {
     let settings = settings();
     let t0 = Instant::now();
-    let mut acquire = Acquisition::fenced(
-        Arc::clone(&settings),
-        b"job",
-        settings.default_ttl(),
-        Attempts::Once,
-        t0,
-        StdRng::seed_from_u64(7),
-    );
+    let mut acquire = fenced(&settings, t0, 7);
     let requests: Vec<_> = std::iter::from_fn(|| acquire.poll_request()).collect();
     // Nodes a, b, c set our value; d and e hold another one.
     for request in &requests[..3] {
@@ -235,10 +244,11 @@ fn a_failed_fenced_attempt_withdraws_where_only_its_token_was_skipped() {
         matches!(acquire.poll_event(), Some(AcquireEvent::Failed(_))),
         "the token on one node of five"
     );
-    let withdraws: Vec<_> = std::iter::from_fn(|| acquire.poll_request()).collect();
-    assert!(withdraws.iter().all(|r| r.command == Command::Withdraw));
-    let nodes: Vec<_> = withdraws.iter().map(|r| r.node.0).collect();
-    assert_eq!(nodes, [0, 1, 2, 3, 4], "a and b got our value");
+    assert_eq!(
+        withdrawn_from(&mut acquire),
+        [0, 1, 2, 3, 4],
+        "a and b got our value"
+    );
 }
 
 /// A node that does not answer within the round may have set our value:
@@ -265,10 +275,11 @@ fn a_failed_attempt_withdraws_from_a_node_that_timed_out() {
         acquire.poll_event(),
         Some(AcquireEvent::Failed(_))
     ));
-    let withdraws: Vec<_> = std::iter::from_fn(|| acquire.poll_request()).collect();
-    assert!(withdraws.iter().all(|r| r.command == Command::Withdraw));
-    let nodes: Vec<_> = withdraws.iter().map(|r| r.node.0).collect();
-    assert_eq!(nodes, [0, 1, 2, 3, 4], "a may have set our value");
+    assert_eq!(
+        withdrawn_from(&mut acquire),
+        [0, 1, 2, 3, 4],
+        "a may have set our value"
+    );
 }
 
 /// A fenced attempt whose lock round skipped a node (known slow) and whose
@@ -278,14 +289,7 @@ fn a_failed_attempt_withdraws_from_a_node_that_timed_out() {
 fn a_failed_fenced_attempt_withdraws_nothing_where_its_lock_round_skipped() {
     let settings = settings();
     let t0 = Instant::now();
-    let mut acquire = Acquisition::fenced(
-        Arc::clone(&settings),
-        b"job",
-        settings.default_ttl(),
-        Attempts::Once,
-        t0,
-        StdRng::seed_from_u64(9),
-    );
+    let mut acquire = fenced(&settings, t0, 9);
     let requests: Vec<_> = std::iter::from_fn(|| acquire.poll_request()).collect();
     // e is known slow; a, b, c set our value; d holds another one.
     acquire.handle_reply(Reply::skipped(&requests[4]), t0);
@@ -314,8 +318,9 @@ fn a_failed_fenced_attempt_withdraws_nothing_where_its_lock_round_skipped() {
             Some(AcquireEvent::Failed(_))
         ));
     }
-    let withdraws: Vec<_> = std::iter::from_fn(|| acquire.poll_request()).collect();
-    assert!(withdraws.iter().all(|r| r.command == Command::Withdraw));
-    let nodes: Vec<_> = withdraws.iter().map(|r| r.node.0).collect();
-    assert_eq!(nodes, [0, 1, 2, 3], "e never saw our value");
+    assert_eq!(
+        withdrawn_from(&mut acquire),
+        [0, 1, 2, 3],
+        "e never saw our value"
+    );
 }

@@ -96,6 +96,23 @@ fn answer_all(
     }
 }
 
+/// A waiter for `job` that retries until it gets it, fenced or not.
+fn waiter(settings: &Arc<Settings>, start: Instant, fenced: bool) -> Acquisition<StdRng> {
+    let new = if fenced {
+        Acquisition::fenced
+    } else {
+        Acquisition::new
+    };
+    new(
+        settings.clone(),
+        b"job",
+        settings.default_ttl(),
+        Attempts::Retry,
+        start,
+        StdRng::seed_from_u64(2),
+    )
+}
+
 /// A holder, its values drawn from `seed`, takes the free `job` on every
 /// node at `clock`.
 fn take(
@@ -327,14 +344,7 @@ fn woken_in(
         }
         client_marked = first.marked_until();
     }
-    let mut waiter = Acquisition::new(
-        settings.clone(),
-        b"job",
-        settings.default_ttl(),
-        Attempts::Retry,
-        start,
-        StdRng::seed_from_u64(2),
-    );
+    let mut waiter = waiter(&settings, start, false);
     if shape != Shape::Attempted {
         waiter.queue_behind(start, client_marked);
     }
@@ -628,14 +638,7 @@ fn a_holder_between_the_mark_and_the_attempt_is_marked_by_the_attempt() {
     // The first holder's key lives one second.
     let ttl = settings.ttl(Duration::from_secs(1)).unwrap();
     take(&settings, &mut stores, 1, ttl, 0.0, start);
-    let mut waiter = Acquisition::new(
-        settings.clone(),
-        b"job",
-        settings.default_ttl(),
-        Attempts::Retry,
-        start,
-        StdRng::seed_from_u64(2),
-    );
+    let mut waiter = waiter(&settings, start, false);
     answer_all(&mut waiter, &mut stores, 0.001 * SECOND, at(1));
     assert!(!waiter.is_done(), "the first attempt finds the lock held");
     assert!(waiter.poll_listen().is_some(), "it asks to listen");
@@ -751,19 +754,7 @@ fn marks_of_extra_attempt(fenced: bool, before: Duration) -> (usize, Instant, In
         0.0,
         start,
     );
-    let new = if fenced {
-        Acquisition::fenced
-    } else {
-        Acquisition::new
-    };
-    let mut waiter = new(
-        settings.clone(),
-        b"job",
-        settings.default_ttl(),
-        Attempts::Retry,
-        start,
-        StdRng::seed_from_u64(2),
-    );
+    let mut waiter = waiter(&settings, start, fenced);
     answer_all(&mut waiter, &mut stores, 0.0, start);
     assert!(waiter.poll_listen().is_some(), "it waits");
     let subscribed = start + Duration::from_millis(1);
