@@ -37,6 +37,9 @@
 //!   ended, and this process's resident set. Run last, as it kills and
 //!   restarts masters.
 //!
+//! The ratios of (b) in the summary line are medians of per-round ratios
+//! ([`scenarios::paired_median`]).
+//!
 //! Contenders take turns, and their order rotates: by cycle in (a) and (d),
 //! by round in (b) and (c), whose round counts are whole rotations, so every
 //! contender runs in every position equally often; by fault state in (k).
@@ -160,7 +163,7 @@ impl Plan {
             single_cycles: 5_000,
             single_budget: Duration::from_secs(120),
             tasks: 64,
-            throughput_rounds: 4,
+            throughput_rounds: 8,
             throughput_phase: Duration::from_secs(2),
             contention_tasks: 16,
             contention_holds: 150,

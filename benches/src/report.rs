@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use crate::contenders::Kind;
 use crate::faults::{Faults, State};
-use crate::scenarios::{Commands, Contention, PausedLevel, Sequential, Throughput};
+use crate::scenarios::{Commands, Contention, PausedLevel, Sequential, Throughput, paired_median};
 use crate::stats::{Latencies, ms, ratio, ratio_value, us};
 
 /// Everything one run measured.
@@ -105,11 +105,15 @@ impl Summary {
             .fold(None, |worst: Option<f64>, rate| {
                 Some(worst.map_or(rate, |w| w.min(rate)))
             });
-        let throughput =
-            |kind: Kind| get(&results.throughput, kind).map_or(f64::NAN, Throughput::per_second);
-        let cpu_per_cycle = |kind: Kind| {
-            get(&results.throughput, kind).map_or(f64::NAN, Throughput::cpu_us_per_cycle)
+        // Ratios of (b) are medians of per-round ratios ([`paired_median`]).
+        let paired = |kind: Kind, figure: fn(&(f64, f64)) -> f64| {
+            get(&results.throughput, Kind::Ours)
+                .zip(get(&results.throughput, kind))
+                .map(|(ours, theirs)| paired_median(ours, theirs, figure))
+                .filter(|ratio| ratio.is_finite())
         };
+        let throughput = |kind: Kind| paired(kind, |round| round.0);
+        let cpu_per_cycle = |kind: Kind| paired(kind, |round| round.1);
         let ours_commands = get(&results.commands, Kind::Ours);
         let contention = |kind: Kind, f: fn(&Contention) -> f64| {
             get(&results.contention, kind).map_or(f64::NAN, f)
@@ -124,20 +128,11 @@ impl Summary {
                 single(Kind::Ours, |s| s.release.p50()),
                 single(Kind::Rslock, |s| s.release.p50()),
             ),
-            throughput_vs_rslock: ratio_value(throughput(Kind::Ours), throughput(Kind::Rslock)),
-            throughput_vs_floor: ratio_value(throughput(Kind::Ours), throughput(Kind::Floor)),
-            cpu_per_cycle_vs_floor: ratio_value(
-                cpu_per_cycle(Kind::Ours),
-                cpu_per_cycle(Kind::Floor),
-            ),
-            throughput_vs_safe_floor: ratio_value(
-                throughput(Kind::Ours),
-                throughput(Kind::SafeFloor),
-            ),
-            cpu_per_cycle_vs_safe_floor: ratio_value(
-                cpu_per_cycle(Kind::Ours),
-                cpu_per_cycle(Kind::SafeFloor),
-            ),
+            throughput_vs_rslock: throughput(Kind::Rslock),
+            throughput_vs_floor: throughput(Kind::Floor),
+            cpu_per_cycle_vs_floor: cpu_per_cycle(Kind::Floor),
+            throughput_vs_safe_floor: throughput(Kind::SafeFloor),
+            cpu_per_cycle_vs_safe_floor: cpu_per_cycle(Kind::SafeFloor),
             acquire_p50_vs_floor: ratio_value(ours_p50, single(Kind::Floor, |s| s.acquire.p50())),
             paused_p50_vs_healthy: worst_paused
                 .zip(healthy_paced)

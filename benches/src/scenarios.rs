@@ -168,6 +168,10 @@ pub(crate) struct Throughput {
     /// Keys of the phases still on the servers once the contender is done
     /// (for ours, after `shutdown`): locks left behind until their TTL.
     pub(crate) keys_left: u64,
+    /// Each round's phase on its own: cycles per second and CPU per cycle
+    /// (µs), in round order, so that two contenders can be compared round
+    /// by round ([`paired_median`]).
+    pub(crate) rounds: Vec<(f64, f64)>,
 }
 
 impl Throughput {
@@ -192,6 +196,35 @@ impl Throughput {
     /// cycle costs the machine.
     pub(crate) fn cpu_us_per_cycle(&self) -> f64 {
         per_cycle(self.client_cpu + self.server_cpu, self.cycles)
+    }
+}
+
+/// The median over rounds of `figure(ours) / figure(theirs)`, each ratio
+/// taken within one round. Phases minutes apart on a shared VM move by
+/// ±15 %; the two phases of one round are seconds apart, so their ratio
+/// moves much less, and the median drops the round a burst of other work
+/// fell into.
+pub(crate) fn paired_median(
+    ours: &Throughput,
+    theirs: &Throughput,
+    figure: fn(&(f64, f64)) -> f64,
+) -> f64 {
+    let mut ratios: Vec<f64> = ours
+        .rounds
+        .iter()
+        .zip(&theirs.rounds)
+        .map(|(o, t)| figure(o) / figure(t))
+        .filter(|r| r.is_finite())
+        .collect();
+    if ratios.is_empty() {
+        return f64::NAN;
+    }
+    ratios.sort_by(f64::total_cmp);
+    let mid = ratios.len() / 2;
+    if ratios.len() % 2 == 1 {
+        ratios[mid]
+    } else {
+        (ratios[mid - 1] + ratios[mid]) / 2.0
     }
 }
 
@@ -226,6 +259,12 @@ pub(crate) async fn throughput(
             let outcome = throughput_phase(contenders, kind, tasks, round, phase).await;
             let (client_after, servers_after) = cpu::snapshot(servers);
             let total = results.entry(kind).or_default();
+            let mut phase_figures = outcome.clone();
+            phase_figures.client_cpu = client_after.saturating_sub(client_before);
+            phase_figures.server_cpu = servers_after.saturating_sub(servers_before);
+            total
+                .rounds
+                .push((phase_figures.per_second(), phase_figures.cpu_us_per_cycle()));
             if kind == Kind::Ours {
                 contenders.ours.shutdown().await;
                 total.node_misses += contenders.node_misses.load(Ordering::Relaxed) - misses_before;
