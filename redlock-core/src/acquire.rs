@@ -372,10 +372,21 @@ impl<R: Rng> Acquisition<R> {
         } else {
             Command::Acquire { ttl: self.ttl }
         };
-        // Reset in place: an attempt allocates nothing for them.
-        for slots in [&mut self.counters, &mut self.positions, &mut self.slots] {
+        // Reset in place: an attempt allocates nothing for them, and a kind
+        // that never reads one keeps it empty (its writes are `get_mut`).
+        let read = [
+            self.fenced,
+            matches!(self.kind, LockKind::Fair { .. }),
+            matches!(self.kind, LockKind::Semaphore { .. }),
+        ];
+        for (slots, read) in [&mut self.counters, &mut self.positions, &mut self.slots]
+            .into_iter()
+            .zip(read)
+        {
             slots.clear();
-            slots.resize(round.nodes().len(), None);
+            if read {
+                slots.resize(round.nodes().len(), None);
+            }
         }
         self.scores = 0;
         self.unmarked = self.mark_lives_past(scheduled, now);

@@ -238,8 +238,9 @@ impl Native {
         }
     }
 
-    /// The command's words for `request`, name first.
-    pub fn words<'a>(&self, request: &'a Request) -> Vec<Argument<'a>> {
+    /// The command's words for `request`, name first, held in place
+    /// (no allocation: every lock and every release sends one of these).
+    pub fn words<'a>(&self, request: &'a Request) -> Words<'a> {
         let key = Argument::Bytes(request.key().as_bytes());
         let value = Argument::Bytes(request.value.as_bytes());
         match self {
@@ -249,7 +250,7 @@ impl Native {
                     .ttl()
                     // `Request::call` picks SetNxGet for acquires only.
                     .expect("SET NX PX GET is only chosen for an acquire, which has a TTL");
-                vec![
+                Words::of(&[
                     Argument::Bytes(b"SET"),
                     key,
                     value,
@@ -257,15 +258,15 @@ impl Native {
                     Argument::Bytes(b"PX"),
                     Argument::Int(ttl.as_millis()),
                     Argument::Bytes(b"GET"),
-                ]
+                ])
             }
-            Native::DelIfEq => vec![Argument::Bytes(b"DELIFEQ"), key, value],
+            Native::DelIfEq => Words::of(&[Argument::Bytes(b"DELIFEQ"), key, value]),
             Native::SetIfEqGet => {
                 let ttl = request
                     .command
                     .ttl()
                     .expect("SET IFEQ PX GET is only chosen for an extend, which has a TTL");
-                vec![
+                Words::of(&[
                     Argument::Bytes(b"SET"),
                     key,
                     value,
@@ -274,9 +275,38 @@ impl Native {
                     Argument::Bytes(b"PX"),
                     Argument::Int(ttl.as_millis()),
                     Argument::Bytes(b"GET"),
-                ]
+                ])
             }
         }
+    }
+}
+
+/// A plain command's words, name first ([`Native::words`]): a slice
+/// (through `Deref`) held in place, as no command has more than eight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Words<'a> {
+    words: [Argument<'a>; Words::MAX],
+    len: usize,
+}
+
+impl<'a> Words<'a> {
+    const MAX: usize = 8;
+
+    fn of(words: &[Argument<'a>]) -> Self {
+        let mut held = [Argument::Int(0); Self::MAX];
+        held[..words.len()].copy_from_slice(words);
+        Self {
+            words: held,
+            len: words.len(),
+        }
+    }
+}
+
+impl<'a> std::ops::Deref for Words<'a> {
+    type Target = [Argument<'a>];
+
+    fn deref(&self) -> &[Argument<'a>] {
+        &self.words[..self.len]
     }
 }
 

@@ -242,14 +242,18 @@ impl Release {
         // Named by its client, the release publishes nothing for the
         // client's own waiters: the client tells them (`poll_hand_over`).
         let client = answer.as_ref().and(settings.client_tag());
-        let requests: VecDeque<Request> = round
-            .fan_out(&keys, &kind, &value, command, round.deadline)
-            .filter(|request| !untouched.contains(&request.node))
-            .map(|request| Request {
-                client: client.cloned(),
-                ..request
-            })
-            .collect();
+        // Sized up front: collected from a filter, the queue would grow
+        // twice for five nodes, the second time past 1 KiB.
+        let mut requests = VecDeque::with_capacity(round.nodes().len());
+        requests.extend(
+            round
+                .fan_out(&keys, &kind, &value, command, round.deadline)
+                .filter(|request| !untouched.contains(&request.node))
+                .map(|request| Request {
+                    client: client.cloned(),
+                    ..request
+                }),
+        );
         let sent = requests.front().cloned();
         Self {
             round,

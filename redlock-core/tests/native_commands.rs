@@ -113,7 +113,7 @@ fn exclusive_acquires_go_native_where_set_nx_get_exists() {
             "{facts}"
         );
     }
-    let words: Vec<Argument<'_>> = Native::SetNxGet.words(&request);
+    let words: Vec<Argument<'_>> = Native::SetNxGet.words(&request).to_vec();
     assert_eq!(words[0], Argument::Bytes(b"SET"));
     assert_eq!(words[1], Argument::Bytes(b"k"));
     assert_eq!(words[2], Argument::Bytes(request.value.as_bytes()));
@@ -199,7 +199,7 @@ fn a_plain_release_that_deletes_nothing_sends_the_script_after_it() {
     let sent = requests(&mut quiet);
     let words: Vec<Vec<u8>> = Native::DelIfEq
         .words(&sent[0])
-        .into_iter()
+        .iter()
         .map(|word| match word {
             Argument::Bytes(bytes) => bytes.to_vec(),
             Argument::Int(n) => n.to_string().into_bytes(),
@@ -430,7 +430,7 @@ fn an_exclusive_extend_is_set_ifeq_get_on_valkey_9_and_reads_the_value_found() {
     let call = requests[0].call(&valkey9());
     assert_eq!(call, Call::Native(Native::SetIfEqGet));
     assert_eq!(requests[0].call(&redis7()), Call::Script(scripts::EXTEND));
-    let words: Vec<Argument<'_>> = Native::SetIfEqGet.words(&requests[0]);
+    let words: Vec<Argument<'_>> = Native::SetIfEqGet.words(&requests[0]).to_vec();
     assert_eq!(words[0], Argument::Bytes(b"SET"));
     assert_eq!(words[3], Argument::Bytes(b"IFEQ"));
     assert_eq!(words[4], Argument::Bytes(&ours));
