@@ -317,11 +317,13 @@ impl Redlock {
         let rng = crate::sim::rng(self.inner.simulation.as_ref());
         let acquisition =
             Acquisition::with_spec(Arc::clone(settings), spec, ttl, attempts, now, rng)?;
-        // First come, first served behind this client's waiters: the hub plans.
-        let mut acquisition = match self.notices() {
+        // First come, first served behind this client's waiters: the hub
+        // plans. Boxed: this future is allocated whole (`Acquiring`), and
+        // kept under 1 KiB it comes from the allocator's per-thread cache.
+        let mut acquisition = Box::new(match self.notices() {
             Some(notices) => notices.plan(acquisition, now),
             None => acquisition,
-        };
+        });
         report.sent();
         let span = info_span!(
             "redlock.acquire",
@@ -336,7 +338,7 @@ impl Redlock {
             fenced = matches!(spec, LockSpec::Fenced(_)),
         );
         async {
-            match drive(&mut acquisition, self).await {
+            match drive(&mut *acquisition, self).await {
                 AcquireEvent::Acquired(lock) => {
                     report.finish(metrics::Outcome::Granted, acquisition.attempts());
                     debug!(

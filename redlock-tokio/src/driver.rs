@@ -220,11 +220,19 @@ impl std::fmt::Display for Outcome<'_> {
 /// Dropped before the final event (a cancelled future), it lets the
 /// requests sent complete, abandons the machine and sends what the machine
 /// queues then (an acquisition's releases), all in the background.
-pub(crate) async fn drive<M: Machine>(machine: &mut M, client: &Redlock) -> M::Event
+///
+/// Every future of an acquire or a release is allocated whole, so each layer
+/// here counts: kept under 1 KiB, a block comes from the allocator's
+/// per-thread cache (see `Releasing`). So `drive` adds no state of its own
+/// and `drive_with` holds the loop's state directly.
+pub(crate) fn drive<'a, M: Machine>(
+    machine: &'a mut M,
+    client: &'a Redlock,
+) -> impl Future<Output = M::Event> + 'a
 where
     M::Event: std::fmt::Debug + Voted,
 {
-    drive_with(machine, client, |event| debug!(event = ?event, "retrying")).await
+    drive_with(machine, client, |event| debug!(event = ?event, "retrying"))
 }
 
 /// [`drive`], handing every event before the final one to `on_event` as it
@@ -244,29 +252,10 @@ where
         .is_some_and(crate::sim::Simulation::skips_cancelled_withdraws)
     {
         let mut planted = crate::planted::SkipsCancelledWithdraws::new(machine);
-        return drive_unwrapped(&mut planted, client, &mut on_event).await;
+        let mut run = Run::new(&mut planted, client, &mut on_event);
+        return Box::pin(run.drive()).await;
     }
-    drive_unwrapped(machine, client, &mut on_event).await
-}
-
-/// [`drive_with`] itself.
-async fn drive_unwrapped<M: Machine>(
-    machine: &mut M,
-    client: &Redlock,
-    on_event: &mut (dyn FnMut(&M::Event) + Send),
-) -> M::Event
-where
-    M::Event: std::fmt::Debug + Voted,
-{
-    let mut run = Run {
-        machine,
-        client,
-        on_event,
-        in_flight: FuturesUnordered::new(),
-        waiter: None,
-        finished: false,
-        rounds: metrics::Rounds::new(),
-    };
+    let mut run = Run::new(machine, client, &mut on_event);
     run.drive().await
 }
 
@@ -283,10 +272,26 @@ struct Run<'a, M: Machine> {
     rounds: metrics::Rounds,
 }
 
-impl<M: Machine> Run<'_, M>
+impl<'a, M: Machine> Run<'a, M>
 where
     M::Event: std::fmt::Debug + Voted,
 {
+    fn new(
+        machine: &'a mut M,
+        client: &'a Redlock,
+        on_event: &'a mut (dyn FnMut(&M::Event) + Send),
+    ) -> Self {
+        Self {
+            machine,
+            client,
+            on_event,
+            in_flight: FuturesUnordered::new(),
+            waiter: None,
+            finished: false,
+            rounds: metrics::Rounds::new(),
+        }
+    }
+
     async fn drive(&mut self) -> M::Event {
         let mut timer = Timer::new();
         loop {

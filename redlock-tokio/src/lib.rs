@@ -133,8 +133,8 @@
 //!   protected resource refuse tokens below the highest it has seen; where it
 //!   can only compare values, use the lock value ([`LockGuard::value`]).
 //! - **Unguessable values.** Each acquisition writes 20 random bytes (hex)
-//!   from a CSPRNG (rand's `StdRng`, seeded from its OS-seeded thread-local
-//!   generator); only the holder of that value can extend or release.
+//!   from a CSPRNG (rand's thread-local generator, ChaCha12 seeded from the
+//!   OS); only the holder of that value can extend or release.
 //! - **Independent masters.** The URLs must point at N independent
 //!   masters, not at replicas of one another.
 //!

@@ -117,7 +117,7 @@ impl Notices {
         nodes: impl IntoIterator<Item = (String, redis::Client)>,
         connect_timeout: Duration,
         metrics: metrics::Nodes,
-        rng: &mut StdRng,
+        rng: &mut crate::sim::ClientRng,
         simulation: Option<&Simulation>,
     ) -> Self {
         let listeners: Box<[Listener]> = nodes

@@ -9,13 +9,14 @@
 //! built without it never looks at it beyond one `Option` per connection
 //! attempt and per acquire.
 
+use std::convert::Infallible;
 use std::fmt;
 use std::io;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::future::BoxFuture;
-use rand::SeedableRng;
 use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng, TryRng};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 /// A byte stream to one simulated master.
@@ -125,14 +126,55 @@ impl Simulation {
     }
 }
 
-/// A fresh random generator: drawn from the simulation's seeded one in a
-/// simulation, from the OS otherwise. With [`now`], the one place the
+/// A random generator: drawn from the simulation's seeded one in a
+/// simulation, the thread's otherwise. With [`now`], the one place the
 /// client reads the real world's clock and randomness, so that a
 /// simulation replays.
-pub(crate) fn rng(simulation: Option<&Simulation>) -> StdRng {
+pub(crate) fn rng(simulation: Option<&Simulation>) -> ClientRng {
     match simulation {
-        Some(simulation) => simulation.rng(),
-        None => StdRng::from_rng(&mut rand::rng()),
+        Some(simulation) => ClientRng::Seeded(Box::new(simulation.rng())),
+        None => ClientRng::Thread,
+    }
+}
+
+/// The client's random generator, as an acquisition holds it: 16 bytes.
+/// Outside a simulation each draw is the thread's generator's
+/// (`rand::rng()`: ChaCha12, seeded from the OS and reseeded as it goes),
+/// so an acquire neither seeds a generator of its own nor carries one's
+/// 300-byte state in its future (every acquire's future is allocated, and
+/// glibc's allocator serves a block over 1 KiB from a shared arena under a
+/// lock, where a smaller one comes from the thread's own cache).
+#[derive(Debug)]
+pub(crate) enum ClientRng {
+    /// The thread's generator.
+    Thread,
+    /// A simulation's: drawn from its seeded generator.
+    Seeded(Box<StdRng>),
+}
+
+impl TryRng for ClientRng {
+    type Error = Infallible;
+
+    fn try_next_u32(&mut self) -> Result<u32, Infallible> {
+        Ok(match self {
+            Self::Thread => rand::rng().next_u32(),
+            Self::Seeded(rng) => rng.next_u32(),
+        })
+    }
+
+    fn try_next_u64(&mut self) -> Result<u64, Infallible> {
+        Ok(match self {
+            Self::Thread => rand::rng().next_u64(),
+            Self::Seeded(rng) => rng.next_u64(),
+        })
+    }
+
+    fn try_fill_bytes(&mut self, dst: &mut [u8]) -> Result<(), Infallible> {
+        match self {
+            Self::Thread => rand::rng().fill_bytes(dst),
+            Self::Seeded(rng) => rng.fill_bytes(dst),
+        }
+        Ok(())
     }
 }
 

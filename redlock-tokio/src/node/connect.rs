@@ -4,8 +4,6 @@
 
 use std::sync::Weak;
 
-use rand::SeedableRng;
-use rand::rngs::StdRng;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
@@ -265,10 +263,8 @@ impl Node {
 /// connected, or when the node is dropped.
 pub(super) async fn reconnect(node: Weak<Node>, wait_first: bool) {
     let mut backoff = Backoff::reconnect();
-    let mut rng = match node.upgrade().and_then(|node| node.simulation.clone()) {
-        Some((_, simulation)) => simulation.rng(),
-        None => StdRng::from_rng(&mut rand::rng()),
-    };
+    let simulation = node.upgrade().and_then(|node| node.simulation.clone());
+    let mut rng = crate::sim::rng(simulation.as_ref().map(|(_, simulation)| simulation));
     if wait_first {
         tokio::time::sleep(backoff.next(&mut rng)).await;
     }

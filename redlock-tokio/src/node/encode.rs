@@ -4,7 +4,7 @@ use redlock_core::{Argument, Request};
 
 /// The plain command of `words` (name first), sized up front as
 /// [`evalsha`] is.
-pub(super) fn plain(words: Vec<Argument<'_>>) -> redis::Cmd {
+pub(super) fn plain(words: &[Argument<'_>]) -> redis::Cmd {
     let bytes = words
         .iter()
         .map(|word| match word {
@@ -14,7 +14,7 @@ pub(super) fn plain(words: Vec<Argument<'_>>) -> redis::Cmd {
         .sum();
     let mut command = redis::Cmd::with_capacity(words.len(), bytes);
     for word in words {
-        match word {
+        match *word {
             Argument::Bytes(bytes) => command.arg(bytes),
             Argument::Int(number) => command.arg(number),
         };

@@ -31,7 +31,10 @@ impl Node {
     pub(crate) async fn execute(self: &Arc<Self>, request: &Request) -> Reply {
         let reply = self.execute_once(request).await;
         match request.follow_up(&reply) {
-            Some(next) => self.execute_once(&next).await,
+            // Rare (someone waited), so boxed: inline, this future would
+            // hold two requests' states at once, and every request's future
+            // is allocated (`driver::send`).
+            Some(next) => Box::pin(self.execute_once(&next)).await,
             None => reply,
         }
     }
@@ -57,7 +60,7 @@ impl Node {
                     .await
             }
             Call::Native(native) => {
-                let command = plain(native.words(request));
+                let command = plain(&native.words(request));
                 let result = self
                     .order
                     .send_plain(request.key(), command.query_async::<Value>(&mut connection))
