@@ -209,23 +209,14 @@ pub(crate) fn paired_median(
     theirs: &Throughput,
     figure: fn(&(f64, f64)) -> f64,
 ) -> f64 {
-    let mut ratios: Vec<f64> = ours
+    let ratios = ours
         .rounds
         .iter()
         .zip(&theirs.rounds)
         .map(|(o, t)| figure(o) / figure(t))
         .filter(|r| r.is_finite())
         .collect();
-    if ratios.is_empty() {
-        return f64::NAN;
-    }
-    ratios.sort_by(f64::total_cmp);
-    let mid = ratios.len() / 2;
-    if ratios.len() % 2 == 1 {
-        ratios[mid]
-    } else {
-        (ratios[mid - 1] + ratios[mid]) / 2.0
-    }
+    crate::stats::median(ratios).unwrap_or(f64::NAN)
 }
 
 fn per_cycle(cpu: Duration, cycles: u64) -> f64 {

@@ -127,6 +127,17 @@ pub(crate) fn ratio_value(ours: f64, theirs: f64) -> Option<f64> {
     (ours.is_finite() && theirs.is_finite() && theirs > 0.0).then(|| ours / theirs)
 }
 
+/// The median of `values`; `None` when there are none.
+pub(crate) fn median(mut values: Vec<f64>) -> Option<f64> {
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    match values.len() {
+        0 => None,
+        n if n % 2 == 1 => Some(values[mid]),
+        _ => Some((values[mid - 1] + values[mid]) / 2.0),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -69,6 +69,18 @@ pub(crate) struct Cell {
     /// Money was conserved in every round.
     pub(crate) conserved: bool,
     pub(crate) keys_left: u64,
+    /// Each round's own figures, in the order the rounds ran: ratios
+    /// between strategies are taken round by round ([`Cell::versus`]).
+    pub(crate) rounds: Vec<Figures>,
+}
+
+/// One round's operations and purchases per 60 s, and CPU µs per operation
+/// (client and servers).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Figures {
+    pub(crate) ops: f64,
+    pub(crate) bought: f64,
+    pub(crate) cpu: f64,
 }
 
 impl Cell {
@@ -93,6 +105,31 @@ impl Cell {
         )
     }
 
+    /// This cell's figures over all its rounds.
+    fn figures(&self) -> Figures {
+        let (client, servers) = self.cpu_per_op_us();
+        Figures {
+            ops: self.ops_per_60s(),
+            bought: self.audit.bought as f64 * 60.0 / self.elapsed.as_secs_f64(),
+            cpu: client + servers,
+        }
+    }
+
+    /// The median, over the rounds both ran, of this cell's `figure` over
+    /// `other`'s in the same round: the strategies of one round ran seconds
+    /// apart, so their ratio moves much less than totals minutes apart do
+    /// on a shared machine, and the median drops a round that a burst of
+    /// other work fell into ([`crate::scenarios::paired_median`]).
+    pub(crate) fn versus(&self, other: &Cell, figure: fn(&Figures) -> f64) -> Option<f64> {
+        let ratios = self
+            .rounds
+            .iter()
+            .zip(&other.rounds)
+            .filter_map(|(ours, theirs)| crate::stats::ratio_value(figure(ours), figure(theirs)))
+            .collect();
+        crate::stats::median(ratios)
+    }
+
     /// Every check of a safe strategy passed.
     pub(crate) fn passed(&self) -> bool {
         self.conserved && self.audit.passed() && self.keys_left == 0
@@ -113,6 +150,7 @@ impl Cell {
         self.server_cpu += round.server_cpu;
         self.conserved &= round.conserved;
         self.keys_left += round.keys_left;
+        self.rounds.extend_from_slice(&round.rounds);
         let (total, add) = (&mut self.audit, &round.audit);
         total.listed += add.listed;
         total.bought += add.bought;
@@ -257,6 +295,7 @@ pub(crate) async fn run(
         audit: Audit::default(),
         conserved: true,
         keys_left: 0,
+        rounds: Vec::new(),
     };
     let mut stocked = vec![0; shape.0];
     for (index, tally) in tallies.iter().enumerate() {
@@ -285,6 +324,7 @@ pub(crate) async fn run(
             .await
             .map_err(err("keys left"))?;
     }
+    cell.rounds = vec![cell.figures()];
     Ok(cell)
 }
 

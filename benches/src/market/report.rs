@@ -5,10 +5,10 @@ use std::fmt::Write as _;
 
 use plotters::prelude::*;
 
-use super::cell::Cell;
+use super::cell::{Cell, Figures};
 use super::strategies::Strategy;
 use crate::chart::{Series, draw_panel, series};
-use crate::stats::{ms, ratio_value};
+use crate::stats::ms;
 
 /// How the run was made, for the report's header.
 pub(crate) struct Info {
@@ -153,7 +153,8 @@ pub(crate) fn tables(cells: &[Cell], info: &Info) -> String {
 /// the same against the hand-written Redlock over 3 masters (the
 /// raw-command floor), and that floor against the single server; shape
 /// by shape, in operations, in purchases alone (listings take no item
-/// lock) and in CPU per operation. One line per pair that ran.
+/// lock) and in CPU per operation, each the median of the rounds' paired
+/// ratios ([`Cell::versus`]). One line per pair that ran.
 pub(crate) fn fault_tolerance(cells: &[Cell]) -> String {
     [
         (
@@ -190,21 +191,18 @@ fn versus(cells: &[Cell], ours: Strategy, theirs: Strategy, label: &str) -> Opti
         else {
             continue;
         };
-        let per_60s = |cell: &Cell| cell.audit.bought as f64 * 60.0 / cell.elapsed.as_secs_f64();
-        let cpu = |cell: &Cell| {
-            let (client, servers) = cell.cpu_per_op_us();
-            client + servers
+        let ratio = |figure: fn(&Figures) -> f64| {
+            cell.versus(other, figure)
+                .map_or("n/a".to_owned(), |r| format!("{r:.2}x"))
         };
-        let ratio =
-            |a: f64, b: f64| ratio_value(a, b).map_or("n/a".to_owned(), |r| format!("{r:.2}x"));
         let _ = write!(
             out,
             " {}/{}: {}, {}, {};",
             cell.shape.0,
             cell.shape.1,
-            ratio(cell.ops_per_60s(), other.ops_per_60s()),
-            ratio(per_60s(cell), per_60s(other)),
-            ratio(cpu(cell), cpu(other)),
+            ratio(|f| f.ops),
+            ratio(|f| f.bought),
+            ratio(|f| f.cpu),
         );
     }
     if out.len() == header {
@@ -278,7 +276,7 @@ impl Summary {
                 cells
                     .iter()
                     .find(|c| c.strategy == Strategy::SingleFine && c.shape == fine.shape)
-                    .and_then(|single| ratio_value(fine.ops_per_60s(), single.ops_per_60s()))
+                    .and_then(|single| fine.versus(single, |f| f.ops))
             })
             .collect::<Option<Vec<f64>>>()
             .and_then(|ratios| ratios.into_iter().reduce(f64::min));
