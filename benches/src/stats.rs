@@ -143,6 +143,13 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_median_is_the_middle_value_or_the_mean_of_the_two_middle_ones() {
+        assert_eq!(median(vec![]), None);
+        assert_eq!(median(vec![0.9, 0.7, 1.2]), Some(0.9));
+        assert_eq!(median(vec![1.0, 0.5, 0.8, 0.6]), Some(0.7));
+    }
+
+    #[test]
     fn quantiles_are_in_microseconds() {
         let mut latencies = Latencies::new();
         for us in 1..=100u64 {
