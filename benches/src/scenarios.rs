@@ -209,14 +209,13 @@ pub(crate) fn paired_median(
     theirs: &Throughput,
     figure: fn(&(f64, f64)) -> f64,
 ) -> f64 {
-    let ratios = ours
-        .rounds
-        .iter()
-        .zip(&theirs.rounds)
-        .map(|(o, t)| figure(o) / figure(t))
-        .filter(|r| r.is_finite())
-        .collect();
-    crate::stats::median(ratios).unwrap_or(f64::NAN)
+    crate::stats::paired_median(
+        ours.rounds
+            .iter()
+            .zip(&theirs.rounds)
+            .map(|(o, t)| (figure(o), figure(t))),
+    )
+    .unwrap_or(f64::NAN)
 }
 
 fn per_cycle(cpu: Duration, cycles: u64) -> f64 {

@@ -127,8 +127,20 @@ pub(crate) fn ratio_value(ours: f64, theirs: f64) -> Option<f64> {
     (ours.is_finite() && theirs.is_finite() && theirs > 0.0).then(|| ours / theirs)
 }
 
+/// The median of the ratios of paired figures (ours, theirs), each pair
+/// measured at the same time (one round of a benchmark); pairs without a
+/// ratio are left out. `None` when no pair has one.
+pub(crate) fn paired_median(pairs: impl IntoIterator<Item = (f64, f64)>) -> Option<f64> {
+    median(
+        pairs
+            .into_iter()
+            .filter_map(|(ours, theirs)| ratio_value(ours, theirs))
+            .collect(),
+    )
+}
+
 /// The median of `values`; `None` when there are none.
-pub(crate) fn median(mut values: Vec<f64>) -> Option<f64> {
+fn median(mut values: Vec<f64>) -> Option<f64> {
     values.sort_by(f64::total_cmp);
     let mid = values.len() / 2;
     match values.len() {
@@ -147,6 +159,11 @@ mod tests {
         assert_eq!(median(vec![]), None);
         assert_eq!(median(vec![0.9, 0.7, 1.2]), Some(0.9));
         assert_eq!(median(vec![1.0, 0.5, 0.8, 0.6]), Some(0.7));
+        // A pair without a ratio (nothing measured on their side) is left out.
+        assert_eq!(
+            paired_median([(2.0, 1.0), (1.0, 0.0), (3.0, 2.0), (1.0, 2.0)]),
+            Some(1.5)
+        );
     }
 
     #[test]

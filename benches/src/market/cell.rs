@@ -119,15 +119,14 @@ impl Cell {
     /// `other`'s in the same round: the strategies of one round ran seconds
     /// apart, so their ratio moves much less than totals minutes apart do
     /// on a shared machine, and the median drops a round that a burst of
-    /// other work fell into ([`crate::scenarios::paired_median`]).
+    /// other work fell into ([`crate::stats::paired_median`]).
     pub(crate) fn versus(&self, other: &Cell, figure: fn(&Figures) -> f64) -> Option<f64> {
-        let ratios = self
-            .rounds
-            .iter()
-            .zip(&other.rounds)
-            .filter_map(|(ours, theirs)| crate::stats::ratio_value(figure(ours), figure(theirs)))
-            .collect();
-        crate::stats::median(ratios)
+        crate::stats::paired_median(
+            self.rounds
+                .iter()
+                .zip(&other.rounds)
+                .map(|(ours, theirs)| (figure(ours), figure(theirs))),
+        )
     }
 
     /// Every check of a safe strategy passed.
