@@ -1,13 +1,15 @@
 //! Nodes that are whole Redis Clusters: every lock kind on three
 //! clusters of three shards, with keys spread over the shards; a mix of two
 //! plain masters and one cluster; a killed shard master counts as its
-//! node failing; locks whose keys cannot share a slot are refused before
-//! anything is sent. Real processes on loopback, Redis or Valkey
+//! node failing; a lock follows its slot to another shard, and a release
+//! that meets its slot half moved lands once the move ends; locks whose
+//! keys cannot share a slot are refused before anything is sent. Real processes on loopback, Redis or Valkey
 //! (`REDLOCK_SERVER_BIN`).
 
 mod support;
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::Value;
@@ -478,6 +480,61 @@ async fn a_lock_follows_its_slot_when_it_moves_to_another_shard() {
             let name = format!("moving-{kind}");
             assert!(!node.exists(&name), "{name} left behind");
         }
+    }
+}
+
+/// A release that meets its slot half moved (a read lock's script names
+/// the readers' set, which moves, and the writer's key, absent: both shards
+/// answer `TRYAGAIN` until the move ends) is retried within milliseconds and
+/// lands once the slot has moved, inside the per-node timeout: the node is
+/// not taken for silent. (The `redis` crate's default waits 1.28 s or more
+/// before each such retry, past the timeout here.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_split_by_a_migration_lands_once_the_slot_has_moved() {
+    let nodes = Arc::new(ShardedNode::start_many(3, 2));
+    let redlock = builder(urls(&nodes))
+        .node_timeout(Duration::from_millis(1200))
+        .build()
+        .await
+        .expect("client builds");
+    let name = "split-by-a-move";
+    let guard = redlock
+        .lock(name)
+        .read()
+        .wait(Wait::No)
+        .await
+        .expect("free");
+    let from = nodes[0].shard_index(name);
+    let tryagain = |node: &ShardedNode| node.error_counts().get("TRYAGAIN").copied();
+    let before = tryagain(&nodes[0]).unwrap_or(0);
+    let mover = {
+        let nodes = Arc::clone(&nodes);
+        tokio::task::spawn_blocking(move || {
+            nodes[0].move_slot_paced(name, 1 - from, Duration::from_millis(100));
+        })
+    };
+    eventually(
+        "the owner migrates the slot",
+        Duration::from_secs(10),
+        || {
+            let text: String =
+                redis::from_redis_value(nodes[0].shard(from).command(["CLUSTER", "NODES"]))
+                    .expect("CLUSTER NODES is text");
+            text.contains("->-")
+        },
+    )
+    .await;
+    let started = std::time::Instant::now();
+    let report = guard.release().every_node().await;
+    let took = started.elapsed();
+    mover.await.expect("the move is done");
+    let met = tryagain(&nodes[0]).unwrap_or(0) - before;
+    println!("release across a migration: {took:?}, {met} TRYAGAIN answered by the moving node");
+    assert!(met > 0, "the release never met the migration");
+    assert_eq!(report.votes().votes()[0], NodeVote::Granted, "{report}");
+    redlock.shutdown().await;
+    for node in nodes.iter() {
+        assert_eq!(node.key_counts(), [0, 0], "{}", node.url());
     }
 }
 
