@@ -205,17 +205,17 @@ pub(crate) fn cluster_client(
         // MOVED and ASK during resharding, and a refreshed slot map, each
         // take one retry, at once. TRYAGAIN (a script whose keys a slot
         // migration has split), CLUSTERDOWN and LOADING wait first: a few
-        // milliseconds, doubling up to half a second, 16 times (about 3 s in
-        // all). The crate's default waits 1.28 s or more each time, past any
-        // per-node timeout: a node answering TRYAGAIN for the 100 ms of a
-        // migration would count as silent, and soon as known slow, for every
-        // key. Order is kept above the cluster client (see the guide,
-        // `docs/cluster.md`, "Retries and order"), so the count does not bear
-        // on it.
-        .retries(16)
+        // milliseconds, doubling up to a quarter of a second, 20 times
+        // (about 2 s in all). The crate's default waits 1.28 s or more each
+        // time, past any per-node timeout: a node answering TRYAGAIN for the
+        // 100 ms of a migration would count as silent, and soon as known
+        // slow, for every key. Order is kept above the cluster client (see
+        // the guide, `docs/cluster.md`, "Retries and order"), so the count
+        // does not bear on it.
+        .retries(20)
         .min_retry_wait(1)
         .retry_wait_formula(5, 2)
-        .max_retry_wait(500)
+        .max_retry_wait(250)
         .build()
 }
 
