@@ -64,6 +64,14 @@ use tokio::sync::oneshot;
 
 use crate::{Error, KeepAlive, LossReason, LossSignal, ReleaseReport, Wait, kind};
 
+/// Accessors of a blocking handle ([`LockGuard`], [`Leadership`]): each
+/// forwards to the async one's method of the same name.
+macro_rules! forward {
+    ($($(#[$doc:meta])* $name:ident -> $ty:ty;)*) => {
+        $($(#[$doc])* pub fn $name(&self) -> $ty { self.inner().$name() })*
+    };
+}
+
 mod election;
 pub use election::{Election, Leadership, Observe};
 
@@ -350,14 +358,6 @@ impl<K: Send + 'static> LockRequest<K> {
             None => outcome,
         }
     }
-}
-
-/// The accessors of [`LockGuard`]: each forwards to the async guard's
-/// method of the same name.
-macro_rules! forward {
-    ($($(#[$doc:meta])* $name:ident -> $ty:ty;)*) => {
-        $($(#[$doc])* pub fn $name(&self) -> $ty { self.inner().$name() })*
-    };
 }
 
 /// A lock held on a quorum of nodes, from a blocking [`LockRequest`]: the

@@ -151,25 +151,16 @@ impl Leadership {
         self.leadership.as_ref().expect("taken only by drop")
     }
 
-    /// The term, a fencing token ([`crate::Leadership::term`]).
-    pub fn term(&self) -> u64 {
-        self.inner().term()
-    }
-
-    /// This leader's id ([`crate::Leadership::id`]).
-    pub fn id(&self) -> &str {
-        self.inner().id()
-    }
-
-    /// When this leader steps down unless renewed
-    /// ([`crate::Leadership::valid_until`]).
-    pub fn valid_until(&self) -> Instant {
-        self.inner().valid_until()
-    }
-
-    /// Why the term ended, once it has ([`crate::Leadership::loss`]).
-    pub fn loss(&self) -> Option<LeadershipLoss> {
-        self.inner().loss()
+    forward! {
+        /// The term, a fencing token ([`crate::Leadership::term`]).
+        term -> u64;
+        /// This leader's id ([`crate::Leadership::id`]).
+        id -> &str;
+        /// When this leader steps down unless renewed
+        /// ([`crate::Leadership::valid_until`]).
+        valid_until -> Instant;
+        /// Why the term ended, once it has ([`crate::Leadership::loss`]).
+        loss -> Option<LeadershipLoss>;
     }
 
     /// Whether the term is over: check it between steps of the work.
