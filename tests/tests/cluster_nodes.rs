@@ -3,8 +3,8 @@
 //! plain masters and one cluster; a killed shard master counts as its
 //! node failing; a lock follows its slot to another shard, and a release
 //! that meets its slot half moved lands once the move ends; locks whose
-//! keys cannot share a slot are refused before anything is sent. Real processes on loopback, Redis or Valkey
-//! (`REDLOCK_SERVER_BIN`).
+//! keys cannot share a slot are refused before anything is sent. Real
+//! processes on loopback, Redis or Valkey (`REDLOCK_SERVER_BIN`).
 
 mod support;
 
