@@ -22,7 +22,9 @@ use redlock_core::{
 pub(crate) trait Voted {
     /// The votes of the round this event ends, if it ends one.
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    fn votes(&self) -> Option<&Votes>;
+    fn votes(&self) -> Option<&Votes> {
+        None
+    }
 
     /// Whether this final event hands out a lock that excludes other
     /// waiters ([`Lock::excludes_next`](redlock_core::Lock::excludes_next),
@@ -88,11 +90,7 @@ impl Voted for Result<u64, ExtendError> {
     }
 }
 
-impl Voted for redlock_core::LeaderReport {
-    fn votes(&self) -> Option<&Votes> {
-        None
-    }
-}
+impl Voted for redlock_core::LeaderReport {}
 
 impl Voted for InspectReport {
     fn votes(&self) -> Option<&Votes> {
@@ -628,64 +626,3 @@ mod off {
 pub(crate) use off::*;
 #[cfg(feature = "metrics")]
 pub(crate) use on::*;
-
-#[cfg(all(test, feature = "metrics"))]
-mod tests {
-    use std::time::{Duration, Instant};
-
-    use super::*;
-
-    /// What the metrics of one acquire cost with the feature on: the
-    /// counter and two histograms of a granted lock, and the hold of its
-    /// release. A figure, not a test: `cargo test -p redlock-tokio
-    /// --features metrics --lib metrics::tests -- --ignored --nocapture`.
-    #[test]
-    #[ignore = "prints a figure"]
-    fn cost_per_acquire() {
-        const ROUNDS: u32 = 200_000;
-        let run = || {
-            let started = Instant::now();
-            for _ in 0..ROUNDS {
-                let report = Acquire::start(Kind::Exclusive, Instant::now());
-                report.finish(Outcome::Granted, 1);
-            }
-            started.elapsed() / ROUNDS
-        };
-        let noop: Duration = run();
-        let recorder = metrics_util_free::Counting::default();
-        let counting = ::metrics::with_local_recorder(&recorder, run);
-        println!(
-            "metrics of one granted acquire: {noop:?} without a recorder, {counting:?} with a \
-             recorder that counts in atomics"
-        );
-    }
-
-    /// A recorder whose every handle is one shared atomic, so the figure is
-    /// the client's own cost plus the facade's, not an exporter's map.
-    mod metrics_util_free {
-        use std::sync::Arc;
-        use std::sync::atomic::AtomicU64;
-
-        use ::metrics::{
-            Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
-        };
-
-        #[derive(Default)]
-        pub(super) struct Counting(Arc<AtomicU64>);
-
-        impl Recorder for Counting {
-            fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-            fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-            fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-            fn register_counter(&self, _: &Key, _: &Metadata<'_>) -> Counter {
-                Counter::from_arc(Arc::clone(&self.0))
-            }
-            fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
-                Gauge::noop()
-            }
-            fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
-                Histogram::noop()
-            }
-        }
-    }
-}
