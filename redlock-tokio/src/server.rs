@@ -92,7 +92,7 @@ impl Server {
         }
         // The messages of redis' URL errors are fixed texts (no part of the
         // URL), so they cannot leak a password.
-        let client = client(url).map_err(|err| invalid(describe(&err)))?;
+        let client = redis::Client::open(url).map_err(|err| invalid(describe(&err)))?;
         Ok(Self {
             shown: redact(url),
             ..Self::from_client(client)
@@ -123,7 +123,7 @@ impl Server {
                 None => format!("redis://{host}"),
             };
             // Errors of the seed URL are fixed texts: no password in them.
-            let client = client(seed.as_str()).map_err(|err| describe(&err))?;
+            let client = redis::Client::open(seed.as_str()).map_err(|err| describe(&err))?;
             let name = canonical_name(client.get_connection_info());
             names.push(name.strip_suffix("/0").unwrap_or(&name).to_owned());
             clients.push(client);
@@ -179,16 +179,6 @@ impl Server {
             ConnectionAddr::TcpTls { .. }
         )
     }
-}
-
-/// The client of one server, whose connections send no `CLIENT SETINFO`:
-/// Redis before 7.2 does not know it, and counts it among its error replies
-/// (`INFO errorstats`), two for every connection made, where an operator
-/// watches for errors.
-fn client(url: &str) -> redis::RedisResult<redis::Client> {
-    let info = redis::IntoConnectionInfo::into_connection_info(url)?;
-    let quiet = info.redis_settings().clone().set_skip_set_lib_name();
-    redis::Client::open(info.set_redis_settings(quiet))
 }
 
 /// The node name a URL stands for (`host:port/db`, `unix:/path/db` or

@@ -14,7 +14,6 @@ use redlock_tests::{RedisCluster, RedisNode};
 use redlock_tokio::Wait;
 use support::{
     assert_absent, builder, client, eventually, native_acquire, native_delifeq, native_extend,
-    subscribers,
 };
 
 fn calls(node: &RedisNode, command: &str) -> u64 {
@@ -472,53 +471,5 @@ async fn switched_off_every_operation_is_one_evalsha() {
         let expected = BTreeMap::from([("evalsha".to_owned(), 2)]);
         assert_eq!(script_calls(node), expected, "{}", node.port());
         assert_eq!(calls(node, "delifeq"), 0);
-    }
-}
-
-/// A client's whole life on healthy nodes adds nothing to their error
-/// replies (`INFO errorstats`), which operators watch: connecting (no
-/// `CLIENT SETINFO`, which Redis before 7.2 answers with `ERR`, twice per
-/// connection), a lock, a waiter on its pub/sub connection woken by the
-/// release, an extension, a fenced lock, the releases and the shutdown.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_on_healthy_nodes_causes_no_error_replies() {
-    let cluster = RedisCluster::start(3);
-    for node in cluster.nodes() {
-        node.reset_stats();
-    }
-    let redlock = client(&cluster).await;
-    let mut guard = redlock.lock("no-errors").await.unwrap();
-    let waiter = {
-        let redlock = redlock.clone();
-        tokio::spawn(async move {
-            redlock
-                .lock("no-errors")
-                .wait(Wait::AtMost(Duration::from_secs(10)))
-                .await
-        })
-    };
-    eventually(
-        "the waiter listens on every node",
-        Duration::from_secs(8),
-        || {
-            cluster
-                .nodes()
-                .iter()
-                .all(|node| subscribers(node, "no-errors") == 1)
-        },
-    )
-    .await;
-    guard.extend(Duration::from_secs(5)).await.unwrap();
-    assert_eq!(guard.release().every_node().await.released(), 3);
-    let next = waiter
-        .await
-        .unwrap()
-        .expect("the waiter is granted the lock");
-    next.release().every_node().await;
-    let fenced = redlock.lock("no-errors-fenced").fencing().await.unwrap();
-    fenced.release().every_node().await;
-    redlock.shutdown().await;
-    for node in cluster.nodes() {
-        assert_eq!(node.error_counts(), BTreeMap::new(), "{}", node.port());
     }
 }

@@ -407,20 +407,10 @@ impl RedisNode {
     /// counted from the next call on.
     pub fn commandstats(&self) -> BTreeMap<String, u64> {
         let info: String = self.expect(redis::cmd("INFO").arg("commandstats"));
-        info_counts(&info, "cmdstat_", "calls")
+        parse_commandstats(&info)
     }
 
-    /// Error replies since start or [`reset_stats`](Self::reset_stats), by
-    /// code, from `INFO errorstats` (`ERR`, `MOVED`, `NOSCRIPT`, ...): what
-    /// an operator watching the server sees as errors. Codes never answered
-    /// are absent.
-    pub fn error_counts(&self) -> BTreeMap<String, u64> {
-        let info: String = self.expect(redis::cmd("INFO").arg("errorstats"));
-        info_counts(&info, "errorstat_", "count")
-    }
-
-    /// `CONFIG RESETSTAT`: zeroes [`commandstats`](Self::commandstats) and
-    /// [`error_counts`](Self::error_counts).
+    /// `CONFIG RESETSTAT`: zeroes [`commandstats`](Self::commandstats).
     pub fn reset_stats(&self) {
         self.expect::<()>(redis::cmd("CONFIG").arg("RESETSTAT"));
     }
@@ -666,18 +656,17 @@ fn describe(cmd: &Cmd) -> String {
     }
 }
 
-/// One field of every `<prefix><name>:<field>=<n>,...` line of an `INFO`
-/// section (`cmdstat_` with `calls`, `errorstat_` with `count`), by name.
-fn info_counts(info: &str, prefix: &str, field: &str) -> BTreeMap<String, u64> {
+/// Parses `cmdstat_<name>:calls=<n>,usec=...` lines.
+fn parse_commandstats(info: &str) -> BTreeMap<String, u64> {
     info.lines()
         .filter_map(|line| {
-            let (name, fields) = line.trim().strip_prefix(prefix)?.split_once(':')?;
-            let count = fields
+            let (name, fields) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = fields
                 .split(',')
-                .find_map(|pair| pair.strip_prefix(field)?.strip_prefix('='))?
+                .find_map(|field| field.strip_prefix("calls="))?
                 .parse()
                 .ok()?;
-            Some((name.to_owned(), count))
+            Some((name.to_owned(), calls))
         })
         .collect()
 }
@@ -700,28 +689,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn errorstats_are_read_by_code() {
-        let info = "# Errorstats\r\nerrorstat_ASK:count=3\r\nerrorstat_MOVED:count=12\r\n\
-                    errorstat_TRYAGAIN:count=1\r\n";
-        let counts: Vec<(String, u64)> = info_counts(info, "errorstat_", "count")
-            .into_iter()
-            .collect();
-        assert_eq!(
-            counts,
-            [
-                ("ASK".into(), 3),
-                ("MOVED".into(), 12),
-                ("TRYAGAIN".into(), 1)
-            ]
-        );
-    }
-
-    #[test]
     fn parses_commandstats() {
         let info = "# Commandstats\r\n\
             cmdstat_evalsha:calls=3,usec=30,usec_per_call=10.00,rejected_calls=0,failed_calls=1\r\n\
             cmdstat_script|load:calls=1,usec=5,usec_per_call=5.00,rejected_calls=0,failed_calls=0\r\n";
-        let stats = info_counts(info, "cmdstat_", "calls");
+        let stats = parse_commandstats(info);
         assert_eq!(stats.get("evalsha"), Some(&3));
         assert_eq!(stats.get("script|load"), Some(&1));
         assert_eq!(stats.len(), 2);

@@ -402,7 +402,9 @@ impl ShardedNode {
     pub fn error_counts(&self) -> BTreeMap<String, u64> {
         let mut counts = BTreeMap::new();
         for shard in &self.shards {
-            for (code, count) in shard.error_counts() {
+            let info: String = redis::from_redis_value(shard.command(["INFO", "errorstats"]))
+                .expect("INFO is text");
+            for (code, count) in parse_errorstats(&info) {
                 *counts.entry(code).or_default() += count;
             }
         }
@@ -433,6 +435,19 @@ fn cluster_options() -> NodeOptions {
     }
 }
 
+/// The lines `errorstat_<CODE>:count=<n>` of an `INFO errorstats` reply.
+fn parse_errorstats(info: &str) -> impl Iterator<Item = (String, u64)> + '_ {
+    info.lines().filter_map(|line| {
+        let (code, rest) = line.trim().strip_prefix("errorstat_")?.split_once(':')?;
+        let count = rest
+            .split(',')
+            .find_map(|field| field.strip_prefix("count="))?
+            .parse()
+            .ok()?;
+        Some((code.to_owned(), count))
+    })
+}
+
 /// The hash slot of a key, as the cluster computes it (the client's own
 /// computation: a disagreement with the servers fails the cluster tests).
 fn slot(key: &[u8]) -> u16 {
@@ -448,5 +463,20 @@ mod tests {
         assert_eq!(slot(b"123456789"), 0x31C3);
         assert_eq!(slot(b"{user1000}.following"), slot(b"user1000"));
         assert_ne!(slot(b"foo{}{bar}"), slot(b"bar"));
+    }
+
+    #[test]
+    fn errorstats_are_read_by_code() {
+        let info = "# Errorstats\r\nerrorstat_ASK:count=3\r\nerrorstat_MOVED:count=12\r\n\
+                    errorstat_TRYAGAIN:count=1\r\n";
+        let counts: Vec<(String, u64)> = parse_errorstats(info).collect();
+        assert_eq!(
+            counts,
+            [
+                ("ASK".into(), 3),
+                ("MOVED".into(), 12),
+                ("TRYAGAIN".into(), 1)
+            ]
+        );
     }
 }
