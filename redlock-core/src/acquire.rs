@@ -477,7 +477,8 @@ impl<R: Rng> Acquisition<R> {
                         let deadline = now + self.settings.release_timeout();
                         let leave = round
                             .fan_out(&self.keys, &self.kind, &value, Command::Leave, deadline)
-                            .filter(|request| !round.granted(request.node));
+                            .filter(|request| !round.granted(request.node))
+                            .map(|request| request.undoing(self.ttl, self.drift));
                         self.requests.extend(leave);
                     }
                     // Nodes the lock round skipped never saw our value.
@@ -504,7 +505,11 @@ impl<R: Rng> Acquisition<R> {
                                 votes,
                                 now + self.settings.release_timeout(),
                             );
-                            self.requests.extend(withdraws);
+                            self.requests.extend(
+                                withdraws
+                                    .into_iter()
+                                    .map(|request| request.undoing(self.ttl, self.drift)),
+                            );
                             (keys, LockKind::Exclusive, votes)
                         }
                         (None, None) => (self.keys.clone(), self.kind.clone(), votes),
@@ -515,6 +520,7 @@ impl<R: Rng> Acquisition<R> {
                         kind,
                         value,
                         ttl: self.ttl,
+                        longest_ttl: self.ttl,
                         acquired_at: started,
                         valid_until: until,
                         votes,

@@ -341,6 +341,7 @@ impl Lock {
             });
         }
         let attempt = self.next_round();
+        self.longest_ttl = self.longest_ttl.max(ttl);
         Ok(Extension::new(self, attempt, ttl, now))
     }
 

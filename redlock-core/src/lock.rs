@@ -18,6 +18,10 @@ pub struct Lock {
     pub(crate) kind: LockKind,
     pub(crate) value: LockValue,
     pub(crate) ttl: Ttl,
+    /// The longest TTL any request of this lock asked a node for (an
+    /// extension that failed may still have set it on some): what its
+    /// release undoes expires by one of these after its last request.
+    pub(crate) longest_ttl: Ttl,
     pub(crate) acquired_at: Instant,
     pub(crate) valid_until: Instant,
     pub(crate) votes: Votes,

@@ -237,6 +237,7 @@ impl Round {
             client: None,
             native,
             deadline,
+            give_up_at: deadline,
             payload: None,
         })
     }

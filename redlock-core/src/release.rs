@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use crate::{
     Command, HandOver, Key, LockKind, LockValue, NodeErrorKind, NodeVote, Reply, Request, RoundId,
-    Settings, Votes,
+    Settings, Ttl, Votes,
 };
 
 /// What a release did on each node.
@@ -214,8 +214,11 @@ impl Release {
     ) -> Self {
         Self::of(
             settings,
-            Arc::from([key]),
-            LockKind::Exclusive,
+            (
+                Arc::from([key]),
+                LockKind::Exclusive,
+                settings.default_ttl(),
+            ),
             value,
             (attempt, &[]),
             now,
@@ -223,10 +226,11 @@ impl Release {
     }
 
     /// `untouched`: nodes the value was never sent to, not asked.
+    /// `ttl`: the longest TTL the value was set with (see
+    /// [`Request::give_up_at`]).
     pub(crate) fn of(
         settings: &Settings,
-        keys: Arc<[Key]>,
-        kind: LockKind,
+        (keys, kind, ttl): (Arc<[Key]>, LockKind, Ttl),
         value: LockValue,
         (id, untouched): (RoundId, &[crate::NodeId]),
         now: Instant,
@@ -251,7 +255,7 @@ impl Release {
                 .filter(|request| !untouched.contains(&request.node))
                 .map(|request| Request {
                     client: client.cloned(),
-                    ..request
+                    ..request.undoing(ttl, settings.drift(ttl))
                 }),
         );
         let sent = requests.front().cloned();
@@ -533,8 +537,7 @@ impl crate::Lock {
         // `Settings::release_timeout`.
         Release::of(
             &self.settings,
-            self.keys.clone(),
-            self.kind.clone(),
+            (self.keys.clone(), self.kind.clone(), self.longest_ttl),
             self.value.clone(),
             (attempt, &self.untouched),
             now,

@@ -44,12 +44,34 @@ pub struct Request {
     pub native: bool,
     /// When the state machine stops waiting for this node.
     pub deadline: Instant,
+    /// When the caller may forget this request unanswered: its
+    /// [`deadline`](Self::deadline), except for a request that must arrive
+    /// ([`Command::must_arrive`]), whose answer may be waited for until what
+    /// it undoes has surely expired on the node by itself: any key this
+    /// client set there, by a request the node ran before this one's
+    /// deadline, with the longest TTL the lock ever asked for
+    /// ([`Request::undoing`]). Past it nothing is left to undo, so nothing
+    /// is gained by waiting, and nothing by another connection: the request
+    /// is in its node's connection queue already, behind what it undoes, and
+    /// runs when the node reads it.
+    pub give_up_at: Instant,
     /// Bytes the command carries besides the lock's own: a leader's value
     /// for [`Command::Proclaim`]; `None` for every other command.
     pub payload: Option<Arc<[u8]>>,
 }
 
 impl Request {
+    /// This request (a release, a withdraw or a leave) undoing keys set
+    /// with a TTL of at most `ttl`: it may be given up once they have
+    /// surely expired ([`give_up_at`](Self::give_up_at)), one TTL and the
+    /// expiry's drift past its deadline.
+    pub(crate) fn undoing(self, ttl: Ttl, drift: std::time::Duration) -> Self {
+        Self {
+            give_up_at: self.deadline + ttl.as_duration() + drift,
+            ..self
+        }
+    }
+
     /// The lock key (the first of [`keys`](Self::keys)).
     pub fn key(&self) -> &Key {
         &self.keys[0]

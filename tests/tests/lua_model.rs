@@ -182,6 +182,7 @@ fn workload(extend_script: Option<&'static str>) -> Result<usize, String> {
                         client,
                         native: false,
                         deadline: Instant::now(),
+                        give_up_at: Instant::now(),
                         payload: None,
                     };
                     pair.run(&request)?;
@@ -342,6 +343,7 @@ impl Pair {
             client: None,
             native: false,
             deadline: Instant::now() + Duration::from_secs(1),
+            give_up_at: Instant::now() + Duration::from_secs(1),
             payload: None,
         };
         if self.run(&request)? == Response::Int(1) {

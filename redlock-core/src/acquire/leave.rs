@@ -61,7 +61,7 @@ impl<R: Rng> Acquisition<R> {
             .filter(|r| !(planted!(ReleaseSkipsTimedOut) && round.timed_out(r.node)))
             .map(|r| Request {
                 native: r.native && native,
-                ..r
+                ..r.undoing(self.ttl, self.drift)
             });
         self.requests.extend(requests);
         if last {
@@ -76,7 +76,8 @@ impl<R: Rng> Acquisition<R> {
         }
         let deadline = now + self.settings.release_timeout();
         let requests = round.fan_out(&self.keys, &self.kind, value, Command::Leave, deadline);
-        self.requests.extend(requests);
+        self.requests
+            .extend(requests.map(|r| r.undoing(self.ttl, self.drift)));
     }
 }
 

@@ -208,6 +208,7 @@ impl<R: Rng> Acquisition<R> {
                 client: self.settings.client_tag().cloned(),
                 native: false,
                 deadline,
+                give_up_at: deadline,
                 payload: None,
             }));
         }

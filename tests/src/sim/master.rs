@@ -551,6 +551,7 @@ impl Master {
             client: None,
             native: false,
             deadline: std::time::Instant::now(),
+            give_up_at: std::time::Instant::now(),
             payload: None,
         }
     }
