@@ -14,58 +14,39 @@
 //!   ([`Node::resend_later`](crate::node::Node::resend_later)), which wait
 //!   for the node's next connection.
 //!
-//! Each waits at most the one [patience](patience) for its node.
+//! Each waits for a node at most until the core gives its request up
+//! ([`Request::give_up_at`](redlock_core::Request::give_up_at): what a
+//! release undoes has expired by then, so waiting longer would gain
+//! nothing, while a master paused under load cannot make the client hold
+//! ever more requests).
 
 use std::future::Future;
-use std::time::Duration;
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use redlock_core::Settings;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, warn};
 
 use crate::drain::Drain;
 use crate::driver::Sent;
 
-/// The patience of a client, the one rule for how long background work
-/// waits for a node: one default TTL. A release, withdraw or leave past its
-/// deadline waits that long for a stalled node to answer, and one that met
-/// a broken connection waits that long for the next one; a thread that
-/// blocks on a release (a guard dropped outside any runtime, the last
-/// handle of a blocking client) waits no longer either. Past it, a key left
-/// on the node expires by itself at its TTL, so waiting longer would gain
-/// nothing, while a master paused under load cannot make the client hold
-/// ever more requests.
-pub(crate) fn patience(settings: &Settings) -> Duration {
-    settings.default_ttl().as_duration()
-}
-
 /// Everything a client does in the background (see the [module](self)).
 pub(crate) struct Background {
     drain: Drain,
     tasks: TaskTracker,
-    patience: Duration,
 }
 
 impl Background {
-    pub(crate) fn new(settings: &Settings) -> Self {
-        let patience = patience(settings);
+    pub(crate) fn new() -> Self {
         Self {
-            drain: Drain::new(patience),
+            drain: Drain::new(),
             tasks: TaskTracker::new(),
-            patience,
         }
     }
 
     /// The tasks, for a node's resends.
     pub(crate) fn tasks(&self) -> &TaskTracker {
         &self.tasks
-    }
-
-    /// The client's [patience](patience).
-    pub(crate) fn patience(&self) -> Duration {
-        self.patience
     }
 
     /// The runtime the drain runs on, while it runs (see
@@ -95,35 +76,45 @@ impl Background {
     /// ([`send`](crate::driver::send)), so whatever is sent next still runs
     /// after them. They wait until the latest of their deadlines; then
     /// releases and withdraws not answered yet go on waiting until their
-    /// node answers or their connection fails, at most the
-    /// [patience](patience) (rule 4 of [`send`](crate::driver::send)); any
-    /// other request is dropped.
+    /// node answers or their connection fails, at most until they are given
+    /// up (rule 4 of [`send`](crate::driver::send)); any other request is
+    /// dropped.
     ///
     /// They go to the drain, unless it runs on another runtime than this
     /// one: then to a task of their own.
     pub(crate) fn complete(&self, in_flight: FuturesUnordered<Sent>) {
-        let Err(mut in_flight) = self.drain.submit(in_flight) else {
+        let Err(in_flight) = self.drain.submit(in_flight) else {
             return;
         };
         let Some(deadline) = in_flight.iter().map(Sent::deadline).max() else {
             return;
         };
-        let patience = self.patience;
         let task = async move {
+            // Dropped before it ends, its runtime shuts down: what is left
+            // may go out on blocking connections.
+            let mut in_flight = RuntimeDrops(in_flight);
             let deadline = tokio::time::Instant::from_std(deadline);
-            let all = async { while in_flight.next().await.is_some() {} };
+            let all = async { while in_flight.0.next().await.is_some() {} };
             if tokio::time::timeout_at(deadline, all).await.is_ok() {
                 return;
             }
-            let mut unanswered: FuturesUnordered<Sent> =
-                in_flight.into_iter().filter(Sent::must_arrive).collect();
-            if !unanswered.is_empty() {
-                debug!(
-                    requests = unanswered.len(),
-                    "releases past their deadline stay queued until their nodes answer"
-                );
-                let wait = async { while unanswered.next().await.is_some() {} };
-                let _ = tokio::time::timeout_at(deadline + patience, wait).await;
+            let unanswered: FuturesUnordered<Sent> = std::mem::take(&mut in_flight.0)
+                .into_iter()
+                .filter(Sent::must_arrive)
+                .collect();
+            let Some(give_up_at) = unanswered.iter().map(Sent::give_up_at).max() else {
+                return;
+            };
+            debug!(
+                requests = unanswered.len(),
+                "releases past their deadline stay queued until their nodes answer"
+            );
+            in_flight.0 = unanswered;
+            let wait = async { while in_flight.0.next().await.is_some() {} };
+            let give_up_at = tokio::time::Instant::from_std(give_up_at);
+            if tokio::time::timeout_at(give_up_at, wait).await.is_err() {
+                // Given up where it may not block: forgotten.
+                drop(std::mem::take(&mut in_flight.0));
             }
         };
         if self.spawn(task.in_current_span()).is_err() {
@@ -135,8 +126,7 @@ impl Background {
     }
 
     /// Waits until everything in the background is done: every task ended
-    /// and the drain empty, each request answered or past the
-    /// [patience](patience). A request the drain completes may have queued
+    /// and the drain empty, each request answered or given up. A request the drain completes may have queued
     /// a resend meanwhile, so both are looked at again until both are
     /// empty.
     pub(crate) async fn shutdown(&self) {
@@ -148,6 +138,19 @@ impl Background {
             if self.tasks.is_empty() {
                 return;
             }
+        }
+    }
+}
+
+/// Requests a task of the background owns: dropped with requests left in
+/// it, the task was dropped before it ended, by its runtime shutting down.
+struct RuntimeDrops(FuturesUnordered<Sent>);
+
+impl Drop for RuntimeDrops {
+    fn drop(&mut self) {
+        let left = std::mem::take(&mut self.0);
+        if !left.is_empty() {
+            crate::node::as_runtime_drops(|| drop(left));
         }
     }
 }

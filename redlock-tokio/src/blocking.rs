@@ -120,8 +120,8 @@ impl Drop for Shared {
         // Never block a thread that runs async tasks: there the thread is
         // only told to stop, and finishes the releases in flight unwaited.
         if outside_runtime().is_ok() {
-            // Bounded by the client's patience: each release waits for its
-            // node no longer.
+            // Bounded: each release waits for its node at most until what it
+            // undoes has expired.
             self.handle.block_on(self.client.shutdown());
         }
         if let Some(stop) = self

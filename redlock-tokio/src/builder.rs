@@ -270,7 +270,7 @@ impl Builder {
             ))
         });
         let shown: Vec<String> = servers.iter().map(|s| s.shown.clone()).collect();
-        let background = Background::new(&settings);
+        let background = Background::new();
         let mut nodes = Vec::with_capacity(servers.len());
         for (index, server) in servers.into_iter().enumerate() {
             let cluster = match server.cluster {
@@ -291,7 +291,6 @@ impl Builder {
                 self.connect_timeout,
                 settings.node_timeout(),
                 background.tasks().clone(),
-                background.patience(),
             );
             node = node.with_health(redlock_core::NodeHealth::for_node(
                 &settings,

@@ -142,8 +142,8 @@ impl Redlock {
     /// their deadline, and every release, withdraw or leave has reached its
     /// node, resends after a reconnect included. A release waits for a
     /// paused master, or for the next connection to a master that is down,
-    /// at most one default TTL from its deadline (the client's patience):
-    /// past that its key expires by itself, and `shutdown` returns.
+    /// at most until its lock's keys have expired by themselves (one TTL of
+    /// that lock past the release's deadline), and `shutdown` returns.
     ///
     /// You need not call it before `main` returns: a guard alive or dropped
     /// then is still released, on a blocking connection if its runtime has

@@ -24,11 +24,13 @@
 //! What it keeps of [`send`](crate::driver::send)'s rule 4: a batch waits
 //! until its deadline (the latest of its requests'); then its releases and
 //! withdraws ([`Command::must_arrive`](redlock_core::Command::must_arrive))
-//! not answered yet go on waiting, at most the client's
-//! [patience](crate::background::patience), and any other
-//! request is dropped. A request that must arrive and is dropped unanswered
-//! (its runtime shuts down and drops the drain, or it waited the whole patience)
-//! is sent on a blocking connection ([`Sent`]'s `Drop`).
+//! not answered yet go on waiting until the core gives them up
+//! ([`Request::give_up_at`](redlock_core::Request::give_up_at): what they
+//! undo has expired by then), and any other request is dropped. Given up,
+//! a request is forgotten, not sent again: it is queued on its node's
+//! connection already. Only one that its runtime drops unanswered as it
+//! shuts down (it drops the drain) is sent on a blocking connection
+//! ([`Sent`]'s `Drop`, under [`as_runtime_drops`]).
 //!
 //! The drain runs on the runtime of the operation that first needed it, and
 //! ends when its client is dropped and its batches are done, or when that
@@ -42,21 +44,19 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use futures::stream::FuturesUnordered;
 use tokio::sync::oneshot;
 use tracing::debug;
 
 use crate::driver::{Sent, Timer, next_quietly};
+use crate::node::as_runtime_drops;
 
 /// The drain of one client; dropping it (the client is gone) lets its task
 /// end once its batches are done.
 pub(crate) struct Drain {
     shared: Arc<Shared>,
-    /// How long a release past its deadline waits for a stalled node: the
-    /// client's [patience](crate::background::patience).
-    patience: Duration,
 }
 
 struct Shared {
@@ -108,7 +108,7 @@ impl Wake for Shared {
 struct Batch {
     in_flight: FuturesUnordered<Sent>,
     /// Before it: wait for every request. After it: a fresh batch keeps its
-    /// requests that must arrive, for one more `patience`; a late batch is
+    /// requests that must arrive, until they are given up; a late batch is
     /// dropped.
     deadline: Instant,
     /// Past its first deadline: only requests that must arrive are left.
@@ -126,12 +126,11 @@ impl Future for Batch {
 }
 
 impl Drain {
-    pub(crate) fn new(patience: Duration) -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             shared: Arc::new(Shared {
                 state: Mutex::new(State::default()),
             }),
-            patience,
         }
     }
 
@@ -191,7 +190,6 @@ impl Drain {
                     check_at: None,
                     fresh: 0,
                     late: 0,
-                    patience: self.patience,
                     idle: Vec::new(),
                 });
                 Ok(())
@@ -253,7 +251,6 @@ struct Task {
     fresh: usize,
     /// Batches past it, their requests that must arrive waiting.
     late: usize,
-    patience: Duration,
     idle: Vec<oneshot::Sender<()>>,
 }
 
@@ -324,9 +321,9 @@ impl Future for Task {
 
 impl Task {
     /// Takes the batches past their deadline out: a fresh one keeps its
-    /// requests that must arrive, for one more `patience`; a late one is
-    /// dropped (its requests that must arrive are sent on blocking
-    /// connections). Sets the timer's next check to the earliest deadline
+    /// requests that must arrive, until they are given up; a late one is
+    /// dropped (its requests stay queued on their connections, nobody
+    /// waiting for their answers). Sets the timer's next check to the earliest deadline
     /// left.
     fn expire(&mut self, now: Instant) {
         let mut next: Option<Instant> = None;
@@ -341,7 +338,7 @@ impl Task {
                 self.late -= 1;
                 debug!(
                     requests = batch.in_flight.len(),
-                    "releases unanswered for a whole TTL; sending them on blocking connections"
+                    "releases unanswered until what they undo expired; given up"
                 );
             } else {
                 self.fresh -= 1;
@@ -361,9 +358,10 @@ impl Task {
                         "releases past their deadline stay queued until their nodes answer"
                     );
                     self.late += 1;
+                    let give_up_at = unanswered.iter().map(Sent::give_up_at).max();
                     let late = Batch {
                         in_flight: unanswered,
-                        deadline: batch.deadline + self.patience,
+                        deadline: give_up_at.unwrap_or(batch.deadline),
                         late: true,
                     };
                     keep(late, &mut self.batches);
@@ -378,8 +376,10 @@ impl Drop for Task {
     fn drop(&mut self) {
         // Ended, or dropped by its runtime (shutting down): the next
         // operation starts another drain. What was handed over and not
-        // taken yet is dropped here, outside the lock; the batches with
-        // the task's fields.
+        // taken yet is dropped here, outside the lock, and so are the
+        // batches: left only where the runtime shuts down, so their
+        // releases may go out on blocking connections.
+        let batches = std::mem::take(&mut self.batches);
         let (inbox, idle) = {
             let mut state = self.shared.lock();
             state.runtime = None;
@@ -391,7 +391,10 @@ impl Drop for Task {
             )
         };
         drop(idle);
-        drop(inbox);
+        as_runtime_drops(|| {
+            drop(inbox);
+            drop(batches);
+        });
     }
 }
 
@@ -452,7 +455,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn requests_answered_at_hand_over_start_no_drain() {
-        let drain = Drain::new(Duration::from_secs(10));
+        let drain = Drain::new();
         let deadline = crate::sim::now() + Duration::from_secs(1);
         let answered = batch([Sent::answered_by(deadline, async { None })]);
         assert!(drain.submit(answered).is_ok());
@@ -464,7 +467,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_batch_due_before_the_drains_timer_is_dropped_at_its_own_deadline() {
-        let drain = Drain::new(Duration::from_secs(10));
+        let drain = Drain::new();
         let start = crate::sim::now();
         let long = asleep_for_10_s(&drain, start).await;
         // Due at 1 s: it must not wait for the timer of 10 s.
@@ -481,7 +484,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_reply_wakes_the_drain_for_a_batch_it_has_not_taken() {
-        let drain = Drain::new(Duration::from_secs(10));
+        let drain = Drain::new();
         let start = crate::sim::now();
         // The drain asleep, its timer set for 10 s: a batch due later is
         // handed over without waking it.

@@ -44,12 +44,13 @@ use crate::notices::Waiter;
 ///    command for its key was sent ([`Order`](crate::order::Order));
 /// 4. a release or withdraw ([`Command::must_arrive`](redlock_core::Command::must_arrive))
 ///    is never dropped unsent: past its deadline it stays queued until its
-///    node answers or its connection fails, at most the client's
-///    [patience](crate::background::patience)
+///    node answers or its connection fails, at most until the core gives it
+///    up ([`Request::give_up_at`]: what it undoes has expired by then)
 ///    ([`Background::complete`](crate::background::Background::complete)),
 ///    and if its runtime drops it first (the process is exiting), it is sent
-///    on a blocking connection ([`Node::send_blocking`]). One that meets a
-///    broken connection is sent again on the next one, within the patience
+///    on a blocking connection ([`Node::send_blocking`], the one place a
+///    runtime's thread may block: see `node::blocking`). One that meets a
+///    broken connection is sent again on the next one, until it is given up
 ///    ([`Node::resend_later`], a task the client's background owns); a runtime that shuts down drops the node's
 ///    connection first, and the resend then goes out on a blocking one. Any other request
 ///    may be dropped past its deadline; the connection then skips it if it
@@ -68,6 +69,7 @@ pub(crate) fn send(nodes: &[Arc<Node>], request: Request) -> Sent {
     // which is the length of `nodes`.
     let node = Arc::clone(&nodes[request.node.0]);
     let deadline = request.deadline;
+    let give_up_at = request.give_up_at;
     let must_arrive = request.command.must_arrive().then(|| request.clone());
     let sent_to = Arc::clone(&node);
     let mut future = Box::pin(async move {
@@ -110,6 +112,7 @@ pub(crate) fn send(nodes: &[Arc<Node>], request: Request) -> Sent {
     };
     Sent {
         deadline,
+        give_up_at,
         state,
         node: Some(sent_to),
         must_arrive,
@@ -120,6 +123,8 @@ pub(crate) fn send(nodes: &[Arc<Node>], request: Request) -> Sent {
 pub(crate) struct Sent {
     /// The request's deadline: past it, the reply no longer counts.
     deadline: Instant,
+    /// When it may be forgotten unanswered ([`Request::give_up_at`]).
+    give_up_at: Instant,
     state: SentState,
     /// The node it was sent to (none in a test of the drain).
     node: Option<Arc<Node>>,
@@ -143,6 +148,7 @@ impl Sent {
     ) -> Self {
         Self {
             deadline,
+            give_up_at: deadline,
             state: SentState::Pending(Box::pin(reply)),
             node: None,
             must_arrive: None,
@@ -152,6 +158,12 @@ impl Sent {
     /// The request's deadline.
     pub(crate) fn deadline(&self) -> Instant {
         self.deadline
+    }
+
+    /// When the request may be forgotten unanswered
+    /// ([`Request::give_up_at`]).
+    pub(crate) fn give_up_at(&self) -> Instant {
+        self.give_up_at
     }
 
     /// Whether the request must reach its node even past its deadline.
@@ -186,12 +198,14 @@ impl Future for Sent {
 
 impl Drop for Sent {
     fn drop(&mut self) {
-        // Dropped unanswered: its runtime is shutting down (the drain drops a
-        // request that must arrive only after one default TTL), or there was
-        // none. The
-        // connection would skip it unwritten, after the acquire it undoes.
+        // Dropped unanswered where a thread may block: its runtime is
+        // shutting down, or there was none. The connection would skip it
+        // unwritten, after the acquire it undoes. Anywhere else it was given
+        // up (`give_up_at`): what it undoes has expired, and it stays queued
+        // on its node's connection if it was written.
         if let (SentState::Pending(_), Some(node), Some(request)) =
             (&self.state, &self.node, &self.must_arrive)
+            && crate::node::may_block()
         {
             node.send_blocking(request);
         }
@@ -510,6 +524,9 @@ impl Timer {
 /// [`Node::send_blocking`]). Bounded by one connect timeout plus one
 /// per-node timeout. The answers are not read.
 pub(crate) fn release_blocking<M: Machine>(client: &Redlock, mut machine: M) {
+    if !crate::node::check_may_block("a release on blocking connections") {
+        return;
+    }
     let mut requests = Vec::new();
     while let Some(request) = machine.poll_request() {
         requests.push(request);

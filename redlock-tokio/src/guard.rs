@@ -407,8 +407,12 @@ fn release_from_outside(unreleased: Unreleased, task: Option<JoinHandle<()>>) {
         drop(done);
     };
     client.background().tasks().spawn_on(release, &runtime);
-    // Disconnected once the task is done or dropped.
-    let _ = answered.recv_timeout(client.background().patience());
+    // Disconnected once the task is done or dropped; the release it waits
+    // for is bounded by the core's per-node timeout. Never on a runtime's
+    // thread: this one runs none (checked by the caller).
+    if crate::node::check_may_block("waiting for a release from outside a runtime") {
+        let _ = answered.recv();
+    }
 }
 
 /// A lock whose release has not been sent yet; dropped so, it is released
@@ -424,7 +428,11 @@ impl Drop for Unreleased {
             // Nobody reads its answers: it publishes for this client's
             // waiters too, which no hand-over tells.
             let release = lock.release(crate::sim::now()).unattended();
-            crate::driver::release_blocking(&self.client, release);
+            // Still here, the task that held it was dropped unpolled or
+            // never started: its runtime shuts down, or there is none.
+            crate::node::as_runtime_drops(|| {
+                crate::driver::release_blocking(&self.client, release);
+            });
         }
     }
 }

@@ -44,6 +44,7 @@ use crate::order::Order;
 use crate::sim::Simulation;
 
 use blocking::Blocking;
+pub(crate) use blocking::{as_runtime_drops, check_may_block, may_block};
 use connect::{Connected, Connection, reconnect};
 pub(crate) use reply::map_error;
 
@@ -75,10 +76,6 @@ pub(crate) struct Node {
     connect_timeout: Duration,
     /// The per-node timeout: how long a blocking release waits for an answer.
     node_timeout: Duration,
-    /// How long a release that met a broken connection waits for the next
-    /// one ([`resend_later`](Self::resend_later)): the client's
-    /// [patience](crate::background::patience).
-    patience: Duration,
     /// The client's background tasks, which own the resends
     /// ([`Background`](crate::background::Background)).
     tasks: TaskTracker,
@@ -96,6 +93,10 @@ pub(crate) struct Node {
     /// The connection of [`send_blocking`](Self::send_blocking), made on
     /// first use: only when a Tokio runtime is gone (or was never there).
     blocking: Mutex<Blocking>,
+    /// Set when a blocking release failed to reach the node (down or
+    /// paused), so that later ones do not wait for it again; cleared when
+    /// the node answers again.
+    blocking_gave_up: std::sync::atomic::AtomicBool,
     /// Set in a simulation only: this node's index and the simulation's
     /// connector and RNG ([`Simulation`]).
     simulation: Option<(usize, Simulation)>,
@@ -121,7 +122,6 @@ impl Node {
         connect_timeout: Duration,
         node_timeout: Duration,
         tasks: TaskTracker,
-        patience: Duration,
     ) -> Self {
         Self {
             name: name.into(),
@@ -129,12 +129,12 @@ impl Node {
             cluster,
             connect_timeout,
             node_timeout,
-            patience,
             tasks,
             connected: tokio::sync::Notify::new(),
             resends: std::sync::atomic::AtomicUsize::new(0),
             no_permission_logged: std::sync::atomic::AtomicBool::new(false),
             blocking: Mutex::default(),
+            blocking_gave_up: std::sync::atomic::AtomicBool::new(false),
             state: Mutex::new(State {
                 link: Link::Down {
                     error: NodeError::new(NodeErrorKind::Connection, "not connected yet"),
@@ -174,8 +174,13 @@ impl Node {
         self.health().is_slow()
     }
 
-    /// The node answered a request at `now`.
+    /// The node answered a request at `now`: a blocking release that gave
+    /// up on it may try it again.
     pub(crate) fn answered(&self, now: Instant) {
+        use std::sync::atomic::Ordering;
+        if self.blocking_gave_up.load(Ordering::Relaxed) {
+            self.blocking_gave_up.store(false, Ordering::Relaxed);
+        }
         let change = self.health().handle_answer(now);
         self.health_changed(change);
     }
@@ -228,7 +233,6 @@ impl Node {
             Duration::from_secs(1),
             Duration::from_secs(1),
             TaskTracker::new(),
-            Duration::from_secs(1),
         ));
         node.set_up(Connected {
             connection: Connection::Single(connection),

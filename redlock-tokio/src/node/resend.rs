@@ -10,8 +10,8 @@ use super::Node;
 
 impl Node {
     /// Sends `request` (a release or a withdraw that met a broken
-    /// connection) again once the node has a connection, within
-    /// [`patience`](Self::patience): the node may have run the acquire it
+    /// connection) again once the node has a connection, until the core
+    /// gives it up ([`Request::give_up_at`]): the node may have run the acquire it
     /// undoes before the connection broke (a master that restarted with its
     /// data, a connection cut by a proxy). Sending it again is safe: it
     /// removes only our value. A runtime that shuts down first drops the
@@ -50,7 +50,9 @@ struct Resend {
 
 impl Resend {
     async fn run(mut self) {
-        let deadline = tokio::time::Instant::now() + self.node.patience;
+        let Some(deadline) = self.request.as_ref().map(|r| r.give_up_at.into()) else {
+            return;
+        };
         while let Some(request) = self.request.clone() {
             let connected = self.node.connected.notified();
             let mut connected = std::pin::pin!(connected);
@@ -82,8 +84,9 @@ impl Resend {
 
 impl Drop for Resend {
     fn drop(&mut self) {
+        // Dropped before `run` ended: its runtime shuts down.
         if let Some(request) = self.request.take() {
-            self.node.send_blocking(&request);
+            super::blocking::as_runtime_drops(|| self.node.send_blocking(&request));
         }
         self.node
             .resends
