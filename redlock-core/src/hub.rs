@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use rand_core::Rng;
 
-use crate::{Acquisition, HandOver, Key, NodeId, Notice, WaitQueue, WaiterId, Wake};
+use crate::{Acquisition, HandOver, Key, NodeId, Notice, Release, WaitQueue, WaiterId, Wake};
 
 /// What the [`Hub`] asks its caller to deliver, drained with
 /// [`Hub::poll_delivery`]: give `notice` to `waiter`'s acquisition
@@ -192,6 +192,31 @@ impl Hub {
             }
         }
         acquisition
+    }
+
+    /// Plans a release of this client ([`Lock::release`](crate::Lock::release),
+    /// [`Release::new`]): where some of its waiters wait for the lock, it
+    /// goes as the release script on every node, never as a plain
+    /// `DELIFEQ` (Valkey 9), so that it is final once queued and hands over
+    /// then ([`HandOver::Queued`]): the waiter told attempts behind it on
+    /// every node. A waiter's mark makes a `DELIFEQ` delete nothing, and the
+    /// script that deletes the value follows the `DELIFEQ`'s answer
+    /// ([`Request::follow_up`](crate::Request::follow_up)), behind an
+    /// attempt told at once, which then meets the value it waits for and
+    /// sleeps out its retry. Nobody of this client waiting, it stays one
+    /// `DELIFEQ` per node; a waiter that comes while such a release is on
+    /// its way is handed over once the release's nodes answered. Call it
+    /// once, on a release just made, before driving it.
+    #[must_use = "drive the planned release"]
+    pub fn plan_release(&self, release: Release) -> Release {
+        let waited = release
+            .hand_over_channel()
+            .is_some_and(|channel| self.channels.contains_key(&channel));
+        if waited && !planted!(HandOverBeforeFollowUp) {
+            release.for_own_waiters()
+        } else {
+            release
+        }
     }
 
     /// A waiter starts waiting on `channels`, last in their queues, at

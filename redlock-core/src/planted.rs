@@ -60,11 +60,20 @@ pub enum Bug {
     /// one), not taken from the quorum's fencing token: two leaders share
     /// a term.
     ElectionTermFromClient,
+    /// A release that may go as a plain `DELIFEQ` hands over to its
+    /// client's first waiter as soon as it is queued, and the hub lets it
+    /// go so even where the client's own waiters wait (issue 52): where a
+    /// waiter marked the holder's value, the `DELIFEQ` deletes nothing and
+    /// the script that deletes it follows its answer, behind the attempt
+    /// the hand-over sent. That attempt is turned away, the script
+    /// publishes nothing for the client's own waiter, and the waiter sleeps
+    /// out its retry.
+    HandOverBeforeFollowUp,
 }
 
 impl Bug {
     /// Every bug, in a fixed order.
-    pub const ALL: [Bug; 12] = [
+    pub const ALL: [Bug; 13] = [
         Bug::ValidityFromDecisionTime,
         Bug::QuorumHalf,
         Bug::DuplicateVoteCounted,
@@ -77,6 +86,7 @@ impl Bug {
         Bug::SemaphoreCountsAnySlot,
         Bug::ElectionLosesAtExpiry,
         Bug::ElectionTermFromClient,
+        Bug::HandOverBeforeFollowUp,
     ];
 }
 

@@ -170,7 +170,12 @@ impl std::fmt::Display for ReleaseReport {
 /// background for a node not waited for. The script's answer is the node's
 /// (deleted and published, another holder, gone), so a `DELIFEQ` that
 /// found our value marked is never counted as not held, and a node not
-/// waited for deletes our value, marked or not, as the others did.
+/// waited for deletes our value, marked or not, as the others did. Such a
+/// release is final only once answered, so it hands over to its client's
+/// waiters ([`HandOver::Queued`]) only then; where the client's own waiters
+/// wait, its hub sends the script at once instead
+/// ([`Hub::plan_release`](crate::Hub::plan_release)), which hands over as
+/// soon as it is queued.
 #[cfg_attr(feature = "model-check", derive(Clone))]
 #[derive(Debug)]
 pub struct Release {
@@ -322,6 +327,43 @@ impl Release {
         self
     }
 
+    /// This release, for a client some of whose waiters wait for the lock
+    /// ([`Hub::plan_release`](crate::Hub::plan_release)): the release
+    /// script on every node, never a plain `DELIFEQ`. One of them may have
+    /// marked our value as waited for ([`waited`](crate::waited)), and a
+    /// `DELIFEQ` would then delete nothing: the script that deletes it
+    /// would follow its answer ([`Request::follow_up`]), behind the
+    /// attempt a hand-over sent meanwhile. Sent at once, the script is
+    /// queued ahead of that attempt on every node, so the hand-over comes
+    /// when the release is queued ([`HandOver::Queued`]), one round trip
+    /// before its answers; and it is one command per node, not two.
+    pub(crate) fn for_own_waiters(mut self) -> Self {
+        for request in self.requests.iter_mut().chain(&mut self.sent) {
+            request.native = false;
+        }
+        self
+    }
+
+    /// The release channel on which this release hands over, if it does.
+    pub(crate) fn hand_over_channel(&self) -> Option<Key> {
+        self.hand_over.as_ref().map(crate::config::release_channel)
+    }
+
+    /// Whether every node frees our value with the request queued for it:
+    /// its script. A release that may go as a plain `DELIFEQ` (an exclusive
+    /// lock's, where the node has it) frees a value marked as waited for
+    /// only with the script that follows the `DELIFEQ`'s answer
+    /// ([`Request::follow_up`]), queued behind whatever was sent to that
+    /// node meanwhile: it is final only once answered.
+    fn final_once_queued(&self) -> bool {
+        let may_follow_up = self.sent.as_ref().is_some_and(|request| {
+            request.native
+                && request.kind == LockKind::Exclusive
+                && request.command == Command::Release
+        });
+        !may_follow_up || planted!(HandOverBeforeFollowUp)
+    }
+
     /// Whether `reply`, where it deleted our key, says that the notice was
     /// refused, and that no other client's waiter is marked there.
     fn notice(reply: &Reply) -> (bool, bool) {
@@ -404,12 +446,17 @@ impl Machine for Release {
     /// The lock's channels, once the release is queued for every node: the
     /// client's waiters learn of it at once (who may attempt then is the
     /// [`WaitQueue`](crate::WaitQueue)'s rule), and an attempt sent from
-    /// now on runs after the release on each node.
+    /// now on runs after the release on each node. A release that may be a
+    /// plain `DELIFEQ` is final only once its nodes answered (the script
+    /// that deletes a marked value follows the answer): it hands over then,
+    /// just before it tells what they answered.
     fn poll_hand_over(&mut self) -> Option<HandOver> {
         if !self.requests.is_empty() {
             return None;
         }
-        if let Some(key) = self.hand_over.take() {
+        if (self.done || self.final_once_queued())
+            && let Some(key) = self.hand_over.take()
+        {
             let channels = vec![crate::config::release_channel(&key)];
             return Some(HandOver::Queued { channels });
         }

@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use redlock_core::{
-    AcquireEvent, Acquisition, Argument, Attempts, Command, Config, HandOver, Lock, LockSpec,
-    LockValue, Machine, Notice, Release, Reply, Request, Response, RetryConfig, Settings, scripts,
+    AcquireEvent, Acquisition, Argument, Attempts, Call, Command, Config, HandOver, Hub, Lock,
+    LockSpec, LockValue, Machine, Native, NodeFacts, Notice, Release, Reply, Request, Response,
+    RetryConfig, Server, Settings, Version, scripts,
 };
 
 const MS: Duration = Duration::from_millis(1);
@@ -158,13 +159,108 @@ fn a_fair_release_hands_over_once_it_is_queued_on_every_node() {
 }
 
 /// An exclusive lock's release, of a client named `tag`, granted at `t0`
-/// and released at `t0 + 1 ms`; its requests.
+/// and released at `t0 + 1 ms`, planned by a hub where one of the client's
+/// tasks waits for the lock (`Hub::plan_release`: the script on every
+/// node); its requests.
 fn exclusive_release(settings: &Arc<Settings>, t0: Instant) -> (Release, Vec<Request>) {
-    let mut release = held(settings, LockSpec::Exclusive(b"job"), t0)
+    let mut hub = Hub::new(3);
+    hub.handle_join(
+        vec![settings.release_channel(&settings.key(b"job"))],
+        false,
+        t0,
+    );
+    let release = held(settings, LockSpec::Exclusive(b"job"), t0)
         .release(t0 + MS)
         .every_node();
+    let mut release = hub.plan_release(release);
     let requests = votes(&mut release);
     (release, requests)
+}
+
+/// A release is planned by its client's hub (`Hub::plan_release`): where
+/// some task of the client waits for the lock, it goes as the release
+/// script on every node, which frees our value marked or not, and hands
+/// over as soon as it is queued; nobody of the client waiting (or waiting
+/// for another lock), it may go as one plain `DELIFEQ` per node (Valkey
+/// 9), and hands over only once its nodes answered: where a waiter marked
+/// our value, the script that deletes it follows the `DELIFEQ`'s answer,
+/// behind an attempt told when the `DELIFEQ` was queued.
+#[test]
+fn a_release_hands_over_when_it_is_final_on_every_node() {
+    let t0 = Instant::now();
+    let valkey = NodeFacts::new(Server::Valkey, Version(9, 1, 2));
+    let settings = Arc::new(
+        settings(true)
+            .as_ref()
+            .clone()
+            .with_client_tag(LockValue::from_string("client-1")),
+    );
+    let channel = settings.release_channel(&settings.key(b"job"));
+    let queued = HandOver::Queued {
+        channels: vec![channel.clone()],
+    };
+    for waits_for in [None, Some(b"other".as_slice()), Some(b"job".as_slice())] {
+        let mut hub = Hub::new(3);
+        if let Some(resource) = waits_for {
+            let waited = settings.release_channel(&settings.key(resource));
+            hub.handle_join(vec![waited], false, t0);
+        }
+        let release = held(&settings, LockSpec::Exclusive(b"job"), t0)
+            .release(t0 + MS)
+            .every_node();
+        let mut release = hub.plan_release(release);
+        let requests = votes(&mut release);
+        let planned = waits_for == Some(b"job".as_slice());
+        for request in &requests {
+            let expected = if planned {
+                Call::Script(scripts::RELEASE_IF_WAITED)
+            } else {
+                Call::Native(Native::DelIfEq)
+            };
+            assert_eq!(request.call(&valkey), expected, "waits for {waits_for:?}");
+        }
+        if planned {
+            assert_eq!(release.poll_hand_over(), Some(queued.clone()));
+        } else {
+            assert_eq!(
+                release.poll_hand_over(),
+                None,
+                "not final before its answers"
+            );
+        }
+        // Each node answers: the plain `DELIFEQ` deleted our value on the
+        // first, and the script that followed it on the others.
+        for (i, request) in requests.iter().enumerate() {
+            let reply = match (planned, i) {
+                (false, 0) => Reply {
+                    native: Some(Native::DelIfEq),
+                    ..Reply::to(request, Ok(Response::Int(1)))
+                },
+                _ => Reply::to(request, Ok(Response::Int(1))),
+            };
+            release.handle_reply(reply, t0 + 2 * MS);
+            if i < 2 {
+                assert_eq!(
+                    release.poll_hand_over(),
+                    None,
+                    "answered by {} nodes",
+                    i + 1
+                );
+            }
+        }
+        if !planned {
+            assert_eq!(release.poll_hand_over(), Some(queued.clone()), "once final");
+        }
+        assert_eq!(
+            release.poll_hand_over(),
+            Some(HandOver::Answered {
+                channels: vec![channel.clone()],
+                others_waiting: false,
+                unheard: true,
+            })
+        );
+        assert_eq!(release.poll_hand_over(), None, "once");
+    }
 }
 
 #[test]

@@ -32,8 +32,9 @@ use std::time::{Duration, Instant};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use redlock_core::{
-    AcquireEvent, Acquisition, Attempts, Call, Command, Config, Machine, Native, NodeFacts, NodeId,
-    Notice, Release, Reply, Request, Response, RetryConfig, Server, Settings, Version, scripts,
+    AcquireEvent, Acquisition, Attempts, Call, Command, Config, Hub, Machine, Native, NodeFacts,
+    NodeId, Notice, Release, Reply, Request, Response, RetryConfig, Server, Settings, Version,
+    WaiterId, scripts,
 };
 
 const NODES: usize = 3;
@@ -808,5 +809,317 @@ fn an_extra_attempt_goes_unmarked_exactly_while_the_last_mark_lives_past_the_ret
             !fenced || marked_cases > 0,
             "a fenced attempt just before its retry marks"
         );
+    }
+}
+
+/// What one task of [`Turns`] is doing.
+enum Task {
+    /// Acquiring; its waiter id once it waits with its client's hub.
+    Acquiring(Box<Acquisition<StdRng>>, Option<WaiterId>),
+    Holding(Box<redlock_core::Lock>),
+    Releasing(Box<Release>),
+    Done,
+}
+
+/// Tasks of one client taking turns at one lock, several times each, with
+/// the client's notice hub and nothing else to wake them: no node lets
+/// them subscribe, and their retry timers never fire. Each release is the
+/// client's own, so only its hand-over (`Notice::HandedOver`, through the
+/// hub) tells the next waiter. Each node runs its requests in the order
+/// they reached it; a `DELIFEQ`'s follow-up (`Request::follow_up`) reaches
+/// its node once the `DELIFEQ` answered, behind what was queued there
+/// meanwhile, as the adapter's connection sends it.
+struct Turns {
+    settings: Arc<Settings>,
+    via: Via,
+    stores: Vec<redis::Store>,
+    /// Per node, the requests on their way, with the task that sent each.
+    queues: Vec<VecDeque<(usize, Request)>>,
+    hub: Hub,
+    tasks: Vec<Task>,
+    /// Turns each task has still to take.
+    left: Vec<usize>,
+    start: Instant,
+    /// Virtual milliseconds since `start`.
+    step: u64,
+    granted: usize,
+    /// Whether the hub plans each release (`Hub::plan_release`). Not: each
+    /// release is as if made before any of its client's waiters came, and
+    /// they came while it was on its way.
+    planned: bool,
+    /// `DELIFEQ`s that deleted nothing, and so had the script follow them.
+    follow_ups: usize,
+}
+
+impl Turns {
+    fn now(&mut self) -> Instant {
+        self.step += 1;
+        self.start + Duration::from_millis(self.step)
+    }
+
+    fn clock(&self) -> f64 {
+        self.step as f64 * 1000.0
+    }
+
+    /// Task `t` asks for the lock, planned by the hub.
+    fn ask(&mut self, t: usize) {
+        let now = self.now();
+        let acquisition = Acquisition::new(
+            self.settings.clone(),
+            b"job",
+            self.settings.default_ttl(),
+            Attempts::Retry,
+            now,
+            StdRng::seed_from_u64(100 + self.step),
+        );
+        let acquisition = self.hub.plan(acquisition, now);
+        self.tasks[t] = Task::Acquiring(Box::new(acquisition), None);
+        self.left[t] -= 1;
+        self.drive(t);
+    }
+
+    /// The holder, task `t`, releases, planned by the hub.
+    fn release(&mut self, t: usize) {
+        let Task::Holding(lock) = &mut self.tasks[t] else {
+            panic!("task {t} holds nothing");
+        };
+        let now = self.start + Duration::from_millis(self.step + 1);
+        let mut release = lock.release(now).every_node();
+        if self.planned {
+            release = self.hub.plan_release(release);
+        }
+        self.step += 1;
+        self.tasks[t] = Task::Releasing(Box::new(release));
+        self.drive(t);
+    }
+
+    /// Does for task `t` what the adapter's driver does after each input:
+    /// sends what its machine queued, registers it as a waiter, gives its
+    /// hand-overs to the hub, and acts on its events; then delivers what
+    /// the hub asks.
+    fn drive(&mut self, t: usize) {
+        let now = self.start + Duration::from_millis(self.step);
+        match &mut self.tasks[t] {
+            Task::Acquiring(acquisition, waiter) => {
+                while let Some(request) = acquisition.poll_request() {
+                    self.queues[request.node.0].push_back((t, request));
+                }
+                if let Some(channels) = acquisition.poll_listen() {
+                    let by_masters = acquisition.ordered_by_masters();
+                    *waiter = Some(self.hub.handle_join(channels, by_masters, now));
+                }
+                while let Some(hand_over) = acquisition.poll_hand_over() {
+                    self.hub.handle_hand_over(&hand_over, now);
+                }
+                while let Some(event) = acquisition.poll_event() {
+                    match event {
+                        AcquireEvent::Acquired(lock) => {
+                            if let Some(waiter) = *waiter {
+                                self.hub.handle_leave(waiter, true, now);
+                            }
+                            self.tasks[t] = Task::Holding(Box::new(lock));
+                            self.granted += 1;
+                            break;
+                        }
+                        AcquireEvent::AttemptFailed { .. } => {}
+                        AcquireEvent::Failed(error) => panic!("task {t} gave up: {error}"),
+                    }
+                }
+            }
+            Task::Releasing(release) => {
+                while let Some(request) = release.poll_request() {
+                    self.queues[request.node.0].push_back((t, request));
+                }
+                if self.hub.is_waiting() {
+                    while let Some(hand_over) = release.poll_hand_over() {
+                        self.hub.handle_hand_over(&hand_over, now);
+                    }
+                }
+                if let Some(report) = release.poll_event() {
+                    assert_eq!(report.released(), NODES, "{report}");
+                    self.tasks[t] = Task::Done;
+                    // Released, it asks again at once, as a task that
+                    // takes turns does.
+                    if self.left[t] > 0 {
+                        self.ask(t);
+                    }
+                }
+            }
+            Task::Holding(_) | Task::Done => {}
+        }
+        while let Some(delivery) = self.hub.poll_delivery() {
+            let told = self.tasks.iter().position(|task| {
+                matches!(task, Task::Acquiring(_, Some(waiter)) if *waiter == delivery.waiter)
+            });
+            if let Some(told) = told {
+                if let Task::Acquiring(acquisition, _) = &mut self.tasks[told] {
+                    acquisition.handle_delivery(delivery.notice, delivery.at, now);
+                }
+                self.drive(told);
+            }
+        }
+    }
+
+    /// Runs the next request queued at `node`; false if none.
+    fn run(&mut self, node: usize) -> bool {
+        let Some((t, request)) = self.queues[node].pop_front() else {
+            return false;
+        };
+        let now = self.now();
+        let clock = self.clock();
+        let facts = match self.via {
+            Via::Script => NodeFacts::default(),
+            Via::Plain => valkey9(),
+        };
+        let call = request.call(&facts);
+        let response = match call {
+            Call::Script(_) => self.stores[node].run(clock, &request),
+            Call::Native(plain) => self.stores[node].run_native(clock, &request, plain),
+        };
+        let reply = Reply::via(&request, call, Ok(response));
+        if let Some(next) = request.follow_up(&reply) {
+            self.follow_ups += usize::from(next.command == Command::Release);
+            self.queues[node].push_back((t, next));
+            return true;
+        }
+        match &mut self.tasks[t] {
+            Task::Acquiring(acquisition, _) => acquisition.handle_reply(reply, now),
+            Task::Releasing(release) => release.handle_reply(reply, now),
+            // A reply to an acquisition that ended: nobody reads it.
+            Task::Holding(_) | Task::Done => {}
+        }
+        self.drive(t);
+        true
+    }
+}
+
+/// `tasks` tasks of one client take `rounds` turns each at one lock, the
+/// nodes running their queues in `order`, each release `planned` by the
+/// client's hub or not: whether every waiter was handed the lock without
+/// its retry timer, and how many release `DELIFEQ`s the script followed
+/// (`Err` names the waiters left waiting when nothing else could happen).
+fn turns_taken(
+    via: Via,
+    planned: bool,
+    (tasks, rounds): (usize, usize),
+    order: [usize; NODES],
+) -> Result<usize, String> {
+    let settings = Arc::new(
+        settings(via)
+            .as_ref()
+            .clone()
+            .with_client_tag(redlock_core::LockValue::from_string("client-1")),
+    );
+    let mut turns = Turns {
+        settings,
+        via,
+        stores: (0..NODES).map(|_| redis::Store::default()).collect(),
+        queues: (0..NODES).map(|_| VecDeque::new()).collect(),
+        hub: Hub::new(NODES),
+        tasks: (0..tasks).map(|_| Task::Done).collect(),
+        left: vec![rounds; tasks],
+        start: Instant::now(),
+        step: 0,
+        granted: 0,
+        planned,
+        follow_ups: 0,
+    };
+    // One after another they ask, each once the nodes ran what the one
+    // before sent: the first takes the lock, the second is turned away,
+    // the others queue behind it.
+    for t in 0..tasks {
+        turns.ask(t);
+        while order.iter().fold(false, |ran, &node| turns.run(node) | ran) {}
+    }
+    loop {
+        let ran = order.iter().fold(false, |ran, &node| turns.run(node) | ran);
+        if ran {
+            continue;
+        }
+        // Everything sent has run. The holder holds a while (longer than a
+        // per-node timeout: a task that asks again then marks the lock
+        // itself), releases, and asks again once released.
+        if let Some(t) = turns
+            .tasks
+            .iter()
+            .position(|t| matches!(t, Task::Holding(_)))
+        {
+            turns.step += 200;
+            turns.release(t);
+            continue;
+        }
+        let asks = (0..tasks).find(|&t| matches!(turns.tasks[t], Task::Done) && turns.left[t] > 0);
+        if let Some(t) = asks {
+            turns.ask(t);
+            continue;
+        }
+        let waiting: Vec<usize> = (0..tasks)
+            .filter(|&t| matches!(turns.tasks[t], Task::Acquiring(..)))
+            .collect();
+        if waiting.is_empty() {
+            assert_eq!(turns.granted, tasks * rounds);
+            return Ok(turns.follow_ups);
+        }
+        return Err(format!(
+            "tasks {waiting:?} wait for their retry timers after {} grants",
+            turns.granted
+        ));
+    }
+}
+
+/// Tasks of one client taking turns hand the lock over to each other
+/// without a retry timer, in every order of the nodes, on a server with
+/// `DELIFEQ` and on one without. The client's hub has a release its
+/// waiters wait for sent as the script (`Hub::plan_release`): it hands
+/// over once queued, and the attempt it starts runs after it on every node;
+/// no `DELIFEQ` deletes nothing there, so none has the script follow it.
+/// A release that went as a `DELIFEQ` all the same (made before the
+/// waiters came) hands over once its nodes answered, after the script that
+/// follows a `DELIFEQ` that deleted nothing.
+#[test]
+fn tasks_of_one_client_hand_the_lock_over_without_their_timers() {
+    for via in VIAS {
+        for planned in [true, false] {
+            for order in orders() {
+                let follow_ups = turns_taken(via, planned, (3, 4), order).unwrap_or_else(|stuck| {
+                    panic!("{via:?}, planned {planned}, nodes in order {order:?}: {stuck}");
+                });
+                let expected = via == Via::Plain && !planned;
+                assert_eq!(follow_ups > 0, expected, "{via:?}, planned {planned}");
+            }
+        }
+    }
+}
+
+/// The fix of issue 52 reverted (planted bug `HandOverBeforeFollowUp`): the
+/// release goes as a plain `DELIFEQ` though the client's own waiters wait,
+/// and hands over as soon as it is queued. A task that asks again marks the
+/// holder's value for its client, so the `DELIFEQ` deletes nothing; the
+/// attempt the hand-over sends reaches each node before the script that
+/// follows the `DELIFEQ`'s answer, and is turned away; that script
+/// publishes nothing for the client's own waiter, whose hand-over was
+/// spent: it waits for its retry timer. With the script at once (a server
+/// without `DELIFEQ`), the bug changes nothing.
+#[cfg(feature = "planted-bugs")]
+#[test]
+fn a_hand_over_before_the_follow_up_leaves_the_waiter_to_its_timer() {
+    use redlock_core::planted::{self, Bug};
+    planted::set(Some(Bug::HandOverBeforeFollowUp));
+    let outcomes: Vec<_> = VIAS
+        .into_iter()
+        .flat_map(|via| [true, false].map(|planned| (via, planned)))
+        .flat_map(|(via, planned)| orders().into_iter().map(move |order| (via, planned, order)))
+        .map(|(via, planned, order)| {
+            let outcome = turns_taken(via, planned, (3, 4), order);
+            (via, planned, order, outcome)
+        })
+        .collect();
+    planted::set(None);
+    for (via, planned, order, outcome) in outcomes {
+        println!("{via:?}, planned {planned}, nodes in order {order:?}: {outcome:?}");
+        match via {
+            Via::Plain => assert!(outcome.is_err(), "the planted bug went unnoticed"),
+            Via::Script => assert!(outcome.is_ok(), "{outcome:?}"),
+        }
     }
 }

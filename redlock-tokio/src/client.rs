@@ -285,6 +285,9 @@ impl Redlock {
         let span = info_span!("redlock.release", resource = %key);
         let mut release =
             Release::new(settings, key, value.clone(), RoundId(0), crate::sim::now()).every_node();
+        if let Some(notices) = self.notices() {
+            release = notices.plan_release(release);
+        }
         async {
             let report = drive(&mut release, self).await;
             self.log_release(&report);

@@ -486,6 +486,11 @@ pub(crate) async fn release_lock(
     let span = info_span!("redlock.release", resource = %lock.key());
     let started = crate::sim::now();
     let mut release = lock.release(started);
+    // The script, not a plain `DELIFEQ`, where this client's waiters wait:
+    // the hub decides.
+    if let Some(notices) = client.notices() {
+        release = notices.plan_release(release);
+    }
     if every_node {
         release = release.every_node();
     }

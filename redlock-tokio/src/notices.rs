@@ -45,7 +45,7 @@ use futures::StreamExt;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redis::aio::{PubSubSink, PubSubStream};
-use redlock_core::{Acquisition, Backoff, HandOver, Hub, Key, NodeId, Notice, WaiterId};
+use redlock_core::{Acquisition, Backoff, HandOver, Hub, Key, NodeId, Notice, Release, WaiterId};
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -164,6 +164,18 @@ impl Notices {
             return acquisition;
         }
         self.shared.update(|hub| hub.plan(acquisition, now))
+    }
+
+    /// The release as the hub plans it ([`Hub::plan_release`]): the
+    /// script, not a plain `DELIFEQ`, where this client's waiters wait for
+    /// the lock.
+    pub(crate) fn plan_release(&self, release: Release) -> Release {
+        // Nobody waiting anywhere, the common case: no lock taken. A
+        // waiter that registers meanwhile is handed over at the answer.
+        if !self.someone_waits_anywhere() {
+            return release;
+        }
+        self.shared.update(|hub| hub.plan_release(release))
     }
 
     /// Whether some acquire of this client waits, on any channel: a

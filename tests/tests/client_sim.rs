@@ -153,6 +153,15 @@ fn finds_a_hub_that_forgets_a_replay() {
     finds(Mode::Notices, Planted::HubForgetsReplay);
 }
 
+/// The sim sees the regression of issue 52: on Valkey masters, a release
+/// handed over to its client's waiter before the script that follows a
+/// `DELIFEQ` that deleted nothing (a waiter marked the value) leaves the
+/// waiter to its retry timer, and the failing seed replays.
+#[test]
+fn finds_a_hand_over_before_the_follow_up() {
+    finds(Mode::Notices, Planted::HandOverBeforeFollowUp);
+}
+
 /// The same seed gives the same trace: every command each master ran, at
 /// its virtual instant, with its reply, the release notices it sent, and
 /// every hold, compared line by line (and as a hash). Waiting by release

@@ -21,11 +21,23 @@
 //! (a fault budget; what was in flight to it is lost) and subscribes again.
 //! A waiter may give up (a wait limit, a cancelled future; a budget).
 //!
+//! On a master with `DELIFEQ` (Valkey 9, [`HubSetup::delifeq`]) a release
+//! is the core's own [`Release`], planned by its client's hub
+//! ([`Hub::plan_release`]), or not (made before the client's waiters came):
+//! sent as a plain `DELIFEQ` where the core says so, it deletes the value
+//! only if no waiter marked it (a waiter's attempt, or its mark, marks the
+//! holder's value, `redlock_core::waited`), and publishes nothing; a
+//! `DELIFEQ` that deleted nothing has the release script follow its
+//! answer, which deletes the value, publishes as the script does, and
+//! answers the release. What the release hands over, and when, is the
+//! core's ([`Machine::poll_hand_over`]).
+//!
 //! Properties: one holder at a time ([`HUB_ONE_HOLDER`], by construction of
 //! the abstract lock: a check that the model's bookkeeping holds), and no
 //! waiter stranded ([`HUB_NOT_STRANDED`]): once nothing but faults and
-//! giving up can happen, no task still waits. The planted bug
-//! [`Bug::HubForgetsReplay`] strands one.
+//! giving up can happen, no task still waits. The planted bugs
+//! [`Bug::HubForgetsReplay`] and, on a master with `DELIFEQ`,
+//! [`Bug::HandOverBeforeFollowUp`] strand one.
 
 use std::fmt::Write as _;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -34,7 +46,9 @@ use std::time::{Duration, Instant};
 
 use redlock_core::planted::{self, Bug};
 use redlock_core::{
-    Acquisition, Attempts, Config, HandOver, Hub, Key, Machine, NodeId, Settings, WaiterId,
+    Acquisition, Attempts, Call, Command, Config, HandOver, Hub, Key, LockValue, Machine, Native,
+    NodeFacts, NodeId, Release, Reply, Request, Response, RoundId, Server, Settings, Version,
+    WaiterId,
 };
 use stateright::{Checker, HasDiscoveries, Model, Property};
 
@@ -56,6 +70,10 @@ pub struct HubSetup {
     pub cancels: u8,
     /// Pub/sub connections lost, in total.
     pub losses: u8,
+    /// The master has `DELIFEQ` (Valkey 9): releases are the core's
+    /// [`Release`], and a value a waiter marked is deleted only by the
+    /// script that follows the `DELIFEQ`'s answer.
+    pub delifeq: bool,
     /// The planted bug switched on, if any.
     pub bug: Option<Bug>,
 }
@@ -63,18 +81,26 @@ pub struct HubSetup {
 impl HubSetup {
     /// The configurations of `make model`: two clients (two tasks and one),
     /// then with a lost connection, then three tasks of one client (the
-    /// planted bug's world). Two clients of two tasks each ran past 11
-    /// minutes (the logical clock keeps states apart): not run.
+    /// planted bug's world); and the same on a master with `DELIFEQ`, its
+    /// three tasks of one client the world of
+    /// [`Bug::HandOverBeforeFollowUp`]. Two clients of two tasks each ran
+    /// past 11 minutes (the logical clock keeps states apart): not run.
     pub fn all(quick: bool) -> Vec<HubSetup> {
         let small = HubSetup {
             name: "hub: C=2 (2+1 tasks), 1 give-up",
             tasks: vec![2, 1],
             cancels: 1,
             losses: 0,
+            delifeq: false,
             bug: None,
         };
+        let delifeq = HubSetup {
+            name: "hub, DELIFEQ: C=2 (2+1 tasks), 1 give-up",
+            delifeq: true,
+            ..small.clone()
+        };
         if quick {
-            return vec![small];
+            return vec![small, delifeq];
         }
         vec![
             small.clone(),
@@ -88,6 +114,16 @@ impl HubSetup {
                 bug: None,
                 ..HubSetup::planted()
             },
+            delifeq.clone(),
+            HubSetup {
+                name: "hub, DELIFEQ: C=2 (2+1 tasks), 1 give-up, 1 lost connection",
+                losses: 1,
+                ..delifeq
+            },
+            HubSetup {
+                bug: None,
+                ..HubSetup::planted_delifeq()
+            },
         ]
     }
 
@@ -98,7 +134,25 @@ impl HubSetup {
             tasks: vec![3],
             cancels: 1,
             losses: 0,
+            delifeq: false,
             bug: Some(Bug::HubForgetsReplay),
+        }
+    }
+
+    /// The configuration that must catch [`Bug::HandOverBeforeFollowUp`]:
+    /// three tasks of one client on a master with `DELIFEQ`, so that a
+    /// release of the client finds the client's own waiters, one of which
+    /// marked the holder's value, and its previous release told it that no
+    /// other client waits (the next one hands over as soon as it is
+    /// queued).
+    pub fn planted_delifeq() -> HubSetup {
+        HubSetup {
+            name: "hub, DELIFEQ: C=1 (3 tasks)",
+            tasks: vec![3],
+            cancels: 0,
+            losses: 0,
+            delifeq: true,
+            bug: Some(Bug::HandOverBeforeFollowUp),
         }
     }
 }
@@ -134,6 +188,19 @@ struct Client {
     /// Its release's answer, on its way: (another client's waiter was
     /// marked, only its own were).
     answer: Option<(bool, bool)>,
+    /// On a master with `DELIFEQ`: its release, the core's machine, until
+    /// answered.
+    release: Option<InFlight>,
+}
+
+/// A release on a master with `DELIFEQ`, sent and not answered yet.
+#[derive(Clone, Debug)]
+struct InFlight {
+    release: Release,
+    /// The master's answer, on its way; or, where a `DELIFEQ` deleted
+    /// nothing, the release script that follows it, still to run: the lock
+    /// is held until then.
+    next: Result<Reply, Request>,
 }
 
 /// One state of the hub model.
@@ -144,6 +211,9 @@ pub struct HubState {
     clients: Vec<Client>,
     cancels_left: u8,
     losses_left: u8,
+    /// A waiter marked the holder's value as waited for (a waiter's
+    /// attempt or mark, on a master with `DELIFEQ`).
+    marked: bool,
     fingerprint: u64,
 }
 
@@ -166,8 +236,10 @@ pub enum HubAction {
     Start(usize, usize),
     /// A waiting task told a newer notice attempts.
     Attempt(usize, usize),
-    /// The holder releases.
-    Release(usize, usize),
+    /// The holder releases; `true`: planned by its client's hub
+    /// ([`Hub::plan_release`]), `false`: made before the client's waiters
+    /// came (on a master with `DELIFEQ` only, where it matters).
+    Release(usize, usize, bool),
     /// A client's release answers.
     Answer(usize),
     /// A notice reaches a client's listener.
@@ -219,6 +291,97 @@ impl HubModel {
         })
     }
 
+    /// Whether the lock is free: nobody holds it, and no release's script
+    /// is still to delete a marked value.
+    fn free(state: &HubState) -> bool {
+        Self::holder(state).is_none()
+            && !state.clients.iter().any(|client| {
+                client
+                    .release
+                    .as_ref()
+                    .is_some_and(|in_flight| in_flight.next.is_err())
+            })
+    }
+
+    /// Whether a waiter of another client than `c` waits: a release script
+    /// of `c`'s publishes then (the waiters' marks, `RELEASE_IF_WAITED`).
+    fn others_wait(state: &HubState, c: usize) -> bool {
+        state
+            .clients
+            .iter()
+            .enumerate()
+            .any(|(d, other)| d != c && other.hub.is_waiting())
+    }
+
+    /// A notice published for every client subscribed now.
+    fn publish(state: &mut HubState) {
+        for client in &mut state.clients {
+            if client.subscribed {
+                client.inbox += 1;
+            }
+        }
+    }
+
+    /// What `client`'s `release` hands over now, as the driver gives it:
+    /// only while some task of the client waits (it keeps it until then).
+    fn hand_over(client: &mut Client, release: &mut Release, now: Instant) {
+        if client.hub.is_waiting() {
+            while let Some(hand_over) = release.poll_hand_over() {
+                client.hub.handle_hand_over(&hand_over, now);
+            }
+        }
+    }
+
+    /// Task `t` of client `c` releases on a master with `DELIFEQ`: the
+    /// core's release, `planned` by the hub or not, sent as the core says.
+    fn release_delifeq(&self, state: &mut HubState, c: usize, planned: bool, now: Instant) {
+        let key = Key::from(RESOURCE);
+        let release = Release::new(
+            &self.settings,
+            key,
+            LockValue::from_string("v"),
+            RoundId(state.clock),
+            now,
+        );
+        let mut release = if planned {
+            state.clients[c].hub.plan_release(release)
+        } else {
+            release
+        };
+        let request = release.poll_request().expect("one master, one request");
+        let call = request.call(&NodeFacts::new(Server::Valkey, Version(9, 1, 2)));
+        let next = match call {
+            Call::Native(Native::DelIfEq) if state.marked => {
+                let nothing = Reply {
+                    native: Some(Native::DelIfEq),
+                    ..Reply::to(&request, Ok(Response::Int(0)))
+                };
+                Err(request
+                    .follow_up(&nothing)
+                    .expect("the script follows a DELIFEQ that deleted nothing"))
+            }
+            Call::Native(native) => Ok(Reply {
+                native: Some(native),
+                ..Reply::to(&request, Ok(Response::Int(1)))
+            }),
+            Call::Script(_) => Ok(self.run_script(state, c, &request)),
+        };
+        let client = &mut state.clients[c];
+        Self::hand_over(client, &mut release, now);
+        self.settle(client);
+        client.release = Some(InFlight { release, next });
+    }
+
+    /// The release script of client `c` runs: it deletes the value and
+    /// publishes while a waiter of another client waits.
+    fn run_script(&self, state: &mut HubState, c: usize, request: &Request) -> Reply {
+        let others = Self::others_wait(state, c);
+        if others {
+            Self::publish(state);
+        }
+        Reply::to(request, Ok(Response::Int(if others { 3 } else { 1 })))
+    }
+
     /// What the hub of client `c` asks to deliver: the waiting task told a
     /// notice newer than its last attempt is due. Then the listener
     /// follows the wanted channels.
@@ -259,19 +422,20 @@ impl HubModel {
             let mut w = HashWriter(&mut hasher);
             let _ = write!(
                 w,
-                "{}|{}|{}",
-                state.clock, state.cancels_left, state.losses_left
+                "{}|{}|{}|{}",
+                state.clock, state.cancels_left, state.losses_left, state.marked
             );
             for client in &state.clients {
                 let _ = write!(
                     w,
-                    "|{:?}|{:?}|{}|{}|{}|{:?}",
+                    "|{:?}|{:?}|{}|{}|{}|{:?}|{:?}",
                     client.hub,
                     client.tasks,
                     client.subscribed,
                     client.lost,
                     client.inbox,
-                    client.answer
+                    client.answer,
+                    client.release
                 );
             }
         }
@@ -384,6 +548,7 @@ impl Model for HubModel {
                 lost: false,
                 inbox: 0,
                 answer: None,
+                release: None,
             })
             .collect();
         vec![self.seal(HubState {
@@ -391,6 +556,7 @@ impl Model for HubModel {
             clients,
             cancels_left: self.setup.cancels,
             losses_left: self.setup.losses,
+            marked: false,
             fingerprint: 0,
         })]
     }
@@ -408,13 +574,16 @@ impl Model for HubModel {
                             actions.push(HubAction::GiveUp(c, t));
                         }
                     }
-                    Task::Holding if client.answer.is_none() => {
-                        actions.push(HubAction::Release(c, t));
+                    Task::Holding if client.answer.is_none() && client.release.is_none() => {
+                        actions.push(HubAction::Release(c, t, true));
+                        if self.setup.delifeq && client.hub.is_waiting() {
+                            actions.push(HubAction::Release(c, t, false));
+                        }
                     }
                     _ => {}
                 }
             }
-            if client.answer.is_some() {
+            if client.answer.is_some() || client.release.is_some() {
                 actions.push(HubAction::Answer(c));
             }
             if client.inbox > 0 {
@@ -435,10 +604,11 @@ impl Model for HubModel {
         state.clock += 1;
         let clock = state.clock;
         let now = self.at(clock);
-        let free = Self::holder(&state).is_none();
+        let free = Self::free(&state);
         match action {
             HubAction::Start(c, t) => {
                 let client = &mut state.clients[c];
+                let hub = &mut client.hub;
                 let rng = ModelRng {
                     client: c as u8,
                     seq: t as u8,
@@ -451,12 +621,22 @@ impl Model for HubModel {
                     now,
                     rng,
                 );
-                let mut planned = client.hub.plan(acquisition, now);
+                let mut planned = hub.plan(acquisition, now);
+                // A waiter's mark, or its attempt (which names its client),
+                // marks the holder's value; a first attempt names nobody.
+                let marks = std::iter::from_fn(|| planned.poll_request()).any(|r| {
+                    r.client.is_some() || matches!(r.command, Command::MarkWaiting { .. })
+                });
+                if marks && !free {
+                    state.marked = true;
+                }
+                let client = &mut state.clients[c];
                 if planned.poll_listen().is_some() {
                     // Queued behind the client's waiters.
                     self.wait(client, t, None, clock);
                 } else if free {
                     client.tasks[t] = Task::Holding;
+                    state.marked = false;
                 } else {
                     self.wait(client, t, Some(clock), clock);
                 }
@@ -470,15 +650,35 @@ impl Model for HubModel {
                     client.tasks[t] = Task::Holding;
                     client.hub.handle_leave(waiter, true, now);
                     self.settle(client);
+                    state.marked = false;
                 } else {
                     client.tasks[t] = Task::Waiting {
                         waiter,
                         since: Some(clock),
                         due: false,
                     };
+                    // The attempt names its client: it marks the holder.
+                    state.marked = true;
                 }
             }
-            HubAction::Release(c, t) => {
+            HubAction::Release(c, t, planned) if self.setup.delifeq => {
+                state.clients[c].tasks[t] = Task::Done { served: true };
+                self.release_delifeq(&mut state, c, planned, now);
+            }
+            HubAction::Answer(c) if self.setup.delifeq => {
+                let InFlight { mut release, next } = state.clients[c].release.take()?;
+                let reply = match next {
+                    Ok(reply) => reply,
+                    // The script that follows the DELIFEQ deletes the value.
+                    Err(script) => self.run_script(&mut state, c, &script),
+                };
+                release.handle_reply(reply, now);
+                assert!(release.is_done(), "one master answered");
+                let client = &mut state.clients[c];
+                Self::hand_over(client, &mut release, now);
+                self.settle(client);
+            }
+            HubAction::Release(c, t, _) => {
                 state.clients[c].tasks[t] = Task::Done { served: true };
                 let others = state
                     .clients

@@ -2215,12 +2215,13 @@ pub mod configurations {
         };
         Bug::ALL
             .iter()
-            // The hub's bug is the hub model's to catch (`hub::HubSetup::planted`),
+            // The hub's bugs are the hub model's to catch (`hub::HubSetup::planted`),
             // the election's the election model's (`election::ElectionSetup::planted`).
             .filter(|&&bug| {
                 !matches!(
                     bug,
                     Bug::HubForgetsReplay
+                        | Bug::HandOverBeforeFollowUp
                         | Bug::ElectionLosesAtExpiry
                         | Bug::ElectionTermFromClient
                 )

@@ -145,3 +145,24 @@ fn planted_hub_forgets_replay() {
         report.line()
     );
 }
+
+/// On a master with `DELIFEQ`, a release that hands over to its client's
+/// waiter before the script that follows a `DELIFEQ` that deleted nothing
+/// (issue 52's bug, planted) strands that waiter.
+#[test]
+fn planted_hand_over_before_follow_up() {
+    let setup = redlock_verify::hub::HubSetup::planted_delifeq();
+    let report = redlock_verify::hub::HubModel::new(setup).check(2, true);
+    println!("{}", report.line());
+    for (_, trace) in &report.violations {
+        println!("{trace}");
+    }
+    assert!(
+        report
+            .violations
+            .iter()
+            .any(|(p, _)| *p == redlock_verify::hub::HUB_NOT_STRANDED),
+        "{}",
+        report.line()
+    );
+}

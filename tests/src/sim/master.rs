@@ -41,6 +41,10 @@ pub struct MasterFaults {
     /// The in-memory stream's buffer each way, in bytes: small ones make a
     /// paused master push back on the client's connection queue.
     pub buffer: usize,
+    /// The master answers as Valkey 9.1.2, not Redis 7.0.15: it has
+    /// `DELIFEQ` and `SET ... IFEQ ... GET`, so a client with native
+    /// commands on releases with one `DELIFEQ` where nobody waited.
+    pub valkey: bool,
 }
 
 /// A simulated master.
@@ -382,6 +386,14 @@ impl Master {
                 let source = std::str::from_utf8(&words[2]).map_err(|e| e.to_string())?;
                 Ok(Response::Data(sha_of(source).into_bytes()))
             }
+            b"INFO" if self.faults.valkey => Ok(Response::Data(
+                format!(
+                    "# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\n\
+                     valkey_version:9.1.2\r\nrun_id:{:040x}\r\n",
+                    self.index + 1
+                )
+                .into_bytes(),
+            )),
             b"INFO" => Ok(Response::Data(
                 format!(
                     "# Server\r\nredis_version:7.0.15\r\nrun_id:{:040x}\r\n",
@@ -416,8 +428,9 @@ impl Master {
                 }
                 Ok(response)
             }
-            // SET key value NX PX ttl GET: INFO says Redis 7.0.15, which
-            // has it, so a client with native commands on sends it.
+            // SET key value NX PX ttl GET: INFO says Redis 7.0.15 or Valkey
+            // 9.1.2, which have it, so a client with native commands on
+            // sends it.
             b"SET" if words.len() == 7 => {
                 let ttl = self.ttl(&words[5])?;
                 let request = self.build(&words[1..2], &words[2], Command::Acquire { ttl });
@@ -425,6 +438,25 @@ impl Master {
                     .state()
                     .store
                     .run_native(clock, &request, Native::SetNxGet))
+            }
+            // DELIFEQ key value (Valkey >= 9.0): deletes our value only
+            // where no waiter marked it, and publishes nothing.
+            b"DELIFEQ" if self.faults.valkey && words.len() == 3 => {
+                let request = self.build(&words[1..2], &words[2], Command::Release);
+                Ok(self
+                    .state()
+                    .store
+                    .run_native(clock, &request, Native::DelIfEq))
+            }
+            // SET key value IFEQ value PX ttl GET (Valkey >= 9.0): an
+            // exclusive extend.
+            b"SET" if self.faults.valkey && words.len() == 8 => {
+                let ttl = self.ttl(&words[6])?;
+                let request = self.build(&words[1..2], &words[2], Command::Extend { ttl });
+                Ok(self
+                    .state()
+                    .store
+                    .run_native(clock, &request, Native::SetIfEqGet))
             }
             // What the `redis` crate sends when connecting.
             b"CLIENT" | b"PING" | b"SELECT" | b"HELLO" => Ok(Response::Other("OK".to_owned())),

@@ -71,7 +71,9 @@ pub enum Mode {
     /// wakes a waiter), and waiters that give up the moment a lock they
     /// wait for is released (the first of them may have been told). Judged
     /// besides: a lock released while valid is taken again soon whenever
-    /// someone waited through its release ([`STRANDED_AFTER`]).
+    /// someone waited through its release ([`STRANDED_AFTER`]). In half
+    /// the seeds the masters answer as Valkey 9.1.2
+    /// ([`MasterFaults::valkey`]: `DELIFEQ`).
     Notices,
 }
 
@@ -94,6 +96,12 @@ pub enum Planted {
     /// waiter that becomes first after one that left without the lock
     /// (`redlock_core::planted::Bug::HubForgetsReplay`).
     HubForgetsReplay,
+    /// The core hands a release over to its client's waiter as soon as it
+    /// is queued, and lets it go as a plain `DELIFEQ` where the client's
+    /// own waiters wait: on Valkey, the waiter's attempt runs before the
+    /// script that deletes a value a waiter marked
+    /// (`redlock_core::planted::Bug::HandOverBeforeFollowUp`, issue 52).
+    HandOverBeforeFollowUp,
 }
 
 /// The run's choices, all drawn from the seed.
@@ -211,6 +219,13 @@ impl Plan {
         self.fair = false;
         self.notices = true;
         self.retry_delay = Duration::from_secs(10);
+        // Half the seeds on Valkey 9, where a release nobody of its client
+        // waits for is one `DELIFEQ` and a value a waiter marked is deleted
+        // by the script that follows it (issue 52).
+        let valkey = rng.random_bool(0.5);
+        for master in &mut self.masters {
+            master.valkey = valkey;
+        }
         self
     }
 
@@ -419,10 +434,15 @@ pub fn run(seed: u64, mode: Mode, planted: Option<Planted>, verbose: bool) -> Re
     let history = Arc::new(History::with_log(verbose));
     let log = Arc::new(Mutex::new(Log::default()));
     // The core's bug, on this thread: the runtime is current-thread.
-    redlock_tokio::core::planted::set(
-        (planted == Some(Planted::HubForgetsReplay))
-            .then_some(redlock_tokio::core::planted::Bug::HubForgetsReplay),
-    );
+    redlock_tokio::core::planted::set(match planted {
+        Some(Planted::HubForgetsReplay) => {
+            Some(redlock_tokio::core::planted::Bug::HubForgetsReplay)
+        }
+        Some(Planted::HandOverBeforeFollowUp) => {
+            Some(redlock_tokio::core::planted::Bug::HandOverBeforeFollowUp)
+        }
+        _ => None,
+    });
     let report = run_plan(seed, mode, &plan, planted, &history, &log);
     redlock_tokio::core::planted::set(None);
     report
@@ -590,7 +610,7 @@ async fn build(
     match planted {
         Some(Planted::BoundedQueue) => simulation = simulation.connection_queue(2),
         Some(Planted::NoCancelledWithdraws) => simulation = simulation.skip_cancelled_withdraws(),
-        Some(Planted::HubForgetsReplay) | None => {}
+        Some(Planted::HubForgetsReplay | Planted::HandOverBeforeFollowUp) | None => {}
     }
     let urls: Vec<String> = (0..masters.len())
         .map(|i| format!("redis://sim-master-{i}:6379"))
