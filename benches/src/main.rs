@@ -57,6 +57,10 @@
 //! the mean of its two healthy phases (`n/a` where (k) did not run, or with
 //! too few masters for two).
 //!
+//! Above the summary, one line compares it with the last committed result
+//! for the same server and shape ([`compare`]): the figures that moved the
+//! wrong way by more than a fifth, also written into the report file.
+//!
 //! ```text
 //! redlock-bench [--quick] [--nodes 1|3|5|7] [--only abcdejks]
 //!               [--contenders ours,rslock,floor,script-floor]
@@ -107,6 +111,7 @@
 mod chart;
 mod cluster;
 mod cluster_report;
+mod compare;
 mod contenders;
 mod cpu;
 mod fairness;
@@ -635,8 +640,12 @@ fn run(args: &Args) -> Result<String, String> {
     let chart = chart::svg(&results, nodes)?;
     let chart_path = out.join(&chart_name);
     std::fs::write(&chart_path, chart).map_err(|err| format!("{}: {err}", chart_path.display()))?;
-    let document = report::document(&results, &info, Some(&chart_name));
-    let report_path = out.join(format!("{stem}.md"));
+    let summary = Summary::of(&results);
+    let report_name = format!("{stem}.md");
+    // Before the file is overwritten, where the run writes to benches/results.
+    let comparison = compare::against_committed(&report_name, &summary.line(), args.quick);
+    let document = report::document(&results, &info, Some(&chart_name), &comparison);
+    let report_path = out.join(&report_name);
     std::fs::write(&report_path, &document)
         .map_err(|err| format!("{}: {err}", report_path.display()))?;
 
@@ -661,7 +670,6 @@ fn run(args: &Args) -> Result<String, String> {
             println!("{}", shape.line());
         }
     }
-    let summary = Summary::of(&results);
     for (target, figure, met) in summary.targets() {
         let met = match met {
             Some(true) => "met",
@@ -676,6 +684,7 @@ fn run(args: &Args) -> Result<String, String> {
         chart_path.display(),
         info.elapsed_s
     );
+    println!("{comparison}");
     Ok(summary.line())
 }
 

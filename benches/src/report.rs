@@ -860,8 +860,14 @@ fn faults_table(out: &mut String, faults: &Faults) {
     }
 }
 
-/// The whole report file: header, tables, targets, summary.
-pub(crate) fn document(results: &Results, info: &RunInfo, chart: Option<&str>) -> String {
+/// The whole report file: header, tables, targets, the comparison with the
+/// last committed result ([`crate::compare`]), summary.
+pub(crate) fn document(
+    results: &Results,
+    info: &RunInfo,
+    chart: Option<&str>,
+    comparison: &str,
+) -> String {
     let summary = Summary::of(results);
     let mut out = String::new();
     let _ = writeln!(
@@ -903,6 +909,6 @@ pub(crate) fn document(results: &Results, info: &RunInfo, chart: Option<&str>) -
         };
         row(&mut out, &[target.to_owned(), figure, met.to_owned()]);
     }
-    let _ = writeln!(out, "\n```\n{}\n```", summary.line());
+    let _ = writeln!(out, "\n{comparison}\n\n```\n{}\n```", summary.line());
     out
 }
