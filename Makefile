@@ -92,14 +92,15 @@ bench-scaling-valkey: deps deps-valkey ## Scaling curves on Valkey (VALKEY_BIN);
 
 # The cluster-node smoke run (plain masters beside one 3-shard cluster node,
 # every path once, a few seconds) goes before the main program, whose
-# `bench summary: ...` stays the last line.
+# `bench summary: ...` stays the last line. Each run prints above its summary
+# the figures that moved the wrong way since the last committed result.
 bench-quick: deps ## The same in a few seconds per scenario, as CI runs it; results in target/bench-quick/
 	@status=0; \
 	mkdir -p "$(BENCH_QUICK_DIR)"; \
 	$(CARGO) bench --profile release -p redlock-benches --bench core -- --sample-count 20 | tee "$(BENCH_QUICK_DIR)/core.txt" || status=$$?; \
 	BENCH_COMMAND="make bench-quick (cluster smoke run)" \
 		$(CARGO) run --release -p redlock-benches --bin redlock-bench -- --quick --shards 0,3 --nodes 1 --out "$(BENCH_QUICK_DIR)" > "$(BENCH_QUICK_DIR)/cluster.txt" || status=$$?; \
-	tail -n 1 "$(BENCH_QUICK_DIR)/cluster.txt"; \
+	tail -n 2 "$(BENCH_QUICK_DIR)/cluster.txt"; \
 	BENCH_COMMAND="make bench-quick$(if $(BENCH_ARGS), BENCH_ARGS='$(BENCH_ARGS)')" \
 		$(CARGO) run --release -p redlock-benches --bin redlock-bench -- --quick --out "$(BENCH_QUICK_DIR)" $(BENCH_ARGS) || status=$$?; \
 	$(MAKE) --no-print-directory kill-harness-redis; \

@@ -203,12 +203,17 @@ pub(crate) fn run(args: &ClusterArgs) -> Result<String, String> {
     } else {
         format!("{server}-lock-memory")
     };
-    let document = document(&measured, &info);
-    let path = out.join(format!("{stem}.md"));
+    let summary = summary(&measured);
+    let name = format!("{stem}.md");
+    // Before the file is overwritten, where the run writes to benches/results.
+    let comparison = crate::compare::against_committed(&name, &summary, args.quick);
+    let document = document(&measured, &info, &comparison);
+    let path = out.join(&name);
     std::fs::write(&path, &document).map_err(|err| format!("{}: {err}", path.display()))?;
     println!("{}", tables(&measured, &info));
     println!("wrote {} in {:.0} s", path.display(), info.elapsed_s);
-    Ok(summary(&measured))
+    println!("{comparison}");
+    Ok(summary)
 }
 
 struct Info {
@@ -979,7 +984,7 @@ fn measured_nodes(measured: &Measured) -> f64 {
         .map_or(1.0, |p| p.shard_cpu.len().max(1) as f64)
 }
 
-fn document(measured: &Measured, info: &Info) -> String {
+fn document(measured: &Measured, info: &Info, comparison: &str) -> String {
     let mut out = String::new();
     let title = if measured.phases.is_empty() && measured.single.is_empty() {
         "# Benchmark: memory per held lock"
@@ -1020,7 +1025,7 @@ fn document(measured: &Measured, info: &Info) -> String {
         info.ttl_ms,
     );
     out.push_str(&tables(measured, info));
-    let _ = writeln!(out, "```\n{}\n```", summary(measured));
+    let _ = writeln!(out, "{comparison}\n\n```\n{}\n```", summary(measured));
     out
 }
 

@@ -75,6 +75,9 @@ pub(crate) struct Common {
     pub(crate) ttl: Duration,
     /// Retries of a blocking acquire (scenario c) wait `uniform(0, jitter)`.
     pub(crate) retry_jitter: Duration,
+    /// This library's per-node timeout; `None`: the one it derives from
+    /// the TTL. (k) runs a shorter TTL with the other scenarios' timeout.
+    pub(crate) node_timeout: Option<Duration>,
 }
 
 /// The three clients, connected to the same servers.
@@ -112,7 +115,11 @@ pub(crate) struct Acquired {
 
 impl Contenders {
     pub(crate) async fn connect(urls: &[String], common: Common) -> Result<Self, String> {
-        let ours = Redlock::builder(urls)
+        let mut ours = Redlock::builder(urls);
+        if let Some(timeout) = common.node_timeout {
+            ours = ours.node_timeout(timeout);
+        }
+        let ours = ours
             // `--nodes` may be even: the benchmark measures what it is given.
             .allow_even_nodes(true)
             .ttl(common.ttl)

@@ -38,6 +38,20 @@
 //! its deadline, and the peak of samples taken every [`RSS_EVERY`] from the
 //! start until the keys are counted.
 //!
+//! Stalls (issue 51): a paused master once froze the whole client runtime
+//! for about 2 s, one TTL after the pause began, which cycles per second
+//! over a phase averaged away. So each phase also gives the worst gap
+//! between two consecutive grants across its tasks, the largest lateness
+//! of a [`Heartbeat`] (a 10 ms timer on the same runtime: the whole runtime
+//! held up) and the longest one worker of the runtime stayed in one stretch
+//! of polls (one worker blocked while the other kept the runtime going, as
+//! under (k)'s load), all from the end of the warm-up until the last task
+//! ended (a stall across the deadline still shows). (k) runs clients of its own with the TTL of
+//! [`FaultPlan::ttl`] (shorter than the other scenarios', with their
+//! per-node timeout), and a paused state lasts at least three of them
+//! ([`FaultPlan::paused`]): long enough for what happens one TTL after a
+//! master stops answering to happen inside the phase.
+//!
 //! Figures are printed, never judged.
 
 use std::collections::BTreeMap;
@@ -49,6 +63,7 @@ use std::time::{Duration, Instant};
 
 use redlock_tests::RedisCluster;
 use redlock_tests::chaos::proxy::{Fault, Proxy};
+use redlock_tests::heartbeat::Heartbeat;
 use tokio::runtime::Runtime;
 use tokio_util::sync::CancellationToken;
 
@@ -80,30 +95,58 @@ const MAX_CYCLES_PER_TASK: u64 = 10_000_000;
 /// proxy.
 pub(crate) const PINGS: usize = 20;
 
-/// How long each phase of (k) lasts.
+/// How long each phase of (k) lasts, and the TTL of its locks.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct FaultPlan {
-    /// The whole phase, from the fault's start to the deadline.
+    /// The whole phase, from the fault's start to the deadline, in a state
+    /// with no master paused.
     pub(crate) phase: Duration,
     /// Its first part, not counted.
     pub(crate) warm_up: Duration,
+    /// The TTL of (k)'s clients (both contenders): a paused state lasts
+    /// [`PAUSED_TTLS`] of it.
+    pub(crate) ttl: Duration,
 }
 
+/// How many TTLs a paused state lasts at least: a stall of one TTL, one
+/// TTL after the pause, shows whole inside it.
+pub(crate) const PAUSED_TTLS: u32 = 3;
+
 impl FaultPlan {
+    /// Phases of 3 s, paused ones of 6 s: a TTL of 2 s.
     pub(crate) fn full() -> Self {
         Self {
             phase: Duration::from_secs(3),
             warm_up: Duration::from_millis(200),
+            ttl: Duration::from_secs(2),
         }
     }
 
-    /// Twelve phases of 0.7 s, about 10 s in all (`make bench-quick` runs
-    /// inside `make test`). A smoke run: `rslock`'s cycles against a paused
-    /// master take about 1 s, so none ends inside the count there.
+    /// Eight phases of 0.7 s and four paused ones of 3 s (a TTL of 1 s),
+    /// about 20 s in all (`make bench-quick` runs inside `make test`). A
+    /// smoke run, but a paused state still lasts three TTLs.
     pub(crate) fn quick() -> Self {
         Self {
             phase: Duration::from_millis(700),
             warm_up: Duration::from_millis(200),
+            ttl: Duration::from_secs(1),
+        }
+    }
+
+    /// A paused state's phase: [`PAUSED_TTLS`] TTLs, or the usual phase
+    /// where that is longer.
+    pub(crate) fn paused(&self) -> Duration {
+        self.phase.max(self.ttl * PAUSED_TTLS)
+    }
+
+    /// This plan for `state`: a paused one lasts [`paused`](Self::paused).
+    fn of(&self, state: State) -> Self {
+        match state {
+            State::Paused(_) => Self {
+                phase: self.paused(),
+                ..*self
+            },
+            _ => *self,
         }
     }
 
@@ -191,6 +234,16 @@ pub(crate) struct Phase {
     pub(crate) acquire: Latencies,
     /// Tasks still in a cycle at the end of the grace, aborted.
     pub(crate) cut_off: u64,
+    /// The longest time without a grant, across the tasks, from the end of
+    /// the warm-up until the last task ended.
+    pub(crate) worst_gap: Duration,
+    /// The largest lateness of the [`Heartbeat`] on the client's runtime
+    /// over the same time: the whole runtime held up.
+    pub(crate) runtime_stall: Duration,
+    /// The longest one worker of that runtime stayed in one stretch of
+    /// polls over the same time: one poll blocked it, even where the other
+    /// worker kept the runtime going.
+    pub(crate) worker_stall: Duration,
     /// Keys of the phase on each master once it was over.
     pub(crate) keys_left: Vec<u64>,
     /// Resident set of this process in KiB: at the start, at the deadline,
@@ -238,6 +291,7 @@ pub(crate) struct Faults {
     pub(crate) nodes: usize,
     pub(crate) tasks: usize,
     pub(crate) plan: Option<FaultPlan>,
+    /// This library's per-node timeout in (k)'s clients.
     pub(crate) node_timeout: Duration,
     pub(crate) states: Vec<(State, BTreeMap<Kind, Phase>)>,
     /// A `PING` to the slowed master through the proxy with its delay on,
@@ -269,11 +323,14 @@ impl Faults {
     }
 }
 
-/// Runs (k) for `kinds` (ours and rslock; the floors are left out).
+/// Runs (k) for `kinds` (ours and rslock; the floors are left out), on
+/// clients of its own: `common` with the TTL of `plan` and the per-node
+/// timeout `node_timeout` (the other scenarios').
 pub(crate) fn run(
     runtime: &Runtime,
     cluster: &RedisCluster,
-    contenders: &Arc<Contenders>,
+    common: Common,
+    node_timeout: Duration,
     kinds: &[Kind],
     tasks: usize,
     plan: FaultPlan,
@@ -285,6 +342,14 @@ pub(crate) fn run(
         .copied()
         .filter(|kind| matches!(kind, Kind::Ours | Kind::Rslock))
         .collect();
+    let common = Common {
+        ttl: plan.ttl,
+        node_timeout: Some(node_timeout),
+        ..common
+    };
+    let contenders = Arc::new(runtime.block_on(Contenders::connect(&cluster.urls(), common))?);
+    let contenders = &contenders;
+    runtime.block_on(warm_up(contenders, 20, Duration::from_secs(5)));
     let mut out = Faults {
         nodes,
         tasks,
@@ -300,6 +365,7 @@ pub(crate) fn run(
         let first = FaultPlan {
             phase: plan.phase / 4,
             warm_up: Duration::ZERO,
+            ..plan
         };
         runtime.block_on(async {
             let tag = format!("k:first:{}", kind.short());
@@ -313,6 +379,7 @@ pub(crate) fn run(
             // reconnects in the background, within its longest backoff.
             runtime.block_on(connected(contenders, nodes));
         }
+        let plan = plan.of(state);
         crate::progress(&format!(
             "(k) {}: {} per contender",
             state.label(nodes),
@@ -345,6 +412,9 @@ pub(crate) fn run(
         }
         out.states.push((state, phases));
     }
+    runtime.block_on(async {
+        let _ = tokio::time::timeout(SHUTDOWN_BUDGET, contenders.ours.shutdown()).await;
+    });
     crate::progress(&format!("(k) done in {}", seconds(started.elapsed())));
     Ok(out)
 }
@@ -462,6 +532,8 @@ async fn measure(
     let started = Instant::now();
     let counted = (started + plan.warm_up)..(started + plan.phase);
     let deadline = counted.end;
+    let heartbeat = Heartbeat::start(Heartbeat::EVERY);
+    let gaps = Arc::new(Gaps::new(counted.start));
     // One tally per task, read after the task ended or was aborted.
     let tallies: Vec<Arc<Mutex<Phase>>> = (0..tasks).map(|_| Arc::default()).collect();
     let handles: Vec<_> = tallies
@@ -470,6 +542,7 @@ async fn measure(
         .map(|(task, tally)| {
             let clients = Arc::clone(clients);
             let tally = Arc::clone(tally);
+            let gaps = Arc::clone(&gaps);
             let counted = counted.clone();
             let tag = tag.to_owned();
             tokio::spawn(async move {
@@ -482,6 +555,7 @@ async fn measure(
                     match clients.try_acquire(kind, &key).await {
                         Ok(acquired) => {
                             let acquired_at = Instant::now();
+                            gaps.grant(acquired_at);
                             clients.release(acquired.held).await;
                             let ended = Instant::now();
                             let mut tally = tally.lock().unwrap_or_else(PoisonError::into_inner);
@@ -506,6 +580,9 @@ async fn measure(
             })
         })
         .collect();
+    tokio::time::sleep_until(counted.start.into()).await;
+    // The warm-up's lateness is not counted.
+    heartbeat.take();
     tokio::time::sleep_until(deadline.into()).await;
     let rss_end = rss_kib();
     let aborts: Vec<_> = handles.iter().map(|h| h.abort_handle()).collect();
@@ -529,9 +606,13 @@ async fn measure(
             }
         }
     }
+    let stalls = heartbeat.worst();
     let mut total = Phase {
         counted: plan.counted(),
         cut_off,
+        worst_gap: gaps.worst(),
+        runtime_stall: stalls.runtime,
+        worker_stall: stalls.worker,
         rss_end,
         ..Phase::default()
     };
@@ -539,6 +620,41 @@ async fn measure(
         total.merge(&tally.lock().unwrap_or_else(PoisonError::into_inner));
     }
     total
+}
+
+/// The longest time without a grant across the tasks of a phase, from
+/// `from` (the end of its warm-up) on. Grants are stamped by their tasks
+/// and may arrive a few µs out of order; only a later one ends a gap.
+struct Gaps {
+    from: Instant,
+    /// The latest grant, in µs after `from`.
+    last_us: AtomicU64,
+    worst_us: AtomicU64,
+}
+
+impl Gaps {
+    fn new(from: Instant) -> Self {
+        Self {
+            from,
+            last_us: AtomicU64::new(0),
+            worst_us: AtomicU64::new(0),
+        }
+    }
+
+    fn grant(&self, at: Instant) {
+        let Some(since) = at.checked_duration_since(self.from) else {
+            return;
+        };
+        let us = u64::try_from(since.as_micros()).unwrap_or(u64::MAX);
+        let last = self.last_us.fetch_max(us, Ordering::Relaxed);
+        if us > last {
+            self.worst_us.fetch_max(us - last, Ordering::Relaxed);
+        }
+    }
+
+    fn worst(&self) -> Duration {
+        Duration::from_micros(self.worst_us.load(Ordering::Relaxed))
+    }
 }
 
 /// The slowed state's clients and the proxy in front of its master.
@@ -677,6 +793,29 @@ mod tests {
         assert_eq!(State::Paused(2).faulted(5), 3..5);
         assert_eq!(State::Killed.faulted(5), 4..5);
         assert_eq!(State::Healthy.faulted(5), 5..5);
+    }
+
+    #[test]
+    fn a_paused_state_lasts_three_ttls() {
+        for plan in [FaultPlan::full(), FaultPlan::quick()] {
+            assert!(plan.of(State::Paused(1)).phase >= plan.ttl * 3);
+            assert_eq!(plan.of(State::Killed).phase, plan.phase);
+        }
+    }
+
+    #[test]
+    fn the_worst_gap_is_the_longest_time_without_a_grant() {
+        let from = Instant::now();
+        let gaps = Gaps::new(from);
+        let ms = Duration::from_millis;
+        // Before the count: no gap. Out of order: no gap either.
+        gaps.grant(from.checked_sub(ms(50)).unwrap_or(from));
+        gaps.grant(from + ms(3));
+        gaps.grant(from + ms(10));
+        gaps.grant(from + ms(8));
+        gaps.grant(from + ms(40));
+        gaps.grant(from + ms(41));
+        assert_eq!(gaps.worst(), ms(30));
     }
 
     #[test]

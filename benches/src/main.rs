@@ -33,9 +33,12 @@
 //!   paused, one killed (restarted empty after), one slowed by 20 ms per
 //!   round trip (through a delaying proxy), then healthy again: cycles/s
 //!   and the ratio to the mean of the same contender's two healthy phases,
-//!   acquire p50/p99, failures, keys left on the masters once the fault
-//!   ended, and this process's resident set. Run last, as it kills and
-//!   restarts masters.
+//!   acquire p50/p99, the worst gap between two grants, the largest
+//!   lateness of a heartbeat on the runtime and the longest one of its
+//!   workers stayed in one stretch of polls, failures, keys left on the
+//!   masters once the fault ended, and this process's resident set. Its
+//!   clients lock with a TTL of 2 s (1 s with `--quick`) and a paused state
+//!   lasts three TTLs. Run last, as it kills and restarts masters.
 //!
 //! The ratios of (b) in the summary line are medians of per-round ratios
 //! ([`scenarios::paired_median`]).
@@ -49,13 +52,20 @@
 //! the tables, and ends with one line a script can read:
 //!
 //! ```text
-//! bench summary: acquire_p50_vs_floor=R acquire_p99_vs_rslock=R release_p50_vs_rslock=R throughput_vs_rslock=R throughput_vs_floor=R cpu_per_cycle_vs_floor=R paused_p50_vs_healthy=R commands_per_acquire=C commands_per_release=C throughput_vs_safe_floor=R cpu_per_cycle_vs_safe_floor=R node_misses=N keys_left=N gap_p99_in_round_trips=R contention_vs_rslock=R contention_held_share=S paused1_throughput_vs_healthy=R paused2_throughput_vs_healthy=R
+//! bench summary: acquire_p50_vs_floor=R acquire_p99_vs_rslock=R release_p50_vs_rslock=R throughput_vs_rslock=R throughput_vs_floor=R cpu_per_cycle_vs_floor=R paused_p50_vs_healthy=R commands_per_acquire=C commands_per_release=C throughput_vs_safe_floor=R cpu_per_cycle_vs_safe_floor=R node_misses=N keys_left=N gap_p99_in_round_trips=R contention_vs_rslock=R contention_held_share=S paused1_throughput_vs_healthy=R paused2_throughput_vs_healthy=R paused1_worst_gap_ms=M paused1_runtime_stall_ms=M paused1_worker_stall_ms=M paused2_worst_gap_ms=M paused2_runtime_stall_ms=M paused2_worker_stall_ms=M
 //! ```
 //!
 //! `paused1_throughput_vs_healthy` and `paused2_throughput_vs_healthy` are
 //! (k)'s: this library's cycles/s with one, then two, masters paused, over
 //! the mean of its two healthy phases (`n/a` where (k) did not run, or with
-//! too few masters for two).
+//! too few masters for two); `paused1_worst_gap_ms`,
+//! `paused1_runtime_stall_ms` and `paused1_worker_stall_ms` its worst gap
+//! between two grants, its heartbeat's largest lateness and the longest
+//! one of its workers was held there, in ms.
+//!
+//! Above the summary, one line compares it with the last committed result
+//! for the same server and shape ([`compare`]): the figures that moved the
+//! wrong way by more than a fifth, also written into the report file.
 //!
 //! ```text
 //! redlock-bench [--quick] [--nodes 1|3|5|7] [--only abcdejks]
@@ -107,6 +117,7 @@
 mod chart;
 mod cluster;
 mod cluster_report;
+mod compare;
 mod contenders;
 mod cpu;
 mod fairness;
@@ -369,6 +380,7 @@ fn main() -> ExitCode {
             common: Common {
                 ttl: args.ttl,
                 retry_jitter: args.retry_jitter,
+                node_timeout: None,
             },
         })
     } else if args.shards.is_some() || args.memory {
@@ -426,6 +438,7 @@ fn run(args: &Args) -> Result<String, String> {
     let common = Common {
         ttl: args.ttl,
         retry_jitter: args.retry_jitter,
+        node_timeout: None,
     };
     let contenders = Arc::new(runtime.block_on(Contenders::connect(&cluster.urls(), common))?);
     let node_timeout = contenders.ours.settings().node_timeout();
@@ -580,13 +593,17 @@ fn run(args: &Args) -> Result<String, String> {
         progress("(k) skipped: a single node cannot lose any");
     } else if runs('k') {
         progress(&format!(
-            "(k) {} tasks on distinct keys under faults, {:?} per phase",
-            plan.tasks, plan.faults.phase
+            "(k) {} tasks on distinct keys under faults, {:?} per phase, {:?} paused (TTL {:?})",
+            plan.tasks,
+            plan.faults.phase,
+            plan.faults.paused(),
+            plan.faults.ttl
         ));
         faults = faults::run(
             &runtime,
             &cluster,
-            &contenders,
+            common,
+            node_timeout,
             &all,
             plan.tasks,
             plan.faults,
@@ -635,8 +652,12 @@ fn run(args: &Args) -> Result<String, String> {
     let chart = chart::svg(&results, nodes)?;
     let chart_path = out.join(&chart_name);
     std::fs::write(&chart_path, chart).map_err(|err| format!("{}: {err}", chart_path.display()))?;
-    let document = report::document(&results, &info, Some(&chart_name));
-    let report_path = out.join(format!("{stem}.md"));
+    let summary = Summary::of(&results);
+    let report_name = format!("{stem}.md");
+    // Before the file is overwritten, where the run writes to benches/results.
+    let comparison = compare::against_committed(&report_name, &summary.line(), args.quick);
+    let document = report::document(&results, &info, Some(&chart_name), &comparison);
+    let report_path = out.join(&report_name);
     std::fs::write(&report_path, &document)
         .map_err(|err| format!("{}: {err}", report_path.display()))?;
 
@@ -661,7 +682,6 @@ fn run(args: &Args) -> Result<String, String> {
             println!("{}", shape.line());
         }
     }
-    let summary = Summary::of(&results);
     for (target, figure, met) in summary.targets() {
         let met = match met {
             Some(true) => "met",
@@ -676,6 +696,7 @@ fn run(args: &Args) -> Result<String, String> {
         chart_path.display(),
         info.elapsed_s
     );
+    println!("{comparison}");
     Ok(summary.line())
 }
 

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use crate::contenders::Kind;
-use crate::faults::{Faults, State};
+use crate::faults::{Faults, Phase, State};
 use crate::scenarios::{Commands, Contention, PausedLevel, Sequential, Throughput, paired_median};
 use crate::stats::{Latencies, ms, ratio, ratio_value, us};
 
@@ -76,6 +76,17 @@ pub(crate) struct Summary {
     /// the mean of its two healthy phases.
     pub(crate) paused1_throughput_vs_healthy: Option<f64>,
     pub(crate) paused2_throughput_vs_healthy: Option<f64>,
+    /// (k): ours' worst gap between two grants, and the largest lateness
+    /// of a heartbeat on its runtime, with one master paused, then two, in
+    /// ms (issue 51: a paused master blocked the runtime one TTL in).
+    pub(crate) paused1_worst_gap_ms: Option<f64>,
+    pub(crate) paused1_runtime_stall_ms: Option<f64>,
+    pub(crate) paused2_worst_gap_ms: Option<f64>,
+    pub(crate) paused2_runtime_stall_ms: Option<f64>,
+    /// (k): the longest one worker of ours' runtime stayed in one stretch
+    /// of polls, with one master paused, then two, in ms.
+    pub(crate) paused1_worker_stall_ms: Option<f64>,
+    pub(crate) paused2_worker_stall_ms: Option<f64>,
 }
 
 fn get<T>(map: &BTreeMap<Kind, T>, kind: Kind) -> Option<&T> {
@@ -118,6 +129,12 @@ impl Summary {
         let contention = |kind: Kind, f: fn(&Contention) -> f64| {
             get(&results.contention, kind).map_or(f64::NAN, f)
         };
+        let paused_ms = |paused: usize, f: fn(&Phase) -> std::time::Duration| {
+            results
+                .faults
+                .phase(State::Paused(paused), Kind::Ours)
+                .map(|phase| f(phase).as_secs_f64() * 1_000.0)
+        };
         Self {
             acquire_p50_vs_rslock: ratio_value(ours_p50, single(Kind::Rslock, |s| s.acquire.p50())),
             acquire_p99_vs_rslock: ratio_value(
@@ -157,6 +174,12 @@ impl Summary {
                 .filter(|share| share.is_finite()),
             paused1_throughput_vs_healthy: results.faults.vs_healthy(State::Paused(1), Kind::Ours),
             paused2_throughput_vs_healthy: results.faults.vs_healthy(State::Paused(2), Kind::Ours),
+            paused1_worst_gap_ms: paused_ms(1, |phase| phase.worst_gap),
+            paused1_runtime_stall_ms: paused_ms(1, |phase| phase.runtime_stall),
+            paused2_worst_gap_ms: paused_ms(2, |phase| phase.worst_gap),
+            paused2_runtime_stall_ms: paused_ms(2, |phase| phase.runtime_stall),
+            paused1_worker_stall_ms: paused_ms(1, |phase| phase.worker_stall),
+            paused2_worker_stall_ms: paused_ms(2, |phase| phase.worker_stall),
         }
     }
 
@@ -165,6 +188,8 @@ impl Summary {
     pub(crate) fn line(&self) -> String {
         let f = |value: Option<f64>| value.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.2}"));
         let n = |value: Option<u64>| value.map_or_else(|| "n/a".to_owned(), |v| v.to_string());
+        let whole =
+            |value: Option<f64>| value.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.0}"));
         format!(
             "bench summary: acquire_p50_vs_floor={} acquire_p99_vs_rslock={} \
              release_p50_vs_rslock={} throughput_vs_rslock={} throughput_vs_floor={} \
@@ -172,7 +197,9 @@ impl Summary {
              commands_per_release={} throughput_vs_safe_floor={} \
              cpu_per_cycle_vs_safe_floor={} node_misses={} keys_left={} \
              gap_p99_in_round_trips={} contention_vs_rslock={} contention_held_share={} \
-             paused1_throughput_vs_healthy={} paused2_throughput_vs_healthy={}",
+             paused1_throughput_vs_healthy={} paused2_throughput_vs_healthy={} \
+             paused1_worst_gap_ms={} paused1_runtime_stall_ms={} paused1_worker_stall_ms={} \
+             paused2_worst_gap_ms={} paused2_runtime_stall_ms={} paused2_worker_stall_ms={}",
             f(self.acquire_p50_vs_floor),
             f(self.acquire_p99_vs_rslock),
             f(self.release_p50_vs_rslock),
@@ -191,6 +218,12 @@ impl Summary {
             f(self.contention_held_share),
             f(self.paused1_throughput_vs_healthy),
             f(self.paused2_throughput_vs_healthy),
+            whole(self.paused1_worst_gap_ms),
+            whole(self.paused1_runtime_stall_ms),
+            whole(self.paused1_worker_stall_ms),
+            whole(self.paused2_worst_gap_ms),
+            whole(self.paused2_runtime_stall_ms),
+            whole(self.paused2_worker_stall_ms),
         )
     }
 
@@ -736,8 +769,11 @@ fn faults_table(out: &mut String, faults: &Faults) {
         out,
         "### (k) Throughput under faults\n\n\
          {} tasks of one client, each cycling lock then release on keys of its own, \
-         against {} masters; the faulted masters are the last ones. Each contender's \
-         phase is on its own: the fault starts with it and ends after it. {} per phase, \
+         against {} masters; the faulted masters are the last ones. Both contenders run \
+         clients of their own with a TTL of {} ms. Each contender's \
+         phase is on its own: the fault starts with it and ends after it. {} per phase \
+         ({} with masters paused: {} TTLs, so that what happens one TTL after a master \
+         stops answering happens inside the phase), \
          the first {} ms not counted; at the deadline no task starts another cycle, those \
          in flight get {} ms to end (so that their locks are released), then are cut off \
          (aborted). Paused: `SIGSTOP`. Killed: `SIGKILL`, connections refused; restarted \
@@ -747,17 +783,26 @@ fn faults_table(out: &mut String, faults: &Faults) {
          response timeout. \"vs healthy\": cycles/s over the mean of the same contender's \
          two healthy phases, the first and the last. Acquire latency in ms. Keys left: the phase's keys on every master after \
          the fault ended, this library's `shutdown` and {} ms for a resumed master (0 when \
-         every lock was released). RSS: this process's resident set (every client of the \
-         run and the proxy) at the phase's start, at its deadline, and the peak of samples \
-         every {} ms, in MiB.\n",
+         every lock was released). Worst gap: the longest time without a grant across the \
+         tasks; heartbeat late: the largest lateness of a {} ms timer on the clients' \
+         runtime (the whole runtime held up); worker held: the longest one worker thread of \
+         that runtime stayed in one stretch of polls (a blocking call on a worker, even \
+         where the other kept the runtime going); all in ms, from the end of the warm-up \
+         until the last task ended. RSS: this process's resident set (every \
+         client of the run and the proxy) at the phase's start, at its deadline, and the \
+         peak of samples every {} ms, in MiB.\n",
         faults.tasks,
         faults.nodes,
+        plan.ttl.as_millis(),
         crate::faults::seconds(plan.phase),
+        crate::faults::seconds(plan.paused()),
+        crate::faults::PAUSED_TTLS,
         plan.warm_up.as_millis(),
         crate::faults::GRACE.as_millis(),
         crate::faults::SLOW_ROUND_TRIP.as_millis(),
         faults.node_timeout.as_millis(),
         crate::faults::SETTLE.as_millis(),
+        redlock_tests::heartbeat::Heartbeat::EVERY.as_millis(),
         crate::faults::RSS_EVERY.as_millis(),
     );
     if let Some((through, direct)) = faults.ping_slowed {
@@ -780,6 +825,9 @@ fn faults_table(out: &mut String, faults: &Faults) {
             "vs healthy",
             "acquire p50",
             "acquire p99",
+            "worst gap",
+            "heartbeat late",
+            "worker held",
             "failed",
             "cut off",
             "keys left",
@@ -821,6 +869,9 @@ fn faults_table(out: &mut String, faults: &Faults) {
                     },
                     ms(phase.acquire.p50()),
                     ms(phase.acquire.p99()),
+                    ms(phase.worst_gap.as_secs_f64() * 1e6),
+                    ms(phase.runtime_stall.as_secs_f64() * 1e6),
+                    ms(phase.worker_stall.as_secs_f64() * 1e6),
                     phase.failures.to_string(),
                     phase.cut_off.to_string(),
                     keys,
@@ -840,7 +891,7 @@ fn faults_table(out: &mut String, faults: &Faults) {
                 ratio(ours.acquire.p50(), theirs.acquire.p50()),
                 ratio(ours.acquire.p99(), theirs.acquire.p99()),
             ];
-            cells.resize(13, String::new());
+            cells.resize(16, String::new());
             row(out, &cells);
         }
     }
@@ -860,8 +911,14 @@ fn faults_table(out: &mut String, faults: &Faults) {
     }
 }
 
-/// The whole report file: header, tables, targets, summary.
-pub(crate) fn document(results: &Results, info: &RunInfo, chart: Option<&str>) -> String {
+/// The whole report file: header, tables, targets, the comparison with the
+/// last committed result ([`crate::compare`]), summary.
+pub(crate) fn document(
+    results: &Results,
+    info: &RunInfo,
+    chart: Option<&str>,
+    comparison: &str,
+) -> String {
     let summary = Summary::of(results);
     let mut out = String::new();
     let _ = writeln!(
@@ -903,6 +960,6 @@ pub(crate) fn document(results: &Results, info: &RunInfo, chart: Option<&str>) -
         };
         row(&mut out, &[target.to_owned(), figure, met.to_owned()]);
     }
-    let _ = writeln!(out, "\n```\n{}\n```", summary.line());
+    let _ = writeln!(out, "\n{comparison}\n\n```\n{}\n```", summary.line());
     out
 }

@@ -141,9 +141,16 @@ pub(crate) fn run(args: &ScalingArgs) -> Result<String, String> {
     let chart_path = out.join(&chart_name);
     std::fs::write(&chart_path, chart).map_err(|err| format!("{}: {err}", chart_path.display()))?;
     let document = document(&results, &kinds, &info, &chart_name);
-    let report_path = out.join(format!("{stem}.md"));
-    std::fs::write(&report_path, &document)
-        .map_err(|err| format!("{}: {err}", report_path.display()))?;
+    let summary = summary(&results);
+    let name = format!("{stem}.md");
+    // Before the file is overwritten, where the run writes to benches/results.
+    let comparison = crate::compare::against_committed(&name, &summary, args.quick);
+    let report_path = out.join(&name);
+    std::fs::write(
+        &report_path,
+        format!("{document}\n{comparison}\n\n```\n{summary}\n```\n"),
+    )
+    .map_err(|err| format!("{}: {err}", report_path.display()))?;
     println!("{document}");
     println!(
         "wrote {} and {} in {:.0} s",
@@ -151,7 +158,8 @@ pub(crate) fn run(args: &ScalingArgs) -> Result<String, String> {
         chart_path.display(),
         info.elapsed_s
     );
-    Ok(summary(&results))
+    println!("{comparison}");
+    Ok(summary)
 }
 
 struct Info {

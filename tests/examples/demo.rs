@@ -5,7 +5,12 @@
 //! Every grant is one line: who holds the lock, its fencing token, how long
 //! the worker waited and how long the winning round took. Every failure is
 //! one plain line. At the end: a table by phase and a check that no two
-//! holders overlapped.
+//! holders overlapped. The table gives each phase's worst wait against the
+//! fair cycle, how late a 10 ms heartbeat on the client's runtime ran at
+//! worst and the longest one of its workers was held in one stretch: a
+//! runtime blocked by a paused master (issue 51) shows whole there.
+//! The paused phase lasts at least three TTLs, so that what happens one TTL
+//! after a master stops answering happens inside it.
 //!
 //! Run it with `make demo` (installs redis-server when missing), or
 //! `cargo run --release -p redlock-tests --example demo`. `DEMO_SECONDS`
@@ -17,6 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redlock_tests::RedisCluster;
+use redlock_tests::heartbeat::{Heartbeat, Stalls};
 use redlock_tokio::{AcquireError, Error, Redlock, Wait};
 
 const WORKERS: usize = 4;
@@ -60,6 +66,8 @@ struct Stats {
     wait_us: Vec<u64>,
     /// Uncontended acquires (the probe's), in µs.
     probe_us: Vec<u64>,
+    /// How late the heartbeat ran at worst, and the longest a worker was held.
+    stalls: Stalls,
 }
 
 struct Shared {
@@ -121,11 +129,14 @@ fn plain(error: &Error, masters: usize) -> String {
 
 #[tokio::main]
 async fn main() {
+    let ttl = Duration::from_secs(2);
+    // The paused phase lasts at least three TTLs, the others share the rest.
+    let paused_for = |total: Duration| (total / 4).max(ttl * 3);
     let seconds: u64 = std::env::var("DEMO_SECONDS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(20)
-        .max(4);
+        .max(paused_for(Duration::ZERO).as_secs() + 4);
     let total = Duration::from_secs(seconds);
 
     println!(
@@ -136,7 +147,6 @@ async fn main() {
     for (i, node) in cluster.nodes().iter().enumerate() {
         println!("  master {}: {}", i + 1, node.url());
     }
-    let ttl = Duration::from_secs(2);
     // Workers wait as long as it takes (up to 10 s): taking turns is not a failure.
     let redlock = Redlock::builder(cluster.urls())
         .ttl(ttl)
@@ -163,6 +173,9 @@ async fn main() {
         holds: Mutex::new(Vec::new()),
     });
     let stop_at = shared.started + total;
+    // On the client's runtime, beside the workers: a runtime blocked by one
+    // of them stops it too.
+    let heartbeat = Heartbeat::start(Heartbeat::EVERY);
     let last_holder = Arc::new(Mutex::new(None::<usize>));
 
     let mut tasks = Vec::new();
@@ -251,11 +264,15 @@ async fn main() {
         }));
     }
 
-    // The fault schedule.
+    // The fault schedule: the paused phase lasts at least three TTLs.
+    let paused = paused_for(total);
+    let rest = total.saturating_sub(paused);
+    let killed_at = rest * 2 / 5;
+    let paused_at = killed_at + rest * 3 / 10;
     let schedule = [
-        (total * 3 / 10, Phase::OneKilled),
-        (total * 11 / 20, Phase::OneKilledOnePaused),
-        (total * 4 / 5, Phase::BothBack),
+        (killed_at, Phase::OneKilled),
+        (paused_at, Phase::OneKilledOnePaused),
+        (paused_at + paused, Phase::BothBack),
     ];
     for (when, phase) in schedule {
         tokio::time::sleep_until((shared.started + when).into()).await;
@@ -274,6 +291,7 @@ async fn main() {
                 "SIGCONT master 2, restart master 1 (empty, but down longer than the TTL: safe)"
             }
         };
+        shared.with_stats(|s| s.stalls = heartbeat.take());
         summarise(&shared, shared.phase());
         *shared.phase.lock().unwrap() = phase;
         println!("{} ---- {what}", shared.at());
@@ -281,6 +299,8 @@ async fn main() {
     for task in tasks {
         task.await.expect("demo task");
     }
+    shared.with_stats(|s| s.stalls = heartbeat.take());
+    drop(heartbeat);
     summarise(&shared, shared.phase());
 
     // Served in turn, a worker waits at most for every other worker's work
@@ -293,8 +313,16 @@ async fn main() {
         ms(cycle_us)
     );
     println!(
-        "  {:<36} {:>7} {:>9} {:>8}  {:>9} {:>9} {:>11}  uncontended lock p50 / p99 / max",
-        "phase", "granted", "handovers", "failures", "wait p50", "wait max", "max / cycle"
+        "  {:<36} {:>7} {:>9} {:>8}  {:>9} {:>9} {:>11} {:>14} {:>11}  uncontended lock p50 / p99 / max",
+        "phase",
+        "granted",
+        "handovers",
+        "failures",
+        "wait p50",
+        "wait max",
+        "max / cycle",
+        "heartbeat late",
+        "worker held"
     );
     let stats = std::mem::take(&mut *shared.stats.lock().unwrap());
     for (phase, s) in stats.iter() {
@@ -303,7 +331,7 @@ async fn main() {
         let mut wait = s.wait_us.clone();
         wait.sort_unstable();
         println!(
-            "  {:<36} {:>7} {:>9} {:>8}  {:>9} {:>9} {:>11.2}  {} / {} / {}",
+            "  {:<36} {:>7} {:>9} {:>8}  {:>9} {:>9} {:>11.2} {:>14} {:>11}  {} / {} / {}",
             phase.describe(),
             s.granted,
             s.handovers,
@@ -311,6 +339,8 @@ async fn main() {
             ms(percentile(&wait, 0.5)),
             ms(wait.last().copied().unwrap_or(0)),
             wait.last().copied().unwrap_or(0) as f64 / cycle_us as f64,
+            ms(s.stalls.runtime.as_micros() as u64),
+            ms(s.stalls.worker.as_micros() as u64),
             ms(percentile(&probe, 0.5)),
             ms(percentile(&probe, 0.99)),
             ms(probe.last().copied().unwrap_or(0)),
@@ -322,6 +352,10 @@ async fn main() {
     let granted_degraded = stats
         .get(&Phase::OneKilledOnePaused)
         .map_or(0, |s| s.granted);
+    println!(
+        "Heartbeat late: how late a {} ms timer on the client's runtime ran at worst in the phase; worker held: the longest one of its worker threads stayed in one stretch of polls. A few ms on a busy machine; the whole stall where a call blocked a worker.",
+        Heartbeat::EVERY.as_millis()
+    );
     println!(
         "\nWith only 3 of 5 masters answering, {granted_degraded} locks were granted: one dead and one frozen master stop nothing."
     );
@@ -347,14 +381,19 @@ fn summarise(shared: &Shared, phase: Phase) {
     let Some(s) = stats.get(&phase) else { return };
     let mut probe = s.probe_us.clone();
     probe.sort_unstable();
+    let mut wait = s.wait_us.clone();
+    wait.sort_unstable();
     println!(
-        "{} ---- {}: granted {}, hand-overs {}, failed {}; an uncontended lock took {} (p50)",
+        "{} ---- {}: granted {}, hand-overs {}, failed {}; worst wait {}; an uncontended lock took {} (p50); the heartbeat ran up to {} late, a worker was held up to {}",
         shared.at(),
         phase.describe(),
         s.granted,
         s.handovers,
         s.failures,
+        ms(wait.last().copied().unwrap_or(0)),
         ms(percentile(&probe, 0.5)),
+        ms(s.stalls.runtime.as_micros() as u64),
+        ms(s.stalls.worker.as_micros() as u64),
     );
 }
 

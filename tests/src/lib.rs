@@ -50,6 +50,13 @@
 //! one server, and the audit a run must pass (money conserved, no item sold
 //! twice, every item in one place, no lock key left).
 //!
+//! # The heartbeat
+//!
+//! [`heartbeat::Heartbeat`] records how late a 10 ms timer on a runtime
+//! ran, and the longest one of its workers stayed in one stretch of polls:
+//! a blocking call on a worker shows whole in the second, and in the first
+//! where it froze the whole runtime (`make demo`, bench (k)).
+//!
 //! # Requirements
 //!
 //! `redis-server` on `PATH`, or the server named by `$REDLOCK_SERVER_BIN`
@@ -81,6 +88,7 @@
 
 pub mod chaos;
 mod harness;
+pub mod heartbeat;
 pub mod market;
 pub mod sim;
 

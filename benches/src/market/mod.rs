@@ -240,16 +240,23 @@ pub(crate) fn run(args: &MarketArgs) -> Result<String, String> {
     let chart_path = out.join(&chart_name);
     std::fs::write(&chart_path, report::chart(&cells)?)
         .map_err(|error| format!("{}: {error}", chart_path.display()))?;
-    let report_path = out.join(format!("{stem}.md"));
-    std::fs::write(&report_path, report::document(&tables, &info, &chart_name))
-        .map_err(|error| format!("{}: {error}", report_path.display()))?;
+    let summary = report::Summary::of(&cells);
+    let name = format!("{stem}.md");
+    // Before the file is overwritten, where the run writes to benches/results.
+    let comparison = crate::compare::against_committed(&name, &summary.line(), args.quick);
+    let report_path = out.join(&name);
+    std::fs::write(
+        &report_path,
+        report::document(&tables, &info, &chart_name, &comparison, &summary.line()),
+    )
+    .map_err(|error| format!("{}: {error}", report_path.display()))?;
     println!(
         "wrote {} and {} in {:.0} s",
         report_path.display(),
         chart_path.display(),
         info.elapsed_s
     );
-    let summary = report::Summary::of(&cells);
+    println!("{comparison}");
     let broken: Vec<String> = cells
         .iter()
         .filter(|cell| cell.strategy.is_safe() && !cell.passed())

@@ -238,11 +238,19 @@ pub(crate) fn checks_line(cells: &[Cell]) -> String {
     line
 }
 
-/// The report file: how it was made, the tables, the chart.
-pub(crate) fn document(tables: &str, info: &Info, chart: &str) -> String {
+/// The report file: how it was made, the tables, the chart, the comparison
+/// with the last committed result ([`crate::compare`]) and the summary line.
+pub(crate) fn document(
+    tables: &str,
+    info: &Info,
+    chart: &str,
+    comparison: &str,
+    summary: &str,
+) -> String {
     format!(
         "# Marketplace: optimistic transactions against locks\n\n\
-         {}, `{}`, {}.\n\n{tables}\n\n![operations and buy latency by shape]({chart})\n",
+         {}, `{}`, {}.\n\n{tables}\n\n![operations and buy latency by shape]({chart})\n\n\
+         {comparison}\n\n```\n{summary}\n```\n",
         info.date, info.command, info.server
     )
 }
