@@ -7,10 +7,10 @@
 //! runs on a worker of the client's runtime (the test build aborts the
 //! process at one, `redlock-tokio`'s `node::blocking`), every waiter is
 //! served, and once `shutdown()` returns no key of ours is on any master.
-//! How long the runtime went without running a task (a heartbeat's largest
-//! gap) and the largest gap between one holder's release and the next
-//! grant are printed figures: a busy machine stretches them, a blocked
-//! worker stretches them by seconds.
+//! How late a heartbeat on the client's runtime ran, the longest a worker
+//! was held in one poll (`redlock_tests::heartbeat`), and the largest gap
+//! between one holder's release and the next grant are printed figures: a
+//! busy machine stretches them by milliseconds, a blocked worker by seconds.
 
 mod support;
 
@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use redlock_tests::RedisCluster;
+use redlock_tests::heartbeat::Heartbeat;
 use redlock_tokio::{Redlock, Wait};
 use support::builder;
 
@@ -29,25 +30,6 @@ const TTL: Duration = Duration::from_millis(400);
 const PAUSED: Duration = Duration::from_millis(2_000);
 /// Tasks per lock kind.
 const TASKS: usize = 3;
-
-/// The largest lateness of a 10 ms tick on the current runtime, in
-/// microseconds, until `stop`.
-fn heartbeat(stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<u64> {
-    tokio::spawn(async move {
-        let mut worst = Duration::ZERO;
-        let mut last = Instant::now();
-        while !stop.load(Ordering::Relaxed) {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            let now = Instant::now();
-            worst = worst.max(
-                now.duration_since(last)
-                    .saturating_sub(Duration::from_millis(10)),
-            );
-            last = now;
-        }
-        worst.as_micros() as u64
-    })
-}
 
 /// Takes turns at the lock `request` makes until `stop`: holds it a
 /// moment, releases, and records the largest gap between a release of the
@@ -97,7 +79,7 @@ async fn a_paused_master_stalls_no_task_of_the_client() {
         .expect("client builds");
     let stop = Arc::new(AtomicBool::new(false));
     let epoch = Instant::now();
-    let beat = heartbeat(Arc::clone(&stop));
+    let heartbeat = Heartbeat::start(Heartbeat::EVERY);
 
     let mut workers = Vec::new();
     let mut gaps = Vec::new();
@@ -173,7 +155,7 @@ async fn a_paused_master_stalls_no_task_of_the_client() {
         candidate.await.expect("a candidate ran to its end");
     }
     assert!(terms.load(Ordering::Relaxed) > 0, "nobody was elected");
-    let stall_us = beat.await.expect("the heartbeat ran");
+    let stalls = heartbeat.take();
     redlock.shutdown().await;
 
     let gaps: Vec<String> = gaps
@@ -186,11 +168,13 @@ async fn a_paused_master_stalls_no_task_of_the_client() {
         })
         .collect();
     println!(
-        "hung master ({}, one of 3 paused {} ms, TTL {} ms): runtime_stall_ms={:.1} {} highest_term={}",
+        "hung master ({}, one of 3 paused {} ms, TTL {} ms): runtime_stall_ms={:.1} \
+         worker_stall_ms={:.1} {} highest_term={}",
         redlock_tests::server(),
         PAUSED.as_millis(),
         TTL.as_millis(),
-        stall_us as f64 / 1e3,
+        stalls.runtime.as_secs_f64() * 1e3,
+        stalls.worker.as_secs_f64() * 1e3,
         gaps.join(" "),
         terms.load(Ordering::Relaxed),
     );
