@@ -50,7 +50,7 @@ pub struct Request {
     /// it undoes has surely expired on the node by itself: any key this
     /// client set there, by a request the node ran before this one's
     /// deadline, with the longest TTL the lock ever asked for
-    /// ([`Request::undoing`]). Past it nothing is left to undo, so nothing
+    /// (one TTL and its drift past the deadline). Past it nothing is left to undo, so nothing
     /// is gained by waiting, and nothing by another connection: the request
     /// is in its node's connection queue already, behind what it undoes, and
     /// runs when the node reads it.

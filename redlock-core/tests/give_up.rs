@@ -61,7 +61,9 @@ fn a_release_is_given_up_once_its_own_locks_keys_have_expired() {
     let settings = settings();
     let t0 = Instant::now();
     for seconds in [1, 10, 60] {
-        let ttl = settings.ttl(Duration::from_secs(seconds)).expect("a valid TTL");
+        let ttl = settings
+            .ttl(Duration::from_secs(seconds))
+            .expect("a valid TTL");
         let mut lock = acquired(&settings, ttl, t0);
         let mut release = lock.release(t0 + 2 * MS);
         let releases = requests(&mut release);
@@ -90,7 +92,11 @@ fn an_extension_to_a_longer_ttl_is_waited_out_even_when_it_failed() {
     // its TTL, but that node holds the key for the long one.
     extension.handle_reply(Reply::to(&extends[0], Ok(Response::Int(1))), t0 + 11 * MS);
     extension.handle_timeout(extends[0].deadline);
-    assert!(extension.poll_event().is_some_and(|outcome| outcome.is_err()));
+    assert!(
+        extension
+            .poll_event()
+            .is_some_and(|outcome| outcome.is_err())
+    );
     let mut release = lock.release(t0 + 200 * MS);
     for request in requests(&mut release) {
         assert_eq!(request.give_up_at, expired_by(&settings, &request, long));
