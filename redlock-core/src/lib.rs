@@ -131,6 +131,7 @@ macro_rules! planted {
 }
 
 mod acquire;
+mod client;
 mod config;
 mod election;
 mod election_read;
@@ -161,6 +162,7 @@ pub mod waited;
 mod wire;
 
 pub use acquire::{AcquireEvent, Acquisition, FAIR_PATIENCE};
+pub use client::{Client, OWED_PER_NODE, OpEvent, OpId, Operation, Output, RequestId};
 pub use config::{Config, RetryConfig, Settings};
 pub use election::{ElectionTiming, LeadershipLoss, Proclaim, Term, TermEvent};
 pub use election_read::{Leader, LeaderRead, LeaderReply, LeaderReport, LeaderWatch};

@@ -69,11 +69,16 @@ pub enum Bug {
     /// publishes nothing for the client's own waiter, and the waiter sleeps
     /// out its retry.
     HandOverBeforeFollowUp,
+    /// A cancelled operation's releases and withdraws are not sent
+    /// ([`Client::cancel`](crate::Client::cancel)): an acquire dropped
+    /// during its attempt leaves its key on the nodes that granted it, held
+    /// for a whole TTL by nobody.
+    CancelSkipsWithdraws,
 }
 
 impl Bug {
     /// Every bug, in a fixed order.
-    pub const ALL: [Bug; 13] = [
+    pub const ALL: [Bug; 14] = [
         Bug::ValidityFromDecisionTime,
         Bug::QuorumHalf,
         Bug::DuplicateVoteCounted,
@@ -87,6 +92,7 @@ impl Bug {
         Bug::ElectionLosesAtExpiry,
         Bug::ElectionTermFromClient,
         Bug::HandOverBeforeFollowUp,
+        Bug::CancelSkipsWithdraws,
     ];
 }
 

@@ -1,0 +1,554 @@
+//! The whole client as one sans-IO unit: every operation of every kind,
+//! the requests each node owes an answer to, what each node owes us, and
+//! the release notices, behind one input path and one output path.
+
+mod node;
+mod operation;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Instant;
+
+use rand_core::Rng;
+
+use crate::{
+    HealthChange, Hub, Key, NodeErrorKind, NodeHealth, NodeId, Reply, Request, Settings, WaiterId,
+};
+
+use node::NodeState;
+pub use node::OWED_PER_NODE;
+pub use operation::{OpEvent, Operation};
+
+/// An operation of a [`Client`], from [`Client::start`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct OpId(pub u64);
+
+/// A request a [`Client`] asked to send ([`Output::Transmit`]): its answer
+/// goes back with [`Client::handle_reply`] under the same id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RequestId(pub u64);
+
+/// What a [`Client`] asks of its driver, drained with
+/// [`Client::poll_output`] in the order given.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Output<R> {
+    /// Send `request` to its node now. Requests to one node must reach it in
+    /// the order given (a withdraw after the attempt it undoes, a release
+    /// after its lock's extension).
+    Transmit {
+        /// Names the answer ([`Client::handle_reply`]).
+        id: RequestId,
+        /// What to send, to [`Request::node`].
+        request: Request,
+    },
+    /// Stop waiting for this request's answer: it counts for nothing any
+    /// more. A request already written stays queued on its connection and
+    /// runs when the node reads it; one not written yet may be skipped.
+    Forget(RequestId),
+    /// An operation's event. The last one carries the operation back
+    /// (`finished`): nothing of it runs any more.
+    Event {
+        /// Whose.
+        op: OpId,
+        /// What it reports.
+        event: OpEvent,
+        /// The operation, with its final event; `None` before.
+        finished: Option<Operation<R>>,
+    },
+    /// A node became known slow, or is trusted again (for logs and
+    /// metrics; the client already acts on it).
+    Health(HealthChange),
+    /// Subscribe to exactly these release channels on every node, and to no
+    /// other; confirm with [`Client::handle_subscribed`] and give every
+    /// message to [`Client::handle_notice`].
+    Subscribe(Vec<Key>),
+}
+
+/// A request sent, until its answer, its deadline or its give-up.
+#[derive(Debug)]
+struct Flight {
+    node: NodeId,
+    /// The operation that waits for its answer, if it still runs.
+    op: Option<OpId>,
+    deadline: Instant,
+    give_up_at: Instant,
+    /// Kept for a request that must arrive: owed again if its connection
+    /// breaks.
+    must_arrive: Option<Request>,
+    /// Its deadline passed unanswered, and its node heard of it.
+    overdue: bool,
+}
+
+impl Flight {
+    /// When the client next looks at it.
+    fn timer(&self) -> Instant {
+        if self.overdue {
+            self.give_up_at
+        } else {
+            self.deadline
+        }
+    }
+}
+
+/// An operation that runs.
+#[derive(Debug)]
+struct Running<R> {
+    machine: Operation<R>,
+    /// Its registration for release notices, once it listens.
+    waiter: Option<WaiterId>,
+    /// Its machine's timeout, as filed in `Client::op_timers`.
+    timeout: Option<Instant>,
+}
+
+/// The requests in flight and what each node owes, apart from the
+/// operations, so both can be borrowed at once.
+#[derive(Debug)]
+struct Links {
+    nodes: Box<[NodeState]>,
+    flights: HashMap<RequestId, Flight>,
+    timers: BTreeSet<(Instant, RequestId)>,
+    next_request: u64,
+}
+
+/// One client of N masters as a state machine: the unit a driver runs, as
+/// quinn-proto's `Connection` or str0m's `Rtc` is.
+///
+/// It runs [`Operation`]s (locks of every kind, extensions, releases,
+/// keep-alives, terms, reads) and keeps what no single operation owns:
+///
+/// - **the requests in flight**, each named by a [`RequestId`], with its
+///   deadline and its give-up instant ([`Request::give_up_at`]): answers of
+///   operations that finished still tell the node's health, and a request
+///   unanswered past its deadline makes its node overdue
+///   ([`NodeHealth`]); past the give-up instant it is forgotten
+///   ([`Output::Forget`]);
+/// - **each node's health**: requests a known slow node may skip are
+///   answered [`Reply::skipped`] here and never sent;
+/// - **what each node is owed**: a release, withdraw or leave that met a
+///   broken connection is sent again when the node connects
+///   ([`handle_connected`](Self::handle_connected)) or one per-node timeout
+///   later, until it is given up; at most [`OWED_PER_NODE`];
+/// - **the release notices** ([`Hub`]): a new acquisition waits behind the
+///   client's waiters on its channels, a release goes as the script where
+///   they wait, each notice wakes whom it should, and the channels to
+///   subscribe to are said ([`Output::Subscribe`]);
+/// - **cancellation and close**: a cancelled operation is abandoned
+///   ([`Machine::abandon`](crate::Machine::abandon)) and what it queues
+///   (releases of an attempt in flight) is sent; [`close`](Self::close)
+///   cancels every operation, and the client is [idle](Self::is_idle) once
+///   nothing is in flight or owed.
+///
+/// # Driving it
+///
+/// One loop: start, cancel or close as the handles ask; drain
+/// [`poll_output`](Self::poll_output) (send each transmit at once, in
+/// order); wait for a node's answer, a notice, a connection, or the instant
+/// of [`poll_timeout`](Self::poll_timeout); feed it with `handle_*`; again.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::{Duration, Instant};
+/// use rand::{SeedableRng, rngs::StdRng};
+/// use redlock_core::{
+///     AcquireEvent, Acquisition, Attempts, Client, Config, OpEvent, Operation, Output, Reply,
+///     Response,
+/// };
+///
+/// let settings = Arc::new(Config::new(["a", "b", "c"]).validate()?);
+/// let start = Instant::now();
+/// let mut client = Client::new(settings.clone());
+/// let acquisition = Acquisition::new(
+///     settings.clone(), b"report", settings.default_ttl(), Attempts::Once, start,
+///     StdRng::seed_from_u64(1),
+/// );
+/// let op = client.start(Operation::Acquire(Box::new(acquisition)), start);
+/// let now = start + Duration::from_millis(1);
+/// let mut granted = false;
+/// while let Some(output) = client.poll_output() {
+///     match output {
+///         // Every node says yes.
+///         Output::Transmit { id, request } => {
+///             client.handle_reply(id, Reply::to(&request, Ok(Response::Int(1))), now)
+///         }
+///         Output::Event { op: whose, event: OpEvent::Acquire(AcquireEvent::Acquired(_)), finished } => {
+///             assert_eq!(whose, op);
+///             granted = finished.is_some();
+///         }
+///         _ => {}
+///     }
+/// }
+/// assert!(granted && client.is_idle());
+/// # Ok::<(), redlock_core::ConfigError>(())
+/// ```
+#[derive(Debug)]
+pub struct Client<R> {
+    settings: Arc<Settings>,
+    links: Links,
+    ops: BTreeMap<OpId, Running<R>>,
+    op_timers: BTreeSet<(Instant, OpId)>,
+    waiters: BTreeMap<WaiterId, OpId>,
+    hub: Hub,
+    outputs: VecDeque<Output<R>>,
+    next_op: u64,
+    closed: bool,
+}
+
+impl<R: Rng> Client<R> {
+    /// A client of the nodes of `settings`, every node trusted, nothing
+    /// running.
+    pub fn new(settings: Arc<Settings>) -> Self {
+        let nodes = (0..settings.node_count())
+            .map(|node| NodeState::new(NodeHealth::for_node(&settings, NodeId(node))))
+            .collect();
+        Self {
+            hub: Hub::new(settings.node_count()),
+            settings,
+            links: Links {
+                nodes,
+                flights: HashMap::new(),
+                timers: BTreeSet::new(),
+                next_request: 0,
+            },
+            ops: BTreeMap::new(),
+            op_timers: BTreeSet::new(),
+            waiters: BTreeMap::new(),
+            outputs: VecDeque::new(),
+            next_op: 0,
+            closed: false,
+        }
+    }
+
+    /// The settings it was built with.
+    pub fn settings(&self) -> &Arc<Settings> {
+        &self.settings
+    }
+
+    /// Starts `operation` at `now`. An acquisition is first planned behind
+    /// the client's waiters on its channels ([`Hub::plan`]), a release as
+    /// the script where they wait ([`Hub::plan_release`]). Its requests are
+    /// in [`poll_output`](Self::poll_output) before this returns.
+    pub fn start(&mut self, operation: Operation<R>, now: Instant) -> OpId {
+        let machine = match operation {
+            Operation::Acquire(acquisition) => {
+                Operation::Acquire(Box::new(self.hub.plan(*acquisition, now)))
+            }
+            Operation::Release(release) => {
+                Operation::Release(Box::new(self.hub.plan_release(*release)))
+            }
+            other => other,
+        };
+        let op = OpId(self.next_op);
+        self.next_op += 1;
+        self.ops.insert(
+            op,
+            Running {
+                machine,
+                waiter: None,
+                timeout: None,
+            },
+        );
+        self.pump(vec![op], now);
+        op
+    }
+
+    /// Stops `op` before its end at `now`: it is abandoned
+    /// ([`Machine::abandon`](crate::Machine::abandon)), what it queues then
+    /// is sent (an acquisition's releases of the attempt in flight), and it
+    /// reports nothing more. An operation that already ended is ignored.
+    pub fn cancel(&mut self, op: OpId, now: Instant) {
+        let Some(mut running) = self.ops.remove(&op) else {
+            return;
+        };
+        if let Some(at) = running.timeout {
+            self.op_timers.remove(&(at, op));
+        }
+        running.machine.abandon(now);
+        while let Some(request) = running.machine.poll_request() {
+            if planted!(CancelSkipsWithdraws) && request.command.must_arrive() {
+                continue;
+            }
+            // What must arrive is always admitted; nobody reads the answer
+            // of anything else now.
+            if self.links.admit(&request, now) {
+                self.links.transmit(&mut self.outputs, None, request);
+            }
+        }
+        while let Some(hand_over) = running.machine.poll_hand_over() {
+            self.hub.handle_hand_over(&hand_over, now);
+        }
+        if let Some(waiter) = running.waiter {
+            self.waiters.remove(&waiter);
+            self.hub.handle_leave(waiter, false, now);
+        }
+        self.pump(Vec::new(), now);
+    }
+
+    /// Cancels every operation at `now` ([`cancel`](Self::cancel)). What
+    /// is in flight or owed still completes: the client is done once
+    /// [`is_idle`](Self::is_idle).
+    pub fn close(&mut self, now: Instant) {
+        self.closed = true;
+        let ops: Vec<OpId> = self.ops.keys().copied().collect();
+        for op in ops {
+            self.cancel(op, now);
+        }
+    }
+
+    /// Whether [`close`](Self::close) was called.
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// Whether nothing runs, nothing is in flight and nothing is owed.
+    pub fn is_idle(&self) -> bool {
+        self.ops.is_empty()
+            && self.links.flights.is_empty()
+            && self.links.nodes.iter().all(|node| node.owed.is_empty())
+    }
+
+    /// How many operations run.
+    pub fn running(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// The answer to request `id` arrived at `now`. An answer to a request
+    /// forgotten ([`Output::Forget`]) or unknown is ignored.
+    pub fn handle_reply(&mut self, id: RequestId, reply: Reply, now: Instant) {
+        let Some(flight) = self.links.flights.remove(&id) else {
+            return;
+        };
+        self.links.timers.remove(&(flight.timer(), id));
+        let node = &mut self.links.nodes[flight.node.0];
+        let broken = matches!(&reply.result, Err(error) if error.kind == NodeErrorKind::Connection);
+        if !broken {
+            if let Some(change) = node.answered(now) {
+                self.outputs.push_back(Output::Health(change));
+            }
+        } else if let Some(request) = flight.must_arrive
+            && request.give_up_at > now
+            && node.owe(request)
+        {
+            // Maybe never sent, maybe run: sent again.
+            node.retry_at
+                .get_or_insert(now + self.settings.node_timeout());
+        }
+        let mut pump = Vec::new();
+        if let Some(op) = flight.op
+            && let Some(running) = self.ops.get_mut(&op)
+        {
+            running.machine.handle_reply(reply, now);
+            pump.push(op);
+        }
+        self.pump(pump, now);
+    }
+
+    /// Node `node` has a connection again at `now`: what it is owed is
+    /// sent at once.
+    pub fn handle_connected(&mut self, node: NodeId, now: Instant) {
+        self.links.resend(&mut self.outputs, node, now);
+    }
+
+    /// A release notice from `node` on `channel` arrived at `now`.
+    pub fn handle_notice(&mut self, node: NodeId, channel: &[u8], now: Instant) {
+        self.hub.handle_notice(node, channel, now);
+        self.pump(Vec::new(), now);
+    }
+
+    /// A node confirmed its subscription to `channels` at `now`;
+    /// `resubscribed`: on a connection that replaced a lost one
+    /// ([`Hub::handle_subscribed`]).
+    pub fn handle_subscribed(&mut self, channels: &[Key], resubscribed: bool, now: Instant) {
+        self.hub.handle_subscribed(channels, resubscribed, now);
+        self.pump(Vec::new(), now);
+    }
+
+    /// Time reached `now`: requests past their deadline make their node
+    /// overdue, requests past their give-up instant are forgotten, owed
+    /// requests are tried again, and operations whose timeout came run.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        while let Some(&(at, id)) = self.links.timers.first()
+            && at <= now
+        {
+            self.links.timers.pop_first();
+            let flight = self
+                .links
+                .flights
+                .get_mut(&id)
+                .expect("every timer is a flight's");
+            if !flight.overdue {
+                flight.overdue = true;
+                if let Some(change) = self.links.nodes[flight.node.0].health.handle_overdue(now) {
+                    self.outputs.push_back(Output::Health(change));
+                }
+                if flight.must_arrive.is_some() && flight.give_up_at > now {
+                    self.links.timers.insert((flight.give_up_at, id));
+                    continue;
+                }
+            }
+            self.links.flights.remove(&id);
+            self.outputs.push_back(Output::Forget(id));
+        }
+        for node in 0..self.links.nodes.len() {
+            let state = &mut self.links.nodes[node];
+            state.forget_given_up(now);
+            if state.retry_at.is_some_and(|at| at <= now) {
+                self.links.resend(&mut self.outputs, NodeId(node), now);
+            }
+        }
+        let mut due = Vec::new();
+        while let Some(&(at, op)) = self.op_timers.first()
+            && at <= now
+        {
+            self.op_timers.pop_first();
+            if let Some(running) = self.ops.get_mut(&op) {
+                running.timeout = None;
+                running.machine.handle_timeout(now);
+                due.push(op);
+            }
+        }
+        self.pump(due, now);
+    }
+
+    /// What to do next, in order; `None` once there is nothing.
+    pub fn poll_output(&mut self) -> Option<Output<R>> {
+        self.outputs.pop_front()
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) is due next; `None`
+    /// when nothing waits for time.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let flights = self.links.timers.first().map(|(at, _)| *at);
+        let ops = self.op_timers.first().map(|(at, _)| *at);
+        let owed = self
+            .links
+            .nodes
+            .iter()
+            .filter_map(NodeState::next_timeout)
+            .min();
+        [flights, ops, owed].into_iter().flatten().min()
+    }
+
+    /// Runs the operations in `work` until none has anything left to do:
+    /// sends what they queue, registers their waiters, tells the hub their
+    /// hand-overs, reports their events, and gives the hub's deliveries to
+    /// their waiters (which may start attempts: they run too).
+    fn pump(&mut self, mut work: Vec<OpId>, now: Instant) {
+        loop {
+            while let Some(op) = work.pop() {
+                self.step(op, now);
+            }
+            if self.hub.poll_wanted_changed() {
+                self.outputs
+                    .push_back(Output::Subscribe(self.hub.wanted().cloned().collect()));
+            }
+            while let Some(delivery) = self.hub.poll_delivery() {
+                if let Some(&op) = self.waiters.get(&delivery.waiter)
+                    && let Some(running) = self.ops.get_mut(&op)
+                {
+                    running
+                        .machine
+                        .handle_delivery(delivery.notice, delivery.at, now);
+                    work.push(op);
+                }
+            }
+            if work.is_empty() {
+                return;
+            }
+        }
+    }
+
+    /// One round of [`pump`](Self::pump) for one operation.
+    fn step(&mut self, op: OpId, now: Instant) {
+        let Some(running) = self.ops.get_mut(&op) else {
+            return;
+        };
+        while let Some(request) = running.machine.poll_request() {
+            if self.links.admit(&request, now) {
+                self.links.transmit(&mut self.outputs, Some(op), request);
+            } else {
+                running.machine.handle_reply(Reply::skipped(&request), now);
+            }
+        }
+        if let Some(channels) = running.machine.poll_listen() {
+            let by_masters = running.machine.ordered_by_masters();
+            let waiter = self.hub.handle_join(channels, by_masters, now);
+            running.waiter = Some(waiter);
+            self.waiters.insert(waiter, op);
+        }
+        while let Some(hand_over) = running.machine.poll_hand_over() {
+            self.hub.handle_hand_over(&hand_over, now);
+        }
+        let mut events = Vec::new();
+        while let Some(event) = running.machine.poll_event() {
+            events.push(event);
+        }
+        let done = running.machine.is_done();
+        let last = if done { events.pop() } else { None };
+        for event in events {
+            self.outputs.push_back(Output::Event {
+                op,
+                event,
+                finished: None,
+            });
+        }
+        if let Some(at) = running.timeout.take() {
+            self.op_timers.remove(&(at, op));
+        }
+        if let Some(event) = last {
+            let running = self.ops.remove(&op).expect("it runs");
+            if let Some(waiter) = running.waiter {
+                self.waiters.remove(&waiter);
+                self.hub.handle_leave(waiter, event.serves_waiter(), now);
+            }
+            self.outputs.push_back(Output::Event {
+                op,
+                event,
+                finished: Some(running.machine),
+            });
+        } else if let Some(at) = running.machine.poll_timeout() {
+            running.timeout = Some(at);
+            self.op_timers.insert((at, op));
+        }
+    }
+}
+
+impl Links {
+    /// Whether `request` goes to its node now ([`NodeHealth::admit`]).
+    fn admit(&mut self, request: &Request, now: Instant) -> bool {
+        self.nodes[request.node.0].health.admit(request, now)
+    }
+
+    /// Files `request` as in flight for `op` and asks for it to be sent.
+    fn transmit<R>(
+        &mut self,
+        outputs: &mut VecDeque<Output<R>>,
+        op: Option<OpId>,
+        request: Request,
+    ) {
+        let id = RequestId(self.next_request);
+        self.next_request += 1;
+        let flight = Flight {
+            node: request.node,
+            op,
+            deadline: request.deadline,
+            give_up_at: request.give_up_at,
+            must_arrive: request.command.must_arrive().then(|| request.clone()),
+            overdue: false,
+        };
+        self.timers.insert((flight.timer(), id));
+        self.flights.insert(id, flight);
+        outputs.push_back(Output::Transmit { id, request });
+    }
+
+    /// Sends again what `node` is owed and was not given up at `now`.
+    fn resend<R>(&mut self, outputs: &mut VecDeque<Output<R>>, node: NodeId, now: Instant) {
+        let state = &mut self.nodes[node.0];
+        state.forget_given_up(now);
+        state.retry_at = None;
+        let owed = std::mem::take(&mut state.owed);
+        for request in owed {
+            self.transmit(outputs, None, request);
+        }
+    }
+}

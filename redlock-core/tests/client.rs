@@ -1,0 +1,422 @@
+//! The core `Client`: one unit that runs every operation and keeps what no
+//! operation owns (requests in flight, node health, what each node is owed,
+//! release notices). In virtual time; asserts what it asks to send, in
+//! which order, and what it reports.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use redlock_core::{
+    AcquireEvent, Acquisition, Attempts, Client, Command, Config, HealthChange, NodeError,
+    NodeErrorKind, NodeId, OpEvent, OpId, Operation, Output, Reply, Request, RequestId, Response,
+    RetryConfig, Settings,
+};
+
+const MS: Duration = Duration::from_millis(1);
+
+/// Three nodes, a 1 s TTL, a 10 ms per-node timeout, retries every 10 s.
+fn settings() -> Arc<Settings> {
+    Arc::new(
+        Config::new(["a", "b", "c"])
+            .ttl(Duration::from_secs(1))
+            .node_timeout(10 * MS)
+            .retry(
+                RetryConfig::default()
+                    .count(3)
+                    .delay(Duration::from_secs(10))
+                    .jitter(Duration::ZERO),
+            )
+            .validate()
+            .unwrap(),
+    )
+}
+
+fn acquire(settings: &Arc<Settings>, attempts: Attempts, now: Instant) -> Operation<StdRng> {
+    Operation::Acquire(Box::new(Acquisition::new(
+        Arc::clone(settings),
+        b"report",
+        settings.default_ttl(),
+        attempts,
+        now,
+        StdRng::seed_from_u64(7),
+    )))
+}
+
+/// What the client asked, split by kind.
+#[derive(Default, Debug)]
+struct Drained {
+    sent: Vec<(RequestId, Request)>,
+    forgotten: Vec<RequestId>,
+    events: Vec<(OpId, OpEvent, bool)>,
+    finished: Vec<Operation<StdRng>>,
+    health: Vec<HealthChange>,
+    subscribed: Vec<Vec<redlock_core::Key>>,
+}
+
+fn drain(client: &mut Client<StdRng>) -> Drained {
+    let mut drained = Drained::default();
+    while let Some(output) = client.poll_output() {
+        match output {
+            Output::Transmit { id, request } => drained.sent.push((id, request)),
+            Output::Forget(id) => drained.forgotten.push(id),
+            Output::Event {
+                op,
+                event,
+                finished,
+            } => {
+                drained.events.push((op, event, finished.is_some()));
+                drained.finished.extend(finished);
+            }
+            Output::Health(change) => drained.health.push(change),
+            Output::Subscribe(channels) => drained.subscribed.push(channels),
+            _ => {}
+        }
+    }
+    drained
+}
+
+fn answer(
+    client: &mut Client<StdRng>,
+    sent: &[(RequestId, Request)],
+    response: Response,
+    now: Instant,
+) {
+    for (id, request) in sent {
+        client.handle_reply(*id, Reply::to(request, Ok(response.clone())), now);
+    }
+}
+
+fn broken(request: &Request) -> Reply {
+    Reply::to(
+        request,
+        Err(NodeError::new(
+            NodeErrorKind::Connection,
+            "connection reset",
+        )),
+    )
+}
+
+/// Grants `client` a lock: every node says yes.
+fn granted(
+    client: &mut Client<StdRng>,
+    settings: &Arc<Settings>,
+    now: Instant,
+) -> redlock_core::Lock {
+    let op = client.start(acquire(settings, Attempts::Once, now), now);
+    let out = drain(client);
+    answer(client, &out.sent, Response::Int(1), now + MS);
+    let out = drain(client);
+    match out.events.into_iter().last() {
+        Some((whose, OpEvent::Acquire(AcquireEvent::Acquired(lock)), true)) if whose == op => lock,
+        other => panic!("not granted: {other:?}"),
+    }
+}
+
+#[test]
+fn an_operation_reports_its_final_event_with_its_machine_and_the_client_is_idle_after() {
+    let settings = settings();
+    let t0 = Instant::now();
+    let mut client = Client::new(Arc::clone(&settings));
+    let op = client.start(acquire(&settings, Attempts::Once, t0), t0);
+    let out = drain(&mut client);
+    assert_eq!(out.sent.len(), 3, "one request per node, sent at start");
+    assert!(!client.is_idle());
+    answer(&mut client, &out.sent[..2], Response::Int(1), t0 + MS);
+    let out = drain(&mut client);
+    assert!(
+        matches!(&out.events[..], [(whose, OpEvent::Acquire(AcquireEvent::Acquired(_)), true)] if *whose == op)
+    );
+    assert!(matches!(&out.finished[..], [Operation::Acquire(_)]));
+    assert_eq!(client.running(), 0);
+    assert!(
+        !client.is_idle(),
+        "the third node's answer is still awaited"
+    );
+    // Past its deadline the third request is forgotten: nobody waits for
+    // a vote that no longer counts.
+    client.handle_timeout(t0 + 10 * MS);
+    let out = drain(&mut client);
+    assert_eq!(out.forgotten.len(), 1);
+    assert!(client.is_idle());
+    assert_eq!(client.poll_timeout(), None);
+}
+
+#[test]
+fn a_node_overdue_three_times_is_known_slow_skipped_and_trusted_at_its_next_answer() {
+    let settings = settings();
+    let mut now = Instant::now();
+    let mut client = Client::new(Arc::clone(&settings));
+    let mut changes = Vec::new();
+    for _ in 0..3 {
+        changes.extend(granted_without(&mut client, &settings, NodeId(2), now));
+        now += 20 * MS;
+    }
+    assert_eq!(
+        changes,
+        [HealthChange::Slow { node: NodeId(2) }],
+        "slow at the third miss"
+    );
+    let op = client.start(acquire(&settings, Attempts::Once, now), now);
+    let out = drain(&mut client);
+    let nodes: Vec<usize> = out.sent.iter().map(|(_, r)| r.node.0).collect();
+    assert_eq!(nodes, [0, 1], "a known slow node is skipped, not sent");
+    answer(&mut client, &out.sent, Response::Int(1), now + MS);
+    let out = drain(&mut client);
+    assert!(
+        matches!(&out.events[..], [(whose, OpEvent::Acquire(AcquireEvent::Acquired(_)), true)] if *whose == op)
+    );
+    // One probe per four per-node timeouts: its answer trusts the node again.
+    now += 40 * MS;
+    client.start(acquire(&settings, Attempts::Once, now), now);
+    let out = drain(&mut client);
+    assert_eq!(out.sent.len(), 3, "the probe goes");
+    answer(&mut client, &out.sent, Response::Int(1), now + MS);
+    let out = drain(&mut client);
+    assert!(
+        matches!(
+            &out.health[..],
+            [HealthChange::Trusted {
+                node: NodeId(2),
+                ..
+            }]
+        ),
+        "{out:?}"
+    );
+}
+
+/// A grant where `silent` never answers, then its deadline: the health
+/// changes that brings.
+fn granted_without(
+    client: &mut Client<StdRng>,
+    settings: &Arc<Settings>,
+    silent: NodeId,
+    now: Instant,
+) -> Vec<HealthChange> {
+    client.start(acquire(settings, Attempts::Once, now), now);
+    let out = drain(client);
+    let answered: Vec<_> = out
+        .sent
+        .into_iter()
+        .filter(|(_, r)| r.node != silent)
+        .collect();
+    answer(client, &answered, Response::Int(1), now + MS);
+    let out = drain(client);
+    assert!(matches!(
+        out.events.last(),
+        Some((_, OpEvent::Acquire(AcquireEvent::Acquired(_)), true))
+    ));
+    client.handle_timeout(now + 10 * MS);
+    let out = drain(client);
+    assert_eq!(out.forgotten.len(), 1);
+    out.health
+}
+
+#[test]
+fn a_cancelled_acquire_withdraws_its_attempt_on_every_node() {
+    let settings = settings();
+    let t0 = Instant::now();
+    let mut client = Client::new(Arc::clone(&settings));
+    let op = client.start(acquire(&settings, Attempts::Once, t0), t0);
+    let attempt = drain(&mut client);
+    client.cancel(op, t0 + MS);
+    let out = drain(&mut client);
+    let withdraws: Vec<usize> = out
+        .sent
+        .iter()
+        .filter(|(_, r)| r.command.must_arrive())
+        .map(|(_, r)| r.node.0)
+        .collect();
+    assert_eq!(
+        withdraws,
+        [0, 1, 2],
+        "the attempt may have set the key anywhere"
+    );
+    assert!(
+        out.events.is_empty(),
+        "a cancelled operation reports nothing"
+    );
+    // Its attempt's answers change nothing now.
+    answer(&mut client, &attempt.sent, Response::Int(1), t0 + 2 * MS);
+    assert!(drain(&mut client).events.is_empty());
+}
+
+#[cfg(feature = "planted-bugs")]
+#[test]
+fn the_cancel_test_catches_a_client_that_skips_the_withdraws() {
+    use redlock_core::planted::{self, Bug};
+    planted::set(Some(Bug::CancelSkipsWithdraws));
+    let caught = std::panic::catch_unwind(a_cancelled_acquire_withdraws_its_attempt_on_every_node);
+    planted::set(None);
+    assert!(caught.is_err(), "the planted bug went unnoticed");
+}
+
+#[test]
+fn a_release_that_meets_a_broken_connection_is_sent_again_until_it_is_given_up() {
+    let settings = settings();
+    let t0 = Instant::now();
+    let mut client = Client::new(Arc::clone(&settings));
+    let mut lock = granted(&mut client, &settings, t0);
+    let t1 = t0 + 100 * MS;
+    client.start(Operation::Release(Box::new(lock.release(t1))), t1);
+    let out = drain(&mut client);
+    assert_eq!(out.sent.len(), 3);
+    let (to_node_0, rest) = out.sent.split_first().unwrap();
+    answer(&mut client, rest, Response::Int(1), t1 + MS);
+    client.handle_reply(to_node_0.0, broken(&to_node_0.1), t1 + MS);
+    let out = drain(&mut client);
+    assert!(out.sent.is_empty(), "not again at once");
+    assert!(!client.is_idle(), "owed to node 0");
+    // The node connects again: the release goes at once.
+    client.handle_connected(NodeId(0), t1 + 5 * MS);
+    let out = drain(&mut client);
+    assert_eq!(out.sent.len(), 1);
+    assert_eq!(
+        (out.sent[0].1.node, out.sent[0].1.command),
+        (NodeId(0), Command::Release)
+    );
+    // Broken again: one per-node timeout later it goes again by itself.
+    client.handle_reply(out.sent[0].0, broken(&out.sent[0].1), t1 + 6 * MS);
+    let retry_at = client.poll_timeout().unwrap();
+    assert_eq!(retry_at, t1 + 16 * MS);
+    client.handle_timeout(retry_at);
+    let out = drain(&mut client);
+    assert_eq!(out.sent.len(), 1, "sent again on its own");
+    // Once what it undoes has expired by itself (one TTL and its drift
+    // past its deadline), it is given up and the client is idle.
+    let give_up_at = out.sent[0].1.give_up_at;
+    assert!(give_up_at > t1 + settings.default_ttl().as_duration());
+    client.handle_reply(out.sent[0].0, broken(&out.sent[0].1), give_up_at - MS);
+    assert!(!client.is_idle());
+    client.handle_timeout(give_up_at);
+    let _ = drain(&mut client);
+    assert!(client.is_idle(), "given up");
+}
+
+#[test]
+fn a_release_unanswered_is_waited_for_until_its_give_up_not_its_deadline() {
+    let settings = settings();
+    let t0 = Instant::now();
+    let mut client = Client::new(Arc::clone(&settings));
+    let mut lock = granted(&mut client, &settings, t0);
+    let t1 = t0 + 100 * MS;
+    client.start(Operation::Release(Box::new(lock.release(t1))), t1);
+    let out = drain(&mut client);
+    let (silent, rest) = out.sent.split_first().unwrap();
+    answer(&mut client, rest, Response::Int(1), t1 + MS);
+    let out = drain(&mut client);
+    assert!(
+        matches!(&out.events[..], [(_, OpEvent::Release(_), true)]),
+        "decided without node 0"
+    );
+    client.handle_timeout(silent.1.deadline);
+    assert!(
+        drain(&mut client).forgotten.is_empty(),
+        "a release is not forgotten at its deadline"
+    );
+    client.handle_timeout(silent.1.give_up_at);
+    assert_eq!(drain(&mut client).forgotten, [silent.0]);
+    assert!(client.is_idle());
+}
+
+#[test]
+fn close_cancels_every_operation_and_withdraws_what_is_in_flight() {
+    let settings = settings();
+    let t0 = Instant::now();
+    let mut client = Client::new(Arc::clone(&settings));
+    client.start(acquire(&settings, Attempts::Once, t0), t0);
+    client.start(acquire(&settings, Attempts::Once, t0), t0);
+    let attempts = drain(&mut client);
+    assert_eq!(attempts.sent.len(), 6);
+    client.close(t0 + MS);
+    assert!(client.is_closed());
+    assert_eq!(client.running(), 0);
+    let out = drain(&mut client);
+    assert_eq!(
+        out.sent
+            .iter()
+            .filter(|(_, r)| r.command == Command::Withdraw)
+            .count(),
+        6
+    );
+    answer(&mut client, &attempts.sent, Response::Int(1), t0 + 2 * MS);
+    answer(&mut client, &out.sent, Response::Int(1), t0 + 2 * MS);
+    assert!(client.is_idle());
+}
+
+#[test]
+fn a_waiter_is_handed_the_lock_its_client_releases_without_waiting_for_its_retry() {
+    let settings = Arc::new(
+        Config::new(["a", "b", "c"])
+            .ttl(Duration::from_secs(1))
+            .node_timeout(10 * MS)
+            .retry(
+                RetryConfig::default()
+                    .count(3)
+                    .delay(Duration::from_secs(10))
+                    .jitter(Duration::ZERO),
+            )
+            .release_notices(true)
+            .validate()
+            .unwrap(),
+    );
+    let t0 = Instant::now();
+    let mut client = Client::new(Arc::clone(&settings));
+    let mut held = granted(&mut client, &settings, t0);
+    // A second acquire of the same lock finds it held and waits.
+    let t1 = t0 + 5 * MS;
+    let waiter = client.start(acquire(&settings, Attempts::Retry, t1), t1);
+    let out = drain(&mut client);
+    let votes: Vec<_> = out
+        .sent
+        .into_iter()
+        .filter(|(_, r)| matches!(r.command, Command::Acquire { .. }))
+        .collect();
+    assert_eq!(votes.len(), 3);
+    let holder = Response::Data(held.value().as_bytes().to_vec());
+    answer(&mut client, &votes, holder, t1 + MS);
+    let out = drain(&mut client);
+    assert!(
+        out.subscribed.iter().any(|channels| !channels.is_empty()),
+        "it listens for the release: {out:?}"
+    );
+    assert!(
+        !out.sent
+            .iter()
+            .any(|(_, r)| matches!(r.command, Command::Acquire { .. })),
+        "it sleeps out its retry (10 s)"
+    );
+    // The client releases. Its first release of the lock cannot know yet
+    // whether another client waits too, so its waiter is told once the
+    // release's nodes answered that they deleted the key and published no
+    // notice (only this client's waiter was marked): before any timer.
+    let t2 = t1 + 20 * MS;
+    client.start(Operation::Release(Box::new(held.release(t2))), t2);
+    let out = drain(&mut client);
+    assert!(
+        out.sent.iter().all(|(_, r)| r.command == Command::Release),
+        "{out:?}"
+    );
+    answer(&mut client, &out.sent, Response::Int(1), t2 + MS);
+    let out = drain(&mut client);
+    let attempt: Vec<_> = out
+        .sent
+        .iter()
+        .filter(|(_, r)| r.command.name() == "acquire")
+        .cloned()
+        .collect();
+    assert_eq!(attempt.len(), 3, "handed over: {out:?}");
+    answer(&mut client, &attempt, Response::Int(1), t2 + 2 * MS);
+    let out = drain(&mut client);
+    assert!(
+        out.events.iter().any(|(op, event, last)| *op == waiter
+            && *last
+            && matches!(event, OpEvent::Acquire(AcquireEvent::Acquired(_)))),
+        "{out:?}"
+    );
+    assert!(
+        out.subscribed.iter().any(Vec::is_empty),
+        "nobody waits: unsubscribed"
+    );
+}
