@@ -202,13 +202,14 @@ mutants: ## Mutation test of redlock-core's decision code (slow; narrow with MUT
 
 # Exhaustive model checking of the core's own machines (verify/, stateright):
 # every in-model configuration (plain and fair locks) must violate nothing,
-# the out-of-model controls and the eight planted bugs must each give a
-# counterexample (traces printed), then the simulation against the planted
-# bugs. States and seconds are printed figures, never thresholds. The last
-# line of the model checker is
+# the out-of-model controls and the planted bugs of the core
+# (`redlock_core::planted::Bug`) given to a model (the lock model's, the
+# notice hub's, the election's) must each give a counterexample (traces
+# printed), then the simulation against the planted bugs. States and seconds
+# are printed figures, never thresholds. The last line of the model checker is
 # `model check: states=N violations=V known_gaps=G planted_bugs_caught=K/K seconds=S`.
-# `make test` runs the short configurations (plain and fair) and the planted
-# bugs (verify/tests/).
+# `make test` runs the short configurations (plain and fair) and some of the
+# planted bugs (verify/tests/model.rs).
 MODEL_THREADS ?= 2
 
 model: ## Model check of the core (full runs, a few minutes), planted bugs in the model and the simulation
