@@ -29,7 +29,7 @@ SHELL := bash
 # The client sim (tests/tests/client_sim.rs): seeds per mode for `make sim`.
 SEEDS ?= 20000
 
-.PHONY: public-api sim fuzz deps-demo docs-check package package-check help demo bench bench-valkey bench-scaling bench-scaling-valkey bench-quick bench-market bench-market-valkey bench-cluster bench-cluster-valkey bench-memory mutants model model-check test deps deps-valkey core-purity fmt-check clippy doc nextest nextest-valkey doctest kill-harness-redis chaos chaos-ci
+.PHONY: public-api sim fuzz deps-demo docs-check package package-check help demo bench bench-valkey bench-scaling bench-scaling-valkey bench-quick bench-market bench-market-valkey bench-cluster bench-cluster-valkey bench-memory mutants model model-check test deps deps-valkey core-purity bench-features fmt-check clippy doc nextest nextest-valkey doctest kill-harness-redis chaos chaos-ci
 
 help: ## List targets
 	@awk 'BEGIN { FS = ":.*## " } /^[a-z-]+:.*## / { printf "  %-20s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -45,6 +45,10 @@ demo: deps-demo ## Five local masters, four workers taking turns at a lock; one 
 # rslock and raw SET NX PX on local masters the program starts itself. The
 # last line of either target is `bench summary: ...`. BENCH_ARGS is passed
 # to the program, for example BENCH_ARGS="--nodes 3" (1, 3, 5 or 7 masters).
+# Every bench target builds redlock-benches alone (`-p redlock-benches`): in
+# one cargo command with redlock-tests (`-p` both, or `--workspace`) Cargo
+# unifies features, and the bench binary would link the test-only ones
+# again (`make bench-features`).
 BENCH_ARGS ?=
 BENCH_QUICK_DIR ?= $(abspath $(or $(CARGO_TARGET_DIR),target))/bench-quick
 
@@ -198,13 +202,14 @@ mutants: ## Mutation test of redlock-core's decision code (slow; narrow with MUT
 
 # Exhaustive model checking of the core's own machines (verify/, stateright):
 # every in-model configuration (plain and fair locks) must violate nothing,
-# the out-of-model controls and the eight planted bugs must each give a
-# counterexample (traces printed), then the simulation against the planted
-# bugs. States and seconds are printed figures, never thresholds. The last
-# line of the model checker is
+# the out-of-model controls and the planted bugs of the core
+# (`redlock_core::planted::Bug`) given to a model (the lock model's, the
+# notice hub's, the election's) must each give a counterexample (traces
+# printed), then the simulation against the planted bugs. States and seconds
+# are printed figures, never thresholds. The last line of the model checker is
 # `model check: states=N violations=V known_gaps=G planted_bugs_caught=K/K seconds=S`.
-# `make test` runs the short configurations (plain and fair) and the planted
-# bugs (verify/tests/).
+# `make test` runs the short configurations (plain and fair) and some of the
+# planted bugs (verify/tests/model.rs).
 MODEL_THREADS ?= 2
 
 model: ## Model check of the core (full runs, a few minutes), planted bugs in the model and the simulation
@@ -233,7 +238,7 @@ fuzz: ## Every fuzz target for FUZZ_SECONDS each (nightly, cargo-fuzz installed 
 sim: ## The real client in virtual time over simulated masters, SEEDS per mode (default 20000); no server needed
 	SIM_SEEDS=$(SEEDS) $(CARGO) nextest run --cargo-profile release -p redlock-tests --test client_sim --profile sim --no-capture
 
-test: deps deps-valkey docs-check core-purity package-check fmt-check clippy doc public-api ## Everything CI checks: deps, fmt, clippy, docs, the public API snapshot, tests (Redis, then Valkey), doctests, chaos (CI schedule), bench-quick
+test: deps deps-valkey docs-check core-purity bench-features package-check fmt-check clippy doc public-api ## Everything CI checks: deps, fmt, clippy, docs, the public API snapshot, tests (Redis, then Valkey), doctests, chaos (CI schedule), bench-quick
 	@status=0; \
 	$(MAKE) --no-print-directory nextest nextest-valkey doctest chaos-ci bench-quick || status=$$?; \
 	$(MAKE) --no-print-directory kill-harness-redis; \
@@ -268,6 +273,9 @@ package: ## The same, then cargo package builds the three published crates from 
 
 core-purity: ## redlock-core has no runtime, Redis, socket, clock or OS-RNG dependency
 	@CARGO="$(CARGO)" scripts/check-core-purity.sh
+
+bench-features: ## The bench binary links no planted bugs, simulation hooks, insecure TLS or Tokio test-util
+	@CARGO="$(CARGO)" scripts/check-bench-features.sh
 
 fmt-check: ## cargo fmt --check on the whole workspace
 	$(CARGO) fmt --all -- --check

@@ -90,6 +90,9 @@ pub mod chaos;
 mod harness;
 pub mod heartbeat;
 pub mod market;
+// The client sim needs redlock-tokio's `planted-bugs` (and `simulation`) and
+// Tokio's `test-util`.
+#[cfg(feature = "test-only")]
 pub mod sim;
 
 pub use harness::{
