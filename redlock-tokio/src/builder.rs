@@ -8,7 +8,6 @@ use std::time::Duration;
 use redlock_core::{Config, ConfigError, NodeErrorKind};
 use tracing::{debug, info};
 
-use crate::background::Background;
 use crate::node::Node;
 use crate::notices::Notices;
 use crate::server::{Server, redact};
@@ -270,7 +269,6 @@ impl Builder {
             ))
         });
         let shown: Vec<String> = servers.iter().map(|s| s.shown.clone()).collect();
-        let background = Background::new();
         let mut nodes = Vec::with_capacity(servers.len());
         for (index, server) in servers.into_iter().enumerate() {
             let cluster = match server.cluster {
@@ -290,12 +288,7 @@ impl Builder {
                 cluster,
                 self.connect_timeout,
                 settings.node_timeout(),
-                background.tasks().clone(),
             );
-            node = node.with_health(redlock_core::NodeHealth::for_node(
-                &settings,
-                redlock_core::NodeId(index),
-            ));
             if let Some(simulation) = &self.simulation {
                 node = node.simulated(index, simulation.clone());
             }
@@ -364,11 +357,15 @@ impl Builder {
             return Err(error);
         }
         let client = Redlock::new(crate::client::Inner {
+            driver: crate::driver::Driver::new(
+                Arc::clone(&settings),
+                Arc::clone(&nodes),
+                notices.clone(),
+            ),
             settings,
             wait: self.wait,
             nodes,
             notices,
-            background,
             notice_refusal_logged: Default::default(),
             metrics,
             simulation: self.simulation,

@@ -10,9 +10,8 @@ use redlock_core::{
 };
 use tracing::{Instrument, debug, info_span};
 
-use crate::background::Background;
 use crate::builder::Builder;
-use crate::driver::drive;
+use crate::driver::{Driver, drive};
 use crate::guard::LockGuard;
 use crate::metrics;
 use crate::node::Node;
@@ -36,9 +35,8 @@ pub(crate) struct Inner {
     pub(crate) nodes: Arc<[Arc<Node>]>,
     /// Release notices for waiting acquires; `None` when switched off.
     pub(crate) notices: Option<Arc<Notices>>,
-    /// Everything sent or run in the background, which
-    /// [`Redlock::shutdown`] awaits.
-    pub(crate) background: Background,
+    /// The one task that runs the client's core.
+    pub(crate) driver: Arc<Driver>,
     /// Whether a refused release notice was logged (once per client).
     pub(crate) notice_refusal_logged: std::sync::atomic::AtomicBool,
     /// The node-labelled metric keys (nothing without the `metrics` feature).
@@ -127,11 +125,10 @@ impl Redlock {
     /// Releases still go to it. Each change is logged at INFO and, with the
     /// `metrics` feature, is the gauge `redlock_node_slow`.
     pub fn slow_nodes(&self) -> Vec<&str> {
-        self.inner
-            .nodes
+        self.nodes()
             .iter()
-            .zip(self.nodes())
-            .filter(|(node, _)| node.is_slow())
+            .enumerate()
+            .filter(|(index, _)| self.inner.driver.is_slow(*index))
             .map(|(_, name)| name.as_str())
             .collect()
     }
@@ -166,17 +163,11 @@ impl Redlock {
     /// # }
     /// ```
     pub async fn shutdown(&self) {
-        self.inner.background.shutdown().await;
+        self.inner.driver.settled().await;
     }
 
-    /// The simulation this client runs in, if any (see [`crate::sim`]).
-    #[cfg(feature = "planted-bugs")]
-    pub(crate) fn simulation(&self) -> Option<&crate::sim::Simulation> {
-        self.inner.simulation.as_ref()
-    }
-
-    pub(crate) fn background(&self) -> &Background {
-        &self.inner.background
+    pub(crate) fn driver(&self) -> &Driver {
+        &self.inner.driver
     }
 
     /// Logs a release's outcome; a refused release notice once per client,
@@ -208,10 +199,6 @@ impl Redlock {
             .notices
             .as_ref()
             .map_or(0, |notices| notices.connected())
-    }
-
-    pub(crate) fn notices(&self) -> Option<&Arc<Notices>> {
-        self.inner.notices.as_ref()
     }
 
     pub(crate) fn node_handles(&self) -> &Arc<[Arc<Node>]> {
@@ -283,13 +270,10 @@ impl Redlock {
         let settings = self.settings();
         let key = settings.key(resource.as_ref());
         let span = info_span!("redlock.release", resource = %key);
-        let mut release =
+        let release =
             Release::new(settings, key, value.clone(), RoundId(0), crate::sim::now()).every_node();
-        if let Some(notices) = self.notices() {
-            release = notices.plan_release(release);
-        }
         async {
-            let report = drive(&mut release, self).await;
+            let (report, _) = drive(Box::new(release), self).await;
             self.log_release(&report);
             report
         }
@@ -318,15 +302,16 @@ impl Redlock {
             None => settings.default_ttl(),
         };
         let rng = crate::sim::rng(self.inner.simulation.as_ref());
-        let acquisition =
-            Acquisition::with_spec(Arc::clone(settings), spec, ttl, attempts, now, rng)?;
-        // First come, first served behind this client's waiters: the hub
-        // plans. Boxed: this future is allocated whole (`Acquiring`), and
-        // kept under 1 KiB it comes from the allocator's per-thread cache.
-        let mut acquisition = Box::new(match self.notices() {
-            Some(notices) => notices.plan(acquisition, now),
-            None => acquisition,
-        });
+        // Boxed: it moves to the driver and back. The core plans it behind
+        // this client's waiters on its channels.
+        let acquisition = Box::new(Acquisition::with_spec(
+            Arc::clone(settings),
+            spec,
+            ttl,
+            attempts,
+            now,
+            rng,
+        )?);
         report.sent();
         let span = info_span!(
             "redlock.acquire",
@@ -341,7 +326,8 @@ impl Redlock {
             fenced = matches!(spec, LockSpec::Fenced(_)),
         );
         async {
-            match drive(&mut *acquisition, self).await {
+            let (event, acquisition) = drive(acquisition, self).await;
+            match event {
                 AcquireEvent::Acquired(lock) => {
                     report.finish(metrics::Outcome::Granted, acquisition.attempts());
                     debug!(

@@ -1,543 +1,528 @@
-//! Driving the core's state machines: fan requests out, feed replies and
-//! timeouts back, stop as soon as the machine decides.
+//! The client's one driver task and the handles on it: the core's
+//! [`Client`](redlock_core::Client) decides everything a client does, and
+//! one task per client runs it, moving requests to the nodes and answers,
+//! notices and time back. Every operation (an acquire, an extension, a
+//! release, a keep-alive, a term, a read) is a handle on that task:
+//! [`drive`] hands the core's machine over and awaits its events; dropped
+//! early, it cancels the operation, and the core sends what undoing it
+//! takes.
 
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::Arc;
-use std::task::{Context, Poll, Waker, ready};
-use std::time::Instant;
+mod send;
+mod task;
 
-use futures::StreamExt;
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
 use futures::stream::FuturesUnordered;
-use redlock_core::{Machine, NodeErrorKind, Notice, Reply, Request, Response};
-use tracing::{Level, debug};
+use redlock_core::{
+    Acquisition, Client, Extension, Inspection, KeptLock, Key, LeaderRead, Machine, NodeId,
+    OpEvent, Operation, Proclaim, Release, Request, Settings, Term,
+};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tracing::{Instrument, debug, debug_span};
+
+#[cfg(test)]
+pub(crate) use send::next_quietly;
+#[cfg(test)]
+pub(crate) use send::send;
 
 use crate::Redlock;
 use crate::metrics::{self, Voted};
 use crate::node::Node;
-use crate::notices::Waiter;
+use crate::notices::Notices;
+use crate::sim::ClientRng;
 
-/// Sends one request to its node, at once: the request is in the node's
-/// connection queue before this returns. The returned future yields the
-/// node's reply, however late: deadlines are applied by the caller (the
-/// state machine times the node out itself at its
-/// [`poll_timeout`](Machine::poll_timeout); requests left to complete
-/// in the background are bounded by [`Sent::deadline`]).
-///
-/// # The per-node order
-///
-/// For every node and every key, the commands reach the node in the order
-/// the core emitted them: an acquire before the withdraw or release that
-/// undoes it, an extend before the release. It holds because
-///
-/// 1. a request is queued here, when the core emits it, not at a later poll
-///    by whoever owns the returned future (a `FuturesUnordered`, a
-///    background task): the first poll below happens now, unconstrained by
-///    Tokio's budget, and a plain master's connection queue makes no
-///    sender wait for room until it holds
-///    [`CONNECTION_QUEUE`](crate::node::CONNECTION_QUEUE) requests, which
-///    only a master that stopped reading under heavy load reaches;
-/// 2. a cluster node's request first waits for its key's turn
-///    ([`Order::turn`](crate::order::Order::turn)), taken at that same first
-///    poll: the cluster client routes and redirects each request on its own;
-/// 3. a command refused with `NOSCRIPT` is sent again only while no later
-///    command for its key was sent ([`Order`](crate::order::Order));
-/// 4. a release or withdraw ([`Command::must_arrive`](redlock_core::Command::must_arrive))
-///    is never dropped unsent: past its deadline it stays queued until its
-///    node answers or its connection fails, at most until the core gives it
-///    up ([`Request::give_up_at`]: what it undoes has expired by then)
-///    ([`Background::complete`](crate::background::Background::complete)),
-///    and if its runtime drops it first (the process is exiting), it is sent
-///    on a blocking connection ([`Node::send_blocking`], the one place a
-///    runtime's thread may block: see `node::blocking`). One that meets a
-///    broken connection is sent again on the next one, until it is given up
-///    ([`Node::resend_later`], a task the client's background owns); a runtime that shuts down drops the node's
-///    connection first, and the resend then goes out on a blocking one. Any other request
-///    may be dropped past its deadline; the connection then skips it if it
-///    was not written yet, which keeps the order too.
-///
-/// `tests/tests/left_behind.rs` shows it under backpressure and storms of
-/// cancellations; `order_under_backpressure` in this file breaks rule 1 on
-/// purpose and sees the order break.
-///
-/// No timer per request: a round's requests share one deadline, so one
-/// timer per round (in [`drive`]) or per background
-/// batch is enough. Timers cost a lock on Tokio's timer wheel to register
-/// and another to cancel.
-pub(crate) fn send(nodes: &[Arc<Node>], request: Request) -> Sent {
-    // The core only emits node ids below the node count it was built with,
-    // which is the length of `nodes`.
-    let node = Arc::clone(&nodes[request.node.0]);
-    let deadline = request.deadline;
-    let give_up_at = request.give_up_at;
-    let must_arrive = request.command.must_arrive().then(|| request.clone());
-    let sent_to = Arc::clone(&node);
-    let mut future = Box::pin(async move {
-        // The clock is read for the log line only, when someone listens.
-        let started = tracing::enabled!(Level::DEBUG).then(crate::sim::now);
-        // Unconstrained: Tokio's cooperative budget must not make the first
-        // poll return before the request is queued.
-        let reply = tokio::task::unconstrained(node.execute(&request)).await;
-        // A broken connection is no answer from the node.
-        if !matches!(&reply.result, Err(error) if error.kind == NodeErrorKind::Connection) {
-            node.answered(crate::sim::now());
-        }
-        if request.command.must_arrive()
-            && matches!(&reply.result, Err(error) if error.kind == NodeErrorKind::Connection)
-        {
-            // Maybe never sent, maybe run: sent again on the next
-            // connection (rule 4).
-            node.resend_later(request.clone());
-        }
-        if let Some(started) = started {
-            debug!(
-                node = node.name(),
-                attempt = request.round.0,
-                command = request.command.name(),
-                latency_us = started.elapsed().as_micros() as u64,
-                late = crate::sim::now() > request.deadline,
-                via = reply.native.map_or("script", |native| native.name()),
-                outcome = %Outcome(&reply.result),
-                "node answered"
-            );
-        }
-        Some(reply)
-    });
-    // The first poll queues the request (rule 1 above). Its waker does
-    // nothing: whoever owns the future next polls it again with theirs.
-    let mut context = Context::from_waker(Waker::noop());
-    let state = match future.as_mut().poll(&mut context) {
-        Poll::Ready(reply) => SentState::Done(Some(reply)),
-        Poll::Pending => SentState::Pending(future),
-    };
-    Sent {
-        deadline,
-        give_up_at,
-        state,
-        node: Some(sent_to),
-        must_arrive,
+/// What the handles and the release-notice listeners tell the driver task.
+pub(crate) enum Input {
+    /// Run `operation`; `key` names it for a cancel; its events go to
+    /// `sink` (none: it runs in the background).
+    Start {
+        key: u64,
+        operation: Operation<ClientRng>,
+        sink: Option<Sink>,
+    },
+    /// The handle of operation `key` was dropped before its end.
+    Cancel { key: u64 },
+    /// Give operation `key` back unfinished ([`Message::Taken`]).
+    Take { key: u64 },
+    /// Release a held lock ([`Client::release`](redlock_core::Client::release)):
+    /// `lock`, or the one the keep-alive or term `kept` holds, stopping it;
+    /// its events to `sink`, if any.
+    Release {
+        kept: Option<u64>,
+        lock: Box<redlock_core::Lock>,
+        sink: Option<Sink>,
+    },
+    /// A release notice from `node` on `channel`.
+    Notice { node: NodeId, channel: Vec<u8> },
+    /// A node confirmed these subscriptions.
+    Subscribed {
+        channels: Vec<Key>,
+        resubscribed: bool,
+    },
+    /// Say so once nothing runs in the background.
+    Settled(tokio::sync::oneshot::Sender<()>),
+    /// Abandon an operation handed back ([`Returned`]) that nobody took.
+    Abandon(Operation<ClientRng>),
+}
+
+/// What an operation's handle hears.
+pub(crate) enum Message {
+    Event(OpEvent),
+    Finished(Finished),
+    /// The driver went away (its runtime shut down) before the end: the
+    /// operation, to go on with another.
+    Returned(Returned),
+    /// The operation, given back unfinished as asked ([`Input::Take`]).
+    Taken(Operation<ClientRng>),
+}
+
+pub(crate) type Sink = mpsc::UnboundedSender<Message>;
+
+/// An operation's final event, with the operation. Dropped untaken (its
+/// handle was cancelled after the operation ended, before it read this), a
+/// lock it grants is released: nobody else knows of it.
+pub(crate) struct Finished {
+    event: Option<OpEvent>,
+    operation: Option<Operation<ClientRng>>,
+    driver: std::sync::Weak<Driver>,
+    nodes: Arc<[Arc<Node>]>,
+}
+
+impl Finished {
+    fn take(mut self) -> (OpEvent, Operation<ClientRng>) {
+        let event = self.event.take().expect("taken once");
+        let operation = self.operation.take().expect("taken once");
+        (event, operation)
     }
 }
 
-/// A request already sent: its reply, or the future that waits for it.
-pub(crate) struct Sent {
-    /// The request's deadline: past it, the reply no longer counts.
-    deadline: Instant,
-    /// When it may be forgotten unanswered ([`Request::give_up_at`]).
-    give_up_at: Instant,
-    state: SentState,
-    /// The node it was sent to (none in a test of the drain).
-    node: Option<Arc<Node>>,
-    /// The request, if it must reach its node
-    /// ([`Command::must_arrive`](redlock_core::Command::must_arrive)).
-    must_arrive: Option<Request>,
-}
-
-enum SentState {
-    Done(Option<Option<Reply>>),
-    Pending(Pin<Box<dyn Future<Output = Option<Reply>> + Send>>),
-}
-
-impl Sent {
-    /// A request that `reply` answers, sent to no node: for a test of
-    /// what completes requests in the background.
-    #[cfg(test)]
-    pub(crate) fn answered_by(
-        deadline: Instant,
-        reply: impl Future<Output = Option<Reply>> + Send + 'static,
-    ) -> Self {
-        Self {
-            deadline,
-            give_up_at: deadline,
-            state: SentState::Pending(Box::pin(reply)),
-            node: None,
-            must_arrive: None,
-        }
-    }
-
-    /// The request's deadline.
-    pub(crate) fn deadline(&self) -> Instant {
-        self.deadline
-    }
-
-    /// When the request may be forgotten unanswered
-    /// ([`Request::give_up_at`]).
-    pub(crate) fn give_up_at(&self) -> Instant {
-        self.give_up_at
-    }
-
-    /// Whether the request must reach its node even past its deadline.
-    pub(crate) fn must_arrive(&self) -> bool {
-        self.must_arrive.is_some()
-    }
-
-    /// The request passed its deadline at `now` with no answer: its node
-    /// hears of it ([`Node::overdue`]).
-    pub(crate) fn overdue(&self, now: Instant) {
-        if let (SentState::Pending(_), Some(node)) = (&self.state, &self.node) {
-            node.overdue(now);
-        }
-    }
-}
-
-impl Future for Sent {
-    type Output = Option<Reply>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let state = &mut self.get_mut().state;
-        match state {
-            SentState::Done(reply) => Poll::Ready(reply.take().flatten()),
-            SentState::Pending(future) => {
-                let reply = ready!(future.as_mut().poll(cx));
-                *state = SentState::Done(None);
-                Poll::Ready(reply)
-            }
-        }
-    }
-}
-
-impl Drop for Sent {
+impl Drop for Finished {
     fn drop(&mut self) {
-        // Dropped unanswered where a thread may block: its runtime is
-        // shutting down, or there was none. The connection would skip it
-        // unwritten, after the acquire it undoes. Anywhere else it was given
-        // up (`give_up_at`): what it undoes has expired, and it stays queued
-        // on its node's connection if it was written.
-        if let (SentState::Pending(_), Some(node), Some(request)) =
-            (&self.state, &self.node, &self.must_arrive)
-            && crate::node::may_block()
-        {
-            node.send_blocking(request);
-        }
-    }
-}
-
-struct Outcome<'a>(&'a Result<Response, redlock_core::NodeError>);
-
-impl std::fmt::Display for Outcome<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.0 {
-            Ok(response) => write!(f, "{response:?}"),
-            Err(error) => write!(f, "error: {error}"),
-        }
-    }
-}
-
-/// Runs any machine of the core to its final event, against the client's
-/// nodes: the one driver loop of this crate (see
-/// [`Machine`](redlock_core::Machine) for the calling order). Requests go out
-/// the moment the machine queues them; answers, the machine's timer and
-/// release notices go back in as they come. Requests still in flight at the
-/// final event complete in the background (slow nodes get the lock or the
-/// new TTL too), bounded by their deadlines.
-///
-/// Dropped before the final event (a cancelled future), it lets the
-/// requests sent complete, abandons the machine and sends what the machine
-/// queues then (an acquisition's releases), all in the background.
-///
-/// Every future of an acquire or a release is allocated whole, so each layer
-/// here counts: kept under 1 KiB, a block comes from the allocator's
-/// per-thread cache (see `Releasing`). So `drive` adds no state of its own
-/// and `drive_with` holds the loop's state directly.
-pub(crate) fn drive<'a, M: Machine>(
-    machine: &'a mut M,
-    client: &'a Redlock,
-) -> impl Future<Output = M::Event> + 'a
-where
-    M::Event: std::fmt::Debug + Voted,
-{
-    drive_with(machine, client, |event| debug!(event = ?event, "retrying"))
-}
-
-/// [`drive`], handing every event before the final one to `on_event` as it
-/// is drained: for a machine whose events along the way matter (a kept-alive
-/// lock's extensions).
-pub(crate) async fn drive_with<M: Machine>(
-    machine: &mut M,
-    client: &Redlock,
-    mut on_event: impl FnMut(&M::Event) + Send,
-) -> M::Event
-where
-    M::Event: std::fmt::Debug + Voted,
-{
-    #[cfg(feature = "planted-bugs")]
-    if client
-        .simulation()
-        .is_some_and(crate::sim::Simulation::skips_cancelled_withdraws)
-    {
-        let mut planted = crate::planted::SkipsCancelledWithdraws::new(machine);
-        let mut run = Run::new(&mut planted, client, &mut on_event);
-        return Box::pin(run.drive()).await;
-    }
-    let mut run = Run::new(machine, client, &mut on_event);
-    run.drive().await
-}
-
-struct Run<'a, M: Machine> {
-    machine: &'a mut M,
-    client: &'a Redlock,
-    /// Sees every event but the final one.
-    on_event: &'a mut (dyn FnMut(&M::Event) + Send),
-    in_flight: FuturesUnordered<Sent>,
-    /// Release notices on the channels the machine asked for.
-    waiter: Option<Waiter>,
-    finished: bool,
-    /// The node errors of each round the machine reports, for the metrics.
-    rounds: metrics::Rounds,
-}
-
-impl<'a, M: Machine> Run<'a, M>
-where
-    M::Event: std::fmt::Debug + Voted,
-{
-    fn new(
-        machine: &'a mut M,
-        client: &'a Redlock,
-        on_event: &'a mut (dyn FnMut(&M::Event) + Send),
-    ) -> Self {
-        Self {
-            machine,
-            client,
-            on_event,
-            in_flight: FuturesUnordered::new(),
-            waiter: None,
-            finished: false,
-            rounds: metrics::Rounds::new(),
-        }
-    }
-
-    async fn drive(&mut self) -> M::Event {
-        let mut timer = Timer::new();
-        loop {
-            self.send_requests();
-            if let Some(channels) = self.machine.poll_listen()
-                && let Some(notices) = self.client.notices()
-            {
-                self.waiter = Some(notices.wait_for(channels, self.machine.ordered_by_masters()));
-            }
-            // Nobody of this client waiting, a release's hand-over stays in
-            // it: no lock taken, no channel built on the common path.
-            if let Some(notices) = self.client.notices()
-                && notices.someone_waits_anywhere()
-            {
-                while let Some(hand_over) = self.machine.poll_hand_over() {
-                    notices.hand_over(&hand_over, crate::sim::now());
-                }
-            }
-            let mut last = None;
-            while let Some(event) = self.machine.poll_event() {
-                self.rounds.event(self.client.node_metrics(), &event);
-                if let Some(earlier) = last.replace(event) {
-                    (self.on_event)(&earlier);
-                }
-            }
-            if self.machine.is_done() {
-                self.finished = true;
-                if let (Some(waiter), Some(event)) = (&mut self.waiter, &last)
-                    && event.granted()
-                {
-                    waiter.served();
-                }
-                self.client
-                    .background()
-                    .complete(std::mem::take(&mut self.in_flight));
-                return last.expect("a machine that is done gave its final event");
-            }
-            if let Some(event) = last {
-                (self.on_event)(&event);
-            }
-            let Some(at) = self.machine.poll_timeout() else {
-                // A machine has a timeout until it is done.
-                panic!("a machine that is not done has no timeout");
-            };
-            let sleep = timer.until(at);
-            // Biased: a reply already in counts before the timer that
-            // raced it, and a run is the same on every replay (Tokio's
-            // random branch order would not be).
-            tokio::select! {
-                biased;
-                Some(reply) = std::future::poll_fn(|cx| next_quietly(&mut self.in_flight, cx)),
-                    if !self.in_flight.is_empty() => {
-                    if let Some(reply) = reply {
-                        self.machine.handle_reply(reply, crate::sim::now());
-                    }
-                }
-                () = sleep => {
-                    timer.fired();
-                    let now = crate::sim::now();
-                    self.machine.handle_timeout(now);
-                    self.hand_off_expired(now);
-                }
-                Some((notice, at)) = next_notice(&mut self.waiter) => {
-                    self.machine.handle_delivery(notice, at, crate::sim::now());
-                }
-            }
-        }
-    }
-}
-
-impl<M: Machine> Run<'_, M> {
-    /// Sends every request the machine queued, the moment it queues it,
-    /// unless the core's record of its node says not to
-    /// ([`Node::admit`]): the machine then hears at once that the node was
-    /// not asked ([`Reply::skipped`]).
-    fn send_requests(&mut self) {
-        let nodes = self.client.node_handles();
-        // One clock read for the whole batch, not one per request.
-        let mut now = None;
-        while let Some(request) = self.machine.poll_request() {
-            let now = *now.get_or_insert_with(crate::sim::now);
-            if nodes[request.node.0].admit(&request, now) {
-                self.in_flight.push(send(nodes, request));
-            } else {
-                self.machine.handle_reply(Reply::skipped(&request), now);
-            }
-        }
-    }
-
-    /// Requests past their deadline count for the machine no more: they go
-    /// to the background like those of a finished operation (releases and
-    /// withdraws still arrive, anything else is dropped), so that a machine
-    /// that runs long (a keep-alive) does not hold a cluster node's turn for
-    /// its key (rule 2 of [`send`]) with a request nobody waits for.
-    fn hand_off_expired(&mut self, now: Instant) {
-        if !self.in_flight.iter().any(|sent| sent.deadline() <= now) {
+        let Some(OpEvent::Acquire(redlock_core::AcquireEvent::Acquired(lock))) = self.event.take()
+        else {
             return;
-        }
-        let (expired, live): (FuturesUnordered<Sent>, FuturesUnordered<Sent>) =
-            std::mem::take(&mut self.in_flight)
-                .into_iter()
-                .partition(|sent| sent.deadline() <= now);
-        self.in_flight = live;
-        self.client.background().complete(expired);
-    }
-}
-
-/// The next item of `set`, as [`StreamExt::poll_next_unpin`] gives it, but
-/// without waking the caller for nothing. Having polled every future of
-/// the set in one call (as it does after a push: a new future is ready to
-/// be polled), `FuturesUnordered` wakes its owner, so that a set whose
-/// futures keep waking themselves cannot starve other tasks; here that
-/// would cost a trip through the scheduler for every round of requests and
-/// every batch the drain takes. So the set is polled first with a waker that
-/// does nothing, then again with the caller's, which then only registers it
-/// unless a future was woken meanwhile. No wake is lost: the second poll
-/// registers the caller's waker before it looks for woken futures, and wakes
-/// the caller itself if it stops early.
-pub(crate) fn next_quietly<F: Future>(
-    set: &mut FuturesUnordered<F>,
-    cx: &mut Context<'_>,
-) -> Poll<Option<F::Output>> {
-    let mut quiet = Context::from_waker(Waker::noop());
-    if let Poll::Ready(item) = set.poll_next_unpin(&mut quiet) {
-        return Poll::Ready(item);
-    }
-    set.poll_next_unpin(cx)
-}
-
-/// The next release notice of `waiter`; never completes without a waiter.
-async fn next_notice(waiter: &mut Option<Waiter>) -> Option<(Notice, Instant)> {
-    match waiter {
-        Some(waiter) => waiter.next().await,
-        None => std::future::pending().await,
-    }
-}
-
-impl<M: Machine> Drop for Run<'_, M> {
-    fn drop(&mut self) {
-        if self.finished {
-            return;
-        }
-        debug!("cancelled; releasing what is in flight");
-        // Whatever was sent still runs (a withdraw of a failed attempt
-        // among it: dropping it unwritten would skip it), then the releases
-        // of the attempt in flight, queued here and now behind it on each
-        // node. (Queued later by a task, a release could reach its deadline
-        // on a busy machine and be dropped before its node saw it, after
-        // the acquire it undoes.)
-        let in_flight = std::mem::take(&mut self.in_flight);
-        let now = crate::sim::now();
-        self.machine.abandon(now);
-        while let Some(request) = self.machine.poll_request() {
-            let nodes = self.client.node_handles();
-            // What must arrive is always admitted; anything else a known
-            // slow node is not sent, and nobody reads its answer now.
-            if !nodes[request.node.0].admit(&request, now) {
-                continue;
-            }
-            in_flight.push(send(nodes, request));
-        }
-        // A release's waiters hear what it could not learn; an
-        // acquisition's, that its withdraws, queued now, free the lock.
-        if let Some(notices) = self.client.notices()
-            && notices.someone_waits_anywhere()
-        {
-            while let Some(hand_over) = self.machine.poll_hand_over() {
-                notices.hand_over(&hand_over, now);
-            }
-        }
-        self.client.background().complete(in_flight);
-    }
-}
-
-/// One timer for a whole round, re-armed only when the state machine's
-/// [`poll_timeout`](Machine::poll_timeout) changes, rather than a new
-/// one at every reply.
-pub(crate) struct Timer {
-    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
-    armed: Option<Instant>,
-}
-
-impl Timer {
-    pub(crate) fn new() -> Self {
-        Self {
-            sleep: None,
-            armed: None,
-        }
-    }
-
-    /// The timer, set to fire at `at`.
-    pub(crate) fn until(&mut self, at: Instant) -> Pin<&mut tokio::time::Sleep> {
-        let deadline = tokio::time::Instant::from_std(at);
-        let sleep = match &mut self.sleep {
-            Some(sleep) => {
-                if self.armed != Some(at) {
-                    sleep.as_mut().reset(deadline);
-                }
-                sleep
-            }
-            none => none.insert(Box::pin(tokio::time::sleep_until(deadline))),
         };
-        self.armed = Some(at);
-        sleep.as_mut()
-    }
-
-    /// To be called when it fired: the next [`until`](Self::until) re-arms
-    /// it even for the same instant.
-    pub(crate) fn fired(&mut self) {
-        self.armed = None;
+        debug!("acquire cancelled as it was granted; releasing");
+        let lock = match self.driver.upgrade() {
+            Some(driver) => match driver.release(None, Box::new(lock), None) {
+                Ok(()) => return,
+                Err(lock) => lock,
+            },
+            None => Box::new(lock),
+        };
+        // No driver can take it: no runtime here, or this one shuts down.
+        let mut lock = *lock;
+        let requests =
+            Operation::<ClientRng>::Release(Box::new(lock.release(crate::sim::now()).unattended()))
+                .undo(crate::sim::now());
+        let nodes = Arc::clone(&self.nodes);
+        crate::node::as_runtime_drops(move || release_blocking(&nodes, requests));
     }
 }
 
-/// Sends every request of `machine` (a release) on blocking connections,
+/// An operation a driver that went away handed back to its handle, to go
+/// on with another. Dropped untaken (its handle is gone too: the runtime
+/// shuts down), it is abandoned: on another driver where one can run, else
+/// on blocking connections.
+pub(crate) struct Returned {
+    operation: Option<Operation<ClientRng>>,
+    driver: std::sync::Weak<Driver>,
+    nodes: Arc<[Arc<Node>]>,
+}
+
+impl Returned {
+    fn take(mut self) -> Operation<ClientRng> {
+        self.operation.take().expect("taken once")
+    }
+}
+
+impl Drop for Returned {
+    fn drop(&mut self) {
+        let Some(operation) = self.operation.take() else {
+            return;
+        };
+        let operation = match self.driver.upgrade() {
+            Some(driver) => match driver.send(Input::Abandon(operation)) {
+                Ok(()) => return,
+                Err(Input::Abandon(operation)) => operation,
+                Err(_) => unreachable!("sent an abandon"),
+            },
+            None => operation,
+        };
+        // No driver can take it: no runtime here, or this one shuts down.
+        let requests = operation.undo(crate::sim::now());
+        let nodes = Arc::clone(&self.nodes);
+        crate::node::as_runtime_drops(move || release_blocking(&nodes, requests));
+    }
+}
+
+/// What the driver task shares with the client's handles.
+pub(crate) struct Shared {
+    pub(crate) settings: Arc<Settings>,
+    pub(crate) nodes: Arc<[Arc<Node>]>,
+    pub(crate) notices: Option<Arc<Notices>>,
+    /// Each node known slow, as the core last said.
+    pub(crate) slow: Box<[AtomicBool]>,
+}
+
+/// The client's driver: its task, started on first use (and again on the
+/// caller's runtime if the runtime it ran on has shut down).
+pub(crate) struct Driver {
+    shared: Arc<Shared>,
+    running: Mutex<Option<Running>>,
+    next_key: AtomicU64,
+    /// Itself, for the task's handed-back operations ([`Returned`]).
+    this: std::sync::Weak<Driver>,
+}
+
+struct Running {
+    inputs: mpsc::UnboundedSender<Input>,
+    task: JoinHandle<()>,
+    runtime: tokio::runtime::Handle,
+}
+
+impl Driver {
+    pub(crate) fn new(
+        settings: Arc<Settings>,
+        nodes: Arc<[Arc<Node>]>,
+        notices: Option<Arc<Notices>>,
+    ) -> Arc<Self> {
+        let slow = nodes.iter().map(|_| AtomicBool::new(false)).collect();
+        Arc::new_cyclic(|this| Self {
+            shared: Arc::new(Shared {
+                settings,
+                nodes,
+                notices,
+                slow,
+            }),
+            running: Mutex::new(None),
+            next_key: AtomicU64::new(0),
+            this: this.clone(),
+        })
+    }
+
+    /// Sends `input` to the task, starting it if needed; `Err` gives it
+    /// back when no task can take it (no runtime here, or this one shuts
+    /// down).
+    fn send(&self, input: Input) -> Result<(), Input> {
+        match self.inputs() {
+            Some(inputs) => inputs.send(input).map_err(|error| error.0),
+            None => Err(input),
+        }
+    }
+
+    /// Whether node `index` is known slow.
+    pub(crate) fn is_slow(&self, index: usize) -> bool {
+        self.shared.slow[index].load(Ordering::Relaxed)
+    }
+
+    /// The task's inputs, starting it on the current runtime if it does not
+    /// run; `None` outside any runtime with no task running.
+    fn inputs(&self) -> Option<mpsc::UnboundedSender<Input>> {
+        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(live) = running.as_ref()
+            && !live.task.is_finished()
+            && !live.inputs.is_closed()
+        {
+            return Some(live.inputs.clone());
+        }
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let (inputs, receiver) = mpsc::unbounded_channel();
+        let task = task::Task {
+            client: Client::new(Arc::clone(&self.shared.settings)),
+            shared: Arc::clone(&self.shared),
+            inputs: receiver,
+            weak: inputs.downgrade(),
+            in_flight: FuturesUnordered::new(),
+            aborts: HashMap::new(),
+            sinks: HashMap::new(),
+            keys: HashMap::new(),
+            settled: Vec::new(),
+            connections: self
+                .shared
+                .nodes
+                .iter()
+                .map(|node| node.connections())
+                .collect(),
+            orphaned: false,
+            driver: self.this.clone(),
+        };
+        // Not a child of the operation that happens to start it.
+        let span = debug_span!(parent: None, "redlock.driver");
+        let task = runtime.spawn(task.run().instrument(span));
+        *running = Some(Running {
+            inputs: inputs.clone(),
+            task,
+            runtime,
+        });
+        Some(inputs)
+    }
+
+    /// Starts `operation` with its events to `sink`; its key for a cancel.
+    /// `Err` gives it back when there is no runtime to run it on.
+    fn start(
+        &self,
+        operation: Operation<ClientRng>,
+        sink: Option<Sink>,
+    ) -> Result<u64, Operation<ClientRng>> {
+        let key = self.next_key.fetch_add(1, Ordering::Relaxed);
+        let Some(inputs) = self.inputs() else {
+            return Err(operation);
+        };
+        inputs
+            .send(Input::Start {
+                key,
+                operation,
+                sink,
+            })
+            .map_err(|error| match error.0 {
+                Input::Start { operation, .. } => operation,
+                _ => unreachable!("sent a start"),
+            })?;
+        Ok(key)
+    }
+
+    /// Cancels operation `key` ([`Client::cancel`]); one that ended is
+    /// left alone.
+    pub(crate) fn cancel(&self, key: u64) {
+        self.tell(Input::Cancel { key });
+    }
+
+    fn take(&self, key: u64) {
+        self.tell(Input::Take { key });
+    }
+
+    /// Tells the running task, if one runs.
+    fn tell(&self, input: Input) {
+        let running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(live) = running.as_ref() {
+            let _ = live.inputs.send(input);
+        }
+    }
+
+    /// The flavour of the runtime the task runs on, if it runs.
+    pub(crate) fn runtime_flavor(&self) -> Option<tokio::runtime::RuntimeFlavor> {
+        let running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        running
+            .as_ref()
+            .filter(|live| !live.task.is_finished() && !live.inputs.is_closed())
+            .map(|live| live.runtime.runtime_flavor())
+    }
+
+    /// Releases `lock`, or the lock the keep-alive or term `kept` holds
+    /// once stopped, behind everything sent so far ([`Input::Release`]).
+    /// `Err` gives the lock back when there is no runtime to run it on.
+    pub(crate) fn release(
+        &self,
+        kept: Option<u64>,
+        lock: Box<redlock_core::Lock>,
+        sink: Option<Sink>,
+    ) -> Result<(), Box<redlock_core::Lock>> {
+        self.send(Input::Release { kept, lock, sink })
+            .map_err(|input| match input {
+                Input::Release { lock, .. } => lock,
+                _ => unreachable!("sent a release"),
+            })
+    }
+
+    /// Waits until nothing runs in the background: every request no
+    /// handle waits for answered or given up, nothing owed.
+    pub(crate) async fn settled(&self) {
+        // No task, nothing in the background: none is started for this.
+        let inputs = {
+            let running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+            match running.as_ref() {
+                Some(live) if !live.task.is_finished() && !live.inputs.is_closed() => {
+                    live.inputs.clone()
+                }
+                _ => return,
+            }
+        };
+        let (done, settled) = tokio::sync::oneshot::channel();
+        if inputs.send(Input::Settled(done)).is_ok() {
+            let _ = settled.await;
+        }
+    }
+}
+
+/// A machine of the core a handle can run on the driver.
+pub(crate) trait Op: Machine + Sized {
+    fn wrap(self: Box<Self>) -> Operation<ClientRng>;
+    fn unwrap(operation: Operation<ClientRng>) -> Box<Self>;
+    fn event(event: OpEvent) -> Self::Event;
+}
+
+macro_rules! op {
+    ($machine:ty, $variant:ident) => {
+        impl Op for $machine {
+            fn wrap(self: Box<Self>) -> Operation<ClientRng> {
+                Operation::$variant(self)
+            }
+            fn unwrap(operation: Operation<ClientRng>) -> Box<Self> {
+                match operation {
+                    Operation::$variant(machine) => machine,
+                    _ => unreachable!("the driver gives back the operation it was given"),
+                }
+            }
+            fn event(event: OpEvent) -> Self::Event {
+                match event {
+                    OpEvent::$variant(event) => event,
+                    _ => unreachable!("an operation reports its own machine's events"),
+                }
+            }
+        }
+    };
+}
+
+op!(Acquisition<ClientRng>, Acquire);
+op!(Extension, Extend);
+op!(Release, Release);
+op!(KeptLock, KeepAlive);
+op!(Term, Term);
+op!(Proclaim, Proclaim);
+op!(LeaderRead, ReadLeader);
+op!(Inspection, Inspect);
+
+/// Runs `machine` to its final event on the client's driver, and gives it
+/// back with it (see [`Machine`] for what a machine does; the driver does
+/// the rest). Dropped before the final event (a cancelled future), it
+/// cancels the operation: the core abandons it and sends what undoing it
+/// takes (an acquisition's withdraws), in the background.
+pub(crate) async fn drive<M: Op>(machine: Box<M>, client: &Redlock) -> (M::Event, Box<M>)
+where
+    M::Event: Debug + Voted,
+{
+    drive_with(machine, client, |event| debug!(event = ?event, "retrying")).await
+}
+
+/// [`drive`], handing every event before the final one to `on_event`: for a
+/// machine whose events along the way matter (a kept-alive lock's
+/// extensions).
+pub(crate) async fn drive_with<M: Op>(
+    machine: Box<M>,
+    client: &Redlock,
+    on_event: impl FnMut(&M::Event) + Send,
+) -> (M::Event, Box<M>)
+where
+    M::Event: Debug + Voted,
+{
+    let never = std::future::pending();
+    match drive_until(machine, client, |_| {}, on_event, never).await {
+        Ok(done) => done,
+        Err(_) => unreachable!("never stopped"),
+    }
+}
+
+/// [`drive_with`], telling `on_start` the operation's key (for a cancel
+/// from elsewhere, [`Driver::cancel`]) and giving the machine back
+/// unfinished (`Err`) once `stop` completes first.
+pub(crate) async fn drive_until<M: Op>(
+    mut machine: Box<M>,
+    client: &Redlock,
+    mut on_start: impl FnMut(u64),
+    mut on_event: impl FnMut(&M::Event) + Send,
+    stop: impl Future<Output = ()>,
+) -> Result<(M::Event, Box<M>), Box<M>>
+where
+    M::Event: Debug + Voted,
+{
+    let driver = client.driver();
+    let mut rounds = metrics::Rounds::new();
+    let mut stop = std::pin::pin!(stop);
+    let mut stopping = false;
+    loop {
+        let (sink, mut messages) = mpsc::unbounded_channel();
+        let key = match driver.start(machine.wrap(), Some(sink)) {
+            Ok(key) => key,
+            Err(_) => panic!("a redlock operation runs on a Tokio runtime"),
+        };
+        on_start(key);
+        let mut cancel = Cancel {
+            driver,
+            key: Some(key),
+        };
+        if stopping {
+            driver.take(key);
+        }
+        loop {
+            let message = tokio::select! {
+                biased;
+                message = messages.recv() => message,
+                () = &mut stop, if !stopping => {
+                    stopping = true;
+                    driver.take(key);
+                    continue;
+                }
+            };
+            match message {
+                Some(Message::Event(event)) => {
+                    let event = M::event(event);
+                    rounds.event(client.node_metrics(), &event);
+                    on_event(&event);
+                }
+                Some(Message::Finished(finished)) => {
+                    cancel.key = None;
+                    let (event, operation) = finished.take();
+                    let event = M::event(event);
+                    rounds.event(client.node_metrics(), &event);
+                    return Ok((event, M::unwrap(operation)));
+                }
+                Some(Message::Taken(operation)) => {
+                    cancel.key = None;
+                    return Err(M::unwrap(operation));
+                }
+                Some(Message::Returned(returned)) => {
+                    cancel.key = None;
+                    machine = M::unwrap(returned.take());
+                    break;
+                }
+                // Cancelled by its owner (a guard that stopped its
+                // keep-alive), which is dropping this future.
+                None => std::future::pending().await,
+            }
+        }
+    }
+}
+
+/// Cancels its operation when dropped before the end.
+struct Cancel<'a> {
+    driver: &'a Driver,
+    key: Option<u64>,
+}
+
+impl Drop for Cancel<'_> {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            debug!("cancelled; the core undoes what is in flight");
+            self.driver.cancel(key);
+        }
+    }
+}
+
+/// Sends `requests` (releases, withdraws, leaves) on blocking connections,
 /// the nodes in parallel: for when no Tokio runtime can (see
 /// [`Node::send_blocking`]). Bounded by one connect timeout plus one
 /// per-node timeout. The answers are not read.
-pub(crate) fn release_blocking<M: Machine>(client: &Redlock, mut machine: M) {
+pub(crate) fn release_blocking(nodes: &[Arc<Node>], requests: Vec<Request>) {
     if !crate::node::check_may_block("a release on blocking connections") {
         return;
     }
-    let mut requests = Vec::new();
-    while let Some(request) = machine.poll_request() {
-        requests.push(request);
-    }
-    let nodes = client.node_handles();
     std::thread::scope(|scope| {
         for request in &requests {
             let node = &nodes[request.node.0];
             scope.spawn(move || node.send_blocking(request));
         }
     });
+}
+
+/// Sends every request of `machine` (a release) on blocking connections.
+pub(crate) fn release_machine_blocking<M: Machine>(client: &Redlock, mut machine: M) {
+    let requests = std::iter::from_fn(|| machine.poll_request()).collect();
+    release_blocking(client.node_handles(), requests);
 }
 
 #[cfg(test)]

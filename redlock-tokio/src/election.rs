@@ -16,7 +16,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tracing::{debug, info};
 
-use crate::driver::{drive, drive_with};
+use crate::driver::{drive, drive_until};
 use crate::{Error, Redlock, Wait};
 
 impl Redlock {
@@ -145,13 +145,13 @@ impl Election {
     /// may have stepped down by the time the answer arrives; a resource
     /// that must refuse a deposed leader checks the term.
     pub async fn leader(&self) -> LeaderReport {
-        let mut read = LeaderRead::new(
+        let read = LeaderRead::new(
             self.client.settings(),
             &self.name,
             RoundId(0),
             crate::sim::now(),
         );
-        drive(&mut read, &self.client).await
+        drive(Box::new(read), &self.client).await.0
     }
 
     /// The leaders one after another, terms only rising
@@ -177,6 +177,10 @@ impl Election {
     }
 }
 
+/// The renewing task, which gives the term back when it ends, and how to
+/// stop it.
+type Renewing = (JoinHandle<Box<Term>>, oneshot::Sender<()>);
+
 /// What a leadership's watchers see.
 #[derive(Clone, Debug)]
 struct Status {
@@ -200,7 +204,9 @@ struct Inner {
     /// Shared with the renewing task, which tells through it.
     status: Arc<watch::Sender<Status>>,
     /// The renewing task and how to stop it, while it runs.
-    running: Mutex<Option<(JoinHandle<Term>, oneshot::Sender<()>)>>,
+    running: Mutex<Option<Renewing>>,
+    /// The renewing term's key on the driver, while it runs.
+    renewing: Arc<Mutex<Option<u64>>>,
     /// One resign at a time.
     resigning: tokio::sync::Mutex<()>,
 }
@@ -229,21 +235,23 @@ impl Leadership {
                 lock,
                 status,
                 running: Mutex::new(None),
+                renewing: Arc::new(Mutex::new(None)),
                 resigning: tokio::sync::Mutex::new(()),
             }),
         };
-        this.renew(term);
+        this.renew(Box::new(term));
         this
     }
 
     /// Drives the term in the background until it ends or is stopped. The
     /// task holds what it tells, not the leadership: dropping the last
     /// handle stops it ([`Inner`]'s drop).
-    fn renew(&self, mut term: Term) {
-        let (stop, mut stopped) = oneshot::channel();
+    fn renew(&self, term: Box<Term>) {
+        let (stop, stopped) = oneshot::channel::<()>();
         let status = Arc::clone(&self.inner.status);
         let client = self.inner.client.clone();
         let number = self.inner.term;
+        let renewing = Arc::clone(&self.inner.renewing);
         let task = tokio::spawn(async move {
             let tell = |event: &TermEvent| match event {
                 TermEvent::Renewed { lose_at, .. } => {
@@ -256,18 +264,22 @@ impl Leadership {
                 }
                 _ => {}
             };
-            tokio::select! {
-                event = drive_with(&mut term, &client, tell) => tell(&event),
-                _ = &mut stopped => {}
+            let record = |key| *renewing.lock().unwrap_or_else(PoisonError::into_inner) = Some(key);
+            let stopped = async {
+                let _ = stopped.await;
+            };
+            match drive_until(term, &client, record, tell, stopped).await {
+                Ok((event, term)) => {
+                    tell(&event);
+                    term
+                }
+                Err(term) => term,
             }
-            term
         });
         *self.lock_running() = Some((task, stop));
     }
 
-    fn lock_running(
-        &self,
-    ) -> std::sync::MutexGuard<'_, Option<(JoinHandle<Term>, oneshot::Sender<()>)>> {
+    fn lock_running(&self) -> std::sync::MutexGuard<'_, Option<Renewing>> {
         self.inner
             .running
             .lock()
@@ -343,13 +355,13 @@ impl Leadership {
         let (task, stop) = running?;
         let _ = stop.send(());
         let mut term = task.await.ok()?;
-        let Some(mut release) = term.resign(crate::sim::now()) else {
+        let Some(release) = term.resign(crate::sim::now()) else {
             // Lost already: our value may still be on some servers, where
             // it would hold off the next leader until its TTL.
             crate::guard::spawn_release(self.inner.client.clone(), term.lock().clone(), None);
             return None;
         };
-        let report = drive(&mut release, &self.inner.client).await;
+        let (report, _) = drive(Box::new(release), &self.inner.client).await;
         term.handle_resigned(&report);
         if term.is_over() {
             self.inner
@@ -366,13 +378,13 @@ impl Leadership {
     /// higher term is stored, so a deposed leader never overwrites its
     /// successor's.
     pub async fn proclaim(&self, value: impl AsRef<[u8]>) -> Result<(), Error> {
-        let mut proclaim = redlock_core::Proclaim::new(
+        let proclaim = redlock_core::Proclaim::new(
             &self.inner.lock,
             self.inner.term,
             value.as_ref(),
             crate::sim::now(),
         );
-        drive(&mut proclaim, &self.inner.client).await?;
+        drive(Box::new(proclaim), &self.inner.client).await.0?;
         Ok(())
     }
 }
@@ -386,23 +398,17 @@ impl Drop for Inner {
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
-        let Some((task, stop)) = running else {
+        let Some((task, _stop)) = running else {
             return;
         };
-        let (client, campaigned) = (self.client.clone(), self.lock.clone());
-        if tokio::runtime::Handle::try_current().is_err() {
-            task.abort();
-            crate::guard::spawn_release(client, campaigned, None);
-            return;
-        }
-        // The renewal stops first (what it sent goes before the release on
-        // each server's connection: an extension or a restore after the
-        // release would set the key again), and the release acts on the
-        // lock with every renewal applied (the servers a restore filled).
-        let _ = stop.send(());
-        let _ = self.client.background().spawn(async move {
-            let lock = task.await.map_or(campaigned, |term| term.lock().clone());
-            crate::guard::spawn_release(client, lock, None);
-        });
+        // The renewal stops and the lock it holds (every renewal applied:
+        // the servers a restore filled) is released behind what it sent.
+        task.abort();
+        let renewing = self
+            .renewing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        crate::guard::spawn_release(self.client.clone(), self.lock.clone(), renewing);
     }
 }

@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span};
 
-use crate::driver::{drive, drive_with};
+use crate::driver::{drive, drive_until};
 use crate::metrics::{self, End};
 use crate::{Error, LossReason, Redlock};
 
@@ -25,9 +25,9 @@ use crate::{Error, LossReason, Redlock};
 /// for good). End it with [`release`](Self::release), which reports what
 /// each node did.
 ///
-/// Dropping the guard releases the lock in a background task on the
-/// current Tokio runtime (on every node, since any of them may hold our
-/// value). When that runtime is shutting down (a guard alive or dropped as
+/// Dropping the guard releases the lock in the background, on the client's
+/// driver task (on every node, since any of them may hold our value),
+/// behind its keep-alive's extensions. When that runtime is shutting down (a guard alive or dropped as
 /// `main` returns, through `?`, a panic or plainly) or there is none, the
 /// release goes out on blocking connections, each waiting at most one
 /// connect timeout and one per-node timeout. Only a process that ends
@@ -188,11 +188,11 @@ impl LockGuard {
         let ttl = self.client.settings().ttl(ttl)?;
         let mut lock = self.shared.with(|kept| kept.lock.clone());
         let span = info_span!("redlock.extend", resource = %lock.key(), ttl_ms = ttl.as_millis());
-        let mut extension = lock.extend(ttl, crate::sim::now()).inspect_err(|error| {
+        let extension = lock.extend(ttl, crate::sim::now()).inspect_err(|error| {
             metrics::extended(Err(error));
             span.in_scope(|| debug!(error = %error, "lock not extended"));
         })?;
-        let outcome = drive(&mut extension, &self.client)
+        let (outcome, _) = drive(Box::new(extension), &self.client)
             .instrument(span.clone())
             .await;
         metrics::extended(outcome.as_ref().map(|_| ()));
@@ -225,9 +225,21 @@ impl LockGuard {
     /// Stops the keep-alive and waits until it has, so that no extension
     /// (which may set a missing key again) is sent after what follows.
     async fn stop_keep_alive(&mut self) {
+        self.stop_keep_alive_now();
         if let Some(task) = self.keep_alive.take() {
-            task.abort();
             let _ = task.await;
+        }
+    }
+
+    /// Stops the keep-alive at once: its operation is cancelled on the
+    /// driver now, so that whatever this client sends from now on goes
+    /// after its extensions on every node.
+    fn stop_keep_alive_now(&mut self) {
+        if let Some(task) = &self.keep_alive {
+            task.abort();
+            if let Some(key) = self.shared.with(|kept| kept.keep_alive_key.take()) {
+                self.client.driver().cancel(key);
+            }
         }
     }
 
@@ -273,9 +285,7 @@ impl LockGuard {
     /// The lock as it stands, handed to another owner (an election's
     /// term): the guard no longer releases it.
     pub(crate) fn into_lock(mut self) -> Lock {
-        if let Some(task) = self.keep_alive.take() {
-            task.abort();
-        }
+        self.stop_keep_alive_now();
         self.shared.end();
         self.done = true;
         self.shared.with(|kept| kept.lock.clone())
@@ -301,7 +311,12 @@ impl Drop for LockGuard {
         if !lost {
             metrics::held(&lock, End::Released);
         }
-        spawn_release(self.client.clone(), lock, self.keep_alive.take());
+        // Stopped by the release below, which goes behind its extensions.
+        if let Some(task) = self.keep_alive.take() {
+            task.abort();
+        }
+        let kept = self.shared.with(|kept| kept.keep_alive_key.take());
+        spawn_release(self.client.clone(), lock, kept);
     }
 }
 
@@ -337,104 +352,48 @@ impl LossSignal {
     }
 }
 
-/// Releases `lock` in the background, after `task` (a keep-alive whose
-/// extensions must not overtake the release) has stopped. If the runtime
-/// drops that task first (it is shutting down: `main` returned with the
-/// guard alive or just dropped), or there is no runtime, the release goes
-/// out on blocking connections instead, at once.
-pub(crate) fn spawn_release(client: Redlock, lock: Lock, task: Option<JoinHandle<()>>) {
-    let unreleased = Unreleased {
-        client,
-        lock: Some(lock),
-    };
-    if tokio::runtime::Handle::try_current().is_err() {
-        release_from_outside(unreleased, task);
-        return;
-    }
-    debug!("lock dropped; releasing in the background");
-    let client = unreleased.client.clone();
-    let release = async move {
-        let mut unreleased = unreleased;
-        if let Some(task) = task {
-            task.abort();
-            let _ = task.await;
+/// Releases `lock` in the background, on the client's driver, queued
+/// there behind everything the client sent before; where the keep-alive or
+/// term `kept` (its key on the driver) still runs, it is stopped first and
+/// the lock it holds is released. Outside any runtime, where the driver
+/// runs on a runtime that runs tasks by itself (multi-thread), the release
+/// goes there and this thread waits for it to be decided, within one
+/// per-node timeout (the caller may be about to end the process); where it
+/// cannot (no driver running, or a current-thread runtime nobody drives
+/// now), it goes out on blocking connections.
+pub(crate) fn spawn_release(client: Redlock, lock: Lock, kept: Option<u64>) {
+    let driver = client.driver();
+    let inside = tokio::runtime::Handle::try_current().is_ok();
+    let wait =
+        !inside && driver.runtime_flavor() == Some(tokio::runtime::RuntimeFlavor::MultiThread);
+    let lock = if inside || wait {
+        let (sink, mut messages) = tokio::sync::mpsc::unbounded_channel();
+        match driver.release(kept, Box::new(lock), wait.then_some(sink)) {
+            Ok(()) => {
+                debug!("lock dropped; releasing in the background");
+                // Never on a runtime's thread: this one runs none.
+                if wait
+                    && crate::node::check_may_block("waiting for a release from outside a runtime")
+                {
+                    while let Some(crate::driver::Message::Event(_)) = messages.blocking_recv() {}
+                }
+                return;
+            }
+            Err(lock) => *lock,
         }
-        // From the first poll of the release on, its requests are sent
-        // and see to themselves (`driver::send`, rule 4).
-        let mut lock = unreleased.lock.take().expect("taken only here");
-        release_lock(&unreleased.client, &mut lock, false).await;
+    } else {
+        lock
     };
-    // On this runtime, checked above.
-    let _ = client.background().spawn(release);
+    debug!("lock dropped outside a Tokio runtime; releasing on blocking connections");
+    release_blocking(&client, lock);
 }
 
-/// Releases a lock dropped outside any Tokio runtime, and returns once it
-/// is answered. Requests of the lock may still be in flight on the runtime
-/// of the client's drain (an acquire's answer from a node after the
-/// quorum): a release on a connection of its own could reach that node
-/// first and leave the key there. So where that runtime runs tasks by
-/// itself (multi-thread), the release goes there, after them on each
-/// node's connection, and this thread waits for it; otherwise (no drain
-/// running, or a current-thread runtime nobody drives now) it goes out on
-/// blocking connections.
-fn release_from_outside(unreleased: Unreleased, task: Option<JoinHandle<()>>) {
-    // A keep-alive's extensions must not follow the release.
-    if let Some(task) = &task {
-        task.abort();
-    }
-    let Some(runtime) =
-        unreleased.client.background().runtime().filter(|runtime| {
-            runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
-        })
-    else {
-        debug!("lock dropped outside a Tokio runtime; releasing on blocking connections");
-        return;
-    };
-    debug!("lock dropped outside a Tokio runtime; releasing on the client's runtime");
-    let client = unreleased.client.clone();
-    let (done, answered) = std::sync::mpsc::channel::<()>();
-    let release = async move {
-        // Dropped unpolled (the runtime shuts down), `unreleased` sends
-        // the release on blocking connections.
-        let mut unreleased = unreleased;
-        if let Some(task) = task {
-            let _ = task.await;
-        }
-        let mut lock = unreleased.lock.take().expect("taken only here");
-        // Every node's answer: the caller blocks anyway, and may be about
-        // to end the process (no background left to finish the rest).
-        release_lock(&unreleased.client, &mut lock, true).await;
-        drop(done);
-    };
-    client.background().tasks().spawn_on(release, &runtime);
-    // Disconnected once the task is done or dropped; the release it waits
-    // for is bounded by the core's per-node timeout. Never on a runtime's
-    // thread: this one runs none (checked by the caller).
-    if crate::node::check_may_block("waiting for a release from outside a runtime") {
-        let _ = answered.recv();
-    }
-}
-
-/// A lock whose release has not been sent yet; dropped so, it is released
-/// on blocking connections.
-struct Unreleased {
-    client: Redlock,
-    lock: Option<Lock>,
-}
-
-impl Drop for Unreleased {
-    fn drop(&mut self) {
-        if let Some(mut lock) = self.lock.take() {
-            // Nobody reads its answers: it publishes for this client's
-            // waiters too, which no hand-over tells.
-            let release = lock.release(crate::sim::now()).unattended();
-            // Still here, the task that held it was dropped unpolled or
-            // never started: its runtime shuts down, or there is none.
-            crate::node::as_runtime_drops(|| {
-                crate::driver::release_blocking(&self.client, release);
-            });
-        }
-    }
+/// Sends `lock`'s release on blocking connections: nobody reads its
+/// answers, so it publishes for this client's waiters too, which no
+/// hand-over tells.
+fn release_blocking(client: &Redlock, mut lock: Lock) {
+    let release = lock.release(crate::sim::now()).unattended();
+    crate::node::as_runtime_drops(|| crate::driver::release_machine_blocking(client, release));
 }
 
 /// A lock's release ([`LockGuard::release`]): `.await` it for the report.
@@ -485,18 +444,14 @@ pub(crate) async fn release_lock(
 ) -> ReleaseReport {
     let span = info_span!("redlock.release", resource = %lock.key());
     let started = crate::sim::now();
+    // The core plans it (the script, not a plain `DELIFEQ`, where this
+    // client's waiters wait).
     let mut release = lock.release(started);
-    // The script, not a plain `DELIFEQ`, where this client's waiters wait:
-    // the hub decides.
-    if let Some(notices) = client.notices() {
-        release = notices.plan_release(release);
-    }
     if every_node {
         release = release.every_node();
     }
-    let mut release = Box::new(release);
     async {
-        let report = drive(&mut *release, client).await;
+        let (report, _) = drive(Box::new(release), client).await;
         client.log_release(&report);
         metrics::node_misses(lock.node_misses(&report, started));
         report
@@ -521,6 +476,8 @@ struct Kept {
     ending: Option<LossReason>,
     /// Released, forgotten or dropped: a lock let go is never lost.
     ended: bool,
+    /// The keep-alive's operation on the driver, while it runs.
+    keep_alive_key: Option<u64>,
 }
 
 impl Shared {
@@ -531,6 +488,7 @@ impl Shared {
                 loss: None,
                 ending: None,
                 ended: false,
+                keep_alive_key: None,
             }),
             lost: CancellationToken::new(),
         }
@@ -610,34 +568,38 @@ impl Shared {
 /// applied to the guard's copy of the lock as it is reported; the final
 /// event is the loss.
 async fn keep_alive(client: Redlock, shared: Arc<Shared>, options: KeepAlive) {
-    let mut kept = shared.with(|kept| KeptLock::new(kept.lock.clone(), options));
-    let event = drive_with(&mut kept, &client, |event| match event {
-            KeptLockEvent::Extended(extended) => {
-                metrics::extended(Ok(()));
-                debug!(validity_ms = extended.validity.as_millis() as u64, votes = %extended.votes, "lock extended");
-                shared.with(|kept| {
-                    kept.lock.apply(extended);
-                    kept.ending = None;
-                });
-            }
-            KeptLockEvent::ExtendFailed(error) => {
-                metrics::extended(Err(error));
-                shared.with(|kept| kept.ending = Some(LossReason::ExtendFailed(error.clone())));
-                // Nodes down are reported by their connections; the loss,
-                // if it comes, at INFO.
-                debug!(error = %error, "extension failed");
-            }
-            KeptLockEvent::LimitReached { extensions } => {
-                let extensions = *extensions;
-                shared.with(|kept| kept.ending = Some(LossReason::ExtensionLimit { extensions }));
-                debug!(
-                    extensions,
-                    "extension limit reached; the lock ends with its validity"
-                );
-            }
-            other => debug!(event = ?other, "keep-alive"),
-    })
-    .await;
+    let kept = shared.with(|kept| Box::new(KeptLock::new(kept.lock.clone(), options)));
+    let record_key = |key| shared.with(|kept| kept.keep_alive_key = Some(key));
+    let on_event = |event: &KeptLockEvent| match event {
+        KeptLockEvent::Extended(extended) => {
+            metrics::extended(Ok(()));
+            debug!(validity_ms = extended.validity.as_millis() as u64, votes = %extended.votes, "lock extended");
+            shared.with(|kept| {
+                kept.lock.apply(extended);
+                kept.ending = None;
+            });
+        }
+        KeptLockEvent::ExtendFailed(error) => {
+            metrics::extended(Err(error));
+            shared.with(|kept| kept.ending = Some(LossReason::ExtendFailed(error.clone())));
+            // Nodes down are reported by their connections; the loss,
+            // if it comes, at INFO.
+            debug!(error = %error, "extension failed");
+        }
+        KeptLockEvent::LimitReached { extensions } => {
+            let extensions = *extensions;
+            shared.with(|kept| kept.ending = Some(LossReason::ExtensionLimit { extensions }));
+            debug!(
+                extensions,
+                "extension limit reached; the lock ends with its validity"
+            );
+        }
+        other => debug!(event = ?other, "keep-alive"),
+    };
+    let never = std::future::pending();
+    let Ok((event, _)) = drive_until(kept, &client, record_key, on_event, never).await else {
+        unreachable!("never stopped");
+    };
     let KeptLockEvent::Lost(reason) = event else {
         unreachable!("a kept lock's final event is its loss, not {event:?}");
     };

@@ -69,9 +69,9 @@ impl Redlock {
     async fn inspect_key(&self, key: redlock_core::Key) -> Vec<NodeInspection> {
         let settings = self.settings();
         let span = info_span!("redlock.inspect", resource = %key);
-        let mut inspection = Inspection::of_key(settings, key, RoundId(0), crate::sim::now());
+        let inspection = Inspection::of_key(settings, key, RoundId(0), crate::sim::now());
         let report = async {
-            let report = drive(&mut inspection, self).await;
+            let (report, _) = drive(Box::new(inspection), self).await;
             debug!(reads = %report.votes(), "inspected");
             report
         }

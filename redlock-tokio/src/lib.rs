@@ -145,12 +145,10 @@
 //! `docs/guarantees.md` gives each case and what to do about it.
 #![forbid(unsafe_code)]
 
-mod background;
 #[cfg(feature = "blocking")]
 pub mod blocking;
 mod builder;
 mod client;
-mod drain;
 mod driver;
 mod election;
 mod error;
@@ -160,8 +158,6 @@ mod metrics;
 mod node;
 mod notices;
 mod order;
-#[cfg(feature = "planted-bugs")]
-mod planted;
 mod request;
 mod server;
 #[cfg(feature = "simulation")]

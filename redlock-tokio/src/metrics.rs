@@ -25,13 +25,6 @@ pub(crate) trait Voted {
     fn votes(&self) -> Option<&Votes> {
         None
     }
-
-    /// Whether this final event hands out a lock that excludes other
-    /// waiters ([`Lock::excludes_next`](redlock_core::Lock::excludes_next),
-    /// the core's rule): a waiter served.
-    fn granted(&self) -> bool {
-        false
-    }
 }
 
 impl Voted for AcquireEvent {
@@ -42,10 +35,6 @@ impl Voted for AcquireEvent {
                 error.votes()
             }
         }
-    }
-
-    fn granted(&self) -> bool {
-        matches!(self, AcquireEvent::Acquired(lock) if lock.excludes_next())
     }
 }
 

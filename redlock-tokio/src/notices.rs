@@ -7,24 +7,20 @@
 //! every listening waiter set before each attempt
 //! ([`scripts::MARK_WAITING`](redlock_core::scripts::MARK_WAITING)). Nothing
 //! here changes for it: the marks are requests like any other.
-//! This module only moves bytes: it listens for those messages and feeds
-//! each, with the node it came from and when, to the core's
-//! [`Hub`](redlock_core::Hub), which decides what it means and which
-//! waiter hears it (per channel, the client's waiters first come, first
-//! served), what a subscription or the client's own release tells, what a
-//! waiter that becomes first is told again, and which channels are wanted.
-//! The acquisitions then decide what notices mean for their attempts
-//! ([`Machine::handle_delivery`](redlock_core::Machine::handle_delivery)).
+//! This module only moves bytes: it subscribes to the channels the core's
+//! [`Client`](redlock_core::Client) wants ([`Output::Subscribe`](redlock_core::Output::Subscribe)),
+//! and hands each message, with the node it came from, and each confirmed
+//! subscription to the client's driver task, whose core decides what it
+//! means and which waiter hears it.
 //!
 //! The shape, chosen so that it can never slow or fail a lock:
 //!
 //! - **One pub/sub connection per node and client**, made lazily by a
 //!   listener task the first time an acquire has to wait, and shared by every
 //!   waiting acquire of the client (and its clones).
-//! - **Subscriptions follow the waiters.** A channel is subscribed when the
-//!   first waiter for it appears and unsubscribed when the last one leaves.
-//!   Registering and leaving are map updates under a mutex plus a wake-up of
-//!   the listeners; no waiter ever waits for Redis here.
+//! - **Subscriptions follow the waiters**, as the core says: a channel is
+//!   subscribed when the first waiter for it appears and unsubscribed when
+//!   the last one leaves. No waiter ever waits for Redis here.
 //! - **Level-triggered listeners.** Each listener compares the channels it
 //!   is subscribed to with the channels wanted now, and fixes the
 //!   difference; a lost connection, a timed-out `SUBSCRIBE` or a node that
@@ -35,33 +31,33 @@
 //!   timer.
 //!
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt;
+use rand::SeedableRng;
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 use redis::aio::{PubSubSink, PubSubStream};
-use redlock_core::{Acquisition, Backoff, HandOver, Hub, Key, NodeId, Notice, Release, WaiterId};
+use redlock_core::{Backoff, Key, NodeId};
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, debug_span, warn};
 
+use crate::driver::Input;
 use crate::metrics;
 use crate::node::map_error;
 use crate::sim::Simulation;
 
-/// The release notices of one client: a listener per node, and the core's
-/// [`Hub`], which decides who waits on which channel and whom each notice
-/// wakes.
+/// The release notices of one client: a listener per node, subscribed to
+/// the channels the core wants.
 pub(crate) struct Notices {
     shared: Arc<Shared>,
     listeners: Box<[Listener]>,
-    /// Ends the listener tasks when the client and its last waiter are gone.
+    /// Ends the listener tasks when the client is gone.
     closed: CancellationToken,
     metrics: metrics::Nodes,
 }
@@ -69,31 +65,27 @@ pub(crate) struct Notices {
 impl fmt::Debug for Notices {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Notices")
-            .field("channels", &self.shared.lock().hub.wanted_len())
+            .field("channels", &self.shared.wanted_len.load(Ordering::Relaxed))
             .field("connected", &self.connected())
             .finish()
     }
 }
 
-/// The state the waiters and the listeners share.
+/// What the listeners share.
 struct Shared {
+    /// The channels the core wants, and where the driver hears of notices.
     state: Mutex<State>,
-    /// How many channels some acquire waits on: written under the lock
-    /// with each change, read without it by every release
-    /// ([`Notices::someone_waits_anywhere`]).
-    wanted: AtomicUsize,
+    /// How many channels are wanted, read without the lock.
+    wanted_len: AtomicUsize,
     /// Wakes each listener to compare its subscriptions with the wanted
     /// channels.
     wakes: Box<[Arc<Notify>]>,
 }
 
-/// Where a waiter gets its notices, with the instant each arrived.
-type Sink = mpsc::UnboundedSender<(Notice, Instant)>;
-
-/// The hub and where its waiters get what it tells them.
 struct State {
-    hub: Hub,
-    sinks: HashMap<WaiterId, Sink>,
+    wanted: BTreeSet<Key>,
+    /// The driver's inputs; weak: a listener does not keep it running.
+    inputs: Option<mpsc::WeakUnboundedSender<Input>>,
 }
 
 /// One node's pub/sub listener: its task, started at the first wait.
@@ -135,10 +127,10 @@ impl Notices {
         Self {
             shared: Arc::new(Shared {
                 state: Mutex::new(State {
-                    hub: Hub::new(listeners.len()),
-                    sinks: HashMap::new(),
+                    wanted: BTreeSet::new(),
+                    inputs: None,
                 }),
-                wanted: AtomicUsize::new(0),
+                wanted_len: AtomicUsize::new(0),
                 wakes: listeners.iter().map(|_| Arc::new(Notify::new())).collect(),
             }),
             listeners,
@@ -155,65 +147,25 @@ impl Notices {
             .count()
     }
 
-    /// The acquisition as the hub plans it ([`Hub::plan`]): behind this
-    /// client's waiters on its channels, if any.
-    pub(crate) fn plan<R: Rng>(&self, acquisition: Acquisition<R>, now: Instant) -> Acquisition<R> {
-        // Nobody waiting anywhere, the common case: no lock taken. A
-        // waiter that registers meanwhile came after us.
-        if !self.someone_waits_anywhere() {
-            return acquisition;
-        }
-        self.shared.update(|hub| hub.plan(acquisition, now))
-    }
-
-    /// The release as the hub plans it ([`Hub::plan_release`]): the
-    /// script, not a plain `DELIFEQ`, where this client's waiters wait for
-    /// the lock.
-    pub(crate) fn plan_release(&self, release: Release) -> Release {
-        // Nobody waiting anywhere, the common case: no lock taken. A
-        // waiter that registers meanwhile is handed over at the answer.
-        if !self.someone_waits_anywhere() {
-            return release;
-        }
-        self.shared.update(|hub| hub.plan_release(release))
-    }
-
-    /// Whether some acquire of this client waits, on any channel: a
-    /// release has nothing to tell otherwise. No lock taken: a waiter that
-    /// registers meanwhile hears its channel's subscription instead.
-    pub(crate) fn someone_waits_anywhere(&self) -> bool {
-        self.shared.anything_wanted()
-    }
-
-    /// What a release of this client tells its waiters at `at`
-    /// ([`Machine::poll_hand_over`](redlock_core::Machine::poll_hand_over)).
-    pub(crate) fn hand_over(&self, hand_over: &HandOver, at: Instant) {
-        self.shared
-            .update(|hub| hub.handle_hand_over(hand_over, at));
-    }
-
-    /// Registers a waiter for these channels ([`Hub::handle_join`]). Never
-    /// waits: the listeners subscribe in the background (starting on the
-    /// current Tokio runtime if they are not running), and until they have,
-    /// the waiter simply gets no notice.
-    pub(crate) fn wait_for(self: &Arc<Self>, channels: Vec<Key>, by_masters: bool) -> Waiter {
-        let (sink, receiver) = mpsc::unbounded_channel();
-        let id = {
+    /// Subscribes every node to exactly `channels` from now on (what the
+    /// core wants, [`Output::Subscribe`](redlock_core::Output::Subscribe)),
+    /// telling `inputs` (the driver's) of each notice and subscription.
+    /// Never waits: the listeners subscribe in the background (starting on
+    /// the current Tokio runtime if they are not running).
+    pub(crate) fn want(&self, channels: Vec<Key>, inputs: mpsc::WeakUnboundedSender<Input>) {
+        {
             let mut state = self.shared.lock();
-            let id = state
-                .hub
-                .handle_join(channels, by_masters, crate::sim::now());
-            state.sinks.insert(id, sink.clone());
-            self.shared.settle(state);
-            id
-        };
-        self.ensure_listening();
-        Waiter {
-            notices: Arc::clone(self),
-            id,
-            receiver,
-            served: false,
-            _sink: sink,
+            self.shared
+                .wanted_len
+                .store(channels.len(), Ordering::Relaxed);
+            state.wanted = channels.into_iter().collect();
+            state.inputs = Some(inputs);
+        }
+        for wake in &self.shared.wakes {
+            wake.notify_one();
+        }
+        if self.shared.anything_wanted() {
+            self.ensure_listening();
         }
     }
 
@@ -230,7 +182,7 @@ impl Notices {
             }
             let rng =
                 StdRng::from_rng(&mut *listener.rng.lock().unwrap_or_else(PoisonError::into_inner));
-            // Not a child of the acquire that happens to start it: it outlives it.
+            // Not a child of the operation that happens to start it: it outlives it.
             let span = debug_span!(parent: None, "redlock.release_notices", node = %listener.name);
             *task = Some(
                 runtime.spawn(
@@ -262,94 +214,27 @@ impl Drop for Notices {
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
-        // The hub is consistent between its calls; a panic elsewhere
+        // Each field is replaced in one assignment: a panic elsewhere
         // cannot leave it half-written.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Gives the hub one input, then does what it says.
-    fn update<T>(&self, input: impl FnOnce(&mut Hub) -> T) -> T {
-        let mut state = self.lock();
-        let output = input(&mut state.hub);
-        self.settle(state);
-        output
-    }
-
-    /// Hands every delivery the hub asks for to its waiter, and wakes the
-    /// listeners if the wanted channels changed.
-    fn settle(&self, mut state: MutexGuard<'_, State>) {
-        let State { hub, sinks } = &mut *state;
-        while let Some(delivery) = hub.poll_delivery() {
-            if let Some(sink) = sinks.get(&delivery.waiter) {
-                // A waiter that left is removed with its sink: no error here.
-                let _ = sink.send((delivery.notice, delivery.at));
-            }
-        }
-        self.wanted.store(hub.wanted_len(), Ordering::Relaxed);
-        let changed = hub.poll_wanted_changed();
-        drop(state);
-        if changed {
-            for wake in &self.wakes {
-                wake.notify_one();
-            }
+    /// Tells the driver, if it still runs.
+    fn tell(&self, input: Input) {
+        let inputs = self.lock().inputs.clone();
+        if let Some(inputs) = inputs.and_then(|inputs| inputs.upgrade()) {
+            let _ = inputs.send(input);
         }
     }
 
     /// Whether some acquire waits on any channel, without the lock.
     fn anything_wanted(&self) -> bool {
-        self.wanted.load(Ordering::Relaxed) > 0
+        self.wanted_len.load(Ordering::Relaxed) > 0
     }
 
     /// The channels some acquire waits on now.
     fn wanted(&self) -> BTreeSet<Key> {
-        self.lock().hub.wanted().cloned().collect()
-    }
-}
-
-/// One acquire's registration for release notices on its channels. Dropping
-/// it leaves the channels; the last waiter of a channel unsubscribes it.
-pub(crate) struct Waiter {
-    notices: Arc<Notices>,
-    id: WaiterId,
-    receiver: mpsc::UnboundedReceiver<(Notice, Instant)>,
-    /// Its acquire got the lock: leaving, it hands the next release to the
-    /// next waiter without telling it the ones before.
-    served: bool,
-    /// Keeps the channel open, so `next` never ends.
-    _sink: Sink,
-}
-
-impl fmt::Debug for Waiter {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Waiter")
-            .field("id", &self.id)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Waiter {
-    /// The next event of the waiter's channels (a node's notice, or a
-    /// subscription), with the instant it arrived. Events that come while
-    /// nobody polls are kept. Cancel-safe.
-    pub(crate) async fn next(&mut self) -> Option<(Notice, Instant)> {
-        self.receiver.recv().await
-    }
-
-    /// Its acquire got the lock.
-    pub(crate) fn served(&mut self) {
-        self.served = true;
-    }
-}
-
-impl Drop for Waiter {
-    fn drop(&mut self) {
-        let shared = &self.notices.shared;
-        let mut state = shared.lock();
-        state.sinks.remove(&self.id);
-        state
-            .hub
-            .handle_leave(self.id, self.served, crate::sim::now());
-        shared.settle(state);
+        self.lock().wanted.clone()
     }
 }
 
@@ -455,8 +340,7 @@ async fn listen(mut task: ListenerTask) {
                 Some(message) => match message.get_channel::<Vec<u8>>() {
                     Ok(channel) => {
                         task.metrics.notice(task.index);
-                        let now = crate::sim::now();
-                        task.shared.update(|hub| hub.handle_notice(NodeId(task.index), &channel, now));
+                        task.shared.tell(Input::Notice { node: NodeId(task.index), channel });
                     }
                     Err(error) => warn!(node = %task.name, error = %error, "pub/sub message without a channel name"),
                 },
@@ -519,10 +403,11 @@ impl ListenerTask {
             // connect and a refusal (ACL), nor for a link that found
             // nothing left to subscribe to.
             self.connected.store(true, Ordering::Relaxed);
-            let now = crate::sim::now();
-            self.shared
-                .update(|hub| hub.handle_subscribed(&add, link.replaces_lost, now));
-            link.subscribed.extend(add);
+            link.subscribed.extend(add.iter().cloned());
+            self.shared.tell(Input::Subscribed {
+                channels: add,
+                resubscribed: link.replaces_lost,
+            });
         }
         if !remove.is_empty() {
             let names: Vec<&[u8]> = remove.iter().map(Key::as_bytes).collect();

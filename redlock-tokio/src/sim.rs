@@ -34,8 +34,6 @@ pub struct Simulation {
     connect: Arc<Connect>,
     connect_blocking: Option<Arc<ConnectBlocking>>,
     connection_queue: Option<usize>,
-    #[cfg(feature = "planted-bugs")]
-    skip_cancelled_withdraws: bool,
     rng: Arc<Mutex<StdRng>>,
 }
 
@@ -58,8 +56,6 @@ impl Simulation {
             connect: Arc::new(connect),
             connect_blocking: None,
             connection_queue: None,
-            #[cfg(feature = "planted-bugs")]
-            skip_cancelled_withdraws: false,
             rng: Arc::new(Mutex::new(StdRng::seed_from_u64(seed))),
         }
     }
@@ -82,20 +78,6 @@ impl Simulation {
     pub fn connection_queue(mut self, requests: usize) -> Self {
         self.connection_queue = Some(requests);
         self
-    }
-
-    /// A planted bug: a cancelled acquire sends no withdraws, so the
-    /// nodes it won keep its key for a whole TTL.
-    #[cfg(feature = "planted-bugs")]
-    #[must_use]
-    pub fn skip_cancelled_withdraws(mut self) -> Self {
-        self.skip_cancelled_withdraws = true;
-        self
-    }
-
-    #[cfg(feature = "planted-bugs")]
-    pub(crate) fn skips_cancelled_withdraws(&self) -> bool {
-        self.skip_cancelled_withdraws
     }
 
     pub(crate) fn queue(&self) -> Option<usize> {

@@ -73,6 +73,9 @@ async fn guards_serialise_a_read_sleep_write_counter() {
                     assert!(!guard.is_lost());
                     guard.release().await;
                 }
+                // A release is decided at certainty; the deletes it did not
+                // wait for complete in the background.
+                redlock.shutdown().await;
             })
         })
         .collect();
@@ -106,6 +109,7 @@ async fn run_serialises_a_counter_on_five_nodes() {
                         .await
                         .expect("lock within the deadline");
                 }
+                redlock.shutdown().await;
             })
         })
         .collect();

@@ -257,14 +257,29 @@ impl<R: Rng> Client<R> {
     /// is sent (an acquisition's releases of the attempt in flight), and it
     /// reports nothing more. An operation that already ended is ignored.
     pub fn cancel(&mut self, op: OpId, now: Instant) {
-        let Some(mut running) = self.ops.remove(&op) else {
+        let Some(running) = self.ops.remove(&op) else {
             return;
         };
         if let Some(at) = running.timeout {
             self.op_timers.remove(&(at, op));
         }
-        running.machine.abandon(now);
-        while let Some(request) = running.machine.poll_request() {
+        // Its hand-over first, then it leaves its queues: the waiter that
+        // becomes first is told the channel's events, that hand-over
+        // among them (told to no one else while another client waits).
+        self.abandon(running.machine, now);
+        if let Some(waiter) = running.waiter {
+            self.waiters.remove(&waiter);
+            self.hub.handle_leave(waiter, false, now);
+            self.pump(Vec::new(), now);
+        }
+    }
+
+    /// Abandons `operation`, one that ran elsewhere (a driver that went
+    /// away handed it over, [`evict`](Self::evict)), at `now`: what it
+    /// queues then is sent, as for a [cancel](Self::cancel).
+    pub fn abandon(&mut self, mut operation: Operation<R>, now: Instant) {
+        operation.abandon(now);
+        while let Some(request) = operation.poll_request() {
             if planted!(CancelSkipsWithdraws) && request.command.must_arrive() {
                 continue;
             }
@@ -274,14 +289,56 @@ impl<R: Rng> Client<R> {
                 self.links.transmit(&mut self.outputs, None, request);
             }
         }
-        while let Some(hand_over) = running.machine.poll_hand_over() {
+        while let Some(hand_over) = operation.poll_hand_over() {
             self.hub.handle_hand_over(&hand_over, now);
+        }
+        self.pump(Vec::new(), now);
+    }
+
+    /// Releases a held lock at `now`: `lock`, or, where `kept` still runs
+    /// (the keep-alive or the term that renews it), the lock as that
+    /// operation holds it now, once it is cancelled: the release goes
+    /// behind every extension and restore it sent, on every node, and acts
+    /// on the nodes those restores filled. The release runs as an
+    /// operation of its own, planned as [`start`](Self::start) plans one.
+    pub fn release(&mut self, kept: Option<OpId>, mut lock: crate::Lock, now: Instant) -> OpId {
+        if let Some(op) = kept
+            && let Some(running) = self.ops.get(&op)
+            && let Some(held) = running.machine.held_lock()
+        {
+            lock = held.clone();
+            self.cancel(op, now);
+        }
+        let release = lock.release(now);
+        self.start(Operation::Release(Box::new(release)), now)
+    }
+
+    /// Takes `op` out as it is at `now`, unfinished and not abandoned: it
+    /// runs here no more, answers to its requests are ignored, and it
+    /// leaves the release notices' queues. For a driver that goes away
+    /// and hands its operations to another client (their requests in
+    /// flight are lost with it: the operation times those nodes out).
+    pub fn evict(&mut self, op: OpId, now: Instant) -> Option<Operation<R>> {
+        let running = self.ops.remove(&op)?;
+        if let Some(at) = running.timeout {
+            self.op_timers.remove(&(at, op));
         }
         if let Some(waiter) = running.waiter {
             self.waiters.remove(&waiter);
             self.hub.handle_leave(waiter, false, now);
         }
         self.pump(Vec::new(), now);
+        Some(running.machine)
+    }
+
+    /// Everything owed to the nodes, taken out: for a driver that goes
+    /// away and sends it by other means.
+    pub fn take_owed(&mut self) -> Vec<Request> {
+        let owed = self.links.nodes.iter_mut().flat_map(|node| {
+            node.retry_at = None;
+            std::mem::take(&mut node.owed)
+        });
+        owed.collect()
     }
 
     /// Cancels every operation at `now` ([`cancel`](Self::cancel)). What
@@ -305,6 +362,18 @@ impl<R: Rng> Client<R> {
         self.ops.is_empty()
             && self.links.flights.is_empty()
             && self.links.nodes.iter().all(|node| node.owed.is_empty())
+    }
+
+    /// Whether nothing is left but what running operations wait for: no
+    /// request in flight that no running operation waits for, nothing
+    /// owed.
+    pub fn is_settled(&self) -> bool {
+        self.links.nodes.iter().all(|node| node.owed.is_empty())
+            && self
+                .links
+                .flights
+                .values()
+                .all(|flight| flight.op.is_some_and(|op| self.ops.contains_key(&op)))
     }
 
     /// How many operations run.

@@ -85,6 +85,27 @@ macro_rules! each {
 }
 
 impl<R: Rng> Operation<R> {
+    /// Abandons it at `now` with no client to run it: what must reach the
+    /// nodes to undo it (an attempt's withdraws, a queue's leaves), for a
+    /// caller that sends it by other means (blocking connections as the
+    /// process exits).
+    pub fn undo(mut self, now: Instant) -> Vec<Request> {
+        self.abandon(now);
+        std::iter::from_fn(|| self.poll_request())
+            .filter(|request| request.command.must_arrive())
+            .collect()
+    }
+
+    /// The lock a keep-alive or a term holds, as it stands now (its
+    /// extensions applied, the nodes its restores filled).
+    pub(crate) fn held_lock(&self) -> Option<&crate::Lock> {
+        match self {
+            Operation::KeepAlive(kept) => Some(kept.lock()),
+            Operation::Term(term) => Some(term.lock()),
+            _ => None,
+        }
+    }
+
     pub(crate) fn poll_request(&mut self) -> Option<Request> {
         each!(self, machine => machine.poll_request())
     }

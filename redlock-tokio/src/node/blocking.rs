@@ -168,7 +168,6 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use redlock_core::{Config, LockValue, Machine, Release, RoundId};
-    use tokio_util::task::TaskTracker;
 
     use super::*;
 
@@ -189,7 +188,6 @@ mod tests {
             None,
             Duration::from_millis(100),
             Duration::from_millis(100),
-            TaskTracker::new(),
         ));
         let settings = Config::new(["127.0.0.1:1"])
             .validate()

@@ -24,20 +24,16 @@ mod connect;
 mod encode;
 mod execute;
 mod reply;
-mod resend;
 mod scripts;
 
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::AsyncConnectionConfig;
 use redis::cluster::ClusterClient;
-use redlock_core::{
-    HealthChange, NodeError, NodeErrorKind, NodeFacts, NodeHealth, NodeId, Request,
-};
+use redlock_core::{NodeError, NodeErrorKind, NodeFacts};
 use tokio::task::JoinHandle;
-use tokio_util::task::TaskTracker;
 use tracing::{debug, info};
 
 use crate::order::Order;
@@ -76,13 +72,9 @@ pub(crate) struct Node {
     connect_timeout: Duration,
     /// The per-node timeout: how long a blocking release waits for an answer.
     node_timeout: Duration,
-    /// The client's background tasks, which own the resends
-    /// ([`Background`](crate::background::Background)).
-    tasks: TaskTracker,
-    /// Told when a connection is made, for releases waiting to be sent again.
-    connected: tokio::sync::Notify,
-    /// Releases waiting to be sent again on this node, at most [`RESENDS`](resend::RESENDS).
-    resends: std::sync::atomic::AtomicUsize,
+    /// How many connections were made: the driver tells the core of each
+    /// new one, for the releases owed to this node.
+    connections: std::sync::atomic::AtomicU64,
     /// Whether a `NOPERM` was logged at WARN: once per node, since an ACL
     /// user without rights on the waiters' marks meets one on every
     /// release (which the core then sends again without them).
@@ -100,9 +92,6 @@ pub(crate) struct Node {
     /// Set in a simulation only: this node's index and the simulation's
     /// connector and RNG ([`Simulation`]).
     simulation: Option<(usize, Simulation)>,
-    /// What the core knows of this node's recent answers: whether new
-    /// requests still go to it ([`admit`](Self::admit)).
-    health: Mutex<NodeHealth>,
 }
 
 impl fmt::Debug for Node {
@@ -121,7 +110,6 @@ impl Node {
         cluster: Option<ClusterClient>,
         connect_timeout: Duration,
         node_timeout: Duration,
-        tasks: TaskTracker,
     ) -> Self {
         Self {
             name: name.into(),
@@ -129,9 +117,7 @@ impl Node {
             cluster,
             connect_timeout,
             node_timeout,
-            tasks,
-            connected: tokio::sync::Notify::new(),
-            resends: std::sync::atomic::AtomicUsize::new(0),
+            connections: std::sync::atomic::AtomicU64::new(0),
             no_permission_logged: std::sync::atomic::AtomicBool::new(false),
             blocking: Mutex::default(),
             blocking_gave_up: std::sync::atomic::AtomicBool::new(false),
@@ -144,75 +130,21 @@ impl Node {
             }),
             order: Order::default(),
             simulation: None,
-            health: Mutex::new(NodeHealth::new(NodeId(0), node_timeout * 4)),
         }
     }
 
-    /// This node with the core's health record for it (node `index` of the
-    /// client's settings).
-    pub(crate) fn with_health(mut self, health: NodeHealth) -> Self {
-        self.health = Mutex::new(health);
-        self
-    }
-
-    fn health(&self) -> std::sync::MutexGuard<'_, NodeHealth> {
-        // Every update of the record is one call of the core's, which
-        // cannot leave it half-written.
-        self.health
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Whether the core sends `request` to this node now (see
-    /// [`NodeHealth::admit`]).
-    pub(crate) fn admit(&self, request: &Request, now: Instant) -> bool {
-        self.health().admit(request, now)
-    }
-
-    /// Whether this node is known slow.
-    pub(crate) fn is_slow(&self) -> bool {
-        self.health().is_slow()
-    }
-
-    /// The node answered a request at `now`: a blocking release that gave
-    /// up on it may try it again.
-    pub(crate) fn answered(&self, now: Instant) {
+    /// The node answered: a blocking release that gave up on it may try
+    /// it again.
+    pub(crate) fn heard_from(&self) {
         use std::sync::atomic::Ordering;
         if self.blocking_gave_up.load(Ordering::Relaxed) {
             self.blocking_gave_up.store(false, Ordering::Relaxed);
         }
-        let change = self.health().handle_answer(now);
-        self.health_changed(change);
     }
 
-    /// A request to this node passed its deadline unanswered at `now`.
-    pub(crate) fn overdue(&self, now: Instant) {
-        let change = self.health().handle_overdue(now);
-        self.health_changed(change);
-    }
-
-    fn health_changed(&self, change: Option<HealthChange>) {
-        match change {
-            Some(HealthChange::Slow { .. }) => {
-                info!(
-                    node = %self.name,
-                    "node known slow: {} requests in a row unanswered past their timeout; \
-                     new acquires skip it, one probe every {} ms, until it answers",
-                    redlock_core::SLOW_AFTER,
-                    self.health().probe_every().as_millis()
-                );
-                crate::metrics::node_slow(&self.name, true);
-            }
-            Some(HealthChange::Trusted { after, .. }) => {
-                info!(
-                    node = %self.name,
-                    slow_ms = after.as_millis() as u64,
-                    "node answers again; trusted"
-                );
-                crate::metrics::node_slow(&self.name, false);
-            }
-            _ => {}
-        }
+    /// How many connections were made so far.
+    pub(crate) fn connections(&self) -> u64 {
+        self.connections.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// This node, node `index` of a simulation: connected through its
@@ -232,7 +164,6 @@ impl Node {
             None,
             Duration::from_secs(1),
             Duration::from_secs(1),
-            TaskTracker::new(),
         ));
         node.set_up(Connected {
             connection: Connection::Single(connection),
@@ -284,7 +215,8 @@ impl Node {
             generation: state.generation,
         };
         drop(state);
-        self.connected.notify_waiters();
+        self.connections
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The connection to use, its server's facts and its generation, or

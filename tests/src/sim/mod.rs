@@ -90,7 +90,8 @@ pub enum Planted {
     /// Connections whose queue holds two requests (the `redis` crate makes
     /// a sender wait for room): a release can overtake its acquire.
     BoundedQueue,
-    /// A cancelled acquire sends no withdraws: what it won stays set.
+    /// A cancelled acquire sends no withdraws: what it won stays set
+    /// (`redlock_core::planted::Bug::CancelSkipsWithdraws`).
     NoCancelledWithdraws,
     /// The core's notice hub forgets to replay a channel's events to the
     /// waiter that becomes first after one that left without the lock
@@ -441,6 +442,9 @@ pub fn run(seed: u64, mode: Mode, planted: Option<Planted>, verbose: bool) -> Re
         Some(Planted::HandOverBeforeFollowUp) => {
             Some(redlock_tokio::core::planted::Bug::HandOverBeforeFollowUp)
         }
+        Some(Planted::NoCancelledWithdraws) => {
+            Some(redlock_tokio::core::planted::Bug::CancelSkipsWithdraws)
+        }
         _ => None,
     });
     let report = run_plan(seed, mode, &plan, planted, &history, &log);
@@ -609,8 +613,12 @@ async fn build(
     });
     match planted {
         Some(Planted::BoundedQueue) => simulation = simulation.connection_queue(2),
-        Some(Planted::NoCancelledWithdraws) => simulation = simulation.skip_cancelled_withdraws(),
-        Some(Planted::HubForgetsReplay | Planted::HandOverBeforeFollowUp) | None => {}
+        Some(
+            Planted::NoCancelledWithdraws
+            | Planted::HubForgetsReplay
+            | Planted::HandOverBeforeFollowUp,
+        )
+        | None => {}
     }
     let urls: Vec<String> = (0..masters.len())
         .map(|i| format!("redis://sim-master-{i}:6379"))

@@ -1,0 +1,357 @@
+//! The client's one driver task: it owns the core's [`Client`] and moves
+//! bytes and time for it, nothing else.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use futures::future::{AbortHandle, Abortable};
+use futures::stream::FuturesUnordered;
+use redlock_core::{Client, HealthChange, NodeErrorKind, OpId, Output, Reply, RequestId};
+use tokio::sync::mpsc;
+use tracing::{debug, info};
+
+use super::send::{Sent, Timer, next_quietly, send};
+use super::{Finished, Input, Message, Returned, Shared, Sink};
+use crate::sim::ClientRng;
+
+/// What the driver task owns.
+pub(super) struct Task {
+    pub(super) client: Client<ClientRng>,
+    pub(super) shared: Arc<Shared>,
+    pub(super) inputs: mpsc::UnboundedReceiver<Input>,
+    /// Handed to the release-notice listeners: they must not keep the task
+    /// alive.
+    pub(super) weak: mpsc::WeakUnboundedSender<Input>,
+    pub(super) in_flight: FuturesUnordered<Abortable<Flight>>,
+    pub(super) aborts: HashMap<RequestId, AbortHandle>,
+    /// Who hears each operation's events; an operation without one runs in
+    /// the background (a dropped guard's release).
+    pub(super) sinks: HashMap<OpId, Sink>,
+    /// The handles' names of their operations, for a cancel.
+    pub(super) keys: HashMap<u64, OpId>,
+    /// Calls of `Redlock::shutdown` waiting for the background to settle.
+    pub(super) settled: Vec<tokio::sync::oneshot::Sender<()>>,
+    /// Each node's connection count last seen: a new connection is told to
+    /// the core.
+    pub(super) connections: Box<[u64]>,
+    /// Whether every handle is gone: the task ends once idle.
+    pub(super) orphaned: bool,
+    /// The driver this task runs for, for what it hands back.
+    pub(super) driver: std::sync::Weak<super::Driver>,
+}
+
+/// A request sent, with its name.
+pub(super) struct Flight {
+    id: RequestId,
+    sent: Sent,
+}
+
+impl std::future::Future for Flight {
+    type Output = (RequestId, Reply);
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let id = self.id;
+        std::pin::Pin::new(&mut self.sent)
+            .poll(cx)
+            .map(|reply| (id, reply))
+    }
+}
+
+impl Task {
+    /// The loop: inputs in, outputs out, until every handle is gone and
+    /// nothing is left to do.
+    pub(super) async fn run(mut self) {
+        let mut timer = Timer::new();
+        loop {
+            self.flush();
+            if self.orphaned && self.client.is_idle() {
+                debug!("client dropped and everything sent answered or given up; driver ends");
+                return;
+            }
+            let sleep = self.client.poll_timeout().map(|at| timer.until(at));
+            let sleep = async {
+                match sleep {
+                    Some(sleep) => sleep.await,
+                    None => std::future::pending().await,
+                }
+            };
+            // Biased: a reply already in counts before the timer that raced
+            // it, and a run is the same on every replay.
+            tokio::select! {
+                biased;
+                Some(done) = std::future::poll_fn(|cx| next_quietly(&mut self.in_flight, cx)),
+                    if !self.in_flight.is_empty() => {
+                    let now = crate::sim::now();
+                    if let Ok((id, reply)) = done {
+                        self.reply(id, reply, now);
+                    }
+                    // More answers already in are taken in the same turn.
+                    while let std::task::Poll::Ready(Some(done)) =
+                        next_quietly(&mut self.in_flight, &mut std::task::Context::from_waker(std::task::Waker::noop()))
+                    {
+                        if let Ok((id, reply)) = done {
+                            self.reply(id, reply, now);
+                        }
+                    }
+                }
+                input = self.inputs.recv(), if !self.orphaned => match input {
+                    Some(input) => {
+                        self.input(input);
+                        while let Ok(input) = self.inputs.try_recv() {
+                            self.input(input);
+                        }
+                    }
+                    None => {
+                        self.orphaned = true;
+                        self.client.close(crate::sim::now());
+                    }
+                },
+                () = sleep => {
+                    timer.fired();
+                    let now = crate::sim::now();
+                    self.connections_made(now);
+                    self.client.handle_timeout(now);
+                }
+            }
+        }
+    }
+
+    fn reply(&mut self, id: RequestId, reply: Reply, now: std::time::Instant) {
+        self.aborts.remove(&id);
+        if !matches!(&reply.result, Err(error) if error.kind == NodeErrorKind::Connection) {
+            self.shared.nodes[reply.node.0].heard_from();
+        }
+        self.client.handle_reply(id, reply, now);
+    }
+
+    fn input(&mut self, input: Input) {
+        let now = crate::sim::now();
+        match input {
+            Input::Start {
+                key,
+                operation,
+                sink,
+            } => {
+                let op = self.client.start(operation, now);
+                if let Some(sink) = sink {
+                    self.sinks.insert(op, sink);
+                    self.keys.insert(key, op);
+                }
+            }
+            Input::Cancel { key } => {
+                if let Some(op) = self.keys.remove(&key) {
+                    self.sinks.remove(&op);
+                    self.client.cancel(op, now);
+                }
+            }
+            Input::Release { kept, lock, sink } => {
+                let kept = kept.and_then(|key| self.keys.remove(&key));
+                if let Some(op) = kept {
+                    self.sinks.remove(&op);
+                }
+                let op = self.client.release(kept, *lock, now);
+                if let Some(sink) = sink {
+                    self.sinks.insert(op, sink);
+                }
+            }
+            Input::Take { key } => {
+                if let Some(op) = self.keys.remove(&key)
+                    && let Some(sink) = self.sinks.remove(&op)
+                    && let Some(operation) = self.client.evict(op, now)
+                {
+                    let _ = sink.send(Message::Taken(operation));
+                }
+            }
+            Input::Notice { node, channel } => self.client.handle_notice(node, &channel, now),
+            Input::Subscribed {
+                channels,
+                resubscribed,
+            } => self.client.handle_subscribed(&channels, resubscribed, now),
+            Input::Settled(done) => self.settled.push(done),
+            Input::Abandon(operation) => self.client.abandon(operation, now),
+        }
+    }
+
+    /// Nodes that connected since last looked at: what they are owed goes.
+    fn connections_made(&mut self, now: std::time::Instant) {
+        for (index, node) in self.shared.nodes.iter().enumerate() {
+            let made = node.connections();
+            if made != self.connections[index] {
+                self.connections[index] = made;
+                self.client
+                    .handle_connected(redlock_core::NodeId(index), now);
+            }
+        }
+    }
+
+    /// Does what the core asks, in order.
+    fn flush(&mut self) {
+        while let Some(output) = self.client.poll_output() {
+            match output {
+                Output::Transmit { id, request } => {
+                    let sent = send(&self.shared.nodes, request);
+                    let (flight, abort) = futures::future::abortable(Flight { id, sent });
+                    self.aborts.insert(id, abort);
+                    self.in_flight.push(flight);
+                }
+                Output::Forget(id) => {
+                    if let Some(abort) = self.aborts.remove(&id) {
+                        abort.abort();
+                    }
+                }
+                Output::Event {
+                    op,
+                    event,
+                    finished,
+                } => {
+                    let message = match finished {
+                        Some(operation) => {
+                            self.keys.retain(|_, running| *running != op);
+                            let Some(sink) = self.sinks.remove(&op) else {
+                                continue;
+                            };
+                            let finished = self.finish(event, operation);
+                            let _ = sink.send(Message::Finished(finished));
+                            continue;
+                        }
+                        None => Message::Event(event),
+                    };
+                    if let Some(sink) = self.sinks.get(&op) {
+                        let _ = sink.send(message);
+                    }
+                }
+                Output::Health(change) => self.health(change),
+                Output::Subscribe(channels) => {
+                    if let Some(notices) = &self.shared.notices {
+                        notices.want(channels, self.weak.clone());
+                    }
+                }
+                _ => {}
+            }
+        }
+        if !self.settled.is_empty() && self.is_settled() {
+            for done in self.settled.drain(..) {
+                let _ = done.send(());
+            }
+        }
+    }
+
+    /// Whether nothing runs in the background: every operation has a
+    /// handle waiting for it, and nothing else is in flight or owed.
+    fn is_settled(&self) -> bool {
+        self.client.running() == self.sinks.len() && self.client.is_settled()
+    }
+
+    fn health(&self, change: HealthChange) {
+        match change {
+            HealthChange::Slow { node } => {
+                let name = &self.shared.settings.nodes()[node.0];
+                info!(
+                    node = %name,
+                    "node known slow: {} requests in a row unanswered past their timeout; \
+                     new acquires skip it, one probe every {} ms, until it answers",
+                    redlock_core::SLOW_AFTER,
+                    (self.shared.settings.node_timeout() * 4).as_millis()
+                );
+                self.shared.slow[node.0].store(true, Ordering::Relaxed);
+                crate::metrics::node_slow(name, true);
+            }
+            HealthChange::Trusted { node, after } => {
+                let name = &self.shared.settings.nodes()[node.0];
+                info!(node = %name, slow_ms = after.as_millis() as u64, "node answers again; trusted");
+                self.shared.slow[node.0].store(false, Ordering::Relaxed);
+                crate::metrics::node_slow(name, false);
+            }
+            _ => {}
+        }
+    }
+}
+
+impl Task {
+    /// An operation's end, for its handle.
+    fn finish(
+        &self,
+        event: redlock_core::OpEvent,
+        operation: redlock_core::Operation<ClientRng>,
+    ) -> Finished {
+        Finished {
+            event: Some(event),
+            operation: Some(operation),
+            driver: self.driver.clone(),
+            nodes: Arc::clone(&self.shared.nodes),
+        }
+    }
+
+    /// `operation`, handed back to its handle.
+    fn hand_back(&self, operation: redlock_core::Operation<ClientRng>) -> Returned {
+        Returned {
+            operation: Some(operation),
+            driver: self.driver.clone(),
+            nodes: Arc::clone(&self.shared.nodes),
+        }
+    }
+}
+
+impl Drop for Task {
+    /// The task is dropped before its end: its runtime shuts down. The
+    /// operations a handle waits for go back to it, to go on elsewhere;
+    /// the others are abandoned, and what they owe goes out on blocking
+    /// connections, with everything owed and in flight that must arrive
+    /// (each `Sent` sees to itself).
+    fn drop(&mut self) {
+        let now = crate::sim::now();
+        // No handle can start anything here any more: a start from now on
+        // fails, and its handle starts a driver elsewhere.
+        self.inputs.close();
+        while let Ok(input) = self.inputs.try_recv() {
+            match input {
+                Input::Start {
+                    operation,
+                    sink: Some(sink),
+                    ..
+                } => {
+                    let _ = sink.send(Message::Returned(self.hand_back(operation)));
+                }
+                Input::Start {
+                    operation,
+                    sink: None,
+                    ..
+                } => {
+                    self.client.start(operation, now);
+                }
+                Input::Release { kept, lock, .. } => {
+                    let kept = kept.and_then(|key| self.keys.get(&key).copied());
+                    self.client.release(kept, *lock, now);
+                }
+                Input::Abandon(operation) => self.client.abandon(operation, now),
+                _ => {}
+            }
+        }
+        for (op, sink) in std::mem::take(&mut self.sinks) {
+            if let Some(operation) = self.client.evict(op, now) {
+                let _ = sink.send(Message::Returned(self.hand_back(operation)));
+            }
+        }
+        self.client.close(now);
+        let mut owed = self.client.take_owed();
+        while let Some(output) = self.client.poll_output() {
+            if let Output::Transmit { request, .. } = output
+                && request.command.must_arrive()
+            {
+                owed.push(request);
+            }
+        }
+        let nodes = Arc::clone(&self.shared.nodes);
+        let in_flight = std::mem::take(&mut self.in_flight);
+        crate::node::as_runtime_drops(move || {
+            drop(in_flight);
+            if !owed.is_empty() {
+                super::release_blocking(&nodes, owed);
+            }
+        });
+    }
+}
