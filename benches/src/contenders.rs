@@ -99,11 +99,6 @@ pub(crate) struct Contenders {
 }
 
 /// A lock held by one of the contenders.
-#[expect(
-    clippy::large_enum_variant,
-    reason = "held on a task's stack for one cycle: boxing our guard would add an allocation \
-              to our cycles alone and skew the comparison"
-)]
 pub(crate) enum Held {
     Ours(LockGuard),
     Rslock(rslock::Lock),

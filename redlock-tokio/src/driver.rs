@@ -7,30 +7,29 @@
 //! early, it cancels the operation, and the core sends what undoing it
 //! takes.
 
+mod handle;
+mod message;
 mod send;
 mod task;
 
 use std::collections::HashMap;
-use std::fmt::Debug;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::stream::FuturesUnordered;
-use redlock_core::{
-    Acquisition, Client, Extension, Inspection, KeptLock, Key, LeaderRead, Machine, NodeId,
-    OpEvent, Operation, Proclaim, Release, Request, Settings, Term,
-};
+use redlock_core::{Client, Key, Machine, NodeId, OpEvent, Operation, Request, Settings};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tracing::{Instrument, debug, debug_span};
+use tracing::{Instrument, debug_span};
 
+pub(crate) use handle::drive;
+pub(crate) use message::{Finished, Returned};
 #[cfg(test)]
 pub(crate) use send::next_quietly;
 #[cfg(test)]
 pub(crate) use send::send;
 
 use crate::Redlock;
-use crate::metrics::{self, Voted};
 use crate::node::Node;
 use crate::notices::Notices;
 use crate::sim::ClientRng;
@@ -46,8 +45,12 @@ pub(crate) enum Input {
     },
     /// The handle of operation `key` was dropped before its end.
     Cancel { key: u64 },
-    /// Give operation `key` back unfinished ([`Message::Taken`]).
-    Take { key: u64 },
+    /// Give operation `key` back unfinished, to `back`; dropped if it
+    /// ended.
+    Take {
+        key: u64,
+        back: tokio::sync::oneshot::Sender<Operation<ClientRng>>,
+    },
     /// Release a held lock ([`Client::release`](redlock_core::Client::release)):
     /// `lock`, or the one the keep-alive or term `kept` holds, stopping it;
     /// its events to `sink`, if any.
@@ -76,87 +79,27 @@ pub(crate) enum Message {
     /// The driver went away (its runtime shut down) before the end: the
     /// operation, to go on with another.
     Returned(Returned),
-    /// The operation, given back unfinished as asked ([`Input::Take`]).
-    Taken(Operation<ClientRng>),
 }
 
-pub(crate) type Sink = mpsc::UnboundedSender<Message>;
-
-/// An operation's final event, with the operation. Dropped untaken (its
-/// handle was cancelled after the operation ended, before it read this), a
-/// lock it grants is released: nobody else knows of it.
-pub(crate) struct Finished {
-    event: Option<OpEvent>,
-    operation: Option<Operation<ClientRng>>,
-    driver: std::sync::Weak<Driver>,
-    nodes: Arc<[Arc<Node>]>,
+/// Where an operation's messages go.
+pub(crate) enum Sink {
+    /// To a handle that awaits them ([`drive`]).
+    Channel(mpsc::UnboundedSender<Message>),
+    /// Told on the driver task, at once: for a handle with no task of its
+    /// own (a guard's keep-alive, a leadership's renewal). Keep it short.
+    Callback(Box<dyn FnMut(Message) + Send>),
 }
 
-impl Finished {
-    fn take(mut self) -> (OpEvent, Operation<ClientRng>) {
-        let event = self.event.take().expect("taken once");
-        let operation = self.operation.take().expect("taken once");
-        (event, operation)
-    }
-}
-
-impl Drop for Finished {
-    fn drop(&mut self) {
-        let Some(OpEvent::Acquire(redlock_core::AcquireEvent::Acquired(lock))) = self.event.take()
-        else {
-            return;
-        };
-        debug!("acquire cancelled as it was granted; releasing");
-        let lock = match self.driver.upgrade() {
-            Some(driver) => match driver.release(None, Box::new(lock), None) {
-                Ok(()) => return,
-                Err(lock) => lock,
-            },
-            None => Box::new(lock),
-        };
-        // No driver can take it: no runtime here, or this one shuts down.
-        let mut lock = *lock;
-        let requests =
-            Operation::<ClientRng>::Release(Box::new(lock.release(crate::sim::now()).unattended()))
-                .undo(crate::sim::now());
-        let nodes = Arc::clone(&self.nodes);
-        crate::node::as_runtime_drops(move || release_blocking(&nodes, requests));
-    }
-}
-
-/// An operation a driver that went away handed back to its handle, to go
-/// on with another. Dropped untaken (its handle is gone too: the runtime
-/// shuts down), it is abandoned: on another driver where one can run, else
-/// on blocking connections.
-pub(crate) struct Returned {
-    operation: Option<Operation<ClientRng>>,
-    driver: std::sync::Weak<Driver>,
-    nodes: Arc<[Arc<Node>]>,
-}
-
-impl Returned {
-    fn take(mut self) -> Operation<ClientRng> {
-        self.operation.take().expect("taken once")
-    }
-}
-
-impl Drop for Returned {
-    fn drop(&mut self) {
-        let Some(operation) = self.operation.take() else {
-            return;
-        };
-        let operation = match self.driver.upgrade() {
-            Some(driver) => match driver.send(Input::Abandon(operation)) {
-                Ok(()) => return,
-                Err(Input::Abandon(operation)) => operation,
-                Err(_) => unreachable!("sent an abandon"),
-            },
-            None => operation,
-        };
-        // No driver can take it: no runtime here, or this one shuts down.
-        let requests = operation.undo(crate::sim::now());
-        let nodes = Arc::clone(&self.nodes);
-        crate::node::as_runtime_drops(move || release_blocking(&nodes, requests));
+impl Sink {
+    fn send(&mut self, message: Message) {
+        match self {
+            // A handle that is gone drops what it is sent: a final event
+            // then releases what it grants (`Finished`).
+            Sink::Channel(channel) => {
+                let _ = channel.send(message);
+            }
+            Sink::Callback(callback) => callback(message),
+        }
     }
 }
 
@@ -264,7 +207,7 @@ impl Driver {
 
     /// Starts `operation` with its events to `sink`; its key for a cancel.
     /// `Err` gives it back when there is no runtime to run it on.
-    fn start(
+    pub(crate) fn start(
         &self,
         operation: Operation<ClientRng>,
         sink: Option<Sink>,
@@ -292,8 +235,14 @@ impl Driver {
         self.tell(Input::Cancel { key });
     }
 
-    fn take(&self, key: u64) {
-        self.tell(Input::Take { key });
+    /// Takes operation `key` back unfinished; `Err` once it has ended.
+    pub(crate) async fn take(
+        &self,
+        key: u64,
+    ) -> Result<Operation<ClientRng>, tokio::sync::oneshot::error::RecvError> {
+        let (back, taken) = tokio::sync::oneshot::channel();
+        self.tell(Input::Take { key, back });
+        taken.await
     }
 
     /// Tells the running task, if one runs.
@@ -345,160 +294,6 @@ impl Driver {
         let (done, settled) = tokio::sync::oneshot::channel();
         if inputs.send(Input::Settled(done)).is_ok() {
             let _ = settled.await;
-        }
-    }
-}
-
-/// A machine of the core a handle can run on the driver.
-pub(crate) trait Op: Machine + Sized {
-    fn wrap(self: Box<Self>) -> Operation<ClientRng>;
-    fn unwrap(operation: Operation<ClientRng>) -> Box<Self>;
-    fn event(event: OpEvent) -> Self::Event;
-}
-
-macro_rules! op {
-    ($machine:ty, $variant:ident) => {
-        impl Op for $machine {
-            fn wrap(self: Box<Self>) -> Operation<ClientRng> {
-                Operation::$variant(self)
-            }
-            fn unwrap(operation: Operation<ClientRng>) -> Box<Self> {
-                match operation {
-                    Operation::$variant(machine) => machine,
-                    _ => unreachable!("the driver gives back the operation it was given"),
-                }
-            }
-            fn event(event: OpEvent) -> Self::Event {
-                match event {
-                    OpEvent::$variant(event) => event,
-                    _ => unreachable!("an operation reports its own machine's events"),
-                }
-            }
-        }
-    };
-}
-
-op!(Acquisition<ClientRng>, Acquire);
-op!(Extension, Extend);
-op!(Release, Release);
-op!(KeptLock, KeepAlive);
-op!(Term, Term);
-op!(Proclaim, Proclaim);
-op!(LeaderRead, ReadLeader);
-op!(Inspection, Inspect);
-
-/// Runs `machine` to its final event on the client's driver, and gives it
-/// back with it (see [`Machine`] for what a machine does; the driver does
-/// the rest). Dropped before the final event (a cancelled future), it
-/// cancels the operation: the core abandons it and sends what undoing it
-/// takes (an acquisition's withdraws), in the background.
-pub(crate) async fn drive<M: Op>(machine: Box<M>, client: &Redlock) -> (M::Event, Box<M>)
-where
-    M::Event: Debug + Voted,
-{
-    drive_with(machine, client, |event| debug!(event = ?event, "retrying")).await
-}
-
-/// [`drive`], handing every event before the final one to `on_event`: for a
-/// machine whose events along the way matter (a kept-alive lock's
-/// extensions).
-pub(crate) async fn drive_with<M: Op>(
-    machine: Box<M>,
-    client: &Redlock,
-    on_event: impl FnMut(&M::Event) + Send,
-) -> (M::Event, Box<M>)
-where
-    M::Event: Debug + Voted,
-{
-    let never = std::future::pending();
-    match drive_until(machine, client, |_| {}, on_event, never).await {
-        Ok(done) => done,
-        Err(_) => unreachable!("never stopped"),
-    }
-}
-
-/// [`drive_with`], telling `on_start` the operation's key (for a cancel
-/// from elsewhere, [`Driver::cancel`]) and giving the machine back
-/// unfinished (`Err`) once `stop` completes first.
-pub(crate) async fn drive_until<M: Op>(
-    mut machine: Box<M>,
-    client: &Redlock,
-    mut on_start: impl FnMut(u64),
-    mut on_event: impl FnMut(&M::Event) + Send,
-    stop: impl Future<Output = ()>,
-) -> Result<(M::Event, Box<M>), Box<M>>
-where
-    M::Event: Debug + Voted,
-{
-    let driver = client.driver();
-    let mut rounds = metrics::Rounds::new();
-    let mut stop = std::pin::pin!(stop);
-    let mut stopping = false;
-    loop {
-        let (sink, mut messages) = mpsc::unbounded_channel();
-        let key = match driver.start(machine.wrap(), Some(sink)) {
-            Ok(key) => key,
-            Err(_) => panic!("a redlock operation runs on a Tokio runtime"),
-        };
-        on_start(key);
-        let mut cancel = Cancel {
-            driver,
-            key: Some(key),
-        };
-        if stopping {
-            driver.take(key);
-        }
-        loop {
-            let message = tokio::select! {
-                biased;
-                message = messages.recv() => message,
-                () = &mut stop, if !stopping => {
-                    stopping = true;
-                    driver.take(key);
-                    continue;
-                }
-            };
-            match message {
-                Some(Message::Event(event)) => {
-                    let event = M::event(event);
-                    rounds.event(client.node_metrics(), &event);
-                    on_event(&event);
-                }
-                Some(Message::Finished(finished)) => {
-                    cancel.key = None;
-                    let (event, operation) = finished.take();
-                    let event = M::event(event);
-                    rounds.event(client.node_metrics(), &event);
-                    return Ok((event, M::unwrap(operation)));
-                }
-                Some(Message::Taken(operation)) => {
-                    cancel.key = None;
-                    return Err(M::unwrap(operation));
-                }
-                Some(Message::Returned(returned)) => {
-                    cancel.key = None;
-                    machine = M::unwrap(returned.take());
-                    break;
-                }
-                // Cancelled by its owner (a guard that stopped its
-                // keep-alive), which is dropping this future.
-                None => std::future::pending().await,
-            }
-        }
-    }
-}
-
-/// Cancels its operation when dropped before the end.
-struct Cancel<'a> {
-    driver: &'a Driver,
-    key: Option<u64>,
-}
-
-impl Drop for Cancel<'_> {
-    fn drop(&mut self) {
-        if let Some(key) = self.key.take() {
-            debug!("cancelled; the core undoes what is in flight");
-            self.driver.cancel(key);
         }
     }
 }

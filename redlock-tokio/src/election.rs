@@ -12,11 +12,10 @@ use redlock_core::{
     ElectionTiming, Leader, LeaderRead, LeaderReport, LeaderWatch, LeadershipLoss, Lock, LockSpec,
     ReleaseReport, RoundId, Term, TermEvent,
 };
-use tokio::sync::{oneshot, watch};
-use tokio::task::JoinHandle;
+use tokio::sync::watch;
 use tracing::{debug, info};
 
-use crate::driver::{drive, drive_until};
+use crate::driver::{Message, Sink, drive};
 use crate::{Error, Redlock, Wait};
 
 impl Redlock {
@@ -177,10 +176,6 @@ impl Election {
     }
 }
 
-/// The renewing task, which gives the term back when it ends, and how to
-/// stop it.
-type Renewing = (JoinHandle<Box<Term>>, oneshot::Sender<()>);
-
 /// What a leadership's watchers see.
 #[derive(Clone, Debug)]
 struct Status {
@@ -203,10 +198,10 @@ struct Inner {
     renew_deadline: Duration,
     /// Shared with the renewing task, which tells through it.
     status: Arc<watch::Sender<Status>>,
-    /// The renewing task and how to stop it, while it runs.
-    running: Mutex<Option<Renewing>>,
-    /// The renewing term's key on the driver, while it runs.
-    renewing: Arc<Mutex<Option<u64>>>,
+    /// The renewing term's key on the client's driver, while it runs.
+    renewing: Mutex<Option<u64>>,
+    /// The term, given back by the driver when it ended (lost).
+    ended: Arc<Mutex<Option<Box<Term>>>>,
     /// One resign at a time.
     resigning: tokio::sync::Mutex<()>,
 }
@@ -234,8 +229,8 @@ impl Leadership {
                 renew_deadline,
                 lock,
                 status,
-                running: Mutex::new(None),
-                renewing: Arc::new(Mutex::new(None)),
+                renewing: Mutex::new(None),
+                ended: Arc::new(Mutex::new(None)),
                 resigning: tokio::sync::Mutex::new(()),
             }),
         };
@@ -243,47 +238,70 @@ impl Leadership {
         this
     }
 
-    /// Drives the term in the background until it ends or is stopped. The
-    /// task holds what it tells, not the leadership: dropping the last
-    /// handle stops it ([`Inner`]'s drop).
+    /// Renews the term on the client's driver until it ends or is taken
+    /// back ([`resign`](Self::resign)); the driver tells the leadership's
+    /// watchers each renewal and the loss. Nothing of it holds the
+    /// leadership: dropping the last handle stops it ([`Inner`]'s drop).
     fn renew(&self, term: Box<Term>) {
-        let (stop, stopped) = oneshot::channel::<()>();
         let status = Arc::clone(&self.inner.status);
-        let client = self.inner.client.clone();
+        let ended = Arc::clone(&self.inner.ended);
         let number = self.inner.term;
-        let renewing = Arc::clone(&self.inner.renewing);
-        let task = tokio::spawn(async move {
-            let tell = |event: &TermEvent| match event {
-                TermEvent::Renewed { lose_at, .. } => {
-                    status.send_modify(|s| s.lose_at = *lose_at);
-                }
-                TermEvent::RenewFailed(error) => debug!(error = %error, "renewal failed"),
-                TermEvent::Lost(reason) => {
-                    info!(term = number, reason = %reason, "leadership lost");
-                    status.send_modify(|s| s.loss = Some(reason.clone()));
-                }
-                _ => {}
-            };
-            let record = |key| *renewing.lock().unwrap_or_else(PoisonError::into_inner) = Some(key);
-            let stopped = async {
-                let _ = stopped.await;
-            };
-            match drive_until(term, &client, record, tell, stopped).await {
-                Ok((event, term)) => {
-                    tell(&event);
-                    term
-                }
-                Err(term) => term,
+        let tell = move |event: &TermEvent| match event {
+            TermEvent::Renewed { lose_at, .. } => {
+                status.send_modify(|s| s.lose_at = *lose_at);
             }
-        });
-        *self.lock_running() = Some((task, stop));
+            TermEvent::RenewFailed(error) => debug!(error = %error, "renewal failed"),
+            TermEvent::Lost(reason) => {
+                info!(term = number, reason = %reason, "leadership lost");
+                status.send_modify(|s| s.loss = Some(reason.clone()));
+            }
+            _ => {}
+        };
+        let sink = Sink::Callback(Box::new(move |message| match message {
+            Message::Event(redlock_core::OpEvent::Term(event)) => tell(&event),
+            Message::Finished(finished) => {
+                let (event, operation) = finished.take();
+                if let redlock_core::OpEvent::Term(event) = event {
+                    tell(&event);
+                }
+                if let redlock_core::Operation::Term(term) = operation {
+                    *ended.lock().unwrap_or_else(PoisonError::into_inner) = Some(term);
+                }
+            }
+            // The runtime shuts down: the renewal ends with it.
+            _ => {}
+        }));
+        let driver = self.inner.client.driver();
+        if let Ok(key) = driver.start(redlock_core::Operation::Term(term), Some(sink)) {
+            *self
+                .inner
+                .renewing
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = Some(key);
+        }
     }
 
-    fn lock_running(&self) -> std::sync::MutexGuard<'_, Option<Renewing>> {
-        self.inner
-            .running
+    /// The term, stopped: taken back from the driver while it renews, or
+    /// as it ended; `None` once resigned.
+    async fn stop_renewing(&self) -> Option<Box<Term>> {
+        let renewing = self
+            .inner
+            .renewing
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(key) = renewing
+            && let Ok(redlock_core::Operation::Term(term)) =
+                self.inner.client.driver().take(key).await
+        {
+            return Some(term);
+        }
+        // It ended first: the driver handed it back then.
+        self.inner
+            .ended
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
     }
 
     /// The term: the election's fencing token, larger than every earlier
@@ -310,7 +328,7 @@ impl Leadership {
         let status = self.inner.status.borrow();
         match &status.loss {
             Some(reason) => Some(reason.clone()),
-            // The clock knows before a paused renewal task does.
+            // The clock knows before a paused renewal does.
             None if crate::sim::now() >= status.lose_at => {
                 Some(LeadershipLoss::RenewDeadline(self.inner.renew_deadline))
             }
@@ -351,10 +369,7 @@ impl Leadership {
     /// again.
     pub async fn resign(&mut self) -> Option<ReleaseReport> {
         let _one = self.inner.resigning.lock().await;
-        let running = self.lock_running().take();
-        let (task, stop) = running?;
-        let _ = stop.send(());
-        let mut term = task.await.ok()?;
+        let mut term = self.stop_renewing().await?;
         let Some(release) = term.resign(crate::sim::now()) else {
             // Lost already: our value may still be on some servers, where
             // it would hold off the next leader until its TTL.
@@ -391,24 +406,28 @@ impl Leadership {
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        // The last handle is gone: stop renewing and release our value,
-        // in the background, as a dropped lock guard does.
-        let running = self
-            .running
+        // The last handle is gone: stop renewing and release our value, in
+        // the background, as a dropped lock guard does: the core releases
+        // the lock as the renewal holds it (every renewal applied: the
+        // servers a restore filled), behind what it sent.
+        let renewing = self
+            .renewing
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
-        let Some((task, _stop)) = running else {
-            return;
-        };
-        // The renewal stops and the lock it holds (every renewal applied:
-        // the servers a restore filled) is released behind what it sent.
-        task.abort();
-        let renewing = self
-            .renewing
+        let ended = self
+            .ended
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
-        crate::guard::spawn_release(self.client.clone(), self.lock.clone(), renewing);
+        let lock = match (&renewing, ended) {
+            (Some(_), _) => self.lock.clone(),
+            // Lost: our value may still be on some servers, where it would
+            // hold off the next leader until its TTL.
+            (None, Some(term)) => term.lock().clone(),
+            // Resigned.
+            (None, None) => return,
+        };
+        crate::guard::spawn_release(self.client.clone(), lock, renewing);
     }
 }

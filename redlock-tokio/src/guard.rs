@@ -5,13 +5,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use redlock_core::{
-    KeepAlive, KeptLock, KeptLockEvent, Key, Lock, LockValue, ReleaseReport, Votes,
+    KeepAlive, KeptLock, KeptLockEvent, Key, Lock, LockValue, OpEvent, Operation, ReleaseReport,
+    Votes,
 };
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span};
 
-use crate::driver::{drive, drive_until};
+use crate::driver::{Message, Sink, drive};
 use crate::metrics::{self, End};
 use crate::{Error, LossReason, Redlock};
 
@@ -42,8 +42,6 @@ pub struct LockGuard {
     acquired: Lock,
     /// The lock as extended, and its loss.
     shared: Arc<Shared>,
-    /// The keep-alive task, while one runs.
-    keep_alive: Option<JoinHandle<()>>,
     /// Released or forgotten: nothing left to do on drop.
     done: bool,
 }
@@ -55,7 +53,10 @@ impl fmt::Debug for LockGuard {
             .field("ttl", &self.ttl())
             .field("validity", &self.validity())
             .field("extensions", &self.extensions())
-            .field("kept_alive", &self.keep_alive.is_some())
+            .field(
+                "kept_alive",
+                &self.shared.with(|kept| kept.keep_alive_key.is_some()),
+            )
             .field("loss", &self.loss())
             .finish_non_exhaustive()
     }
@@ -68,7 +69,6 @@ impl LockGuard {
             resource,
             shared: Arc::new(Shared::new(lock.clone())),
             acquired: lock,
-            keep_alive: None,
             done: false,
         }
     }
@@ -214,32 +214,36 @@ impl LockGuard {
         }
     }
 
-    /// Starts the keep-alive ([`LockRequest::keep_alive`](crate::LockRequest::keep_alive)).
+    /// Starts the keep-alive ([`LockRequest::keep_alive`](crate::LockRequest::keep_alive)):
+    /// the core's [`KeptLock`] on the client's driver, whose events the
+    /// driver applies to this guard's copy of the lock as they come.
     pub(crate) fn start_keep_alive(&mut self, options: KeepAlive) {
+        let kept = self
+            .shared
+            .with(|kept| Box::new(KeptLock::new(kept.lock.clone(), options)));
         let span = info_span!("redlock.keep_alive", resource = %self.key());
-        self.keep_alive = Some(tokio::spawn(
-            keep_alive(self.client.clone(), Arc::clone(&self.shared), options).instrument(span),
-        ));
-    }
-
-    /// Stops the keep-alive and waits until it has, so that no extension
-    /// (which may set a missing key again) is sent after what follows.
-    async fn stop_keep_alive(&mut self) {
-        self.stop_keep_alive_now();
-        if let Some(task) = self.keep_alive.take() {
-            let _ = task.await;
+        let told = Arc::clone(&self.shared);
+        let sink = Sink::Callback(Box::new(move |message| {
+            let _entered = span.enter();
+            kept_alive(&told, message);
+        }));
+        match self
+            .client
+            .driver()
+            .start(Operation::KeepAlive(kept), Some(sink))
+        {
+            Ok(key) => self.shared.with(|kept| kept.keep_alive_key = Some(key)),
+            // Only outside any runtime, where no acquire completes.
+            Err(_) => debug!("no runtime for the keep-alive; the lock ends with its validity"),
         }
     }
 
-    /// Stops the keep-alive at once: its operation is cancelled on the
-    /// driver now, so that whatever this client sends from now on goes
-    /// after its extensions on every node.
-    fn stop_keep_alive_now(&mut self) {
-        if let Some(task) = &self.keep_alive {
-            task.abort();
-            if let Some(key) = self.shared.with(|kept| kept.keep_alive_key.take()) {
-                self.client.driver().cancel(key);
-            }
+    /// Stops the keep-alive: its operation is cancelled on the driver now,
+    /// so that whatever this client sends from now on goes after its
+    /// extensions (which may set a missing key again) on every node.
+    fn stop_keep_alive(&mut self) {
+        if let Some(key) = self.shared.with(|kept| kept.keep_alive_key.take()) {
+            self.client.driver().cancel(key);
         }
     }
 
@@ -266,7 +270,7 @@ impl LockGuard {
     /// Releases the lock; `done` once it has, so that the drop that follows
     /// does nothing (and a release cancelled before is redone by `Drop`).
     async fn release_with(&mut self, every_node: bool) -> ReleaseReport {
-        self.stop_keep_alive().await;
+        self.stop_keep_alive();
         self.shared.end();
         // Boxed, as the machine in `release_lock`: see `Releasing`.
         let (mut lock, lost) = self
@@ -285,7 +289,7 @@ impl LockGuard {
     /// The lock as it stands, handed to another owner (an election's
     /// term): the guard no longer releases it.
     pub(crate) fn into_lock(mut self) -> Lock {
-        self.stop_keep_alive_now();
+        self.stop_keep_alive();
         self.shared.end();
         self.done = true;
         self.shared.with(|kept| kept.lock.clone())
@@ -312,9 +316,6 @@ impl Drop for LockGuard {
             metrics::held(&lock, End::Released);
         }
         // Stopped by the release below, which goes behind its extensions.
-        if let Some(task) = self.keep_alive.take() {
-            task.abort();
-        }
         let kept = self.shared.with(|kept| kept.keep_alive_key.take());
         spawn_release(self.client.clone(), lock, kept);
     }
@@ -368,7 +369,8 @@ pub(crate) fn spawn_release(client: Redlock, lock: Lock, kept: Option<u64>) {
         !inside && driver.runtime_flavor() == Some(tokio::runtime::RuntimeFlavor::MultiThread);
     let lock = if inside || wait {
         let (sink, mut messages) = tokio::sync::mpsc::unbounded_channel();
-        match driver.release(kept, Box::new(lock), wait.then_some(sink)) {
+        let sink = wait.then_some(crate::driver::Sink::Channel(sink));
+        match driver.release(kept, Box::new(lock), sink) {
             Ok(()) => {
                 debug!("lock dropped; releasing in the background");
                 // Never on a runtime's thread: this one runs none.
@@ -562,48 +564,43 @@ impl Shared {
     }
 }
 
-/// The keep-alive: the core's [`KeptLock`] (the schedule and its
-/// extensions, one machine) run by the one driver, which sleeps until the
-/// instant the core names and sends what it queues. Each extension is
-/// applied to the guard's copy of the lock as it is reported; the final
-/// event is the loss.
-async fn keep_alive(client: Redlock, shared: Arc<Shared>, options: KeepAlive) {
-    let kept = shared.with(|kept| Box::new(KeptLock::new(kept.lock.clone(), options)));
-    let record_key = |key| shared.with(|kept| kept.keep_alive_key = Some(key));
-    let on_event = |event: &KeptLockEvent| match event {
-        KeptLockEvent::Extended(extended) => {
-            metrics::extended(Ok(()));
-            debug!(validity_ms = extended.validity.as_millis() as u64, votes = %extended.votes, "lock extended");
-            shared.with(|kept| {
-                kept.lock.apply(extended);
-                kept.ending = None;
-            });
+/// What the keep-alive's driver tells a guard: each extension applied to
+/// the guard's copy of the lock as it is reported, and the loss at the end.
+fn kept_alive(shared: &Shared, message: Message) {
+    match message {
+        Message::Event(OpEvent::KeepAlive(event)) => match event {
+            KeptLockEvent::Extended(extended) => {
+                metrics::extended(Ok(()));
+                debug!(validity_ms = extended.validity.as_millis() as u64, votes = %extended.votes, "lock extended");
+                shared.with(|kept| {
+                    kept.lock.apply(&extended);
+                    kept.ending = None;
+                });
+            }
+            KeptLockEvent::ExtendFailed(error) => {
+                metrics::extended(Err(&error));
+                // Nodes down are reported by their connections; the loss,
+                // if it comes, at INFO.
+                debug!(error = %error, "extension failed");
+                shared.with(|kept| kept.ending = Some(LossReason::ExtendFailed(error)));
+            }
+            KeptLockEvent::LimitReached { extensions } => {
+                shared.with(|kept| kept.ending = Some(LossReason::ExtensionLimit { extensions }));
+                debug!(
+                    extensions,
+                    "extension limit reached; the lock ends with its validity"
+                );
+            }
+            other => debug!(event = ?other, "keep-alive"),
+        },
+        Message::Finished(finished) => {
+            if let (OpEvent::KeepAlive(KeptLockEvent::Lost(reason)), _) = finished.take() {
+                metrics::lost(&reason);
+                shared.with(|kept| metrics::held(&kept.lock, End::Lost));
+                shared.lose(reason);
+            }
         }
-        KeptLockEvent::ExtendFailed(error) => {
-            metrics::extended(Err(error));
-            shared.with(|kept| kept.ending = Some(LossReason::ExtendFailed(error.clone())));
-            // Nodes down are reported by their connections; the loss,
-            // if it comes, at INFO.
-            debug!(error = %error, "extension failed");
-        }
-        KeptLockEvent::LimitReached { extensions } => {
-            let extensions = *extensions;
-            shared.with(|kept| kept.ending = Some(LossReason::ExtensionLimit { extensions }));
-            debug!(
-                extensions,
-                "extension limit reached; the lock ends with its validity"
-            );
-        }
-        other => debug!(event = ?other, "keep-alive"),
-    };
-    let never = std::future::pending();
-    let Ok((event, _)) = drive_until(kept, &client, record_key, on_event, never).await else {
-        unreachable!("never stopped");
-    };
-    let KeptLockEvent::Lost(reason) = event else {
-        unreachable!("a kept lock's final event is its loss, not {event:?}");
-    };
-    metrics::lost(&reason);
-    shared.with(|kept| metrics::held(&kept.lock, End::Lost));
-    shared.lose(reason);
+        // The runtime shuts down: the keep-alive ends with it.
+        _ => {}
+    }
 }

@@ -158,12 +158,12 @@ impl Task {
                     self.sinks.insert(op, sink);
                 }
             }
-            Input::Take { key } => {
-                if let Some(op) = self.keys.remove(&key)
-                    && let Some(sink) = self.sinks.remove(&op)
-                    && let Some(operation) = self.client.evict(op, now)
-                {
-                    let _ = sink.send(Message::Taken(operation));
+            Input::Take { key, back } => {
+                if let Some(op) = self.keys.remove(&key) {
+                    self.sinks.remove(&op);
+                    if let Some(operation) = self.client.evict(op, now) {
+                        let _ = back.send(operation);
+                    }
                 }
             }
             Input::Notice { node, channel } => self.client.handle_notice(node, &channel, now),
@@ -211,17 +211,17 @@ impl Task {
                     let message = match finished {
                         Some(operation) => {
                             self.keys.retain(|_, running| *running != op);
-                            let Some(sink) = self.sinks.remove(&op) else {
+                            let Some(mut sink) = self.sinks.remove(&op) else {
                                 continue;
                             };
                             let finished = self.finish(event, operation);
-                            let _ = sink.send(Message::Finished(finished));
+                            sink.send(Message::Finished(finished));
                             continue;
                         }
                         None => Message::Event(event),
                     };
-                    if let Some(sink) = self.sinks.get(&op) {
-                        let _ = sink.send(message);
+                    if let Some(sink) = self.sinks.get_mut(&op) {
+                        sink.send(message);
                     }
                 }
                 Output::Health(change) => self.health(change),
@@ -311,10 +311,10 @@ impl Drop for Task {
             match input {
                 Input::Start {
                     operation,
-                    sink: Some(sink),
+                    sink: Some(mut sink),
                     ..
                 } => {
-                    let _ = sink.send(Message::Returned(self.hand_back(operation)));
+                    sink.send(Message::Returned(self.hand_back(operation)));
                 }
                 Input::Start {
                     operation,
@@ -331,9 +331,9 @@ impl Drop for Task {
                 _ => {}
             }
         }
-        for (op, sink) in std::mem::take(&mut self.sinks) {
+        for (op, mut sink) in std::mem::take(&mut self.sinks) {
             if let Some(operation) = self.client.evict(op, now) {
-                let _ = sink.send(Message::Returned(self.hand_back(operation)));
+                sink.send(Message::Returned(self.hand_back(operation)));
             }
         }
         self.client.close(now);

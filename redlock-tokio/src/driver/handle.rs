@@ -1,0 +1,127 @@
+//! An operation's handle on the driver: hands the machine over, hears its
+//! events, gets it back at the end, cancels it when dropped early.
+
+use std::fmt::Debug;
+
+use redlock_core::{
+    Acquisition, Extension, Inspection, KeptLock, LeaderRead, Machine, OpEvent, Operation,
+    Proclaim, Release, Term,
+};
+use tokio::sync::mpsc;
+use tracing::debug;
+
+use super::{Driver, Message, Sink};
+use crate::Redlock;
+use crate::metrics::{self, Voted};
+use crate::sim::ClientRng;
+
+/// A machine of the core a handle can run on the driver.
+pub(crate) trait Op: Machine + Sized {
+    fn wrap(self: Box<Self>) -> Operation<ClientRng>;
+    fn unwrap(operation: Operation<ClientRng>) -> Box<Self>;
+    fn event(event: OpEvent) -> Self::Event;
+}
+
+macro_rules! op {
+    ($machine:ty, $variant:ident) => {
+        impl Op for $machine {
+            fn wrap(self: Box<Self>) -> Operation<ClientRng> {
+                Operation::$variant(self)
+            }
+            fn unwrap(operation: Operation<ClientRng>) -> Box<Self> {
+                match operation {
+                    Operation::$variant(machine) => machine,
+                    _ => unreachable!("the driver gives back the operation it was given"),
+                }
+            }
+            fn event(event: OpEvent) -> Self::Event {
+                match event {
+                    OpEvent::$variant(event) => event,
+                    _ => unreachable!("an operation reports its own machine's events"),
+                }
+            }
+        }
+    };
+}
+
+op!(Acquisition<ClientRng>, Acquire);
+op!(Extension, Extend);
+op!(Release, Release);
+op!(KeptLock, KeepAlive);
+op!(Term, Term);
+op!(Proclaim, Proclaim);
+op!(LeaderRead, ReadLeader);
+op!(Inspection, Inspect);
+
+/// Runs `machine` to its final event on the client's driver, and gives it
+/// back with it (see [`Machine`] for what a machine does; the driver does
+/// the rest). Dropped before the final event (a cancelled future), it
+/// cancels the operation: the core abandons it and sends what undoing it
+/// takes (an acquisition's withdraws), in the background.
+pub(crate) async fn drive<M: Op>(machine: Box<M>, client: &Redlock) -> (M::Event, Box<M>)
+where
+    M::Event: Debug + Voted,
+{
+    drive_with(machine, client, |event| debug!(event = ?event, "retrying")).await
+}
+
+/// [`drive`], handing every event before the final one to `on_event`.
+async fn drive_with<M: Op>(
+    mut machine: Box<M>,
+    client: &Redlock,
+    mut on_event: impl FnMut(&M::Event) + Send,
+) -> (M::Event, Box<M>)
+where
+    M::Event: Debug + Voted,
+{
+    let driver = client.driver();
+    let mut rounds = metrics::Rounds::new();
+    loop {
+        let (sink, mut messages) = mpsc::unbounded_channel();
+        let key = match driver.start(machine.wrap(), Some(Sink::Channel(sink))) {
+            Ok(key) => key,
+            Err(_) => panic!("a redlock operation runs on a Tokio runtime"),
+        };
+        let mut cancel = Cancel {
+            driver,
+            key: Some(key),
+        };
+        loop {
+            match messages.recv().await {
+                Some(Message::Event(event)) => {
+                    let event = M::event(event);
+                    rounds.event(client.node_metrics(), &event);
+                    on_event(&event);
+                }
+                Some(Message::Finished(finished)) => {
+                    cancel.key = None;
+                    let (event, operation) = finished.take();
+                    let event = M::event(event);
+                    rounds.event(client.node_metrics(), &event);
+                    return (event, M::unwrap(operation));
+                }
+                Some(Message::Returned(returned)) => {
+                    cancel.key = None;
+                    machine = M::unwrap(returned.take());
+                    break;
+                }
+                None => unreachable!("the driver answers every operation it drops"),
+            }
+        }
+    }
+}
+
+/// Cancels its operation when dropped before the end.
+struct Cancel<'a> {
+    driver: &'a Driver,
+    key: Option<u64>,
+}
+
+impl Drop for Cancel<'_> {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            debug!("cancelled; the core undoes what is in flight");
+            self.driver.cancel(key);
+        }
+    }
+}
