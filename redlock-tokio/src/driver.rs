@@ -8,6 +8,7 @@
 //! takes.
 
 mod handle;
+mod mailbox;
 mod message;
 mod send;
 mod task;
@@ -23,6 +24,7 @@ use tokio::task::JoinHandle;
 use tracing::{Instrument, debug_span};
 
 pub(crate) use handle::drive;
+pub(crate) use mailbox::mailbox;
 pub(crate) use message::{Finished, Returned};
 #[cfg(test)]
 pub(crate) use send::next_quietly;
@@ -84,7 +86,7 @@ pub(crate) enum Message {
 /// Where an operation's messages go.
 pub(crate) enum Sink {
     /// To a handle that awaits them ([`drive`]).
-    Channel(mpsc::UnboundedSender<Message>),
+    Channel(mailbox::Sender),
     /// Told on the driver task, at once: for a handle with no task of its
     /// own (a guard's keep-alive, a leadership's renewal). Keep it short.
     Callback(Box<dyn FnMut(Message) + Send>),
@@ -95,9 +97,7 @@ impl Sink {
         match self {
             // A handle that is gone drops what it is sent: a final event
             // then releases what it grants (`Finished`).
-            Sink::Channel(channel) => {
-                let _ = channel.send(message);
-            }
+            Sink::Channel(channel) => channel.send(message),
             Sink::Callback(callback) => callback(message),
         }
     }

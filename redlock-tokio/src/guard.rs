@@ -368,7 +368,7 @@ pub(crate) fn spawn_release(client: Redlock, lock: Lock, kept: Option<u64>) {
     let wait =
         !inside && driver.runtime_flavor() == Some(tokio::runtime::RuntimeFlavor::MultiThread);
     let lock = if inside || wait {
-        let (sink, mut messages) = tokio::sync::mpsc::unbounded_channel();
+        let (sink, mut messages) = crate::driver::mailbox();
         let sink = wait.then_some(crate::driver::Sink::Channel(sink));
         match driver.release(kept, Box::new(lock), sink) {
             Ok(()) => {
@@ -377,7 +377,9 @@ pub(crate) fn spawn_release(client: Redlock, lock: Lock, kept: Option<u64>) {
                 if wait
                     && crate::node::check_may_block("waiting for a release from outside a runtime")
                 {
-                    while let Some(crate::driver::Message::Event(_)) = messages.blocking_recv() {}
+                    while let Some(crate::driver::Message::Event(_)) =
+                        futures::executor::block_on(messages.recv())
+                    {}
                 }
                 return;
             }

@@ -229,11 +229,13 @@ impl<R: Rng> Client<R> {
     /// the script where they wait ([`Hub::plan_release`]). Its requests are
     /// in [`poll_output`](Self::poll_output) before this returns.
     pub fn start(&mut self, operation: Operation<R>, now: Instant) -> OpId {
+        // Nobody of this client waiting, the common case: nothing to plan,
+        // and the machine stays in its box.
         let machine = match operation {
-            Operation::Acquire(acquisition) => {
+            Operation::Acquire(acquisition) if self.hub.is_waiting() => {
                 Operation::Acquire(Box::new(self.hub.plan(*acquisition, now)))
             }
-            Operation::Release(release) => {
+            Operation::Release(release) if self.hub.is_waiting() => {
                 Operation::Release(Box::new(self.hub.plan_release(*release)))
             }
             other => other,

@@ -7,7 +7,6 @@ use redlock_core::{
     Acquisition, Extension, Inspection, KeptLock, LeaderRead, Machine, OpEvent, Operation,
     Proclaim, Release, Term,
 };
-use tokio::sync::mpsc;
 use tracing::debug;
 
 use super::{Driver, Message, Sink};
@@ -77,7 +76,7 @@ where
     let driver = client.driver();
     let mut rounds = metrics::Rounds::new();
     loop {
-        let (sink, mut messages) = mpsc::unbounded_channel();
+        let (sink, mut messages) = super::mailbox();
         let key = match driver.start(machine.wrap(), Some(Sink::Channel(sink))) {
             Ok(key) => key,
             Err(_) => panic!("a redlock operation runs on a Tokio runtime"),
