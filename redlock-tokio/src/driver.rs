@@ -13,12 +13,10 @@ mod message;
 mod send;
 mod task;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use futures::stream::FuturesUnordered;
-use redlock_core::{Client, Key, Machine, NodeId, OpEvent, Operation, Request, Settings};
+use redlock_core::{Key, Machine, NodeId, OpEvent, Operation, Request, Settings};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tracing::{Instrument, debug_span};
@@ -175,25 +173,12 @@ impl Driver {
         }
         let runtime = tokio::runtime::Handle::try_current().ok()?;
         let (inputs, receiver) = mpsc::unbounded_channel();
-        let task = task::Task {
-            client: Client::new(Arc::clone(&self.shared.settings)),
-            shared: Arc::clone(&self.shared),
-            inputs: receiver,
-            weak: inputs.downgrade(),
-            in_flight: FuturesUnordered::new(),
-            aborts: HashMap::new(),
-            sinks: HashMap::new(),
-            keys: HashMap::new(),
-            settled: Vec::new(),
-            connections: self
-                .shared
-                .nodes
-                .iter()
-                .map(|node| node.connections())
-                .collect(),
-            orphaned: false,
-            driver: self.this.clone(),
-        };
+        let task = task::Task::new(
+            Arc::clone(&self.shared),
+            receiver,
+            inputs.downgrade(),
+            self.this.clone(),
+        );
         // Not a child of the operation that happens to start it.
         let span = debug_span!(parent: None, "redlock.driver");
         let task = runtime.spawn(task.run().instrument(span));

@@ -163,6 +163,41 @@ impl Order {
         .await
     }
 
+    /// Runs `command`, whose first poll queues one command for each of
+    /// `keys` on the node's connection, in that order (a pipeline): a script
+    /// command (`true`) is stamped as [`send`](Self::send) does, its ticket
+    /// pushed on `tickets`; a plain one (`false`) passes as
+    /// [`send_plain`](Self::send_plain) does, `None` pushed for it. All under
+    /// one lock, so the stamps follow the pipeline's order.
+    pub(crate) async fn send_many<'a, F: Future>(
+        &'a self,
+        keys: &[(&Key, bool)],
+        tickets: &mut Vec<Option<Ticket<'a>>>,
+        command: F,
+    ) -> F::Output {
+        let mut command = pin!(command);
+        let mut first = true;
+        poll_fn(|cx| {
+            if std::mem::take(&mut first) {
+                let mut stamps = self.lock();
+                for &(key, script) in keys {
+                    tickets.push(script.then(|| Ticket {
+                        order: self,
+                        key: key.clone(),
+                        stamp: stamps.stamp(key, true),
+                    }));
+                    if !script {
+                        stamps.pass(key);
+                    }
+                }
+                // Queued while the stamps are ours alone.
+                return command.as_mut().poll(cx);
+            }
+            command.as_mut().poll(cx)
+        })
+        .await
+    }
+
     /// Runs `command` (the same command again, after loading its script)
     /// only if no later command for `ticket`'s key was queued on the node;
     /// `None` when one was.
@@ -278,6 +313,30 @@ mod tests {
 
         // Keys are forgotten once nothing for them is in flight.
         drop((first, later, unrelated));
+        assert!(order.lock().keys.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_pipeline_stamps_its_commands_in_its_order() {
+        let order = Order::default();
+        let key = Key::from(&b"k"[..]);
+        let other = Key::from(&b"other"[..]);
+
+        // A script for `key`, then a plain command for it, in one pipeline:
+        // the script may not be sent again after the plain command.
+        let mut tickets = Vec::new();
+        let keys = [(&key, true), (&other, true), (&key, false)];
+        assert_eq!(order.send_many(&keys, &mut tickets, command(1)).await, 1);
+        let mut tickets = tickets.into_iter();
+        let mut script = tickets.next().flatten().expect("a script's ticket");
+        let mut other_ticket = tickets.next().flatten().expect("a script's ticket");
+        assert!(
+            tickets.next().flatten().is_none(),
+            "a plain command has none"
+        );
+        assert_eq!(order.resend(&mut script, command(2)).await, None);
+        assert_eq!(order.resend(&mut other_ticket, command(3)).await, Some(3));
+        drop((script, other_ticket));
         assert!(order.lock().keys.is_empty());
     }
 

@@ -14,10 +14,13 @@ use tracing::{Level, debug};
 
 use crate::node::Node;
 
-/// Sends one request to its node, at once: the request is in the node's
-/// connection queue before this returns. The returned future yields the
-/// node's reply, however late: the core applies the deadlines
-/// ([`Output::Forget`](redlock_core::Output::Forget) drops it).
+/// Sends requests to their node (one node: the driver batches per node),
+/// at once: they are in the node's connection queue, in this order, before
+/// this returns, as one pipeline where there are several (one message to
+/// the connection, one write). The returned future yields the node's
+/// replies, in the same order, however late: the core applies the
+/// deadlines ([`Output::Forget`](redlock_core::Output::Forget) drops them,
+/// once every request of the batch is forgotten).
 ///
 /// # The per-node order
 ///
@@ -26,11 +29,14 @@ use crate::node::Node;
 /// undoes it, an extend before the release. It holds because
 ///
 /// 1. one task, the client's driver, takes every request from the core in
-///    the order the core emitted it and queues it here, at once, not at a
-///    later poll: the first poll below happens now, unconstrained by
-///    Tokio's budget, and a plain master's connection queue makes no
-///    sender wait for room until it holds
-///    [`CONNECTION_QUEUE`](crate::node::CONNECTION_QUEUE) requests, which
+///    the order the core emitted it, keeps that order in each node's batch
+///    of the turn, and queues each batch here at the end of the turn that
+///    emitted it, before it takes anything more from the core, and at once,
+///    not at a later poll: the first poll below happens now, unconstrained
+///    by Tokio's budget, a batch is one message in the queue (a pipeline
+///    keeps its commands' order), and a plain master's connection queue
+///    makes no sender wait for room until it holds
+///    [`CONNECTION_QUEUE`](crate::node::CONNECTION_QUEUE) messages, which
 ///    only a master that stopped reading under heavy load reaches;
 /// 2. a cluster node's request first waits for its key's turn
 ///    ([`Order::turn`](crate::order::Order::turn)), taken at that same first
@@ -51,37 +57,58 @@ use crate::node::Node;
 /// `tests/tests/left_behind.rs` shows it under backpressure and storms of
 /// cancellations; `order_under_backpressure` in `driver/tests.rs` breaks
 /// rule 1 on purpose and sees the order break.
-pub(crate) fn send(nodes: &[Arc<Node>], request: Request) -> Sent {
+pub(crate) fn send(nodes: &[Arc<Node>], requests: Vec<Request>) -> Sent {
     // The core only emits node ids below the node count it was built with,
-    // which is the length of `nodes`.
-    let node = Arc::clone(&nodes[request.node.0]);
-    let must_arrive = request.command.must_arrive().then(|| request.clone());
+    // which is the length of `nodes`; the driver batches per node.
+    let node = Arc::clone(&nodes[requests[0].node.0]);
+    debug_assert!(
+        requests
+            .iter()
+            .all(|request| request.node == requests[0].node)
+    );
+    let must_arrive = requests
+        .iter()
+        .filter(|request| request.command.must_arrive())
+        .cloned()
+        .collect();
     let sent_to = Arc::clone(&node);
-    let mut future = Box::pin(async move {
+    let mut future: Pin<Box<dyn Future<Output = Vec<Reply>> + Send>> = Box::pin(async move {
         // The clock is read for the log line only, when someone listens.
         let started = tracing::enabled!(Level::DEBUG).then(crate::sim::now);
         // Unconstrained: Tokio's cooperative budget must not make the first
-        // poll return before the request is queued.
-        let reply = tokio::task::unconstrained(node.execute(&request)).await;
+        // poll return before the requests are queued. One request goes as
+        // it is; more go as one pipeline (never to a cluster node: it
+        // routes each request on its own, so the driver sends them one by
+        // one, each in its key's turn).
+        let replies = match &requests[..] {
+            [request] => vec![tokio::task::unconstrained(node.execute(request)).await],
+            // Boxed: inline, the pipeline's state would grow the future of
+            // every single request, the common case, which is allocated
+            // and moved whole.
+            _ => Box::pin(tokio::task::unconstrained(node.execute_many(&requests))).await,
+        };
         if let Some(started) = started {
-            debug!(
-                node = node.name(),
-                attempt = request.round.0,
-                command = request.command.name(),
-                latency_us = started.elapsed().as_micros() as u64,
-                late = crate::sim::now() > request.deadline,
-                via = reply.native.map_or("script", |native| native.name()),
-                outcome = %Outcome(&reply.result),
-                "node answered"
-            );
+            for (request, reply) in requests.iter().zip(&replies) {
+                debug!(
+                    node = node.name(),
+                    attempt = request.round.0,
+                    command = request.command.name(),
+                    latency_us = started.elapsed().as_micros() as u64,
+                    late = crate::sim::now() > request.deadline,
+                    batch = requests.len(),
+                    via = reply.native.map_or("script", |native| native.name()),
+                    outcome = %Outcome(&reply.result),
+                    "node answered"
+                );
+            }
         }
-        reply
+        replies
     });
-    // The first poll queues the request (rule 1 above). Its waker does
+    // The first poll queues the requests (rule 1 above). Its waker does
     // nothing: whoever owns the future next polls it again with theirs.
     let mut context = Context::from_waker(Waker::noop());
     let state = match future.as_mut().poll(&mut context) {
-        Poll::Ready(reply) => SentState::Done(Some(reply)),
+        Poll::Ready(replies) => SentState::Done(Some(replies)),
         Poll::Pending => SentState::Pending(future),
     };
     Sent {
@@ -91,32 +118,35 @@ pub(crate) fn send(nodes: &[Arc<Node>], request: Request) -> Sent {
     }
 }
 
-/// A request already sent: its reply, or the future that waits for it.
+/// Requests already sent to one node: their replies, or the future that
+/// waits for them.
 pub(crate) struct Sent {
     state: SentState,
-    /// The node it was sent to.
+    /// The node they were sent to.
     node: Arc<Node>,
-    /// The request, if it must reach its node
+    /// Those that must reach their node
     /// ([`Command::must_arrive`](redlock_core::Command::must_arrive)).
-    must_arrive: Option<Request>,
+    must_arrive: Vec<Request>,
 }
 
 enum SentState {
-    Done(Option<Reply>),
-    Pending(Pin<Box<dyn Future<Output = Reply> + Send>>),
+    Done(Option<Vec<Reply>>),
+    Pending(Pin<Box<dyn Future<Output = Vec<Reply>> + Send>>),
 }
 
 impl Future for Sent {
-    type Output = Reply;
+    type Output = Vec<Reply>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let state = &mut self.get_mut().state;
         match state {
-            SentState::Done(reply) => Poll::Ready(reply.take().expect("polled after its reply")),
+            SentState::Done(replies) => {
+                Poll::Ready(replies.take().expect("polled after its replies"))
+            }
             SentState::Pending(future) => {
-                let reply = ready!(future.as_mut().poll(cx));
+                let replies = ready!(future.as_mut().poll(cx));
                 *state = SentState::Done(None);
-                Poll::Ready(reply)
+                Poll::Ready(replies)
             }
         }
     }
@@ -125,14 +155,17 @@ impl Future for Sent {
 impl Drop for Sent {
     fn drop(&mut self) {
         // Dropped unanswered where a thread may block: its runtime is
-        // shutting down, or there was none. The connection would skip it
-        // unwritten, after the acquire it undoes. Anywhere else the core
-        // gave it up (`give_up_at`): what it undoes has expired, and it
-        // stays queued on its node's connection if it was written.
-        if let (SentState::Pending(_), Some(request)) = (&self.state, &self.must_arrive)
+        // shutting down, or there was none. The connection would skip
+        // them unwritten, after the acquires they undo. Anywhere else the
+        // core gave them up (`give_up_at`): what they undo has expired, and
+        // they stay queued on their node's connection if they were written.
+        if matches!(self.state, SentState::Pending(_))
+            && !self.must_arrive.is_empty()
             && crate::node::may_block()
         {
-            self.node.send_blocking(request);
+            for request in &self.must_arrive {
+                self.node.send_blocking(request);
+            }
         }
     }
 }

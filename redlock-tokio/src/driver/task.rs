@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use futures::future::{AbortHandle, Abortable};
 use futures::stream::FuturesUnordered;
-use redlock_core::{Client, HealthChange, NodeErrorKind, OpId, Output, Reply, RequestId};
+use redlock_core::{Client, HealthChange, NodeErrorKind, OpId, Output, Reply, Request, RequestId};
 use tokio::sync::mpsc;
 use tracing::{debug, info};
 
@@ -17,51 +17,84 @@ use crate::sim::ClientRng;
 
 /// What the driver task owns.
 pub(super) struct Task {
-    pub(super) client: Client<ClientRng>,
-    pub(super) shared: Arc<Shared>,
-    pub(super) inputs: mpsc::UnboundedReceiver<Input>,
+    client: Client<ClientRng>,
+    shared: Arc<Shared>,
+    inputs: mpsc::UnboundedReceiver<Input>,
     /// Handed to the release-notice listeners: they must not keep the task
     /// alive.
-    pub(super) weak: mpsc::WeakUnboundedSender<Input>,
-    pub(super) in_flight: FuturesUnordered<Abortable<Flight>>,
-    pub(super) aborts: HashMap<RequestId, AbortHandle>,
-    /// Who hears each operation's events; an operation without one runs in
-    /// the background (a dropped guard's release).
-    pub(super) sinks: HashMap<OpId, Sink>,
-    /// The handles' names of their operations, for a cancel.
-    pub(super) keys: HashMap<u64, OpId>,
+    weak: mpsc::WeakUnboundedSender<Input>,
+    in_flight: FuturesUnordered<Abortable<Flight>>,
+    /// The flight each request in flight went in.
+    flight_of: HashMap<RequestId, u64>,
+    /// Each flight's abort, and how many of its requests the core still
+    /// waits for: it is dropped when none.
+    flights: HashMap<u64, (AbortHandle, usize)>,
+    next_flight: u64,
+    /// The requests the core emitted in this turn, per node, in order: sent
+    /// at the end of the turn, each node's as one flight.
+    outgoing: Box<[(Vec<RequestId>, Vec<Request>)]>,
+    /// Who hears each operation's events, and the handle's name of it (for
+    /// a cancel); an operation without one runs in the background (a
+    /// dropped guard's release).
+    sinks: HashMap<OpId, (Option<u64>, Sink)>,
+    /// The handles' names of their operations.
+    keys: HashMap<u64, OpId>,
     /// Calls of `Redlock::shutdown` waiting for the background to settle.
-    pub(super) settled: Vec<tokio::sync::oneshot::Sender<()>>,
+    settled: Vec<tokio::sync::oneshot::Sender<()>>,
     /// Each node's connection count last seen: a new connection is told to
     /// the core.
-    pub(super) connections: Box<[u64]>,
+    connections: Box<[u64]>,
     /// Whether every handle is gone: the task ends once idle.
-    pub(super) orphaned: bool,
+    orphaned: bool,
     /// The driver this task runs for, for what it hands back.
-    pub(super) driver: std::sync::Weak<super::Driver>,
+    driver: std::sync::Weak<super::Driver>,
 }
 
-/// A request sent, with its name.
-pub(super) struct Flight {
-    id: RequestId,
+/// Requests sent to one node in one turn, with their names.
+struct Flight {
+    ids: Vec<RequestId>,
     sent: Sent,
 }
 
 impl std::future::Future for Flight {
-    type Output = (RequestId, Reply);
+    type Output = (Vec<RequestId>, Vec<Reply>);
 
     fn poll(
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Self::Output> {
-        let id = self.id;
         std::pin::Pin::new(&mut self.sent)
             .poll(cx)
-            .map(|reply| (id, reply))
+            .map(|replies| (std::mem::take(&mut self.ids), replies))
     }
 }
 
 impl Task {
+    pub(super) fn new(
+        shared: Arc<Shared>,
+        inputs: mpsc::UnboundedReceiver<Input>,
+        weak: mpsc::WeakUnboundedSender<Input>,
+        driver: std::sync::Weak<super::Driver>,
+    ) -> Self {
+        Self {
+            client: Client::new(Arc::clone(&shared.settings)),
+            inputs,
+            weak,
+            in_flight: FuturesUnordered::new(),
+            flight_of: HashMap::new(),
+            flights: HashMap::new(),
+            next_flight: 0,
+            outgoing: shared.nodes.iter().map(|_| Default::default()).collect(),
+            sinks: HashMap::new(),
+            keys: HashMap::new(),
+            settled: Vec::new(),
+            connections: shared.nodes.iter().map(|node| node.connections()).collect(),
+            orphaned: false,
+            driver,
+            shared,
+        }
+    }
+
     /// The loop: inputs in, outputs out, until every handle is gone and
     /// nothing is left to do.
     pub(super) async fn run(mut self) {
@@ -86,15 +119,15 @@ impl Task {
                 Some(done) = std::future::poll_fn(|cx| next_quietly(&mut self.in_flight, cx)),
                     if !self.in_flight.is_empty() => {
                     let now = crate::sim::now();
-                    if let Ok((id, reply)) = done {
-                        self.reply(id, reply, now);
+                    if let Ok((ids, replies)) = done {
+                        self.replies(ids, replies, now);
                     }
                     // More answers already in are taken in the same turn.
                     while let std::task::Poll::Ready(Some(done)) =
                         next_quietly(&mut self.in_flight, &mut std::task::Context::from_waker(std::task::Waker::noop()))
                     {
-                        if let Ok((id, reply)) = done {
-                            self.reply(id, reply, now);
+                        if let Ok((ids, replies)) = done {
+                            self.replies(ids, replies, now);
                         }
                     }
                 }
@@ -120,12 +153,62 @@ impl Task {
         }
     }
 
-    fn reply(&mut self, id: RequestId, reply: Reply, now: std::time::Instant) {
-        self.aborts.remove(&id);
-        if !matches!(&reply.result, Err(error) if error.kind == NodeErrorKind::Connection) {
-            self.shared.nodes[reply.node.0].heard_from();
+    /// A flight's replies: each one the core still waits for goes in.
+    fn replies(&mut self, ids: Vec<RequestId>, replies: Vec<Reply>, now: std::time::Instant) {
+        for (id, reply) in ids.into_iter().zip(replies) {
+            let Some(flight) = self.flight_of.remove(&id) else {
+                // Forgotten by the core while its flight was out.
+                continue;
+            };
+            self.landed(flight);
+            if !matches!(&reply.result, Err(error) if error.kind == NodeErrorKind::Connection) {
+                self.shared.nodes[reply.node.0].heard_from();
+            }
+            self.client.handle_reply(id, reply, now);
         }
-        self.client.handle_reply(id, reply, now);
+    }
+
+    /// One request of `flight` is no longer waited for: the flight goes
+    /// when none of its requests is.
+    fn landed(&mut self, flight: u64) -> Option<AbortHandle> {
+        let (_, waited) = self.flights.get_mut(&flight)?;
+        *waited -= 1;
+        if *waited > 0 {
+            return None;
+        }
+        self.flights.remove(&flight).map(|(abort, _)| abort)
+    }
+
+    /// Sends what this turn emitted: each node's requests in one flight,
+    /// in the order the core emitted them (a cluster node's one by one:
+    /// it routes each request on its own).
+    fn send_outgoing(&mut self) {
+        for node in 0..self.outgoing.len() {
+            if self.outgoing[node].0.is_empty() {
+                continue;
+            }
+            let (ids, requests) = std::mem::take(&mut self.outgoing[node]);
+            if self.shared.nodes[node].is_cluster() {
+                for (id, request) in ids.into_iter().zip(requests) {
+                    self.take_off(vec![id], vec![request]);
+                }
+            } else {
+                self.take_off(ids, requests);
+            }
+        }
+    }
+
+    fn take_off(&mut self, ids: Vec<RequestId>, requests: Vec<Request>) {
+        let flight = self.next_flight;
+        self.next_flight += 1;
+        for id in &ids {
+            self.flight_of.insert(*id, flight);
+        }
+        let waited = ids.len();
+        let sent = send(&self.shared.nodes, requests);
+        let (out, abort) = futures::future::abortable(Flight { ids, sent });
+        self.flights.insert(flight, (abort, waited));
+        self.in_flight.push(out);
     }
 
     fn input(&mut self, input: Input) {
@@ -138,7 +221,7 @@ impl Task {
             } => {
                 let op = self.client.start(operation, now);
                 if let Some(sink) = sink {
-                    self.sinks.insert(op, sink);
+                    self.sinks.insert(op, (Some(key), sink));
                     self.keys.insert(key, op);
                 }
             }
@@ -155,7 +238,7 @@ impl Task {
                 }
                 let op = self.client.release(kept, *lock, now);
                 if let Some(sink) = sink {
-                    self.sinks.insert(op, sink);
+                    self.sinks.insert(op, (None, sink));
                 }
             }
             Input::Take { key, back } => {
@@ -193,16 +276,19 @@ impl Task {
         while let Some(output) = self.client.poll_output() {
             match output {
                 Output::Transmit { id, request } => {
-                    let sent = send(&self.shared.nodes, request);
-                    let (flight, abort) = futures::future::abortable(Flight { id, sent });
-                    self.aborts.insert(id, abort);
-                    self.in_flight.push(flight);
+                    let (ids, requests) = &mut self.outgoing[request.node.0];
+                    ids.push(id);
+                    requests.push(request);
                 }
-                Output::Forget(id) => {
-                    if let Some(abort) = self.aborts.remove(&id) {
-                        abort.abort();
+                Output::Forget(id) => match self.flight_of.remove(&id) {
+                    Some(flight) => {
+                        if let Some(abort) = self.landed(flight) {
+                            abort.abort();
+                        }
                     }
-                }
+                    // Emitted in this same turn: not sent at all.
+                    None => self.unsend(id),
+                },
                 Output::Event {
                     op,
                     event,
@@ -210,17 +296,19 @@ impl Task {
                 } => {
                     let message = match finished {
                         Some(operation) => {
-                            self.keys.retain(|_, running| *running != op);
-                            let Some(mut sink) = self.sinks.remove(&op) else {
+                            let Some((key, mut sink)) = self.sinks.remove(&op) else {
                                 continue;
                             };
+                            if let Some(key) = key {
+                                self.keys.remove(&key);
+                            }
                             let finished = self.finish(event, operation);
                             sink.send(Message::Finished(finished));
                             continue;
                         }
                         None => Message::Event(event),
                     };
-                    if let Some(sink) = self.sinks.get_mut(&op) {
+                    if let Some((_, sink)) = self.sinks.get_mut(&op) {
                         sink.send(message);
                     }
                 }
@@ -233,9 +321,21 @@ impl Task {
                 _ => {}
             }
         }
+        self.send_outgoing();
         if !self.settled.is_empty() && self.is_settled() {
             for done in self.settled.drain(..) {
                 let _ = done.send(());
+            }
+        }
+    }
+
+    /// Takes back request `id`, emitted in this turn and not sent yet.
+    fn unsend(&mut self, id: RequestId) {
+        for (ids, requests) in self.outgoing.iter_mut() {
+            if let Some(at) = ids.iter().position(|queued| *queued == id) {
+                ids.remove(at);
+                requests.remove(at);
+                return;
             }
         }
     }
@@ -331,7 +431,7 @@ impl Drop for Task {
                 _ => {}
             }
         }
-        for (op, mut sink) in std::mem::take(&mut self.sinks) {
+        for (op, (_, mut sink)) in std::mem::take(&mut self.sinks) {
             if let Some(operation) = self.client.evict(op, now) {
                 sink.send(Message::Returned(self.hand_back(operation)));
             }

@@ -82,8 +82,10 @@ fn parse(bytes: &[u8]) -> Option<(Vec<Vec<u8>>, usize)> {
 }
 
 /// How many keys the server saw released before they were acquired, when
-/// the connection queues `queue` requests at most.
-async fn reordered(queue: usize) -> usize {
+/// the connection queues `queue` requests at most and the driver sends
+/// `batch` resources' requests in one flight (a pipeline when more than
+/// one).
+async fn reordered(queue: usize, batch: usize) -> usize {
     let (client_end, server_end) = tokio::io::duplex(64);
     let server = Arc::new(Server {
         commands: Mutex::default(),
@@ -122,10 +124,17 @@ async fn reordered(queue: usize) -> usize {
     server.pause(true);
     let mut acquires = Vec::new();
     let mut releases = Vec::new();
-    for resource in 0..64 {
+    for first in (0..64).step_by(batch) {
         let ttl = settings.default_ttl();
-        acquires.push(send(&nodes, request(resource, Command::Acquire { ttl })));
-        releases.push(send(&nodes, request(resource, Command::Release)));
+        let resources = first..first + batch;
+        let each = |command: Command| -> Vec<Request> {
+            resources
+                .clone()
+                .map(|resource| request(resource, command))
+                .collect()
+        };
+        acquires.push(send(&nodes, each(Command::Acquire { ttl })));
+        releases.push(send(&nodes, each(Command::Release)));
     }
     // The releases' owner is polled first, as a task that releases at once
     // can be while the acquires complete in the background.
@@ -153,15 +162,21 @@ async fn reordered(queue: usize) -> usize {
 
 #[tokio::test(flavor = "current_thread")]
 async fn order_under_backpressure() {
-    assert_eq!(reordered(CONNECTION_QUEUE).await, 0);
+    assert_eq!(reordered(CONNECTION_QUEUE, 1).await, 0);
 }
 
-/// The test above can see the bug it guards against: with a queue that
+#[tokio::test(flavor = "current_thread")]
+async fn order_under_backpressure_in_pipelines() {
+    assert_eq!(reordered(CONNECTION_QUEUE, 4).await, 0);
+}
+
+/// The tests above can see the bug they guard against: with a queue that
 /// makes senders wait for room (the `redis` crate's default is 50), a
 /// release is queued when its owner is polled, ahead of its acquire.
 #[tokio::test(flavor = "current_thread")]
 async fn order_under_backpressure_breaks_with_a_bounded_queue() {
-    assert!(reordered(4).await > 0);
+    assert!(reordered(4, 1).await > 0);
+    assert!(reordered(4, 4).await > 0);
 }
 
 /// A waker that counts its wakes.

@@ -3,13 +3,15 @@
 
 use std::sync::Arc;
 
+use redis::aio::ConnectionLike;
 use redis::{RedisError, Value};
 use redlock_core::{Call, NodeError, NodeErrorKind, Reply, Request, Response};
 use tracing::{debug, warn};
 
 use super::Node;
-use super::encode::plain;
+use super::encode::{evalsha, plain};
 use super::reply::{map_error, map_value};
+use super::scripts::sha_of;
 
 impl Node {
     /// Runs one request as the core says for this connection's server
@@ -37,6 +39,76 @@ impl Node {
             Some(next) => Box::pin(self.execute_once(&next)).await,
             None => reply,
         }
+    }
+
+    /// Runs `requests`, all for this plain master, as one pipeline: one
+    /// message to the connection, one write, one answer for all. Each is
+    /// what [`execute`](Self::execute) makes of it (its command, `NOSCRIPT`,
+    /// its follow-up); the replies come in the order of `requests`, which is
+    /// also the order the node runs them in.
+    pub(crate) async fn execute_many(self: &Arc<Self>, requests: &[Request]) -> Vec<Reply> {
+        debug_assert!(self.cluster.is_none(), "a cluster node routes each request");
+        let (mut connection, facts, generation) = match self.connection() {
+            Ok(link) => link,
+            Err(error) => {
+                return requests
+                    .iter()
+                    .map(|request| Reply::to(request, Err(error.clone())))
+                    .collect();
+            }
+        };
+        let calls: Vec<Call> = requests
+            .iter()
+            .map(|request| request.call(&facts))
+            .collect();
+        let mut pipeline = redis::Pipeline::with_capacity(requests.len());
+        let mut keys = Vec::with_capacity(requests.len());
+        for (request, call) in requests.iter().zip(&calls) {
+            pipeline.add_command(match call {
+                Call::Script(script) => evalsha(&sha_of(script), request),
+                Call::Native(native) => plain(&native.words(request)),
+            });
+            keys.push((request.key(), matches!(call, Call::Script(_))));
+        }
+        let mut tickets = Vec::with_capacity(requests.len());
+        let answers = self
+            .order
+            .send_many(
+                &keys,
+                &mut tickets,
+                connection.req_packed_commands(&pipeline, 0, requests.len()),
+            )
+            .await;
+        let mut answers = match answers {
+            Ok(values) => values.into_iter().map(Value::extract_error).collect(),
+            Err(error) => vec![Err(error); requests.len()],
+        };
+        // A server that answers fewer (it cannot, but) leaves the rest
+        // unanswered, as garbage does.
+        answers.resize_with(requests.len(), || {
+            Err(RedisError::from((
+                redis::ErrorKind::UnexpectedReturnType,
+                "fewer answers than commands in the pipeline",
+            )))
+        });
+        let mut replies = Vec::with_capacity(requests.len());
+        for (((request, call), answer), ticket) in
+            requests.iter().zip(calls).zip(answers).zip(tickets)
+        {
+            let result = match call {
+                Call::Script(script) => {
+                    self.answer_script(&mut connection, generation, request, script, answer, ticket)
+                        .await
+                }
+                Call::Native(_) => self.finish(request, generation, answer),
+            };
+            let reply = Reply::via(request, call, result);
+            replies.push(match request.follow_up(&reply) {
+                Some(next) => Box::pin(self.execute_once(&next)).await,
+                None => reply,
+            });
+        }
+        replies
     }
 
     /// [`execute`](Self::execute) without the follow-up.

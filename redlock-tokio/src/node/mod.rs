@@ -142,6 +142,12 @@ impl Node {
         }
     }
 
+    /// Whether this node is a whole Redis Cluster: each request is routed
+    /// on its own, so requests go one by one, never as a pipeline.
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.cluster.is_some()
+    }
+
     /// How many connections were made so far.
     pub(crate) fn connections(&self) -> u64 {
         self.connections.load(std::sync::atomic::Ordering::Relaxed)

@@ -27,7 +27,7 @@ pub(super) static SCRIPTS: LazyLock<[Script; scripts::ALL.len()]> = LazyLock::ne
     })
 });
 
-fn sha_of(source: &'static str) -> Cow<'static, str> {
+pub(super) fn sha_of(source: &'static str) -> Cow<'static, str> {
     SCRIPTS
         .iter()
         // The core hands out its own constants: the pointer check is
@@ -55,10 +55,28 @@ impl Node {
             .order
             .send(key, &mut ticket, call.query_async::<Value>(connection))
             .await;
+        self.answer_script(connection, generation, request, script, first, ticket)
+            .await
+    }
+
+    /// `first`, the node's answer to `request` sent as `EVALSHA` of
+    /// `script` with `ticket` its place, as the core's answer; on `NOSCRIPT`
+    /// the script is loaded and the request sent again if it still may be
+    /// ([`reload`](Self::reload)).
+    pub(super) async fn answer_script(
+        self: &Arc<Self>,
+        connection: &mut Connection,
+        generation: u64,
+        request: &Request,
+        script: &'static str,
+        first: Result<Value, RedisError>,
+        ticket: Option<Ticket<'_>>,
+    ) -> Result<Response, NodeError> {
         let result = match (first, ticket) {
             (Err(err), Some(ticket))
                 if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
             {
+                let call = evalsha(&sha_of(script), request);
                 // Boxed: the rare path would otherwise more than double
                 // the size of every request's future (allocated per request,
                 // past the allocator's fast sizes).
