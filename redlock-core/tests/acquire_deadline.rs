@@ -3,19 +3,19 @@
 //! in with the timer" is exact.
 
 mod sim;
+mod support;
 
 use redlock_core::Machine;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use redlock_core::{
-    AcquireError, AcquireEvent, Acquisition, Attempts, Command, Config, Reply, Request, Response,
+    AcquireError, AcquireEvent, Acquisition, Attempts, Command, Config, Reply, Response,
     RetryConfig, Settings,
 };
-
-const MS: Duration = Duration::from_millis(1);
+use support::{MS, drain_but_marks, yes};
 
 /// Three nodes, a 10 s TTL, a 500 ms per-node timeout and a 100 ms deadline:
 /// an attempt's round outlives the deadline. Retries 10..20 ms apart.
@@ -35,18 +35,6 @@ fn settings() -> Arc<Settings> {
     )
 }
 
-fn drain(acquire: &mut Acquisition<StdRng>) -> Vec<Request> {
-    std::iter::from_fn(|| acquire.poll_request())
-        // A waiter's marks before each attempt (`Command::MarkWaiting`)
-        // are no votes: `release_notice_marks.rs` checks them.
-        .filter(|r| !matches!(r.command, redlock_core::Command::MarkWaiting { .. }))
-        .collect()
-}
-
-fn yes(request: &Request) -> Reply {
-    Reply::to(request, Ok(Response::Int(1)))
-}
-
 fn start(settings: &Arc<Settings>, fenced: bool, t0: Instant) -> Acquisition<StdRng> {
     let rng = StdRng::seed_from_u64(11);
     let ttl = settings.default_ttl();
@@ -63,7 +51,7 @@ fn a_quorum_just_before_the_deadline_is_a_lock() {
     let t0 = Instant::now();
     let mut acquire = start(&settings, false, t0);
     assert_eq!(acquire.poll_timeout(), Some(t0 + 100 * MS));
-    let requests = drain(&mut acquire);
+    let requests = drain_but_marks(&mut acquire);
     acquire.handle_reply(yes(&requests[0]), t0 + 99 * MS);
     acquire.handle_reply(yes(&requests[1]), t0 + 99 * MS);
     assert!(matches!(
@@ -78,7 +66,7 @@ fn a_quorum_counted_after_the_deadline_is_no_lock_and_is_released() {
     let t0 = Instant::now();
     for late in [100 * MS, 101 * MS, 400 * MS] {
         let mut acquire = start(&settings, false, t0);
-        let requests = drain(&mut acquire);
+        let requests = drain_but_marks(&mut acquire);
         acquire.handle_reply(yes(&requests[0]), t0 + 10 * MS);
         // The second yes completes the quorum, but it is handled at or after
         // the deadline, before (or without) the timer's `handle_timeout`.
@@ -91,7 +79,7 @@ fn a_quorum_counted_after_the_deadline_is_no_lock_and_is_released() {
         assert_eq!(attempts, 1);
         // Every node is asked to drop the attempt's value, the ones that said
         // yes included.
-        let releases = drain(&mut acquire);
+        let releases = drain_but_marks(&mut acquire);
         assert_eq!(releases.len(), 3, "{late:?}");
         assert!(
             releases
@@ -110,13 +98,13 @@ fn a_fenced_lock_whose_token_is_stored_after_the_deadline_is_no_lock() {
     let settings = settings();
     let t0 = Instant::now();
     let mut acquire = start(&settings, true, t0);
-    let lock_round = drain(&mut acquire);
+    let lock_round = drain_but_marks(&mut acquire);
     for request in &lock_round[..2] {
         let granted = Response::Array(vec![Response::Int(1), Response::Int(4)]);
         acquire.handle_reply(Reply::to(request, Ok(granted)), t0 + 10 * MS);
     }
     // The lock round was won in time; the token round ends too late.
-    let fence_round = drain(&mut acquire);
+    let fence_round = drain_but_marks(&mut acquire);
     assert!(
         fence_round
             .iter()
@@ -128,7 +116,7 @@ fn a_fenced_lock_whose_token_is_stored_after_the_deadline_is_no_lock() {
         acquire.poll_event(),
         Some(AcquireEvent::Failed(AcquireError::DeadlineExceeded { .. }))
     ));
-    let releases = drain(&mut acquire);
+    let releases = drain_but_marks(&mut acquire);
     assert_eq!(releases.len(), 3);
     assert!(releases.iter().all(|r| r.command == Command::Withdraw));
 }
@@ -138,7 +126,7 @@ fn a_deadline_that_ends_a_retry_reports_the_last_failure() {
     let settings = settings();
     let t0 = Instant::now();
     let mut acquire = start(&settings, false, t0);
-    let requests = drain(&mut acquire);
+    let requests = drain_but_marks(&mut acquire);
     for request in &requests {
         acquire.handle_reply(
             Reply::to(request, Ok(Response::Data(b"other".to_vec()))),
@@ -148,9 +136,9 @@ fn a_deadline_that_ends_a_retry_reports_the_last_failure() {
     let Some(AcquireEvent::AttemptFailed { retry_at, .. }) = acquire.poll_event() else {
         panic!("expected a retry");
     };
-    drain(&mut acquire);
+    drain_but_marks(&mut acquire);
     acquire.handle_timeout(retry_at);
-    let second = drain(&mut acquire);
+    let second = drain_but_marks(&mut acquire);
     // The second attempt's quorum is handled after the deadline.
     acquire.handle_reply(yes(&second[0]), t0 + 150 * MS);
     acquire.handle_reply(yes(&second[1]), t0 + 150 * MS);
@@ -165,5 +153,5 @@ fn a_deadline_that_ends_a_retry_reports_the_last_failure() {
         matches!(last.as_deref(), Some(AcquireError::Held { .. })),
         "{error}"
     );
-    assert_eq!(drain(&mut acquire).len(), 3);
+    assert_eq!(drain_but_marks(&mut acquire).len(), 3);
 }

@@ -3,33 +3,21 @@
 //! attempts or once decided. (Written for `make mutants`: no test called
 //! `Acquisition::current_attempt`, so none could catch its mutants.)
 
+mod support;
+
 use redlock_core::Machine;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use redlock_core::{
-    AcquireEvent, Acquisition, Attempts, Command, Config, Reply, Request, Response, RetryConfig,
-    Settings,
+    AcquireEvent, Acquisition, Attempts, Command, Reply, Request, Response, Settings,
 };
-
-const MS: Duration = Duration::from_millis(1);
+use support::{MS, three_nodes};
 
 fn settings() -> Arc<Settings> {
-    Arc::new(
-        Config::new(["a", "b", "c"])
-            .ttl(Duration::from_secs(1))
-            .node_timeout(10 * MS)
-            .retry(
-                RetryConfig::default()
-                    .count(2)
-                    .delay(100 * MS)
-                    .jitter(Duration::ZERO),
-            )
-            .validate()
-            .unwrap(),
-    )
+    Arc::new(three_nodes(2, 100 * MS).validate().unwrap())
 }
 
 /// The requests of the attempt just started (not the releases of the last).

@@ -3,34 +3,22 @@
 //! release notices). In virtual time; asserts what it asks to send, in
 //! which order, and what it reports.
 
+mod support;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use redlock_core::{
-    AcquireEvent, Acquisition, Attempts, Client, Command, Config, HealthChange, NodeError,
-    NodeErrorKind, NodeId, OpEvent, OpId, Operation, Output, Reply, Request, RequestId, Response,
-    RetryConfig, Settings,
+    AcquireEvent, Acquisition, Attempts, Client, Command, HealthChange, NodeError, NodeErrorKind,
+    NodeId, OpEvent, OpId, Operation, Output, Reply, Request, RequestId, Response, Settings,
 };
-
-const MS: Duration = Duration::from_millis(1);
+use support::{MS, three_nodes};
 
 /// Three nodes, a 1 s TTL, a 10 ms per-node timeout, retries every 10 s.
 fn settings() -> Arc<Settings> {
-    Arc::new(
-        Config::new(["a", "b", "c"])
-            .ttl(Duration::from_secs(1))
-            .node_timeout(10 * MS)
-            .retry(
-                RetryConfig::default()
-                    .count(3)
-                    .delay(Duration::from_secs(10))
-                    .jitter(Duration::ZERO),
-            )
-            .validate()
-            .unwrap(),
-    )
+    Arc::new(three_nodes(3, Duration::from_secs(10)).validate().unwrap())
 }
 
 fn acquire(settings: &Arc<Settings>, attempts: Attempts, now: Instant) -> Operation<StdRng> {
@@ -348,15 +336,7 @@ fn close_cancels_every_operation_and_withdraws_what_is_in_flight() {
 #[test]
 fn a_waiter_is_handed_the_lock_its_client_releases_without_waiting_for_its_retry() {
     let settings = Arc::new(
-        Config::new(["a", "b", "c"])
-            .ttl(Duration::from_secs(1))
-            .node_timeout(10 * MS)
-            .retry(
-                RetryConfig::default()
-                    .count(3)
-                    .delay(Duration::from_secs(10))
-                    .jitter(Duration::ZERO),
-            )
+        three_nodes(3, Duration::from_secs(10))
             .release_notices(true)
             .validate()
             .unwrap(),

@@ -3,15 +3,18 @@
 //! proclaim, the leader read and a watch whose terms only rise. Time is
 //! passed in; no clock is read.
 
+mod support;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::{SeedableRng, rngs::StdRng};
 use redlock_core::{
-    AcquireEvent, Acquisition, Attempts, Command, Config, ConfigError, ElectionTiming, ExtendError,
-    LeaderRead, LeaderReport, LeaderWatch, LeadershipLoss, Lock, LockSpec, Machine, NodeError,
-    NodeErrorKind, Reply, Request, Response, RoundId, Settings, Term, TermEvent,
+    Acquisition, Attempts, Command, Config, ConfigError, ElectionTiming, ExtendError, LeaderRead,
+    LeaderReport, LeaderWatch, LeadershipLoss, Lock, LockSpec, Machine, NodeError, NodeErrorKind,
+    Reply, Response, RoundId, Settings, Term, TermEvent,
 };
+use support::{drain, expect_lock};
 
 fn settings(nodes: usize) -> Arc<Settings> {
     Arc::new(
@@ -29,10 +32,6 @@ fn timing(settings: &Settings) -> ElectionTiming {
         Duration::from_secs(1),
     )
     .unwrap()
-}
-
-fn drain(machine: &mut impl Machine) -> Vec<Request> {
-    std::iter::from_fn(|| machine.poll_request()).collect()
 }
 
 /// A won campaign whose nodes held `counter` before: the term is counter + 1.
@@ -54,10 +53,7 @@ fn campaign(settings: &Arc<Settings>, counter: i64, t0: Instant) -> Lock {
         assert!(matches!(request.command, Command::StoreToken { .. }));
         acquire.handle_reply(Reply::to(&request, Ok(Response::Int(1))), t0);
     }
-    match acquire.poll_event() {
-        Some(AcquireEvent::Acquired(lock)) => lock,
-        other => panic!("expected the lock, got {other:?}"),
-    }
+    expect_lock(&mut acquire)
 }
 
 fn events(term: &mut Term) -> Vec<TermEvent> {

@@ -6,6 +6,7 @@
 //! nodes confirm, nothing is set again either.
 
 mod sim;
+mod support;
 
 use redlock_core::Machine;
 use std::sync::Arc;
@@ -14,11 +15,11 @@ use std::time::{Duration, Instant};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use redlock_core::{
-    AcquireEvent, Acquisition, Attempts, Command, ExtendError, Extension, Lock, NodeError,
-    NodeErrorKind, Reply, Request, Response, Settings,
+    Acquisition, Attempts, Command, ExtendError, Lock, NodeError, NodeErrorKind, Reply, Request,
+    Response, Settings,
 };
+use support::{MS, drain, expect_lock, yes};
 
-const MS: Duration = Duration::from_millis(1);
 const STILL_OURS: i64 = 1;
 const MISSING: i64 = -1;
 const OTHER: i64 = 0;
@@ -32,18 +33,10 @@ fn acquired(settings: &Arc<Settings>, t0: Instant) -> Lock {
         t0,
         StdRng::seed_from_u64(9),
     );
-    let requests: Vec<_> = std::iter::from_fn(|| acquire.poll_request()).collect();
-    for request in &requests {
-        acquire.handle_reply(Reply::to(request, Ok(Response::Int(1))), t0 + MS);
+    for request in drain(&mut acquire) {
+        acquire.handle_reply(yes(&request), t0 + MS);
     }
-    match acquire.poll_event() {
-        Some(AcquireEvent::Acquired(lock)) => lock,
-        other => panic!("expected the lock, got {other:?}"),
-    }
-}
-
-fn drain(ext: &mut Extension) -> Vec<Request> {
-    std::iter::from_fn(|| ext.poll_request()).collect()
+    expect_lock(&mut acquire)
 }
 
 /// Extends a freshly acquired lock on `n` nodes; `answers[i]` is node i's

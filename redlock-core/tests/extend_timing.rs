@@ -4,18 +4,17 @@
 //! lock get a full release timeout from the moment of the decision.
 //! (Each test here kills a mutant that `make mutants` found surviving.)
 
+mod support;
+
 use redlock_core::Machine;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use redlock_core::{
-    AcquireEvent, Acquisition, Attempts, Config, ExtendError, Extension, Lock, Reply, Request,
-    Response, Settings,
-};
+use redlock_core::{Acquisition, Attempts, Config, ExtendError, Lock, Reply, Response, Settings};
+use support::{MS, drain, expect_lock, yes};
 
-const MS: Duration = Duration::from_millis(1);
 const NODE_TIMEOUT: Duration = Duration::from_millis(20);
 
 fn settings() -> Arc<Settings> {
@@ -37,18 +36,10 @@ fn acquired(settings: &Arc<Settings>, t0: Instant) -> Lock {
         t0,
         StdRng::seed_from_u64(3),
     );
-    let requests: Vec<_> = std::iter::from_fn(|| acquire.poll_request()).collect();
-    for request in &requests {
-        acquire.handle_reply(Reply::to(request, Ok(Response::Int(1))), t0 + MS);
+    for request in drain(&mut acquire) {
+        acquire.handle_reply(yes(&request), t0 + MS);
     }
-    match acquire.poll_event() {
-        Some(AcquireEvent::Acquired(lock)) => lock,
-        other => panic!("expected the lock, got {other:?}"),
-    }
-}
-
-fn drain(ext: &mut Extension) -> Vec<Request> {
-    std::iter::from_fn(|| ext.poll_request()).collect()
+    expect_lock(&mut acquire)
 }
 
 #[test]

@@ -3,17 +3,18 @@
 //! node that answered garbage) never raises it. (Written for `make mutants`:
 //! a mutant that takes every node as granted there passed every test.)
 
+mod support;
+
 use redlock_core::Machine;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use redlock_core::{
-    AcquireEvent, Acquisition, Attempts, Call, Command, Config, Native, Reply, Request, Response,
+    Acquisition, Attempts, Call, Command, Config, Native, Reply, Request, Response,
 };
-
-const MS: Duration = Duration::from_millis(1);
+use support::{MS, drain, expect_lock};
 
 fn fenced_grant(counter: i64) -> Response {
     Response::Array(vec![Response::Int(1), Response::Int(counter)])
@@ -31,7 +32,7 @@ fn a_counter_from_a_reply_that_is_no_grant_does_not_raise_the_token() {
         t0,
         StdRng::seed_from_u64(4),
     );
-    let lock_round: Vec<Request> = std::iter::from_fn(|| acquire.poll_request()).collect();
+    let lock_round: Vec<Request> = drain(&mut acquire);
     assert!(
         lock_round
             .iter()
@@ -51,7 +52,7 @@ fn a_counter_from_a_reply_that_is_no_grant_does_not_raise_the_token() {
     acquire.handle_reply(Reply::to(&lock_round[0], Ok(fenced_grant(5))), t0 + MS);
     acquire.handle_reply(Reply::to(&lock_round[1], Ok(fenced_grant(7))), t0 + MS);
 
-    let fence_round: Vec<Request> = std::iter::from_fn(|| acquire.poll_request()).collect();
+    let fence_round: Vec<Request> = drain(&mut acquire);
     assert_eq!(fence_round.len(), 3);
     for request in &fence_round {
         assert_eq!(request.command, Command::StoreToken { token: 8 });
@@ -59,8 +60,5 @@ fn a_counter_from_a_reply_that_is_no_grant_does_not_raise_the_token() {
     for request in &fence_round[..2] {
         acquire.handle_reply(Reply::to(request, Ok(Response::Int(1))), t0 + 2 * MS);
     }
-    match acquire.poll_event() {
-        Some(AcquireEvent::Acquired(lock)) => assert_eq!(lock.fencing_token(), Some(8)),
-        other => panic!("expected the lock, got {other:?}"),
-    }
+    assert_eq!(expect_lock(&mut acquire).fencing_token(), Some(8));
 }

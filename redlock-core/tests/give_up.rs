@@ -5,6 +5,8 @@
 //! fixed patience. A lock with a TTL longer than the client's default is not
 //! given up early, and a short one is not waited for long.
 
+mod support;
+
 use redlock_core::Machine;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,11 +14,9 @@ use std::time::{Duration, Instant};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use redlock_core::{
-    AcquireEvent, Acquisition, Attempts, Command, Config, Lock, Reply, Request, Response, Settings,
-    Ttl,
+    Acquisition, Attempts, Command, Config, Lock, Reply, Request, Response, Settings, Ttl,
 };
-
-const MS: Duration = Duration::from_millis(1);
+use support::{MS, drain, expect_lock};
 
 fn settings() -> Arc<Settings> {
     Arc::new(
@@ -25,10 +25,6 @@ fn settings() -> Arc<Settings> {
             .validate()
             .expect("valid settings"),
     )
-}
-
-fn requests(machine: &mut impl Machine) -> Vec<Request> {
-    std::iter::from_fn(|| machine.poll_request()).collect()
 }
 
 /// A lock with `ttl`, granted by every node at `t0 + 1 ms`.
@@ -41,14 +37,11 @@ fn acquired(settings: &Arc<Settings>, ttl: Ttl, t0: Instant) -> Lock {
         t0,
         StdRng::seed_from_u64(3),
     );
-    for request in requests(&mut acquire) {
+    for request in drain(&mut acquire) {
         assert_eq!(request.give_up_at, request.deadline, "a vote: {request:?}");
         acquire.handle_reply(Reply::to(&request, Ok(Response::Int(1))), t0 + MS);
     }
-    match acquire.poll_event() {
-        Some(AcquireEvent::Acquired(lock)) => lock,
-        other => panic!("expected the lock, got {other:?}"),
-    }
+    expect_lock(&mut acquire)
 }
 
 /// One TTL and its drift past the deadline.
@@ -66,7 +59,7 @@ fn a_release_is_given_up_once_its_own_locks_keys_have_expired() {
             .expect("a valid TTL");
         let mut lock = acquired(&settings, ttl, t0);
         let mut release = lock.release(t0 + 2 * MS);
-        let releases = requests(&mut release);
+        let releases = drain(&mut release);
         assert_eq!(releases.len(), 3);
         for request in &releases {
             assert_eq!(request.command, Command::Release);
@@ -87,7 +80,7 @@ fn an_extension_to_a_longer_ttl_is_waited_out_even_when_it_failed() {
     let long = settings.ttl(Duration::from_secs(30)).expect("a valid TTL");
     let mut lock = acquired(&settings, short, t0);
     let mut extension = lock.extend(long, t0 + 10 * MS).expect("valid");
-    let extends = requests(&mut extension);
+    let extends = drain(&mut extension);
     // One node extends, the others never answer: no quorum, the lock keeps
     // its TTL, but that node holds the key for the long one.
     extension.handle_reply(Reply::to(&extends[0], Ok(Response::Int(1))), t0 + 11 * MS);
@@ -98,7 +91,7 @@ fn an_extension_to_a_longer_ttl_is_waited_out_even_when_it_failed() {
             .is_some_and(|outcome| outcome.is_err())
     );
     let mut release = lock.release(t0 + 200 * MS);
-    for request in requests(&mut release) {
+    for request in drain(&mut release) {
         assert_eq!(request.give_up_at, expired_by(&settings, &request, long));
     }
 }
@@ -116,12 +109,12 @@ fn a_failed_attempts_withdraws_are_given_up_at_its_ttl() {
         t0,
         StdRng::seed_from_u64(4),
     );
-    let attempt = requests(&mut acquire);
+    let attempt = drain(&mut acquire);
     // One yes, two held by another: no quorum; the attempt withdraws.
     acquire.handle_reply(Reply::to(&attempt[0], Ok(Response::Int(1))), t0 + MS);
     acquire.handle_reply(Reply::to(&attempt[1], Ok(Response::Int(0))), t0 + MS);
     acquire.handle_reply(Reply::to(&attempt[2], Ok(Response::Int(0))), t0 + MS);
-    let withdraws = requests(&mut acquire);
+    let withdraws = drain(&mut acquire);
     assert!(!withdraws.is_empty(), "the attempt withdraws");
     for request in &withdraws {
         assert_eq!(request.command, Command::Withdraw);

@@ -6,18 +6,19 @@
 //! goes to the client's first waiter (`WaitQueue`).
 //! In virtual time; asserts what is sent and in which order.
 
+mod support;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use redlock_core::{
-    AcquireEvent, Acquisition, Argument, Attempts, Call, Command, Config, HandOver, Hub, Lock,
-    LockSpec, LockValue, Machine, Native, NodeFacts, Notice, Release, Reply, Request, Response,
-    RetryConfig, Server, Settings, Version, scripts,
+    AcquireEvent, Acquisition, Argument, Attempts, Call, Command, HandOver, Hub, Lock, LockSpec,
+    LockValue, Machine, Native, NodeFacts, Notice, Release, Reply, Request, Response, Server,
+    Settings, Version, scripts,
 };
-
-const MS: Duration = Duration::from_millis(1);
+use support::{MS, drain, drain_but_marks, expect_lock, three_nodes};
 
 /// Three nodes, retries every 10 s: a waiter that attempts sooner was told.
 fn settings(notices: bool) -> Arc<Settings> {
@@ -27,15 +28,7 @@ fn settings(notices: bool) -> Arc<Settings> {
 /// Three nodes, a 10 ms per-node timeout, retries every `delay`.
 fn settings_with(notices: bool, delay: Duration) -> Arc<Settings> {
     Arc::new(
-        Config::new(["a", "b", "c"])
-            .ttl(Duration::from_secs(1))
-            .node_timeout(10 * MS)
-            .retry(
-                RetryConfig::default()
-                    .count(3)
-                    .delay(delay)
-                    .jitter(Duration::ZERO),
-            )
+        three_nodes(3, delay)
             .release_notices(notices)
             .validate()
             .unwrap(),
@@ -52,18 +45,6 @@ fn acquisition(settings: &Arc<Settings>, spec: LockSpec<'_>, now: Instant) -> Ac
         StdRng::seed_from_u64(7),
     )
     .unwrap()
-}
-
-/// The votes an attempt sends (a waiter's marks are no votes).
-fn votes<M: Machine>(machine: &mut M) -> Vec<Request> {
-    std::iter::from_fn(|| machine.poll_request())
-        .filter(|r| !matches!(r.command, Command::MarkWaiting { .. }))
-        .collect()
-}
-
-/// Every request the machine queued, marks and withdraws too.
-fn sent<M: Machine>(machine: &mut M) -> Vec<Request> {
-    std::iter::from_fn(|| machine.poll_request()).collect()
 }
 
 /// How many of `requests` are marks ([`Command::MarkWaiting`]).
@@ -100,20 +81,17 @@ const KINDS: [LockSpec<'static>; 6] = [
 /// A lock of `spec`, granted on every node at `now`.
 fn held(settings: &Arc<Settings>, spec: LockSpec<'_>, now: Instant) -> Lock {
     let mut acquire = acquisition(settings, spec, now);
-    for request in votes(&mut acquire) {
+    for request in drain_but_marks(&mut acquire) {
         acquire.handle_reply(Reply::to(&request, Ok(Response::Int(1))), now);
     }
-    match acquire.poll_event() {
-        Some(AcquireEvent::Acquired(lock)) => lock,
-        other => panic!("expected the lock, got {other:?}"),
-    }
+    expect_lock(&mut acquire)
 }
 
 /// An acquisition turned away on every node at `now`: it waits for its
 /// retry, listening.
 fn waiter(settings: &Arc<Settings>, now: Instant) -> Acquisition<StdRng> {
     let mut acquire = acquisition(settings, LockSpec::Exclusive(b"job"), now);
-    let attempt = votes(&mut acquire);
+    let attempt = drain_but_marks(&mut acquire);
     turn_away(&mut acquire, &attempt, now);
     assert!(matches!(
         acquire.poll_event(),
@@ -122,7 +100,7 @@ fn waiter(settings: &Arc<Settings>, now: Instant) -> Acquisition<StdRng> {
     assert!(acquire.poll_listen().is_some());
     // The failed attempt's withdraws, and nothing else until told.
     assert!(
-        votes(&mut acquire)
+        drain_but_marks(&mut acquire)
             .iter()
             .all(|r| r.command == Command::Withdraw)
     );
@@ -143,7 +121,7 @@ fn a_fair_release_hands_over_once_it_is_queued_on_every_node() {
         None,
         "not before the release is queued on every node"
     );
-    assert_eq!(votes(&mut release).len(), 2);
+    assert_eq!(drain_but_marks(&mut release).len(), 2);
     assert_eq!(
         release.poll_hand_over(),
         Some(HandOver::Queued {
@@ -152,7 +130,7 @@ fn a_fair_release_hands_over_once_it_is_queued_on_every_node() {
     );
     assert_eq!(release.poll_hand_over(), None, "once");
     // Its answers tell nothing more: the masters' queues decide.
-    for request in [first].iter().chain(&votes(&mut release)) {
+    for request in [first].iter().chain(&drain_but_marks(&mut release)) {
         release.handle_reply(Reply::to(request, Ok(Response::Int(1))), t0 + 2 * MS);
     }
     assert_eq!(release.poll_hand_over(), None);
@@ -173,7 +151,7 @@ fn exclusive_release(settings: &Arc<Settings>, t0: Instant) -> (Release, Vec<Req
         .release(t0 + MS)
         .every_node();
     let mut release = hub.plan_release(release);
-    let requests = votes(&mut release);
+    let requests = drain_but_marks(&mut release);
     (release, requests)
 }
 
@@ -209,7 +187,7 @@ fn a_release_hands_over_when_it_is_final_on_every_node() {
             .release(t0 + MS)
             .every_node();
         let mut release = hub.plan_release(release);
-        let requests = votes(&mut release);
+        let requests = drain_but_marks(&mut release);
         let planned = waits_for == Some(b"job".as_slice());
         for request in &requests {
             let expected = if planned {
@@ -340,7 +318,7 @@ fn an_exclusive_release_hands_over_and_then_says_whether_another_client_waits() 
     let mut release = held(&settings, LockSpec::Exclusive(b"job"), t0)
         .release(t0 + MS)
         .unattended();
-    for request in votes(&mut release) {
+    for request in drain_but_marks(&mut release) {
         assert_eq!(request.client, None);
         assert_eq!(request.arguments().count(), 2);
     }
@@ -354,7 +332,7 @@ fn a_waiters_mark_names_its_client() {
     let tagged = Arc::new(settings(true).as_ref().clone().with_client_tag(tag.clone()));
     let mut acquire = waiter(&tagged, t0);
     acquire.handle_notice(Notice::Subscribed, t0 + MS);
-    let marks: Vec<Request> = sent(&mut acquire)
+    let marks: Vec<Request> = drain(&mut acquire)
         .into_iter()
         .filter(|r| matches!(r.command, Command::MarkWaiting { .. }))
         .collect();
@@ -377,7 +355,7 @@ fn a_waiters_mark_names_its_client() {
     // waiter's own value, which no release carries.
     let mut acquire = waiter(&settings(true), t0);
     acquire.handle_notice(Notice::Subscribed, t0 + MS);
-    let mark = sent(&mut acquire)
+    let mark = drain(&mut acquire)
         .into_iter()
         .find(|r| matches!(r.command, Command::MarkWaiting { .. }))
         .expect("a mark");
@@ -396,12 +374,12 @@ fn only_fair_and_exclusive_releases_hand_over() {
         .filter(|spec| !matches!(spec, LockSpec::Exclusive(_) | LockSpec::Fair(_)));
     for spec in others {
         let mut release = held(&with_notices, spec, t0).release(t0 + MS);
-        votes(&mut release);
+        drain_but_marks(&mut release);
         assert_eq!(release.poll_hand_over(), None, "{spec:?}");
     }
     // Without notices nobody of this client waits listening.
     let mut release = held(&settings(false), LockSpec::Fair(b"job"), t0).release(t0 + MS);
-    votes(&mut release);
+    drain_but_marks(&mut release);
     assert_eq!(release.poll_hand_over(), None);
 }
 
@@ -413,7 +391,7 @@ fn a_waiter_told_of_a_hand_over_attempts_at_once_without_the_nodes_notices() {
     // The holder's release is queued at t0 + 5 ms: the waiter attempts
     // then, 10 s before its retry, having heard from no node.
     waiter.handle_notice(Notice::HandedOver, t0 + 5 * MS);
-    let attempt = votes(&mut waiter);
+    let attempt = drain_but_marks(&mut waiter);
     assert_eq!(attempt.len(), 3);
     assert!(
         attempt
@@ -437,7 +415,7 @@ fn a_hand_over_from_before_an_attempt_was_seen_by_it() {
     // Queued before the attempt that failed at t0 + 5 ms: that attempt ran
     // after the release on every node, and was turned away all the same.
     waiter.handle_notice(Notice::HandedOver, t0 + 4 * MS);
-    assert!(votes(&mut waiter).is_empty());
+    assert!(drain_but_marks(&mut waiter).is_empty());
 }
 
 #[test]
@@ -445,12 +423,12 @@ fn a_hand_over_during_an_attempt_counts_once_it_fails() {
     let settings = settings(true);
     let t0 = Instant::now();
     let mut acquire = acquisition(&settings, LockSpec::Exclusive(b"job"), t0);
-    let attempt = votes(&mut acquire);
+    let attempt = drain_but_marks(&mut acquire);
     // The holder's release was queued after this attempt's requests: they
     // were turned away, but the next attempt comes right after the release.
     acquire.handle_notice(Notice::HandedOver, t0 + MS);
     assert!(
-        votes(&mut acquire).is_empty(),
+        drain_but_marks(&mut acquire).is_empty(),
         "not while the attempt is in flight"
     );
     turn_away(&mut acquire, &attempt, t0 + 2 * MS);
@@ -458,7 +436,7 @@ fn a_hand_over_during_an_attempt_counts_once_it_fails() {
         acquire.poll_event(),
         Some(AcquireEvent::AttemptFailed { .. })
     ));
-    let next = votes(&mut acquire);
+    let next = drain_but_marks(&mut acquire);
     assert!(
         next.iter()
             .any(|r| matches!(r.command, Command::Acquire { .. })),
@@ -476,25 +454,25 @@ fn a_queued_waiter_marks_when_it_queues_and_again_when_an_attempt_outlives_its_r
     let t0 = Instant::now();
     let mut waiter = acquisition(&settings, LockSpec::Exclusive(b"job"), t0);
     waiter.queue_behind(t0, None);
-    let queued = sent(&mut waiter);
+    let queued = drain(&mut waiter);
     assert_eq!((queued.len(), marks(&queued)), (3, 3), "marks only");
     // Handed over at 95 ms, before its retry at 100 ms: no mark.
     waiter.handle_notice(Notice::HandedOver, t0 + 95 * MS);
-    let attempt = sent(&mut waiter);
+    let attempt = drain(&mut waiter);
     assert_eq!((attempt.len(), marks(&attempt)), (3, 0));
     // Turned away at 101 ms, past the retry it stood in for: withdraws,
     // and a mark for the next retry.
     turn_away(&mut waiter, &attempt, t0 + 101 * MS);
-    let after = sent(&mut waiter);
+    let after = drain(&mut waiter);
     assert_eq!(marks(&after), 3, "{after:?}");
     // Turned away before its retry, an unmarked attempt marks nothing.
     let mut waiter = acquisition(&settings, LockSpec::Exclusive(b"job"), t0);
     waiter.queue_behind(t0, None);
-    sent(&mut waiter);
+    drain(&mut waiter);
     waiter.handle_notice(Notice::HandedOver, t0 + 50 * MS);
-    let attempt = sent(&mut waiter);
+    let attempt = drain(&mut waiter);
     turn_away(&mut waiter, &attempt, t0 + 51 * MS);
-    let after = sent(&mut waiter);
+    let after = drain(&mut waiter);
     assert_eq!(marks(&after), 0, "{after:?}");
 }
 
@@ -506,12 +484,12 @@ fn the_mark_for_the_next_retry_has_one_node_timeout_to_arrive() {
     let t0 = Instant::now();
     let mut waiter = acquisition(&settings, LockSpec::Exclusive(b"job"), t0);
     waiter.queue_behind(t0, None);
-    sent(&mut waiter);
+    drain(&mut waiter);
     waiter.handle_notice(Notice::HandedOver, t0 + 95 * MS);
-    let attempt = sent(&mut waiter);
+    let attempt = drain(&mut waiter);
     let at = t0 + 101 * MS;
     turn_away(&mut waiter, &attempt, at);
-    let marks: Vec<Request> = sent(&mut waiter)
+    let marks: Vec<Request> = drain(&mut waiter)
         .into_iter()
         .filter(|r| matches!(r.command, Command::MarkWaiting { .. }))
         .collect();
@@ -528,12 +506,12 @@ fn a_queued_waiter_marks_only_where_its_clients_mark_would_not_outlive_its_wait(
     let t0 = Instant::now();
     let mut first = acquisition(&settings, LockSpec::Exclusive(b"job"), t0);
     first.queue_behind(t0, None);
-    assert_eq!(marks(&sent(&mut first)), 3);
+    assert_eq!(marks(&drain(&mut first)), 3);
     let marked = first.marked_until().expect("it marked");
     // A second waiter 1 ms later: the mark lives past its retry.
     let mut second = acquisition(&settings, LockSpec::Exclusive(b"job"), t0 + MS);
     second.queue_behind(t0 + MS, Some(marked));
-    assert_eq!(sent(&mut second).len(), 0, "no mark, no attempt");
+    assert_eq!(drain(&mut second).len(), 0, "no mark, no attempt");
     assert_eq!(
         second.marked_until(),
         Some(marked),
@@ -544,7 +522,7 @@ fn a_queued_waiter_marks_only_where_its_clients_mark_would_not_outlive_its_wait(
     let late = marked - 100 * MS;
     let mut third = acquisition(&settings, LockSpec::Exclusive(b"job"), late);
     third.queue_behind(late, Some(marked));
-    assert_eq!(marks(&sent(&mut third)), 3);
+    assert_eq!(marks(&drain(&mut third)), 3);
     assert!(third.marked_until() > Some(marked));
 }
 
@@ -574,7 +552,7 @@ fn a_refused_release_of_several_keys_is_not_sent_again() {
     let t0 = Instant::now();
     let settings = settings(true);
     let mut release = held(&settings, LockSpec::Multi(&[b"a", b"b"]), t0).release(t0 + MS);
-    let requests = votes(&mut release);
+    let requests = drain_but_marks(&mut release);
     assert!(requests[0].keys.len() > 1);
     let noperm = redlock_core::NodeError::new(
         redlock_core::NodeErrorKind::NoPermission,
@@ -598,7 +576,7 @@ fn a_late_delivery_starts_its_attempt_at_delivery() {
     let mut waiter = waiter(&settings, t0);
     let delivered = t0 + 250 * MS;
     waiter.handle_delivery(Notice::HandedOver, t0 + 5 * MS, delivered);
-    let attempt = votes(&mut waiter);
+    let attempt = drain_but_marks(&mut waiter);
     assert_eq!(attempt.len(), 3);
     assert!(
         attempt.iter().all(|r| r.deadline > delivered),
@@ -608,7 +586,7 @@ fn a_late_delivery_starts_its_attempt_at_delivery() {
     // Older than the attempt that failed at t0: seen by it.
     let mut waiter2 = self::waiter(&settings, t0 + 5 * MS);
     waiter2.handle_delivery(Notice::HandedOver, t0 + 4 * MS, delivered);
-    assert!(votes(&mut waiter2).is_empty());
+    assert!(drain_but_marks(&mut waiter2).is_empty());
 }
 
 /// An acquisition that ends during an attempt (cancelled, or past its wait
@@ -628,7 +606,7 @@ fn an_attempt_cut_short_hands_its_withdraws_over() {
         (true, LockSpec::Read(b"job"), false),
     ] {
         let mut acquire = acquisition(&settings(notices), spec, t0);
-        let attempt = votes(&mut acquire);
+        let attempt = drain_but_marks(&mut acquire);
         assert!(!attempt.is_empty());
         acquire.abandon(t0 + MS);
         assert_eq!(
@@ -636,7 +614,7 @@ fn an_attempt_cut_short_hands_its_withdraws_over() {
             None,
             "not before the withdraws are drained"
         );
-        let withdraws = sent(&mut acquire);
+        let withdraws = drain(&mut acquire);
         assert!(
             withdraws.iter().any(|r| r.command == Command::Withdraw),
             "{spec:?}: {withdraws:?}"
@@ -656,6 +634,6 @@ fn an_attempt_cut_short_hands_its_withdraws_over() {
     // Between attempts nothing is withdrawn, and nothing handed over.
     let mut waiting = waiter(&settings(true), t0);
     waiting.abandon(t0 + MS);
-    sent(&mut waiting);
+    drain(&mut waiting);
     assert_eq!(waiting.poll_hand_over(), None);
 }

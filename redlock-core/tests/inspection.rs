@@ -2,21 +2,20 @@
 //! request per node, the core's own timeout, stray and repeated replies
 //! ignored. Time is passed in; no clock is read.
 
+mod support;
+
 use std::time::{Duration, Instant};
 
 use redlock_core::{
-    Command, Config, Inspection, LockState, Machine, NodeErrorKind, NodeId, Reply, Request,
-    Response, RoundId, Settings,
+    Command, Config, Inspection, LockState, Machine, NodeErrorKind, NodeId, Reply, Response,
+    RoundId, Settings,
 };
+use support::drain;
 
 fn settings(nodes: usize) -> Settings {
     Config::new((0..nodes).map(|n| format!("n{n}")))
         .validate()
         .unwrap()
-}
-
-fn requests(machine: &mut Inspection) -> Vec<Request> {
-    std::iter::from_fn(|| machine.poll_request()).collect()
 }
 
 fn held(value: &str, pttl: i64, counter: Option<&str>) -> Response {
@@ -36,7 +35,7 @@ fn one_inspect_request_per_node_on_the_key_and_its_counter() {
     let settings = settings(5);
     let t0 = Instant::now();
     let mut inspection = Inspection::new(&settings, b"report", RoundId(3), t0);
-    let sent = requests(&mut inspection);
+    let sent = drain(&mut inspection);
     assert_eq!(sent.len(), 5);
     for (index, request) in sent.iter().enumerate() {
         assert_eq!(request.node, NodeId(index));
@@ -62,7 +61,7 @@ fn the_report_comes_once_every_node_answered() {
     let settings = settings(3);
     let t0 = Instant::now();
     let mut inspection = Inspection::new(&settings, b"r", RoundId(0), t0);
-    let sent = requests(&mut inspection);
+    let sent = drain(&mut inspection);
     let now = t0 + Duration::from_millis(1);
     inspection.handle_reply(Reply::to(&sent[0], Ok(held("v", 900, Some("7")))), now);
     inspection.handle_reply(Reply::to(&sent[1], Ok(held("v", 800, None))), now);
@@ -89,7 +88,7 @@ fn nodes_silent_at_the_core_timeout_are_reported_timed_out() {
     let settings = settings(3);
     let t0 = Instant::now();
     let mut inspection = Inspection::new(&settings, b"r", RoundId(0), t0);
-    let sent = requests(&mut inspection);
+    let sent = drain(&mut inspection);
     inspection.handle_reply(Reply::to(&sent[1], Ok(absent())), t0);
     // Early: nothing happens.
     let deadline = inspection.poll_timeout().unwrap();
@@ -113,7 +112,7 @@ fn stray_repeated_and_garbled_replies() {
     let settings = settings(3);
     let t0 = Instant::now();
     let mut inspection = Inspection::new(&settings, b"r", RoundId(5), t0);
-    let sent = requests(&mut inspection);
+    let sent = drain(&mut inspection);
     // Another round's reply is ignored.
     let mut stray = Reply::to(&sent[0], Ok(held("x", 5, None)));
     stray.round = RoundId(4);

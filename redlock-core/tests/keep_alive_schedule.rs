@@ -2,6 +2,8 @@
 //! how it retries, when it gives up. (`keep_alive.rs` runs it in the
 //! simulation.)
 
+mod support;
+
 use redlock_core::Machine;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -9,11 +11,10 @@ use std::time::{Duration, Instant};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use redlock_core::{
-    AcquireEvent, Acquisition, Attempts, Config, ExtendError, Extended, KeepAlive, KeepAliveEvent,
+    Acquisition, Attempts, Config, ExtendError, Extended, KeepAlive, KeepAliveEvent,
     KeepAliveSchedule, Lock, LossReason, Reply, Response, Ttl,
 };
-
-const MS: Duration = Duration::from_millis(1);
+use support::{MS, expect_lock};
 
 /// A lock with this TTL on three nodes, acquired at `t0`.
 fn lock(ttl: Duration, node_timeout: Duration, t0: Instant) -> Lock {
@@ -35,10 +36,7 @@ fn lock(ttl: Duration, node_timeout: Duration, t0: Instant) -> Lock {
     while let Some(request) = acquire.poll_request() {
         acquire.handle_reply(Reply::to(&request, Ok(Response::Int(1))), t0);
     }
-    match acquire.poll_event() {
-        Some(AcquireEvent::Acquired(lock)) => lock,
-        other => panic!("not acquired: {other:?}"),
-    }
+    expect_lock(&mut acquire)
 }
 
 /// Runs one extension at `now` whose nodes answer `answer`.

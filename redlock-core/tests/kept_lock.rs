@@ -1,14 +1,17 @@
 //! `KeptLock`: the keep-alive schedule and its extensions as one machine,
 //! driven like every other. Time is passed in; no clock is read.
 
+mod support;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::{SeedableRng, rngs::StdRng};
 use redlock_core::{
-    AcquireEvent, Acquisition, Attempts, Command, Config, ExtendError, KeepAlive, KeptLock,
-    KeptLockEvent, Lock, LossReason, Machine, NodeError, NodeErrorKind, Reply, Request, Response,
+    Acquisition, Attempts, Command, Config, ExtendError, KeepAlive, KeptLock, KeptLockEvent, Lock,
+    LossReason, Machine, NodeError, NodeErrorKind, Reply, Response,
 };
+use support::{drain, expect_lock};
 
 fn lock(nodes: usize, t0: Instant) -> Lock {
     let settings = Arc::new(
@@ -24,18 +27,10 @@ fn lock(nodes: usize, t0: Instant) -> Lock {
         t0,
         StdRng::seed_from_u64(1),
     );
-    let requests: Vec<Request> = std::iter::from_fn(|| acquire.poll_request()).collect();
-    for request in &requests {
-        acquire.handle_reply(Reply::to(request, Ok(Response::Int(1))), t0);
+    for request in drain(&mut acquire) {
+        acquire.handle_reply(Reply::to(&request, Ok(Response::Int(1))), t0);
     }
-    match acquire.poll_event() {
-        Some(AcquireEvent::Acquired(lock)) => lock,
-        other => panic!("expected the lock, got {other:?}"),
-    }
-}
-
-fn requests(kept: &mut KeptLock) -> Vec<Request> {
-    std::iter::from_fn(|| kept.poll_request()).collect()
+    expect_lock(&mut acquire)
 }
 
 fn events(kept: &mut KeptLock) -> Vec<KeptLockEvent> {
@@ -55,12 +50,12 @@ fn extends_when_due_and_waits_again_after_each_extension() {
     let lock = lock(3, t0);
     let first_end = lock.valid_until();
     let mut kept = KeptLock::new(lock, KeepAlive::default());
-    assert!(requests(&mut kept).is_empty(), "nothing before it is due");
+    assert!(drain(&mut kept).is_empty(), "nothing before it is due");
     assert!(events(&mut kept).is_empty());
     for round in 1..=3u64 {
         let due = fire(&mut kept);
         assert!(due < kept.lock().valid_until());
-        let sent = requests(&mut kept);
+        let sent = drain(&mut kept);
         assert_eq!(sent.len(), 3);
         assert!(
             sent.iter()
@@ -81,7 +76,7 @@ fn extends_when_due_and_waits_again_after_each_extension() {
         assert_eq!(kept.lock().extensions(), round);
         // The third node's late answer belongs to a round that ended.
         kept.handle_reply(Reply::to(&sent[2], Ok(Response::Int(1))), now);
-        assert!(requests(&mut kept).is_empty() && events(&mut kept).is_empty());
+        assert!(drain(&mut kept).is_empty() && events(&mut kept).is_empty());
         assert!(!kept.is_done());
     }
     assert!(kept.lock().valid_until() > first_end);
@@ -99,7 +94,7 @@ fn a_missing_quorum_is_retried_then_lost_at_the_end_of_validity() {
         assert!(retries < 10_000, "bounded");
         let at = fire(&mut kept);
         assert!(at <= end);
-        let sent = requests(&mut kept);
+        let sent = drain(&mut kept);
         if !sent.is_empty() {
             retries += 1;
         }
@@ -126,7 +121,7 @@ fn another_owner_is_a_loss_at_once() {
     let t0 = Instant::now();
     let mut kept = KeptLock::new(lock(3, t0), KeepAlive::default());
     let due = fire(&mut kept);
-    let sent = requests(&mut kept);
+    let sent = drain(&mut kept);
     for request in &sent {
         kept.handle_reply(Reply::to(request, Ok(Response::Int(0))), due);
     }
@@ -154,10 +149,7 @@ fn the_limit_ends_the_lock_with_its_validity() {
     ));
     assert_eq!(kept.poll_timeout(), Some(kept.lock().valid_until()));
     let end = fire(&mut kept);
-    assert!(
-        requests(&mut kept).is_empty(),
-        "no extension past the limit"
-    );
+    assert!(drain(&mut kept).is_empty(), "no extension past the limit");
     assert!(matches!(
         events(&mut kept).as_slice(),
         [KeptLockEvent::Lost(LossReason::ExtensionLimit {
@@ -173,7 +165,7 @@ fn node_errors_count_like_silence() {
     let mut kept = KeptLock::new(lock(3, t0), KeepAlive::default());
     let due = fire(&mut kept);
     let down = || Err(NodeError::new(NodeErrorKind::Connection, "refused"));
-    for request in requests(&mut kept) {
+    for request in drain(&mut kept) {
         kept.handle_reply(Reply::to(&request, down()), due);
     }
     assert!(matches!(

@@ -2,8 +2,10 @@
 //! how it reads the plain commands' answers (their shapes as Redis 7.0.15
 //! and Valkey 9.1.2 give them, checked by hand with redis-cli).
 
+mod support;
+
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -12,8 +14,7 @@ use redlock_core::{
     LockValue, Machine, Native, NodeError, NodeErrorKind, NodeFacts, NodeVote, Release, Reply,
     Request, Response, RoundId, Server, Settings, Version, scripts,
 };
-
-const MS: Duration = Duration::from_millis(1);
+use support::{MS, drain};
 
 fn settings(notices: bool) -> Arc<Settings> {
     Arc::new(
@@ -65,10 +66,6 @@ fn release_of(settings: &Settings, key: Key, round: u64, t0: Instant) -> Release
     .every_node()
 }
 
-fn requests(machine: &mut impl Machine) -> Vec<Request> {
-    std::iter::from_fn(|| machine.poll_request()).collect()
-}
-
 #[test]
 fn facts_are_read_from_info_server() {
     let valkey = NodeFacts::from_info(
@@ -98,7 +95,7 @@ fn facts_are_read_from_info_server() {
 #[test]
 fn exclusive_acquires_go_native_where_set_nx_get_exists() {
     let t0 = Instant::now();
-    let request = requests(&mut acquisition(LockSpec::Exclusive(b"k"), t0)).remove(0);
+    let request = drain(&mut acquisition(LockSpec::Exclusive(b"k"), t0)).remove(0);
     for facts in [redis7(), valkey8(), valkey9()] {
         assert_eq!(
             request.call(&facts),
@@ -140,14 +137,14 @@ fn other_kinds_and_fenced_locks_stay_scripted() {
         },
         LockSpec::Multi(&[b"a", b"b"]),
     ] {
-        let request = requests(&mut acquisition(spec, t0)).remove(0);
+        let request = drain(&mut acquisition(spec, t0)).remove(0);
         assert!(
             matches!(request.call(&valkey9()), Call::Script(_)),
             "{request:?}"
         );
     }
     let mut fenced = acquisition(LockSpec::Fenced(b"k"), t0);
-    let request = requests(&mut fenced).remove(0);
+    let request = drain(&mut fenced).remove(0);
     assert_eq!(
         request.call(&valkey9()),
         Call::Script(scripts::ACQUIRE_FENCED)
@@ -165,7 +162,7 @@ fn releases_and_withdraws_use_delifeq_on_valkey_9() {
     ] {
         let settings = settings(notices);
         let mut release = release_of(&settings, Key::from(&b"k"[..]), 1, t0);
-        let request = requests(&mut release).remove(0);
+        let request = drain(&mut release).remove(0);
         assert_eq!(request.call(&valkey9()), Call::Native(Native::DelIfEq));
         assert_eq!(request.call(&valkey8()), Call::Script(script));
         assert_eq!(request.call(&redis7()), Call::Script(script));
@@ -173,7 +170,7 @@ fn releases_and_withdraws_use_delifeq_on_valkey_9() {
     // A release whose marks cannot share its key's slot (a cluster key
     // with a `}` and no hash tag) sends the lock key alone: plain too.
     let mut release = release_of(&settings(true), Key::from(&b"a}b"[..]), 1, t0);
-    let request = requests(&mut release).remove(0);
+    let request = drain(&mut release).remove(0);
     assert_eq!(request.keys.len(), 1);
     assert_eq!(request.call(&valkey9()), Call::Native(Native::DelIfEq));
 }
@@ -196,7 +193,7 @@ fn a_plain_release_that_deletes_nothing_sends_the_script_after_it() {
 
     // Nobody waited anywhere: one command per node, nothing after it.
     let mut quiet = release();
-    let sent = requests(&mut quiet);
+    let sent = drain(&mut quiet);
     let words: Vec<Vec<u8>> = Native::DelIfEq
         .words(&sent[0])
         .iter()
@@ -231,7 +228,7 @@ fn a_plain_release_that_deletes_nothing_sends_the_script_after_it() {
     // (`Request::follow_up`), and its answer is the node's; the machine
     // never counts the `DELIFEQ`'s `0`.
     let mut marked = release();
-    let sent = requests(&mut marked);
+    let sent = drain(&mut marked);
     for (request, answer) in sent.iter().zip([3, 1, -1]) {
         let again = request
             .follow_up(&native(request, Response::Int(0)))
@@ -280,7 +277,7 @@ fn delifeq_answers_count_as_released_or_not_ours() {
     let t0 = Instant::now();
     let settings = settings(false);
     let mut release = release_of(&settings, Key::from(&b"k"[..]), 1, t0);
-    let requests = requests(&mut release);
+    let requests = drain(&mut release);
     let native = |request: &Request, response| {
         Reply::via(request, Call::Native(Native::DelIfEq), Ok(response))
     };
@@ -302,7 +299,7 @@ fn delifeq_answers_count_as_released_or_not_ours() {
     // 2 is the release script's "released, notice refused"; DELIFEQ never
     // says it, nor -1.
     let mut release = release_of(&settings, Key::from(&b"k"[..]), 2, t0);
-    let requests = self::requests(&mut release);
+    let requests = drain(&mut release);
     release.handle_reply(native(&requests[0], Response::Int(2)), t0 + MS);
     release.handle_reply(native(&requests[1], Response::Int(-1)), t0 + MS);
     release.handle_reply(native(&requests[2], Response::Nil), t0 + MS);
@@ -327,7 +324,7 @@ fn delifeq_answers_count_as_released_or_not_ours() {
 fn set_nx_get_answers_are_votes_and_a_script_answer_is_not() {
     let t0 = Instant::now();
     let mut acquire = acquisition(LockSpec::Exclusive(b"k"), t0);
-    let requests = requests(&mut acquire);
+    let requests = drain(&mut acquire);
     let native =
         |request: &Request, result| Reply::via(request, Call::Native(Native::SetNxGet), result);
     // Node 0: nil, granted. Node 1: the script's yes is garbage from SET.
@@ -357,7 +354,7 @@ fn set_nx_get_answers_are_votes_and_a_script_answer_is_not() {
 
     // A nil from a script is no yes either.
     let mut acquire = acquisition(LockSpec::Exclusive(b"k"), t0);
-    let requests = self::requests(&mut acquire);
+    let requests = drain(&mut acquire);
     for request in &requests {
         acquire.handle_reply(Reply::to(request, Ok(Response::Nil)), t0 + MS);
     }
@@ -375,7 +372,7 @@ fn wrongtype_from_set_is_a_wrong_type_vote() {
         NodeErrorKind::from_error_code("WRONGTYPE"),
         "WRONGTYPE Operation against a key holding the wrong kind of value",
     );
-    for request in requests(&mut acquire) {
+    for request in drain(&mut acquire) {
         acquire.handle_reply(
             Reply::via(&request, Call::Native(Native::SetNxGet), Err(wrong.clone())),
             t0 + MS,
@@ -405,11 +402,11 @@ fn switched_off_every_request_is_a_script() {
         t0,
         StdRng::seed_from_u64(3),
     );
-    let request = requests(&mut acquire).remove(0);
+    let request = drain(&mut acquire).remove(0);
     assert!(!request.native);
     assert_eq!(request.call(&valkey9()), Call::Script(scripts::ACQUIRE));
     let mut release = release_of(&settings, Key::from(&b"k"[..]), 1, t0);
-    let request = requests(&mut release).remove(0);
+    let request = drain(&mut release).remove(0);
     assert_eq!(request.call(&valkey9()), Call::Script(scripts::RELEASE));
 }
 
@@ -417,7 +414,7 @@ fn switched_off_every_request_is_a_script() {
 fn an_exclusive_extend_is_set_ifeq_get_on_valkey_9_and_reads_the_value_found() {
     let t0 = Instant::now();
     let mut acquire = acquisition(LockSpec::Exclusive(b"k"), t0);
-    for request in requests(&mut acquire) {
+    for request in drain(&mut acquire) {
         acquire.handle_reply(Reply::to(&request, Ok(Response::Int(1))), t0);
     }
     let Some(AcquireEvent::Acquired(mut lock)) = acquire.poll_event() else {
@@ -485,7 +482,7 @@ fn an_exclusive_extend_is_set_ifeq_get_on_valkey_9_and_reads_the_value_found() {
 #[test]
 fn a_waiters_attempt_is_the_marking_script_where_releases_go_plain() {
     let t0 = Instant::now();
-    let mut request = requests(&mut acquisition(LockSpec::Exclusive(b"k"), t0)).remove(0);
+    let mut request = drain(&mut acquisition(LockSpec::Exclusive(b"k"), t0)).remove(0);
     request.client = Some(LockValue::from_string("me"));
     assert_eq!(request.call(&valkey9()), Call::Script(scripts::ACQUIRE));
     for facts in [redis7(), valkey8()] {
@@ -510,7 +507,7 @@ fn a_release_refused_for_its_marks_is_sent_again_without_them() {
         ))
     };
     let mut release = release_of(&settings(true), Key::from(&b"k"[..]), 1, t0);
-    let requests = requests(&mut release);
+    let requests = drain(&mut release);
     assert_eq!(requests[0].keys.len(), 3);
     release.handle_reply(Reply::to(&requests[0], noperm()), t0 + MS);
     let again = release.poll_request().expect("sent again");
@@ -540,7 +537,7 @@ fn a_release_refused_for_its_marks_is_sent_again_without_them() {
     // Any other request refused is that node's answer: a withdraw names
     // no marks.
     let mut quiet = release_of(&settings(false), Key::from(&b"k"[..]), 1, t0);
-    let requests = self::requests(&mut quiet);
+    let requests = drain(&mut quiet);
     quiet.handle_reply(Reply::to(&requests[0], noperm()), t0 + MS);
     assert_eq!(quiet.poll_request(), None);
 }
@@ -563,12 +560,12 @@ fn withdraws_are_plain_only_where_nobody_listens() {
             StdRng::seed_from_u64(7),
         )
         .unwrap();
-        let sent = requests(&mut attempt);
+        let sent = drain(&mut attempt);
         let holder = Response::Data(b"theirs".to_vec());
         attempt.handle_reply(Reply::to(&sent[0], Ok(Response::Int(1))), t0 + MS);
         attempt.handle_reply(Reply::to(&sent[1], Ok(holder.clone())), t0 + MS);
         attempt.handle_reply(Reply::to(&sent[2], Ok(holder)), t0 + MS);
-        let withdraws = requests(&mut attempt);
+        let withdraws = drain(&mut attempt);
         assert!(!withdraws.is_empty(), "the attempt failed and withdraws");
         for withdraw in &withdraws {
             assert_eq!(withdraw.command, Command::Withdraw);
@@ -589,7 +586,7 @@ fn withdraws_are_plain_only_where_nobody_listens() {
 fn a_delifeq_that_deleted_nothing_reads_as_not_ours() {
     let t0 = Instant::now();
     let mut release = release_of(&settings(false), Key::from(&b"k"[..]), 1, t0);
-    for request in requests(&mut release) {
+    for request in drain(&mut release) {
         let reply = Reply::via(
             &request,
             Call::Native(Native::DelIfEq),

@@ -3,6 +3,7 @@
 //! uncontended, and an attempt that does not win leaves nothing.
 
 mod sim;
+mod support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,6 +15,7 @@ use redlock_core::{
     NodeVote, Reply, Request, Response, Settings, scripts,
 };
 use sim::{Hold, Kinds, SimConfig, run};
+use support::drain;
 
 fn schedules() -> u64 {
     std::env::var("SIM_SCHEDULES")
@@ -94,10 +96,6 @@ fn acquire(settings: &Arc<Settings>, permits: u32, attempts: Attempts) -> Acquis
         StdRng::seed_from_u64(7),
     )
     .unwrap()
-}
-
-fn drain(machine: &mut Acquisition<StdRng>) -> Vec<Request> {
-    std::iter::from_fn(|| machine.poll_request()).collect()
 }
 
 fn granted(slot: i64) -> Response {

@@ -5,6 +5,7 @@
 //! that granted its slot, stored beside that slot only.
 
 mod sim;
+mod support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,6 +17,7 @@ use redlock_core::{
     Response, Settings, scripts,
 };
 use sim::{Kinds, SimConfig, run};
+use support::drain;
 
 fn schedules() -> u64 {
     std::env::var("SIM_SCHEDULES")
@@ -84,10 +86,6 @@ fn permit_tokens_regress_when_nodes_forget_their_counters() {
 
 fn settings() -> Arc<Settings> {
     Arc::new(Config::new(["n0", "n1", "n2"]).validate().unwrap())
-}
-
-fn drain(machine: &mut Acquisition<StdRng>) -> Vec<redlock_core::Request> {
-    std::iter::from_fn(|| machine.poll_request()).collect()
 }
 
 fn granted(slot: i64, counter: i64) -> Response {

@@ -4,6 +4,8 @@
 //! (Written against mutants of `Votes`' accessors that `make mutants` found
 //! surviving: the errors' messages read them, but no test did.)
 
+mod support;
+
 use redlock_core::Machine;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,8 +16,7 @@ use redlock_core::{
     AcquireError, AcquireEvent, Acquisition, Attempts, Config, NodeError, NodeErrorKind, NodeId,
     NodeVote, Reply, Request, Response, Settings,
 };
-
-const MS: Duration = Duration::from_millis(1);
+use support::{MS, drain};
 
 fn settings() -> Arc<Settings> {
     Arc::new(
@@ -36,7 +37,7 @@ fn start(settings: &Arc<Settings>, t0: Instant) -> (Acquisition<StdRng>, Vec<Req
         t0,
         StdRng::seed_from_u64(11),
     );
-    let requests = std::iter::from_fn(|| acquire.poll_request()).collect();
+    let requests = drain(&mut acquire);
     (acquire, requests)
 }
 

@@ -4,6 +4,8 @@
 //! ([`Attempts::Retries`]) replaces the settings' count and deadline alike.
 //! In virtual time, against nodes that all answer "held by another owner".
 
+mod support;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,8 +15,7 @@ use redlock_core::{
     AcquireError, AcquireEvent, Acquisition, Attempts, Config, ConfigError, LockSpec, Machine,
     NodeId, Notice, Reply, Request, Response, RetryConfig, Settings,
 };
-
-const MS: Duration = Duration::from_millis(1);
+use support::{MS, drain_but_marks, slow_retries};
 
 /// Three nodes, retries 10..20 ms apart, `count` retries, and the given
 /// client-wide deadline.
@@ -56,11 +57,7 @@ fn run_held(
 ) -> (Option<AcquireError>, Instant) {
     let mut now = t0;
     for _ in 0..steps {
-        let requests: Vec<Request> = std::iter::from_fn(|| acquire.poll_request())
-            // A waiter's marks before each attempt (`Command::MarkWaiting`)
-            // are no votes: `release_notice_marks.rs` checks them.
-            .filter(|r| !matches!(r.command, redlock_core::Command::MarkWaiting { .. }))
-            .collect();
+        let requests = drain_but_marks(acquire);
         let reply_at = now + MS;
         let deadline = acquire.poll_timeout().expect("not done");
         if deadline <= reply_at {
@@ -185,11 +182,7 @@ fn the_wait_limit_is_hard() {
     let t0 = Instant::now();
     let mut acquire = start(&settings, Attempts::Within(3 * MS), t0);
     assert_eq!(acquire.poll_timeout(), Some(t0 + 3 * MS));
-    let requests: Vec<Request> = std::iter::from_fn(|| acquire.poll_request())
-        // A waiter's marks before each attempt (`Command::MarkWaiting`)
-        // are no votes: `release_notice_marks.rs` checks them.
-        .filter(|r| !matches!(r.command, redlock_core::Command::MarkWaiting { .. }))
-        .collect();
+    let requests = drain_but_marks(&mut acquire);
     for request in &requests {
         acquire.handle_reply(Reply::to(request, Ok(Response::Int(1))), t0 + 3 * MS);
     }
@@ -202,11 +195,7 @@ fn the_wait_limit_is_hard() {
         panic!("a quorum at the limit is no lock");
     };
     assert_eq!(deadline, 3 * MS);
-    let releases = std::iter::from_fn(|| acquire.poll_request())
-        // A waiter's marks before each attempt (`Command::MarkWaiting`)
-        // are no votes: `release_notice_marks.rs` checks them.
-        .filter(|r| !matches!(r.command, redlock_core::Command::MarkWaiting { .. }))
-        .count();
+    let releases = drain_but_marks(&mut acquire).len();
     assert_eq!(releases, 3, "the attempt's keys are released on every node");
 }
 
@@ -252,43 +241,15 @@ fn a_limit_past_the_clock_means_no_limit() {
     assert!(acquire.attempts() >= 200);
 }
 
-/// Three nodes whose retries are far apart (1 s): within a 300 ms limit,
-/// only the last retry and release notices can start attempts.
-fn slow_retries() -> Arc<Settings> {
-    Arc::new(
-        Config::new(["a", "b", "c"])
-            .node_timeout(5 * MS)
-            .retry(
-                RetryConfig::default()
-                    .count(10)
-                    .delay(Duration::from_secs(1))
-                    .jitter(Duration::ZERO),
-            )
-            .validate()
-            .unwrap(),
-    )
-}
-
 /// Answers the attempt in flight with "held" on every node at `now`, and
 /// takes the withdraws that follow.
 fn refuse(acquire: &mut Acquisition<StdRng>, now: Instant) {
-    let requests: Vec<Request> = std::iter::from_fn(|| acquire.poll_request())
-        // A waiter's marks before each attempt (`Command::MarkWaiting`)
-        // are no votes: `release_notice_marks.rs` checks them.
-        .filter(|r| !matches!(r.command, redlock_core::Command::MarkWaiting { .. }))
-        .collect();
+    let requests = drain_but_marks(acquire);
     for request in requests.iter().filter(|r| r.command.ttl().is_some()) {
         acquire.handle_reply(held(request), now);
     }
     // The failed attempt's withdraws.
-    assert_eq!(
-        std::iter::from_fn(|| acquire.poll_request())
-            // A waiter's marks before each attempt (`Command::MarkWaiting`)
-            // are no votes: `release_notice_marks.rs` checks them.
-            .filter(|r| !matches!(r.command, redlock_core::Command::MarkWaiting { .. }))
-            .count(),
-        3
-    );
+    assert_eq!(drain_but_marks(acquire).len(), 3);
 }
 
 #[test]
@@ -323,11 +284,7 @@ fn a_release_before_the_limit_is_waited_for_and_taken() {
         acquire.current_attempt().is_some(),
         "attempting at the notice"
     );
-    let requests: Vec<Request> = std::iter::from_fn(|| acquire.poll_request())
-        // A waiter's marks before each attempt (`Command::MarkWaiting`)
-        // are no votes: `release_notice_marks.rs` checks them.
-        .filter(|r| !matches!(r.command, redlock_core::Command::MarkWaiting { .. }))
-        .collect();
+    let requests = drain_but_marks(&mut acquire);
     assert_eq!(requests.len(), 3);
     for request in &requests {
         acquire.handle_reply(Reply::to(request, Ok(Response::Int(1))), release + MS);

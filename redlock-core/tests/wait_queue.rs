@@ -2,17 +2,18 @@
 //! (who is told a notice) and an acquisition that queues behind others
 //! instead of attempting. In virtual time; asserts who is served.
 
+mod support;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use redlock_core::{
-    AcquireEvent, Acquisition, Attempts, Config, HandOver, Key, Machine, NodeId, Notice, Reply,
-    Request, Response, RetryConfig, Settings, WaitQueue, WaiterId, Wake,
+    AcquireEvent, Acquisition, Attempts, HandOver, Key, Machine, NodeId, Notice, Reply, Response,
+    Settings, WaitQueue, WaiterId, Wake,
 };
-
-const MS: Duration = Duration::from_millis(1);
+use support::{MS, drain_but_marks, slow_retries};
 
 fn tell(waiter: u64, notice: Notice) -> Wake {
     Wake::Tell {
@@ -262,21 +263,6 @@ fn the_clients_own_release_goes_to_its_first_waiter_once_and_only_while_no_other
     assert_eq!(wakes(&mut queue), vec![]);
 }
 
-fn settings() -> Arc<Settings> {
-    Arc::new(
-        Config::new(["a", "b", "c"])
-            .node_timeout(5 * MS)
-            .retry(
-                RetryConfig::default()
-                    .count(10)
-                    .delay(Duration::from_secs(1))
-                    .jitter(Duration::ZERO),
-            )
-            .validate()
-            .unwrap(),
-    )
-}
-
 fn acquisition(settings: &Arc<Settings>, attempts: Attempts, t0: Instant) -> Acquisition<StdRng> {
     Acquisition::new(
         Arc::clone(settings),
@@ -288,21 +274,13 @@ fn acquisition(settings: &Arc<Settings>, attempts: Attempts, t0: Instant) -> Acq
     )
 }
 
-fn requests(acquire: &mut Acquisition<StdRng>) -> Vec<Request> {
-    std::iter::from_fn(|| acquire.poll_request())
-        // A waiter's marks before each attempt (`Command::MarkWaiting`)
-        // are no votes: `release_notice_marks.rs` checks them.
-        .filter(|r| !matches!(r.command, redlock_core::Command::MarkWaiting { .. }))
-        .collect()
-}
-
 #[test]
 fn a_queued_acquisition_waits_for_its_turn_then_attempts_at_once() {
-    let settings = settings();
+    let settings = slow_retries();
     let t0 = Instant::now();
     let mut acquire = acquisition(&settings, Attempts::Retry, t0);
     acquire.queue_behind(t0, None);
-    assert!(requests(&mut acquire).is_empty(), "nothing sent");
+    assert!(drain_but_marks(&mut acquire).is_empty(), "nothing sent");
     assert_eq!(acquire.attempts(), 0);
     assert!(acquire.current_attempt().is_none());
     assert_eq!(acquire.poll_listen(), Some(acquire.channels()));
@@ -312,7 +290,7 @@ fn a_queued_acquisition_waits_for_its_turn_then_attempts_at_once() {
     acquire.handle_notice(Notice::Released(NodeId(0)), turn);
     acquire.handle_notice(Notice::Released(NodeId(1)), turn);
     assert_eq!(acquire.attempts(), 1, "the first attempt, at the notice");
-    let sent = requests(&mut acquire);
+    let sent = drain_but_marks(&mut acquire);
     assert_eq!(sent.len(), 3);
     acquire.handle_reply(Reply::to(&sent[0], Ok(Response::Int(1))), turn + MS);
     acquire.handle_reply(Reply::to(&sent[1], Ok(Response::Int(1))), turn + MS);
@@ -326,26 +304,30 @@ fn a_queued_acquisition_waits_for_its_turn_then_attempts_at_once() {
 fn a_queued_acquisition_still_retries_on_its_timer() {
     // No notice ever comes (a pub/sub connection down): the timer is the
     // backstop, and the attempt it starts is the first, not a retry.
-    let settings = settings();
+    let settings = slow_retries();
     let t0 = Instant::now();
     let mut acquire = acquisition(&settings, Attempts::Retry, t0);
     acquire.queue_behind(t0, None);
     let at = acquire.poll_timeout().unwrap();
     acquire.handle_timeout(at);
     assert_eq!(acquire.attempts(), 1);
-    assert_eq!(requests(&mut acquire).len(), 3);
+    assert_eq!(drain_but_marks(&mut acquire).len(), 3);
 }
 
 #[test]
 fn try_lock_never_queues() {
-    let settings = settings();
+    let settings = slow_retries();
     let t0 = Instant::now();
     let mut acquire = acquisition(&settings, Attempts::Once, t0);
     acquire.queue_behind(t0, None);
-    assert_eq!(requests(&mut acquire).len(), 3, "its one attempt goes out");
+    assert_eq!(
+        drain_but_marks(&mut acquire).len(),
+        3,
+        "its one attempt goes out"
+    );
     // Nor does an acquisition whose requests were taken already.
     let mut acquire = acquisition(&settings, Attempts::Retry, t0);
-    let sent = requests(&mut acquire);
+    let sent = drain_but_marks(&mut acquire);
     acquire.queue_behind(t0, None);
     assert_eq!(acquire.current_attempt(), Some(sent[0].round));
 }
@@ -357,17 +339,17 @@ fn notices_routed_by_the_queue_serve_waiters_in_order() {
     // holder's, announced by the nodes, then each waiter's own, handed over
     // and echoed by the nodes) is routed by the queue; the waiters are
     // served in the order they came.
-    let settings = settings();
+    let settings = slow_retries();
     let t0 = Instant::now();
     let mut queue = WaitQueue::new();
     let mut waiters: Vec<Acquisition<StdRng>> = Vec::new();
     let mut first = acquisition(&settings, Attempts::Retry, t0);
-    let sent = requests(&mut first);
+    let sent = drain_but_marks(&mut first);
     for request in &sent {
         let held = Reply::to(request, Ok(Response::Data(b"elsewhere".to_vec())));
         first.handle_reply(held, t0 + MS);
     }
-    requests(&mut first);
+    drain_but_marks(&mut first);
     waiters.push(first);
     queue.handle_join(WaiterId(0));
     for id in 1..4 {
@@ -395,7 +377,7 @@ fn notices_routed_by_the_queue_serve_waiters_in_order() {
         }
         // Whoever attempts gets the lock (it is free).
         for (id, waiter) in waiters.iter_mut().enumerate() {
-            let sent = requests(waiter);
+            let sent = drain_but_marks(waiter);
             if sent.is_empty() {
                 continue;
             }
@@ -416,7 +398,7 @@ fn notices_routed_by_the_queue_serve_waiters_in_order() {
 fn a_reentrant_lock_never_queues() {
     // Its owner may hold it already: taking it again must not wait behind
     // other waiters for a release that its owner would have to make.
-    let settings = settings();
+    let settings = slow_retries();
     let t0 = Instant::now();
     let mut acquire = Acquisition::with_spec(
         Arc::clone(&settings),
@@ -431,5 +413,9 @@ fn a_reentrant_lock_never_queues() {
     )
     .unwrap();
     acquire.queue_behind(t0, None);
-    assert_eq!(requests(&mut acquire).len(), 3, "it attempts at once");
+    assert_eq!(
+        drain_but_marks(&mut acquire).len(),
+        3,
+        "it attempts at once"
+    );
 }

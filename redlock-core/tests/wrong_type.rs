@@ -3,6 +3,7 @@
 //! never retried and never taken for nodes that are down.
 
 mod sim;
+mod support;
 
 use redlock_core::Machine;
 use std::sync::Arc;
@@ -14,8 +15,7 @@ use redlock_core::{
     AcquireError, AcquireEvent, Acquisition, Attempts, Command, NodeError, NodeErrorKind, Reply,
     Request, Response, Settings,
 };
-
-const MS: Duration = Duration::from_millis(1);
+use support::{MS, drain_but_marks, released};
 
 fn start(settings: &Arc<Settings>, t0: Instant) -> Acquisition<StdRng> {
     Acquisition::new(
@@ -26,14 +26,6 @@ fn start(settings: &Arc<Settings>, t0: Instant) -> Acquisition<StdRng> {
         t0,
         StdRng::seed_from_u64(7),
     )
-}
-
-fn drain(acquire: &mut Acquisition<StdRng>) -> Vec<Request> {
-    std::iter::from_fn(|| acquire.poll_request())
-        // A waiter's marks before each attempt (`Command::MarkWaiting`)
-        // are no votes: `release_notice_marks.rs` checks them.
-        .filter(|r| !matches!(r.command, redlock_core::Command::MarkWaiting { .. }))
-        .collect()
 }
 
 /// What a node answers when the script's `GET` meets a list (Redis 7).
@@ -88,7 +80,7 @@ fn a_key_of_another_type_on_every_node_fails_at_once_without_retry() {
     let settings = sim::settings(3, Duration::from_secs(1), 20 * MS);
     let t0 = Instant::now();
     let mut acquire = start(&settings, t0);
-    let requests = drain(&mut acquire);
+    let requests = drain_but_marks(&mut acquire);
     // Two answers decide it: the third node cannot make a quorum alone.
     acquire.handle_reply(wrong_type(&requests[0]), t0 + MS);
     assert!(acquire.poll_event().is_none());
@@ -116,7 +108,7 @@ fn a_key_of_another_type_on_every_node_fails_at_once_without_retry() {
     assert!(message.contains("sim-0, sim-1"), "{message}");
     // The usual clean-up on every node (the scripts write nothing to a key
     // of another type), and nothing after it.
-    let releases = drain(&mut acquire);
+    let releases = drain_but_marks(&mut acquire);
     assert_eq!(releases.len(), 3);
     assert!(releases.iter().all(|r| r.command == Command::Withdraw));
     assert!(acquire.is_done());
@@ -131,7 +123,7 @@ fn a_key_of_another_type_on_a_minority_is_only_a_failed_vote() {
 
     // Two of five: the other three still grant the lock.
     let mut acquire = start(&settings, t0);
-    let requests = drain(&mut acquire);
+    let requests = drain_but_marks(&mut acquire);
     acquire.handle_reply(wrong_type(&requests[0]), t0 + MS);
     acquire.handle_reply(wrong_type(&requests[1]), t0 + MS);
     for request in &requests[2..] {
@@ -145,7 +137,7 @@ fn a_key_of_another_type_on_a_minority_is_only_a_failed_vote() {
     // Two of five and one node down: no quorum this time, but the key of
     // another type alone does not rule one out, so the acquire retries.
     let mut acquire = start(&settings, t0);
-    let requests = drain(&mut acquire);
+    let requests = drain_but_marks(&mut acquire);
     acquire.handle_reply(wrong_type(&requests[0]), t0 + MS);
     acquire.handle_reply(wrong_type(&requests[1]), t0 + MS);
     acquire.handle_reply(
@@ -168,7 +160,7 @@ fn a_release_notice_attempt_that_meets_another_type_ends_the_acquire() {
     let t0 = Instant::now();
     let mut acquire = start(&settings, t0);
     // First attempt: held by another owner, so the acquire waits.
-    for request in drain(&mut acquire) {
+    for request in drain_but_marks(&mut acquire) {
         acquire.handle_reply(
             Reply::to(&request, Ok(Response::Data(b"other".to_vec()))),
             t0 + MS,
@@ -178,11 +170,11 @@ fn a_release_notice_attempt_that_meets_another_type_ends_the_acquire() {
         acquire.poll_event(),
         Some(AcquireEvent::AttemptFailed { .. })
     ));
-    drain(&mut acquire);
+    drain_but_marks(&mut acquire);
     // The holder released and someone put a list there: the extra attempt
     // ends the acquire instead of going back to waiting.
     released(&mut acquire, t0 + 2 * MS);
-    let requests = drain(&mut acquire);
+    let requests = drain_but_marks(&mut acquire);
     assert_eq!(requests.len(), 3);
     for request in &requests {
         acquire.handle_reply(wrong_type(request), t0 + 3 * MS);
@@ -192,17 +184,6 @@ fn a_release_notice_attempt_that_meets_another_type_ends_the_acquire() {
         Some(AcquireEvent::Failed(AcquireError::WrongType { .. }))
     ));
     assert!(acquire.is_done());
-}
-
-/// Release notices from two of three nodes: more than failed attempts can
-/// free while someone holds a quorum, so the lock may have been released.
-fn released<R: rand_core::Rng>(acquire: &mut redlock_core::Acquisition<R>, now: Instant) {
-    for node in 0..2 {
-        acquire.handle_notice(
-            redlock_core::Notice::Released(redlock_core::NodeId(node)),
-            now,
-        );
-    }
 }
 
 #[test]
@@ -220,7 +201,7 @@ fn a_multi_resource_lock_names_all_its_keys() {
         StdRng::seed_from_u64(7),
     )
     .unwrap();
-    for request in drain(&mut acquire) {
+    for request in drain_but_marks(&mut acquire) {
         acquire.handle_reply(wrong_type(&request), t0 + MS);
     }
     let Some(AcquireEvent::Failed(AcquireError::WrongType { keys, .. })) = acquire.poll_event()
