@@ -16,7 +16,7 @@ mod task;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use redlock_core::{Key, Machine, NodeId, OpEvent, Operation, Request, Settings};
+use redlock_core::{Key, NodeId, OpEvent, Operation, Request, Settings};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tracing::{Instrument, debug_span};
@@ -29,7 +29,6 @@ pub(crate) use send::next_quietly;
 #[cfg(test)]
 pub(crate) use send::send;
 
-use crate::Redlock;
 use crate::node::Node;
 use crate::notices::Notices;
 use crate::sim::ClientRng;
@@ -299,10 +298,22 @@ pub(crate) fn release_blocking(nodes: &[Arc<Node>], requests: Vec<Request>) {
     });
 }
 
-/// Sends every request of `machine` (a release) on blocking connections.
-pub(crate) fn release_machine_blocking<M: Machine>(client: &Redlock, mut machine: M) {
-    let requests = std::iter::from_fn(|| machine.poll_request()).collect();
-    release_blocking(client.node_handles(), requests);
+/// Undoes `operation` where no driver can take it (no runtime here, or
+/// this one shuts down): what must reach the nodes
+/// ([`Operation::undo`]: a release's deletes, an attempt's withdraws, a
+/// queue's leaves) goes out on blocking connections.
+pub(crate) fn undo_blocking(nodes: &Arc<[Arc<Node>]>, operation: Operation<ClientRng>) {
+    let requests = operation.undo(crate::sim::now());
+    let nodes = Arc::clone(nodes);
+    crate::node::as_runtime_drops(move || release_blocking(&nodes, requests));
+}
+
+/// Releases `lock` where no driver can take it, on blocking connections:
+/// nobody reads the answers, so the release publishes for this client's
+/// waiters too, which no hand-over tells.
+pub(crate) fn release_lock_blocking(nodes: &Arc<[Arc<Node>]>, mut lock: redlock_core::Lock) {
+    let release = lock.release(crate::sim::now()).unattended();
+    undo_blocking(nodes, Operation::Release(Box::new(release)));
 }
 
 #[cfg(test)]

@@ -356,15 +356,7 @@ pub(crate) fn spawn_release(client: Redlock, lock: Lock, kept: Option<u64>) {
         lock
     };
     debug!("lock dropped outside a Tokio runtime; releasing on blocking connections");
-    release_blocking(&client, lock);
-}
-
-/// Sends `lock`'s release on blocking connections: nobody reads its
-/// answers, so it publishes for this client's waiters too, which no
-/// hand-over tells.
-fn release_blocking(client: &Redlock, mut lock: Lock) {
-    let release = lock.release(crate::sim::now()).unattended();
-    crate::node::as_runtime_drops(|| crate::driver::release_machine_blocking(client, release));
+    crate::driver::release_lock_blocking(client.node_handles(), lock);
 }
 
 /// A lock's release ([`LockGuard::release`]): `.await` it for the report.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use redlock_core::{OpEvent, Operation};
 use tracing::debug;
 
-use super::{Driver, Input, release_blocking};
+use super::{Driver, Input, release_lock_blocking, undo_blocking};
 use crate::node::Node;
 use crate::sim::ClientRng;
 
@@ -43,12 +43,7 @@ impl Drop for Finished {
             None => Box::new(lock),
         };
         // No driver can take it: no runtime here, or this one shuts down.
-        let mut lock = *lock;
-        let requests =
-            Operation::<ClientRng>::Release(Box::new(lock.release(crate::sim::now()).unattended()))
-                .undo(crate::sim::now());
-        let nodes = Arc::clone(&self.nodes);
-        crate::node::as_runtime_drops(move || release_blocking(&nodes, requests));
+        release_lock_blocking(&self.nodes, *lock);
     }
 }
 
@@ -82,8 +77,6 @@ impl Drop for Returned {
             None => operation,
         };
         // No driver can take it: no runtime here, or this one shuts down.
-        let requests = operation.undo(crate::sim::now());
-        let nodes = Arc::clone(&self.nodes);
-        crate::node::as_runtime_drops(move || release_blocking(&nodes, requests));
+        undo_blocking(&self.nodes, operation);
     }
 }
