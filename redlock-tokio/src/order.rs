@@ -125,21 +125,12 @@ impl Order {
         ticket: &mut Option<Ticket<'a>>,
         command: F,
     ) -> F::Output {
-        let mut command = pin!(command);
-        let mut first = true;
-        poll_fn(|cx| {
-            if std::mem::take(&mut first) {
-                let mut stamps = self.lock();
-                let stamp = stamps.stamp(key, true);
-                *ticket = Some(Ticket {
-                    order: self,
-                    key: key.clone(),
-                    stamp,
-                });
-                // Queued while the stamp is ours alone.
-                return command.as_mut().poll(cx);
-            }
-            command.as_mut().poll(cx)
+        self.queued(command, |stamps| {
+            *ticket = Some(Ticket {
+                order: self,
+                key: key.clone(),
+                stamp: stamps.stamp(key, true),
+            });
         })
         .await
     }
@@ -149,18 +140,7 @@ impl Order {
     /// script command for `key` queued before it as no longer the latest, so
     /// that such a command is not sent again after it ([`resend`](Self::resend)).
     pub(crate) async fn send_plain<F: Future>(&self, key: &Key, command: F) -> F::Output {
-        let mut command = pin!(command);
-        let mut first = true;
-        poll_fn(|cx| {
-            if std::mem::take(&mut first) {
-                let mut stamps = self.lock();
-                stamps.pass(key);
-                // Queued while no script command can be stamped after it.
-                return command.as_mut().poll(cx);
-            }
-            command.as_mut().poll(cx)
-        })
-        .await
+        self.queued(command, |stamps| stamps.pass(key)).await
     }
 
     /// Runs `command`, whose first poll queues one command for each of
@@ -175,22 +155,31 @@ impl Order {
         tickets: &mut Vec<Option<Ticket<'a>>>,
         command: F,
     ) -> F::Output {
-        let mut command = pin!(command);
-        let mut first = true;
-        poll_fn(|cx| {
-            if std::mem::take(&mut first) {
-                let mut stamps = self.lock();
-                for &(key, script) in keys {
-                    tickets.push(script.then(|| Ticket {
-                        order: self,
-                        key: key.clone(),
-                        stamp: stamps.stamp(key, true),
-                    }));
-                    if !script {
-                        stamps.pass(key);
-                    }
+        self.queued(command, |stamps| {
+            for &(key, script) in keys {
+                tickets.push(script.then(|| Ticket {
+                    order: self,
+                    key: key.clone(),
+                    stamp: stamps.stamp(key, true),
+                }));
+                if !script {
+                    stamps.pass(key);
                 }
-                // Queued while the stamps are ours alone.
+            }
+        })
+        .await
+    }
+
+    /// Runs `command`, whose first poll queues it on the node's connection:
+    /// `mark` records its place, and the command is queued while the stamps
+    /// stay locked, so no other command can be stamped between the two.
+    async fn queued<F: Future>(&self, command: F, mark: impl FnOnce(&mut Stamps)) -> F::Output {
+        let mut command = pin!(command);
+        let mut mark = Some(mark);
+        poll_fn(|cx| {
+            if let Some(mark) = mark.take() {
+                let mut stamps = self.lock();
+                mark(&mut stamps);
                 return command.as_mut().poll(cx);
             }
             command.as_mut().poll(cx)
