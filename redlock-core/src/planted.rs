@@ -74,11 +74,16 @@ pub enum Bug {
     /// during its attempt leaves its key on the nodes that granted it, held
     /// for a whole TTL by nobody.
     CancelSkipsWithdraws,
+    /// Work under a lock or a leadership (`run`) is polled before the loss
+    /// is asked about: after a pause past the validity, the work's own
+    /// wake-up runs one more step under a hold that ended. The hook is the
+    /// adapter's (redlock-tokio's `held.rs`), where the work is polled.
+    WorkPolledAfterLoss,
 }
 
 impl Bug {
     /// Every bug, in a fixed order.
-    pub const ALL: [Bug; 14] = [
+    pub const ALL: [Bug; 15] = [
         Bug::ValidityFromDecisionTime,
         Bug::QuorumHalf,
         Bug::DuplicateVoteCounted,
@@ -93,6 +98,7 @@ impl Bug {
         Bug::ElectionTermFromClient,
         Bug::HandOverBeforeFollowUp,
         Bug::CancelSkipsWithdraws,
+        Bug::WorkPolledAfterLoss,
     ];
 }
 

@@ -103,10 +103,17 @@ impl Election {
     }
 
     /// Leads whenever elected: campaigns, runs `work` with the leadership,
-    /// and on loss cancels the work, waits for it to end, calls `stopped`
+    /// and on loss drops the work at its current `.await`, calls `stopped`
     /// with the reason, and campaigns again. Returns once a `work` returns
     /// by itself (after resigning), or with a campaign's error.
     /// `stopped` is called only for a term this process held.
+    ///
+    /// The work runs in the caller's task and is never polled again once
+    /// the term's validity ended ([`Leadership::valid_until`], asked of the
+    /// clock before each poll): after a pause of the process past its
+    /// lease, a deposed leader's work takes no further step. A step already
+    /// under way when the pause came (no `.await` in between) still ends
+    /// after it; the resource checks [`Leadership::term`] for that.
     pub async fn run<F, Fut>(
         &self,
         mut work: F,
@@ -114,27 +121,22 @@ impl Election {
     ) -> Result<(), Error>
     where
         F: FnMut(Leadership) -> Fut,
-        Fut: Future<Output = ()> + Send + 'static,
+        Fut: Future<Output = ()>,
     {
         loop {
             let mut leadership = self.campaign().await?;
-            let mut task = tokio::spawn(work(leadership.clone()));
-            tokio::select! {
-                ended = &mut task => {
+            let held = crate::held::while_held(
+                work(leadership.clone()),
+                || leadership.loss(),
+                leadership.lost(),
+            )
+            .await;
+            match held {
+                Ok(()) => {
                     leadership.resign().await;
-                    // The work's panic is the caller's, not a quiet return.
-                    if let Err(error) = ended
-                        && error.is_panic()
-                    {
-                        std::panic::resume_unwind(error.into_panic());
-                    }
                     return Ok(());
                 }
-                reason = leadership.lost() => {
-                    task.abort();
-                    let _ = task.await;
-                    stopped(&reason);
-                }
+                Err(reason) => stopped(&reason),
             }
         }
     }

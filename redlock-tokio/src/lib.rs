@@ -153,6 +153,7 @@ mod driver;
 mod election;
 mod error;
 mod guard;
+mod held;
 mod inspect;
 mod metrics;
 mod node;

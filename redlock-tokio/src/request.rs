@@ -306,7 +306,9 @@ impl<K> LockRequest<K> {
     /// `&LockGuard` (fencing token, validity, loss signal).
     ///
     /// If the lock is lost, the work is dropped at its current `.await` and
-    /// the result is [`Error::LockLost`]. The work's error type takes this
+    /// the result is [`Error::LockLost`]. The work runs in the caller's task
+    /// and the clock is asked before each poll: once the validity ended
+    /// (after a pause of the process, say) it is not polled again. The work's error type takes this
     /// crate's errors (`E: From<Error>`), so one `?` reads the result:
     ///
     /// ```no_run
@@ -334,11 +336,8 @@ impl<K> LockRequest<K> {
     {
         self.keep_alive = Some(self.keep_alive.unwrap_or_default());
         let guard = self.acquire().await?;
-        let outcome: Result<Result<T, E>, LossReason> = tokio::select! {
-            biased;
-            reason = guard.lost() => Err(reason),
-            value = work(&guard) => Ok(value),
-        };
+        let outcome: Result<Result<T, E>, LossReason> =
+            crate::held::while_held(work(&guard), || guard.loss(), guard.lost()).await;
         let key = guard.key().clone();
         let report = guard.release().await;
         debug!(key = %key, report = %report, "released after run");

@@ -2217,11 +2217,13 @@ pub mod configurations {
             .iter()
             // The hub's bugs are the hub model's to catch (`hub::HubSetup::planted`),
             // the election's the election model's (`election::ElectionSetup::planted`),
-            // the client's cancellation the client's tests (`redlock-core/tests/client.rs`).
+            // the client's cancellation the client's tests (`redlock-core/tests/client.rs`),
+            // work polled after a loss the adapter's (`tests/tests/held.rs`).
             .filter(|&&bug| {
                 !matches!(
                     bug,
                     Bug::CancelSkipsWithdraws
+                        | Bug::WorkPolledAfterLoss
                         | Bug::HubForgetsReplay
                         | Bug::HandOverBeforeFollowUp
                         | Bug::ElectionLosesAtExpiry

@@ -1,0 +1,181 @@
+//! Work under a hold is never polled after the hold ended: the test process
+//! is stopped (SIGSTOP, by a shell it starts) past a leader's lease or a
+//! lock's validity, then continued, while its work wakes every few
+//! milliseconds. Each poll of the work records whether the hold had ended
+//! (the clock's word, `loss()`); a poll after the end is a violation. With
+//! the planted bug `WorkPolledAfterLoss` (the work polled before the loss is
+//! asked about, as when the work was a task of its own) the same run shows
+//! violations, so the check sees the bug.
+//!
+//! Each test stops the whole test process; under `cargo test` the tests of
+//! this file stop each other too, which only adds pauses.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use redlock_tests::RedisCluster;
+use redlock_tokio::core::planted::{self, Bug};
+use redlock_tokio::{Error, KeepAlive, LeadershipLoss, Wait};
+use support::client;
+
+const LEASE: Duration = Duration::from_millis(1_200);
+const RENEW: Duration = Duration::from_millis(800);
+const RETRY: Duration = Duration::from_millis(200);
+const TTL: Duration = Duration::from_millis(1_200);
+/// The process stop: well past the lease and the TTL.
+const STOP: Duration = Duration::from_millis(2_500);
+/// How long the work runs before the stop.
+const RUNNING: Duration = Duration::from_millis(300);
+/// How often the work wakes.
+const STEP: Duration = Duration::from_millis(10);
+
+/// Polls of the work: all, and those that found the hold ended.
+#[derive(Default)]
+struct Polls {
+    all: AtomicUsize,
+    after_loss: AtomicUsize,
+}
+
+impl Polls {
+    fn record(&self, lost: bool) {
+        self.all.fetch_add(1, Ordering::SeqCst);
+        if lost {
+            self.after_loss.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn counts(&self) -> (usize, usize) {
+        (
+            self.all.load(Ordering::SeqCst),
+            self.after_loss.load(Ordering::SeqCst),
+        )
+    }
+}
+
+/// Stops this process for `STOP`, `RUNNING` from now: a shell waits, sends
+/// SIGSTOP, sleeps and sends SIGCONT (a stopped process cannot continue
+/// itself).
+fn stop_this_process() -> std::process::Child {
+    let pid = std::process::id();
+    let (running, stopped) = (RUNNING.as_secs_f64(), STOP.as_secs_f64());
+    std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "sleep {running}; kill -STOP {pid}; sleep {stopped}; kill -CONT {pid}"
+        ))
+        .spawn()
+        .expect("sh starts")
+}
+
+/// A two-worker runtime whose threads have `bug` planted (or none).
+fn runtime(bug: Option<Bug>) -> tokio::runtime::Runtime {
+    planted::set(bug);
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .on_thread_start(move || planted::set(bug))
+        .build()
+        .expect("runtime")
+}
+
+/// A leader's work after the process was stopped past the lease:
+/// `(polls, polls after the loss)`, and the loss `stopped` was told.
+fn leader_stopped_past_its_lease(bug: Option<Bug>) -> ((usize, usize), LeadershipLoss) {
+    let cluster = RedisCluster::start(3);
+    runtime(bug).block_on(async {
+        let redlock = client(&cluster).await;
+        let election = redlock
+            .election("held")
+            .timing(LEASE, RENEW, RETRY)
+            .expect("valid timings")
+            .wait(Wait::AtMost(Duration::from_secs(10)));
+        let polls = Arc::new(Polls::default());
+        let mut stop = None;
+        let mut loss = None;
+        let work_polls = Arc::clone(&polls);
+        election
+            .run(
+                |leadership| {
+                    let polls = Arc::clone(&work_polls);
+                    // One term only: a second work (after the loss) returns
+                    // at once and ends the run.
+                    let first = stop.is_none();
+                    if first {
+                        stop = Some(stop_this_process());
+                    }
+                    async move {
+                        if first {
+                            loop {
+                                polls.record(leadership.loss().is_some());
+                                tokio::time::sleep(STEP).await;
+                            }
+                        }
+                    }
+                },
+                |reason| loss = Some(reason.clone()),
+            )
+            .await
+            .expect("the run ends when the second term's work returns");
+        stop.expect("stopped once").wait().expect("sh ends");
+        (polls.counts(), loss.expect("the first term was lost"))
+    })
+}
+
+#[test]
+fn a_stopped_leaders_work_is_not_polled_after_its_lease() {
+    let ((polls, after_loss), loss) = leader_stopped_past_its_lease(None);
+    println!("{polls} polls, {after_loss} after the loss ({loss:?})");
+    assert!(polls > 0, "the work ran");
+    assert_eq!(after_loss, 0, "the work was polled after the loss");
+}
+
+#[test]
+fn the_check_sees_a_leaders_work_polled_after_its_lease() {
+    let ((polls, after_loss), _) = leader_stopped_past_its_lease(Some(Bug::WorkPolledAfterLoss));
+    println!("{polls} polls, {after_loss} after the loss (planted)");
+    assert!(after_loss > 0, "the planted bug went unseen");
+}
+
+/// A lock's `run` whose process was stopped past the TTL:
+/// `(polls, polls after the loss)`, and the run's result.
+fn lock_stopped_past_its_ttl(bug: Option<Bug>) -> ((usize, usize), Result<(), Error>) {
+    let cluster = RedisCluster::start(3);
+    runtime(bug).block_on(async {
+        let redlock = client(&cluster).await;
+        let polls = Arc::new(Polls::default());
+        let mut stop = None;
+        let result = redlock
+            .lock("held")
+            .ttl(TTL)
+            .keep_alive(KeepAlive::default())
+            .run(async |guard| {
+                stop = Some(stop_this_process());
+                loop {
+                    polls.record(guard.is_lost());
+                    tokio::time::sleep(STEP).await;
+                }
+            })
+            .await;
+        stop.expect("stopped once").wait().expect("sh ends");
+        (polls.counts(), result)
+    })
+}
+
+#[test]
+fn a_stopped_holders_work_is_not_polled_after_its_ttl() {
+    let ((polls, after_loss), result) = lock_stopped_past_its_ttl(None);
+    println!("{polls} polls, {after_loss} after the loss ({result:?})");
+    assert!(matches!(result, Err(Error::LockLost { .. })), "{result:?}");
+    assert!(polls > 0, "the work ran");
+    assert_eq!(after_loss, 0, "the work was polled after the loss");
+}
+
+#[test]
+fn the_check_sees_a_holders_work_polled_after_its_ttl() {
+    let ((polls, after_loss), _) = lock_stopped_past_its_ttl(Some(Bug::WorkPolledAfterLoss));
+    println!("{polls} polls, {after_loss} after the loss (planted)");
+    assert!(after_loss > 0, "the planted bug went unseen");
+}
