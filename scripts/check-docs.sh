@@ -67,6 +67,19 @@ if [ "$lines" -gt "$MAX_README_LINES" ]; then
     status=1
 fi
 
+# The API documentation command the README gives: without --no-deps it
+# documents every dependency (minutes), without the feature no `blocking`.
+for file in README.md docs/README.md; do
+    command=$(tr '\n' ' ' < "$file" | grep -oE '`cargo doc [^`]*`' || true)
+    if [ -z "$command" ]; then
+        echo "$file: gives no cargo doc command"
+        status=1
+    elif ! grep -q -- '--no-deps' <<<"$command" || ! grep -q 'redlock-tokio/blocking' <<<"$command"; then
+        echo "$file: $command must take --no-deps and the blocking feature"
+        status=1
+    fi
+done
+
 for file in docs/*.md; do
     name=${file#docs/}
     [ "$name" = README.md ] && continue

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use redlock_tokio::core::MAX_TTL_MS;
 
 const EXIT_CODES: &str = "\
 Exit codes:
@@ -150,10 +151,10 @@ pub(crate) struct Common {
     pub(crate) key_prefix: String,
     /// How long one node may take to answer. Default: 1% of the TTL,
     /// between 10 ms and 50 ms.
-    #[arg(long, global = true, value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, global = true, value_parser = parse_duration, allow_hyphen_values = true, value_name = "DURATION")]
     pub(crate) node_timeout: Option<Duration>,
     /// How long connecting to one node may take.
-    #[arg(long, global = true, value_parser = parse_duration, default_value = "1s", value_name = "DURATION")]
+    #[arg(long, global = true, value_parser = parse_duration, allow_hyphen_values = true, default_value = "1s", value_name = "DURATION")]
     pub(crate) connect_timeout: Duration,
     /// Trust only the CA certificate(s) in this PEM file for rediss://
     /// nodes. Default: the public (webpki) roots built into redlock; the
@@ -201,7 +202,7 @@ pub(crate) struct ExecArgs {
     /// How long the lock lives on each node unless extended. It is extended
     /// in the background while COMMAND runs (at half its TTL), so this bounds
     /// how long the lock outlives a redlock that was killed with SIGKILL.
-    #[arg(long, value_parser = parse_duration, default_value = "10s", value_name = "DURATION")]
+    #[arg(long, value_parser = parse_ttl, allow_hyphen_values = true, default_value = "10s", value_name = "DURATION")]
     pub(crate) ttl: Duration,
     /// Wait for the lock if it is held (retrying every 50 to 200 ms), for at
     /// most --deadline, or without limit (also while nodes are down).
@@ -215,7 +216,7 @@ pub(crate) struct ExecArgs {
     pub(crate) no_wait: bool,
     /// With --wait, give up (exit 1 if still held, 3 if nodes failed) after
     /// this long. Implies --wait.
-    #[arg(long, value_parser = parse_duration, value_name = "DURATION", conflicts_with = "no_wait")]
+    #[arg(long, value_parser = parse_duration, allow_hyphen_values = true, value_name = "DURATION", conflicts_with = "no_wait")]
     pub(crate) deadline: Option<Duration>,
     /// Take a fencing token with the lock (one more round trip) and export it
     /// as REDLOCK_FENCING_TOKEN: larger than every earlier holder's token
@@ -229,7 +230,7 @@ pub(crate) struct ExecArgs {
     pub(crate) permits: Option<u32>,
     /// How long COMMAND has between SIGTERM and SIGKILL, when the lock is
     /// lost or redlock is told to stop.
-    #[arg(long, value_parser = parse_duration, default_value = "5s", value_name = "DURATION")]
+    #[arg(long, value_parser = parse_duration, allow_hyphen_values = true, default_value = "5s", value_name = "DURATION")]
     pub(crate) kill_grace: Duration,
     /// The exit code when the lock is held by another owner, as `flock -E`.
     #[arg(long, short = 'E', default_value_t = 1, value_name = "CODE")]
@@ -272,16 +273,16 @@ pub(crate) struct ReleaseArgs {
 pub(crate) struct ElectArgs {
     /// The lease: how long the leadership lives on each node unless
     /// renewed, so how long NAME stays taken after a leader was killed.
-    #[arg(long, value_parser = parse_duration, default_value = "10s", value_name = "DURATION")]
+    #[arg(long, value_parser = parse_lease, allow_hyphen_values = true, default_value = "10s", value_name = "DURATION")]
     pub(crate) lease: Duration,
     /// A leader steps down this long after its last confirmed renewal.
     /// Default: two thirds of the lease (less the clock drift allowance).
-    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, value_parser = parse_duration, allow_hyphen_values = true, value_name = "DURATION")]
     pub(crate) renew_deadline: Option<Duration>,
     /// The pause between renewals. Default: a quarter of the renew
     /// deadline. The lease (less drift) must exceed the renew deadline,
     /// which must exceed 1.2 x the retry period.
-    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, value_parser = parse_duration, allow_hyphen_values = true, value_name = "DURATION")]
     pub(crate) retry_period: Option<Duration>,
     /// Once elected, write VALUE (an address, say) as the leader's, under
     /// its term; `redlock leader` shows it.
@@ -292,13 +293,14 @@ pub(crate) struct ElectArgs {
     pub(crate) once: bool,
     /// Give up a campaign after this long (exit 1 while another process
     /// leads, 3 while nodes fail). Default: campaign without limit.
-    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, value_parser = parse_duration, allow_hyphen_values = true, value_name = "DURATION")]
     pub(crate) deadline: Option<Duration>,
     /// How long COMMAND has between SIGTERM and SIGKILL, when the
     /// leadership is lost or redlock is told to stop.
-    #[arg(long, value_parser = parse_duration, default_value = "5s", value_name = "DURATION")]
+    #[arg(long, value_parser = parse_duration, allow_hyphen_values = true, default_value = "5s", value_name = "DURATION")]
     pub(crate) kill_grace: Duration,
     /// The election's name (the Redis key is the key prefix followed by it).
+    #[arg(value_name = "NAME")]
     pub(crate) key: String,
     /// The command to run while leading, and its arguments, after `--`.
     #[arg(last = true, required = true, num_args = 1.., value_name = "COMMAND")]
@@ -308,7 +310,52 @@ pub(crate) struct ElectArgs {
 #[derive(Debug, Args)]
 pub(crate) struct LeaderArgs {
     /// The election's name.
+    #[arg(value_name = "NAME")]
     pub(crate) key: String,
+}
+
+/// Parses `argv` (the program's name first). A command given without `--`
+/// before it (`redlock exec mykey echo hi`) is an unexpected argument to
+/// clap: the error then says where `--` goes.
+pub(crate) fn parse_from(argv: &[OsString]) -> Result<Cli, clap::Error> {
+    Cli::try_parse_from(argv).map_err(|error| with_double_dash_tip(error, argv))
+}
+
+fn with_double_dash_tip(mut error: clap::Error, argv: &[OsString]) -> clap::Error {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    // With a `--` already there, a stray argument is not the command.
+    if error.kind() != ErrorKind::UnknownArgument || argv.iter().any(|arg| arg == "--") {
+        return error;
+    }
+    let Some(ContextValue::String(unexpected)) = error.get(ContextKind::InvalidArg) else {
+        return error;
+    };
+    let unexpected = OsString::from(unexpected);
+    // The first place where `--` makes a valid `exec` or `elect`.
+    let fixed = (1..argv.len())
+        .filter(|&at| argv[at] == unexpected)
+        .find_map(|at| {
+            let mut fixed = argv.to_vec();
+            fixed.insert(at, "--".into());
+            match Cli::try_parse_from(&fixed) {
+                Ok(Cli {
+                    command: Command::Exec(_) | Command::Elect(_),
+                    ..
+                }) => Some(fixed),
+                _ => None,
+            }
+        });
+    if let Some(fixed) = fixed {
+        let tip = format!(
+            "put `--` before the command: redlock {}",
+            crate::output::command_line(&fixed[1..])
+        );
+        error.insert(
+            ContextKind::Suggested,
+            ContextValue::StyledStrs(vec![tip.into()]),
+        );
+    }
+    error
 }
 
 /// The longest duration an option takes: a century, far beyond any use,
@@ -322,13 +369,69 @@ const MAX_DURATION: Duration = Duration::from_secs(100 * 31_557_600); // humanti
 /// durations accepted (`--node-timeout 18374686479671623834s`); `exec` adds
 /// `--kill-grace` to now when it signals the command, so
 /// `--kill-grace 300000000000y` would have panicked there.
+///
+/// A negative one (`-5s`) reaches this parser (the options take values
+/// that start with a hyphen) so that it is not taken for a flag.
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    let duration = humantime::parse_duration(text.trim())
+    parse_positive(text, "a duration")
+}
+
+/// `--ttl`: a duration, at most the longest TTL a node is given.
+fn parse_ttl(text: &str) -> Result<Duration, String> {
+    parse_at_most_max_ttl(text, "a TTL", "TTL")
+}
+
+/// `--lease`: the TTL of a leadership, so at most the longest TTL too.
+fn parse_lease(text: &str) -> Result<Duration, String> {
+    parse_at_most_max_ttl(text, "a lease", "lease")
+}
+
+fn parse_positive(text: &str, what: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    if let Some(rest) = text.strip_prefix('-') {
+        return Err(if rest.starts_with(|c: char| c.is_ascii_digit()) {
+            format!("{what} cannot be negative: give a positive duration such as 10s")
+        } else {
+            // `--ttl --wait`: the value was left out.
+            "expected a duration such as 10s, 500ms or 2m, not an option".to_owned()
+        });
+    }
+    let duration = humantime::parse_duration(text)
         .map_err(|error| format!("{error} (expected a duration such as 10s, 500ms or 2m)"))?;
     if duration > MAX_DURATION {
         return Err("longer than 100 years".to_owned());
     }
     Ok(duration)
+}
+
+/// The client refuses a TTL over [`MAX_TTL_MS`] too, but in milliseconds
+/// and seconds; said here, both durations read in one style.
+fn parse_at_most_max_ttl(text: &str, what: &str, name: &str) -> Result<Duration, String> {
+    let duration = parse_positive(text, what)?;
+    let max = Duration::from_millis(MAX_TTL_MS);
+    // As the client counts: whole milliseconds.
+    if duration.as_millis() > max.as_millis() {
+        return Err(format!(
+            "{name} {} is over the maximum of {}",
+            in_days(duration),
+            in_days(max)
+        ));
+    }
+    Ok(duration)
+}
+
+/// A duration as humantime writes it, but in days at most: humantime's
+/// months (30.44 days) would write 31 days as `1month 13h 26m 24s`.
+fn in_days(duration: Duration) -> String {
+    const DAY: u64 = 24 * 60 * 60;
+    let days = duration.as_secs() / DAY;
+    let rest = duration - Duration::from_secs(days * DAY);
+    let unit = if days == 1 { "day" } else { "days" };
+    match (days, rest.is_zero()) {
+        (0, _) => humantime::format_duration(rest).to_string(),
+        (_, true) => format!("{days}{unit}"),
+        (_, false) => format!("{days}{unit} {}", humantime::format_duration(rest)),
+    }
 }
 
 #[cfg(test)]

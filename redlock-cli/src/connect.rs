@@ -71,9 +71,11 @@ pub(crate) async fn connect(
     configure(builder).build().await.map_err(|error| {
         let mut failure = Failure::from_error(&error, crate::failure::BUSY);
         if let Error::Config(ConfigError::EvenNodes { .. }) = error {
-            failure
-                .message
-                .push_str("; pass --allow-even to use them anyway");
+            // The library names its builder option; the command line its flag.
+            failure.message = failure.message.replace(
+                " (allow_even_nodes(true) accepts them anyway)",
+                "; pass --allow-even to use them anyway",
+            );
         }
         failure
     })

@@ -33,13 +33,12 @@ mod status;
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
-use crate::cli::{Cli, Command};
+use crate::cli::Command;
 use crate::output::{JsonTo, Output};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let cli = cli::parse_from(&argv).unwrap_or_else(|error| error.exit());
     let common = &cli.common;
     let json_to = match &cli.command {
         // stdout belongs to the command.
@@ -73,12 +72,16 @@ fn main() -> ExitCode {
     ExitCode::from(code)
 }
 
+/// Logs on stderr, in colour only when it is a terminal: a log file or a
+/// pipe gets no escape codes.
 fn init_logging() {
+    use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new("redlock_tokio=debug,redlock_core=debug"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
 }

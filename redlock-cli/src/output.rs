@@ -156,10 +156,21 @@ pub(crate) fn release_json(votes: &Votes) -> Value {
                     NodeVote::Failed(_) => "failed",
                     other => vote_name(other),
                 },
-                "detail": vote_detail(vote),
+                "detail": release_detail(vote),
             })
         })
         .collect()
+}
+
+/// A node's part in a release in words: a vote's own words say what it
+/// meant for a lock ("granted"), not what the release did.
+fn release_detail(vote: &NodeVote) -> String {
+    match vote {
+        NodeVote::Granted => "key deleted".to_owned(),
+        // Not a failure: the outcome was certain before its answer.
+        NodeVote::Pending => "finishing in the background".to_owned(),
+        vote => vote_detail(vote),
+    }
 }
 
 /// A one-word name for a vote, stable for scripts.
@@ -270,6 +281,17 @@ pub(crate) mod tests {
         assert!(detail.starts_with("not waited for"), "{detail}");
         assert!(!detail.contains("yet"), "{detail}");
         assert_eq!(json[0]["detail"], "granted");
+    }
+
+    /// A node where the release deleted the key says so, not "granted".
+    #[test]
+    fn a_release_says_what_it_did_on_each_node() {
+        let votes = round(&[GRANTED, HELD, GRANTED]).expect("acquired");
+        let json = release_json(&votes);
+        assert_eq!(json[0]["result"], "released");
+        assert_eq!(json[0]["detail"], "key deleted");
+        assert_eq!(json[1]["result"], "not_held");
+        assert_eq!(json[1]["detail"], "held by another owner");
     }
 
     #[test]

@@ -57,7 +57,7 @@ fn bad_input_is_a_usage_error() {
             "redis://127.0.0.1:1,redis://127.0.0.1:2",
             "k",
         ],
-        "pass --allow-even",
+        "would; pass --allow-even to use them anyway",
     );
     rejects(
         &[
@@ -236,4 +236,32 @@ fn one_server_under_two_names_is_refused_and_even_counts_need_allow_even() {
     even.assert_code(2);
     let allowed = run(redlock_on(&cluster, "status").args(["--allow-even", "k"]));
     allowed.assert_code(0);
+}
+
+/// Without `--`, the command's first word was "unexpected argument 'echo'"
+/// and no more (issue 54): the error now says where `--` goes, still a
+/// usage error.
+#[test]
+fn a_command_without_double_dash_says_where_it_goes() {
+    let one = "redis://127.0.0.1:1";
+    rejects(
+        &["exec", "-N", one, "mykey", "echo", "hi"],
+        &format!("put `--` before the command: redlock exec -N {one} mykey -- echo hi"),
+    );
+    rejects(
+        &["elect", "-N", one, "leader", "echo", "it's"],
+        &format!("put `--` before the command: redlock elect -N {one} leader -- echo 'it'\\''s'"),
+    );
+    rejects(
+        &["exec", "mykey", "-N", one, "--wait", "./job.sh"],
+        &format!("put `--` before the command: redlock exec mykey -N {one} --wait -- ./job.sh"),
+    );
+    // With a `--` already there, a stray word is not the command.
+    let run = run(redlock().args(["exec", "-N", one, "mykey", "extra", "--", "true"]));
+    run.assert_code(2);
+    assert!(
+        run.stderr.contains("unexpected argument 'extra'"),
+        "{run:#?}"
+    );
+    assert!(!run.stderr.contains("put `--`"), "{run:#?}");
 }

@@ -105,6 +105,11 @@ fn json_events_go_to_stderr_and_stdout_stays_the_command_s() {
     assert_eq!(events[0]["fencing_token"], serde_json::Value::Null);
     assert_eq!(events[1]["code"], 0);
     assert_eq!(events[2]["released"], 3);
+    // What the release did on each node, not the acquire's "granted".
+    for node in events[2]["nodes"].as_array().expect("nodes") {
+        assert_eq!(node["result"], "released", "{run:#?}");
+        assert_eq!(node["detail"], "key deleted", "{run:#?}");
+    }
     assert_eq!(events[3]["exit_code"], 0);
     assert_absent(&cluster, "report");
 }

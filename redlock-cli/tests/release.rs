@@ -43,6 +43,18 @@ fn releases_only_the_given_value() {
         .map(|node| node["result"].as_str().expect("result"))
         .collect();
     assert_eq!(results, ["released", "released", "not_held"]);
+    // Each detail says what the release did there, not the vote's
+    // "granted" (issue 54).
+    let details: Vec<&str> = report["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .map(|node| node["detail"].as_str().expect("detail"))
+        .collect();
+    assert_eq!(
+        details,
+        ["key deleted", "key deleted", "held by another owner"]
+    );
     assert!(!cluster.node(0).exists("k"));
     assert!(!cluster.node(1).exists("k"));
     assert_eq!(cluster.node(2).get("k").as_deref(), Some(&b"v2"[..]));

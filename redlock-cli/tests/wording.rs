@@ -52,18 +52,101 @@ fn an_absurd_ttl_is_refused() {
         "longer than 100 years",
     );
     rejects(
+        &["exec", "-N", UNREACHABLE, "--ttl", "31d", "k", "--", "true"],
+        // Both in one style (issue 54: "2678400s ... 2592000000 ms").
+        "TTL 31days is over the maximum of 30days",
+    );
+    rejects(
+        &[
+            "elect",
+            "-N",
+            UNREACHABLE,
+            "--lease",
+            "30days 1ms",
+            "n",
+            "--",
+            "true",
+        ],
+        "lease 30days 1ms is over the maximum of 30days",
+    );
+}
+
+/// `--ttl -5s` was taken for flags, and clap suggested `-- -5`.
+#[test]
+fn a_negative_duration_is_said_to_be_negative() {
+    let stderr = rejects(
+        &["exec", "-N", UNREACHABLE, "--ttl", "-5s", "k", "--", "true"],
+        "a TTL cannot be negative: give a positive duration such as 10s",
+    );
+    assert!(!stderr.contains("-- -5"), "{stderr}");
+    rejects(
+        &[
+            "elect",
+            "-N",
+            UNREACHABLE,
+            "--lease",
+            "-1m",
+            "n",
+            "--",
+            "true",
+        ],
+        "a lease cannot be negative",
+    );
+    rejects(
+        &[
+            "exec",
+            "-N",
+            UNREACHABLE,
+            "--kill-grace",
+            "-1s",
+            "k",
+            "--",
+            "true",
+        ],
+        "a duration cannot be negative",
+    );
+    // A value left out is not called negative.
+    let stderr = rejects(
         &[
             "exec",
             "-N",
             UNREACHABLE,
             "--ttl",
-            "31days",
+            "--wait",
             "k",
             "--",
             "true",
         ],
-        "30 days",
+        "expected a duration such as 10s",
     );
+    assert!(!stderr.contains("negative"), "{stderr}");
+}
+
+/// The usage line and the argument list name the election alike, as
+/// `redlock leader NAME` and the docs do.
+#[test]
+fn the_help_names_an_election_name() {
+    for subcommand in ["elect", "leader"] {
+        let run = run(redlock().args([subcommand, "--help"]));
+        run.assert_code(0);
+        assert!(
+            run.stdout
+                .contains(&format!("Usage: redlock {subcommand} [OPTIONS] <NAME>")),
+            "{run:#?}"
+        );
+        assert!(run.stdout.contains("\n  <NAME>\n"), "{run:#?}");
+        assert!(!run.stdout.contains("<KEY>"), "{run:#?}");
+    }
+}
+
+/// `-v` into a file or a pipe: plain text, no colour codes.
+#[test]
+fn logs_into_a_pipe_carry_no_colour_codes() {
+    let cluster = RedisCluster::start(3);
+    let run = run(redlock_on(&cluster, "status").args(["-v", "k"]));
+    run.assert_code(0);
+    assert!(run.stderr.contains("DEBUG"), "{run:#?}");
+    assert!(!run.stderr.contains('\x1b'), "{run:#?}");
 }
 
 #[test]
@@ -169,4 +252,88 @@ fn a_run_with_a_node_down_reads_as_a_success_in_release_words() {
         !stderr.contains("reconnecting in the background"),
         "{run:#?}"
     );
+}
+
+/// The samples in docs/cli.md read as the binary writes them: each sample
+/// line, up to its first figure (a count, a duration, a value), begins a
+/// line that a run like the sample's prints (a node's line: after its
+/// address).
+#[test]
+fn the_docs_samples_read_as_the_binary_writes_them() {
+    let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/cli.md"))
+        .expect("read docs/cli.md");
+    let cluster = RedisCluster::start(3);
+    let nodes = cluster.urls().join(",");
+    // `status` and `leader` run as the command, while the lock or the
+    // leadership is held.
+    let exec = run(redlock().env("REDLOCK_NODES", &nodes).args([
+        "exec",
+        "--wait",
+        "--deadline",
+        "10m",
+        "--fencing",
+        "deploy-web",
+        "--",
+        support::REDLOCK,
+        "status",
+        "deploy-web",
+    ]));
+    exec.assert_code(0);
+    let elect = run(redlock().env("REDLOCK_NODES", &nodes).args([
+        "elect",
+        "--lease",
+        "10s",
+        "--proclaim",
+        "10.0.0.7:8080",
+        "scheduler",
+        "--",
+        support::REDLOCK,
+        "leader",
+        "scheduler",
+    ]));
+    elect.assert_code(0);
+    let printed: Vec<&str> = [&exec.stdout, &exec.stderr, &elect.stdout, &elect.stderr]
+        .into_iter()
+        .flat_map(|text| text.lines())
+        .collect();
+    let shape = |sample: &str| {
+        sample
+            .split(|c: char| c.is_ascii_digit() || c == '(')
+            .next()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let mut samples = 0;
+    let mut in_sh = false;
+    for line in docs.lines() {
+        if line.starts_with("```") {
+            in_sh = line == "```sh";
+            continue;
+        }
+        let Some(sample) = line.strip_prefix("# ").filter(|_| in_sh) else {
+            continue;
+        };
+        if sample.trim_start().starts_with("...") {
+            continue;
+        }
+        let found = match sample.strip_prefix("  ") {
+            Some(node_line) => {
+                let (_, said) = node_line.split_once(": ").expect("node: what");
+                let said = format!(": {}", shape(said));
+                printed
+                    .iter()
+                    .any(|line| line.starts_with("  ") && line.contains(&said))
+            }
+            None => {
+                let said = shape(sample);
+                printed.iter().any(|line| line.starts_with(&said))
+            }
+        };
+        assert!(
+            found,
+            "docs/cli.md says {sample:?}, which redlock does not print: {printed:#?}"
+        );
+        samples += 1;
+    }
+    assert!(samples >= 10, "only {samples} samples found in docs/cli.md");
 }

@@ -29,7 +29,7 @@ pub enum ConfigError {
     /// [`Config::allow_even_nodes`](crate::Config::allow_even_nodes).
     #[error(
         "{count} nodes given: use an odd number (3, 5, ...); the quorum of {} tolerates no more \
-         failed nodes than {} would",
+         failed nodes than {} would (allow_even_nodes(true) accepts them anyway)",
         crate::quorum(*count),
         Nodes(count.saturating_sub(1))
     )]

@@ -51,7 +51,8 @@ impl Default for KeepAlive {
     }
 }
 
-/// Why a kept-alive lock was lost.
+/// Why a lock was lost: any guard's, kept alive or not ([`Expired`](Self::Expired)
+/// is the one a guard without keep-alive can have).
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum LossReason {

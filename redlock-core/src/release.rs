@@ -102,7 +102,9 @@ impl ReleaseReport {
 impl std::fmt::Display for ReleaseReport {
     /// `released on 3 of 3 nodes in 0.4 ms [a: released; b: released; c: released]`,
     /// in the words of a release: a node that deleted our key "released",
-    /// never "granted".
+    /// never "granted"; a node whose answer the outcome did not need
+    /// "finishing in the background" (`released on 2 of 3 nodes, 1
+    /// finishing in the background`), never a failure.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
@@ -117,7 +119,9 @@ impl std::fmt::Display for ReleaseReport {
             write!(f, ", failed on {}", self.failed())?;
         }
         if self.pending() > 0 {
-            write!(f, ", {} not waited for", self.pending())?;
+            // Not a failure: the outcome was certain before their answers
+            // (the lock free, or not), and their deletes still go out.
+            write!(f, ", {} finishing in the background", self.pending())?;
         }
         write!(f, " in {} [", crate::limits::Millis(self.votes.elapsed()))?;
         for (i, (name, vote)) in self.votes.iter().enumerate() {
@@ -130,6 +134,7 @@ impl std::fmt::Display for ReleaseReport {
                 NodeVote::NotOurs | NodeVote::HeldByOther(_) => {
                     write!(f, "{name}: not held (another value; left alone)")?
                 }
+                NodeVote::Pending => write!(f, "{name}: finishing in the background")?,
                 other => write!(f, "{name}: {other}")?,
             }
         }

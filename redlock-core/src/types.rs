@@ -145,10 +145,24 @@ impl fmt::Debug for Key {
 }
 
 impl fmt::Display for Key {
-    /// Printable bytes as they are, others as `\xNN`.
+    /// Printable text as it is; a NUL (the separator of the keys the
+    /// library derives, `{pool}\0permit2`) as `\0`, other control
+    /// characters and bytes that are not UTF-8 as `\xNN`: a log line or a
+    /// terminal never gets a raw control byte.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for chunk in self.0.utf8_chunks() {
-            f.write_str(chunk.valid())?;
+            let text = chunk.valid();
+            let mut printed = 0;
+            for (at, c) in text.char_indices().filter(|(_, c)| c.is_control()) {
+                f.write_str(&text[printed..at])?;
+                match c {
+                    '\0' => f.write_str("\\0")?,
+                    c if c.is_ascii() => write!(f, "\\x{:02x}", c as u8)?,
+                    c => write!(f, "{}", c.escape_unicode())?,
+                }
+                printed = at + c.len_utf8();
+            }
+            f.write_str(&text[printed..])?;
             for byte in chunk.invalid() {
                 write!(f, "\\x{byte:02x}")?;
             }
@@ -430,7 +444,17 @@ mod slot_tests {
 
 #[cfg(test)]
 mod tests {
-    use super::LockValue;
+    use super::{Key, LockValue};
+
+    #[test]
+    fn a_key_is_shown_without_raw_control_bytes() {
+        let shown = |bytes: &[u8]| Key::from(bytes).to_string();
+        assert_eq!(shown(b"{exports}\0permit2"), "{exports}\\0permit2");
+        assert_eq!(shown(b"tab\there\x1b[0m"), "tab\\x09here\\x1b[0m");
+        assert_eq!(shown(b"bin\xff\x00ary"), "bin\\xff\\0ary");
+        assert_eq!(shown("caf\u{e9} \u{85}".as_bytes()), "caf\u{e9} \\u{85}");
+        assert_eq!(shown(b"plain:key"), "plain:key");
+    }
 
     #[test]
     fn a_random_value_spells_its_bytes_in_hex_at_any_length() {

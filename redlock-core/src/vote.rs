@@ -94,6 +94,22 @@ impl NodeErrorKind {
             _ => NodeErrorKind::Server,
         }
     }
+
+    /// A node that does not answer: [`Timeout`](Self::Timeout) (this
+    /// request had no answer in time) or [`Slow`](Self::Slow) (not sent,
+    /// since earlier ones had none). A paused or partitioned node shows as
+    /// the first and then the second; code that reacts to such a node
+    /// asks this rather than matching `Timeout` alone.
+    ///
+    /// ```
+    /// use redlock_core::NodeErrorKind;
+    /// assert!(NodeErrorKind::Timeout.is_unresponsive());
+    /// assert!(NodeErrorKind::Slow.is_unresponsive());
+    /// assert!(!NodeErrorKind::Connection.is_unresponsive());
+    /// ```
+    pub fn is_unresponsive(self) -> bool {
+        matches!(self, NodeErrorKind::Timeout | NodeErrorKind::Slow)
+    }
 }
 
 /// The classes of node failure, so callers can react without parsing text.
@@ -101,6 +117,9 @@ impl NodeErrorKind {
 #[non_exhaustive]
 pub enum NodeErrorKind {
     /// No answer within the per-node timeout (node down, paused or slow).
+    /// Once several in a row went unanswered, the node's next votes are
+    /// [`Slow`](Self::Slow) instead: [`is_unresponsive`](Self::is_unresponsive)
+    /// covers both.
     Timeout,
     /// No connection: refused, reset, DNS failure, a server that does not
     /// speak TLS on a TLS connection.
@@ -131,7 +150,8 @@ pub enum NodeErrorKind {
     Tls,
     /// Not sent: the node left several requests in a row unanswered past
     /// their timeout and is skipped until it answers a probe
-    /// ([`NodeHealth`](crate::NodeHealth)).
+    /// ([`NodeHealth`](crate::NodeHealth)). Like [`Timeout`](Self::Timeout),
+    /// [`is_unresponsive`](Self::is_unresponsive).
     Slow,
 }
 

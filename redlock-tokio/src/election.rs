@@ -393,7 +393,8 @@ impl Leadership {
     /// Writes `value` (an address, say) in the election's leader record
     /// under this term: refused once another process holds the name or a
     /// higher term is stored, so a deposed leader never overwrites its
-    /// successor's.
+    /// successor's: [`Error::Proclaim`], deposed ([`Error::is_lock_lost`]) or
+    /// short of answers ([`Error::is_unavailable`]).
     pub async fn proclaim(&self, value: impl AsRef<[u8]>) -> Result<(), Error> {
         let proclaim = redlock_core::Proclaim::new(
             &self.inner.lock,
@@ -401,7 +402,10 @@ impl Leadership {
             value.as_ref(),
             crate::sim::now(),
         );
-        drive(Box::new(proclaim), &self.inner.client).await.0?;
+        drive(Box::new(proclaim), &self.inner.client)
+            .await
+            .0
+            .map_err(Error::Proclaim)?;
         Ok(())
     }
 }

@@ -66,6 +66,12 @@ pub enum Error {
     /// The lock was not extended. Treat it as lost.
     #[error("lock not extended: {0}")]
     Extend(ExtendError),
+    /// A leader's value was not written ([`Leadership::proclaim`](crate::Leadership::proclaim)):
+    /// refused where the name is no longer ours or a higher term is stored
+    /// (deposed: [`is_lock_lost`](Self::is_lock_lost)), or too few servers
+    /// answered ([`is_unavailable`](Self::is_unavailable)).
+    #[error("leader value not written: {0}")]
+    Proclaim(ExtendError),
     /// The lock was lost while work ran under it
     /// ([`LockRequest::run`](crate::LockRequest::run)); the work was
     /// cancelled.
@@ -131,7 +137,9 @@ impl Error {
     pub fn is_unavailable(&self) -> bool {
         match self {
             Error::Acquire(error) => acquire_unavailable(error),
-            Error::Extend(error) => matches!(error, ExtendError::NoQuorum { .. }),
+            Error::Extend(error) | Error::Proclaim(error) => {
+                matches!(error, ExtendError::NoQuorum { .. })
+            }
             _ => false,
         }
     }
@@ -160,7 +168,9 @@ impl Error {
     pub fn is_lock_lost(&self) -> bool {
         match self {
             Error::LockLost { .. } => true,
-            Error::Extend(error) => !matches!(error, ExtendError::NoQuorum { .. }),
+            Error::Extend(error) | Error::Proclaim(error) => {
+                !matches!(error, ExtendError::NoQuorum { .. })
+            }
             _ => false,
         }
     }
@@ -173,10 +183,12 @@ impl Error {
         }
     }
 
-    /// The extend error, if this is one (also when it caused a lost lock).
+    /// The extend error, if this is one (also when it caused a lost lock,
+    /// or a refused proclaim).
     pub fn as_extend(&self) -> Option<&ExtendError> {
         match self {
             Error::Extend(error)
+            | Error::Proclaim(error)
             | Error::LockLost {
                 reason: LossReason::ExtendFailed(error),
                 ..
@@ -190,6 +202,7 @@ impl Error {
         match self {
             Error::Acquire(error) => error.votes(),
             Error::Extend(error)
+            | Error::Proclaim(error)
             | Error::LockLost {
                 reason: LossReason::ExtendFailed(error),
                 ..

@@ -87,7 +87,7 @@
 //!
 //! A node down, paused or slow costs at most the per-node timeout
 //! ([`core::Settings::node_timeout`]), never the TTL. A lock not granted is
-//! an [`Error::Acquire`] carrying every node's vote ([`core::Votes`]);
+//! an [`Error::Acquire`] carrying every node's vote ([`Votes`]);
 //! configuration mistakes fail before anything is sent ([`Error::Config`],
 //! [`Error::Auth`], [`Error::Tls`]); a lock lost fires the guard's loss
 //! signal, and [`LockRequest::run`] then cancels the work and returns
@@ -175,9 +175,13 @@ pub use election::{Election, Leadership};
 pub use error::Error;
 pub use guard::{LockGuard, LossSignal, Releasing};
 pub use inspect::NodeInspection;
+/// What a user names in a `match` or a signature: the errors and their
+/// votes, keys and values, reports and reasons. The rest of the core is
+/// [`core`].
 pub use redlock_core::{
-    AcquireError, ConfigError, ExtendError, KeepAlive, Leader, LeaderReport, LeadershipLoss,
-    LossReason, ReleaseReport,
+    AcquireError, ConfigError, ExtendError, Holding, KeepAlive, Key, Leader, LeaderReport,
+    LeadershipLoss, LockValue, LossReason, NodeError, NodeErrorKind, NodeVote, ReleaseReport,
+    Votes,
 };
 pub use request::{Acquiring, LockRequest, Wait, kind};
 

@@ -122,8 +122,12 @@ fn common_errors() -> Vec<Error> {
         }),
         Error::LockLost {
             key: Key::from("invoice-42"),
-            reason: LossReason::ExtendFailed(lost),
+            reason: LossReason::ExtendFailed(lost.clone()),
         },
+        Error::Proclaim(lost),
+        Error::Proclaim(ExtendError::NoQuorum {
+            votes: no_quorum.votes().unwrap().clone(),
+        }),
         Error::Config(ConfigError::NoNodes),
         Error::Config(ConfigError::DuplicateNode {
             node: "redis-lock-master-0.eu-west-1.internal.example.com:6379/0".into(),
@@ -211,6 +215,8 @@ fn predicates_tell_the_classes_apart() {
             lost,
             unavailable,
             lost,
+            lost,
+            unavailable,
             config,
             config,
             config,

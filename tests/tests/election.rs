@@ -74,7 +74,16 @@ async fn resign_frees_the_name_at_once_and_twice_changes_nothing() {
         "resigning again does nothing"
     );
     // The old leader's value can no longer be proclaimed.
-    assert!(first.proclaim("a:2").await.is_err());
+    let refused = first.proclaim("a:2").await.expect_err("deposed");
+    assert!(
+        matches!(refused, redlock_tokio::Error::Proclaim(_)) && refused.is_lock_lost(),
+        "{refused:?}"
+    );
+    let shown = refused.to_string();
+    assert!(
+        shown.starts_with("leader value not written") && !shown.contains("extended"),
+        "{shown}"
+    );
     let second = election(&b, "resign")
         .wait(Wait::No)
         .campaign()

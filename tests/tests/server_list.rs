@@ -33,7 +33,8 @@ async fn even_counts_are_refused_unless_allowed() {
             err.to_string(),
             format!(
                 "invalid configuration: {n} nodes given: use an odd number (3, 5, ...); \
-                 the quorum of {quorum} tolerates no more failed nodes than {fewer} would"
+                 the quorum of {quorum} tolerates no more failed nodes than {fewer} would \
+                 (allow_even_nodes(true) accepts them anyway)"
             )
         );
 
