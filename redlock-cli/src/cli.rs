@@ -184,6 +184,11 @@ pub(crate) struct Common {
     /// failures than N-1: the extra node is wasted.
     #[arg(long, global = true)]
     pub(crate) allow_even: bool,
+    /// Refuse to start (exit 3) unless this many nodes answer at connect,
+    /// or `all`. Default: start with whatever answers (a node missing is
+    /// said on stderr).
+    #[arg(long, global = true, value_parser = parse_required, value_name = "COUNT|all")]
+    pub(crate) require_nodes: Option<usize>,
     /// Machine-readable output: one JSON object per line (exec: per event,
     /// on stderr, since stdout belongs to the command; status and release:
     /// the result, on stdout).
@@ -356,6 +361,16 @@ fn with_double_dash_tip(mut error: clap::Error, argv: &[OsString]) -> clap::Erro
         );
     }
     error
+}
+
+/// `--require-nodes`: a count, or `all` (every node given).
+fn parse_required(text: &str) -> Result<usize, String> {
+    match text.trim() {
+        "all" => Ok(usize::MAX),
+        count => count
+            .parse()
+            .map_err(|_| "expected a number of nodes, or all".to_owned()),
+    }
 }
 
 /// The longest duration an option takes: a century, far beyond any use,

@@ -57,6 +57,7 @@ pub(crate) async fn connect(
     let nodes = nodes(common)?;
     let mut builder = Redlock::builder(&nodes)
         .allow_even_nodes(common.allow_even)
+        .require_connected(common.require_nodes.unwrap_or(0))
         .key_prefix(common.key_prefix.as_bytes())
         .connect_timeout(common.connect_timeout);
     if let Some(timeout) = common.node_timeout {

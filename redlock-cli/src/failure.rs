@@ -69,6 +69,7 @@ impl Failure {
                 (NO_QUORUM, "validity_exhausted")
             }
             Error::Acquire(_) => (NO_QUORUM, "no_quorum"),
+            Error::Unreachable { .. } => (NO_QUORUM, "unreachable"),
             _ => (NO_QUORUM, "error"),
         };
         Self {

@@ -24,7 +24,7 @@ pub(crate) fn check(data: &[u8]) {
     let _ = run(&mut u);
 }
 
-const WORDS: [&str; 30] = [
+const WORDS: [&str; 32] = [
     "exec",
     "status",
     "release",
@@ -45,6 +45,8 @@ const WORDS: [&str; 30] = [
     "--value",
     "--key-prefix",
     "--allow-even",
+    "--require-nodes",
+    "all",
     "--json",
     "-q",
     "--tls-ca",

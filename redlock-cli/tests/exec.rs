@@ -131,6 +131,36 @@ fn the_command_s_exit_status_passes_through() {
 }
 
 #[test]
+fn a_node_down_is_refused_only_when_every_node_is_required() {
+    let cluster = RedisCluster::start(3);
+    cluster.node(2).kill();
+    // By default the command runs on the two that answer.
+    run(redlock_on(&cluster, "exec").args(["job", "--", "true"])).assert_code(0);
+    let refused = run(redlock_on(&cluster, "exec").args([
+        "--require-nodes",
+        "all",
+        "job",
+        "--",
+        "touch",
+        "/nonexistent/ran",
+    ]));
+    refused.assert_code(3);
+    let down = format!("127.0.0.1:{}", cluster.node(2).port());
+    assert!(
+        refused
+            .stderr
+            .contains("2 of 3 servers reachable at build, 3 required")
+            && refused.stderr.contains(&down),
+        "{refused:#?}"
+    );
+    run(redlock_on(&cluster, "exec").args(["--require-nodes", "2", "job", "--", "true"]))
+        .assert_code(0);
+    for node in &cluster.nodes()[..2] {
+        assert!(!node.exists("job"), "key job left on {}", node.url());
+    }
+}
+
+#[test]
 fn a_held_lock_is_busy_and_the_second_command_does_not_run() {
     let cluster = RedisCluster::start(3);
     let scratch = Scratch::new("busy");

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redlock_core::{Config, ConfigError, NodeErrorKind};
-use tracing::{debug, info};
+use tracing::{debug, warn};
 
 use crate::node::Node;
 use crate::notices::Notices;
@@ -28,6 +28,7 @@ pub struct Builder {
     config: Config,
     connect_timeout: Duration,
     release_notices: bool,
+    require_connected: usize,
     simulation: Option<Simulation>,
     #[cfg(feature = "tls")]
     tls: crate::tls::TlsFiles,
@@ -42,6 +43,7 @@ impl fmt::Debug for Builder {
             .field("config", &self.config)
             .field("connect_timeout", &self.connect_timeout)
             .field("release_notices", &self.release_notices)
+            .field("require_connected", &self.require_connected)
             .finish_non_exhaustive()
     }
 }
@@ -72,6 +74,7 @@ impl Builder {
             config: Config::default(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             release_notices: true,
+            require_connected: 0,
             simulation: None,
             #[cfg(feature = "tls")]
             tls: crate::tls::TlsFiles::default(),
@@ -145,6 +148,15 @@ impl Builder {
     }
 
     setters! {
+        /// How many servers must be reachable when the client is built;
+        /// fewer fail the build with [`Error::Unreachable`], naming each
+        /// server missing and why. Default 0: the client is built with
+        /// whatever answers and connects to the others in the background,
+        /// and each server missing is logged at WARN. A count above the
+        /// number of servers means every one: `require_connected(usize::MAX)`
+        /// for a service that must not start without the redundancy it was
+        /// deployed with.
+        require_connected(count: usize) => require_connected = count;
         /// Accept an even number of servers (2, 4, ...). Default false: the
         /// build fails with [`ConfigError::EvenNodes`], since an even count is
         /// more often a master left out or listed twice than a choice, and N = 4
@@ -324,6 +336,7 @@ impl Builder {
             }
         }
         let mut auth_failure = None;
+        let mut unreachable = Vec::new();
         for (node, result) in nodes.iter().zip(results) {
             let result = result.map(|(connection, _)| connection);
             match &result {
@@ -341,12 +354,11 @@ impl Builder {
                         error: error.clone(),
                     });
                 }
-                // A master down: what an operator acts on.
-                Err(error) => info!(
-                    node = node.name(),
-                    error = %error,
-                    "node unreachable at build; reconnecting in the background"
-                ),
+                // A master down: what an operator acts on, and the client
+                // one failure closer to losing its quorum.
+                Err(error) => {
+                    unreachable.push((node.name().to_owned(), error.clone()));
+                }
             }
             if auth_failure.is_none() {
                 node.set_initial(result);
@@ -355,6 +367,26 @@ impl Builder {
         if let Some(error) = auth_failure {
             // Dropping the nodes ends any reconnection task already started.
             return Err(error);
+        }
+        let required = self.require_connected.min(nodes.len());
+        let connected = nodes.len() - unreachable.len();
+        if connected < required {
+            return Err(Error::Unreachable {
+                connected,
+                required,
+                unreachable,
+            });
+        }
+        for (node, error) in &unreachable {
+            warn!(
+                node = %node,
+                error = %error,
+                connected,
+                nodes = nodes.len(),
+                quorum = settings.quorum(),
+                "server unreachable at build: the client runs without it and connects in the \
+                 background (Builder::require_connected refuses to start so)"
+            );
         }
         let client = Redlock::new(crate::client::Inner {
             driver: crate::driver::Driver::new(

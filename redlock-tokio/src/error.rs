@@ -59,6 +59,23 @@ pub enum Error {
         /// What the handshake said.
         error: NodeError,
     },
+    /// Fewer servers were reachable when the client was built than
+    /// [`Builder::require_connected`](crate::Builder::require_connected)
+    /// asks. Transient ([`is_unavailable`](Self::is_unavailable)): build
+    /// again once they are up.
+    #[error(
+        "{connected} of {} servers reachable at build, {required} required: {}",
+        connected + unreachable.len(),
+        unreachable_list(unreachable)
+    )]
+    Unreachable {
+        /// The servers that answered.
+        connected: usize,
+        /// The servers required.
+        required: usize,
+        /// Each server that did not (its canonical address), and why.
+        unreachable: Vec<(String, NodeError)>,
+    },
     /// The lock was not acquired: held by another owner, too few nodes
     /// reachable, or the deadline passed.
     #[error("lock not acquired: {0}")]
@@ -136,6 +153,7 @@ impl Error {
     /// [`is_unavailable`](Self::is_unavailable); treat that lock as lost.
     pub fn is_unavailable(&self) -> bool {
         match self {
+            Error::Unreachable { .. } => true,
             Error::Acquire(error) => acquire_unavailable(error),
             Error::Extend(error) | Error::Proclaim(error) => {
                 matches!(error, ExtendError::NoQuorum { .. })
@@ -220,4 +238,13 @@ fn acquire_unavailable(error: &AcquireError) -> bool {
         }
         _ => false,
     }
+}
+
+/// `a:6379/0 (unreachable: connection refused); b:6379/0 (timed out: ...)`.
+fn unreachable_list(unreachable: &[(String, NodeError)]) -> String {
+    let shown: Vec<String> = unreachable
+        .iter()
+        .map(|(node, error)| format!("{node} ({error})"))
+        .collect();
+    shown.join("; ")
 }

@@ -1,5 +1,6 @@
 //! Logs are quiet by default: the operations of a healthy lock log at DEBUG
-//! only, and a lost lock is one INFO event an operator can act on.
+//! only, a lost lock is one INFO event an operator can act on, and a server
+//! down at build one WARN.
 
 mod support;
 
@@ -161,4 +162,27 @@ fn a_refused_key_is_one_warn_per_node() {
         .filter(|(level, message)| *level == Level::WARN && message.contains("ACL user"))
         .collect();
     assert_eq!(refusals.len(), 3, "{events:?}");
+}
+
+/// A server down when the client is built is one WARN, its node a field (the
+/// client then runs one failure closer to losing its quorum).
+#[test]
+fn a_server_down_at_build_is_one_warn() {
+    let cluster = RedisCluster::start(3);
+    cluster.node(1).kill();
+    let events = capture(async || {
+        let redlock = Redlock::builder(cluster.urls())
+            .node_timeout(NODE_TIMEOUT)
+            .build()
+            .await
+            .expect("two of three are enough by default");
+        assert_eq!(redlock.connected_nodes(), 2);
+    });
+    let warned: Vec<_> = events
+        .iter()
+        .filter(|(level, message)| {
+            *level == Level::WARN && message.contains("server unreachable at build")
+        })
+        .collect();
+    assert_eq!(warned.len(), 1, "{events:?}");
 }

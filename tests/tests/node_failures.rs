@@ -327,6 +327,42 @@ async fn a_node_down_at_build_is_connected_when_it_comes_back() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_requires_every_node_is_not_built_without_one() {
+    let cluster = RedisCluster::start(3);
+    cluster.node(2).kill();
+    let error = builder(&cluster)
+        .require_connected(usize::MAX)
+        .build()
+        .await
+        .expect_err("a node is down");
+    let shown = error.to_string();
+    println!("{shown}");
+    let down = format!("127.0.0.1:{}", cluster.node(2).port());
+    assert!(
+        matches!(
+            &error,
+            Error::Unreachable { connected: 2, required: 3, unreachable }
+                if unreachable.len() == 1
+                    && unreachable[0].1.kind == NodeErrorKind::Connection
+        ),
+        "{error:?}"
+    );
+    assert!(error.is_unavailable(), "{error:?}");
+    assert!(
+        shown.starts_with("2 of 3 servers reachable at build, 3 required: ")
+            && shown.contains(&down),
+        "names the missing server: {shown}"
+    );
+    // Two required, two up: built.
+    let redlock = builder(&cluster)
+        .require_connected(2)
+        .build()
+        .await
+        .expect("two of three are up");
+    assert_eq!(redlock.connected_nodes(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_node_is_reconnected_in_the_background() {
     let cluster = RedisCluster::start(3);
     let redlock = client(&cluster).await;
