@@ -184,6 +184,10 @@ pub(crate) struct Common {
     /// failures than N-1: the extra node is wasted.
     #[arg(long, global = true)]
     pub(crate) allow_even: bool,
+    /// Accept nodes whose maxmemory-policy may evict keys (anything but
+    /// noeviction): a lock evicted there can be granted to another client.
+    #[arg(long, global = true)]
+    pub(crate) allow_eviction: bool,
     /// Refuse to start (exit 3) unless this many nodes answer at connect,
     /// or `all`. Default: start with whatever answers (a node missing is
     /// said on stderr).

@@ -58,6 +58,7 @@ pub(crate) async fn connect(
     let mut builder = Redlock::builder(&nodes)
         .allow_even_nodes(common.allow_even)
         .require_connected(common.require_nodes.unwrap_or(0))
+        .allow_eviction(common.allow_eviction)
         .key_prefix(common.key_prefix.as_bytes())
         .connect_timeout(common.connect_timeout);
     if let Some(timeout) = common.node_timeout {
@@ -71,12 +72,20 @@ pub(crate) async fn connect(
     }
     configure(builder).build().await.map_err(|error| {
         let mut failure = Failure::from_error(&error, crate::failure::BUSY);
-        if let Error::Config(ConfigError::EvenNodes { .. }) = error {
-            // The library names its builder option; the command line its flag.
-            failure.message = failure.message.replace(
-                " (allow_even_nodes(true) accepts them anyway)",
-                "; pass --allow-even to use them anyway",
-            );
+        // The library names its builder option; the command line its flag.
+        match error {
+            Error::Config(ConfigError::EvenNodes { .. }) => {
+                failure.message = failure.message.replace(
+                    " (allow_even_nodes(true) accepts them anyway)",
+                    "; pass --allow-even to use them anyway",
+                );
+            }
+            Error::Config(ConfigError::EvictingServer { .. }) => {
+                failure.message = failure
+                    .message
+                    .replace("allow_eviction(true)", "--allow-eviction");
+            }
+            _ => {}
         }
         failure
     })

@@ -24,7 +24,7 @@ pub(crate) fn check(data: &[u8]) {
     let _ = run(&mut u);
 }
 
-const WORDS: [&str; 32] = [
+const WORDS: [&str; 33] = [
     "exec",
     "status",
     "release",
@@ -45,6 +45,7 @@ const WORDS: [&str; 32] = [
     "--value",
     "--key-prefix",
     "--allow-even",
+    "--allow-eviction",
     "--require-nodes",
     "all",
     "--json",

@@ -161,6 +161,24 @@ fn a_node_down_is_refused_only_when_every_node_is_required() {
 }
 
 #[test]
+fn a_node_that_may_evict_lock_keys_is_refused_unless_allowed() {
+    let cluster = RedisCluster::start(3);
+    cluster
+        .node(0)
+        .command(["CONFIG", "SET", "maxmemory-policy", "allkeys-lfu"]);
+    let refused = run(redlock_on(&cluster, "exec").args(["job", "--", "true"]));
+    refused.assert_code(2);
+    assert!(
+        refused.stderr.contains("maxmemory-policy allkeys-lfu")
+            && refused.stderr.contains("--allow-eviction"),
+        "{refused:#?}"
+    );
+    run(redlock_on(&cluster, "exec").args(["--allow-eviction", "job", "--", "true"]))
+        .assert_code(0);
+    assert_absent(&cluster, "job");
+}
+
+#[test]
 fn a_held_lock_is_busy_and_the_second_command_does_not_run() {
     let cluster = RedisCluster::start(3);
     let scratch = Scratch::new("busy");

@@ -49,6 +49,22 @@ pub enum ConfigError {
         /// The other address, as given (credentials removed).
         second: String,
     },
+    /// A server may evict lock keys under memory pressure (its
+    /// `maxmemory-policy` is not `noeviction`,
+    /// [`evicting_policy`](crate::evicting_policy)): a lock evicted there is
+    /// granted again while its holder still counts that server. Allowed by
+    /// the adapter's `allow_eviction(true)`.
+    #[error(
+        "{node} may evict lock keys (maxmemory-policy {policy}): a lock evicted there is granted \
+         to another client while its holder still counts it; set maxmemory-policy noeviction on \
+         it, or accept the risk with allow_eviction(true)"
+    )]
+    EvictingServer {
+        /// The server, as given (credentials removed).
+        node: String,
+        /// Its eviction policy.
+        policy: String,
+    },
     /// The TTL is zero.
     #[error("the TTL is zero: a lock must live for at least a few milliseconds")]
     ZeroTtl,

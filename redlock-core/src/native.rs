@@ -197,6 +197,28 @@ impl NodeFacts {
     }
 }
 
+/// The eviction policy an `INFO memory` reply names, when it may evict a
+/// lock's keys: every policy but `noeviction`. The `allkeys-*` policies
+/// evict any key, the `volatile-*` ones any key with a TTL, which every
+/// lock key has. A lock key evicted frees the lock on that node while its
+/// holder still counts the node: the node grants it to the next client,
+/// and two holders can each count a quorum, with no fault the algorithm
+/// allows for. `None` for `noeviction`, or a reply that does not say.
+///
+/// ```
+/// use redlock_core::evicting_policy;
+/// assert_eq!(evicting_policy("# Memory\r\nmaxmemory_policy:allkeys-lru\r\n"), Some("allkeys-lru"));
+/// assert_eq!(evicting_policy("maxmemory_policy:volatile-ttl"), Some("volatile-ttl"));
+/// assert_eq!(evicting_policy("maxmemory_policy:noeviction"), None);
+/// assert_eq!(evicting_policy("# Server\r\nredis_version:7.0.15"), None);
+/// ```
+pub fn evicting_policy(info: &str) -> Option<&str> {
+    info.lines()
+        .find_map(|line| line.trim().strip_prefix("maxmemory_policy:"))
+        .map(str::trim)
+        .filter(|policy| !policy.is_empty() && *policy != "noeviction")
+}
+
 impl fmt::Display for NodeFacts {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match (self.server, self.version) {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use redlock_core::{Config, ConfigError, NodeErrorKind};
 use tracing::{debug, warn};
 
-use crate::node::Node;
+use crate::node::{Connected, Node};
 use crate::notices::Notices;
 use crate::server::{Server, redact};
 use crate::sim::Simulation;
@@ -29,6 +29,7 @@ pub struct Builder {
     connect_timeout: Duration,
     release_notices: bool,
     require_connected: usize,
+    allow_eviction: bool,
     simulation: Option<Simulation>,
     #[cfg(feature = "tls")]
     tls: crate::tls::TlsFiles,
@@ -44,6 +45,7 @@ impl fmt::Debug for Builder {
             .field("connect_timeout", &self.connect_timeout)
             .field("release_notices", &self.release_notices)
             .field("require_connected", &self.require_connected)
+            .field("allow_eviction", &self.allow_eviction)
             .finish_non_exhaustive()
     }
 }
@@ -75,6 +77,7 @@ impl Builder {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             release_notices: true,
             require_connected: 0,
+            allow_eviction: false,
             simulation: None,
             #[cfg(feature = "tls")]
             tls: crate::tls::TlsFiles::default(),
@@ -157,6 +160,14 @@ impl Builder {
         /// for a service that must not start without the redundancy it was
         /// deployed with.
         require_connected(count: usize) => require_connected = count;
+        /// Accept servers that may evict keys under memory pressure (a
+        /// `maxmemory-policy` other than `noeviction`). Default false: the
+        /// build fails with [`ConfigError::EvictingServer`] naming the server
+        /// and its policy, since a lock key evicted is granted to another
+        /// client while its holder still counts that server. A server
+        /// reached only later (down at build) is checked when it connects,
+        /// and logged at WARN if it may evict.
+        allow_eviction(allow: bool) => allow_eviction = allow;
         /// Accept an even number of servers (2, 4, ...). Default false: the
         /// build fails with [`ConfigError::EvenNodes`], since an even count is
         /// more often a master left out or listed twice than a choice, and N = 4
@@ -301,6 +312,7 @@ impl Builder {
                 self.connect_timeout,
                 settings.node_timeout(),
             );
+            node = node.allowing_eviction(self.allow_eviction);
             if let Some(simulation) = &self.simulation {
                 node = node.simulated(index, simulation.clone());
             }
@@ -332,6 +344,24 @@ impl Builder {
                     _ => {
                         run_ids.insert(run_id, i);
                     }
+                }
+            }
+        }
+        if !self.allow_eviction {
+            for (i, result) in results.iter().enumerate() {
+                if let Ok((
+                    Connected {
+                        evicting: Some(policy),
+                        ..
+                    },
+                    _,
+                )) = result
+                {
+                    return Err(ConfigError::EvictingServer {
+                        node: shown[i].clone(),
+                        policy: policy.clone(),
+                    }
+                    .into());
                 }
             }
         }

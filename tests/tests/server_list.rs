@@ -1,6 +1,8 @@
 //! The node list: an even count is refused unless allowed, one server
 //! reached under two names is refused, naming both, and a host name that
-//! does not exist is a configuration error, not a node down.
+//! does not exist is a configuration error, not a node down, and a server
+//! that may evict lock keys (a maxmemory-policy but noeviction) is refused
+//! unless allowed.
 
 mod support;
 
@@ -106,4 +108,49 @@ async fn a_host_that_does_not_exist_is_a_config_error_not_a_node_down() {
         );
         assert!(err.is_config(), "{err}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_may_evict_lock_keys_is_refused_unless_allowed() {
+    init_tracing();
+    let cluster = RedisCluster::start(3);
+    let evicting = cluster.node(1);
+    for policy in ["allkeys-lru", "volatile-ttl"] {
+        evicting.command(["CONFIG", "SET", "maxmemory-policy", policy]);
+        let err = Redlock::builder(cluster.urls())
+            .node_timeout(NODE_TIMEOUT)
+            .build()
+            .await
+            .expect_err("an evicting server");
+        let shown = err.to_string();
+        println!("{shown}");
+        let node = format!("127.0.0.1:{}", evicting.port());
+        assert!(
+            matches!(
+                &err,
+                Error::Config(ConfigError::EvictingServer { node: n, policy: p })
+                    if n.contains(&node) && p == policy
+            ) && err.is_config(),
+            "{err:?}"
+        );
+        assert!(
+            shown.contains(&format!("maxmemory-policy {policy}"))
+                && shown.contains("allow_eviction(true)"),
+            "names the policy and the override: {shown}"
+        );
+    }
+    let redlock = Redlock::builder(cluster.urls())
+        .node_timeout(NODE_TIMEOUT)
+        .allow_eviction(true)
+        .build()
+        .await
+        .expect("allowed");
+    let guard = redlock.lock("evictable").wait(Wait::No).await.unwrap();
+    guard.release().await;
+    evicting.command(["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    Redlock::builder(cluster.urls())
+        .node_timeout(NODE_TIMEOUT)
+        .build()
+        .await
+        .expect("noeviction is safe");
 }

@@ -10,7 +10,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
 use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, Value};
 use redlock_core::{Backoff, NodeError, NodeErrorKind, NodeFacts};
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use super::reply::map_error;
 use super::scripts::SCRIPTS;
@@ -59,6 +59,10 @@ pub(crate) struct Connected {
     /// server may be another version (upgraded, replaced), so the facts go
     /// with the connection, never with the node.
     pub(super) facts: NodeFacts,
+    /// The server's eviction policy, when it may evict lock keys
+    /// ([`redlock_core::evicting_policy`], from `INFO memory`); a cluster
+    /// node's first master that may.
+    pub(crate) evicting: Option<String>,
 }
 
 impl Node {
@@ -113,8 +117,22 @@ impl Node {
                         .await
                 }
             };
-            let (shas, info) =
-                futures::future::join(futures::future::try_join_all(loads), info).await;
+            let memory = {
+                let mut connection = connection.clone();
+                async move {
+                    redis::cmd("INFO")
+                        .arg("memory")
+                        .query_async::<String>(&mut connection)
+                        .await
+                }
+            };
+            let (shas, info, memory) =
+                futures::future::join3(futures::future::try_join_all(loads), info, memory).await;
+            let evicting = memory
+                .ok()
+                .as_deref()
+                .and_then(redlock_core::evicting_policy)
+                .map(str::to_owned);
             let shas: Vec<String> = shas.map_err(|err| map_error(&err))?;
             let info = info.ok();
             let run_id = info.as_deref().and_then(run_id);
@@ -134,6 +152,7 @@ impl Node {
                 Connected {
                     connection: Connection::Single(connection),
                     facts,
+                    evicting,
                 },
                 run_id.into_iter().collect(),
             ))
@@ -204,11 +223,11 @@ impl Node {
                         .await
                 }
             });
-            let info = {
+            let info = |section: &'static str| {
                 let mut connection = connection.clone();
                 async move {
                     let mut info = redis::cmd("INFO");
-                    info.arg("server");
+                    info.arg(section);
                     connection
                         .route_command(
                             info,
@@ -217,7 +236,19 @@ impl Node {
                         .await
                 }
             };
-            let (loads, info) = futures::future::join(futures::future::join_all(loads), info).await;
+            let (loads, info, memory) = futures::future::join3(
+                futures::future::join_all(loads),
+                info("server"),
+                info("memory"),
+            )
+            .await;
+            let evicting = match memory {
+                Ok(Value::Map(answers)) => answers.into_iter().find_map(|(_, answer)| {
+                    let info = redis::from_redis_value::<String>(answer).ok()?;
+                    redlock_core::evicting_policy(&info).map(str::to_owned)
+                }),
+                _ => None,
+            };
             if let Some(Err(err)) = loads.into_iter().find(Result::is_err) {
                 // A shard down: it loads them on its first NOSCRIPT.
                 debug!(node = %self.name, error = %map_error(&err), "scripts not loaded on every shard");
@@ -240,6 +271,7 @@ impl Node {
                 Connected {
                     connection: Connection::Cluster(connection),
                     facts,
+                    evicting,
                 },
                 run_ids,
             ))
@@ -277,6 +309,20 @@ pub(super) async fn reconnect(node: Weak<Node>, wait_first: bool) {
         let error = match strong.connect().await {
             Ok((connected, _)) => {
                 info!(node = %strong.name, "connected");
+                if let Some(policy) = connected
+                    .evicting
+                    .as_deref()
+                    .filter(|_| !strong.eviction_allowed)
+                {
+                    // Not refused: the client runs; an operator acts on it.
+                    warn!(
+                        node = %strong.name,
+                        policy,
+                        "the server may evict lock keys (maxmemory-policy): a lock evicted there \
+                         is granted to another client while its holder still counts it; set \
+                         maxmemory-policy noeviction"
+                    );
+                }
                 strong.set_up(connected);
                 return;
             }

@@ -41,7 +41,8 @@ use crate::sim::Simulation;
 
 use blocking::Blocking;
 pub(crate) use blocking::{as_runtime_drops, check_may_block, may_block};
-use connect::{Connected, Connection, reconnect};
+pub(crate) use connect::Connected;
+use connect::{Connection, reconnect};
 pub(crate) use reply::map_error;
 
 enum Link {
@@ -89,6 +90,10 @@ pub(crate) struct Node {
     /// paused), so that later ones do not wait for it again; cleared when
     /// the node answers again.
     blocking_gave_up: std::sync::atomic::AtomicBool,
+    /// The client accepts a server that may evict keys
+    /// (`Builder::allow_eviction`); otherwise a reconnection to one says so
+    /// at WARN.
+    eviction_allowed: bool,
     /// Set in a simulation only: this node's index and the simulation's
     /// connector and RNG ([`Simulation`]).
     simulation: Option<(usize, Simulation)>,
@@ -121,6 +126,7 @@ impl Node {
             no_permission_logged: std::sync::atomic::AtomicBool::new(false),
             blocking: Mutex::default(),
             blocking_gave_up: std::sync::atomic::AtomicBool::new(false),
+            eviction_allowed: false,
             state: Mutex::new(State {
                 link: Link::Down {
                     error: NodeError::new(NodeErrorKind::Connection, "not connected yet"),
@@ -155,6 +161,12 @@ impl Node {
 
     /// This node, node `index` of a simulation: connected through its
     /// connector (a plain master only).
+    /// A node of a client that accepts servers that may evict keys.
+    pub(crate) fn allowing_eviction(mut self, allowed: bool) -> Self {
+        self.eviction_allowed = allowed;
+        self
+    }
+
     pub(crate) fn simulated(mut self, index: usize, simulation: Simulation) -> Self {
         self.simulation = Some((index, simulation));
         self
@@ -174,6 +186,7 @@ impl Node {
         node.set_up(Connected {
             connection: Connection::Single(connection),
             facts: NodeFacts::default(),
+            evicting: None,
         });
         node
     }
