@@ -2,7 +2,6 @@
 //! no lock, and its keys are released. In virtual time, so "the replies came
 //! in with the timer" is exact.
 
-mod sim;
 mod support;
 
 use redlock_core::Machine;
