@@ -213,10 +213,16 @@ impl Machine for LeaderRead {
     }
 }
 
-/// What an observer tells: each leader once, terms only rising. Feed it
-/// every [`LeaderReport`]; a report with a lower term than one already
-/// told (a stale read, a minority of nodes behind) tells nothing, and one
-/// with the same term tells again only when the leader's value arrived.
+/// What an observer tells: each leader once, by identity and term. Feed it
+/// every [`LeaderReport`]; a report tells news when its leader has another
+/// id than the last one told, a higher term, or the same term with the
+/// leader's value newly arrived. A report of the same leader under a lower
+/// term (a minority of nodes behind) tells nothing.
+///
+/// Terms rise while the servers keep their data. Where a quorum of them
+/// restarted empty, the next leader's term starts again from 1: a leader
+/// with another id is told all the same, whatever its term, so an observer
+/// never stays on a leader that is gone.
 #[derive(Clone, Debug, Default)]
 pub struct LeaderWatch {
     last: Option<Leader>,
@@ -234,7 +240,8 @@ impl LeaderWatch {
         let news = match &self.last {
             None => true,
             Some(last) => {
-                leader.term > last.term
+                leader.id != last.id
+                    || leader.term > last.term
                     || (leader.term == last.term
                         && leader.value.is_some()
                         && last.value != leader.value)

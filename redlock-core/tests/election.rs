@@ -387,7 +387,7 @@ fn the_leader_is_an_id_on_a_quorum_and_a_watch_tells_only_rising_terms() {
         &[
             node(Some("a"), Some(5), None),
             node(Some("b"), Some(6), None),
-            timeout,
+            timeout.clone(),
         ],
     );
     assert_eq!(split.leader(), None);
@@ -396,12 +396,30 @@ fn the_leader_is_an_id_on_a_quorum_and_a_watch_tells_only_rising_terms() {
     assert_eq!(watch.handle_report(&report).map(|l| l.term), Some(5));
     assert_eq!(watch.handle_report(&report), None, "told once");
     assert_eq!(watch.handle_report(&stale).map(|l| l.term), Some(6));
+    // Another leader under a lower term: the servers lost their data
+    // (restarted empty), and the observer follows the leader there is.
     assert_eq!(
-        watch.handle_report(&report),
-        None,
-        "never back to a lower term"
+        watch.handle_report(&report).map(|l| (l.id, l.term)),
+        Some((b"a".to_vec(), 5)),
+        "another id is news, whatever its term"
     );
-    assert_eq!(watch.last().map(|l| l.term), Some(6));
+    assert_eq!(watch.handle_report(&report), None, "told once");
+    // The same leader under a lower term (a minority behind): nothing.
+    let behind = read(
+        &settings,
+        &[
+            node(Some("a"), Some(4), None),
+            node(Some("a"), Some(4), None),
+            timeout,
+        ],
+    );
+    assert_eq!(behind.leader().map(|l| l.term), Some(4));
+    assert_eq!(
+        watch.handle_report(&behind),
+        None,
+        "never back for one leader"
+    );
+    assert_eq!(watch.last().map(|l| l.term), Some(5));
 }
 
 #[test]

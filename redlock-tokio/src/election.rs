@@ -155,8 +155,10 @@ impl Election {
         drive(Box::new(read), &self.client).await.0
     }
 
-    /// The leaders one after another, terms only rising
-    /// ([`LeaderWatch`]): a read of every server each retry period.
+    /// The leaders one after another, each told once ([`LeaderWatch`]):
+    /// another id or a higher term is a new leader, so the stream follows
+    /// the leader there is even after the servers lost their data and
+    /// terms started again low. A read of every server each retry period.
     pub fn observe(&self) -> impl Stream<Item = Leader> + Send + 'static {
         let election = self.clone();
         futures::stream::unfold(
