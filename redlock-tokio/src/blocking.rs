@@ -302,6 +302,26 @@ impl LockRequest<kind::Open> {
     pub fn reentrant(self, owner: impl Into<Arc<str>>) -> LockRequest<kind::Chosen> {
         self.kind(|request| request.reentrant(owner))
     }
+
+    /// One of `permits` permits of a semaphore
+    /// ([`crate::LockRequest::permits`]).
+    pub fn permits(self, permits: u32) -> LockRequest<kind::Permits> {
+        LockRequest {
+            request: self.request.permits(permits),
+            shared: self.shared,
+        }
+    }
+}
+
+impl LockRequest<kind::Permits> {
+    /// With a fencing token per permit
+    /// ([`crate::LockRequest::<kind::Permits>::fencing`]).
+    pub fn fencing(self) -> LockRequest<kind::Chosen> {
+        LockRequest {
+            request: self.request.fencing(),
+            shared: self.shared,
+        }
+    }
 }
 
 impl<K: Send + 'static> LockRequest<K> {

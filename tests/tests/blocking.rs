@@ -56,6 +56,42 @@ fn one_holder_at_a_time_and_free_after_release() {
 }
 
 #[test]
+fn a_blocking_semaphore_admits_its_permits_and_no_more() {
+    let cluster = RedisCluster::start(3);
+    let (a, b) = (client(&cluster), client(&cluster));
+    let first = a
+        .lock("blocking-pool")
+        .permits(2)
+        .wait(Wait::No)
+        .acquire()
+        .expect("a permit");
+    let second = b
+        .lock("blocking-pool")
+        .permits(2)
+        .fencing()
+        .wait(Wait::No)
+        .acquire()
+        .expect("the other permit");
+    assert!(second.fencing_token().is_some(), "a fenced permit");
+    assert_ne!(first.key(), second.key(), "two slots");
+    let refused = b
+        .lock("blocking-pool")
+        .permits(2)
+        .wait(Wait::No)
+        .acquire()
+        .expect_err("both permits taken");
+    assert!(refused.is_held_by_other(), "{refused}");
+    first.release().expect("released");
+    let third = b
+        .lock("blocking-pool")
+        .permits(2)
+        .wait(Wait::No)
+        .acquire()
+        .expect("a permit is free again");
+    drop((second, third));
+}
+
+#[test]
 fn a_dropped_guard_is_released_and_dropping_the_client_waits_for_it() {
     let cluster = RedisCluster::start(3);
     let redlock = client(&cluster);
