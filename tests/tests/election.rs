@@ -196,8 +196,8 @@ async fn an_observer_catches_up_after_every_server_restarted() {
 
 /// Every server restarted empty: the counters are gone, so the next
 /// leader's term starts again low. The observer still reports it (another
-/// id), within a lease and a read, instead of waiting for a term above the
-/// one it saw last.
+/// id), at its next read, instead of waiting for a term above the one it
+/// saw last.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_observer_follows_a_new_leader_after_every_server_restarted_empty() {
     let cluster = RedisCluster::start(3);
@@ -227,7 +227,10 @@ async fn an_observer_follows_a_new_leader_after_every_server_restarted_empty() {
         second.term(),
         seen.term
     );
-    let followed = tokio::time::timeout(LEASE + RETRY * 5, async {
+    // A bound that only stops a broken observer (the old rule waited for
+    // a higher term forever); how soon it follows is printed.
+    let since = std::time::Instant::now();
+    let followed = tokio::time::timeout(Duration::from_secs(10), async {
         loop {
             let leader = observed.next().await.unwrap();
             if leader.id == second.id().as_bytes() {
@@ -237,6 +240,7 @@ async fn an_observer_follows_a_new_leader_after_every_server_restarted_empty() {
     })
     .await
     .expect("the observer follows the new leader, whatever its term");
+    println!("followed in {:?} (lease {LEASE:?})", since.elapsed());
     assert_eq!(followed.term, second.term());
 }
 

@@ -108,26 +108,22 @@ impl Node {
                         .await
                 }
             });
-            let info = {
+            // Two sections apart: Redis before 7.0 takes one per INFO.
+            let info = |section: &'static str| {
                 let mut connection = connection.clone();
                 async move {
                     redis::cmd("INFO")
-                        .arg("server")
+                        .arg(section)
                         .query_async::<String>(&mut connection)
                         .await
                 }
             };
-            let memory = {
-                let mut connection = connection.clone();
-                async move {
-                    redis::cmd("INFO")
-                        .arg("memory")
-                        .query_async::<String>(&mut connection)
-                        .await
-                }
-            };
-            let (shas, info, memory) =
-                futures::future::join3(futures::future::try_join_all(loads), info, memory).await;
+            let (shas, info, memory) = futures::future::join3(
+                futures::future::try_join_all(loads),
+                info("server"),
+                info("memory"),
+            )
+            .await;
             let evicting = memory
                 .ok()
                 .as_deref()
