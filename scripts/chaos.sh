@@ -8,7 +8,8 @@
 # Environment:
 #   CHAOS_SEED=N          replay a run (the seed is printed at the start)
 #   CHAOS_ONLY=a,b        run only these scenarios: mixed, restart_delayed,
-#                         restart_empty, clock_jump, cluster, semaphore,
+#                         restart_empty, restart_empty_voting_at_once,
+#                         clock_jump, cluster, semaphore,
 #                         election (the last two with their out-of-model
 #                         scenario); each gets the seed a whole run gives it,
 #                         and no compose project starts unless mixed or

@@ -352,6 +352,7 @@ fn a_fenced_permit_exports_its_slots_token() {
         run.assert_code(0);
         run.stdout.trim().to_owned()
     };
-    assert_eq!(token(), "1", "a fresh slot starts at 1");
-    assert_eq!(token(), "2", "the slot's next holder");
+    let first: u64 = token().parse().expect("a token");
+    let next: u64 = token().parse().expect("a token");
+    assert!(next > first, "the slot's next holder: {next} after {first}");
 }

@@ -13,6 +13,7 @@ mod leave;
 mod machine;
 mod waiting;
 
+pub(crate) use fence::floor;
 use leave::skipped_by_lock_round;
 
 use crate::machine::{HandOver, Machine, Notice};

@@ -526,6 +526,7 @@ fn kind_label(kind: crate::NodeErrorKind) -> &'static str {
         Kind::Protocol => "unexpected answer",
         Kind::Tls => "TLS handshake refused",
         Kind::Slow => "known slow, not asked",
+        Kind::Restarted => "restarted, not counted yet",
     }
 }
 

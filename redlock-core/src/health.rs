@@ -89,6 +89,17 @@ pub enum HealthChange {
         /// How long it was known slow.
         after: Duration,
     },
+    /// The server restarted while the client was connected (its run id
+    /// changed): its votes do not count for `wait`, the longest TTL the
+    /// client knows of (with the drift allowance), since it may have lost
+    /// locks it granted before and could grant them again while their
+    /// holders still count it ([`NodeErrorKind::Restarted`](crate::NodeErrorKind::Restarted)).
+    Restarted {
+        /// The node.
+        node: crate::NodeId,
+        /// How long its votes do not count, from now.
+        wait: Duration,
+    },
 }
 
 impl NodeHealth {

@@ -79,11 +79,20 @@ pub enum Bug {
     /// wake-up runs one more step under a hold that ended. The hook is the
     /// adapter's (redlock-tokio's `held.rs`), where the work is polled.
     WorkPolledAfterLoss,
+    /// A fenced lock's token is the quorum's highest counter plus one,
+    /// without the servers' clocks under it: once every master restarted
+    /// empty, tokens and terms start again from 1, below those issued
+    /// before, and the resource takes the old holder's writes again.
+    TokenFromCounterOnly,
+    /// A server that restarted under the client (its run id changed) votes
+    /// at once, not after the longest TTL: where it lost a lock it had
+    /// granted, it grants it again while the holder still counts it.
+    RestartedNodeVotes,
 }
 
 impl Bug {
     /// Every bug, in a fixed order.
-    pub const ALL: [Bug; 15] = [
+    pub const ALL: [Bug; 17] = [
         Bug::ValidityFromDecisionTime,
         Bug::QuorumHalf,
         Bug::DuplicateVoteCounted,
@@ -99,6 +108,8 @@ impl Bug {
         Bug::HandOverBeforeFollowUp,
         Bug::CancelSkipsWithdraws,
         Bug::WorkPolledAfterLoss,
+        Bug::TokenFromCounterOnly,
+        Bug::RestartedNodeVotes,
     ];
 }
 

@@ -250,8 +250,10 @@ return -1
 ///   `ARGV[3]`: a waiter's client, as for [`ACQUIRE`].
 ///
 /// Returns:
-/// - array `{1, counter}`: the key was absent and is now ours; `counter` is the
-///   node's fencing counter (0 if it never had one);
+/// - array `{1, counter, clock}`: the key was absent and is now ours;
+///   `counter` is the node's fencing counter (0 if it never had one),
+///   `clock` the node's clock in microseconds (`TIME`): the token is above
+///   both, so a quorum that lost its counters still issues higher tokens;
 /// - bulk string: the key is held by another value (its first 64 bytes);
 /// - error `WRONGTYPE ...`: a key exists and is not a string.
 ///
@@ -267,8 +269,9 @@ if held then
   return string.sub(held, 1, 64)
 end
 local counter = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+local now = redis.call('TIME')
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return {1, counter}
+return {1, counter, tonumber(now[1]) * 1000000 + tonumber(now[2])}
 "#;
 
 /// Store a fencing token on one node where we hold the lock.

@@ -76,13 +76,9 @@ pub(crate) fn granted(result: &Result<Response, NodeError>) -> Option<(u64, Opti
     match result {
         Ok(Response::Array(items)) => match items.as_slice() {
             [Response::Int(1), Response::Int(slot)] => Some((u64::try_from(*slot).ok()?, None)),
-            [
-                Response::Int(1),
-                Response::Int(slot),
-                Response::Int(counter),
-            ] => Some((
+            [Response::Int(1), Response::Int(slot), counter @ ..] => Some((
                 u64::try_from(*slot).ok()?,
-                Some(u64::try_from(*counter).ok()?),
+                Some(crate::acquire::floor(counter)?),
             )),
             _ => None,
         },

@@ -24,8 +24,9 @@
 ///
 /// Returns:
 /// - `{1, slot}`: that slot (from 0) was free and now holds our value, or
-///   already held it; fenced, `{1, slot, counter}` with that slot's
-///   fencing counter (0 if it never had one);
+///   already held it; fenced, `{1, slot, counter, clock}` with that slot's
+///   fencing counter (0 if it never had one) and the node's clock in
+///   microseconds, as [`ACQUIRE_FENCED`](crate::scripts::ACQUIRE_FENCED);
 /// - bulk string: every slot is held; the first 64 bytes of the holder of
 ///   the slot tried first;
 /// - error `WRONGTYPE ...`: a slot key read before a free one is not a
@@ -35,7 +36,9 @@ pub const SEMAPHORE_ACQUIRE: &str = r#"local n = tonumber(ARGV[4]) or #KEYS
 local start = tonumber(ARGV[3]) % n
 local function grant(slot)
   if n == #KEYS then return {1, slot} end
-  return {1, slot, tonumber(redis.call('GET', KEYS[n + slot + 1]) or '0') or 0}
+  local now = redis.call('TIME')
+  return {1, slot, tonumber(redis.call('GET', KEYS[n + slot + 1]) or '0') or 0,
+    tonumber(now[1]) * 1000000 + tonumber(now[2])}
 end
 local function ours(held)
   return held == ARGV[1] or (held and string.sub(held, 1, #ARGV[1] + 1) == ARGV[1] .. '\0')

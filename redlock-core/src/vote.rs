@@ -35,6 +35,20 @@ impl NodeError {
         )
     }
 
+    /// Not counted: the server restarted under the client (its run id
+    /// changed) and its vote counts again only once `left` has passed, when
+    /// any lock it granted before and may have lost has expired.
+    pub fn restarted(left: Duration) -> Self {
+        Self::new(
+            NodeErrorKind::Restarted,
+            format!(
+                "restarted (its run id changed): its votes count again in {}, once any lock \
+                 it granted before has expired",
+                crate::limits::Millis(left)
+            ),
+        )
+    }
+
     /// The node did not answer within the per-node timeout.
     pub fn timeout(after: Duration) -> Self {
         Self::new(
@@ -60,6 +74,7 @@ impl fmt::Display for NodeError {
             NodeErrorKind::Protocol => write!(f, "unexpected answer: {}", self.detail),
             NodeErrorKind::Tls => write!(f, "TLS handshake rejected: {}", self.detail),
             NodeErrorKind::Slow => write!(f, "known slow: {}", self.detail),
+            NodeErrorKind::Restarted => write!(f, "not counted: {}", self.detail),
         }
     }
 }
@@ -153,6 +168,13 @@ pub enum NodeErrorKind {
     /// ([`NodeHealth`](crate::NodeHealth)). Like [`Timeout`](Self::Timeout),
     /// [`is_unresponsive`](Self::is_unresponsive).
     Slow,
+    /// Not counted: the server restarted while the client was connected
+    /// (its `run_id` changed), so it may have lost locks it granted and
+    /// could grant them again while their holders still count it. Its votes
+    /// count again once the longest TTL the client knows of has passed
+    /// (antirez's delayed restart, done by the client). Releases and reads
+    /// still go to it.
+    Restarted,
 }
 
 /// How one node voted in a round.
@@ -227,7 +249,8 @@ pub(crate) fn interpret(
     }
     let vote = match (command, &response) {
         (Command::Acquire { .. }, Response::Int(1)) => Some(NodeVote::Granted),
-        (Command::AcquireFenced { .. }, Response::Array(items)) if matches!(items.as_slice(), [Response::Int(1), Response::Int(c)] if *c >= 0) => {
+        // A counter that is not negative, then the clock (the models leave it out).
+        (Command::AcquireFenced { .. }, Response::Array(items)) if matches!(items.as_slice(), [Response::Int(1), rest @ ..] if crate::acquire::floor(rest).is_some()) => {
             Some(NodeVote::Granted)
         }
         (Command::Acquire { .. } | Command::AcquireFenced { .. }, Response::Data(holder)) => Some(
@@ -392,6 +415,18 @@ mod tests {
         assert_eq!(script(acquire, reply(0)), NodeVote::Granted);
         assert_eq!(script(acquire, reply(41)), NodeVote::Granted);
         assert!(is_protocol_error(&script(acquire, reply(-1))));
+        let with_clock = |clock| {
+            Response::Array(vec![
+                Response::Int(1),
+                Response::Int(41),
+                Response::Int(clock),
+            ])
+        };
+        assert_eq!(
+            script(acquire, with_clock(1_795_938_092_246_264)),
+            NodeVote::Granted
+        );
+        assert!(is_protocol_error(&script(acquire, with_clock(-1))));
         let no_counter = Response::Array(vec![Response::Int(1)]);
         assert!(is_protocol_error(&script(acquire, no_counter)));
         let not_granted = Response::Array(vec![Response::Int(0), Response::Int(3)]);

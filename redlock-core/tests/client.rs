@@ -257,7 +257,7 @@ fn a_release_that_meets_a_broken_connection_is_sent_again_until_it_is_given_up()
     assert!(out.sent.is_empty(), "not again at once");
     assert!(!client.is_idle(), "owed to node 0");
     // The node connects again: the release goes at once.
-    client.handle_connected(NodeId(0), t1 + 5 * MS);
+    client.handle_connected(NodeId(0), &[], t1 + 5 * MS);
     let out = drain(&mut client);
     assert_eq!(out.sent.len(), 1);
     assert_eq!(
@@ -399,4 +399,135 @@ fn a_waiter_is_handed_the_lock_its_client_releases_without_waiting_for_its_retry
         out.subscribed.iter().any(Vec::is_empty),
         "nobody waits: unsubscribed"
     );
+}
+
+/// The vote `node` gave in `event`: a lock's, or a failed acquire's.
+fn vote_of(event: &OpEvent, node: NodeId) -> redlock_core::NodeVote {
+    match event {
+        OpEvent::Acquire(AcquireEvent::Acquired(lock)) => lock.votes().get(node).cloned(),
+        OpEvent::Acquire(AcquireEvent::Failed(redlock_core::AcquireError::NoQuorum {
+            votes,
+            ..
+        })) => votes.get(node).cloned(),
+        other => panic!("not an acquire's end: {other:?}"),
+    }
+    .expect("a vote per node")
+}
+
+fn restarted(vote: &redlock_core::NodeVote) -> bool {
+    matches!(vote, redlock_core::NodeVote::Failed(error) if error.kind == NodeErrorKind::Restarted)
+}
+
+/// A server whose run id changed at a reconnect restarted under the
+/// client: it may have lost a lock it granted and grant it again. Its
+/// votes do not count until the longest TTL has passed (with the drift
+/// allowance): neither an answer to a request sent before the client
+/// knew, nor a request sent after (not sent at all); releases still go.
+#[test]
+fn a_restarted_server_does_not_vote_until_the_longest_ttl_has_passed() {
+    let settings = settings();
+    let t0 = Instant::now();
+    let mut client = Client::new(Arc::clone(&settings));
+    for node in 0..3 {
+        client.handle_connected(NodeId(node), &[format!("first{node}")], t0);
+    }
+    assert!(
+        drain(&mut client).health.is_empty(),
+        "first seen: no restart"
+    );
+    // An acquire is on its way when node 0 comes back as another server.
+    let op = client.start(acquire(&settings, Attempts::Once, t0), t0);
+    let attempt = drain(&mut client);
+    assert_eq!(attempt.sent.len(), 3);
+    client.handle_connected(NodeId(0), &["second0".to_owned()], t0 + MS);
+    let out = drain(&mut client);
+    let ttl = settings.default_ttl();
+    let wait = ttl.as_duration() + settings.drift(ttl);
+    assert_eq!(
+        out.health,
+        [HealthChange::Restarted {
+            node: NodeId(0),
+            wait
+        }]
+    );
+    answer(&mut client, &attempt.sent, Response::Int(1), t0 + 2 * MS);
+    let out = drain(&mut client);
+    let (_, event, _) = out.events.iter().find(|(id, ..)| *id == op).unwrap();
+    assert!(restarted(&vote_of(event, NodeId(0))), "{event:?}");
+    let OpEvent::Acquire(AcquireEvent::Acquired(lock)) = event else {
+        panic!("nodes 1 and 2 are a quorum: {event:?}");
+    };
+    // Its release still goes to node 0 (the value may be there).
+    let mut lock = lock.clone();
+    let t1 = t0 + 10 * MS;
+    client.start(Operation::Release(Box::new(lock.release(t1))), t1);
+    let out = drain(&mut client);
+    assert!(out.sent.iter().any(|(_, r)| r.node == NodeId(0)));
+    answer(&mut client, &out.sent, Response::Int(1), t1 + MS);
+    drain(&mut client);
+
+    // Node 1 restarts too: a new acquire is not sent to either, and one
+    // node of three is no quorum.
+    client.handle_connected(NodeId(1), &["second1".to_owned()], t1 + 2 * MS);
+    let t2 = t1 + 3 * MS;
+    let op = client.start(acquire(&settings, Attempts::Once, t2), t2);
+    let out = drain(&mut client);
+    let acquires = |out: &Drained| -> Vec<NodeId> {
+        out.sent
+            .iter()
+            .filter(|(_, r)| matches!(r.command, Command::Acquire { .. }))
+            .map(|(_, r)| r.node)
+            .collect()
+    };
+    assert_eq!(
+        acquires(&out),
+        [NodeId(2)],
+        "the restarted servers are not asked"
+    );
+    // Failed at once (two votes of three failed); its withdraws go to
+    // every node, the restarted ones too.
+    let event = out
+        .events
+        .iter()
+        .find(|(id, ..)| *id == op)
+        .map(|(_, e, _)| e)
+        .unwrap_or_else(|| panic!("{out:?}"));
+    assert!(restarted(&vote_of(event, NodeId(0))) && restarted(&vote_of(event, NodeId(1))));
+    assert!(
+        matches!(event, OpEvent::Acquire(AcquireEvent::Failed(_))),
+        "{event:?}"
+    );
+    let withdrawn: Vec<NodeId> = out
+        .sent
+        .iter()
+        .filter(|(_, r)| r.command.must_arrive())
+        .map(|(_, r)| r.node)
+        .collect();
+    assert_eq!(withdrawn.len(), 3, "{withdrawn:?}");
+    answer(&mut client, &out.sent, Response::Int(1), t2 + MS);
+    drain(&mut client);
+    // Node 0's wait is over one TTL (and its drift) after its restart was
+    // seen: it votes again; node 1's, seen later, is not.
+    let t3 = t0 + MS + wait;
+    let op = client.start(acquire(&settings, Attempts::Once, t3), t3);
+    let out = drain(&mut client);
+    assert_eq!(acquires(&out), [NodeId(0), NodeId(2)]);
+    answer(&mut client, &out.sent, Response::Int(1), t3 + MS);
+    let out = drain(&mut client);
+    assert!(
+        out.events.iter().any(|(id, e, _)| *id == op
+            && matches!(e, OpEvent::Acquire(AcquireEvent::Acquired(_)))),
+        "{out:?}"
+    );
+}
+
+#[cfg(feature = "planted-bugs")]
+#[test]
+fn the_restart_test_catches_a_restarted_server_that_votes_at_once() {
+    use redlock_core::planted::{self, Bug};
+    planted::set(Some(Bug::RestartedNodeVotes));
+    let caught =
+        std::panic::catch_unwind(a_restarted_server_does_not_vote_until_the_longest_ttl_has_passed);
+    planted::set(None);
+    assert!(caught.is_err(), "the planted bug went unnoticed");
 }

@@ -1,6 +1,7 @@
 //! Fencing tokens: every token handed out is larger than every earlier one for
 //! that resource, over thousands of seeded schedules with lost messages, paused
-//! nodes and crashed nodes that keep their data (AOF with fsync always).
+//! nodes and crashed nodes that keep their data (AOF with fsync always), and
+//! still with nodes that restart empty, whose clocks floor the tokens.
 
 mod sim;
 
@@ -56,22 +57,63 @@ fn tokens_only_grow_with_persistent_nodes() {
     }
 }
 
-#[test]
-fn tokens_regress_when_nodes_forget_their_counters() {
-    // Out of model: crashed nodes restart empty, losing locks and counters.
+/// Out of model: crashed nodes restart empty at once, losing locks and
+/// counters; each node's clock (from 0, at its own rate within
+/// `clock_rate_bound`) floors the tokens. `(seeds with a token below an
+/// earlier one, tokens)`.
+fn regressions_after_empty_restarts(clock_rate_bound: f64) -> (usize, usize) {
     let cfg = SimConfig {
         persistent: false,
         crashes: 12,
         restart_delay: Duration::from_millis(1),
         nodes: 3,
+        clock_rate_bound,
         ..fenced(3)
     };
-    for seed in 0..500 {
+    let (mut regressed, mut tokens) = (0, 0);
+    for seed in 0..300 {
         let outcome = run(seed, &cfg);
+        tokens += outcome.holds.len();
         if let Some((a, b)) = outcome.token_regressions().first() {
-            println!("seed {seed}: token {:?} after {:?}", b.token, a.token);
-            return;
+            if regressed == 0 {
+                println!("seed {seed}: token {:?} after {:?}", b.token, a.token);
+            }
+            regressed += 1;
         }
     }
-    panic!("no token regression found although nodes forgot their counters");
+    (regressed, tokens)
+}
+
+/// The guarantee assumes the servers' clocks agree (closer than the time
+/// between a lost quorum's last grant and the next): with equal clock
+/// rates no token goes back. With rates apart (0.4%, the simulation's
+/// default) the count is printed, not asserted: a grant on fast clocks
+/// just before a total loss may outrun slow clocks just after it.
+#[test]
+fn tokens_rise_when_nodes_forget_their_counters() {
+    let (regressed, tokens) = regressions_after_empty_restarts(0.0);
+    println!(
+        "equal clock rates: 300 schedules with empty restarts, {tokens} tokens, \
+         {regressed} with a token below an earlier one"
+    );
+    assert_eq!(regressed, 0);
+    let (regressed, tokens) = regressions_after_empty_restarts(0.004);
+    println!(
+        "clock rates within 0.4%: 300 schedules, {tokens} tokens, \
+         {regressed} with a token below an earlier one"
+    );
+}
+
+#[test]
+#[cfg(feature = "planted-bugs")]
+fn tokens_from_the_counters_alone_regress_when_nodes_forget_them() {
+    use redlock_core::planted::{self, Bug};
+    planted::set(Some(Bug::TokenFromCounterOnly));
+    let (regressed, tokens) = regressions_after_empty_restarts(0.0);
+    planted::set(None);
+    println!("planted: 300 schedules, {tokens} tokens: {regressed} with a token that went back");
+    assert!(
+        regressed > 0,
+        "no token regression found although nodes forgot their counters"
+    );
 }

@@ -328,7 +328,7 @@ impl Builder {
         // cluster node, is found too.
         let mut run_ids: HashMap<&str, usize> = HashMap::new();
         for (i, result) in results.iter().enumerate() {
-            let Ok((_, ids)) = result else {
+            let Ok(Connected { run_ids: ids, .. }) = result else {
                 continue;
             };
             for run_id in ids {
@@ -349,13 +349,10 @@ impl Builder {
         }
         if !self.allow_eviction {
             for (i, result) in results.iter().enumerate() {
-                if let Ok((
-                    Connected {
-                        evicting: Some(policy),
-                        ..
-                    },
-                    _,
-                )) = result
+                if let Ok(Connected {
+                    evicting: Some(policy),
+                    ..
+                }) = result
                 {
                     return Err(ConfigError::EvictingServer {
                         node: shown[i].clone(),
@@ -368,7 +365,6 @@ impl Builder {
         let mut auth_failure = None;
         let mut unreachable = Vec::new();
         for (node, result) in nodes.iter().zip(results) {
-            let result = result.map(|(connection, _)| connection);
             match &result {
                 Ok(_) => debug!(node = node.name(), "connected"),
                 Err(error) if error.kind == NodeErrorKind::Auth => {

@@ -327,7 +327,11 @@ async fn noscript_is_recovered_with_one_load_and_one_retry() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reconnection_loads_the_scripts_again() {
     let cluster = RedisCluster::start(3);
-    let redlock = client(&cluster).await;
+    let redlock = support::builder(&cluster)
+        .ttl(Duration::from_secs(1))
+        .build()
+        .await
+        .unwrap();
     redlock
         .lock("warm")
         .await
@@ -349,6 +353,8 @@ async fn a_reconnection_loads_the_scripts_again() {
         redlock.connected_nodes() == 3
     })
     .await;
+    // A restarted server votes again one TTL after the client saw it back.
+    support::until_counted(&redlock, 1, Duration::from_secs(8)).await;
     let loaded = script_calls(cluster.node(1));
     assert_eq!(
         loaded.get("script|load").map(|&n| n as usize),

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use redlock_core::scripts;
 use redlock_tests::RedisCluster;
-use redlock_tokio::Wait;
+use redlock_tokio::core::planted::Bug;
+use redlock_tokio::{Redlock, Wait};
 use support::client;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -15,9 +16,13 @@ async fn tokens_grow_with_every_holder_and_survive_extensions() {
     let cluster = RedisCluster::start(3);
     let a = client(&cluster).await;
     let b = client(&cluster).await;
+    let clock = cluster.node(0).clock_us();
     let mut guard = a.lock("ledger").fencing().await.expect("a free lock");
     let first = guard.fencing_token().expect("a fenced lock has a token");
-    assert_eq!(first, 1, "a fresh resource starts at 1");
+    assert!(
+        first > clock,
+        "a fresh resource's token {first} is above the servers' clock ({clock} µs)"
+    );
     guard.extend(Duration::from_secs(5)).await.expect("extend");
     assert_eq!(guard.fencing_token(), Some(first), "extend keeps the token");
     let _ = guard.release().await;
@@ -98,4 +103,88 @@ async fn a_fenced_acquire_costs_two_calls_per_node() {
         );
     }
     let _ = guard.release().await;
+}
+
+#[test]
+fn tokens_and_terms_rise_after_every_master_restarted_empty() {
+    let [lock, permit, term] = across_a_restart_empty(None);
+    println!("lock {lock:?}, permit {permit:?}, term {term:?}");
+    for (what, (before, after)) in [("lock", lock), ("permit", permit), ("term", term)] {
+        assert!(after > before, "{what}: {after} after {before}");
+    }
+}
+
+#[test]
+fn tokens_from_the_counters_alone_go_back_after_a_restart_empty() {
+    // The planted bug: tokens without the servers' clocks under them.
+    let [lock, permit, term] = across_a_restart_empty(Some(Bug::TokenFromCounterOnly));
+    println!("lock {lock:?}, permit {permit:?}, term {term:?} (planted)");
+    for (what, (before, after)) in [("lock", lock), ("permit", permit), ("term", term)] {
+        assert!(
+            after < before,
+            "{what}: {after} after {before}: the planted bug went unseen"
+        );
+    }
+}
+
+/// The last token of a fenced lock, of a fenced permit and of an election's
+/// term before every master was restarted empty, and the first after, with
+/// `bug` planted (or none) on the runtime's threads.
+fn across_a_restart_empty(bug: Option<Bug>) -> [(u64, u64); 3] {
+    let cluster = RedisCluster::start(3);
+    support::planted_runtime(bug).block_on(async {
+        // A short TTL: the restarted servers vote again one TTL after the
+        // client saw them back.
+        let redlock = support::builder(&cluster)
+            .ttl(Duration::from_secs(1))
+            .build()
+            .await
+            .unwrap();
+        // Three holders each, so that a counter alone would be at 3.
+        let mut before = [0; 3];
+        for _ in 0..3 {
+            before = tokens(&redlock).await;
+        }
+        for node in cluster.nodes() {
+            node.restart();
+        }
+        let after = tokens(&redlock).await;
+        redlock.shutdown().await;
+        [0, 1, 2].map(|i| (before[i], after[i]))
+    })
+}
+
+/// One holder's token of each kind, released at once. Waits for the
+/// masters to be reached again after a restart.
+async fn tokens(redlock: &Redlock) -> [u64; 3] {
+    let patience = Wait::AtMost(Duration::from_secs(30));
+    let lock = redlock
+        .lock("ledger")
+        .fencing()
+        .wait(patience)
+        .await
+        .expect("the lock");
+    // One permit: every holder takes the same slot, whose counter counts them.
+    let permit = redlock
+        .lock("pool")
+        .permits(1)
+        .fencing()
+        .wait(patience)
+        .await
+        .expect("a permit");
+    let mut leader = redlock
+        .election("scheduler")
+        .wait(patience)
+        .campaign()
+        .await
+        .expect("elected");
+    let tokens = [
+        lock.fencing_token().unwrap(),
+        permit.fencing_token().unwrap(),
+        leader.term(),
+    ];
+    let _ = lock.release().await;
+    let _ = permit.release().await;
+    let _ = leader.resign().await;
+    tokens
 }

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use redlock_tests::RedisCluster;
-use redlock_tokio::core::planted::{self, Bug};
+use redlock_tokio::core::planted::Bug;
 use redlock_tokio::{Error, KeepAlive, LeadershipLoss, Wait};
 use support::client;
 
@@ -76,22 +76,11 @@ fn stop_this_process() -> std::process::Child {
         .expect("sh starts")
 }
 
-/// A two-worker runtime whose threads have `bug` planted (or none).
-fn runtime(bug: Option<Bug>) -> tokio::runtime::Runtime {
-    planted::set(bug);
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .on_thread_start(move || planted::set(bug))
-        .build()
-        .expect("runtime")
-}
-
 /// A leader's work after the process was stopped past the lease:
 /// `(polls, polls after the loss)`, and the loss `stopped` was told.
 fn leader_stopped_past_its_lease(bug: Option<Bug>) -> ((usize, usize), LeadershipLoss) {
     let cluster = RedisCluster::start(3);
-    runtime(bug).block_on(async {
+    support::planted_runtime(bug).block_on(async {
         let redlock = client(&cluster).await;
         let election = redlock
             .election("held")
@@ -149,7 +138,7 @@ fn the_check_sees_a_leaders_work_polled_after_its_lease() {
 /// `(polls, polls after the loss)`, and the run's result.
 fn lock_stopped_past_its_ttl(bug: Option<Bug>) -> ((usize, usize), Result<(), Error>) {
     let cluster = RedisCluster::start(3);
-    runtime(bug).block_on(async {
+    support::planted_runtime(bug).block_on(async {
         let redlock = client(&cluster).await;
         let polls = Arc::new(Polls::default());
         let mut stop = None;

@@ -365,7 +365,12 @@ async fn a_client_that_requires_every_node_is_not_built_without_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_node_is_reconnected_in_the_background() {
     let cluster = RedisCluster::start(3);
-    let redlock = client(&cluster).await;
+    // A restarted server votes again one TTL after the client saw it back.
+    let redlock = builder(&cluster)
+        .ttl(Duration::from_secs(1))
+        .build()
+        .await
+        .unwrap();
     redlock.lock("warm").await.unwrap().release().await;
 
     // Comes back empty on the same port: the old connection is broken.
@@ -380,15 +385,67 @@ async fn a_restarted_node_is_reconnected_in_the_background() {
         redlock.connected_nodes() == 3
     })
     .await;
-    let guard = redlock.lock("again").wait(Wait::No).await.unwrap();
-    eventually(
-        "the restarted node holds the lock",
-        Duration::from_secs(8),
-        || cluster.node(0).get("again").as_deref() == Some(guard.value().as_bytes()),
-    )
-    .await;
+    let mut guard = redlock.lock("again").wait(Wait::No).await.unwrap();
+    let held = |guard: &redlock_tokio::LockGuard| {
+        cluster.node(0).get("again").as_deref() == Some(guard.value().as_bytes())
+    };
+    let since = std::time::Instant::now();
+    while !held(&guard) {
+        assert!(
+            since.elapsed() < Duration::from_secs(8),
+            "node 0 never voted again"
+        );
+        guard.release().await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        guard = redlock.lock("again").wait(Wait::No).await.unwrap();
+    }
     let report = guard.release().every_node().await;
     assert_eq!(report.released(), 3, "{report}");
+}
+
+/// Two masters down while `a` takes a lock, so it holds exactly a quorum
+/// (masters 0 and 1); master 2 comes back empty, and master 0 restarts
+/// empty under the second client: masters 0 and 2 would grant the lock
+/// again while `a` holds it. Whether `b` was granted it within 2 s, with
+/// `bug` planted or none on the runtime's threads.
+fn a_second_holder_after_a_restart(bug: Option<redlock_tokio::core::planted::Bug>) -> bool {
+    let cluster = RedisCluster::start(3);
+    support::planted_runtime(bug).block_on(async {
+        let ttl = Duration::from_secs(5);
+        let a = builder(&cluster).ttl(ttl).build().await.unwrap();
+        let b = builder(&cluster).ttl(ttl).build().await.unwrap();
+        b.lock("warm").await.unwrap().release().await;
+        cluster.node(2).kill();
+        let held = a.lock("job").wait(Wait::No).await.expect("two of three");
+        assert_eq!(held.votes().granted(), 2);
+        cluster.node(2).restart();
+        cluster.node(0).restart();
+        let second = b
+            .lock("job")
+            .wait(Wait::AtMost(Duration::from_secs(2)))
+            .await;
+        let granted = second.is_ok();
+        match second {
+            Ok(guard) => println!("b granted while a holds: {}", guard.votes()),
+            Err(error) => println!("b refused: {error}"),
+        }
+        assert!(!held.is_lost(), "a still holds its lock");
+        granted
+    })
+}
+
+#[test]
+fn a_server_restarted_under_the_client_does_not_vote_until_the_ttl_has_passed() {
+    assert!(!a_second_holder_after_a_restart(None), "two holders");
+}
+
+#[test]
+fn a_restarted_server_that_votes_at_once_lets_a_second_holder_in() {
+    use redlock_tokio::core::planted::Bug;
+    assert!(
+        a_second_holder_after_a_restart(Some(Bug::RestartedNodeVotes)),
+        "the planted bug went unseen: no second holder"
+    );
 }
 
 /// The timeout a release reported for `node`, in words.

@@ -3,6 +3,27 @@
 
 use super::*;
 
+/// What a node that granted a fenced lock puts under its token, from the
+/// rest of its answer: `[counter]` or `[counter, clock]` (its clock in
+/// microseconds, from the scripts' `TIME`). The token is above every
+/// granting node's floor, so it is above the highest counter of the quorum
+/// and at least the latest clock: a quorum that lost its counters (every
+/// master restarted empty) still issues tokens above those issued before,
+/// as long as no server's clock stepped back by more than the outage.
+/// `None` when the answer is not numbers.
+pub(crate) fn floor(answer: &[Response]) -> Option<u64> {
+    let number = |reply: &Response| match reply {
+        Response::Int(n) => u64::try_from(*n).ok(),
+        _ => None,
+    };
+    match answer {
+        [counter] => number(counter),
+        [counter, _] if planted!(TokenFromCounterOnly) => number(counter),
+        [counter, clock] => Some(number(counter)?.max(number(clock)?)),
+        _ => None,
+    }
+}
+
 impl<R: Rng> Acquisition<R> {
     /// The lock round was won on a fenced lock (a fenced semaphore's, on
     /// `slot`): store the token on a quorum. A permit's token comes from

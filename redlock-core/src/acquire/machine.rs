@@ -82,9 +82,7 @@ impl<R: Rng> Machine for Acquisition<R> {
                 .map_or((None, None), |(slot, counter)| (Some(slot), counter)),
             (_, Command::AcquireFenced { .. }, Ok(Response::Array(items))) => {
                 match items.as_slice() {
-                    [Response::Int(1), Response::Int(counter)] => {
-                        (None, u64::try_from(*counter).ok())
-                    }
+                    [Response::Int(1), counter @ ..] => (None, crate::acquire::floor(counter)),
                     _ => (None, None),
                 }
             }

@@ -12,7 +12,8 @@ use std::time::Instant;
 use rand_core::Rng;
 
 use crate::{
-    HealthChange, Hub, Key, NodeErrorKind, NodeHealth, NodeId, Reply, Request, Settings, WaiterId,
+    HealthChange, Hub, Key, NodeError, NodeErrorKind, NodeHealth, NodeId, Reply, Request, Settings,
+    Ttl, WaiterId,
 };
 
 use node::NodeState;
@@ -76,6 +77,9 @@ struct Flight {
     /// Kept for a request that must arrive: owed again if its connection
     /// breaks.
     must_arrive: Option<Request>,
+    /// Its answer is a vote (not a release's, not a read's): one from a
+    /// node that restarted since does not count.
+    votes: bool,
     /// Its deadline passed unanswered, and its node heard of it.
     overdue: bool,
 }
@@ -109,6 +113,8 @@ struct Links {
     flights: HashMap<RequestId, Flight>,
     timers: BTreeSet<(Instant, RequestId)>,
     next_request: u64,
+    /// The longest TTL any request sent so far asked for.
+    longest_ttl: Ttl,
 }
 
 /// One client of N masters as a state machine: the unit a driver runs, as
@@ -209,6 +215,7 @@ impl<R: Rng> Client<R> {
                 flights: HashMap::new(),
                 timers: BTreeSet::new(),
                 next_request: 0,
+                longest_ttl: Ttl(0),
             },
             ops: BTreeMap::new(),
             op_timers: BTreeSet::new(),
@@ -287,7 +294,7 @@ impl<R: Rng> Client<R> {
             }
             // What must arrive is always admitted; nobody reads the answer
             // of anything else now.
-            if self.links.admit(&request, now) {
+            if self.links.admit(&request, now).is_ok() {
                 self.links.transmit(&mut self.outputs, None, request);
             }
         }
@@ -392,6 +399,14 @@ impl<R: Rng> Client<R> {
         self.links.timers.remove(&(flight.timer(), id));
         let node = &mut self.links.nodes[flight.node.0];
         let broken = matches!(&reply.result, Err(error) if error.kind == NodeErrorKind::Connection);
+        let mut reply = reply;
+        if flight.votes
+            && reply.result.is_ok()
+            && let Some(error) = node.not_counted_now(now)
+        {
+            // Sent before the client knew of the restart: not a vote.
+            reply.result = Err(error);
+        }
         if !broken {
             if let Some(change) = node.answered(now) {
                 self.outputs.push_back(Output::Health(change));
@@ -414,9 +429,21 @@ impl<R: Rng> Client<R> {
         self.pump(pump, now);
     }
 
-    /// Node `node` has a connection again at `now`: what it is owed is
-    /// sent at once.
-    pub fn handle_connected(&mut self, node: NodeId, now: Instant) {
+    /// Node `node` has a connection again at `now`, to a server that gave
+    /// `run_ids` (`INFO server`'s `run_id`; a cluster node's, one per
+    /// master; empty where it did not say): what it is owed is sent at
+    /// once. A run id seen before and gone now means the server restarted
+    /// under the client, and may have lost locks it granted: its votes do
+    /// not count ([`NodeErrorKind::Restarted`]) until the longest TTL this
+    /// client knows of has passed (the default TTL, or a longer one it
+    /// asked for), with the drift allowance ([`Output::Health`] tells).
+    pub fn handle_connected(&mut self, node: NodeId, run_ids: &[String], now: Instant) {
+        let ttl = self.links.longest_ttl.max(self.settings.default_ttl());
+        let wait = ttl.as_duration() + self.settings.drift(ttl);
+        if let Some(wait) = self.links.nodes[node.0].connected(run_ids, wait, now) {
+            self.outputs
+                .push_back(Output::Health(HealthChange::Restarted { node, wait }));
+        }
         self.links.resend(&mut self.outputs, node, now);
     }
 
@@ -535,10 +562,11 @@ impl<R: Rng> Client<R> {
             return;
         };
         while let Some(request) = running.machine.poll_request() {
-            if self.links.admit(&request, now) {
-                self.links.transmit(&mut self.outputs, Some(op), request);
-            } else {
-                running.machine.handle_reply(Reply::skipped(&request), now);
+            match self.links.admit(&request, now) {
+                Ok(()) => self.links.transmit(&mut self.outputs, Some(op), request),
+                Err(error) => running
+                    .machine
+                    .handle_reply(Reply::to(&request, Err(error)), now),
             }
         }
         if let Some(channels) = running.machine.poll_listen() {
@@ -585,9 +613,11 @@ impl<R: Rng> Client<R> {
 }
 
 impl Links {
-    /// Whether `request` goes to its node now ([`NodeHealth::admit`]).
-    fn admit(&mut self, request: &Request, now: Instant) -> bool {
-        self.nodes[request.node.0].health.admit(request, now)
+    /// Whether `request` goes to its node now, or the answer it gets
+    /// instead: its node restarted under the client less than its wait
+    /// ago, or is known slow ([`NodeHealth::admit`]).
+    fn admit(&mut self, request: &Request, now: Instant) -> Result<(), NodeError> {
+        self.nodes[request.node.0].admit(request, now)
     }
 
     /// Files `request` as in flight for `op` and asks for it to be sent.
@@ -599,12 +629,16 @@ impl Links {
     ) {
         let id = RequestId(self.next_request);
         self.next_request += 1;
+        if let Some(ttl) = request.command.ttl() {
+            self.longest_ttl = self.longest_ttl.max(ttl);
+        }
         let flight = Flight {
             node: request.node,
             op,
             deadline: request.deadline,
             give_up_at: request.give_up_at,
             must_arrive: request.command.must_arrive().then(|| request.clone()),
+            votes: !(request.command.must_arrive() || request.command.only_reads()),
             overdue: false,
         };
         self.timers.insert((flight.timer(), id));

@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use crate::{HealthChange, NodeHealth, Request};
+use crate::{HealthChange, NodeError, NodeHealth, Request};
 
 /// Releases and withdraws owed to one node at most: past this many, a key
 /// left behind expires at its TTL. Reached only by a node away for long
@@ -24,6 +24,11 @@ pub(super) struct NodeState {
     /// When the owed requests are tried again while the node seems
     /// connected (a cluster node stays connected while a shard is down).
     pub(super) retry_at: Option<Instant>,
+    /// The run ids the server gave at its last connection (a cluster node:
+    /// one per master); empty before the first, or where it did not say.
+    run_ids: Vec<String>,
+    /// Until when its votes do not count: it restarted under the client.
+    restarted_until: Option<Instant>,
 }
 
 impl NodeState {
@@ -32,6 +37,57 @@ impl NodeState {
             health,
             owed: VecDeque::new(),
             retry_at: None,
+            run_ids: Vec::new(),
+            restarted_until: None,
+        }
+    }
+
+    /// The node connected at `now` with a server of `run_ids`: a run id it
+    /// had before and no longer has means a restart (or, for a cluster
+    /// node, a master replaced), and its votes do not count for `wait`.
+    /// Returns that wait when it starts one.
+    pub(super) fn connected(
+        &mut self,
+        run_ids: &[String],
+        wait: std::time::Duration,
+        now: Instant,
+    ) -> Option<std::time::Duration> {
+        let restarted = !self.run_ids.is_empty()
+            && !run_ids.is_empty()
+            && self.run_ids.iter().any(|id| !run_ids.contains(id));
+        if !run_ids.is_empty() {
+            self.run_ids = run_ids.to_vec();
+        }
+        if !restarted || planted!(RestartedNodeVotes) {
+            return None;
+        }
+        self.restarted_until = Some(now + wait);
+        Some(wait)
+    }
+
+    /// Why a request that votes may not count from this node at `now`: it
+    /// restarted under the client less than its wait ago.
+    pub(super) fn not_counted(&self, request: &Request, now: Instant) -> Option<NodeError> {
+        let votes = !(request.command.must_arrive() || request.command.only_reads());
+        self.not_counted_now(now).filter(|_| votes)
+    }
+
+    /// Why no vote of this node counts at `now`, if none does.
+    pub(super) fn not_counted_now(&self, now: Instant) -> Option<NodeError> {
+        let until = self.restarted_until?;
+        (until > now).then(|| NodeError::restarted(until - now))
+    }
+
+    /// Whether `request` goes to the node at `now`: an error when it may
+    /// not ([`not_counted`](Self::not_counted), or known slow: [`NodeHealth::admit`]).
+    pub(super) fn admit(&mut self, request: &Request, now: Instant) -> Result<(), NodeError> {
+        if let Some(error) = self.not_counted(request, now) {
+            return Err(error);
+        }
+        if self.health.admit(request, now) {
+            Ok(())
+        } else {
+            Err(NodeError::slow())
         }
     }
 

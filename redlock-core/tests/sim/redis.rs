@@ -26,6 +26,9 @@ struct Entry {
 #[derive(Default, Debug)]
 pub struct Store {
     data: HashMap<Vec<u8>, Entry>,
+    /// The node's wall clock at node time 0, in microseconds: what `TIME`
+    /// adds to the node time (0 by default: a clock that starts at 0).
+    epoch: f64,
 }
 
 const MS: f64 = 1000.0;
@@ -258,6 +261,20 @@ impl Store {
         }
     }
 
+    /// An empty node whose wall clock reads `epoch` microseconds at node
+    /// time 0.
+    pub fn with_epoch(epoch: f64) -> Self {
+        Self {
+            epoch,
+            ..Self::default()
+        }
+    }
+
+    /// `TIME` in microseconds at node time `clock`.
+    fn time(&self, clock: f64) -> i64 {
+        (self.epoch + clock).floor() as i64
+    }
+
     /// Runs one request's script at node time `clock` (microseconds).
     pub fn run(&mut self, clock: f64, request: &Request) -> Response {
         let keys: Vec<&[u8]> = request.keys.iter().map(|k| k.as_bytes()).collect();
@@ -274,7 +291,11 @@ impl Store {
                     None => {
                         self.set_str(keys[0], ours, clock, ttl.as_millis());
                         let counter = self.counter(keys[1], clock) as i64;
-                        Response::Array(vec![Response::Int(1), Response::Int(counter)])
+                        Response::Array(vec![
+                            Response::Int(1),
+                            Response::Int(counter),
+                            Response::Int(self.time(clock)),
+                        ])
                     }
                 }
             }
@@ -376,6 +397,7 @@ impl Store {
                     let mut items = vec![Response::Int(1), Response::Int(slot as i64)];
                     if fenced {
                         items.push(Response::Int(this.counter(keys[n + slot], clock) as i64));
+                        items.push(Response::Int(this.time(clock)));
                     }
                     Response::Array(items)
                 };

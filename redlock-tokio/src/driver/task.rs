@@ -9,7 +9,7 @@ use futures::future::{AbortHandle, Abortable};
 use futures::stream::FuturesUnordered;
 use redlock_core::{Client, HealthChange, NodeErrorKind, OpId, Output, Reply, Request, RequestId};
 use tokio::sync::mpsc;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use super::send::{Sent, Timer, next_quietly, send};
 use super::{Finished, Input, Message, Returned, Shared, Sink};
@@ -88,7 +88,9 @@ impl Task {
             sinks: HashMap::new(),
             keys: HashMap::new(),
             settled: Vec::new(),
-            connections: shared.nodes.iter().map(|node| node.connections()).collect(),
+            // None seen yet: the first look tells the core of every
+            // connection made so far, with its server's run ids.
+            connections: shared.nodes.iter().map(|_| 0).collect(),
             orphaned: false,
             driver,
             shared,
@@ -99,6 +101,7 @@ impl Task {
     /// nothing is left to do.
     pub(super) async fn run(mut self) {
         let mut timer = Timer::new();
+        self.connections_made(crate::sim::now());
         loop {
             self.flush();
             if self.orphaned && self.client.is_idle() {
@@ -155,6 +158,9 @@ impl Task {
 
     /// A flight's replies: each one the core still waits for goes in.
     fn replies(&mut self, ids: Vec<RequestId>, replies: Vec<Reply>, now: std::time::Instant) {
+        // A reply may come over a connection made since the last look: the
+        // core hears of it first (a restarted server's answer is no vote).
+        self.connections_made(now);
         for (id, reply) in ids.into_iter().zip(replies) {
             let Some(flight) = self.flight_of.remove(&id) else {
                 // Forgotten by the core while its flight was out.
@@ -259,14 +265,16 @@ impl Task {
         }
     }
 
-    /// Nodes that connected since last looked at: what they are owed goes.
+    /// Nodes that connected since last looked at, with the run ids of
+    /// their servers: what they are owed goes, and the core judges whether
+    /// the server restarted.
     fn connections_made(&mut self, now: std::time::Instant) {
         for (index, node) in self.shared.nodes.iter().enumerate() {
             let made = node.connections();
             if made != self.connections[index] {
                 self.connections[index] = made;
                 self.client
-                    .handle_connected(redlock_core::NodeId(index), now);
+                    .handle_connected(redlock_core::NodeId(index), &node.run_ids(), now);
             }
         }
     }
@@ -365,6 +373,16 @@ impl Task {
                 info!(node = %name, slow_ms = after.as_millis() as u64, "node answers again; trusted");
                 self.shared.slow[node.0].store(false, Ordering::Relaxed);
                 crate::metrics::node_slow(name, false);
+            }
+            HealthChange::Restarted { node, wait } => {
+                let name = &self.shared.settings.nodes()[node.0];
+                warn!(
+                    node = %name,
+                    wait_ms = wait.as_millis() as u64,
+                    "the server restarted (its run id changed): it may have lost locks it \
+                     granted, so its votes do not count until the longest TTL has passed; \
+                     run it with appendonly yes and appendfsync always to keep them"
+                );
             }
             _ => {}
         }

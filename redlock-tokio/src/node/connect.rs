@@ -63,21 +63,26 @@ pub(crate) struct Connected {
     /// ([`redlock_core::evicting_policy`], from `INFO memory`); a cluster
     /// node's first master that may.
     pub(crate) evicting: Option<String>,
+    /// The server's `run_id` (`INFO server`): which server this is, to tell
+    /// two addresses of one server apart and a restart from a reconnect. A
+    /// cluster node's, one per master that answered; empty where the server
+    /// does not say.
+    pub(crate) run_ids: Vec<String>,
 }
 
 impl Node {
     /// Connects and loads the scripts, within the connect timeout, and reads
     /// what the server is ([`NodeFacts`], from `INFO server`: the core picks
-    /// each request's command by them). Also returns the server's `run_id`
-    /// (from the same reply), which tells two addresses of one server apart
-    /// from two servers; `None` when the server does not say (INFO refused by
-    /// an ACL, a Redis-compatible server), which also leaves the facts
-    /// unknown: scripts only.
+    /// each request's command by them), with the server's `run_id` (from
+    /// the same reply), which tells two addresses of one server apart from
+    /// two servers, and a restart from a reconnect; none when the server
+    /// does not say (INFO refused by an ACL, a Redis-compatible server),
+    /// which also leaves the facts unknown: scripts only.
     ///
     /// A cluster node answers with the `run_id` of every master that
     /// answered, so that a server listed twice (in two cluster nodes, or as
     /// a plain node and a shard) is found.
-    pub(crate) async fn connect(&self) -> Result<(Connected, Vec<String>), NodeError> {
+    pub(crate) async fn connect(&self) -> Result<Connected, NodeError> {
         if let Some(cluster) = &self.cluster {
             return self.connect_cluster(cluster).await;
         }
@@ -144,14 +149,12 @@ impl Node {
                      (is this a Redis server?)",
                 ));
             }
-            Ok((
-                Connected {
-                    connection: Connection::Single(connection),
-                    facts,
-                    evicting,
-                },
-                run_id.into_iter().collect(),
-            ))
+            Ok(Connected {
+                connection: Connection::Single(connection),
+                facts,
+                evicting,
+                run_ids: run_id.into_iter().collect(),
+            })
         };
         match tokio::time::timeout(self.connect_timeout, attempt).await {
             Ok(result) => result,
@@ -192,10 +195,7 @@ impl Node {
     /// [`connect`](Self::connect) for a cluster node: the cluster client
     /// reads the slot map from a seed; the scripts are loaded on every node
     /// and `INFO server` read from every master.
-    async fn connect_cluster(
-        &self,
-        cluster: &ClusterClient,
-    ) -> Result<(Connected, Vec<String>), NodeError> {
+    async fn connect_cluster(&self, cluster: &ClusterClient) -> Result<Connected, NodeError> {
         let attempt = async {
             let connection = cluster
                 .get_async_connection()
@@ -263,14 +263,12 @@ impl Node {
                 NodeFacts::lowest(infos.iter().map(|info| NodeFacts::from_info(info)))
             };
             let run_ids = infos.iter().filter_map(|info| run_id(info)).collect();
-            Ok((
-                Connected {
-                    connection: Connection::Cluster(connection),
-                    facts,
-                    evicting,
-                },
+            Ok(Connected {
+                connection: Connection::Cluster(connection),
+                facts,
+                evicting,
                 run_ids,
-            ))
+            })
         };
         match tokio::time::timeout(self.connect_timeout, attempt).await {
             Ok(result) => result,
@@ -303,7 +301,7 @@ pub(super) async fn reconnect(node: Weak<Node>, wait_first: bool) {
             return;
         };
         let error = match strong.connect().await {
-            Ok((connected, _)) => {
+            Ok(connected) => {
                 info!(node = %strong.name, "connected");
                 if let Some(policy) = connected
                     .evicting

@@ -62,6 +62,9 @@ enum Link {
 struct State {
     link: Link,
     generation: u64,
+    /// The run ids of the server the last connection reached
+    /// ([`Connected::run_ids`]).
+    run_ids: Vec<String>,
 }
 
 /// One Redis master.
@@ -133,6 +136,7 @@ impl Node {
                     reconnecting: None,
                 },
                 generation: 0,
+                run_ids: Vec::new(),
             }),
             order: Order::default(),
             simulation: None,
@@ -187,6 +191,7 @@ impl Node {
             connection: Connection::Single(connection),
             facts: NodeFacts::default(),
             evicting: None,
+            run_ids: Vec::new(),
         });
         node
     }
@@ -233,9 +238,18 @@ impl Node {
             facts: connected.facts,
             generation: state.generation,
         };
-        drop(state);
+        state.run_ids = connected.run_ids;
+        // Counted before anyone can send on it: a reply that came over this
+        // connection finds it counted, so the driver tells the core of a
+        // restart before it hands the core that reply.
         self.connections
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        drop(state);
+    }
+
+    /// The run ids of the server the last connection reached.
+    pub(crate) fn run_ids(&self) -> Vec<String> {
+        self.lock_state().run_ids.clone()
     }
 
     /// The connection to use, its server's facts and its generation, or

@@ -27,6 +27,15 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Some(name) = &config.planted {
+        use redlock_tokio::core::planted::{self, Bug};
+        let Some(bug) = Bug::ALL.into_iter().find(|bug| format!("{bug:?}") == *name) else {
+            eprintln!("chaos-worker: no planted bug {name}");
+            return ExitCode::FAILURE;
+        };
+        // One thread: the runtime below runs every task on this one.
+        planted::set(Some(bug));
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -86,6 +86,10 @@ pub struct Config {
     /// taking locks.
     #[serde(default)]
     pub election: Option<ElectionConfig>,
+    /// A planted bug of the core to switch on in this worker (its name,
+    /// `RestartedNodeVotes`): an out-of-model scenario's positive control.
+    #[serde(default)]
+    pub planted: Option<String>,
 }
 
 /// How long a work step lasts at most: the resolution at which a stopped

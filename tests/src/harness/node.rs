@@ -339,6 +339,17 @@ impl RedisNode {
         build(args).query(&mut self.connection()?)
     }
 
+    /// The server's clock (`TIME`) in microseconds: what a fenced grant's
+    /// token is at least.
+    ///
+    /// # Panics
+    /// If the node cannot be reached.
+    pub fn clock_us(&self) -> u64 {
+        let (seconds, micros): (u64, u64) =
+            redis::from_redis_value(self.command(["TIME"])).expect("TIME answers two numbers");
+        seconds * 1_000_000 + micros
+    }
+
     /// Runs any command and returns its reply.
     ///
     /// # Panics

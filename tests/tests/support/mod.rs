@@ -189,3 +189,46 @@ pub(crate) fn push_arguments<'a>(
         };
     }
 }
+
+/// Waits until node `node`'s votes count again for `redlock` (after it
+/// restarted under the client, for the client's longest TTL): takes and
+/// releases a probe lock until that node grants it, for at most `within`.
+pub(crate) async fn until_counted(redlock: &Redlock, node: usize, within: std::time::Duration) {
+    let since = std::time::Instant::now();
+    loop {
+        if let Ok(guard) = redlock
+            .lock("until-counted")
+            .wait(redlock_tokio::Wait::No)
+            .await
+        {
+            let counted = matches!(
+                guard.votes().get(redlock_core::NodeId(node)),
+                Some(redlock_core::NodeVote::Granted)
+            );
+            guard.release().every_node().await;
+            if counted {
+                return;
+            }
+        }
+        assert!(
+            since.elapsed() < within,
+            "node {node} never counted again within {within:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// A two-worker runtime whose threads have `bug` planted (or none), as
+/// has the calling thread.
+pub(crate) fn planted_runtime(
+    bug: Option<redlock_tokio::core::planted::Bug>,
+) -> tokio::runtime::Runtime {
+    use redlock_tokio::core::planted;
+    planted::set(bug);
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .on_thread_start(move || planted::set(bug))
+        .build()
+        .expect("runtime")
+}

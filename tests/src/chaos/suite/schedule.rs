@@ -147,7 +147,12 @@ pub(super) fn schedule(rng: &mut StdRng, cycles: usize, nodes: usize) -> Vec<Pla
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Sharp {
     RestartDelayed,
+    /// In model: the clients see the restart (another run id) and do not
+    /// count the master's votes for a TTL.
     RestartEmpty,
+    /// The same with the planted bug `RestartedNodeVotes` in the workers:
+    /// plain Redlock, out of model.
+    RestartEmptyVotingAtOnce,
     ClockJump,
 }
 
@@ -156,12 +161,18 @@ impl Sharp {
         match self {
             Sharp::RestartDelayed => "restart_delayed",
             Sharp::RestartEmpty => "restart_empty",
+            Sharp::RestartEmptyVotingAtOnce => "restart_empty_voting_at_once",
             Sharp::ClockJump => "clock_jump",
         }
     }
 
     pub(super) fn in_model(self) -> bool {
-        self == Sharp::RestartDelayed
+        matches!(self, Sharp::RestartDelayed | Sharp::RestartEmpty)
+    }
+
+    /// The planted bug its workers run with, if any.
+    pub(super) fn planted(self) -> Option<&'static str> {
+        (self == Sharp::RestartEmptyVotingAtOnce).then_some("RestartedNodeVotes")
     }
 }
 
