@@ -188,6 +188,11 @@ pub(crate) struct Common {
     /// noeviction): a lock evicted there can be granted to another client.
     #[arg(long, global = true)]
     pub(crate) allow_eviction: bool,
+    /// Refuse nodes that may lose locks when they restart (no AOF, or
+    /// appendfsync other than always), exit 2. Default: accept them (said
+    /// at WARN with -v).
+    #[arg(long, global = true)]
+    pub(crate) refuse_weak_persistence: bool,
     /// Refuse to start (exit 3) unless this many nodes answer at connect,
     /// or `all`. Default: start with whatever answers (a node missing is
     /// said on stderr).

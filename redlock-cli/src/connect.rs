@@ -1,6 +1,6 @@
 //! Building the client from the common options.
 
-use redlock_tokio::{Builder, ConfigError, Error, Redlock};
+use redlock_tokio::{Builder, ConfigError, Error, Redlock, WeakPersistence};
 
 use crate::cli::Common;
 use crate::failure::Failure;
@@ -59,6 +59,11 @@ pub(crate) async fn connect(
         .allow_even_nodes(common.allow_even)
         .require_connected(common.require_nodes.unwrap_or(0))
         .allow_eviction(common.allow_eviction)
+        .weak_persistence(if common.refuse_weak_persistence {
+            WeakPersistence::Refuse
+        } else {
+            WeakPersistence::Warn
+        })
         .key_prefix(common.key_prefix.as_bytes())
         .connect_timeout(common.connect_timeout);
     if let Some(timeout) = common.node_timeout {
@@ -78,6 +83,12 @@ pub(crate) async fn connect(
                 failure.message = failure.message.replace(
                     " (allow_even_nodes(true) accepts them anyway)",
                     "; pass --allow-even to use them anyway",
+                );
+            }
+            Error::Config(ConfigError::WeakPersistence { .. }) => {
+                failure.message = failure.message.replace(
+                    ", or accept the risk with weak_persistence(WeakPersistence::Warn)",
+                    ", or leave out --refuse-weak-persistence",
                 );
             }
             Error::Config(ConfigError::EvictingServer { .. }) => {

@@ -24,7 +24,7 @@ pub(crate) fn check(data: &[u8]) {
     let _ = run(&mut u);
 }
 
-const WORDS: [&str; 33] = [
+const WORDS: [&str; 34] = [
     "exec",
     "status",
     "release",
@@ -46,6 +46,7 @@ const WORDS: [&str; 33] = [
     "--key-prefix",
     "--allow-even",
     "--allow-eviction",
+    "--refuse-weak-persistence",
     "--require-nodes",
     "all",
     "--json",

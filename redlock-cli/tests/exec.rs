@@ -178,6 +178,37 @@ fn a_node_that_may_evict_lock_keys_is_refused_unless_allowed() {
     assert_absent(&cluster, "job");
 }
 
+/// The test servers run without AOF: accepted by default, refused (exit 2,
+/// naming what the node lacks and the flag) under
+/// `--refuse-weak-persistence`, accepted once AOF is on with `appendfsync
+/// always`.
+#[test]
+fn a_node_that_may_lose_locks_is_refused_only_when_asked() {
+    let cluster = RedisCluster::start(3);
+    run(redlock_on(&cluster, "exec").args(["job", "--", "true"])).assert_code(0);
+    let strict = || {
+        let mut command = redlock_on(&cluster, "exec");
+        command.args(["--refuse-weak-persistence", "job", "--", "true"]);
+        command
+    };
+    let refused = run(&mut strict());
+    refused.assert_code(2);
+    assert!(
+        refused.stderr.contains("appendonly no")
+            && refused
+                .stderr
+                .contains("leave out --refuse-weak-persistence")
+            && !refused.stderr.contains("WeakPersistence"),
+        "{refused:#?}"
+    );
+    for node in cluster.nodes() {
+        node.command(["CONFIG", "SET", "appendfsync", "always"]);
+        node.command(["CONFIG", "SET", "appendonly", "yes"]);
+    }
+    run(&mut strict()).assert_code(0);
+    assert_absent(&cluster, "job");
+}
+
 #[test]
 fn a_held_lock_is_busy_and_the_second_command_does_not_run() {
     let cluster = RedisCluster::start(3);

@@ -65,6 +65,19 @@ pub enum ConfigError {
         /// Its eviction policy.
         policy: String,
     },
+    /// A server may lose the locks it granted when it restarts
+    /// ([`weak_persistence`](crate::weak_persistence)), and the client
+    /// was told to refuse such servers.
+    #[error(
+        "{node} may lose locks when it restarts ({reason}); run it with appendonly yes and \
+         appendfsync always, or accept the risk with weak_persistence(WeakPersistence::Warn)"
+    )]
+    WeakPersistence {
+        /// The server, as given (credentials removed).
+        node: String,
+        /// What it lacks, in words.
+        reason: String,
+    },
     /// The TTL is zero.
     #[error("the TTL is zero: a lock must live for at least a few milliseconds")]
     ZeroTtl,

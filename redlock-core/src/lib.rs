@@ -176,7 +176,9 @@ pub use keep_alive::{
 pub use limits::{FIXED_DRIFT, MAX_TTL_MS, MAX_VALUE_LEN, MIN_VALIDITY, MIN_VALUE_LEN};
 pub use lock::Lock;
 pub use machine::{HandOver, Machine, Notice};
-pub use native::{Call, Native, NodeFacts, Server, Version, Words, evicting_policy};
+pub use native::{
+    Call, Native, NodeFacts, Server, Version, Words, evicting_policy, weak_persistence,
+};
 pub use queue::{WaitQueue, WaiterId, Wake};
 pub use quorum::{Votes, drift, quorum, remaining, valid_until};
 pub use release::{Release, ReleaseReport};

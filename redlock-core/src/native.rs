@@ -219,6 +219,44 @@ pub fn evicting_policy(info: &str) -> Option<&str> {
         .filter(|policy| !policy.is_empty() && *policy != "noeviction")
 }
 
+/// Why a server may lose locks it granted when it restarts, from its
+/// `INFO persistence` reply and its `appendfsync` setting (`CONFIG GET`;
+/// `None` where the server did not say, an ACL user without `CONFIG`):
+/// without AOF a restart comes back empty (RDB snapshots are minutes
+/// apart), and with `appendfsync everysec` or `no` a crash loses the last
+/// second or more of grants. A server that forgot a lock grants it again
+/// while its holder still counts it. `None` for AOF with `appendfsync
+/// always`, where only the disk can lose what was acknowledged, or a reply
+/// that does not say (AOF on, `appendfsync` unread, counts as kept).
+///
+/// ```
+/// use redlock_core::weak_persistence;
+/// let aof = |on| format!("# Persistence\r\naof_enabled:{on}\r\n");
+/// assert_eq!(
+///     weak_persistence(&aof(0), Some("always")).as_deref(),
+///     Some("appendonly no: a restart comes back without the locks it granted")
+/// );
+/// assert!(weak_persistence(&aof(1), Some("everysec")).unwrap().contains("appendfsync everysec"));
+/// assert_eq!(weak_persistence(&aof(1), Some("always")), None);
+/// assert_eq!(weak_persistence(&aof(1), None), None);
+/// assert_eq!(weak_persistence("# Server\r\n", None), None);
+/// ```
+pub fn weak_persistence(info: &str, appendfsync: Option<&str>) -> Option<String> {
+    let aof = info
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("aof_enabled:"))
+        .map(str::trim)?;
+    if aof == "0" {
+        return Some("appendonly no: a restart comes back without the locks it granted".to_owned());
+    }
+    match appendfsync.map(str::trim) {
+        Some(fsync) if !fsync.eq_ignore_ascii_case("always") => Some(format!(
+            "appendfsync {fsync}: a crash loses the grants of up to the last second"
+        )),
+        _ => None,
+    }
+}
+
 impl fmt::Display for NodeFacts {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match (self.server, self.version) {

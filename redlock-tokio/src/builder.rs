@@ -30,6 +30,7 @@ pub struct Builder {
     release_notices: bool,
     require_connected: usize,
     allow_eviction: bool,
+    weak_persistence: WeakPersistence,
     simulation: Option<Simulation>,
     #[cfg(feature = "tls")]
     tls: crate::tls::TlsFiles,
@@ -46,6 +47,7 @@ impl fmt::Debug for Builder {
             .field("release_notices", &self.release_notices)
             .field("require_connected", &self.require_connected)
             .field("allow_eviction", &self.allow_eviction)
+            .field("weak_persistence", &self.weak_persistence)
             .finish_non_exhaustive()
     }
 }
@@ -58,6 +60,21 @@ macro_rules! setters {
             self
         })*
     };
+}
+
+/// What a client does with a server that may lose the locks it granted
+/// when it restarts ([`Builder::weak_persistence`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WeakPersistence {
+    /// One WARN per server, naming what it lacks and the fix.
+    #[default]
+    Warn,
+    /// The build fails with [`ConfigError::WeakPersistence`]; a server
+    /// reached only later is logged at WARN.
+    Refuse,
+    /// Nothing is said.
+    Accept,
 }
 
 impl Builder {
@@ -78,6 +95,7 @@ impl Builder {
             release_notices: true,
             require_connected: 0,
             allow_eviction: false,
+            weak_persistence: WeakPersistence::Warn,
             simulation: None,
             #[cfg(feature = "tls")]
             tls: crate::tls::TlsFiles::default(),
@@ -168,6 +186,14 @@ impl Builder {
         /// reached only later (down at build) is checked when it connects,
         /// and logged at WARN if it may evict.
         allow_eviction(allow: bool) => allow_eviction = allow;
+        /// What a server that may lose locks when it restarts means
+        /// ([`redlock_core::weak_persistence`]: no AOF, or `appendfsync`
+        /// other than `always`; read at every connection). Default
+        /// [`WeakPersistence::Warn`]: one WARN per server, naming what it
+        /// lacks and the fix. [`WeakPersistence::Refuse`] fails the build with
+        /// [`ConfigError::WeakPersistence`]; [`WeakPersistence::Accept`] says
+        /// nothing (tests, servers whose loss the TTL covers).
+        weak_persistence(policy: WeakPersistence) => weak_persistence = policy;
         /// Accept an even number of servers (2, 4, ...). Default false: the
         /// build fails with [`ConfigError::EvenNodes`], since an even count is
         /// more often a master left out or listed twice than a choice, and N = 4
@@ -312,7 +338,9 @@ impl Builder {
                 self.connect_timeout,
                 settings.node_timeout(),
             );
-            node = node.allowing_eviction(self.allow_eviction);
+            node = node
+                .allowing_eviction(self.allow_eviction)
+                .with_persistence_policy(self.weak_persistence);
             if let Some(simulation) = &self.simulation {
                 node = node.simulated(index, simulation.clone());
             }
@@ -347,19 +375,29 @@ impl Builder {
                 }
             }
         }
-        if !self.allow_eviction {
-            for (i, result) in results.iter().enumerate() {
-                if let Ok(Connected {
-                    evicting: Some(policy),
-                    ..
-                }) = result
-                {
-                    return Err(ConfigError::EvictingServer {
-                        node: shown[i].clone(),
-                        policy: policy.clone(),
-                    }
-                    .into());
+        // What the servers reached are, against what the client accepts.
+        for (i, connected) in results.iter().enumerate() {
+            let Ok(connected) = connected else {
+                continue;
+            };
+            let node = || shown[i].clone();
+            if let Some(policy) = connected.evicting.clone().filter(|_| !self.allow_eviction) {
+                return Err(ConfigError::EvictingServer {
+                    node: node(),
+                    policy,
                 }
+                .into());
+            }
+            if let Some(reason) = connected
+                .weak_persistence
+                .clone()
+                .filter(|_| self.weak_persistence == WeakPersistence::Refuse)
+            {
+                return Err(ConfigError::WeakPersistence {
+                    node: node(),
+                    reason,
+                }
+                .into());
             }
         }
         let mut auth_failure = None;
@@ -387,6 +425,9 @@ impl Builder {
                 }
             }
             if auth_failure.is_none() {
+                if let Ok(connected) = &result {
+                    node.note_persistence(connected);
+                }
                 node.set_initial(result);
             }
         }

@@ -169,7 +169,7 @@ mod sim;
 #[cfg(feature = "tls")]
 mod tls;
 
-pub use builder::Builder;
+pub use builder::{Builder, WeakPersistence};
 pub use client::Redlock;
 pub use election::{Election, Leadership};
 pub use error::Error;

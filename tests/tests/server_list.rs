@@ -8,7 +8,7 @@ mod support;
 
 use redlock_core::ConfigError;
 use redlock_tests::RedisCluster;
-use redlock_tokio::{Error, Redlock, Wait};
+use redlock_tokio::{Error, Redlock, Wait, WeakPersistence};
 use support::{NODE_TIMEOUT, init_tracing};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -153,4 +153,56 @@ async fn a_server_that_may_evict_lock_keys_is_refused_unless_allowed() {
         .build()
         .await
         .expect("noeviction is safe");
+}
+
+/// A server without AOF, or with `appendfsync` other than `always`, may
+/// lose the locks it granted when it restarts: refused under
+/// `WeakPersistence::Refuse`, naming the server, what it lacks and the fix;
+/// AOF with `appendfsync always` is accepted. (Warned of by default:
+/// `logging.rs`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_may_lose_locks_at_a_restart_is_refused_when_asked() {
+    init_tracing();
+    let cluster = RedisCluster::start(3);
+    let build = || {
+        Redlock::builder(cluster.urls())
+            .node_timeout(NODE_TIMEOUT)
+            .weak_persistence(WeakPersistence::Refuse)
+            .build()
+    };
+    let refused = |err: Error, lacks: &str| {
+        let shown = err.to_string();
+        println!("{shown}");
+        assert!(
+            matches!(&err, Error::Config(ConfigError::WeakPersistence { reason, .. }) if reason.contains(lacks))
+                && err.is_config(),
+            "{err:?}"
+        );
+        assert!(
+            shown.contains("appendonly yes and appendfsync always"),
+            "names the fix: {shown}"
+        );
+    };
+    refused(build().await.expect_err("no AOF"), "appendonly no");
+    for node in cluster.nodes() {
+        node.command(["CONFIG", "SET", "appendfsync", "everysec"]);
+        node.command(["CONFIG", "SET", "appendonly", "yes"]);
+    }
+    refused(
+        build().await.expect_err("fsync every second"),
+        "appendfsync everysec",
+    );
+    for node in cluster.nodes() {
+        node.command(["CONFIG", "SET", "appendfsync", "always"]);
+    }
+    let redlock = build()
+        .await
+        .expect("AOF with appendfsync always keeps every grant");
+    redlock
+        .lock("durable")
+        .wait(Wait::No)
+        .await
+        .unwrap()
+        .release()
+        .await;
 }

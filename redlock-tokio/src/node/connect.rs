@@ -63,6 +63,10 @@ pub(crate) struct Connected {
     /// ([`redlock_core::evicting_policy`], from `INFO memory`); a cluster
     /// node's first master that may.
     pub(crate) evicting: Option<String>,
+    /// Why the server may lose locks when it restarts
+    /// ([`redlock_core::weak_persistence`], from `INFO persistence` and
+    /// `CONFIG GET appendfsync`); a cluster node's first master that may.
+    pub(crate) weak_persistence: Option<String>,
     /// The server's `run_id` (`INFO server`): which server this is, to tell
     /// two addresses of one server apart and a restart from a reconnect. A
     /// cluster node's, one per master that answered; empty where the server
@@ -123,10 +127,24 @@ impl Node {
                         .await
                 }
             };
-            let (shas, info, memory) = futures::future::join3(
+            let appendfsync = {
+                let mut connection = connection.clone();
+                async move {
+                    redis::cmd("CONFIG")
+                        .arg("GET")
+                        .arg("appendfsync")
+                        .query_async::<Vec<String>>(&mut connection)
+                        .await
+                }
+            };
+            let (shas, (info, memory, persistence, appendfsync)) = futures::future::join(
                 futures::future::try_join_all(loads),
-                info("server"),
-                info("memory"),
+                futures::future::join4(
+                    info("server"),
+                    info("memory"),
+                    info("persistence"),
+                    appendfsync,
+                ),
             )
             .await;
             let evicting = memory
@@ -134,6 +152,11 @@ impl Node {
                 .as_deref()
                 .and_then(redlock_core::evicting_policy)
                 .map(str::to_owned);
+            // An ACL user without CONFIG reads no appendfsync: AOF alone says.
+            let appendfsync = appendfsync.ok().and_then(|pair| pair.into_iter().nth(1));
+            let weak_persistence = persistence
+                .ok()
+                .and_then(|info| redlock_core::weak_persistence(&info, appendfsync.as_deref()));
             let shas: Vec<String> = shas.map_err(|err| map_error(&err))?;
             let info = info.ok();
             let run_id = info.as_deref().and_then(run_id);
@@ -153,6 +176,7 @@ impl Node {
                 connection: Connection::Single(connection),
                 facts,
                 evicting,
+                weak_persistence,
                 run_ids: run_id.into_iter().collect(),
             })
         };
@@ -232,12 +256,51 @@ impl Node {
                         .await
                 }
             };
-            let (loads, info, memory) = futures::future::join3(
+            let appendfsync = {
+                let mut connection = connection.clone();
+                async move {
+                    let mut config = redis::cmd("CONFIG");
+                    config.arg("GET").arg("appendfsync");
+                    connection
+                        .route_command(
+                            config,
+                            RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None)),
+                        )
+                        .await
+                }
+            };
+            let (loads, (info, memory, persistence, appendfsync)) = futures::future::join(
                 futures::future::join_all(loads),
-                info("server"),
-                info("memory"),
+                futures::future::join4(
+                    info("server"),
+                    info("memory"),
+                    info("persistence"),
+                    appendfsync,
+                ),
             )
             .await;
+            // Each master's appendfsync, by its address, beside its INFO.
+            let fsync_of: std::collections::HashMap<String, String> = match appendfsync {
+                Ok(Value::Map(answers)) => answers
+                    .into_iter()
+                    .filter_map(|(master, answer)| {
+                        let master = redis::from_redis_value::<String>(master).ok()?;
+                        let pair = redis::from_redis_value::<Vec<String>>(answer).ok()?;
+                        Some((master, pair.into_iter().nth(1)?))
+                    })
+                    .collect(),
+                _ => std::collections::HashMap::new(),
+            };
+            let weak_persistence = match persistence {
+                Ok(Value::Map(answers)) => answers.into_iter().find_map(|(master, answer)| {
+                    let master = redis::from_redis_value::<String>(master).ok()?;
+                    let info = redis::from_redis_value::<String>(answer).ok()?;
+                    let fsync = fsync_of.get(&master).map(String::as_str);
+                    redlock_core::weak_persistence(&info, fsync)
+                        .map(|why| format!("{master}: {why}"))
+                }),
+                _ => None,
+            };
             let evicting = match memory {
                 Ok(Value::Map(answers)) => answers.into_iter().find_map(|(_, answer)| {
                     let info = redis::from_redis_value::<String>(answer).ok()?;
@@ -267,6 +330,7 @@ impl Node {
                 connection: Connection::Cluster(connection),
                 facts,
                 evicting,
+                weak_persistence,
                 run_ids,
             })
         };
@@ -317,6 +381,7 @@ pub(super) async fn reconnect(node: Weak<Node>, wait_first: bool) {
                          maxmemory-policy noeviction"
                     );
                 }
+                strong.note_persistence(&connected);
                 strong.set_up(connected);
                 return;
             }

@@ -34,7 +34,7 @@ use redis::AsyncConnectionConfig;
 use redis::cluster::ClusterClient;
 use redlock_core::{NodeError, NodeErrorKind, NodeFacts};
 use tokio::task::JoinHandle;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use crate::order::Order;
 use crate::sim::Simulation;
@@ -97,6 +97,10 @@ pub(crate) struct Node {
     /// (`Builder::allow_eviction`); otherwise a reconnection to one says so
     /// at WARN.
     eviction_allowed: bool,
+    /// What a server that may lose locks at a restart means.
+    persistence_policy: crate::WeakPersistence,
+    /// Whether its weak persistence was logged: once per node.
+    persistence_warned: std::sync::atomic::AtomicBool,
     /// Set in a simulation only: this node's index and the simulation's
     /// connector and RNG ([`Simulation`]).
     simulation: Option<(usize, Simulation)>,
@@ -130,6 +134,8 @@ impl Node {
             blocking: Mutex::default(),
             blocking_gave_up: std::sync::atomic::AtomicBool::new(false),
             eviction_allowed: false,
+            persistence_policy: crate::WeakPersistence::Warn,
+            persistence_warned: std::sync::atomic::AtomicBool::new(false),
             state: Mutex::new(State {
                 link: Link::Down {
                     error: NodeError::new(NodeErrorKind::Connection, "not connected yet"),
@@ -171,6 +177,32 @@ impl Node {
         self
     }
 
+    /// A node of a client with this policy for servers that may lose locks.
+    pub(crate) fn with_persistence_policy(mut self, policy: crate::WeakPersistence) -> Self {
+        self.persistence_policy = policy;
+        self
+    }
+
+    /// Says once, at WARN, that the server `connected` reached may lose
+    /// locks at a restart, unless the client accepts that.
+    pub(crate) fn note_persistence(&self, connected: &Connected) {
+        use std::sync::atomic::Ordering;
+        let Some(reason) = &connected.weak_persistence else {
+            return;
+        };
+        if self.persistence_policy == crate::WeakPersistence::Accept
+            || self.persistence_warned.swap(true, Ordering::Relaxed)
+        {
+            return;
+        }
+        warn!(
+            node = %self.name,
+            reason = %reason,
+            "the server may lose locks when it restarts, and grant them again while their \
+             holders still count it; run it with appendonly yes and appendfsync always"
+        );
+    }
+
     pub(crate) fn simulated(mut self, index: usize, simulation: Simulation) -> Self {
         self.simulation = Some((index, simulation));
         self
@@ -191,6 +223,7 @@ impl Node {
             connection: Connection::Single(connection),
             facts: NodeFacts::default(),
             evicting: None,
+            weak_persistence: None,
             run_ids: Vec::new(),
         });
         node
