@@ -1249,6 +1249,10 @@ impl Context<'_> {
                     return Ok(());
                 };
                 act(both(Masters::resume)).await?;
+                // What they queued while paused ran at their resume, the
+                // holder's acquire too: they come back without the key,
+                // as masters down at the grant would.
+                act(both(forget_sharp_key)).await?;
                 let label = match variant {
                     Sharp::RestartEmpty | Sharp::RestartEmptyVotingAtOnce => {
                         act(Box::new(|m| m.restart(0))).await?;
@@ -1339,4 +1343,19 @@ impl Context<'_> {
         )
         .await
     }
+}
+
+/// Deletes the sharp scenarios' key on master `i`, once the requests it
+/// queued while paused had 200 ms to run.
+fn forget_sharp_key(masters: &Masters, i: usize) -> std::io::Result<()> {
+    std::thread::sleep(Duration::from_millis(200));
+    let url = masters.urls()[i].clone();
+    let client = redis::Client::open(url).map_err(std::io::Error::other)?;
+    let mut connection = client
+        .get_connection_with_timeout(Duration::from_secs(2))
+        .map_err(std::io::Error::other)?;
+    redis::cmd("DEL")
+        .arg("sharp")
+        .query::<()>(&mut connection)
+        .map_err(std::io::Error::other)
 }
