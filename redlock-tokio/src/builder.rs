@@ -1,6 +1,5 @@
 //! Building a client: options, validation, connecting to every node.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,11 +7,13 @@ use std::time::Duration;
 use redlock_core::{Config, ConfigError, NodeErrorKind};
 use tracing::{debug, warn};
 
-use crate::node::{Connected, Node};
+use crate::node::Node;
 use crate::notices::Notices;
 use crate::server::{Server, redact};
 use crate::sim::Simulation;
 use crate::{Error, Redlock, Wait};
+
+mod servers;
 
 /// The default for [`Builder::connect_timeout`].
 pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -348,58 +349,7 @@ impl Builder {
         }
         let nodes: Arc<[Arc<Node>]> = nodes.into();
         let results = futures::future::join_all(nodes.iter().map(|node| node.connect())).await;
-        // Two addresses of one server (`localhost` and `127.0.0.1`, a DNS
-        // alias) would count it twice towards the quorum: a server is known
-        // by its run_id. Servers unreachable now are not checked.
-        // A cluster node brings the run_id of each of its masters, so one
-        // server in two cluster nodes, or a plain node that is a shard of a
-        // cluster node, is found too.
-        let mut run_ids: HashMap<&str, usize> = HashMap::new();
-        for (i, result) in results.iter().enumerate() {
-            let Ok(Connected { run_ids: ids, .. }) = result else {
-                continue;
-            };
-            for run_id in ids {
-                match run_ids.get(run_id.as_str()) {
-                    // Dropping the nodes closes their connections.
-                    Some(&first) if first != i => {
-                        return Err(ConfigError::SameServer {
-                            first: shown[first].clone(),
-                            second: shown[i].clone(),
-                        }
-                        .into());
-                    }
-                    _ => {
-                        run_ids.insert(run_id, i);
-                    }
-                }
-            }
-        }
-        // What the servers reached are, against what the client accepts.
-        for (i, connected) in results.iter().enumerate() {
-            let Ok(connected) = connected else {
-                continue;
-            };
-            let node = || shown[i].clone();
-            if let Some(policy) = connected.evicting.clone().filter(|_| !self.allow_eviction) {
-                return Err(ConfigError::EvictingServer {
-                    node: node(),
-                    policy,
-                }
-                .into());
-            }
-            if let Some(reason) = connected
-                .weak_persistence
-                .clone()
-                .filter(|_| self.weak_persistence == WeakPersistence::Refuse)
-            {
-                return Err(ConfigError::WeakPersistence {
-                    node: node(),
-                    reason,
-                }
-                .into());
-            }
-        }
+        servers::check(&results, &shown, self.allow_eviction, self.weak_persistence)?;
         let mut auth_failure = None;
         let mut unreachable = Vec::new();
         for (node, result) in nodes.iter().zip(results) {
