@@ -64,6 +64,7 @@ pub(crate) async fn connect(
         } else {
             WeakPersistence::Warn
         })
+        .wait_for_aof(common.wait_for_aof)
         .key_prefix(common.key_prefix.as_bytes())
         .connect_timeout(common.connect_timeout);
     if let Some(timeout) = common.node_timeout {
@@ -89,6 +90,12 @@ pub(crate) async fn connect(
                 failure.message = failure.message.replace(
                     ", or accept the risk with weak_persistence(WeakPersistence::Warn)",
                     ", or leave out --refuse-weak-persistence",
+                );
+            }
+            Error::Config(ConfigError::NoWaitAof { .. }) => {
+                failure.message = failure.message.replace(
+                    "(turn wait_for_aof off to count votes without it)",
+                    "(leave out --wait-for-aof to count votes without it)",
                 );
             }
             Error::Config(ConfigError::EvictingServer { .. }) => {

@@ -24,7 +24,7 @@ pub(crate) fn check(data: &[u8]) {
     let _ = run(&mut u);
 }
 
-const WORDS: [&str; 34] = [
+const WORDS: [&str; 35] = [
     "exec",
     "status",
     "release",
@@ -47,6 +47,7 @@ const WORDS: [&str; 34] = [
     "--allow-even",
     "--allow-eviction",
     "--refuse-weak-persistence",
+    "--wait-for-aof",
     "--require-nodes",
     "all",
     "--json",

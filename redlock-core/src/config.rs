@@ -86,6 +86,17 @@ pub struct Config {
     /// script: for ACL users allowed `EVALSHA` but not `SET` or `DELIFEQ`,
     /// or to compare the two.
     pub native_commands: bool,
+    /// Whether a node's vote counts only once its append-only file has the
+    /// write: every grant, extension, restore, token and proclamation is
+    /// followed on its node by `WAITAOF 1 0 <node timeout>`, and a node
+    /// whose AOF did not have it within the node timeout fails the vote
+    /// ([`NodeErrorKind::NotOnDisk`](crate::NodeErrorKind::NotOnDisk)).
+    /// Default false. For servers with `appendfsync always` it confirms what
+    /// the server already did (one command more per batch); with `everysec`
+    /// it makes every vote wait for the next sync, up to a second, which
+    /// the node timeout must allow. Servers must have `WAITAOF` and AOF on
+    /// ([`waitaof_refusal`](crate::waitaof_refusal)).
+    pub wait_for_aof: bool,
 }
 
 impl Default for Config {
@@ -102,6 +113,7 @@ impl Default for Config {
             key_prefix: Vec::new(),
             release_notices: true,
             native_commands: true,
+            wait_for_aof: false,
         }
     }
 }
@@ -244,6 +256,13 @@ impl Config {
         self
     }
 
+    /// Sets [`wait_for_aof`](Self::wait_for_aof).
+    #[must_use]
+    pub fn wait_for_aof(mut self, on: bool) -> Self {
+        self.wait_for_aof = on;
+        self
+    }
+
     /// Checks every option once and returns the settings the state machines use.
     pub fn validate(self) -> Result<Settings, ConfigError> {
         if self.nodes.is_empty() {
@@ -289,6 +308,7 @@ impl Config {
             key_prefix: self.key_prefix.into(),
             release_notices: self.release_notices,
             native_commands: self.native_commands,
+            wait_for_aof: self.wait_for_aof,
             cluster_node: None,
             client_tag: None,
         };
@@ -327,6 +347,7 @@ pub struct Settings {
     key_prefix: std::sync::Arc<[u8]>,
     release_notices: bool,
     native_commands: bool,
+    wait_for_aof: bool,
     /// The first node that is a Redis Cluster, if any (see
     /// [`with_cluster_nodes`](Self::with_cluster_nodes)).
     cluster_node: Option<usize>,
@@ -407,6 +428,12 @@ impl Settings {
     /// ([`Config::native_commands`]).
     pub fn native_commands(&self) -> bool {
         self.native_commands
+    }
+
+    /// Whether votes count only once the node's AOF has the write
+    /// ([`Config::wait_for_aof`]).
+    pub fn wait_for_aof(&self) -> bool {
+        self.wait_for_aof
     }
 
     /// Votes needed to hold a lock: N/2 + 1.

@@ -78,6 +78,20 @@ pub enum ConfigError {
         /// What it lacks, in words.
         reason: String,
     },
+    /// [`Config::wait_for_aof`](crate::Config::wait_for_aof) is on and a
+    /// server cannot confirm that its AOF has a write
+    /// ([`waitaof_refusal`](crate::waitaof_refusal)).
+    #[error(
+        "{node} cannot confirm that its AOF has a write ({reason}); waiting for the AOF needs \
+         Redis 7.2 or later, or Valkey, with appendonly yes and appendfsync always or everysec \
+         (turn wait_for_aof off to count votes without it)"
+    )]
+    NoWaitAof {
+        /// The server, as given (credentials removed).
+        node: String,
+        /// What it lacks, in words.
+        reason: String,
+    },
     /// The TTL is zero.
     #[error("the TTL is zero: a lock must live for at least a few milliseconds")]
     ZeroTtl,
@@ -540,6 +554,7 @@ fn kind_label(kind: crate::NodeErrorKind) -> &'static str {
         Kind::Tls => "TLS handshake refused",
         Kind::Slow => "known slow, not asked",
         Kind::Restarted => "restarted, not counted yet",
+        Kind::NotOnDisk => "not in its AOF in time",
     }
 }
 

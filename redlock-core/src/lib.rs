@@ -177,7 +177,8 @@ pub use limits::{FIXED_DRIFT, MAX_TTL_MS, MAX_VALUE_LEN, MIN_VALIDITY, MIN_VALUE
 pub use lock::Lock;
 pub use machine::{HandOver, Machine, Notice};
 pub use native::{
-    Call, Native, NodeFacts, Server, Version, Words, evicting_policy, weak_persistence,
+    Call, Native, NodeFacts, Server, Version, Words, evicting_policy, waitaof_refusal,
+    weak_persistence,
 };
 pub use queue::{WaitQueue, WaiterId, Wake};
 pub use quorum::{Votes, drift, quorum, remaining, valid_until};
@@ -188,6 +189,7 @@ pub use status::{Holder, Holding, InspectReply, InspectReport, Inspection, LockS
 pub use types::{Key, LockSpec, LockValue, NodeId, RoundId, Ttl};
 pub use wire::{
     Argument, Command, LockKind, NodeError, NodeErrorKind, NodeVote, Reply, Request, Response,
+    waitaof,
 };
 
 /// This crate's README example, compiled by `cargo test --doc`.

@@ -195,6 +195,12 @@ impl NodeFacts {
     pub fn has_set_ifeq_get(&self) -> bool {
         self.at_least(Server::Valkey, Version(9, 0, 0))
     }
+
+    /// `WAITAOF` exists: Redis >= 7.2, and every Valkey.
+    pub fn has_waitaof(&self) -> bool {
+        self.at_least(Server::Redis, Version(7, 2, 0))
+            || self.at_least(Server::Valkey, Version(7, 2, 0))
+    }
 }
 
 /// The eviction policy an `INFO memory` reply names, when it may evict a
@@ -242,11 +248,7 @@ pub fn evicting_policy(info: &str) -> Option<&str> {
 /// assert_eq!(weak_persistence("# Server\r\n", None), None);
 /// ```
 pub fn weak_persistence(info: &str, appendfsync: Option<&str>) -> Option<String> {
-    let aof = info
-        .lines()
-        .find_map(|line| line.trim().strip_prefix("aof_enabled:"))
-        .map(str::trim)?;
-    if aof == "0" {
+    if !aof_enabled(info)? {
         return Some("appendonly no: a restart comes back without the locks it granted".to_owned());
     }
     match appendfsync.map(str::trim) {
@@ -255,6 +257,48 @@ pub fn weak_persistence(info: &str, appendfsync: Option<&str>) -> Option<String>
         )),
         _ => None,
     }
+}
+
+/// Why a server cannot confirm that its append-only file has a write
+/// (`WAITAOF 1 0 timeout`, what [`Config::wait_for_aof`](crate::Config::wait_for_aof)
+/// sends behind every vote), from what it is (`facts`), its `INFO
+/// persistence` reply and its `appendfsync` setting (`None` where unread):
+/// a server without `WAITAOF` (Redis before 7.2), AOF off, or `appendfsync
+/// no` (the server never syncs, so `WAITAOF` never confirms). `None` when it
+/// can.
+///
+/// ```
+/// use redlock_core::{NodeFacts, Server, Version, waitaof_refusal};
+/// let aof = |on| format!("# Persistence\r\naof_enabled:{on}\r\n");
+/// let valkey = NodeFacts::new(Server::Valkey, Version(9, 1, 2));
+/// let redis = NodeFacts::new(Server::Redis, Version(7, 0, 15));
+/// assert_eq!(waitaof_refusal(&valkey, &aof(1), Some("always")), None);
+/// assert_eq!(waitaof_refusal(&valkey, &aof(1), Some("everysec")), None);
+/// assert!(waitaof_refusal(&valkey, &aof(0), Some("always")).unwrap().contains("appendonly no"));
+/// assert!(waitaof_refusal(&valkey, &aof(1), Some("no")).unwrap().contains("appendfsync no"));
+/// assert!(waitaof_refusal(&redis, &aof(1), Some("always")).unwrap().contains("Redis 7.0.15 has no WAITAOF"));
+/// ```
+pub fn waitaof_refusal(facts: &NodeFacts, info: &str, appendfsync: Option<&str>) -> Option<String> {
+    if !facts.has_waitaof() {
+        return Some(format!("{facts} has no WAITAOF"));
+    }
+    if aof_enabled(info) == Some(false) {
+        return Some("appendonly no: there is no AOF to wait for".to_owned());
+    }
+    match appendfsync.map(str::trim) {
+        Some(fsync) if fsync.eq_ignore_ascii_case("no") => Some(
+            "appendfsync no: the server never syncs its AOF, so WAITAOF never confirms".to_owned(),
+        ),
+        _ => None,
+    }
+}
+
+/// Whether an `INFO persistence` reply says AOF is on; `None` where it
+/// does not say.
+fn aof_enabled(info: &str) -> Option<bool> {
+    info.lines()
+        .find_map(|line| line.trim().strip_prefix("aof_enabled:"))
+        .map(|on| on.trim() != "0")
 }
 
 impl fmt::Display for NodeFacts {

@@ -88,11 +88,15 @@ pub enum Bug {
     /// at once, not after the longest TTL: where it lost a lock it had
     /// granted, it grants it again while the holder still counts it.
     RestartedNodeVotes,
+    /// With `wait_for_aof`, a node's yes counts whatever its `WAITAOF`
+    /// answered: a grant its AOF never had counts, and a crash of that
+    /// server can lose a lock the client holds.
+    VoteBeforeAof,
 }
 
 impl Bug {
     /// Every bug, in a fixed order.
-    pub const ALL: [Bug; 17] = [
+    pub const ALL: [Bug; 18] = [
         Bug::ValidityFromDecisionTime,
         Bug::QuorumHalf,
         Bug::DuplicateVoteCounted,
@@ -110,6 +114,7 @@ impl Bug {
         Bug::WorkPolledAfterLoss,
         Bug::TokenFromCounterOnly,
         Bug::RestartedNodeVotes,
+        Bug::VoteBeforeAof,
     ];
 }
 

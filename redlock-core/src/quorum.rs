@@ -185,6 +185,8 @@ pub(crate) struct Round {
     names: Arc<[String]>,
     /// Whether this round's requests may go out as plain commands.
     native: bool,
+    /// Whether its votes that write wait for the nodes' AOF.
+    aof: bool,
     votes: Vec<NodeVote>,
     answered: usize,
 }
@@ -206,6 +208,7 @@ impl Round {
             timeout,
             names,
             native: settings.native_commands(),
+            aof: settings.wait_for_aof(),
             votes,
             answered: 0,
         }
@@ -227,6 +230,7 @@ impl Round {
     ) -> impl Iterator<Item = Request> + use<'a> {
         let round = self.id;
         let native = self.native;
+        let aof = self.aof && command.must_persist();
         self.nodes().map(move |node| Request {
             round,
             node,
@@ -236,6 +240,7 @@ impl Round {
             command,
             client: None,
             native,
+            aof,
             deadline,
             give_up_at: deadline,
             payload: None,

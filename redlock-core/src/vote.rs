@@ -49,6 +49,13 @@ impl NodeError {
         )
     }
 
+    /// Not counted: the node did what was asked, but its append-only file
+    /// did not have the write when `WAITAOF` answered (`detail` says what
+    /// it answered; [`Config::wait_for_aof`](crate::Config::wait_for_aof)).
+    pub fn not_on_disk(detail: impl Into<String>) -> Self {
+        Self::new(NodeErrorKind::NotOnDisk, detail)
+    }
+
     /// The node did not answer within the per-node timeout.
     pub fn timeout(after: Duration) -> Self {
         Self::new(
@@ -75,6 +82,9 @@ impl fmt::Display for NodeError {
             NodeErrorKind::Tls => write!(f, "TLS handshake rejected: {}", self.detail),
             NodeErrorKind::Slow => write!(f, "known slow: {}", self.detail),
             NodeErrorKind::Restarted => write!(f, "not counted: {}", self.detail),
+            NodeErrorKind::NotOnDisk => {
+                write!(f, "not counted, not in its AOF: {}", self.detail)
+            }
         }
     }
 }
@@ -175,6 +185,12 @@ pub enum NodeErrorKind {
     /// (antirez's delayed restart, done by the client). Releases and reads
     /// still go to it.
     Restarted,
+    /// Not counted: the node did the write, but its append-only file did
+    /// not have it within the node timeout (`WAITAOF` answered that no
+    /// local fsync had it, or failed), with
+    /// [`Config::wait_for_aof`](crate::Config::wait_for_aof) on. A crash
+    /// now could lose what it granted.
+    NotOnDisk,
 }
 
 /// How one node voted in a round.

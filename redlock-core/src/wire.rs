@@ -42,6 +42,12 @@ pub struct Request {
     /// server has one ([`Request::call`],
     /// [`Config::native_commands`](crate::Config::native_commands)).
     pub native: bool,
+    /// Whether the node's vote counts only once its append-only file has
+    /// the write: `WAITAOF` follows the request on its node, and its answer
+    /// judges the reply ([`Reply::on_disk`]). Set on the votes that write
+    /// ([`Command::must_persist`]) where
+    /// [`Config::wait_for_aof`](crate::Config::wait_for_aof) is on.
+    pub aof: bool,
     /// When the state machine stops waiting for this node.
     pub deadline: Instant,
     /// When the caller may forget this request unanswered: its
@@ -224,6 +230,31 @@ impl Request {
             .chain(fair.into_iter().flatten())
             .chain(restore)
     }
+}
+
+/// The command to send at `now` behind `requests`, one node's batch, once
+/// for all of them, if any waits for the AOF ([`Request::aof`]): `WAITAOF
+/// 1 0 <timeout ms>`, which answers once the node's own AOF has every
+/// write its connection sent before it (`1`), or at the timeout with `0`.
+/// The timeout ends three quarters of the way to the earliest deadline
+/// among them, so that a `0` arrives while their votes are still awaited
+/// and reads as [`NodeErrorKind::NotOnDisk`], not as a timeout. Its answer
+/// goes to [`Reply::on_disk`].
+pub fn waitaof(requests: &[Request], now: Instant) -> Option<[Argument<'static>; 4]> {
+    let deadline = requests
+        .iter()
+        .filter(|request| request.aof)
+        .map(|request| request.deadline)
+        .min()?;
+    let left = deadline.saturating_duration_since(now) * 3 / 4;
+    // WAITAOF's timeout 0 waits for ever: at least one millisecond.
+    let millis = u64::try_from(left.as_millis()).unwrap_or(u64::MAX).max(1);
+    Some([
+        Argument::Bytes(b"WAITAOF"),
+        Argument::Int(1),
+        Argument::Int(0),
+        Argument::Int(millis),
+    ])
 }
 
 /// One script argument.
@@ -413,6 +444,23 @@ impl Command {
         matches!(self, Command::Release | Command::Withdraw | Command::Leave)
     }
 
+    /// Whether the node's yes must survive its crash for the lock to hold:
+    /// what grants, keeps or proves a lock (acquires, extensions, restores,
+    /// fencing tokens, a leader's proclamation). With
+    /// [`Config::wait_for_aof`](crate::Config::wait_for_aof) such a vote
+    /// counts only once the node's AOF has it ([`Request::aof`]).
+    pub fn must_persist(&self) -> bool {
+        matches!(
+            self,
+            Command::Acquire { .. }
+                | Command::AcquireFenced { .. }
+                | Command::Extend { .. }
+                | Command::Restore { .. }
+                | Command::StoreToken { .. }
+                | Command::Proclaim { .. }
+        )
+    }
+
     /// Whether the command only reads (an inspection, who leads an
     /// election): it changes nothing a vote could count, and a node known
     /// slow is asked all the same.
@@ -462,6 +510,57 @@ impl Reply {
             result,
             native: None,
         }
+    }
+
+    /// This reply to `request`, judged by the node's answer to the
+    /// `WAITAOF` sent behind it ([`waitaof`]; `answer`, or the error that
+    /// kept it from coming) when the request waits for the AOF
+    /// ([`Request::aof`]): a yes counts only where the answer says the
+    /// node's AOF has the write (its first number at least 1); otherwise
+    /// the vote fails ([`NodeErrorKind::NotOnDisk`]). A no, an error, or a
+    /// request that does not wait is returned as it is.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use std::time::Instant;
+    /// use redlock_core::{NodeErrorKind, Reply, Response};
+    /// # let request = redlock_core::Request {
+    /// #     round: redlock_core::RoundId(0), node: redlock_core::NodeId(0),
+    /// #     keys: Arc::from(vec![redlock_core::Key::from("k")]),
+    /// #     value: redlock_core::LockValue::from_string("v".repeat(16)),
+    /// #     kind: redlock_core::LockKind::Exclusive,
+    /// #     command: redlock_core::Command::StoreToken { token: 7 },
+    /// #     client: None, native: false, aof: true, deadline: Instant::now(),
+    /// #     give_up_at: Instant::now(), payload: None,
+    /// # };
+    /// let granted = Reply::to(&request, Ok(Response::Int(1)));
+    /// let synced = Ok(Response::Array(vec![Response::Int(1), Response::Int(0)]));
+    /// let late = Ok(Response::Array(vec![Response::Int(0), Response::Int(0)]));
+    /// assert_eq!(granted.clone().on_disk(&request, &synced), granted);
+    /// let refused = granted.on_disk(&request, &late).result.unwrap_err();
+    /// assert_eq!(refused.kind, NodeErrorKind::NotOnDisk);
+    /// ```
+    pub fn on_disk(mut self, request: &Request, answer: &Result<Response, NodeError>) -> Reply {
+        if !request.aof || planted!(VoteBeforeAof) {
+            return self;
+        }
+        let vote = interpret(request.command, self.native, self.result.clone());
+        if !vote.is_yes() {
+            return self;
+        }
+        let error = match answer {
+            Ok(Response::Array(counts)) => match counts.first() {
+                Some(Response::Int(synced)) if *synced >= 1 => return self,
+                Some(Response::Int(_)) => NodeError::not_on_disk(
+                    "WAITAOF timed out before the server's AOF had the write",
+                ),
+                _ => NodeError::not_on_disk(format!("WAITAOF answered {counts:?}")),
+            },
+            Ok(other) => NodeError::not_on_disk(format!("WAITAOF answered {other:?}")),
+            Err(error) => NodeError::not_on_disk(format!("WAITAOF failed: {error}")),
+        };
+        self.result = Err(error);
+        self
     }
 
     /// The answer the driver gives for `request` itself, sent to no node:

@@ -137,6 +137,20 @@ impl Builder {
         /// reported at connect. Off, every request is a script: for ACL users
         /// allowed `EVALSHA` but not `SET` or `DELIFEQ`.
         native_commands(on: bool) => config.native_commands = on;
+        /// Whether a server's vote counts only once its append-only file
+        /// has the write (default false): each batch of grants,
+        /// extensions, tokens and proclamations a node is sent ends with
+        /// `WAITAOF 1 0 <node timeout>`, and a vote whose write the AOF
+        /// did not have in time fails ([`NodeErrorKind::NotOnDisk`](redlock_core::NodeErrorKind::NotOnDisk)):
+        /// a crash of that server then cannot lose a lock the client counted.
+        /// Needs Redis 7.2 or later, or Valkey, with `appendonly yes` and
+        /// `appendfsync always` (which it confirms at almost no cost) or
+        /// `everysec` (each vote then waits for the next sync, up to a
+        /// second: raise the [node timeout](Self::node_timeout)); any
+        /// other server fails the build with [`ConfigError::NoWaitAof`].
+        /// Plain masters only: a Redis Cluster node is refused. See
+        /// `docs/durability.md`.
+        wait_for_aof(on: bool) => config.wait_for_aof = on;
     }
 
     /// Whether a waiting [`Redlock::lock`] listens for release notices
@@ -349,7 +363,13 @@ impl Builder {
         }
         let nodes: Arc<[Arc<Node>]> = nodes.into();
         let results = futures::future::join_all(nodes.iter().map(|node| node.connect())).await;
-        servers::check(&results, &shown, self.allow_eviction, self.weak_persistence)?;
+        servers::check(
+            &results,
+            &shown,
+            self.allow_eviction,
+            self.weak_persistence,
+            settings.wait_for_aof(),
+        )?;
         let mut auth_failure = None;
         let mut unreachable = Vec::new();
         for (node, result) in nodes.iter().zip(results) {

@@ -2229,6 +2229,7 @@ pub mod configurations {
                         | Bug::WorkPolledAfterLoss
                         | Bug::TokenFromCounterOnly
                         | Bug::RestartedNodeVotes
+                        | Bug::VoteBeforeAof
                         | Bug::HubForgetsReplay
                         | Bug::HandOverBeforeFollowUp
                         | Bug::ElectionLosesAtExpiry

@@ -207,6 +207,7 @@ impl<R: Rng> Acquisition<R> {
                 command,
                 client: self.settings.client_tag().cloned(),
                 native: false,
+                aof: false,
                 deadline,
                 give_up_at: deadline,
                 payload: None,

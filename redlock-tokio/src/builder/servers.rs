@@ -1,5 +1,6 @@
 //! What the servers reached at build are, against what the client
-//! accepts: one server under two names, eviction, weak persistence.
+//! accepts: one server under two names, eviction, weak persistence, an AOF
+//! that cannot be waited for.
 
 use std::collections::HashMap;
 
@@ -16,6 +17,7 @@ pub(super) fn check(
     shown: &[String],
     allow_eviction: bool,
     weak_persistence: WeakPersistence,
+    wait_for_aof: bool,
 ) -> Result<(), Error> {
     // Two addresses of one server (`localhost` and `127.0.0.1`, a DNS
     // alias) would count it twice towards the quorum: a server is known
@@ -63,6 +65,13 @@ pub(super) fn check(
             .filter(|_| weak_persistence == WeakPersistence::Refuse)
         {
             return Err(ConfigError::WeakPersistence {
+                node: node(),
+                reason,
+            }
+            .into());
+        }
+        if let Some(reason) = connected.no_waitaof.clone().filter(|_| wait_for_aof) {
+            return Err(ConfigError::NoWaitAof {
                 node: node(),
                 reason,
             }

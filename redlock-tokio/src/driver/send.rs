@@ -80,8 +80,12 @@ pub(crate) fn send(nodes: &[Arc<Node>], requests: Vec<Request>) -> Sent {
         // it is; more go as one pipeline (never to a cluster node: it
         // routes each request on its own, so the driver sends them one by
         // one, each in its key's turn).
+        // A request that waits for the node's AOF goes with its `WAITAOF`
+        // as a pipeline too (never to a cluster node: refused at build).
         let replies = match &requests[..] {
-            [request] => vec![tokio::task::unconstrained(node.execute(request)).await],
+            [request] if !request.aof => {
+                vec![tokio::task::unconstrained(node.execute(request)).await]
+            }
             // Boxed: inline, the pipeline's state would grow the future of
             // every single request, the common case, which is allocated
             // and moved whole.

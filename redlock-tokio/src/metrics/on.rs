@@ -41,7 +41,7 @@ const ENDS: [&str; 2] = ["released", "lost"];
 const EXTEND_OUTCOMES: [&str; 5] = ["extended", "expired", "lost", "gone", "no_quorum"];
 const LOSS_REASONS: [&str; 5] = ["expired", "lost", "gone", "no_quorum", "extension_limit"];
 const RELEASE_OUTCOMES: [&str; 3] = ["released", "not_held", "incomplete"];
-const NODE_ERROR_KINDS: [&str; 9] = [
+const NODE_ERROR_KINDS: [&str; 10] = [
     "timeout",
     "connection",
     "auth",
@@ -51,6 +51,7 @@ const NODE_ERROR_KINDS: [&str; 9] = [
     "tls",
     "slow",
     "restarted",
+    "not_on_disk",
 ];
 
 /// One key per (kind, outcome), built once.
@@ -370,6 +371,7 @@ impl Nodes {
             NodeErrorKind::Tls => 6,
             NodeErrorKind::Slow => 7,
             NodeErrorKind::Restarted => 8,
+            NodeErrorKind::NotOnDisk => 9,
             _ => 4,
         };
         if let Some(node) = self.0.get(index) {

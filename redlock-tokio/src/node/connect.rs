@@ -67,6 +67,10 @@ pub(crate) struct Connected {
     /// ([`redlock_core::weak_persistence`], from `INFO persistence` and
     /// `CONFIG GET appendfsync`); a cluster node's first master that may.
     pub(crate) weak_persistence: Option<String>,
+    /// Why the server cannot confirm that its AOF has a write
+    /// ([`redlock_core::waitaof_refusal`]); a cluster node always (the
+    /// client waits for the AOF of plain masters only).
+    pub(crate) no_waitaof: Option<String>,
     /// The server's `run_id` (`INFO server`): which server this is, to tell
     /// two addresses of one server apart and a restart from a reconnect. A
     /// cluster node's, one per master that answered; empty where the server
@@ -154,9 +158,9 @@ impl Node {
                 .map(str::to_owned);
             // An ACL user without CONFIG reads no appendfsync: AOF alone says.
             let appendfsync = appendfsync.ok().and_then(|pair| pair.into_iter().nth(1));
-            let weak_persistence = persistence
-                .ok()
-                .and_then(|info| redlock_core::weak_persistence(&info, appendfsync.as_deref()));
+            let persistence = persistence.ok().unwrap_or_default();
+            let weak_persistence =
+                redlock_core::weak_persistence(&persistence, appendfsync.as_deref());
             let shas: Vec<String> = shas.map_err(|err| map_error(&err))?;
             let info = info.ok();
             let run_id = info.as_deref().and_then(run_id);
@@ -164,6 +168,8 @@ impl Node {
                 .as_deref()
                 .map(NodeFacts::from_info)
                 .unwrap_or_default();
+            let no_waitaof =
+                redlock_core::waitaof_refusal(&facts, &persistence, appendfsync.as_deref());
             let expected: Vec<&str> = SCRIPTS.iter().map(|s| s.sha.as_str()).collect();
             if shas != expected {
                 return Err(NodeError::new(
@@ -177,6 +183,7 @@ impl Node {
                 facts,
                 evicting,
                 weak_persistence,
+                no_waitaof,
                 run_ids: run_id.into_iter().collect(),
             })
         };
@@ -331,6 +338,10 @@ impl Node {
                 facts,
                 evicting,
                 weak_persistence,
+                no_waitaof: Some(
+                    "a Redis Cluster: the client waits for the AOF of plain masters only"
+                        .to_owned(),
+                ),
                 run_ids,
             })
         };

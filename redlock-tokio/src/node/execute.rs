@@ -46,6 +46,11 @@ impl Node {
     /// what [`execute`](Self::execute) makes of it (its command, `NOSCRIPT`,
     /// its follow-up); the replies come in the order of `requests`, which is
     /// also the order the node runs them in.
+    ///
+    /// Where some of them wait for the node's AOF ([`Request::aof`]), one
+    /// `WAITAOF` ends the pipeline ([`redlock_core::waitaof`]) and judges each of their replies
+    /// ([`Reply::on_disk`]); a request sent again after it (`NOSCRIPT`, a
+    /// follow-up) is covered by one more `WAITAOF` after the batch.
     pub(crate) async fn execute_many(self: &Arc<Self>, requests: &[Request]) -> Vec<Reply> {
         debug_assert!(self.cluster.is_none(), "a cluster node routes each request");
         let (mut connection, facts, generation) = match self.connection() {
@@ -70,33 +75,49 @@ impl Node {
             });
             keys.push((request.key(), matches!(call, Call::Script(_))));
         }
+        let waitaof = redlock_core::waitaof(requests, crate::sim::now());
+        let waits = waitaof.is_some();
+        if let Some(words) = &waitaof {
+            pipeline.add_command(plain(words));
+        }
+        let count = requests.len() + usize::from(waits);
         let mut tickets = Vec::with_capacity(requests.len());
         let answers = self
             .order
             .send_many(
                 &keys,
                 &mut tickets,
-                connection.req_packed_commands(&pipeline, 0, requests.len()),
+                connection.req_packed_commands(&pipeline, 0, count),
             )
             .await;
         let mut answers = match answers {
             Ok(values) => values.into_iter().map(Value::extract_error).collect(),
-            Err(error) => vec![Err(error); requests.len()],
+            Err(error) => vec![Err(error); count],
         };
         // A server that answers fewer (it cannot, but) leaves the rest
         // unanswered, as garbage does.
-        answers.resize_with(requests.len(), || {
+        answers.resize_with(count, || {
             Err(RedisError::from((
                 redis::ErrorKind::UnexpectedReturnType,
                 "fewer answers than commands in the pipeline",
             )))
         });
+        // The WAITAOF's answer, last in the pipeline.
+        let mut on_disk = if waits {
+            answers.pop().map(aof_answer)
+        } else {
+            None
+        };
+        let mut late = false;
         let mut replies = Vec::with_capacity(requests.len());
         for (((request, call), answer), ticket) in
             requests.iter().zip(calls).zip(answers).zip(tickets)
         {
             let result = match call {
                 Call::Script(script) => {
+                    // An error may be a NOSCRIPT, after which the request
+                    // is sent again, behind the WAITAOF.
+                    late |= answer.is_err();
                     self.answer_script(&mut connection, generation, request, script, answer, ticket)
                         .await
                 }
@@ -104,11 +125,25 @@ impl Node {
             };
             let reply = Reply::via(request, call, result);
             replies.push(match request.follow_up(&reply) {
-                Some(next) => Box::pin(self.execute_once(&next)).await,
+                Some(next) => {
+                    late = true;
+                    Box::pin(self.execute_once(&next)).await
+                }
                 None => reply,
             });
         }
-        replies
+        if late && let Some(words) = redlock_core::waitaof(requests, crate::sim::now()) {
+            let again = plain(&words).query_async::<Value>(&mut connection).await;
+            on_disk = Some(aof_answer(again));
+        }
+        match on_disk {
+            Some(answer) => replies
+                .into_iter()
+                .zip(requests)
+                .map(|(reply, request)| reply.on_disk(request, &answer))
+                .collect(),
+            None => replies,
+        }
     }
 
     /// [`execute`](Self::execute) without the follow-up.
@@ -209,4 +244,10 @@ fn is_anomaly(kind: NodeErrorKind) -> bool {
             | NodeErrorKind::WrongType
             | NodeErrorKind::Auth
     )
+}
+
+/// The node's answer to a `WAITAOF`, for [`Reply::on_disk`]: the core
+/// judges it.
+fn aof_answer(answer: Result<Value, RedisError>) -> Result<Response, NodeError> {
+    answer.map(map_value).map_err(|err| map_error(&err))
 }

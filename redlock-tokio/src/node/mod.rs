@@ -224,6 +224,7 @@ impl Node {
             facts: NodeFacts::default(),
             evicting: None,
             weak_persistence: None,
+            no_waitaof: None,
             run_ids: Vec::new(),
         });
         node

@@ -582,6 +582,7 @@ impl Master {
             command,
             client: None,
             native: false,
+            aof: false,
             deadline: std::time::Instant::now(),
             give_up_at: std::time::Instant::now(),
             payload: None,
