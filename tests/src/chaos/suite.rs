@@ -47,7 +47,8 @@
 //!   the lock in time (nothing to find) is tried again, a few times.
 //!
 //! What fails the run is only what a broken lock or a broken suite does: an
-//! overlap, a stale write or a term not above the one before in model, a
+//! overlap, a stale write or a token (a term) not above the one before in
+//! model, a
 //! lock won without a majority, a window with a majority up and no grant at
 //! all, an acquire with a majority down that is not a no-quorum error or
 //! takes over ten per-node timeouts, an out-of-model round the checker does
@@ -292,12 +293,16 @@ impl Report {
         self.in_model().map(|s| s.faults).sum()
     }
 
-    /// Overlapping holds found by the out-of-model scenarios.
+    /// Violations found by the out-of-model scenarios: overlapping holds,
+    /// stale writes accepted and tokens that went back.
     pub fn out_of_model_violations(&self) -> usize {
         self.scenarios
             .iter()
             .filter(|s| !s.in_model)
-            .map(|s| s.analysis.overlaps.len())
+            .map(|s| {
+                let a = &s.analysis;
+                a.overlaps.len() + a.stale_writes_accepted + a.falling_tokens.len()
+            })
             .sum()
     }
 
@@ -898,6 +903,24 @@ impl Context<'_> {
             failures.push(format!(
                 "FENCING: the resource accepted {} stale writes",
                 analysis.stale_writes_accepted
+            ));
+        }
+        for falling in analysis.falling_tokens.iter().take(5) {
+            failures.push(format!(
+                "FENCING: {}: worker {} hold {:#x} granted with token {} after worker {} hold {:#x} with token {}: the token went back",
+                falling.key,
+                falling.after.worker,
+                falling.after.hold,
+                falling.after_term,
+                falling.before.worker,
+                falling.before.hold,
+                falling.before_term
+            ));
+        }
+        if analysis.falling_tokens.len() > 5 {
+            failures.push(format!(
+                "FENCING: {} tokens not above the one before in all",
+                analysis.falling_tokens.len()
             ));
         }
         if analysis.paused_and_noticed < analysis.paused_past_validity {

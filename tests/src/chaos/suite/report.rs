@@ -180,6 +180,20 @@ pub fn render(report: &Report, options: &Options, wall: Duration) -> String {
                     s.name, o.key, o.first.worker, o.second.worker, o.overlap_ms
                 );
             }
+            for f in &s.analysis.falling_tokens {
+                let _ = writeln!(
+                    out,
+                    "violation found: {}: key {}: worker {} granted token {} after worker {}'s {}",
+                    s.name, f.key, f.after.worker, f.after_term, f.before.worker, f.before_term
+                );
+            }
+            if s.analysis.stale_writes_accepted > 0 {
+                let _ = writeln!(
+                    out,
+                    "violation found: {}: the resource accepted {} stale writes",
+                    s.name, s.analysis.stale_writes_accepted
+                );
+            }
         }
     }
     for skip in &report.skipped {
