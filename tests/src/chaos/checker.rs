@@ -11,12 +11,12 @@
 //!   hold granted later. A resource that checks tokens, fed monotonic
 //!   tokens, never accepts one.
 //! - **Tokens**: the fencing tokens of one key's holds rise strictly in
-//!   grant order ([`falling_terms`](super::leaders::falling_terms), an
-//!   election's terms being its tokens). A token that went back is a
-//!   violation even where no stale write was accepted: the resource then
-//!   refuses the newer holder's writes (it saw the older, higher token) and
-//!   takes the older holder's late ones, which the stale-write count, judged
-//!   on writes applied after a newer holder's, does not see.
+//!   grant order ([`falling_terms`]; an election's terms are its tokens).
+//!   A token that went back is a violation even where no stale write was
+//!   accepted: the resource then refuses the newer holder's writes (it saw
+//!   the older, higher token) and takes the older holder's late ones, which
+//!   the stale-write count, judged on writes applied after a newer
+//!   holder's, does not see.
 //! - **Liveness** per fault window: while a majority is up, locks are
 //!   granted; while a majority is down, no acquisition round started inside
 //!   the window wins a lock, every acquire of a fresh key fails with the
