@@ -9,9 +9,10 @@
 #   CHAOS_SEED=N          replay a run (the seed is printed at the start)
 #   CHAOS_ONLY=a,b        run only these scenarios: mixed, restart_delayed,
 #                         restart_empty, restart_empty_voting_at_once,
-#                         clock_jump, cluster, semaphore,
-#                         election (the last two with their out-of-model
-#                         scenario); each gets the seed a whole run gives it,
+#                         clock_jump, cluster, semaphore, election,
+#                         fenced_restart (the last three with their
+#                         out-of-model or planted-bug scenario); each gets
+#                         the seed a whole run gives it,
 #                         and no compose project starts unless mixed or
 #                         restart_empty is named
 #   CHAOS_DOCKER=auto     auto (default): compose part when Docker answers;

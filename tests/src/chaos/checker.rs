@@ -10,6 +10,13 @@
 //!   stale writes the resource accepted: a write applied after a write of a
 //!   hold granted later. A resource that checks tokens, fed monotonic
 //!   tokens, never accepts one.
+//! - **Tokens**: the fencing tokens of one key's holds rise strictly in
+//!   grant order ([`falling_terms`]; an election's terms are its tokens).
+//!   A token that went back is a violation even where no stale write was
+//!   accepted: the resource then refuses the newer holder's writes (it saw
+//!   the older, higher token) and takes the older holder's late ones, which
+//!   the stale-write count, judged on writes applied after a newer
+//!   holder's, does not see.
 //! - **Liveness** per fault window: while a majority is up, locks are
 //!   granted; while a majority is down, no acquisition round started inside
 //!   the window wins a lock, every acquire of a fresh key fails with the
@@ -26,6 +33,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::clock::ms;
+use super::leaders::{FallingTerm, falling_terms};
 use super::record::{Api, Attempt, Grant, Hold, Outcome, Record, Write};
 
 /// A hold, named by its worker and its number there.
@@ -83,6 +91,9 @@ pub struct Analysis {
     /// Writes the resource applied after it had applied a write of a hold
     /// granted later (the resource's state went back to an older holder).
     pub stale_writes_accepted: usize,
+    /// Holds of one key, consecutive in grant order, whose fencing tokens
+    /// (an election's terms) do not rise: the token went back.
+    pub falling_tokens: Vec<FallingTerm>,
     /// Holds whose process stalled (was stopped) for longer than the
     /// validity it had.
     pub paused_past_validity: usize,
@@ -170,6 +181,7 @@ impl Records {
         let mut analysis = Analysis {
             holds: self.holds.len(),
             overlaps: overlaps(&self.holds),
+            falling_tokens: falling_terms(&self.holds),
             writes: self.writes.len(),
             ..Analysis::default()
         };
@@ -550,6 +562,90 @@ mod tests {
         assert_eq!(analysis.fenced_writes_rejected, 1);
         assert_eq!(analysis.stale_writes_accepted, 1);
         assert!(analysis.overlaps.is_empty());
+    }
+
+    /// A fenced hold of "k" over `[granted, end)` with `token`.
+    fn fenced(worker: u32, n: u64, granted: u64, end: u64, token: u64) -> Hold {
+        let mut hold = hold(worker, n, "k", granted, end);
+        hold.fencing_token = Some(token);
+        hold
+    }
+
+    /// A write of that hold, with its token.
+    fn fenced_write(
+        worker: u32,
+        n: u64,
+        (sent, token): (u64, u64),
+        accepted: bool,
+        seq: u64,
+    ) -> Write {
+        Write {
+            token,
+            token_kind: TokenKind::Fencing,
+            ..write(worker, n, "k", sent, accepted, seq)
+        }
+    }
+
+    #[test]
+    fn a_token_that_went_back_after_every_master_restarted_empty_is_found() {
+        // Worker 0 holds with the servers' clock under its token, is stopped
+        // past its validity; every master restarts empty; worker 1 is
+        // granted after the restart wait, then worker 0's late write comes.
+        let clock = 1_700_000_000_000_000;
+        let correct = Records {
+            attempts: vec![],
+            holds: vec![
+                fenced(0, 0, 0, 100, clock),
+                fenced(1, 0, 300, 400, clock + 400_000),
+            ],
+            writes: vec![
+                fenced_write(0, 0, (10, clock), true, 1),
+                fenced_write(1, 0, (310, clock + 400_000), true, 2),
+                fenced_write(0, 0, (320, clock), false, 3), // late: fenced
+            ],
+        };
+        let analysis = correct.analyze();
+        assert!(analysis.falling_tokens.is_empty());
+        assert_eq!(analysis.stale_writes_accepted, 0);
+        assert_eq!(analysis.superseded_writes_rejected, 1);
+
+        // Planted `TokenFromCounterOnly`: the empty masters' counters give
+        // worker 1 token 1, below worker 0's 5. The resource refuses worker
+        // 1's write and takes worker 0's late one: no write was applied
+        // after a newer holder's, so only the falling token shows it.
+        let planted = Records {
+            attempts: vec![],
+            holds: vec![fenced(0, 0, 0, 100, 5), fenced(1, 0, 300, 400, 1)],
+            writes: vec![
+                fenced_write(0, 0, (10, 5), true, 1),
+                fenced_write(1, 0, (310, 1), false, 2),
+                fenced_write(0, 0, (320, 5), true, 3),
+            ],
+        };
+        let analysis = planted.analyze();
+        assert_eq!(analysis.stale_writes_accepted, 0);
+        let falling: Vec<(u32, u64, u32, u64)> = analysis
+            .falling_tokens
+            .iter()
+            .map(|f| (f.before.worker, f.before_term, f.after.worker, f.after_term))
+            .collect();
+        assert_eq!(falling, vec![(0, 5, 1, 1)]);
+
+        // The same with equal tokens (worker 0 held the first lock on fresh
+        // masters): both writes are taken, the late one after the newer
+        // holder's: a stale write accepted, and a token that did not rise.
+        let equal = Records {
+            attempts: vec![],
+            holds: vec![fenced(0, 0, 0, 100, 1), fenced(1, 0, 300, 400, 1)],
+            writes: vec![
+                fenced_write(0, 0, (10, 1), true, 1),
+                fenced_write(1, 0, (310, 1), true, 2),
+                fenced_write(0, 0, (320, 1), true, 3),
+            ],
+        };
+        let analysis = equal.analyze();
+        assert_eq!(analysis.stale_writes_accepted, 1);
+        assert_eq!(analysis.falling_tokens.len(), 1);
     }
 
     #[test]

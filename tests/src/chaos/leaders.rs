@@ -36,7 +36,9 @@ pub struct FallingTerm {
 }
 
 /// Every pair of leaderships of one name, consecutive in grant order,
-/// whose terms do not rise. Holds without a term are left out.
+/// whose terms do not rise. Holds without a term are left out. The same for
+/// any fenced lock's holds and tokens: the checker's
+/// [`Analysis::falling_tokens`](super::checker::Analysis::falling_tokens).
 pub fn falling_terms(holds: &[Hold]) -> Vec<FallingTerm> {
     let mut by_key: BTreeMap<&str, Vec<(&Hold, u64)>> = BTreeMap::new();
     for hold in holds {

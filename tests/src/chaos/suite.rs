@@ -32,6 +32,18 @@
 //!   stale write, and times failovers; out of model, a master restarted
 //!   empty under a leader elected on exactly a quorum gives two leaders,
 //!   which the checker must find every round (see `suite/election.rs`).
+//! - **fenced_restart** and **fenced_restart_counter_only**, on local
+//!   processes: two workers take one fenced lock and write to the protected
+//!   resource with its token; the holder is stopped (SIGSTOP) past its TTL
+//!   and every master is restarted empty meanwhile, the other worker is
+//!   granted the lock and writes, then the stopped holder resumes and sends
+//!   its late write. With the tokens floored by the servers' clocks no stale
+//!   write is accepted and no token goes back (judged like an in-model
+//!   scenario: the fencing promise covers a quorum that lost every byte,
+//!   though mutual exclusion does not); with the planted bug
+//!   `TokenFromCounterOnly` the tokens start again from 1 and the checker
+//!   must find the token that went back in every round (see
+//!   `suite/fenced.rs`).
 //! - **sharp** scenarios, one fault each, with two workers and a long hold:
 //!   two masters are down while one worker gets the lock, so it holds it on
 //!   exactly a quorum (masters 1-3); the two come back, and master 1 is then
@@ -47,7 +59,8 @@
 //!   the lock in time (nothing to find) is tried again, a few times.
 //!
 //! What fails the run is only what a broken lock or a broken suite does: an
-//! overlap, a stale write or a term not above the one before in model, a
+//! overlap, a stale write or a token (a term) not above the one before in
+//! model, a
 //! lock won without a majority, a window with a majority up and no grant at
 //! all, an acquire with a majority down that is not a no-quorum error or
 //! takes over ten per-node timeouts, an out-of-model round the checker does
@@ -63,6 +76,7 @@ use rand::{RngExt, SeedableRng};
 
 mod cluster;
 mod election;
+mod fenced;
 mod instruments;
 mod nodes;
 mod report;
@@ -71,6 +85,7 @@ mod semaphore;
 mod victims;
 
 pub use election::ElectionSummary;
+pub use fenced::FencedSummary;
 pub use instruments::{LagMonitor, STALL_THRESHOLD};
 pub use report::render;
 pub use semaphore::{PERMITS, SemaphoreSummary};
@@ -171,6 +186,13 @@ impl Mode {
         }
     }
 
+    fn fenced_rounds(self) -> usize {
+        match self {
+            Mode::Ci => 3,
+            Mode::Full => 6,
+        }
+    }
+
     fn sharp_rounds(self, compose: bool) -> usize {
         match (self, compose) {
             (Mode::Ci, false) => 2,
@@ -210,8 +232,9 @@ pub struct Options {
 }
 
 /// The scenarios [`Options::only`] names: `semaphore` and `election` each
-/// run their in-model and out-of-model scenarios.
-pub const SCENARIOS: [&str; 8] = [
+/// run their in-model and out-of-model scenarios, `fenced_restart` its
+/// correct and its planted one (`fenced_restart_counter_only`).
+pub const SCENARIOS: [&str; 9] = [
     "mixed",
     "restart_delayed",
     "restart_empty",
@@ -220,6 +243,7 @@ pub const SCENARIOS: [&str; 8] = [
     "cluster",
     "semaphore",
     "election",
+    "fenced_restart",
 ];
 
 impl Options {
@@ -267,6 +291,8 @@ pub struct Report {
     pub semaphore: Option<SemaphoreSummary>,
     /// The election scenarios' figures, when they ran.
     pub election: Option<ElectionSummary>,
+    /// The fenced-restart scenarios' figures, when they ran.
+    pub fenced: Option<FencedSummary>,
 }
 
 impl Report {
@@ -292,12 +318,16 @@ impl Report {
         self.in_model().map(|s| s.faults).sum()
     }
 
-    /// Overlapping holds found by the out-of-model scenarios.
+    /// Violations found by the out-of-model scenarios: overlapping holds,
+    /// stale writes accepted and tokens that went back.
     pub fn out_of_model_violations(&self) -> usize {
         self.scenarios
             .iter()
             .filter(|s| !s.in_model)
-            .map(|s| s.analysis.overlaps.len())
+            .map(|s| {
+                let a = &s.analysis;
+                a.overlaps.len() + a.stale_writes_accepted + a.falling_tokens.len()
+            })
             .sum()
     }
 
@@ -346,6 +376,7 @@ pub async fn run(options: Options) -> Report {
     let mut skipped = Vec::new();
     let mut semaphore = None;
     let mut election = None;
+    let mut fenced = None;
 
     if options.process {
         let ctx = Context {
@@ -434,6 +465,23 @@ pub async fn run(options: Options) -> Report {
             });
             scenarios.extend([in_model, out_of_model]);
         }
+        let seeds: [u64; 2] = [rng.random(), rng.random()];
+        if options.runs("fenced_restart") {
+            let rounds = options.mode.fenced_rounds();
+            let (correct, _) = ctx.fenced_restart(seeds[0], rounds, None).await;
+            let (planted, found) = ctx
+                .fenced_restart(seeds[1], rounds, Some(fenced::PLANTED))
+                .await;
+            fenced = Some(FencedSummary {
+                rounds,
+                stale_writes_accepted: correct.analysis.stale_writes_accepted,
+                falling_tokens: correct.analysis.falling_tokens.len(),
+                late_writes_rejected: correct.analysis.superseded_writes_rejected,
+                planted_rounds: rounds,
+                planted_found: found,
+            });
+            scenarios.extend([correct, planted]);
+        }
     } else {
         skipped.push("process part: not asked for".to_owned());
     }
@@ -498,6 +546,7 @@ pub async fn run(options: Options) -> Report {
         failures,
         semaphore,
         election,
+        fenced,
     }
 }
 
@@ -898,6 +947,24 @@ impl Context<'_> {
             failures.push(format!(
                 "FENCING: the resource accepted {} stale writes",
                 analysis.stale_writes_accepted
+            ));
+        }
+        for falling in analysis.falling_tokens.iter().take(5) {
+            failures.push(format!(
+                "FENCING: {}: worker {} hold {:#x} granted with token {} after worker {} hold {:#x} with token {}: the token went back",
+                falling.key,
+                falling.after.worker,
+                falling.after.hold,
+                falling.after_term,
+                falling.before.worker,
+                falling.before.hold,
+                falling.before_term
+            ));
+        }
+        if analysis.falling_tokens.len() > 5 {
+            failures.push(format!(
+                "FENCING: {} tokens not above the one before in all",
+                analysis.falling_tokens.len()
             ));
         }
         if analysis.paused_and_noticed < analysis.paused_past_validity {

@@ -14,14 +14,14 @@ pub fn render(report: &Report, options: &Options, wall: Duration) -> String {
     let _ = writeln!(out, "local servers: {}", crate::server());
     let _ = writeln!(
         out,
-        "{:<32} {:>7} {:>8} {:>6} {:>8} {:>8} {:>8} {:>6} {:>7}",
+        "{:<36} {:>7} {:>8} {:>6} {:>8} {:>8} {:>8} {:>6} {:>7}",
         "scenario", "faults", "granted", "overl", "writes", "fenced", "late", "stale", "secs"
     );
     for s in &report.scenarios {
         let a = &s.analysis;
         let _ = writeln!(
             out,
-            "{:<32} {:>7} {:>8} {:>6} {:>8} {:>8} {:>8} {:>6} {:>7.1}{}",
+            "{:<36} {:>7} {:>8} {:>6} {:>8} {:>8} {:>8} {:>6} {:>7.1}{}",
             s.name,
             s.faults,
             a.granted(),
@@ -180,6 +180,20 @@ pub fn render(report: &Report, options: &Options, wall: Duration) -> String {
                     s.name, o.key, o.first.worker, o.second.worker, o.overlap_ms
                 );
             }
+            for f in &s.analysis.falling_tokens {
+                let _ = writeln!(
+                    out,
+                    "violation found: {}: key {}: worker {} granted token {} after worker {}'s {}",
+                    s.name, f.key, f.after.worker, f.after_term, f.before.worker, f.before_term
+                );
+            }
+            if s.analysis.stale_writes_accepted > 0 {
+                let _ = writeln!(
+                    out,
+                    "violation found: {}: the resource accepted {} stale writes",
+                    s.name, s.analysis.stale_writes_accepted
+                );
+            }
         }
     }
     for skip in &report.skipped {
@@ -204,6 +218,9 @@ pub fn render(report: &Report, options: &Options, wall: Duration) -> String {
     }
     if let Some(election) = &report.election {
         let _ = writeln!(out, "{}", election.line());
+    }
+    if let Some(fenced) = &report.fenced {
+        let _ = writeln!(out, "{}", fenced.line());
     }
     let _ = write!(out, "{}", report.summary_line());
     out
