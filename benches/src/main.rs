@@ -112,8 +112,20 @@
 //! redlock-bench --market [--quick] [--seconds N] [--shapes 1/1,5/5] [--strategies watch,fine-3] [--planted-race] [--out DIR]
 //! ```
 //!
+//! What waiting for the AOF costs ([`aof`]): `--aof` runs (b)'s 64 tasks
+//! on distinct keys on three sets of masters started together (AOF off,
+//! `appendfsync always`, `appendfsync everysec`), `Builder::wait_for_aof`
+//! off and on, beside a raw `SET NX PX` (+ `WAITAOF`) floor, and writes
+//! `valkey-aof.md` (`make bench-aof`). It needs `WAITAOF` (Valkey, Redis
+//! 7.2 and later) and fails with a line saying so on another server.
+//!
+//! ```text
+//! redlock-bench --aof [--quick] [--nodes N] [--tasks N] [--ttl-ms MS] [--out DIR]
+//! ```
+//!
 //! `make bench` and `make bench-quick` run it in release mode.
 
+mod aof;
 mod chart;
 mod cluster;
 mod cluster_report;
@@ -239,12 +251,15 @@ struct Args {
     tasks: Option<usize>,
     /// The scaling curves alone ([`scaling`]).
     scaling: bool,
+    /// The cost of waiting for the AOF alone ([`aof`]).
+    aof: bool,
 }
 
 const USAGE: &str = "usage: redlock-bench [--quick] [--nodes 1|3|5|7] [--only abcdejks] [--contenders ours,rslock,floor,script-floor] [--out DIR] [--ttl-ms MS] [--retry-jitter-ms MS]
        redlock-bench --shards 0,1,3 [--nodes N] [--quick] [--tasks N] [--memory-locks N] [--out DIR] [--ttl-ms MS]
        redlock-bench --memory [--shards 0,1,3] [--memory-locks N] [--out DIR]
-       redlock-bench --scaling [--quick] [--contenders ours,rslock,floor,safe-floor] [--out DIR]";
+       redlock-bench --scaling [--quick] [--contenders ours,rslock,floor,safe-floor] [--out DIR]
+       redlock-bench --aof [--quick] [--nodes N] [--tasks N] [--ttl-ms MS] [--out DIR]";
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
@@ -260,6 +275,7 @@ fn parse_args() -> Result<Args, String> {
         memory_locks: None,
         tasks: None,
         scaling: false,
+        aof: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -294,6 +310,7 @@ fn parse_args() -> Result<Args, String> {
             }
             "--memory" => args.memory = true,
             "--scaling" => args.scaling = true,
+            "--aof" => args.aof = true,
             "--tasks" => {
                 let tasks: usize = value("--tasks")?
                     .parse()
@@ -372,7 +389,15 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let outcome = if args.scaling {
+    let outcome = if args.aof {
+        aof::run(&aof::AofArgs {
+            quick: args.quick,
+            nodes: args.nodes.unwrap_or(5),
+            tasks: args.tasks.unwrap_or(64),
+            ttl: args.ttl,
+            out: args.out.clone(),
+        })
+    } else if args.scaling {
         scaling::run(&scaling::ScalingArgs {
             quick: args.quick,
             kinds: args.kinds.clone(),
