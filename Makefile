@@ -29,7 +29,7 @@ SHELL := bash
 # The client sim (tests/tests/client_sim.rs): seeds per mode for `make sim`.
 SEEDS ?= 20000
 
-.PHONY: public-api sim fuzz deps-demo docs-check package package-check help demo bench bench-valkey bench-scaling bench-scaling-valkey bench-quick bench-market bench-market-valkey bench-cluster bench-cluster-valkey bench-memory mutants model model-check test deps deps-valkey core-purity bench-features fmt-check clippy doc nextest nextest-valkey doctest kill-harness-redis chaos chaos-ci
+.PHONY: public-api sim fuzz deps-demo docs-check package package-check help demo bench bench-valkey bench-scaling bench-scaling-valkey bench-quick bench-market bench-market-valkey bench-cluster bench-cluster-valkey bench-memory bench-aof mutants model model-check test deps deps-valkey core-purity bench-features fmt-check clippy doc nextest nextest-valkey doctest kill-harness-redis chaos chaos-ci
 
 help: ## List targets
 	@awk 'BEGIN { FS = ":.*## " } /^[a-z-]+:.*## / { printf "  %-20s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -174,6 +174,26 @@ bench-memory: deps ## Memory per held lock, with and without fencing (100,000 lo
 	mkdir -p benches/results; \
 	BENCH_COMMAND="make bench-memory$(if $(BENCH_MEMORY_ARGS), BENCH_MEMORY_ARGS='$(BENCH_MEMORY_ARGS)')" \
 		$(CARGO) run --release -p redlock-benches --bin redlock-bench -- --memory $(BENCH_MEMORY_ARGS) || status=$$?; \
+	$(MAKE) --no-print-directory kill-harness-redis; \
+	exit $$status
+
+# What waiting for the AOF costs (Builder::wait_for_aof; benches/src/aof.rs),
+# on Valkey (VALKEY_BIN, installed when missing): WAITAOF needs Valkey or
+# Redis >= 7.2, and Debian's redis-server is 7.0 (on such a server the
+# program says so and exits 1). Three sets of 5 masters started together
+# (AOF off, appendfsync always, appendfsync everysec), 64 tasks on distinct
+# keys with wait_for_aof off and on, beside a raw SET NX PX (+ WAITAOF)
+# floor, in one run of about a minute. BENCH_AOF_ARGS is passed to the
+# program ("--nodes 3", "--quick"). The last line is `bench aof summary: ...`.
+# Not in `make test`.
+BENCH_AOF_ARGS ?=
+
+bench-aof: deps deps-valkey ## The cost of wait_for_aof on Valkey: cycles/s, acquire p50/p99 without AOF, appendfsync always, everysec; benches/results/valkey-aof.md
+	@status=0; \
+	mkdir -p benches/results; \
+	REDLOCK_SERVER_BIN="$(VALKEY_BIN)" \
+	BENCH_COMMAND="make bench-aof$(if $(BENCH_AOF_ARGS), BENCH_AOF_ARGS='$(BENCH_AOF_ARGS)')" \
+		$(CARGO) run --release -p redlock-benches --bin redlock-bench -- --aof $(BENCH_AOF_ARGS) || status=$$?; \
 	$(MAKE) --no-print-directory kill-harness-redis; \
 	exit $$status
 
