@@ -195,7 +195,7 @@ pub(crate) struct Common {
     pub(crate) refuse_weak_persistence: bool,
     /// Count a node's vote only once its AOF has the write (WAITAOF behind
     /// every grant and extension). Needs Redis 7.2+ or Valkey with
-    /// appendonly yes and appendfsync always or everysec; other nodes exit 2.
+    /// appendonly yes and appendfsync always; other nodes exit 2.
     #[arg(long, global = true)]
     pub(crate) wait_for_aof: bool,
     /// Refuse to start (exit 3) unless this many nodes answer at connect,

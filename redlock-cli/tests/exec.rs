@@ -202,11 +202,44 @@ fn a_node_that_may_lose_locks_is_refused_only_when_asked() {
         "{refused:#?}"
     );
     for node in cluster.nodes() {
-        node.command(["CONFIG", "SET", "appendfsync", "always"]);
-        node.command(["CONFIG", "SET", "appendonly", "yes"]);
+        node.persist("yes", "always");
     }
     run(&mut strict()).assert_code(0);
     assert_absent(&cluster, "job");
+}
+
+/// `--wait-for-aof` on nodes that cannot confirm their AOF has a write
+/// (Redis before 7.2 has no WAITAOF; no AOF) exits 2 naming the flag; on
+/// nodes with WAITAOF and an fsynced AOF the command runs.
+#[test]
+fn waiting_for_the_aof_is_refused_where_a_node_cannot_confirm_it() {
+    let cluster = RedisCluster::start(3);
+    let durable = || {
+        let mut command = redlock_on(&cluster, "exec");
+        command.args(["--wait-for-aof", "job", "--", "true"]);
+        command
+    };
+    let refused = run(&mut durable());
+    refused.assert_code(2);
+    assert!(
+        refused
+            .stderr
+            .contains("cannot confirm that its AOF has a write")
+            && refused.stderr.contains("leave out --wait-for-aof")
+            && !refused.stderr.contains("wait_for_aof"),
+        "{refused:#?}"
+    );
+    for node in cluster.nodes() {
+        node.persist("yes", "always");
+    }
+    let outcome = run(&mut durable());
+    if outcome.stderr.contains("has no WAITAOF") {
+        // Redis 7.0: refused whatever its persistence.
+        outcome.assert_code(2);
+    } else {
+        outcome.assert_code(0);
+        assert_absent(&cluster, "job");
+    }
 }
 
 #[test]

@@ -91,11 +91,11 @@ pub struct Config {
     /// followed on its node by `WAITAOF 1 0 <node timeout>`, and a node
     /// whose AOF did not have it within the node timeout fails the vote
     /// ([`NodeErrorKind::NotOnDisk`](crate::NodeErrorKind::NotOnDisk)).
-    /// Default false. For servers with `appendfsync always` it confirms what
-    /// the server already did (one command more per batch); with `everysec`
-    /// it makes every vote wait for the next sync, up to a second, which
-    /// the node timeout must allow. Servers must have `WAITAOF` and AOF on
-    /// ([`waitaof_refusal`](crate::waitaof_refusal)).
+    /// Default false. Servers must have `WAITAOF`, AOF on and `appendfsync
+    /// always` ([`waitaof_refusal`](crate::waitaof_refusal)), under which
+    /// each answer already follows the sync: the check holds if a server's
+    /// setting is changed while connected, at the cost of the sync no
+    /// longer being shared between batches (see `docs/durability.md`).
     pub wait_for_aof: bool,
 }
 

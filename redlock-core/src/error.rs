@@ -83,7 +83,7 @@ pub enum ConfigError {
     /// ([`waitaof_refusal`](crate::waitaof_refusal)).
     #[error(
         "{node} cannot confirm that its AOF has a write ({reason}); waiting for the AOF needs \
-         Redis 7.2 or later, or Valkey, with appendonly yes and appendfsync always or everysec \
+         Redis 7.2 or later, or Valkey, with appendonly yes and appendfsync always \
          (turn wait_for_aof off to count votes without it)"
     )]
     NoWaitAof {

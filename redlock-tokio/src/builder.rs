@@ -144,10 +144,11 @@ impl Builder {
         /// did not have in time fails ([`NodeErrorKind::NotOnDisk`](redlock_core::NodeErrorKind::NotOnDisk)):
         /// a crash of that server then cannot lose a lock the client counted.
         /// Needs Redis 7.2 or later, or Valkey, with `appendonly yes` and
-        /// `appendfsync always` (which it confirms at almost no cost) or
-        /// `everysec` (each vote then waits for the next sync, up to a
-        /// second: raise the [node timeout](Self::node_timeout)); any
-        /// other server fails the build with [`ConfigError::NoWaitAof`].
+        /// `appendfsync always`; any other server fails the build with
+        /// [`ConfigError::NoWaitAof`] (under `everysec` Valkey 9.1.2
+        /// confirmed writes it had not synced). Under load it costs much
+        /// of the throughput: a `WAITAOF` holds its connection on the
+        /// server until the sync, so batches no longer share one.
         /// Plain masters only: a Redis Cluster node is refused. See
         /// `docs/durability.md`.
         wait_for_aof(on: bool) => config.wait_for_aof = on;

@@ -201,6 +201,7 @@ doctested! {
     ReadmeExamples = "../../README.md";
     CrateReadmeExample = "../README.md";
     GuideGuarantees = "../../docs/guarantees.md";
+    GuideDurability = "../../docs/durability.md";
     GuideLockKinds = "../../docs/lock-kinds.md";
     GuideElection = "../../docs/election.md";
     GuideSemaphore = "../../docs/semaphore.md";

@@ -185,8 +185,7 @@ async fn a_server_that_may_lose_locks_at_a_restart_is_refused_when_asked() {
     };
     refused(build().await.expect_err("no AOF"), "appendonly no");
     for node in cluster.nodes() {
-        node.command(["CONFIG", "SET", "appendfsync", "everysec"]);
-        node.command(["CONFIG", "SET", "appendonly", "yes"]);
+        node.persist("yes", "everysec");
     }
     refused(
         build().await.expect_err("fsync every second"),

@@ -42,28 +42,11 @@ fn builder(cluster: &RedisCluster) -> redlock_tokio::Builder {
         .wait_for_aof(true)
 }
 
-/// Sets `appendonly` and `appendfsync` on every node of `cluster`, and
-/// waits for the AOF that `appendonly yes` starts to be written (until
-/// then the server syncs no AOF, and `WAITAOF` waits for it).
+/// [`RedisNode::persist`](redlock_tests::RedisNode::persist) on every node.
 fn persist(cluster: &RedisCluster, appendonly: &str, appendfsync: &str) {
     for node in cluster.nodes() {
-        node.command(["CONFIG", "SET", "appendfsync", appendfsync]);
-        node.command(["CONFIG", "SET", "appendonly", appendonly]);
+        node.persist(appendonly, appendfsync);
     }
-    let since = std::time::Instant::now();
-    for node in cluster.nodes() {
-        while ["aof_rewrite_in_progress:1", "aof_rewrite_scheduled:1"]
-            .iter()
-            .any(|busy| persistence(node).contains(busy))
-        {
-            assert!(since.elapsed() < Duration::from_secs(30), "AOF not written");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-fn persistence(node: &redlock_tests::RedisNode) -> String {
-    redis::from_redis_value(node.command(["INFO", "persistence"])).expect("INFO")
 }
 
 /// The build's refusal, with what the server lacks and the fix in words.
@@ -76,7 +59,7 @@ fn refusal(result: Result<Redlock, Error>) -> String {
     };
     assert!(err.is_config(), "{err:?}");
     assert!(
-        shown.contains("appendonly yes and appendfsync always or everysec"),
+        shown.contains("appendonly yes and appendfsync always"),
         "names the fix: {shown}"
     );
     reason.clone()
@@ -95,20 +78,17 @@ async fn a_server_that_cannot_confirm_its_aof_is_refused_at_build() {
     assert!(refusal(builder(&cluster).build().await).contains("appendonly no"));
     persist(&cluster, "yes", "no");
     assert!(refusal(builder(&cluster).build().await).contains("appendfsync no"));
-    for fsync in ["everysec", "always"] {
-        persist(&cluster, "yes", fsync);
-        let redlock = builder(&cluster)
-            .build()
-            .await
-            .unwrap_or_else(|err| panic!("appendfsync {fsync}: {err}"));
-        redlock
-            .lock("durable")
-            .wait(Wait::No)
-            .await
-            .unwrap()
-            .release()
-            .await;
-    }
+    persist(&cluster, "yes", "everysec");
+    assert!(refusal(builder(&cluster).build().await).contains("appendfsync everysec"));
+    persist(&cluster, "yes", "always");
+    let redlock = builder(&cluster).build().await.expect("appendfsync always");
+    redlock
+        .lock("durable")
+        .wait(Wait::No)
+        .await
+        .unwrap()
+        .release()
+        .await;
 }
 
 /// Three servers with AOF and `appendfsync always`, or `None` (said) where

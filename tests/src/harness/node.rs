@@ -421,6 +421,33 @@ impl RedisNode {
         parse_commandstats(&info)
     }
 
+    /// `CONFIG SET appendfsync <appendfsync>` then `appendonly <appendonly>`,
+    /// and, when that switched AOF on, waits (up to 30 s) until the server
+    /// has written its AOF in the background: until then it syncs none, and
+    /// a `WAITAOF` waits for it.
+    ///
+    /// # Panics
+    /// If the node refuses, or the AOF is not written within 30 s.
+    pub fn persist(&self, appendonly: &str, appendfsync: &str) {
+        self.command(["CONFIG", "SET", "appendfsync", appendfsync]);
+        self.command(["CONFIG", "SET", "appendonly", appendonly]);
+        let since = std::time::Instant::now();
+        loop {
+            let info: String = self.expect(redis::cmd("INFO").arg("persistence"));
+            let busy = ["aof_rewrite_in_progress:1", "aof_rewrite_scheduled:1"]
+                .iter()
+                .any(|busy| info.contains(busy));
+            if !busy {
+                return;
+            }
+            assert!(
+                since.elapsed() < Duration::from_secs(30),
+                "{self}: AOF not written within 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// `CONFIG RESETSTAT`: zeroes [`commandstats`](Self::commandstats).
     pub fn reset_stats(&self) {
         self.expect::<()>(redis::cmd("CONFIG").arg("RESETSTAT"));
