@@ -2,8 +2,8 @@
 
 use std::fmt::Write as _;
 
-use redlock_tokio::NodeInspection;
 use redlock_tokio::core::{LockState, LockStatus};
+use redlock_tokio::{NodeInspection, Persistence, ServerReport};
 use serde_json::{Value, json};
 
 use crate::cli::{Common, StatusArgs};
@@ -20,13 +20,17 @@ pub(crate) async fn run(common: &Common, args: StatusArgs, output: &Output) -> u
         return permits_status(&redlock, &args.key, permits, output).await;
     }
     let nodes = redlock.inspect(&args.key).await;
+    let servers = redlock.servers();
     let status = Status {
         key: args.key.clone(),
         redis_key: text_of(redlock.settings().key(args.key.as_bytes()).as_bytes()),
         lock: LockStatus::from_reads(nodes.iter().map(NodeInspection::read)),
         nodes,
     };
-    output.result(|| status.text(), || status.json());
+    output.result(
+        || status.text() + &servers_text(&servers),
+        || with_servers(status.json(), &servers),
+    );
     match status.lock.state() {
         LockState::Unknown => failure::NO_QUORUM,
         LockState::Held | LockState::NotHeld => failure::SUCCESS,
@@ -59,20 +63,22 @@ async fn permits_status(
         .iter()
         .filter(|status| status.lock.state() == LockState::Held)
         .count();
+    let servers = redlock.servers();
     output.result(
         || {
             let mut text = format!("semaphore {name}: {held} of {permits} permits held\n");
             all.iter().for_each(|status| text.push_str(&status.text()));
-            text
+            text + &servers_text(&servers)
         },
         || {
-            json!({
+            let json = json!({
                 "event": "status",
                 "key": name,
                 "permits": permits,
                 "held": held,
                 "slots": all.iter().map(Status::json).collect::<Vec<_>>(),
-            })
+            });
+            with_servers(json, &servers)
         },
     );
     if all
@@ -215,4 +221,41 @@ impl Status {
             "nodes": nodes,
         })
     }
+}
+
+/// What each server is and keeps, as the connection found it.
+fn servers_text(servers: &[ServerReport]) -> String {
+    let mut text = String::from("servers:\n");
+    for server in servers {
+        let _ = writeln!(text, "  {server}");
+    }
+    text
+}
+
+/// `json` with a `servers` array: each server's `node`, `connected`,
+/// `server`, `run_ids`, `uptime_s`, `persistence` (`kept` / `weak` /
+/// `unknown`), `persistence_risk` (why weak) and `eviction`.
+fn with_servers(mut json: Value, servers: &[ServerReport]) -> Value {
+    let servers: Vec<Value> = servers
+        .iter()
+        .map(|server| {
+            let (persistence, risk) = match &server.persistence {
+                Persistence::Kept => ("kept", None),
+                Persistence::Weak(reason) => ("weak", Some(reason.clone())),
+                _ => ("unknown", None),
+            };
+            json!({
+                "node": server.node,
+                "connected": server.connected,
+                "server": server.server,
+                "run_ids": server.run_ids,
+                "uptime_s": server.uptime.map(|uptime| uptime.as_secs()),
+                "persistence": persistence,
+                "persistence_risk": risk,
+                "eviction": server.eviction,
+            })
+        })
+        .collect();
+    json["servers"] = Value::Array(servers);
+    json
 }

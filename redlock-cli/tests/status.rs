@@ -62,6 +62,53 @@ fn shows_the_holder_and_every_node() {
     assert_eq!(nodes[1]["fencing_counter"], serde_json::Value::Null);
 }
 
+/// Each server as the connection found it: what it is, its run id, whether
+/// it keeps what it acknowledged, in words and in JSON.
+#[test]
+fn shows_what_each_server_is_and_keeps() {
+    let cluster = RedisCluster::start(3);
+    cluster.node(0).persist("yes", "always");
+    let plain = run(redlock_on(&cluster, "status").arg("k"));
+    plain.assert_code(0);
+    let servers: Vec<&str> = plain
+        .stdout
+        .lines()
+        .skip_while(|line| *line != "servers:")
+        .skip(1)
+        .collect();
+    assert_eq!(servers.len(), 3, "{plain:#?}");
+    let name = redlock_tests::server().name();
+    assert!(
+        servers
+            .iter()
+            .all(|line| line.contains(name) && line.contains(", run id ")),
+        "{plain:#?}"
+    );
+    assert!(
+        servers[0].contains("keeps what it acknowledged (AOF, appendfsync always)"),
+        "{plain:#?}"
+    );
+    assert!(
+        servers[1].contains("may lose locks at a restart (appendonly no"),
+        "{plain:#?}"
+    );
+
+    let json = run(redlock_on(&cluster, "status").args(["--json", "k"]));
+    json.assert_code(0);
+    let [status] = &json.stdout_json()[..] else {
+        panic!("one JSON object expected: {json:#?}");
+    };
+    let servers = status["servers"].as_array().expect("servers");
+    let persistence: Vec<&str> = servers
+        .iter()
+        .map(|s| s["persistence"].as_str().expect("persistence"))
+        .collect();
+    assert_eq!(persistence, ["kept", "weak", "weak"], "{status}");
+    assert!(servers.iter().all(|s| s["connected"] == true
+        && s["run_ids"][0].as_str().is_some_and(|id| id.len() == 40)
+        && s["uptime_s"].as_u64().is_some()));
+}
+
 #[test]
 fn a_free_lock_and_a_key_on_a_minority() {
     let cluster = RedisCluster::start(3);

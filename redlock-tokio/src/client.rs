@@ -113,6 +113,15 @@ impl Redlock {
         self.inner.settings.nodes()
     }
 
+    /// What the client knows of each server, in node order, from its last
+    /// connection to it: what it is, how long it has been up, its run id,
+    /// whether it keeps what it acknowledged across a restart, whether it
+    /// may evict lock keys ([`ServerReport`](crate::ServerReport)). Sends
+    /// nothing. `redlock status` prints it.
+    pub fn servers(&self) -> Vec<crate::ServerReport> {
+        self.inner.nodes.iter().map(|node| node.report()).collect()
+    }
+
     /// How many nodes have a connection up right now.
     pub fn connected_nodes(&self) -> usize {
         self.inner.nodes.iter().filter(|n| n.is_connected()).count()

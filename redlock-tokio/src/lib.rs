@@ -159,6 +159,7 @@ mod metrics;
 mod node;
 mod notices;
 mod order;
+mod report;
 mod request;
 mod server;
 #[cfg(feature = "simulation")]
@@ -183,6 +184,7 @@ pub use redlock_core::{
     LeadershipLoss, LockValue, LossReason, NodeError, NodeErrorKind, NodeVote, ReleaseReport,
     Votes,
 };
+pub use report::{Persistence, ServerReport};
 pub use request::{Acquiring, LockRequest, Wait, kind};
 
 /// The core crate: the algorithm, its settings, votes, keys and values.

@@ -205,3 +205,62 @@ async fn a_server_that_may_lose_locks_at_a_restart_is_refused_when_asked() {
         .release()
         .await;
 }
+
+/// `Redlock::servers`: each server as the last connection found it (what it
+/// is, its run id, its uptime, what it keeps), and a restart seen in it: a
+/// new run id, counted up from a fresh uptime.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_server_is_reported_as_its_last_connection_found_it() {
+    use redlock_tokio::Persistence;
+    init_tracing();
+    let cluster = RedisCluster::start(3);
+    cluster.node(0).persist("yes", "always");
+    let redlock = Redlock::builder(cluster.urls())
+        .node_timeout(NODE_TIMEOUT)
+        .ttl(std::time::Duration::from_secs(1))
+        .build()
+        .await
+        .unwrap();
+    let servers = redlock.servers();
+    for server in &servers {
+        println!("{server}");
+    }
+    let names: Vec<&str> = servers.iter().map(|s| s.node.as_str()).collect();
+    assert_eq!(names, redlock.nodes());
+    for server in &servers {
+        assert!(server.connected, "{server}");
+        let shown = server.server.as_deref().unwrap_or_default();
+        assert!(shown.contains(redlock_tests::server().name()), "{server}");
+        assert!(
+            matches!(&server.run_ids[..], [id] if id.len() == 40),
+            "{server}"
+        );
+        assert!(server.uptime.is_some(), "{server}");
+        assert_eq!(server.eviction, None, "{server}");
+    }
+    assert_eq!(servers[0].persistence, Persistence::Kept);
+    assert!(
+        matches!(&servers[1].persistence, Persistence::Weak(why) if why.contains("appendonly no")),
+        "{}",
+        servers[1]
+    );
+    let before = servers[1].run_ids.clone();
+    cluster.node(1).restart();
+    // A request to the restarted server finds the connection broken and
+    // starts the reconnection; the report follows it.
+    let since = std::time::Instant::now();
+    while redlock.servers()[1].run_ids == before {
+        assert!(
+            since.elapsed() < std::time::Duration::from_secs(10),
+            "no reconnection seen"
+        );
+        if let Ok(guard) = redlock.lock("poke").wait(Wait::No).await {
+            guard.release().await;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let restarted = &redlock.servers()[1];
+    println!("after the restart: {restarted}");
+    assert!(restarted.connected, "{restarted}");
+    assert_ne!(restarted.run_ids, before);
+}

@@ -3,6 +3,7 @@
 //! and the background reconnection with backoff.
 
 use std::sync::Weak;
+use std::time::Duration;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster::ClusterClient;
@@ -71,6 +72,12 @@ pub(crate) struct Connected {
     /// ([`redlock_core::waitaof_refusal`]); a cluster node always (the
     /// client waits for the AOF of plain masters only).
     pub(crate) no_waitaof: Option<String>,
+    /// Whether `INFO persistence` was read (an ACL user may be refused it):
+    /// `weak_persistence` of `None` then means the server keeps its data.
+    pub(crate) persistence_read: bool,
+    /// How long the server had been up (`INFO server`'s
+    /// `uptime_in_seconds`; a cluster node's youngest master).
+    pub(crate) uptime: Option<Duration>,
     /// The server's `run_id` (`INFO server`): which server this is, to tell
     /// two addresses of one server apart and a restart from a reconnect. A
     /// cluster node's, one per master that answered; empty where the server
@@ -159,11 +166,13 @@ impl Node {
             // An ACL user without CONFIG reads no appendfsync: AOF alone says.
             let appendfsync = appendfsync.ok().and_then(|pair| pair.into_iter().nth(1));
             let persistence = persistence.ok().unwrap_or_default();
+            let persistence_read = !persistence.is_empty();
             let weak_persistence =
                 redlock_core::weak_persistence(&persistence, appendfsync.as_deref());
             let shas: Vec<String> = shas.map_err(|err| map_error(&err))?;
             let info = info.ok();
             let run_id = info.as_deref().and_then(run_id);
+            let uptime = info.as_deref().and_then(uptime);
             let facts = info
                 .as_deref()
                 .map(NodeFacts::from_info)
@@ -184,6 +193,8 @@ impl Node {
                 evicting,
                 weak_persistence,
                 no_waitaof,
+                persistence_read,
+                uptime,
                 run_ids: run_id.into_iter().collect(),
             })
         };
@@ -298,6 +309,7 @@ impl Node {
                     .collect(),
                 _ => std::collections::HashMap::new(),
             };
+            let persistence_read = matches!(persistence, Ok(Value::Map(_)));
             let weak_persistence = match persistence {
                 Ok(Value::Map(answers)) => answers.into_iter().find_map(|(master, answer)| {
                     let master = redis::from_redis_value::<String>(master).ok()?;
@@ -333,6 +345,7 @@ impl Node {
                 NodeFacts::lowest(infos.iter().map(|info| NodeFacts::from_info(info)))
             };
             let run_ids = infos.iter().filter_map(|info| run_id(info)).collect();
+            let uptime = infos.iter().filter_map(|info| uptime(info)).min();
             Ok(Connected {
                 connection: Connection::Cluster(connection),
                 facts,
@@ -342,6 +355,8 @@ impl Node {
                     "a Redis Cluster: the client waits for the AOF of plain masters only"
                         .to_owned(),
                 ),
+                persistence_read,
+                uptime,
                 run_ids,
             })
         };
@@ -417,6 +432,14 @@ fn run_id(info: &str) -> Option<String> {
         .filter(|id| !id.is_empty())
 }
 
+/// `uptime_in_seconds` from an `INFO server` reply.
+fn uptime(info: &str) -> Option<Duration> {
+    info.lines()
+        .find_map(|line| line.trim().strip_prefix("uptime_in_seconds:"))
+        .and_then(|seconds| seconds.trim().parse().ok())
+        .map(Duration::from_secs)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -430,5 +453,8 @@ mod tests {
             Some("79163465ae2b4b3b9ab2214e418355116108fae7")
         );
         assert_eq!(run_id("# Server\r\nredis_version:7.0.15\r\n"), None);
+        let info = "# Server\r\nuptime_in_seconds:3725\r\nuptime_in_days:0\r\n";
+        assert_eq!(uptime(info), Some(Duration::from_secs(3725)));
+        assert_eq!(uptime("# Server\r\n"), None);
     }
 }

@@ -65,6 +65,17 @@ struct State {
     /// The run ids of the server the last connection reached
     /// ([`Connected::run_ids`]).
     run_ids: Vec<String>,
+    /// What the last connection found the server to be, and when.
+    seen: Option<Seen>,
+}
+
+/// What a connection found its server to be, for its [`ServerReport`].
+struct Seen {
+    facts: NodeFacts,
+    at: std::time::Instant,
+    uptime: Option<Duration>,
+    persistence: crate::Persistence,
+    eviction: Option<String>,
 }
 
 /// One Redis master.
@@ -143,6 +154,7 @@ impl Node {
                 },
                 generation: 0,
                 run_ids: Vec::new(),
+                seen: None,
             }),
             order: Order::default(),
             simulation: None,
@@ -225,6 +237,8 @@ impl Node {
             evicting: None,
             weak_persistence: None,
             no_waitaof: None,
+            persistence_read: false,
+            uptime: None,
             run_ids: Vec::new(),
         });
         node
@@ -273,6 +287,17 @@ impl Node {
             generation: state.generation,
         };
         state.run_ids = connected.run_ids;
+        state.seen = Some(Seen {
+            facts: connected.facts,
+            at: crate::sim::now(),
+            uptime: connected.uptime,
+            persistence: match (connected.weak_persistence, connected.persistence_read) {
+                (Some(reason), _) => crate::Persistence::Weak(reason),
+                (None, true) => crate::Persistence::Kept,
+                (None, false) => crate::Persistence::Unknown,
+            },
+            eviction: connected.evicting,
+        });
         // Counted before anyone can send on it: a reply that came over this
         // connection finds it counted, so the driver tells the core of a
         // restart before it hands the core that reply.
@@ -284,6 +309,24 @@ impl Node {
     /// The run ids of the server the last connection reached.
     pub(crate) fn run_ids(&self) -> Vec<String> {
         self.lock_state().run_ids.clone()
+    }
+
+    /// What the last connection found the server to be.
+    pub(crate) fn report(&self) -> crate::ServerReport {
+        let state = self.lock_state();
+        let seen = state.seen.as_ref();
+        crate::ServerReport {
+            node: self.name.to_string(),
+            connected: matches!(state.link, Link::Up { .. }),
+            server: seen
+                .map(|seen| seen.facts)
+                .filter(|facts| facts.version().is_some())
+                .map(|facts| facts.to_string()),
+            run_ids: state.run_ids.clone(),
+            uptime: seen.and_then(|seen| Some(seen.uptime? + (crate::sim::now() - seen.at))),
+            persistence: seen.map_or(crate::Persistence::Unknown, |seen| seen.persistence.clone()),
+            eviction: seen.and_then(|seen| seen.eviction.clone()),
+        }
     }
 
     /// The connection to use, its server's facts and its generation, or
