@@ -88,8 +88,8 @@ pub struct Config {
     pub native_commands: bool,
     /// Whether a node's vote counts only once its append-only file has the
     /// write: every grant, extension, restore, token and proclamation is
-    /// followed on its node by `WAITAOF 1 0 <node timeout>`, and a node
-    /// whose AOF did not have it within the node timeout fails the vote
+    /// followed on its node by `WAITAOF` ([`waitaof`](crate::waitaof)), and
+    /// a node whose AOF did not have it in time fails the vote
     /// ([`NodeErrorKind::NotOnDisk`](crate::NodeErrorKind::NotOnDisk)).
     /// Default false. Servers must have `WAITAOF`, AOF on and `appendfsync
     /// always` ([`waitaof_refusal`](crate::waitaof_refusal)), under which

@@ -267,9 +267,10 @@ pub fn weak_persistence(info: &str, appendfsync: Option<&str>) -> Option<String>
 /// other than `always`: with `no` the server never syncs, so `WAITAOF` never
 /// confirms, and with `everysec` Valkey 9.1.2 confirmed writes it had not
 /// synced yet (measured: 20 `SET` + `WAITAOF` in a row all acknowledged in
-/// 2.2 s, while the server made 3 sync calls in the 5 s watched). `None`
-/// when it can: `appendfsync always`, or AOF on and `appendfsync` unread (an
-/// ACL user without `CONFIG`).
+/// 2.2 s, while the server made 3 sync calls in the 5 s watched). An
+/// `appendfsync` unread (an ACL user without `CONFIG`) is refused too, as
+/// it may be `everysec`. `None` when it can: AOF on with `appendfsync
+/// always`.
 ///
 /// ```
 /// use redlock_core::{NodeFacts, Server, Version, waitaof_refusal};
@@ -281,6 +282,7 @@ pub fn weak_persistence(info: &str, appendfsync: Option<&str>) -> Option<String>
 /// assert!(waitaof_refusal(&valkey, &aof(0), Some("always")).unwrap().contains("appendonly no"));
 /// assert!(waitaof_refusal(&valkey, &aof(1), Some("no")).unwrap().contains("appendfsync no"));
 /// assert!(waitaof_refusal(&redis, &aof(1), Some("always")).unwrap().contains("Redis 7.0.15 has no WAITAOF"));
+/// assert!(waitaof_refusal(&valkey, &aof(1), None).unwrap().contains("CONFIG GET appendfsync"));
 /// ```
 pub fn waitaof_refusal(facts: &NodeFacts, info: &str, appendfsync: Option<&str>) -> Option<String> {
     if !facts.has_waitaof() {
@@ -296,7 +298,12 @@ pub fn waitaof_refusal(facts: &NodeFacts, info: &str, appendfsync: Option<&str>)
         Some(fsync) if !fsync.eq_ignore_ascii_case("always") => Some(format!(
             "appendfsync {fsync}: WAITAOF may confirm a write the server has not synced yet"
         )),
-        _ => None,
+        Some(_) => None,
+        None => Some(
+            "appendfsync unknown: the client may not run CONFIG GET appendfsync to check it \
+             is always"
+                .to_owned(),
+        ),
     }
 }
 

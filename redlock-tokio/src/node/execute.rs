@@ -48,9 +48,10 @@ impl Node {
     /// also the order the node runs them in.
     ///
     /// Where some of them wait for the node's AOF ([`Request::aof`]), one
-    /// `WAITAOF` ends the pipeline ([`redlock_core::waitaof`]) and judges each of their replies
-    /// ([`Reply::on_disk`]); a request sent again after it (`NOSCRIPT`, a
-    /// follow-up) is covered by one more `WAITAOF` after the batch.
+    /// `WAITAOF` ends the pipeline ([`redlock_core::waitaof`]) and judges
+    /// each of their replies ([`Reply::on_disk`]); a request sent again
+    /// after it (`NOSCRIPT`, a follow-up) is covered by one more `WAITAOF`
+    /// after the batch.
     pub(crate) async fn execute_many(self: &Arc<Self>, requests: &[Request]) -> Vec<Reply> {
         debug_assert!(self.cluster.is_none(), "a cluster node routes each request");
         let (mut connection, facts, generation) = match self.connection() {
