@@ -71,7 +71,9 @@ impl fmt::Display for ServerReport {
             write!(f, ", up {}", Uptime(uptime))?;
         }
         for run_id in &self.run_ids {
-            write!(f, ", run id {}", &run_id[..run_id.len().min(12)])?;
+            // By characters: a server that is not Redis may send any text.
+            let short: String = run_id.chars().take(12).collect();
+            write!(f, ", run id {short}")?;
         }
         match &self.persistence {
             Persistence::Kept => {
@@ -113,6 +115,24 @@ impl fmt::Display for Uptime {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_id_of_any_text_is_shortened_without_a_panic() {
+        let report = ServerReport {
+            node: "n".into(),
+            connected: true,
+            server: None,
+            run_ids: vec!["é".repeat(20)],
+            uptime: None,
+            persistence: Persistence::Unknown,
+            eviction: None,
+        };
+        assert!(
+            report
+                .to_string()
+                .contains(&format!("run id {}", "é".repeat(12)))
+        );
+    }
 
     #[test]
     fn uptimes_read_from_the_largest_unit() {
