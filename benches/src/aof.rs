@@ -657,14 +657,10 @@ pub(crate) fn run(args: &AofArgs) -> Result<String, String> {
         probes,
     };
     let info = Info {
-        date: crate::command_output("date", &["-u", "+%Y-%m-%d"])
-            .unwrap_or_else(|| "unknown".into()),
+        date: crate::today(),
         machine: crate::machine(),
         server: crate::server_version(),
-        command: std::env::var("BENCH_COMMAND").unwrap_or_else(|_| {
-            let args: Vec<String> = std::env::args().skip(1).collect();
-            format!("redlock-bench {}", args.join(" "))
-        }),
+        command: crate::bench_command(),
         mode: if args.quick { "quick" } else { "full" },
         nodes: args.nodes,
         tasks: args.tasks,

@@ -647,13 +647,10 @@ fn run(args: &Args) -> Result<String, String> {
         faults,
     };
     let info = RunInfo {
-        date: command_output("date", &["-u", "+%Y-%m-%d"]).unwrap_or_else(|| "unknown".into()),
+        date: today(),
         machine: machine(),
         server: server_version(),
-        command: std::env::var("BENCH_COMMAND").unwrap_or_else(|_| {
-            let args: Vec<String> = std::env::args().skip(1).collect();
-            format!("redlock-bench {}", args.join(" "))
-        }),
+        command: bench_command(),
         mode: if args.quick { "quick" } else { "full" },
         nodes,
         ttl_ms: args.ttl.as_millis(),
@@ -765,6 +762,20 @@ fn load_average() -> String {
 fn server_version() -> String {
     let server = redlock_tests::server();
     format!("{} {}", server.name(), server.version())
+}
+
+/// Today's date (UTC), for a report's header.
+fn today() -> String {
+    command_output("date", &["-u", "+%Y-%m-%d"]).unwrap_or_else(|| "unknown".into())
+}
+
+/// The command that made this run, for a report's header: `make`'s
+/// (`BENCH_COMMAND`), or the program's own arguments.
+fn bench_command() -> String {
+    std::env::var("BENCH_COMMAND").unwrap_or_else(|_| {
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        format!("redlock-bench {}", args.join(" "))
+    })
 }
 
 fn machine() -> String {

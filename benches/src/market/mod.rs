@@ -215,10 +215,7 @@ pub(crate) fn run(args: &MarketArgs) -> Result<String, String> {
             .unwrap_or_else(|| "unknown".into()),
         machine: crate::machine(),
         server: crate::server_version(),
-        command: std::env::var("BENCH_COMMAND").unwrap_or_else(|_| {
-            let args: Vec<String> = std::env::args().skip(1).collect();
-            format!("redlock-bench {}", args.join(" "))
-        }),
+        command: crate::bench_command(),
         seconds: length.as_secs_f64(),
         planted_race: args.planted_race,
         elapsed_s: started.elapsed().as_secs_f64(),

@@ -76,7 +76,12 @@ impl Node {
             });
             keys.push((request.key(), matches!(call, Call::Script(_))));
         }
-        let waitaof = redlock_core::waitaof(requests, crate::sim::now());
+        // The clock is read only for a batch that waits.
+        let waitaof = requests
+            .iter()
+            .any(|request| request.aof)
+            .then(|| redlock_core::waitaof(requests, crate::sim::now()))
+            .flatten();
         let waits = waitaof.is_some();
         if let Some(words) = &waitaof {
             pipeline.add_command(plain(words));
