@@ -370,7 +370,7 @@ pub(crate) fn run(
         runtime.block_on(async {
             let tag = format!("k:first:{}", kind.short());
             let _ = measure(contenders, kind, tasks, &tag, first).await;
-            let _ = tokio::time::timeout(SHUTDOWN_BUDGET, contenders.ours.shutdown()).await;
+            let _ = tokio::time::timeout(SHUTDOWN_BUDGET, contenders.ours.settled()).await;
         });
     }
     for (turn, state) in states(nodes).into_iter().enumerate() {
@@ -501,7 +501,7 @@ fn one_phase(
     fault.end();
     runtime.block_on(async {
         if kind == Kind::Ours {
-            let _ = tokio::time::timeout(SHUTDOWN_BUDGET, clients.ours.shutdown()).await;
+            let _ = tokio::time::timeout(SHUTDOWN_BUDGET, clients.ours.settled()).await;
         }
         if matches!(fault.state, State::Paused(_)) {
             tokio::time::sleep(SETTLE).await;

@@ -256,7 +256,7 @@ pub(crate) async fn throughput(
                 .rounds
                 .push((phase_figures.per_second(), phase_figures.cpu_us_per_cycle()));
             if kind == Kind::Ours {
-                contenders.ours.shutdown().await;
+                contenders.ours.settled().await;
                 total.node_misses += contenders.node_misses.load(Ordering::Relaxed) - misses_before;
             }
             let pattern = format!("b:{}:{round}:*", kind.short());

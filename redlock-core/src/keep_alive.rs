@@ -72,6 +72,9 @@ pub enum LossReason {
         /// Extensions made.
         extensions: u64,
     },
+    /// The client was shut down, which released the lock.
+    #[error("the client was shut down, which released the lock")]
+    Closed,
 }
 
 /// What a [`KeepAliveSchedule`] asks of its driver.

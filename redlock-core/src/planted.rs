@@ -92,11 +92,15 @@ pub enum Bug {
     /// answered: a grant its AOF never had counts, and a crash of that
     /// server can lose a lock the client holds.
     VoteBeforeAof,
+    /// A client's close ([`Client::close`](crate::Client::close)) stops
+    /// its keep-alives and terms without releasing their locks: a service
+    /// that shuts down leaves them held by nobody for a whole TTL.
+    CloseKeepsHeldLocks,
 }
 
 impl Bug {
     /// Every bug, in a fixed order.
-    pub const ALL: [Bug; 18] = [
+    pub const ALL: [Bug; 19] = [
         Bug::ValidityFromDecisionTime,
         Bug::QuorumHalf,
         Bug::DuplicateVoteCounted,
@@ -115,6 +119,7 @@ impl Bug {
         Bug::TokenFromCounterOnly,
         Bug::RestartedNodeVotes,
         Bug::VoteBeforeAof,
+        Bug::CloseKeepsHeldLocks,
     ];
 }
 

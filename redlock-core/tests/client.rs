@@ -309,18 +309,26 @@ fn a_release_unanswered_is_waited_for_until_its_give_up_not_its_deadline() {
 }
 
 #[test]
-fn close_cancels_every_operation_and_withdraws_what_is_in_flight() {
+fn close_ends_every_operation_and_withdraws_what_is_in_flight() {
     let settings = settings();
     let t0 = Instant::now();
     let mut client = Client::new(Arc::clone(&settings));
-    client.start(acquire(&settings, Attempts::Once, t0), t0);
-    client.start(acquire(&settings, Attempts::Once, t0), t0);
+    let first = client.start(acquire(&settings, Attempts::Once, t0), t0);
+    let second = client.start(acquire(&settings, Attempts::Once, t0), t0);
     let attempts = drain(&mut client);
     assert_eq!(attempts.sent.len(), 6);
     client.close(t0 + MS);
     assert!(client.is_closed());
     assert_eq!(client.running(), 0);
     let out = drain(&mut client);
+    let closed: Vec<OpId> = out
+        .events
+        .iter()
+        .filter(|(_, event, last)| matches!(event, OpEvent::Closed) && *last)
+        .map(|(op, _, _)| *op)
+        .collect();
+    assert_eq!(closed, [first, second], "each told, with its machine");
+    assert_eq!(out.finished.len(), 2);
     assert_eq!(
         out.sent
             .iter()
@@ -331,6 +339,65 @@ fn close_cancels_every_operation_and_withdraws_what_is_in_flight() {
     answer(&mut client, &attempts.sent, Response::Int(1), t0 + 2 * MS);
     answer(&mut client, &out.sent, Response::Int(1), t0 + 2 * MS);
     assert!(client.is_idle());
+}
+
+/// A keep-alive running when its client closes: its lock is released on
+/// every node, behind its extension in flight, and it is told `Closed`.
+/// A lock started after the close is told `Closed` at once and sends
+/// nothing; a release still runs.
+#[test]
+fn close_releases_what_keep_alives_hold_and_refuses_new_locks() {
+    let settings = settings();
+    let t0 = Instant::now();
+    let mut client = Client::new(Arc::clone(&settings));
+    let lock = granted(&mut client, &settings, t0);
+    let kept = client.start(
+        Operation::KeepAlive(Box::new(redlock_core::KeptLock::new(
+            lock.clone(),
+            redlock_core::KeepAlive::default(),
+        ))),
+        t0 + MS,
+    );
+    // Its first extension goes out when it is due.
+    let due = client.poll_timeout().expect("the keep-alive's timer");
+    client.handle_timeout(due);
+    let extension = drain(&mut client);
+    assert_eq!(extension.sent.len(), 3, "an extension per node");
+    client.close(due + MS);
+    let out = drain(&mut client);
+    assert!(
+        matches!(&out.events[..], [(op, OpEvent::Closed, true)] if *op == kept),
+        "{:?}",
+        out.events
+    );
+    let releases: Vec<usize> = out
+        .sent
+        .iter()
+        .filter(|(_, request)| request.command.must_arrive())
+        .map(|(_, request)| request.node.0)
+        .collect();
+    assert_eq!(releases, [0, 1, 2], "released on every node");
+    let after = client.start(acquire(&settings, Attempts::Once, t0), due + MS);
+    let refused = drain(&mut client);
+    assert!(refused.sent.is_empty(), "a lock after close sends nothing");
+    assert!(matches!(&refused.events[..], [(op, OpEvent::Closed, true)] if *op == after));
+    let mut release = lock.clone();
+    client.start(
+        Operation::Release(Box::new(release.release(due + 2 * MS))),
+        due + 2 * MS,
+    );
+    assert_eq!(drain(&mut client).sent.len(), 3, "a release still runs");
+}
+
+#[cfg(feature = "planted-bugs")]
+#[test]
+fn the_close_test_catches_a_close_that_keeps_held_locks() {
+    use redlock_core::planted::{self, Bug};
+    planted::set(Some(Bug::CloseKeepsHeldLocks));
+    let caught =
+        std::panic::catch_unwind(close_releases_what_keep_alives_hold_and_refuses_new_locks);
+    planted::set(None);
+    assert!(caught.is_err(), "the planted bug went unnoticed");
 }
 
 #[test]

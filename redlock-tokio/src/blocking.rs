@@ -235,9 +235,10 @@ impl Redlock {
         self.shared.block_on(client.release_value(resource, value))
     }
 
-    /// Waits until the requests this client sends in the background are
-    /// answered, as [`crate::Redlock::shutdown`]. Dropping the last handle
-    /// does it too.
+    /// Shuts the client down, as [`crate::Redlock::shutdown`]: its live
+    /// guards are released and lost, later calls fail with
+    /// [`Error::Closed`], and it returns once the releases are answered.
+    /// Dropping the last handle does it too.
     pub fn shutdown(&self) -> Result<(), Error> {
         self.shared.block_on(self.shared.client.shutdown())
     }

@@ -439,6 +439,7 @@ impl Builder {
             notice_refusal_logged: Default::default(),
             metrics,
             simulation: self.simulation,
+            guards: Default::default(),
         });
         debug!(
             nodes = client.nodes().len(),

@@ -11,7 +11,7 @@ use redlock_core::{
 use tracing::{Instrument, debug, info_span};
 
 use crate::builder::Builder;
-use crate::driver::{Driver, drive};
+use crate::driver::{Driver, drive, run};
 use crate::guard::LockGuard;
 use crate::metrics;
 use crate::node::Node;
@@ -43,6 +43,8 @@ pub(crate) struct Inner {
     pub(crate) metrics: metrics::Nodes,
     /// Set in a simulation only: its seeded RNG replaces the OS's.
     pub(crate) simulation: Option<crate::sim::Simulation>,
+    /// The live guards, for the shutdown to release.
+    pub(crate) guards: crate::guard::Guards,
 }
 
 impl Redlock {
@@ -142,21 +144,30 @@ impl Redlock {
             .collect()
     }
 
-    /// Waits until everything this client does in the background is done:
-    /// the requests of dropped guards, of cancelled or failed acquires and
-    /// of slow nodes after a decision have been answered or have passed
-    /// their deadline, and every release, withdraw or leave has reached its
-    /// node, resends after a reconnect included. A release waits for a
-    /// paused master, or for the next connection to a master that is down,
-    /// at most until its lock's keys have expired by themselves (one TTL of
-    /// that lock past the release's deadline), and `shutdown` returns.
+    /// Shuts the client down, and returns once nothing of it runs: every
+    /// lock it holds released, every request answered or given up, every
+    /// task of the client ended, every connection closed.
+    ///
+    /// - Live guards are released (behind their keep-alive's extensions,
+    ///   on every node) and lost: [`LossReason::Closed`](crate::LossReason::Closed),
+    ///   so work under [`run`](crate::LockRequest::run) stops. Leaderships
+    ///   are released and lost the same way.
+    /// - Acquires (waiting or not), extensions and proclamations end with
+    ///   [`Error::Closed`](crate::Error::Closed), having withdrawn what they
+    ///   may hold; so does every later one, on this handle and its clones.
+    /// - What guards dropped earlier, cancelled acquires and slow nodes left
+    ///   to send is delivered first: a release waits for a paused master,
+    ///   or for the next connection to a master that is down, at most until
+    ///   its lock's keys have expired by themselves (one TTL of that lock
+    ///   past the release's deadline).
     ///
     /// You need not call it before `main` returns: a guard alive or dropped
     /// then is still released, on a blocking connection if its runtime has
     /// gone (see [`LockGuard`](crate::LockGuard)). It is the explicit form,
-    /// for a program that wants its releases answered before it goes on, or
-    /// before it calls [`std::process::exit`], which runs no destructor. The
-    /// client stays usable afterwards.
+    /// for a service that stops (on `SIGTERM`, say) and wants its locks
+    /// free for the next holder at once, and before [`std::process::exit`],
+    /// which runs no destructor. [`settled`](Self::settled) waits the same
+    /// way but closes nothing.
     ///
     /// ```no_run
     /// # async fn work() -> Result<(), Box<dyn std::error::Error>> { Ok(()) }
@@ -167,16 +178,42 @@ impl Redlock {
     ///     work().await // an error drops the guard: released in the background
     /// }
     /// .await;
-    /// redlock.shutdown().await; // that release has been answered
+    /// redlock.shutdown().await; // that release has been answered, nothing runs
     /// result
     /// # }
     /// ```
     pub async fn shutdown(&self) {
+        let releases = self.inner.guards.close();
+        self.inner.driver.close(releases).await;
+        if let Some(notices) = &self.inner.notices {
+            notices.close().await;
+        }
+        futures::future::join_all(self.inner.nodes.iter().map(|node| node.close())).await;
+        // The `redis` crate aborts a connection's task when the connection
+        // is dropped; the task ends when the runtime next polls it, which
+        // this turn lets happen (a worker of a multi-thread runtime may
+        // take it a moment longer).
+        tokio::task::yield_now().await;
+    }
+
+    /// Waits until everything this client does in the background is done,
+    /// as [`shutdown`](Self::shutdown) does, but closes nothing: the
+    /// requests of dropped guards, of cancelled or failed acquires and of
+    /// slow nodes after a decision have been answered or have passed their
+    /// deadline, and every release, withdraw or leave has reached its node
+    /// (or its keys have expired by themselves). Live guards, keep-alives
+    /// and leaderships go on. For a test that checks the servers between
+    /// two steps.
+    pub async fn settled(&self) {
         self.inner.driver.settled().await;
     }
 
     pub(crate) fn driver(&self) -> &Driver {
         &self.inner.driver
+    }
+
+    pub(crate) fn guards(&self) -> &crate::guard::Guards {
+        &self.inner.guards
     }
 
     /// Logs a release's outcome; a refused release notice once per client,
@@ -282,7 +319,7 @@ impl Redlock {
         let release =
             Release::new(settings, key, value.clone(), RoundId(0), crate::sim::now()).every_node();
         async {
-            let (report, _) = drive(Box::new(release), self).await;
+            let (report, _) = run(Box::new(release), self).await;
             self.log_release(&report);
             report
         }
@@ -335,7 +372,7 @@ impl Redlock {
             fenced = matches!(spec, LockSpec::Fenced(_)),
         );
         async {
-            let (event, acquisition) = drive(acquisition, self).await;
+            let (event, acquisition) = drive(acquisition, self).await?;
             match event {
                 AcquireEvent::Acquired(lock) => {
                     report.finish(metrics::Outcome::Granted, acquisition.attempts());

@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tracing::{Instrument, debug_span};
 
-pub(crate) use handle::drive;
+pub(crate) use handle::{drive, run};
 pub(crate) use mailbox::mailbox;
 pub(crate) use message::{Finished, Returned};
 #[cfg(test)]
@@ -67,6 +67,12 @@ pub(crate) enum Input {
     },
     /// Say so once nothing runs in the background.
     Settled(tokio::sync::oneshot::Sender<()>),
+    /// Close the client ([`Client::close`](redlock_core::Client::close)),
+    /// first releasing these held locks as [`Input::Release`] does (the
+    /// live guards'); the task ends once the core is idle.
+    Close {
+        releases: Vec<(Option<u64>, Box<redlock_core::Lock>)>,
+    },
     /// Abandon an operation handed back ([`Returned`]) that nobody took.
     Abandon(Operation<ClientRng>),
 }
@@ -114,6 +120,9 @@ pub(crate) struct Shared {
 pub(crate) struct Driver {
     shared: Arc<Shared>,
     running: Mutex<Option<Running>>,
+    /// Set by [`close`](Self::close): a task started from now on starts
+    /// closed, runs only releases and reads, and ends once idle.
+    closed: AtomicBool,
     next_key: AtomicU64,
     /// Itself, for the task's handed-back operations ([`Returned`]).
     this: std::sync::Weak<Driver>,
@@ -140,6 +149,7 @@ impl Driver {
                 slow,
             }),
             running: Mutex::new(None),
+            closed: AtomicBool::new(false),
             next_key: AtomicU64::new(0),
             this: this.clone(),
         })
@@ -170,6 +180,18 @@ impl Driver {
         {
             return Some(live.inputs.clone());
         }
+        let live = self.spawn()?;
+        let inputs = live.inputs.clone();
+        // A closed client's task is its caller's alone: it ends once that
+        // caller's input is done (no sender is kept here).
+        if !self.closed.load(Ordering::Relaxed) {
+            *running = Some(live);
+        }
+        Some(inputs)
+    }
+
+    /// A new task on the current runtime, if there is one.
+    fn spawn(&self) -> Option<Running> {
         let runtime = tokio::runtime::Handle::try_current().ok()?;
         let (inputs, receiver) = mpsc::unbounded_channel();
         let task = task::Task::new(
@@ -177,16 +199,16 @@ impl Driver {
             receiver,
             inputs.downgrade(),
             self.this.clone(),
+            self.closed.load(Ordering::Relaxed),
         );
         // Not a child of the operation that happens to start it.
         let span = debug_span!(parent: None, "redlock.driver");
         let task = runtime.spawn(task.run().instrument(span));
-        *running = Some(Running {
-            inputs: inputs.clone(),
+        Some(Running {
+            inputs,
             task,
             runtime,
-        });
-        Some(inputs)
+        })
     }
 
     /// Starts `operation` with its events to `sink`; its key for a cancel.
@@ -260,6 +282,35 @@ impl Driver {
                 Input::Release { lock, .. } => lock,
                 _ => unreachable!("sent a release"),
             })
+    }
+
+    /// Closes the client's core, first releasing `releases` (the live
+    /// guards' locks, with their keep-alives), and waits until its task
+    /// has ended: every operation that takes or holds a lock ended
+    /// ([`OpEvent::Closed`](redlock_core::OpEvent::Closed)), and every
+    /// request answered or given up.
+    pub(crate) async fn close(&self, releases: Vec<(Option<u64>, Box<redlock_core::Lock>)>) {
+        self.closed.store(true, Ordering::Relaxed);
+        let running = self
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let live = match running {
+            Some(live) if !live.task.is_finished() && !live.inputs.is_closed() => live,
+            // No task: one starts closed for the releases, if any.
+            _ if releases.is_empty() => return,
+            _ => match self.spawn() {
+                Some(live) => live,
+                None => return,
+            },
+        };
+        let Running { inputs, task, .. } = live;
+        let _ = inputs.send(Input::Close { releases });
+        // The task ends once no handle can send it anything (this was the
+        // last sender kept) and everything sent is answered or given up.
+        drop(inputs);
+        let _ = task.await;
     }
 
     /// Waits until nothing runs in the background: every request no

@@ -15,7 +15,7 @@ use redlock_core::{
 use tokio::sync::watch;
 use tracing::{debug, info};
 
-use crate::driver::{Message, Sink, drive};
+use crate::driver::{Message, Sink, drive, run};
 use crate::{Error, Redlock, Wait};
 
 impl Redlock {
@@ -152,7 +152,7 @@ impl Election {
             RoundId(0),
             crate::sim::now(),
         );
-        drive(Box::new(read), &self.client).await.0
+        run(Box::new(read), &self.client).await.0
     }
 
     /// The leaders one after another, each told once ([`LeaderWatch`]):
@@ -265,8 +265,13 @@ impl Leadership {
             Message::Event(redlock_core::OpEvent::Term(event)) => tell(&event),
             Message::Finished(finished) => {
                 let (event, operation) = finished.take();
-                if let redlock_core::OpEvent::Term(event) = event {
-                    tell(&event);
+                match event {
+                    redlock_core::OpEvent::Term(event) => tell(&event),
+                    // Shut down: the core released the term's lock.
+                    redlock_core::OpEvent::Closed => tell(&TermEvent::Lost(LeadershipLoss::Lock(
+                        redlock_core::LossReason::Closed,
+                    ))),
+                    _ => {}
                 }
                 if let redlock_core::Operation::Term(term) = operation {
                     *ended.lock().unwrap_or_else(PoisonError::into_inner) = Some(term);
@@ -380,7 +385,7 @@ impl Leadership {
             crate::guard::spawn_release(self.inner.client.clone(), term.lock().clone(), None);
             return None;
         };
-        let (report, _) = drive(Box::new(release), &self.inner.client).await;
+        let (report, _) = run(Box::new(release), &self.inner.client).await;
         term.handle_resigned(&report);
         if term.is_over() {
             self.inner
@@ -405,7 +410,7 @@ impl Leadership {
             crate::sim::now(),
         );
         drive(Box::new(proclaim), &self.inner.client)
-            .await
+            .await?
             .0
             .map_err(Error::Proclaim)?;
         Ok(())
@@ -417,7 +422,14 @@ impl Drop for Inner {
         // The last handle is gone: stop renewing and release our value, in
         // the background, as a dropped lock guard does: the core releases
         // the lock as the renewal holds it (every renewal applied: the
-        // servers a restore filled), behind what it sent.
+        // servers a restore filled), behind what it sent. The client's
+        // shutdown released it already.
+        if matches!(
+            self.status.borrow().loss,
+            Some(LeadershipLoss::Lock(redlock_core::LossReason::Closed))
+        ) {
+            return;
+        }
         let renewing = self
             .renewing
             .get_mut()

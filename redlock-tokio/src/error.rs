@@ -106,6 +106,10 @@ pub enum Error {
         "a blocking call inside an async runtime: use the async client (redlock_tokio::Redlock) there"
     )]
     InsideRuntime,
+    /// The client was shut down ([`Redlock::shutdown`](crate::Redlock::shutdown)):
+    /// it takes, extends and holds no lock any more.
+    #[error("the client was shut down")]
+    Closed,
     /// The blocking client's thread or runtime could not be started (the
     /// process is out of threads or file descriptors).
     #[error("could not start the blocking client's runtime: {0}")]

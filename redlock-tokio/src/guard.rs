@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use redlock_core::{KeepAlive, KeptLock, Key, Lock, LockValue, Operation, ReleaseReport, Votes};
 use tracing::{Instrument, debug, info_span};
 
-use crate::driver::{Sink, drive};
+use crate::driver::{Sink, drive, run};
 use crate::metrics::{self, End};
 use crate::{Error, LossReason, Redlock};
 
@@ -63,12 +63,51 @@ impl fmt::Debug for LockGuard {
     }
 }
 
+/// A client's live guards, for its shutdown to release.
+#[derive(Default)]
+pub(crate) struct Guards(std::sync::Mutex<Vec<std::sync::Weak<Shared>>>);
+
+impl Guards {
+    fn add(&self, shared: &Arc<Shared>) {
+        let mut guards = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Dropped guards are swept before the list would grow: amortized
+        // O(1) a guard.
+        if guards.len() == guards.capacity() {
+            guards.retain(|guard| guard.strong_count() > 0);
+        }
+        guards.push(Arc::downgrade(shared));
+    }
+
+    /// Takes every live guard's lock (with its keep-alive) to release:
+    /// each guard is lost ([`LossReason::Closed`]) and releases nothing
+    /// more.
+    pub(crate) fn close(&self) -> Vec<(Option<u64>, Box<Lock>)> {
+        let guards = std::mem::take(
+            &mut *self
+                .0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        guards
+            .iter()
+            .filter_map(std::sync::Weak::upgrade)
+            .filter_map(|shared| shared.close())
+            .map(|(kept, lock)| (kept, Box::new(lock)))
+            .collect()
+    }
+}
+
 impl LockGuard {
     pub(crate) fn new(client: Redlock, resource: Arc<[u8]>, lock: Lock) -> Self {
+        let shared = Arc::new(Shared::new(lock.clone()));
+        client.guards().add(&shared);
         Self {
             client,
             resource,
-            shared: Arc::new(Shared::new(lock.clone())),
+            shared,
             acquired: lock,
             done: false,
         }
@@ -193,7 +232,7 @@ impl LockGuard {
         })?;
         let (outcome, _) = drive(Box::new(extension), &self.client)
             .instrument(span.clone())
-            .await;
+            .await?;
         metrics::extended(outcome.as_ref().map(|_| ()));
         let _entered = span.enter();
         match outcome {
@@ -304,7 +343,8 @@ impl LockGuard {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        if self.done {
+        // Released by the client's shutdown, if not by this guard.
+        if self.done || self.shared.with(|kept| kept.closed) {
             return;
         }
         self.shared.end();
@@ -414,7 +454,7 @@ pub(crate) async fn release_lock(
         release = release.every_node();
     }
     async {
-        let (report, _) = drive(Box::new(release), client).await;
+        let (report, _) = run(Box::new(release), client).await;
         client.log_release(&report);
         metrics::node_misses(lock.node_misses(&report, started));
         report

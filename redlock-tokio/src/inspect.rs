@@ -9,7 +9,7 @@ use redlock_core::{Holding, Inspection, NodeError, RoundId};
 use tracing::{Instrument, debug, info_span};
 
 use crate::Redlock;
-use crate::driver::drive;
+use crate::driver::run;
 
 /// What one node holds for a lock key, as read by [`Redlock::inspect`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -71,7 +71,7 @@ impl Redlock {
         let span = info_span!("redlock.inspect", resource = %key);
         let inspection = Inspection::of_key(settings, key, RoundId(0), crate::sim::now());
         let report = async {
-            let (report, _) = drive(Box::new(inspection), self).await;
+            let (report, _) = run(Box::new(inspection), self).await;
             debug!(reads = %report.votes(), "inspected");
             report
         }

@@ -103,7 +103,8 @@
 //! Redis Cluster one node. For each key a node runs the commands
 //! in the order the core emitted them, and every future is cancel-safe: a
 //! dropped acquire or [`LockGuard`], or a guard alive when `main` returns,
-//! is released in the background ([`Redlock::shutdown`] waits for that). A
+//! is released in the background ([`Redlock::shutdown`] releases what is
+//! still held, waits for that, and ends every task of the client). A
 //! waiting acquire tries again at its retry delay or at a release notice
 //! (pub/sub), first come, first served inside a client. Logs go to
 //! [`tracing`](https://docs.rs/tracing), quiet at INFO; features: `tls`

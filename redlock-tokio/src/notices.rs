@@ -175,6 +175,9 @@ impl Notices {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
+        if self.closed.is_cancelled() {
+            return;
+        }
         for (index, listener) in self.listeners.iter().enumerate() {
             let mut task = listener.task.lock().unwrap_or_else(PoisonError::into_inner);
             if task.as_ref().is_some_and(|task| !task.is_finished()) {
@@ -202,6 +205,25 @@ impl Notices {
                     .instrument(span),
                 ),
             );
+        }
+    }
+}
+
+impl Notices {
+    /// Ends every listener and waits until each task has ended (its
+    /// pub/sub connection dropped with it), for the client's shutdown:
+    /// none starts again.
+    pub(crate) async fn close(&self) {
+        self.closed.cancel();
+        for listener in &self.listeners {
+            let task = listener
+                .task
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take();
+            if let Some(task) = task {
+                let _ = task.await;
+            }
         }
     }
 }

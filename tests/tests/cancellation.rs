@@ -36,7 +36,7 @@ async fn cancelled_while_a_majority_is_paused() {
     cluster.node(0).resume();
     cluster.node(1).resume();
     // Every background release has ended.
-    redlock.shutdown().await;
+    redlock.settled().await;
     assert_absent(&cluster, "cancelled");
     redlock
         .lock("cancelled")

@@ -436,7 +436,7 @@ async fn the_server_is_detected_again_on_reconnect() {
     // The probe's release may have met node 1's broken connection: it is
     // sent again on the new one (a `DELIFEQ` that deletes nothing, then the
     // script that publishes) and must not land in the counts below.
-    redlock.shutdown().await;
+    redlock.settled().await;
     cluster.node(1).reset_stats();
     redlock
         .lock("after")

@@ -428,7 +428,7 @@ async fn run_returns_the_work_error_through_one_question_mark() {
     assert_eq!(io.to_string(), "disk full");
     // `run` released the lock although the work failed (decided on a
     // quorum; the last node's delete may still be on its way).
-    redlock.shutdown().await;
+    redlock.settled().await;
     assert_absent(&cluster, "export");
 
     // The lock's error, in the same type.

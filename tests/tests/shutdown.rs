@@ -78,9 +78,9 @@ fn shutdown_awaits_the_resends_to_a_master_that_was_down() {
             .build()
             .await
             .expect("client builds");
-        // Warm up: the drain runs, as it does at the end.
+        // Warm up: the driver runs, as it does at the end.
         redlock.lock("warm").await.expect("warm").release().await;
-        redlock.shutdown().await;
+        redlock.settled().await;
         redlock
     });
     let idle = runtime.metrics().num_alive_tasks();
@@ -118,50 +118,121 @@ fn shutdown_awaits_the_resends_to_a_master_that_was_down() {
 
     runtime.block_on(redlock.shutdown());
     let left = runtime.metrics().num_alive_tasks();
-    let on_masters: Vec<(usize, String)> = cluster
-        .nodes()
-        .iter()
-        .enumerate()
-        .flat_map(|(i, node)| {
-            node.keys("*")
-                .into_iter()
-                .map(move |key| (i, String::from_utf8_lossy(&key).into_owned()))
-        })
-        .collect();
-    // The client's long-lived tasks (its connections, and its drain if an
-    // operation ever left a request in flight: the warm-up's release may
-    // or may not have) end once the client is dropped; nothing else of it
-    // may be left.
+    let on_masters = keys_on(&cluster, 0..cluster.nodes().len());
     drop(redlock);
-    let dropped = runtime.block_on(async {
-        let started = tokio::time::Instant::now();
-        while tokio::runtime::Handle::current()
-            .metrics()
-            .num_alive_tasks()
-            > 0
-            && started.elapsed() < Duration::from_secs(10)
-        {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        tokio::runtime::Handle::current()
-            .metrics()
-            .num_alive_tasks()
-    });
-    println!(
-        "tasks idle {idle}, after shutdown {left}, once the client is dropped {dropped}; \
-         keys left {on_masters:?}"
-    );
-    // Exact, but for the drain: idle counts it only if the warm-up's
-    // release left a master unanswered when it decided (then one task per
-    // connection and the drain), and the drain runs now.
-    let connections = cluster.nodes().len();
-    assert!(
-        left == idle || (idle == connections && left == idle + 1),
-        "tasks of the client left after shutdown: idle {idle}, left {left}"
-    );
-    assert_eq!(dropped, 0, "tasks of the client left once it is dropped");
+    println!("tasks idle {idle}, after shutdown {left}; keys left {on_masters:?}");
+    assert_eq!(left, 0, "tasks of the client left after shutdown");
     assert!(
         on_masters.is_empty(),
         "keys left after shutdown: {on_masters:?}"
     );
+}
+
+/// Every key on masters `which`, with the master's index.
+fn keys_on(cluster: &RedisCluster, which: std::ops::Range<usize>) -> Vec<(usize, String)> {
+    which
+        .flat_map(|i| {
+            cluster
+                .node(i)
+                .keys("*")
+                .into_iter()
+                .map(move |key| (i, String::from_utf8_lossy(&key).into_owned()))
+        })
+        .collect()
+}
+
+/// `shutdown` closes the client with everything in play: a plain guard, a
+/// kept-alive one, a leadership, an acquire waiting without end, release
+/// notices subscribed and a paused master. When it returns, no task of the
+/// client runs (Tokio's count of live tasks is back at zero), no key of
+/// ours is on a master that answers, the guards and the leadership are
+/// lost with `LossReason::Closed`, the waiter ended with `Error::Closed`,
+/// and every later call fails the same way.
+#[test]
+fn shutdown_releases_everything_and_ends_every_task() {
+    init_tracing();
+    let cluster = RedisCluster::start(3);
+    // One worker: the count of live tasks is exact when `shutdown` returns.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    assert_eq!(runtime.metrics().num_alive_tasks(), 0);
+    runtime.block_on(async {
+        let redlock = builder(&cluster)
+            // The release owed to the paused master is given up one TTL
+            // past its deadline: short, so the test is.
+            .ttl(Duration::from_secs(2))
+            .build()
+            .await
+            .expect("client builds");
+        let plain = redlock.lock("plain").await.expect("plain lock");
+        let kept = redlock
+            .lock("kept")
+            .keep_alive(redlock_tokio::KeepAlive::default())
+            .await
+            .expect("kept lock");
+        let leadership = redlock
+            .election("leader")
+            .campaign()
+            .await
+            .expect("elected");
+        let waiter = {
+            let redlock = redlock.clone();
+            tokio::spawn(async move {
+                redlock
+                    .lock("plain")
+                    .wait(redlock_tokio::Wait::Forever)
+                    .await
+                    .map(|_| ())
+            })
+        };
+        // The waiter subscribes to the release notices, then waits.
+        support::eventually("the waiter listens", Duration::from_secs(10), || {
+            redlock.release_notice_connections() == 3
+        })
+        .await;
+        cluster.node(2).pause();
+        redlock.shutdown().await;
+        // The waiter's own task, told at the close.
+        let waited = waiter.await.expect("the waiter's task ran");
+        let tasks = tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks();
+        // The election's fencing counter stays, by design: terms never go
+        // back.
+        let keys: Vec<_> = keys_on(&cluster, 0..2)
+            .into_iter()
+            .filter(|(_, key)| !key.ends_with("\0fencing"))
+            .collect();
+
+        println!("after shutdown: {tasks} task(s) alive, keys {keys:?}");
+        assert!(
+            matches!(waited, Err(redlock_tokio::Error::Closed)),
+            "the waiter: {waited:?}"
+        );
+        assert_eq!(tasks, 0, "tasks of the client left after shutdown");
+        assert!(
+            keys.is_empty(),
+            "keys left on the masters that answer: {keys:?}"
+        );
+        assert_eq!(plain.loss(), Some(redlock_tokio::LossReason::Closed));
+        assert_eq!(kept.loss(), Some(redlock_tokio::LossReason::Closed));
+        assert!(leadership.loss().is_some(), "the leadership is lost");
+        drop((plain, kept, leadership));
+        tokio::task::yield_now().await;
+        assert_eq!(
+            tokio::runtime::Handle::current()
+                .metrics()
+                .num_alive_tasks(),
+            0,
+            "guards and a leadership dropped after shutdown start nothing"
+        );
+        let later = redlock.lock("later").await.map(|_| ());
+        assert!(
+            matches!(later, Err(redlock_tokio::Error::Closed)),
+            "a lock after shutdown: {later:?}"
+        );
+    });
+    cluster.node(2).resume();
 }

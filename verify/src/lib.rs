@@ -2221,7 +2221,8 @@ pub mod configurations {
             // work polled after a loss the adapter's (`tests/tests/held.rs`),
             // tokens without the clock the real servers' (`tests/tests/fencing.rs`:
             // the model's masters have no clock to floor them), a restarted
-            // node's vote the real servers' too (`tests/tests/node_failures.rs`).
+            // node's vote the real servers' too (`tests/tests/node_failures.rs`),
+            // the close's releases the client's tests.
             .filter(|&&bug| {
                 !matches!(
                     bug,
@@ -2230,6 +2231,7 @@ pub mod configurations {
                         | Bug::TokenFromCounterOnly
                         | Bug::RestartedNodeVotes
                         | Bug::VoteBeforeAof
+                        | Bug::CloseKeepsHeldLocks
                         | Bug::HubForgetsReplay
                         | Bug::HandOverBeforeFollowUp
                         | Bug::ElectionLosesAtExpiry

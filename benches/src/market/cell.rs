@@ -274,7 +274,7 @@ pub(crate) async fn run(
     let (client_after, servers_after) = cpu::snapshot(&env.server_pids);
     if let Some(redlock) = &redlock {
         // Releases still in flight finish before the servers are read.
-        redlock.shutdown().await;
+        redlock.settled().await;
     }
 
     let mut cell = Cell {

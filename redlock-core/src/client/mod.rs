@@ -235,7 +235,21 @@ impl<R: Rng> Client<R> {
     /// the client's waiters on its channels ([`Hub::plan`]), a release as
     /// the script where they wait ([`Hub::plan_release`]). Its requests are
     /// in [`poll_output`](Self::poll_output) before this returns.
+    ///
+    /// On a [closed](Self::close) client, only what leaves nothing behind
+    /// runs (a release, a read); anything else ends at once with
+    /// [`OpEvent::Closed`], having sent nothing.
     pub fn start(&mut self, operation: Operation<R>, now: Instant) -> OpId {
+        let op = OpId(self.next_op);
+        self.next_op += 1;
+        if self.closed && !operation.leaves_nothing() {
+            self.outputs.push_back(Output::Event {
+                op,
+                event: OpEvent::Closed,
+                finished: Some(operation),
+            });
+            return op;
+        }
         // Nobody of this client waiting, the common case: nothing to plan,
         // and the machine stays in its box.
         let machine = match operation {
@@ -247,8 +261,6 @@ impl<R: Rng> Client<R> {
             }
             other => other,
         };
-        let op = OpId(self.next_op);
-        self.next_op += 1;
         self.ops.insert(
             op,
             Running {
@@ -266,27 +278,35 @@ impl<R: Rng> Client<R> {
     /// is sent (an acquisition's releases of the attempt in flight), and it
     /// reports nothing more. An operation that already ended is ignored.
     pub fn cancel(&mut self, op: OpId, now: Instant) {
-        let Some(running) = self.ops.remove(&op) else {
-            return;
-        };
+        self.end(op, now);
+    }
+
+    /// [`cancel`](Self::cancel), giving the machine back.
+    fn end(&mut self, op: OpId, now: Instant) -> Option<Operation<R>> {
+        let mut running = self.ops.remove(&op)?;
         if let Some(at) = running.timeout {
             self.op_timers.remove(&(at, op));
         }
         // Its hand-over first, then it leaves its queues: the waiter that
         // becomes first is told the channel's events, that hand-over
         // among them (told to no one else while another client waits).
-        self.abandon(running.machine, now);
+        self.abandon_in_place(&mut running.machine, now);
         if let Some(waiter) = running.waiter {
             self.waiters.remove(&waiter);
             self.hub.handle_leave(waiter, false, now);
             self.pump(Vec::new(), now);
         }
+        Some(running.machine)
     }
 
     /// Abandons `operation`, one that ran elsewhere (a driver that went
     /// away handed it over, [`evict`](Self::evict)), at `now`: what it
     /// queues then is sent, as for a [cancel](Self::cancel).
     pub fn abandon(&mut self, mut operation: Operation<R>, now: Instant) {
+        self.abandon_in_place(&mut operation, now);
+    }
+
+    fn abandon_in_place(&mut self, operation: &mut Operation<R>, now: Instant) {
         operation.abandon(now);
         while let Some(request) = operation.poll_request() {
             if planted!(CancelSkipsWithdraws) && request.command.must_arrive() {
@@ -350,14 +370,41 @@ impl<R: Rng> Client<R> {
         owed.collect()
     }
 
-    /// Cancels every operation at `now` ([`cancel`](Self::cancel)). What
-    /// is in flight or owed still completes: the client is done once
-    /// [`is_idle`](Self::is_idle).
+    /// Closes the client at `now`: every operation that takes or holds a
+    /// lock ends with [`OpEvent::Closed`] (an acquisition, waiting or not,
+    /// withdraws what it may hold; an extension, a proclamation stop), and
+    /// the lock of each keep-alive and term is released, behind its
+    /// extensions on every node. Releases and reads run on to their end,
+    /// and what is in flight or owed still completes: the client is done
+    /// once [`is_idle`](Self::is_idle). From now on only releases and reads
+    /// [start](Self::start).
     pub fn close(&mut self, now: Instant) {
         self.closed = true;
         let ops: Vec<OpId> = self.ops.keys().copied().collect();
         for op in ops {
-            self.cancel(op, now);
+            let Some(running) = self.ops.get(&op) else {
+                continue;
+            };
+            if running.machine.leaves_nothing() {
+                continue;
+            }
+            let held = running
+                .machine
+                .held_lock()
+                .filter(|_| !planted!(CloseKeepsHeldLocks))
+                .cloned();
+            let Some(machine) = self.end(op, now) else {
+                continue;
+            };
+            self.outputs.push_back(Output::Event {
+                op,
+                event: OpEvent::Closed,
+                finished: Some(machine),
+            });
+            if let Some(mut lock) = held {
+                let release = lock.release(now);
+                self.start(Operation::Release(Box::new(release)), now);
+            }
         }
     }
 

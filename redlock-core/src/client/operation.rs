@@ -57,6 +57,11 @@ pub enum OpEvent {
     ReadLeader(LeaderReport),
     /// An [`Operation::Inspect`]'s.
     Inspect(InspectReport),
+    /// The final event of an operation that takes or holds a lock (an
+    /// acquisition, an extension, a keep-alive, a term, a proclamation)
+    /// when its client is [closed](super::Client::close): it was undone,
+    /// and a lock it kept alive was released.
+    Closed,
 }
 
 impl OpEvent {
@@ -94,6 +99,15 @@ impl<R: Rng> Operation<R> {
         std::iter::from_fn(|| self.poll_request())
             .filter(|request| request.command.must_arrive())
             .collect()
+    }
+
+    /// Whether it leaves nothing on the nodes, so it runs on a closed
+    /// client: a release, a read.
+    pub(crate) fn leaves_nothing(&self) -> bool {
+        matches!(
+            self,
+            Operation::Release(_) | Operation::ReadLeader(_) | Operation::Inspect(_)
+        )
     }
 
     /// The lock a keep-alive or a term holds, as it stands now (its

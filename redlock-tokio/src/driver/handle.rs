@@ -52,16 +52,42 @@ op!(Proclaim, Proclaim);
 op!(LeaderRead, ReadLeader);
 op!(Inspection, Inspect);
 
+/// The client was shut down ([`Redlock::shutdown`]): the operation ended
+/// with [`OpEvent::Closed`], having undone what it did.
+#[derive(Debug)]
+pub(crate) struct Closed;
+
+impl From<Closed> for crate::Error {
+    fn from(_: Closed) -> Self {
+        crate::Error::Closed
+    }
+}
+
 /// Runs `machine` to its final event on the client's driver, and gives it
 /// back with it (see [`Machine`] for what a machine does; the driver does
 /// the rest). Dropped before the final event (a cancelled future), it
 /// cancels the operation: the core abandons it and sends what undoing it
-/// takes (an acquisition's withdraws), in the background.
-pub(crate) async fn drive<M: Op>(machine: Box<M>, client: &Redlock) -> (M::Event, Box<M>)
+/// takes (an acquisition's withdraws), in the background. `Err` once the
+/// client is shut down, for what takes or holds a lock.
+pub(crate) async fn drive<M: Op>(
+    machine: Box<M>,
+    client: &Redlock,
+) -> Result<(M::Event, Box<M>), Closed>
 where
     M::Event: Debug + Voted,
 {
     drive_with(machine, client, |event| debug!(event = ?event, "retrying")).await
+}
+
+/// [`drive`] for what runs on a shut-down client too (a release, a read).
+pub(crate) async fn run<M: Op>(machine: Box<M>, client: &Redlock) -> (M::Event, Box<M>)
+where
+    M::Event: Debug + Voted,
+{
+    match drive(machine, client).await {
+        Ok(ended) => ended,
+        Err(Closed) => unreachable!("a closed client runs releases and reads"),
+    }
 }
 
 /// [`drive`], handing every event before the final one to `on_event`.
@@ -69,7 +95,7 @@ async fn drive_with<M: Op>(
     mut machine: Box<M>,
     client: &Redlock,
     mut on_event: impl FnMut(&M::Event) + Send,
-) -> (M::Event, Box<M>)
+) -> Result<(M::Event, Box<M>), Closed>
 where
     M::Event: Debug + Voted,
 {
@@ -95,9 +121,12 @@ where
                 Some(Message::Finished(finished)) => {
                     cancel.key = None;
                     let (event, operation) = finished.take();
+                    if matches!(event, OpEvent::Closed) {
+                        return Err(Closed);
+                    }
                     let event = M::event(event);
                     rounds.event(client.node_metrics(), &event);
-                    return (event, M::unwrap(operation));
+                    return Ok((event, M::unwrap(operation)));
                 }
                 Some(Message::Returned(returned)) => {
                     cancel.key = None;

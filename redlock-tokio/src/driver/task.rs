@@ -75,9 +75,14 @@ impl Task {
         inputs: mpsc::UnboundedReceiver<Input>,
         weak: mpsc::WeakUnboundedSender<Input>,
         driver: std::sync::Weak<super::Driver>,
+        closed: bool,
     ) -> Self {
+        let mut client = Client::new(Arc::clone(&shared.settings));
+        if closed {
+            client.close(crate::sim::now());
+        }
         Self {
-            client: Client::new(Arc::clone(&shared.settings)),
+            client,
             inputs,
             weak,
             in_flight: FuturesUnordered::new(),
@@ -105,7 +110,9 @@ impl Task {
         loop {
             self.flush();
             if self.orphaned && self.client.is_idle() {
-                debug!("client dropped and everything sent answered or given up; driver ends");
+                debug!(
+                    "client dropped or shut down, everything sent answered or given up; driver ends"
+                );
                 return;
             }
             let sleep = self.client.poll_timeout().map(|at| timer.until(at));
@@ -261,6 +268,16 @@ impl Task {
                 resubscribed,
             } => self.client.handle_subscribed(&channels, resubscribed, now),
             Input::Settled(done) => self.settled.push(done),
+            Input::Close { releases } => {
+                for (kept, lock) in releases {
+                    self.input(Input::Release {
+                        kept,
+                        lock,
+                        sink: None,
+                    });
+                }
+                self.client.close(now);
+            }
             Input::Abandon(operation) => self.client.abandon(operation, now),
         }
     }

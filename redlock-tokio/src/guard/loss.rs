@@ -55,7 +55,7 @@ impl LossSignal {
     }
 }
 
-pub(super) struct Shared {
+pub(crate) struct Shared {
     state: Mutex<Kept>,
     /// Cancelled once `loss` is set.
     lost: CancellationToken,
@@ -71,6 +71,9 @@ pub(super) struct Kept {
     ending: Option<LossReason>,
     /// Released, forgotten or dropped: a lock let go is never lost.
     ended: bool,
+    /// Released by the client's shutdown: the guard has nothing left to
+    /// release.
+    pub(super) closed: bool,
     /// The keep-alive's operation on the driver, while it runs.
     pub(super) keep_alive_key: Option<u64>,
 }
@@ -83,6 +86,7 @@ impl Shared {
                 loss: None,
                 ending: None,
                 ended: false,
+                closed: false,
                 keep_alive_key: None,
             }),
             lost: CancellationToken::new(),
@@ -148,6 +152,35 @@ impl Shared {
         }
     }
 
+    /// The client's shutdown takes the lock to release it, with the
+    /// keep-alive that holds it; `None` once let go. The guard is lost
+    /// ([`LossReason::Closed`]), and releases nothing more.
+    pub(crate) fn close(&self) -> Option<(Option<u64>, Lock)> {
+        let taken = self.with(|kept| {
+            if kept.ended || kept.closed {
+                return None;
+            }
+            Some((kept.keep_alive_key.take(), kept.lock.clone()))
+        })?;
+        self.closed();
+        Some(taken)
+    }
+
+    /// The lock was released by the client's shutdown.
+    fn closed(&self) {
+        let first = self.with(|kept| {
+            let first = !kept.closed && !kept.ended;
+            kept.closed = true;
+            if first && kept.loss.is_none() {
+                metrics::held(&kept.lock, End::Released);
+            }
+            first
+        });
+        if first {
+            self.lose(LossReason::Closed);
+        }
+    }
+
     pub(super) fn lose(&self, reason: LossReason) {
         // What an operator acts on, and what the loss signal reports to
         // the code that held the lock.
@@ -186,13 +219,18 @@ pub(super) fn kept_alive(shared: &Shared, message: Message) {
             }
             other => debug!(event = ?other, "keep-alive"),
         },
-        Message::Finished(finished) => {
-            if let (OpEvent::KeepAlive(KeptLockEvent::Lost(reason)), _) = finished.take() {
+        Message::Finished(finished) => match finished.take() {
+            (OpEvent::KeepAlive(KeptLockEvent::Lost(reason)), _) => {
                 metrics::lost(&reason);
                 shared.with(|kept| metrics::held(&kept.lock, End::Lost));
                 shared.lose(reason);
             }
-        }
+            // Shut down: the core released the lock.
+            (OpEvent::Closed, _) => {
+                shared.closed();
+            }
+            _ => {}
+        },
         // The runtime shuts down: the keep-alive ends with it.
         _ => {}
     }

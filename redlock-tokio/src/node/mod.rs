@@ -115,6 +115,9 @@ pub(crate) struct Node {
     /// Set in a simulation only: this node's index and the simulation's
     /// connector and RNG ([`Simulation`]).
     simulation: Option<(usize, Simulation)>,
+    /// Set by [`close`](Self::close): the client was shut down, and this
+    /// node connects no more.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 impl fmt::Debug for Node {
@@ -158,7 +161,33 @@ impl Node {
             }),
             order: Order::default(),
             simulation: None,
+            closed: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Closes the node for the client's shutdown: its reconnection stops,
+    /// its connection is dropped (which ends the `redis` crate's task for
+    /// it), and it connects no more. A request sent from now on fails at
+    /// once ([`NodeErrorKind::Connection`]).
+    pub(crate) async fn close(&self) {
+        self.closed
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let reconnecting = match &mut self.lock_state().link {
+            Link::Down { reconnecting, .. } => reconnecting.take(),
+            Link::Up { .. } => None,
+        };
+        if let Some(reconnecting) = reconnecting {
+            reconnecting.abort();
+            let _ = reconnecting.await;
+        }
+        let link = std::mem::replace(
+            &mut self.lock_state().link,
+            Link::Down {
+                error: NodeError::new(NodeErrorKind::Connection, "the client was shut down"),
+                reconnecting: None,
+            },
+        );
+        drop(link);
     }
 
     /// The node answered: a blocking release that gave up on it may try
@@ -280,6 +309,10 @@ impl Node {
     fn set_up(&self, connected: Connected) {
         debug!(node = %self.name, server = %connected.facts, "server facts read");
         let mut state = self.lock_state();
+        if self.closed.load(std::sync::atomic::Ordering::Relaxed) {
+            // Made as the client shut down: dropped.
+            return;
+        }
         state.generation += 1;
         state.link = Link::Up {
             connection: connected.connection,
@@ -375,6 +408,9 @@ impl Node {
 
     /// Starts the reconnection loop on the current Tokio runtime, if any.
     fn spawn_reconnect(self: &Arc<Self>, wait_first: bool) -> Option<JoinHandle<()>> {
+        if self.closed.load(std::sync::atomic::Ordering::Relaxed) {
+            return None;
+        }
         let runtime = tokio::runtime::Handle::try_current().ok()?;
         Some(runtime.spawn(reconnect(Arc::downgrade(self), wait_first)))
     }
