@@ -39,8 +39,15 @@
 //! # Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
 //! ```
 //!
-//! - **Inside an async runtime** every call returns [`Error::InsideRuntime`]
-//!   instead of blocking (or panicking): use the async client there.
+//! - **Anywhere but a current-thread runtime.** From a plain thread, from
+//!   [`tokio::task::spawn_blocking`] and even from a task of a multi-thread
+//!   runtime, a call blocks its thread and nothing else (on a runtime's
+//!   thread through [`tokio::task::block_in_place`], which first hands
+//!   that worker's other tasks to the rest). On a current-thread runtime
+//!   (`#[tokio::test]`, `flavor = "current_thread"`), whose one thread
+//!   runs every task, each call returns [`Error::InsideRuntime`] instead of
+//!   stalling them, in its `spawn_blocking` closures too (Tokio does not
+//!   let a library tell those apart): use the async client there.
 //! - **Dropping** a guard releases the lock on the client's thread, without
 //!   blocking the caller. Dropping the last handle of a client (its
 //!   [`Redlock`] and every guard) waits for the releases in flight
@@ -98,11 +105,29 @@ impl fmt::Debug for Redlock {
     }
 }
 
-/// Refuses to block a thread that runs async tasks.
-fn outside_runtime() -> Result<(), Error> {
+/// Refuses to block the one thread of a current-thread runtime: every
+/// task of it would stall. Any other thread may block (see [`blocking`]).
+fn may_block() -> Result<(), Error> {
     match Handle::try_current() {
-        Ok(_) => Err(Error::InsideRuntime),
-        Err(_) => Ok(()),
+        Ok(handle) if handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread => {
+            Err(Error::InsideRuntime)
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Runs `f`, which blocks, where that stalls no runtime: on a thread that
+/// runs none (a plain thread, `main`), or on a thread of a multi-thread
+/// runtime through [`tokio::task::block_in_place`] (a worker hands its
+/// tasks to the others first; a `spawn_blocking` thread just runs it).
+/// Refused on a current-thread runtime ([`may_block`]), whose
+/// `spawn_blocking` threads Tokio does not let a library tell from the one
+/// that runs its tasks.
+fn blocking<R>(f: impl FnOnce() -> R) -> Result<R, Error> {
+    may_block()?;
+    match Handle::try_current() {
+        Ok(_) => Ok(tokio::task::block_in_place(f)),
+        Err(_) => Ok(f()),
     }
 }
 
@@ -110,20 +135,17 @@ impl Shared {
     /// Runs `future` to completion on this thread, with the client's
     /// runtime driving its I/O and timers.
     fn block_on<F: Future>(&self, future: F) -> Result<F::Output, Error> {
-        outside_runtime()?;
-        Ok(self.handle.block_on(future))
+        blocking(|| self.handle.block_on(future))
     }
 }
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        // Never block a thread that runs async tasks: there the thread is
+        // Never stall a runtime: on a current-thread one the thread is
         // only told to stop, and finishes the releases in flight unwaited.
-        if outside_runtime().is_ok() {
-            // Bounded: each release waits for its node at most until what it
-            // undoes has expired.
-            self.handle.block_on(self.client.shutdown());
-        }
+        // Bounded: each release waits for its node at most until what it
+        // undoes has expired.
+        let _ = blocking(|| self.handle.block_on(self.client.shutdown()));
         if let Some(stop) = self
             .stop
             .lock()
@@ -138,9 +160,9 @@ impl Drop for Shared {
             .unwrap_or_else(PoisonError::into_inner)
             .take();
         if let Some(thread) = thread
-            && outside_runtime().is_ok()
+            && may_block().is_ok()
         {
-            let _ = thread.join();
+            let _ = blocking(|| thread.join());
         }
     }
 }
@@ -149,9 +171,9 @@ impl crate::Builder {
     /// Validates the options and connects, as [`build`](Self::build) does,
     /// for a [`blocking::Redlock`](Redlock): the client runs on a thread of
     /// its own (feature `blocking`). Fails with [`Error::InsideRuntime`]
-    /// when called from async code.
+    /// on a current-thread runtime (see [the module](crate::blocking)).
     pub fn build_blocking(self) -> Result<Redlock, Error> {
-        outside_runtime()?;
+        may_block()?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -170,7 +192,7 @@ impl crate::Builder {
             .map_err(|error| Error::Runtime(Arc::new(error)))?;
         let stop = Mutex::new(Some(stop));
         let thread = Mutex::new(Some(thread));
-        match handle.block_on(self.build()) {
+        match blocking(|| handle.block_on(self.build()))? {
             Ok(client) => Ok(Redlock {
                 shared: Arc::new(Shared {
                     client,
@@ -443,7 +465,7 @@ impl LockGuard {
     /// Releases the lock on every node and reports what each did
     /// ([`crate::LockGuard::release`]).
     pub fn release(mut self) -> Result<ReleaseReport, Error> {
-        outside_runtime()?;
+        may_block()?;
         let guard = self.guard.take().expect("a live guard holds its lock");
         self.shared
             .block_on(std::future::IntoFuture::into_future(guard.release()))

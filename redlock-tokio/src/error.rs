@@ -99,11 +99,13 @@ pub enum Error {
         /// Why the lock was lost.
         reason: LossReason,
     },
-    /// A call of the blocking client was made on a thread that runs an
-    /// async runtime, where blocking would stall every task of that thread:
-    /// use the async client there.
+    /// A call of the blocking client was made on a current-thread async
+    /// runtime, where blocking would stall every task of that runtime: use
+    /// the async client there (on a multi-thread runtime and in
+    /// `spawn_blocking` the blocking client works).
     #[error(
-        "a blocking call inside an async runtime: use the async client (redlock_tokio::Redlock) there"
+        "a blocking call on a current-thread async runtime, whose one thread it would stall: \
+         use the async client (redlock_tokio::Redlock) there"
     )]
     InsideRuntime,
     /// The client was shut down ([`Redlock::shutdown`](crate::Redlock::shutdown)):

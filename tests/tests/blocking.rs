@@ -229,6 +229,80 @@ fn inside_a_runtime_every_call_is_a_typed_error() {
     }
 }
 
+/// Where blocking stalls no runtime the blocking client works: from
+/// `spawn_blocking` and from a task of a multi-thread runtime, whose other
+/// tasks go on meanwhile (with one worker, a ticker on the same runtime
+/// keeps ticking while that worker's task waits out a held lock: the
+/// worker handed its tasks over); only a current-thread runtime refuses
+/// (`inside_a_runtime_every_call_is_a_typed_error`).
+#[test]
+fn from_spawn_blocking_and_a_multi_thread_worker_calls_block_only_their_thread() {
+    let cluster = RedisCluster::start(3);
+    let redlock = client(&cluster);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let urls = cluster.urls();
+    runtime.block_on(async {
+        let from_pool = {
+            let redlock = redlock.clone();
+            tokio::task::spawn_blocking(move || {
+                let guard = redlock.lock("from-pool").acquire()?;
+                guard.release()
+            })
+        };
+        let report = from_pool
+            .await
+            .expect("ran")
+            .expect("acquired on a pool thread");
+        assert!(report.frees_lock(), "{report}");
+        // Built and used inside a worker: a client of its own.
+        let built = tokio::spawn(async move { blocking::Redlock::connect(&urls).map(|_| ()) });
+        built.await.expect("ran").expect("built on a worker");
+        // Held for 500 ms: the worker's task waits for it, and the
+        // runtime's other tasks run meanwhile.
+        let held = redlock.lock("from-worker").acquire().expect("free");
+        let ticks = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let ticker = {
+            let ticks = std::sync::Arc::clone(&ticks);
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    ticks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            })
+        };
+        let waiter = {
+            let redlock = redlock.clone();
+            tokio::spawn(async move {
+                redlock
+                    .lock("from-worker")
+                    .wait(Wait::AtMost(Duration::from_secs(10)))
+                    .acquire()
+                    .map(|guard| guard.forget())
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let before = ticks.load(std::sync::atomic::Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let during = ticks.load(std::sync::atomic::Ordering::Relaxed) - before;
+        let waiting = !waiter.is_finished();
+        drop(held);
+        let value = waiter.await.expect("ran").expect("granted once released");
+        ticker.abort();
+        println!("ticks while a worker's call waited: {during} in 300 ms");
+        assert!(waiting, "the waiter was granted a held lock");
+        assert!(during > 0, "the runtime's other tasks stalled");
+        redlock
+            .release_value("from-worker", &value)
+            .expect("released");
+    });
+    assert_absent(&cluster, "from-pool");
+    assert_absent(&cluster, "from-worker");
+}
+
 #[test]
 fn a_blocking_election_leads_resigns_and_the_next_term_is_higher() {
     let cluster = RedisCluster::start(3);

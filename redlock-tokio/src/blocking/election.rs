@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 
-use super::{Redlock, Shared, outside_runtime};
+use super::{Redlock, Shared, may_block};
 use crate::{Error, Leader, LeaderReport, LeadershipLoss, ReleaseReport, Wait};
 
 impl Redlock {
@@ -176,7 +176,7 @@ impl Leadership {
     /// Steps down, our value only; `None` once the term is over
     /// ([`crate::Leadership::resign`]).
     pub fn resign(&mut self) -> Result<Option<ReleaseReport>, Error> {
-        outside_runtime()?;
+        may_block()?;
         let leadership = self.leadership.as_mut().expect("taken only by drop");
         self.shared.block_on(leadership.resign())
     }
