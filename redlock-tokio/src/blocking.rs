@@ -79,7 +79,9 @@ macro_rules! forward {
     };
 }
 
+mod builder;
 mod election;
+pub use builder::Builder;
 pub use election::{Election, Leadership, Observe};
 
 /// A blocking Redlock client: [`crate::Redlock`] driven by a thread of its
@@ -216,14 +218,85 @@ impl crate::Builder {
 
 impl Redlock {
     /// Connects to these nodes with every option at its default, as
-    /// [`crate::Redlock::connect`] does. For other options:
-    /// `redlock_tokio::Redlock::builder(urls)...build_blocking()`.
+    /// [`crate::Redlock::connect`] does; [`builder`](Self::builder) for
+    /// other options.
     pub fn connect<I, S>(urls: I) -> Result<Self, Error>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        crate::Redlock::builder(urls).build_blocking()
+        Self::builder(urls).build()
+    }
+
+    /// A builder for these servers, as [`crate::Redlock::builder`]: the
+    /// same options, and a [`build`](Builder::build) that blocks.
+    pub fn builder<I, S>(urls: I) -> Builder
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Builder::new(crate::Redlock::builder(urls))
+    }
+
+    /// The name this client gives the node at `url`, as
+    /// [`crate::Redlock::node_name`].
+    pub fn node_name(url: &str) -> Result<String, crate::ConfigError> {
+        crate::Redlock::node_name(url)
+    }
+
+    /// The validated settings, as [`crate::Redlock::settings`].
+    pub fn settings(&self) -> &crate::core::Settings {
+        self.shared.client.settings()
+    }
+
+    /// The nodes' canonical addresses, as [`crate::Redlock::nodes`].
+    pub fn nodes(&self) -> &[String] {
+        self.shared.client.nodes()
+    }
+
+    /// What the client knows of each server, as [`crate::Redlock::servers`].
+    pub fn servers(&self) -> Vec<crate::ServerReport> {
+        self.shared.client.servers()
+    }
+
+    /// How many nodes have a connection up, as
+    /// [`crate::Redlock::connected_nodes`].
+    pub fn connected_nodes(&self) -> usize {
+        self.shared.client.connected_nodes()
+    }
+
+    /// The nodes known slow now, as [`crate::Redlock::slow_nodes`].
+    pub fn slow_nodes(&self) -> Vec<&str> {
+        self.shared.client.slow_nodes()
+    }
+
+    /// How many release-notice connections are up, as
+    /// [`crate::Redlock::release_notice_connections`].
+    pub fn release_notice_connections(&self) -> usize {
+        self.shared.client.release_notice_connections()
+    }
+
+    /// What every node holds of the lock on `resource`, as
+    /// [`crate::Redlock::inspect`].
+    pub fn inspect(&self, resource: impl AsRef<[u8]>) -> Result<Vec<crate::NodeInspection>, Error> {
+        self.shared.block_on(self.shared.client.inspect(resource))
+    }
+
+    /// Who holds permit `slot` of the semaphore on `resource`, as
+    /// [`crate::Redlock::inspect_permit`].
+    pub fn inspect_permit(
+        &self,
+        resource: impl AsRef<[u8]>,
+        slot: u32,
+    ) -> Result<Vec<crate::NodeInspection>, Error> {
+        self.shared
+            .block_on(self.shared.client.inspect_permit(resource, slot))
+    }
+
+    /// Waits until nothing runs in the background, closing nothing, as
+    /// [`crate::Redlock::settled`].
+    pub fn settled(&self) -> Result<(), Error> {
+        self.shared.block_on(self.shared.client.settled())
     }
 
     /// A lock on `resource`, as [`crate::Redlock::lock`]: end it with
@@ -469,6 +542,25 @@ impl LockGuard {
         let guard = self.guard.take().expect("a live guard holds its lock");
         self.shared
             .block_on(std::future::IntoFuture::into_future(guard.release()))
+    }
+
+    /// Blocks until the lock is lost, with the reason, as
+    /// [`crate::LockGuard::lost`]: for a thread that watches the lock
+    /// while another works under it (a released or forgotten lock is let
+    /// go, not lost: it never returns then).
+    pub fn wait_lost(&self) -> Result<LossReason, Error> {
+        self.shared.block_on(self.inner().lost())
+    }
+
+    /// Releases the lock and waits for every node's answer (or its
+    /// per-node timeout) before reporting, as
+    /// [`crate::Releasing::every_node`]: no node is left pending.
+    pub fn release_every_node(mut self) -> Result<ReleaseReport, Error> {
+        may_block()?;
+        let guard = self.guard.take().expect("a live guard holds its lock");
+        self.shared.block_on(std::future::IntoFuture::into_future(
+            guard.release().every_node(),
+        ))
     }
 
     /// Stops tracking the lock without releasing it ([`crate::LockGuard::forget`]).

@@ -8,14 +8,14 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use redlock_tests::RedisCluster;
-use redlock_tokio::{Error, KeepAlive, LossReason, Redlock, Wait, blocking};
+use redlock_tokio::{Error, KeepAlive, LossReason, Wait, blocking};
 use support::{NODE_TIMEOUT, assert_absent, init_tracing};
 
 fn client(cluster: &RedisCluster) -> blocking::Redlock {
     init_tracing();
-    Redlock::builder(cluster.urls())
+    blocking::Redlock::builder(cluster.urls())
         .node_timeout(NODE_TIMEOUT)
-        .build_blocking()
+        .build()
         .expect("the blocking client builds")
 }
 
@@ -301,6 +301,41 @@ fn from_spawn_blocking_and_a_multi_thread_worker_calls_block_only_their_thread()
     });
     assert_absent(&cluster, "from-pool");
     assert_absent(&cluster, "from-worker");
+}
+
+/// The blocking twins of the async methods do what those do: a builder of
+/// its own, the reports, an inspection, a release that waits for every
+/// node, and an election's `run`, which resigns once its work returns.
+#[test]
+fn the_blocking_twins_do_what_the_async_methods_do() {
+    let cluster = RedisCluster::start(3);
+    let redlock = client(&cluster);
+    assert_eq!(redlock.nodes().len(), 3);
+    assert_eq!(redlock.settings().node_timeout(), NODE_TIMEOUT);
+    assert_eq!(redlock.connected_nodes(), 3);
+    assert_eq!(redlock.servers().len(), 3);
+    assert!(redlock.slow_nodes().is_empty());
+    let guard = redlock.lock("twins").acquire().expect("free");
+    let held: Vec<bool> = redlock
+        .inspect("twins")
+        .expect("read")
+        .iter()
+        .map(|node| matches!(node.result, Ok(Some(_))))
+        .collect();
+    assert_eq!(held, [true, true, true]);
+    let report = guard.release_every_node().expect("released");
+    assert_eq!(report.pending(), 0, "{report}");
+    redlock.settled().expect("settled");
+    assert_absent(&cluster, "twins");
+
+    let mut terms = Vec::new();
+    let mut stops = 0;
+    redlock
+        .election("twins-election")
+        .run(|leadership| terms.push(leadership.term()), |_| stops += 1)
+        .expect("led once");
+    assert_eq!((terms.len(), stops), (1, 0));
+    assert_absent(&cluster, "twins-election");
 }
 
 #[test]

@@ -87,6 +87,45 @@ impl Election {
         })
     }
 
+    /// Leads whenever elected, as [`crate::Election::run`]: campaigns, runs
+    /// `work` with the leadership, and campaigns again after a loss,
+    /// calling `stopped` with the reason; returns once a `work` returns
+    /// with the term still held (after resigning), or with a campaign's
+    /// error. Synchronous work cannot be stopped at the loss: it checks
+    /// [`Leadership::is_lost`] between its steps and returns, and the
+    /// resource checks [`Leadership::term`] for the step under way.
+    ///
+    /// ```no_run
+    /// # fn step(_term: u64) {}
+    /// # fn example(redlock: &redlock_tokio::blocking::Redlock) -> Result<(), redlock_tokio::Error> {
+    /// redlock.election("scheduler").run(
+    ///     |leadership| {
+    ///         while !leadership.is_lost() {
+    ///             step(leadership.term());
+    ///         }
+    ///     },
+    ///     |loss| eprintln!("stopped leading: {loss}"),
+    /// )?;
+    /// # Ok(()) }
+    /// ```
+    pub fn run(
+        &self,
+        mut work: impl FnMut(&Leadership),
+        mut stopped: impl FnMut(&LeadershipLoss),
+    ) -> Result<(), Error> {
+        loop {
+            let mut leadership = self.campaign()?;
+            work(&leadership);
+            match leadership.loss() {
+                Some(reason) => stopped(&reason),
+                None => {
+                    leadership.resign()?;
+                    return Ok(());
+                }
+            }
+        }
+    }
+
     /// Who leads, as one read of every node tells: advisory
     /// ([`crate::Election::leader`]).
     pub fn leader(&self) -> Result<LeaderReport, Error> {
