@@ -85,15 +85,16 @@ fn election(redlock: &Redlock, args: &ElectArgs) -> Result<Election, Failure> {
         None => Wait::Forever,
     };
     let defaults = ElectionTiming::default_for(redlock.settings());
-    redlock
+    let renew_deadline = args.renew_deadline.unwrap_or(defaults.renew_deadline());
+    let retry_period = args.retry_period.unwrap_or(defaults.retry_period());
+    // Checked before anything is said or sent: the library checks it only
+    // when the campaign starts.
+    ElectionTiming::new(redlock.settings(), args.lease, renew_deadline, retry_period)
+        .map_err(|error| Failure::from_error(&error.into(), failure::BUSY))?;
+    Ok(redlock
         .election(&args.key)
-        .timing(
-            args.lease,
-            args.renew_deadline.unwrap_or(defaults.renew_deadline()),
-            args.retry_period.unwrap_or(defaults.retry_period()),
-        )
-        .map(|election| election.wait(wait))
-        .map_err(|error| Failure::from_error(&error, failure::BUSY))
+        .timing(args.lease, renew_deadline, retry_period)
+        .wait(wait))
 }
 
 /// One campaign, or the signal that ended it early.

@@ -27,7 +27,8 @@ impl Redlock {
         Election {
             client: self.clone(),
             name: name.as_ref().into(),
-            timing: ElectionTiming::default_for(self.settings()),
+            timing: Ok(ElectionTiming::default_for(self.settings())),
+            retry_period: ElectionTiming::default_for(self.settings()).retry_period(),
             wait: Wait::Forever,
         }
     }
@@ -40,7 +41,10 @@ impl Redlock {
 pub struct Election {
     client: Redlock,
     name: Arc<[u8]>,
-    timing: ElectionTiming,
+    /// Checked at [`campaign`](Election::campaign): the retry period an
+    /// observer polls at is used as given.
+    timing: Result<ElectionTiming, redlock_core::ConfigError>,
+    retry_period: Duration,
     wait: Wait,
 }
 
@@ -58,17 +62,20 @@ impl Election {
     /// The lease (the lock's TTL), the renew deadline (a leader steps down
     /// this long after its last confirmed renewal) and the retry period
     /// (between renewals, and between polls of an observer). Checked like
-    /// client-go's: lease validity > renew deadline > 1.2 x retry period,
-    /// else [`Error::Config`].
+    /// client-go's (lease validity > renew deadline > 1.2 x retry period)
+    /// when a campaign starts, which fails with [`Error::Config`] otherwise,
+    /// as a lock's [`ttl`](crate::LockRequest::ttl) is checked when the
+    /// lock is asked for.
     pub fn timing(
         mut self,
         lease: Duration,
         renew_deadline: Duration,
         retry_period: Duration,
-    ) -> Result<Self, Error> {
+    ) -> Self {
         self.timing =
-            ElectionTiming::new(self.client.settings(), lease, renew_deadline, retry_period)?;
-        Ok(self)
+            ElectionTiming::new(self.client.settings(), lease, renew_deadline, retry_period);
+        self.retry_period = retry_period;
+        self
     }
 
     /// How long a campaign waits for the name (the lock's [`Wait`]).
@@ -81,24 +88,25 @@ impl Election {
     /// like a lock request: dropped, it releases whatever its attempt in
     /// flight set. Waits by release notices, like a waiting lock.
     pub async fn campaign(&self) -> Result<Leadership, Error> {
+        let timing = self.timing.clone()?;
         let guard = self
             .client
             .acquire(
                 LockSpec::Fenced(&self.name),
                 Arc::clone(&self.name),
-                Some(self.timing.lease().as_duration()),
+                Some(timing.lease().as_duration()),
                 self.wait.attempts(),
             )
             .await?;
         let lock = guard.into_lock();
-        let term = Term::new(lock.clone(), &self.timing)
+        let term = Term::new(lock.clone(), &timing)
             .expect("a campaign takes a fenced lock, which has a token");
         info!(term = term.term(), "elected");
         Ok(Leadership::start(
             self.client.clone(),
             lock,
             term,
-            self.timing.renew_deadline(),
+            timing.renew_deadline(),
         ))
     }
 
@@ -167,7 +175,7 @@ impl Election {
                 loop {
                     // One read per retry period, also right after a change.
                     if !first {
-                        tokio::time::sleep(election.timing.retry_period()).await;
+                        tokio::time::sleep(election.retry_period).await;
                     }
                     first = false;
                     let report = election.leader().await;

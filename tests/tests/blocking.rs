@@ -343,14 +343,11 @@ fn a_blocking_election_leads_resigns_and_the_next_term_is_higher() {
     let cluster = RedisCluster::start(3);
     let (a, b) = (client(&cluster), client(&cluster));
     let timing = |redlock: &blocking::Redlock| {
-        redlock
-            .election("blocking-election")
-            .timing(
-                Duration::from_millis(1_500),
-                Duration::from_millis(900),
-                Duration::from_millis(200),
-            )
-            .expect("valid timings")
+        redlock.election("blocking-election").timing(
+            Duration::from_millis(1_500),
+            Duration::from_millis(900),
+            Duration::from_millis(200),
+        )
     };
     let mut first = timing(&a).campaign().expect("free");
     first.proclaim("a:1").expect("leading");

@@ -30,7 +30,6 @@ fn election(redlock: &Redlock, name: &str) -> Election {
     redlock
         .election(name)
         .timing(LEASE, RENEW, RETRY)
-        .expect("valid timings")
         .wait(Wait::AtMost(Duration::from_secs(10)))
 }
 
@@ -61,6 +60,29 @@ fn a_killed_leader_is_followed_by_one_with_a_higher_term() {
         let mut next = next;
         assert!(next.resign().await.unwrap().frees_lock());
     });
+}
+
+/// Timings the core refuses (a renew deadline past the lease) fail the
+/// campaign with a configuration error, before anything is sent, as a
+/// lock's TTL fails its acquire; the builder chain itself never fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timings_refused_fail_the_campaign_as_a_config_error() {
+    let cluster = RedisCluster::start(3);
+    let redlock = client(&cluster).await;
+    let election = redlock
+        .election("bad-timing")
+        .timing(
+            Duration::from_secs(1),
+            Duration::from_secs(2),
+            Duration::from_millis(100),
+        )
+        .wait(Wait::No);
+    let refused = election.campaign().await.expect_err("refused");
+    assert!(refused.is_config(), "{refused}");
+    assert!(
+        cluster.nodes().iter().all(|node| node.keys("*").is_empty()),
+        "nothing was sent"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

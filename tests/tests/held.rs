@@ -85,7 +85,6 @@ fn leader_stopped_past_its_lease(bug: Option<Bug>) -> ((usize, usize), Leadershi
         let election = redlock
             .election("held")
             .timing(LEASE, RENEW, RETRY)
-            .expect("valid timings")
             .wait(Wait::AtMost(Duration::from_secs(10)));
         let polls = Arc::new(Polls::default());
         let mut stop = None;

@@ -22,7 +22,7 @@ impl Redlock {
     ///     Duration::from_secs(10),
     ///     Duration::from_secs(6),
     ///     Duration::from_secs(1),
-    /// )?;
+    /// );
     /// loop {
     ///     let mut leadership = election.campaign()?;
     ///     // Synchronous work cannot be interrupted: check between steps.
@@ -58,16 +58,16 @@ impl fmt::Debug for Election {
 }
 
 impl Election {
-    /// The lease, renew deadline and retry period, checked
-    /// ([`crate::Election::timing`]).
+    /// The lease, renew deadline and retry period, checked when a
+    /// campaign starts ([`crate::Election::timing`]).
     pub fn timing(
         mut self,
         lease: Duration,
         renew_deadline: Duration,
         retry_period: Duration,
-    ) -> Result<Self, Error> {
-        self.election = self.election.timing(lease, renew_deadline, retry_period)?;
-        Ok(self)
+    ) -> Self {
+        self.election = self.election.timing(lease, renew_deadline, retry_period);
+        self
     }
 
     /// How long a campaign waits ([`crate::Election::wait`]).

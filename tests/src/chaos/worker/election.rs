@@ -77,7 +77,6 @@ pub(super) async fn campaign(shared: Arc<Shared>, timing: ElectionConfig) -> Res
             Duration::from_millis(timing.renew_deadline_ms),
             Duration::from_millis(timing.retry_period_ms),
         )
-        .map_err(|err| format!("election timing: {err}"))?
         .wait(Wait::AtMost(CAMPAIGN_WAIT));
     let mut rng = task_rng(config, 0);
     let mut hold = 0;
