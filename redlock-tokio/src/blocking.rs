@@ -50,8 +50,10 @@
 //!   let a library tell those apart): use the async client there.
 //! - **Dropping** a guard releases the lock on the client's thread, without
 //!   blocking the caller. Dropping the last handle of a client (its
-//!   [`Redlock`] and every guard) waits for the releases in flight
-//!   ([`crate::Redlock::shutdown`]) and stops the thread: a guard alive or
+//!   [`Redlock`] and every guard) shuts it down
+//!   ([`crate::Redlock::shutdown`]) and stops the thread, waiting for both
+//!   on a thread that runs no runtime (on one that does, the client's
+//!   thread finishes them unwaited): a guard alive or
 //!   dropped when `main` returns is released before the process exits, as
 //!   long as the client is dropped too (keep it in `main`'s scope, not in a
 //!   `static`). Work under [`run`](LockRequest::run) is not interrupted
@@ -143,11 +145,16 @@ impl Shared {
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        // Never stall a runtime: on a current-thread one the thread is
-        // only told to stop, and finishes the releases in flight unwaited.
+        // Waited for only on a thread that runs no runtime: a drop may run
+        // while a runtime shuts down, where not even `block_in_place` may
+        // block. Elsewhere the thread is only told to stop, and its
+        // runtime's end sends what is still owed (on blocking connections).
         // Bounded: each release waits for its node at most until what it
         // undoes has expired.
-        let _ = blocking(|| self.handle.block_on(self.client.shutdown()));
+        let plain_thread = Handle::try_current().is_err();
+        if plain_thread {
+            self.handle.block_on(self.client.shutdown());
+        }
         if let Some(stop) = self
             .stop
             .lock()
@@ -162,9 +169,9 @@ impl Drop for Shared {
             .unwrap_or_else(PoisonError::into_inner)
             .take();
         if let Some(thread) = thread
-            && may_block().is_ok()
+            && plain_thread
         {
-            let _ = blocking(|| thread.join());
+            let _ = thread.join();
         }
     }
 }

@@ -302,7 +302,14 @@ impl Driver {
             _ if releases.is_empty() => return,
             _ => match self.spawn() {
                 Some(live) => live,
-                None => return,
+                // Polled outside any Tokio runtime: on blocking
+                // connections, as a guard dropped there is.
+                None => {
+                    for (_, lock) in releases {
+                        release_lock_blocking(&self.shared.nodes, *lock);
+                    }
+                    return;
+                }
             },
         };
         let Running { inputs, task, .. } = live;
