@@ -232,8 +232,8 @@ fn inside_a_runtime_every_call_is_a_typed_error() {
 /// Where blocking stalls no runtime the blocking client works: from
 /// `spawn_blocking` and from a task of a multi-thread runtime, whose other
 /// tasks go on meanwhile (with one worker, a ticker on the same runtime
-/// keeps ticking while that worker's task waits out a held lock: the
-/// worker handed its tasks over); only a current-thread runtime refuses
+/// ticks while that worker's task waits for a held lock: the worker
+/// handed its tasks over); only a current-thread runtime refuses
 /// (`inside_a_runtime_every_call_is_a_typed_error`).
 #[test]
 fn from_spawn_blocking_and_a_multi_thread_worker_calls_block_only_their_thread() {
@@ -261,8 +261,8 @@ fn from_spawn_blocking_and_a_multi_thread_worker_calls_block_only_their_thread()
         // Built and used inside a worker: a client of its own.
         let built = tokio::spawn(async move { blocking::Redlock::connect(&urls).map(|_| ()) });
         built.await.expect("ran").expect("built on a worker");
-        // Held for 500 ms: the worker's task waits for it, and the
-        // runtime's other tasks run meanwhile.
+        // Held until the ticker has ticked thrice while the worker's task
+        // waits for it: the runtime's other tasks run meanwhile.
         let held = redlock.lock("from-worker").acquire().expect("free");
         let ticks = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
         let ticker = {
@@ -274,27 +274,38 @@ fn from_spawn_blocking_and_a_multi_thread_worker_calls_block_only_their_thread()
                 }
             })
         };
+        let calling = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let waiter = {
             let redlock = redlock.clone();
+            let calling = std::sync::Arc::clone(&calling);
             tokio::spawn(async move {
+                calling.store(true, std::sync::atomic::Ordering::SeqCst);
                 redlock
                     .lock("from-worker")
-                    .wait(Wait::AtMost(Duration::from_secs(10)))
+                    .wait(Wait::Forever)
                     .acquire()
                     .map(|guard| guard.forget())
             })
         };
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // The bound only stops a broken test; a busy machine just takes longer.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !calling.load(std::sync::atomic::Ordering::SeqCst) {
+            assert!(Instant::now() < deadline, "the waiter never ran");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
         let before = ticks.load(std::sync::atomic::Ordering::Relaxed);
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let during = ticks.load(std::sync::atomic::Ordering::Relaxed) - before;
+        while ticks.load(std::sync::atomic::Ordering::Relaxed) < before + 3 {
+            assert!(
+                Instant::now() < deadline,
+                "the runtime's other tasks stalled"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         let waiting = !waiter.is_finished();
         drop(held);
         let value = waiter.await.expect("ran").expect("granted once released");
         ticker.abort();
-        println!("ticks while a worker's call waited: {during} in 300 ms");
         assert!(waiting, "the waiter was granted a held lock");
-        assert!(during > 0, "the runtime's other tasks stalled");
         redlock
             .release_value("from-worker", &value)
             .expect("released");

@@ -2,6 +2,8 @@
 //! the requests each node owes an answer to, what each node owes us, and
 //! the release notices, behind one input path and one output path.
 
+mod io;
+mod links;
 mod node;
 mod operation;
 
@@ -11,11 +13,9 @@ use std::time::Instant;
 
 use rand_core::Rng;
 
-use crate::{
-    HealthChange, Hub, Key, NodeError, NodeErrorKind, NodeHealth, NodeId, Reply, Request, Settings,
-    Ttl, WaiterId,
-};
+use crate::{HealthChange, Hub, Key, NodeHealth, NodeId, Reply, Request, Settings, Ttl, WaiterId};
 
+use links::Links;
 use node::NodeState;
 pub use node::OWED_PER_NODE;
 pub use operation::{OpEvent, Operation};
@@ -66,35 +66,6 @@ pub enum Output<R> {
     Subscribe(Vec<Key>),
 }
 
-/// A request sent, until its answer, its deadline or its give-up.
-#[derive(Debug)]
-struct Flight {
-    node: NodeId,
-    /// The operation that waits for its answer, if it still runs.
-    op: Option<OpId>,
-    deadline: Instant,
-    give_up_at: Instant,
-    /// Kept for a request that must arrive: owed again if its connection
-    /// breaks.
-    must_arrive: Option<Request>,
-    /// Its answer is a vote (not a release's, not a read's): one from a
-    /// node that restarted since does not count.
-    votes: bool,
-    /// Its deadline passed unanswered, and its node heard of it.
-    overdue: bool,
-}
-
-impl Flight {
-    /// When the client next looks at it.
-    fn timer(&self) -> Instant {
-        if self.overdue {
-            self.give_up_at
-        } else {
-            self.deadline
-        }
-    }
-}
-
 /// An operation that runs.
 #[derive(Debug)]
 struct Running<R> {
@@ -103,18 +74,6 @@ struct Running<R> {
     waiter: Option<WaiterId>,
     /// Its machine's timeout, as filed in `Client::op_timers`.
     timeout: Option<Instant>,
-}
-
-/// The requests in flight and what each node owes, apart from the
-/// operations, so both can be borrowed at once.
-#[derive(Debug)]
-struct Links {
-    nodes: Box<[NodeState]>,
-    flights: HashMap<RequestId, Flight>,
-    timers: BTreeSet<(Instant, RequestId)>,
-    next_request: u64,
-    /// The longest TTL any request sent so far asked for.
-    longest_ttl: Ttl,
 }
 
 /// One client of N masters as a state machine: the unit a driver runs, as
@@ -437,143 +396,6 @@ impl<R: Rng> Client<R> {
         self.ops.len()
     }
 
-    /// The answer to request `id` arrived at `now`. An answer to a request
-    /// forgotten ([`Output::Forget`]) or unknown is ignored.
-    pub fn handle_reply(&mut self, id: RequestId, reply: Reply, now: Instant) {
-        let Some(flight) = self.links.flights.remove(&id) else {
-            return;
-        };
-        self.links.timers.remove(&(flight.timer(), id));
-        let node = &mut self.links.nodes[flight.node.0];
-        let broken = matches!(&reply.result, Err(error) if error.kind == NodeErrorKind::Connection);
-        let mut reply = reply;
-        if flight.votes
-            && reply.result.is_ok()
-            && let Some(error) = node.not_counted_now(now)
-        {
-            // Sent before the client knew of the restart: not a vote.
-            reply.result = Err(error);
-        }
-        if !broken {
-            if let Some(change) = node.answered(now) {
-                self.outputs.push_back(Output::Health(change));
-            }
-        } else if let Some(request) = flight.must_arrive
-            && request.give_up_at > now
-            && node.owe(request)
-        {
-            // Maybe never sent, maybe run: sent again.
-            node.retry_at
-                .get_or_insert(now + self.settings.node_timeout());
-        }
-        let mut pump = Vec::new();
-        if let Some(op) = flight.op
-            && let Some(running) = self.ops.get_mut(&op)
-        {
-            running.machine.handle_reply(reply, now);
-            pump.push(op);
-        }
-        self.pump(pump, now);
-    }
-
-    /// Node `node` has a connection again at `now`, to a server that gave
-    /// `run_ids` (`INFO server`'s `run_id`; a cluster node's, one per
-    /// master; empty where it did not say): what it is owed is sent at
-    /// once. A run id seen before and gone now means the server restarted
-    /// under the client, and may have lost locks it granted: its votes do
-    /// not count ([`NodeErrorKind::Restarted`]) until the longest TTL this
-    /// client knows of has passed (the default TTL, or a longer one it
-    /// asked for), with the drift allowance ([`Output::Health`] tells).
-    pub fn handle_connected(&mut self, node: NodeId, run_ids: &[String], now: Instant) {
-        let ttl = self.links.longest_ttl.max(self.settings.default_ttl());
-        let wait = ttl.as_duration() + self.settings.drift(ttl);
-        if let Some(wait) = self.links.nodes[node.0].connected(run_ids, wait, now) {
-            self.outputs
-                .push_back(Output::Health(HealthChange::Restarted { node, wait }));
-        }
-        self.links.resend(&mut self.outputs, node, now);
-    }
-
-    /// A release notice from `node` on `channel` arrived at `now`.
-    pub fn handle_notice(&mut self, node: NodeId, channel: &[u8], now: Instant) {
-        self.hub.handle_notice(node, channel, now);
-        self.pump(Vec::new(), now);
-    }
-
-    /// A node confirmed its subscription to `channels` at `now`;
-    /// `resubscribed`: on a connection that replaced a lost one
-    /// ([`Hub::handle_subscribed`]).
-    pub fn handle_subscribed(&mut self, channels: &[Key], resubscribed: bool, now: Instant) {
-        self.hub.handle_subscribed(channels, resubscribed, now);
-        self.pump(Vec::new(), now);
-    }
-
-    /// Time reached `now`: requests past their deadline make their node
-    /// overdue, requests past their give-up instant are forgotten, owed
-    /// requests are tried again, and operations whose timeout came run.
-    pub fn handle_timeout(&mut self, now: Instant) {
-        while let Some(&(at, id)) = self.links.timers.first()
-            && at <= now
-        {
-            self.links.timers.pop_first();
-            let flight = self
-                .links
-                .flights
-                .get_mut(&id)
-                .expect("every timer is a flight's");
-            if !flight.overdue {
-                flight.overdue = true;
-                if let Some(change) = self.links.nodes[flight.node.0].health.handle_overdue(now) {
-                    self.outputs.push_back(Output::Health(change));
-                }
-                if flight.must_arrive.is_some() && flight.give_up_at > now {
-                    self.links.timers.insert((flight.give_up_at, id));
-                    continue;
-                }
-            }
-            self.links.flights.remove(&id);
-            self.outputs.push_back(Output::Forget(id));
-        }
-        for node in 0..self.links.nodes.len() {
-            let state = &mut self.links.nodes[node];
-            state.forget_given_up(now);
-            if state.retry_at.is_some_and(|at| at <= now) {
-                self.links.resend(&mut self.outputs, NodeId(node), now);
-            }
-        }
-        let mut due = Vec::new();
-        while let Some(&(at, op)) = self.op_timers.first()
-            && at <= now
-        {
-            self.op_timers.pop_first();
-            if let Some(running) = self.ops.get_mut(&op) {
-                running.timeout = None;
-                running.machine.handle_timeout(now);
-                due.push(op);
-            }
-        }
-        self.pump(due, now);
-    }
-
-    /// What to do next, in order; `None` once there is nothing.
-    pub fn poll_output(&mut self) -> Option<Output<R>> {
-        self.outputs.pop_front()
-    }
-
-    /// When [`handle_timeout`](Self::handle_timeout) is due next; `None`
-    /// when nothing waits for time.
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        let flights = self.links.timers.first().map(|(at, _)| *at);
-        let ops = self.op_timers.first().map(|(at, _)| *at);
-        let owed = self
-            .links
-            .nodes
-            .iter()
-            .filter_map(NodeState::next_timeout)
-            .min();
-        [flights, ops, owed].into_iter().flatten().min()
-    }
-
     /// Runs the operations in `work` until none has anything left to do:
     /// sends what they queue, registers their waiters, tells the hub their
     /// hand-overs, reports their events, and gives the hub's deliveries to
@@ -655,52 +477,6 @@ impl<R: Rng> Client<R> {
         } else if let Some(at) = running.machine.poll_timeout() {
             running.timeout = Some(at);
             self.op_timers.insert((at, op));
-        }
-    }
-}
-
-impl Links {
-    /// Whether `request` goes to its node now, or the answer it gets
-    /// instead: its node restarted under the client less than its wait
-    /// ago, or is known slow ([`NodeHealth::admit`]).
-    fn admit(&mut self, request: &Request, now: Instant) -> Result<(), NodeError> {
-        self.nodes[request.node.0].admit(request, now)
-    }
-
-    /// Files `request` as in flight for `op` and asks for it to be sent.
-    fn transmit<R>(
-        &mut self,
-        outputs: &mut VecDeque<Output<R>>,
-        op: Option<OpId>,
-        request: Request,
-    ) {
-        let id = RequestId(self.next_request);
-        self.next_request += 1;
-        if let Some(ttl) = request.command.ttl() {
-            self.longest_ttl = self.longest_ttl.max(ttl);
-        }
-        let flight = Flight {
-            node: request.node,
-            op,
-            deadline: request.deadline,
-            give_up_at: request.give_up_at,
-            must_arrive: request.command.must_arrive().then(|| request.clone()),
-            votes: !(request.command.must_arrive() || request.command.only_reads()),
-            overdue: false,
-        };
-        self.timers.insert((flight.timer(), id));
-        self.flights.insert(id, flight);
-        outputs.push_back(Output::Transmit { id, request });
-    }
-
-    /// Sends again what `node` is owed and was not given up at `now`.
-    fn resend<R>(&mut self, outputs: &mut VecDeque<Output<R>>, node: NodeId, now: Instant) {
-        let state = &mut self.nodes[node.0];
-        state.forget_given_up(now);
-        state.retry_at = None;
-        let owed = std::mem::take(&mut state.owed);
-        for request in owed {
-            self.transmit(outputs, None, request);
         }
     }
 }

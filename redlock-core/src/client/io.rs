@@ -1,0 +1,150 @@
+//! The [`Client`]'s input and output paths: what happened (`handle_*`)
+//! and what to do next (`poll_*`).
+
+use std::time::Instant;
+
+use rand_core::Rng;
+
+use crate::{HealthChange, Key, NodeErrorKind, NodeId, Reply};
+
+use super::node::NodeState;
+use super::{Client, Output, RequestId};
+
+impl<R: Rng> Client<R> {
+    /// The answer to request `id` arrived at `now`. An answer to a request
+    /// forgotten ([`Output::Forget`]) or unknown is ignored.
+    pub fn handle_reply(&mut self, id: RequestId, reply: Reply, now: Instant) {
+        let Some(flight) = self.links.flights.remove(&id) else {
+            return;
+        };
+        self.links.timers.remove(&(flight.timer(), id));
+        let node = &mut self.links.nodes[flight.node.0];
+        let broken = matches!(&reply.result, Err(error) if error.kind == NodeErrorKind::Connection);
+        let mut reply = reply;
+        if flight.votes
+            && reply.result.is_ok()
+            && let Some(error) = node.not_counted_now(now)
+        {
+            // Sent before the client knew of the restart: not a vote.
+            reply.result = Err(error);
+        }
+        if !broken {
+            if let Some(change) = node.answered(now) {
+                self.outputs.push_back(Output::Health(change));
+            }
+        } else if let Some(request) = flight.must_arrive
+            && request.give_up_at > now
+            && node.owe(request)
+        {
+            // Maybe never sent, maybe run: sent again.
+            node.retry_at
+                .get_or_insert(now + self.settings.node_timeout());
+        }
+        let mut pump = Vec::new();
+        if let Some(op) = flight.op
+            && let Some(running) = self.ops.get_mut(&op)
+        {
+            running.machine.handle_reply(reply, now);
+            pump.push(op);
+        }
+        self.pump(pump, now);
+    }
+
+    /// Node `node` has a connection again at `now`, to a server that gave
+    /// `run_ids` (`INFO server`'s `run_id`; a cluster node's, one per
+    /// master; empty where it did not say): what it is owed is sent at
+    /// once. A run id seen before and gone now means the server restarted
+    /// under the client, and may have lost locks it granted: its votes do
+    /// not count ([`NodeErrorKind::Restarted`]) until the longest TTL this
+    /// client knows of has passed (the default TTL, or a longer one it
+    /// asked for), with the drift allowance ([`Output::Health`] tells).
+    pub fn handle_connected(&mut self, node: NodeId, run_ids: &[String], now: Instant) {
+        let ttl = self.links.longest_ttl.max(self.settings.default_ttl());
+        let wait = ttl.as_duration() + self.settings.drift(ttl);
+        if let Some(wait) = self.links.nodes[node.0].connected(run_ids, wait, now) {
+            self.outputs
+                .push_back(Output::Health(HealthChange::Restarted { node, wait }));
+        }
+        self.links.resend(&mut self.outputs, node, now);
+    }
+
+    /// A release notice from `node` on `channel` arrived at `now`.
+    pub fn handle_notice(&mut self, node: NodeId, channel: &[u8], now: Instant) {
+        self.hub.handle_notice(node, channel, now);
+        self.pump(Vec::new(), now);
+    }
+
+    /// A node confirmed its subscription to `channels` at `now`;
+    /// `resubscribed`: on a connection that replaced a lost one
+    /// ([`Hub::handle_subscribed`](crate::Hub::handle_subscribed)).
+    pub fn handle_subscribed(&mut self, channels: &[Key], resubscribed: bool, now: Instant) {
+        self.hub.handle_subscribed(channels, resubscribed, now);
+        self.pump(Vec::new(), now);
+    }
+
+    /// Time reached `now`: requests past their deadline make their node
+    /// overdue, requests past their give-up instant are forgotten, owed
+    /// requests are tried again, and operations whose timeout came run.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        while let Some(&(at, id)) = self.links.timers.first()
+            && at <= now
+        {
+            self.links.timers.pop_first();
+            let flight = self
+                .links
+                .flights
+                .get_mut(&id)
+                .expect("every timer is a flight's");
+            if !flight.overdue {
+                flight.overdue = true;
+                if let Some(change) = self.links.nodes[flight.node.0].health.handle_overdue(now) {
+                    self.outputs.push_back(Output::Health(change));
+                }
+                if flight.must_arrive.is_some() && flight.give_up_at > now {
+                    self.links.timers.insert((flight.give_up_at, id));
+                    continue;
+                }
+            }
+            self.links.flights.remove(&id);
+            self.outputs.push_back(Output::Forget(id));
+        }
+        for node in 0..self.links.nodes.len() {
+            let state = &mut self.links.nodes[node];
+            state.forget_given_up(now);
+            if state.retry_at.is_some_and(|at| at <= now) {
+                self.links.resend(&mut self.outputs, NodeId(node), now);
+            }
+        }
+        let mut due = Vec::new();
+        while let Some(&(at, op)) = self.op_timers.first()
+            && at <= now
+        {
+            self.op_timers.pop_first();
+            if let Some(running) = self.ops.get_mut(&op) {
+                running.timeout = None;
+                running.machine.handle_timeout(now);
+                due.push(op);
+            }
+        }
+        self.pump(due, now);
+    }
+
+    /// What to do next, in order; `None` once there is nothing.
+    pub fn poll_output(&mut self) -> Option<Output<R>> {
+        self.outputs.pop_front()
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) is due next; `None`
+    /// when nothing waits for time.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let flights = self.links.timers.first().map(|(at, _)| *at);
+        let ops = self.op_timers.first().map(|(at, _)| *at);
+        let owed = self
+            .links
+            .nodes
+            .iter()
+            .filter_map(NodeState::next_timeout)
+            .min();
+        [flights, ops, owed].into_iter().flatten().min()
+    }
+}

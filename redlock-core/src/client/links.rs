@@ -1,0 +1,102 @@
+//! What a [`Client`](super::Client) keeps apart from its operations: the
+//! requests in flight, with their deadlines, and each node's state.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::time::Instant;
+
+use crate::{NodeError, NodeId, Request, Ttl};
+
+use super::node::NodeState;
+use super::{OpId, Output, RequestId};
+
+/// A request sent, until its answer, its deadline or its give-up.
+#[derive(Debug)]
+pub(super) struct Flight {
+    pub(super) node: NodeId,
+    /// The operation that waits for its answer, if it still runs.
+    pub(super) op: Option<OpId>,
+    pub(super) deadline: Instant,
+    pub(super) give_up_at: Instant,
+    /// Kept for a request that must arrive: owed again if its connection
+    /// breaks.
+    pub(super) must_arrive: Option<Request>,
+    /// Its answer is a vote (not a release's, not a read's): one from a
+    /// node that restarted since does not count.
+    pub(super) votes: bool,
+    /// Its deadline passed unanswered, and its node heard of it.
+    pub(super) overdue: bool,
+}
+
+impl Flight {
+    /// When the client next looks at it.
+    pub(super) fn timer(&self) -> Instant {
+        if self.overdue {
+            self.give_up_at
+        } else {
+            self.deadline
+        }
+    }
+}
+
+/// The requests in flight and what each node owes, apart from the
+/// operations, so both can be borrowed at once.
+#[derive(Debug)]
+pub(super) struct Links {
+    pub(super) nodes: Box<[NodeState]>,
+    pub(super) flights: HashMap<RequestId, Flight>,
+    pub(super) timers: BTreeSet<(Instant, RequestId)>,
+    pub(super) next_request: u64,
+    /// The longest TTL any request sent so far asked for.
+    pub(super) longest_ttl: Ttl,
+}
+
+impl Links {
+    /// Whether `request` goes to its node now, or the answer it gets
+    /// instead: its node restarted under the client less than its wait
+    /// ago, or is known slow ([`NodeHealth::admit`]).
+    pub(super) fn admit(&mut self, request: &Request, now: Instant) -> Result<(), NodeError> {
+        self.nodes[request.node.0].admit(request, now)
+    }
+
+    /// Files `request` as in flight for `op` and asks for it to be sent.
+    pub(super) fn transmit<R>(
+        &mut self,
+        outputs: &mut VecDeque<Output<R>>,
+        op: Option<OpId>,
+        request: Request,
+    ) {
+        let id = RequestId(self.next_request);
+        self.next_request += 1;
+        if let Some(ttl) = request.command.ttl() {
+            self.longest_ttl = self.longest_ttl.max(ttl);
+        }
+        let flight = Flight {
+            node: request.node,
+            op,
+            deadline: request.deadline,
+            give_up_at: request.give_up_at,
+            must_arrive: request.command.must_arrive().then(|| request.clone()),
+            votes: !(request.command.must_arrive() || request.command.only_reads()),
+            overdue: false,
+        };
+        self.timers.insert((flight.timer(), id));
+        self.flights.insert(id, flight);
+        outputs.push_back(Output::Transmit { id, request });
+    }
+
+    /// Sends again what `node` is owed and was not given up at `now`.
+    pub(super) fn resend<R>(
+        &mut self,
+        outputs: &mut VecDeque<Output<R>>,
+        node: NodeId,
+        now: Instant,
+    ) {
+        let state = &mut self.nodes[node.0];
+        state.forget_given_up(now);
+        state.retry_at = None;
+        let owed = std::mem::take(&mut state.owed);
+        for request in owed {
+            self.transmit(outputs, None, request);
+        }
+    }
+}
