@@ -81,6 +81,9 @@ pub enum HealthChange {
     Slow {
         /// The node.
         node: crate::NodeId,
+        /// How often it is probed while known slow: one request that may be
+        /// skipped goes to it per interval.
+        probe_every: Duration,
     },
     /// The node answered again after being known slow for `after`.
     Trusted {
@@ -166,7 +169,10 @@ impl NodeHealth {
             since: now,
             next_probe: now + self.probe_every,
         };
-        Some(HealthChange::Slow { node: self.node })
+        Some(HealthChange::Slow {
+            node: self.node,
+            probe_every: self.probe_every,
+        })
     }
 
     /// Whether to send `request` to the node at `now`. Always for a

@@ -96,11 +96,15 @@ pub enum Bug {
     /// its keep-alives and terms without releasing their locks: a service
     /// that shuts down leaves them held by nobody for a whole TTL.
     CloseKeepsHeldLocks,
+    /// A failed connection attempt is made again at once, not after the
+    /// node's backoff: a master that refuses connections, or a client of
+    /// many nodes after a network cut, makes a storm of connects.
+    ReconnectWithoutBackoff,
 }
 
 impl Bug {
     /// Every bug, in a fixed order.
-    pub const ALL: [Bug; 19] = [
+    pub const ALL: [Bug; 20] = [
         Bug::ValidityFromDecisionTime,
         Bug::QuorumHalf,
         Bug::DuplicateVoteCounted,
@@ -120,6 +124,7 @@ impl Bug {
         Bug::RestartedNodeVotes,
         Bug::VoteBeforeAof,
         Bug::CloseKeepsHeldLocks,
+        Bug::ReconnectWithoutBackoff,
     ];
 }
 

@@ -41,6 +41,7 @@ struct Drained {
     finished: Vec<Operation<StdRng>>,
     health: Vec<HealthChange>,
     subscribed: Vec<Vec<redlock_core::Key>>,
+    connects: Vec<NodeId>,
 }
 
 fn drain(client: &mut Client<StdRng>) -> Drained {
@@ -59,6 +60,7 @@ fn drain(client: &mut Client<StdRng>) -> Drained {
             }
             Output::Health(change) => drained.health.push(change),
             Output::Subscribe(channels) => drained.subscribed.push(channels),
+            Output::Connect(node) => drained.connects.push(node),
             _ => {}
         }
     }
@@ -106,7 +108,7 @@ fn granted(
 fn an_operation_reports_its_final_event_with_its_machine_and_the_client_is_idle_after() {
     let settings = settings();
     let t0 = Instant::now();
-    let mut client = Client::new(Arc::clone(&settings));
+    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
     let op = client.start(acquire(&settings, Attempts::Once, t0), t0);
     let out = drain(&mut client);
     assert_eq!(out.sent.len(), 3, "one request per node, sent at start");
@@ -135,7 +137,7 @@ fn an_operation_reports_its_final_event_with_its_machine_and_the_client_is_idle_
 fn a_node_overdue_three_times_is_known_slow_skipped_and_trusted_at_its_next_answer() {
     let settings = settings();
     let mut now = Instant::now();
-    let mut client = Client::new(Arc::clone(&settings));
+    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
     let mut changes = Vec::new();
     for _ in 0..3 {
         changes.extend(granted_without(&mut client, &settings, NodeId(2), now));
@@ -143,7 +145,10 @@ fn a_node_overdue_three_times_is_known_slow_skipped_and_trusted_at_its_next_answ
     }
     assert_eq!(
         changes,
-        [HealthChange::Slow { node: NodeId(2) }],
+        [HealthChange::Slow {
+            node: NodeId(2),
+            probe_every: settings.node_timeout() * 4
+        }],
         "slow at the third miss"
     );
     let op = client.start(acquire(&settings, Attempts::Once, now), now);
@@ -205,7 +210,7 @@ fn granted_without(
 fn a_cancelled_acquire_withdraws_its_attempt_on_every_node() {
     let settings = settings();
     let t0 = Instant::now();
-    let mut client = Client::new(Arc::clone(&settings));
+    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
     let op = client.start(acquire(&settings, Attempts::Once, t0), t0);
     let attempt = drain(&mut client);
     client.cancel(op, t0 + MS);
@@ -244,7 +249,7 @@ fn the_cancel_test_catches_a_client_that_skips_the_withdraws() {
 fn a_release_that_meets_a_broken_connection_is_sent_again_until_it_is_given_up() {
     let settings = settings();
     let t0 = Instant::now();
-    let mut client = Client::new(Arc::clone(&settings));
+    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
     let mut lock = granted(&mut client, &settings, t0);
     let t1 = t0 + 100 * MS;
     client.start(Operation::Release(Box::new(lock.release(t1))), t1);
@@ -286,7 +291,7 @@ fn a_release_that_meets_a_broken_connection_is_sent_again_until_it_is_given_up()
 fn a_release_unanswered_is_waited_for_until_its_give_up_not_its_deadline() {
     let settings = settings();
     let t0 = Instant::now();
-    let mut client = Client::new(Arc::clone(&settings));
+    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
     let mut lock = granted(&mut client, &settings, t0);
     let t1 = t0 + 100 * MS;
     client.start(Operation::Release(Box::new(lock.release(t1))), t1);
@@ -312,7 +317,7 @@ fn a_release_unanswered_is_waited_for_until_its_give_up_not_its_deadline() {
 fn close_ends_every_operation_and_withdraws_what_is_in_flight() {
     let settings = settings();
     let t0 = Instant::now();
-    let mut client = Client::new(Arc::clone(&settings));
+    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
     let first = client.start(acquire(&settings, Attempts::Once, t0), t0);
     let second = client.start(acquire(&settings, Attempts::Once, t0), t0);
     let attempts = drain(&mut client);
@@ -349,7 +354,7 @@ fn close_ends_every_operation_and_withdraws_what_is_in_flight() {
 fn close_releases_what_keep_alives_hold_and_refuses_new_locks() {
     let settings = settings();
     let t0 = Instant::now();
-    let mut client = Client::new(Arc::clone(&settings));
+    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
     let lock = granted(&mut client, &settings, t0);
     let kept = client.start(
         Operation::KeepAlive(Box::new(redlock_core::KeptLock::new(
@@ -409,7 +414,7 @@ fn a_waiter_is_handed_the_lock_its_client_releases_without_waiting_for_its_retry
             .unwrap(),
     );
     let t0 = Instant::now();
-    let mut client = Client::new(Arc::clone(&settings));
+    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
     let mut held = granted(&mut client, &settings, t0);
     // A second acquire of the same lock finds it held and waits.
     let t1 = t0 + 5 * MS;
@@ -494,7 +499,7 @@ fn restarted(vote: &redlock_core::NodeVote) -> bool {
 fn a_restarted_server_does_not_vote_until_the_longest_ttl_has_passed() {
     let settings = settings();
     let t0 = Instant::now();
-    let mut client = Client::new(Arc::clone(&settings));
+    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
     for node in 0..3 {
         client.handle_connected(NodeId(node), &[format!("first{node}")], t0);
     }
@@ -597,4 +602,92 @@ fn the_restart_test_catches_a_restarted_server_that_votes_at_once() {
         std::panic::catch_unwind(a_restarted_server_does_not_vote_until_the_longest_ttl_has_passed);
     planted::set(None);
     assert!(caught.is_err(), "the planted bug went unnoticed");
+}
+
+#[test]
+fn a_broken_link_is_connected_again_at_once_then_with_a_growing_backoff() {
+    let settings = settings();
+    let t0 = Instant::now();
+    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
+    assert_eq!(client.poll_timeout(), None, "nothing to do while connected");
+    client.handle_disconnected(NodeId(1), t0);
+    assert_eq!(drain(&mut client).connects, [NodeId(1)], "a break: at once");
+    client.handle_disconnected(NodeId(1), t0);
+    assert!(
+        drain(&mut client).connects.is_empty(),
+        "one attempt at a time"
+    );
+    // Each failure waits the backoff: 50 ms, then 100, 200, ... up to 2 s,
+    // each less up to a quarter of jitter.
+    let mut now = t0;
+    let mut waits = Vec::new();
+    for _ in 0..8 {
+        client.handle_connect_failed(NodeId(1), now);
+        let next = client.poll_timeout().expect("the next attempt is timed");
+        client.handle_timeout(next - Duration::from_micros(1));
+        assert!(
+            drain(&mut client).connects.is_empty(),
+            "not before its time"
+        );
+        client.handle_timeout(next);
+        assert_eq!(drain(&mut client).connects, [NodeId(1)]);
+        waits.push(next - now);
+        now = next;
+    }
+    let full = [50, 100, 200, 400, 800, 1600, 2000, 2000];
+    for (wait, full) in waits.iter().zip(full) {
+        let full = Duration::from_millis(full);
+        assert!(
+            *wait <= full && *wait >= full * 3 / 4,
+            "{waits:?} against {full:?}"
+        );
+    }
+    // Connected: what it was owed goes, and the backoff starts over.
+    client.handle_connected(NodeId(1), &[], now);
+    assert_eq!(client.poll_timeout(), None);
+    client.handle_disconnected(NodeId(1), now);
+    assert_eq!(drain(&mut client).connects, [NodeId(1)]);
+    client.handle_connect_failed(NodeId(1), now);
+    let wait = client.poll_timeout().unwrap() - now;
+    assert!(wait <= 50 * MS, "the backoff starts over: {wait:?}");
+}
+
+#[cfg(feature = "planted-bugs")]
+#[test]
+fn the_reconnection_test_catches_a_client_that_reconnects_without_backoff() {
+    use redlock_core::planted::{self, Bug};
+    planted::set(Some(Bug::ReconnectWithoutBackoff));
+    let caught = std::panic::catch_unwind(
+        a_broken_link_is_connected_again_at_once_then_with_a_growing_backoff,
+    );
+    planted::set(None);
+    assert!(caught.is_err(), "the planted bug went unnoticed");
+}
+
+#[test]
+fn a_closed_client_still_connects_for_what_it_owes() {
+    let settings = settings();
+    let t0 = Instant::now();
+    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
+    let mut lock = granted(&mut client, &settings, t0);
+    let t1 = t0 + 100 * MS;
+    client.start(Operation::Release(Box::new(lock.release(t1))), t1);
+    let release = drain(&mut client);
+    client.close(t1);
+    let on_0: Vec<_> = release
+        .sent
+        .iter()
+        .filter(|(_, r)| r.node == NodeId(0))
+        .collect();
+    client.handle_reply(on_0[0].0, broken(&on_0[0].1), t1);
+    client.handle_disconnected(NodeId(0), t1);
+    assert_eq!(drain(&mut client).connects, [NodeId(0)]);
+    client.handle_connected(NodeId(0), &[], t1 + MS);
+    let resent = drain(&mut client);
+    assert_eq!(
+        resent.sent.len(),
+        1,
+        "the release owed goes on the new link"
+    );
+    assert_eq!(resent.sent[0].1.node, NodeId(0));
 }

@@ -70,7 +70,10 @@ fn slow(settings: &Arc<Settings>, t0: Instant) -> NodeHealth {
     }
     assert_eq!(
         health.handle_overdue(t0),
-        Some(HealthChange::Slow { node: NodeId(4) })
+        Some(HealthChange::Slow {
+            node: NodeId(4),
+            probe_every: settings.node_timeout() * 4
+        })
     );
     health
 }

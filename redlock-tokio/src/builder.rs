@@ -399,7 +399,7 @@ impl Builder {
                 if let Ok(connected) = &result {
                     node.note_persistence(connected);
                 }
-                node.set_initial(result);
+                node.set_link(result);
             }
         }
         if let Some(error) = auth_failure {
@@ -426,12 +426,18 @@ impl Builder {
                  background (Builder::require_connected refuses to start so)"
             );
         }
+        let driver = crate::driver::Driver::new(
+            Arc::clone(&settings),
+            Arc::clone(&nodes),
+            notices.clone(),
+            self.simulation.clone(),
+        );
+        if !unreachable.is_empty() {
+            // The core connects to them as soon as its task runs.
+            driver.start_now();
+        }
         let client = Redlock::new(crate::client::Inner {
-            driver: crate::driver::Driver::new(
-                Arc::clone(&settings),
-                Arc::clone(&nodes),
-                notices.clone(),
-            ),
+            driver,
             settings,
             wait: self.wait,
             nodes,

@@ -188,7 +188,9 @@ impl Redlock {
         if let Some(notices) = &self.inner.notices {
             notices.close().await;
         }
-        futures::future::join_all(self.inner.nodes.iter().map(|node| node.close())).await;
+        for node in self.inner.nodes.iter() {
+            node.close();
+        }
         // The `redis` crate aborts a connection's task when the connection
         // is dropped; the task ends when the runtime next polls it, which
         // this turn lets happen (a worker of a multi-thread runtime may

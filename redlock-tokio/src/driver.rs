@@ -113,6 +113,8 @@ pub(crate) struct Shared {
     pub(crate) notices: Option<Arc<Notices>>,
     /// Each node known slow, as the core last said.
     pub(crate) slow: Box<[AtomicBool]>,
+    /// Set in a simulation: the core's randomness comes from its seed.
+    pub(crate) simulation: Option<crate::sim::Simulation>,
 }
 
 /// The client's driver: its task, started on first use (and again on the
@@ -139,6 +141,7 @@ impl Driver {
         settings: Arc<Settings>,
         nodes: Arc<[Arc<Node>]>,
         notices: Option<Arc<Notices>>,
+        simulation: Option<crate::sim::Simulation>,
     ) -> Arc<Self> {
         let slow = nodes.iter().map(|_| AtomicBool::new(false)).collect();
         Arc::new_cyclic(|this| Self {
@@ -147,6 +150,7 @@ impl Driver {
                 nodes,
                 notices,
                 slow,
+                simulation,
             }),
             running: Mutex::new(None),
             closed: AtomicBool::new(false),
@@ -163,6 +167,13 @@ impl Driver {
             Some(inputs) => inputs.send(input).map_err(|error| error.0),
             None => Err(input),
         }
+    }
+
+    /// Starts the task now, on the current runtime, if it does not run: a
+    /// node down at build is connected to as the core asks, before the
+    /// first operation.
+    pub(crate) fn start_now(&self) {
+        let _ = self.inputs();
     }
 
     /// Whether node `index` is known slow.

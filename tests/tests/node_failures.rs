@@ -326,6 +326,29 @@ async fn a_node_down_at_build_is_connected_when_it_comes_back() {
     assert_absent(&cluster, "late");
 }
 
+/// The reconnection runs on the client's driver as its core asks, from the
+/// build on: a node down at build that comes back is connected before any
+/// operation needs it (the backoff between attempts is the core's, counted
+/// in `redlock-core/tests/client.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_down_at_build_is_connected_before_any_operation() {
+    let cluster = RedisCluster::start(3);
+    cluster.node(2).kill();
+    let redlock = client(&cluster).await;
+    assert_eq!(redlock.connected_nodes(), 2);
+    // Down for a second: about six attempts (50 ms doubling), not hundreds.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    cluster.node(2).restart();
+    eventually("the node is reconnected", Duration::from_secs(5), || {
+        redlock.connected_nodes() == 3
+    })
+    .await;
+    let guard = redlock.lock("late").wait(Wait::No).await.unwrap();
+    let report = guard.release().every_node().await;
+    assert_eq!(report.released(), 3, "the node held it too: {report}");
+    assert_absent(&cluster, "late");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_requires_every_node_is_not_built_without_one() {
     let cluster = RedisCluster::start(3);

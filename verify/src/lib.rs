@@ -2222,7 +2222,7 @@ pub mod configurations {
             // tokens without the clock the real servers' (`tests/tests/fencing.rs`:
             // the model's masters have no clock to floor them), a restarted
             // node's vote the real servers' too (`tests/tests/node_failures.rs`),
-            // the close's releases the client's tests.
+            // the close's releases and the reconnection backoff the client's tests.
             .filter(|&&bug| {
                 !matches!(
                     bug,
@@ -2232,6 +2232,7 @@ pub mod configurations {
                         | Bug::RestartedNodeVotes
                         | Bug::VoteBeforeAof
                         | Bug::CloseKeepsHeldLocks
+                        | Bug::ReconnectWithoutBackoff
                         | Bug::HubForgetsReplay
                         | Bug::HandOverBeforeFollowUp
                         | Bug::ElectionLosesAtExpiry

@@ -7,7 +7,7 @@ use rand_core::Rng;
 
 use crate::{HealthChange, Key, NodeErrorKind, NodeId, Reply};
 
-use super::node::NodeState;
+use super::node::{Link, NodeState};
 use super::{Client, Output, RequestId};
 
 impl<R: Rng> Client<R> {
@@ -61,11 +61,53 @@ impl<R: Rng> Client<R> {
     pub fn handle_connected(&mut self, node: NodeId, run_ids: &[String], now: Instant) {
         let ttl = self.links.longest_ttl.max(self.settings.default_ttl());
         let wait = ttl.as_duration() + self.settings.drift(ttl);
-        if let Some(wait) = self.links.nodes[node.0].connected(run_ids, wait, now) {
+        let state = &mut self.links.nodes[node.0];
+        state.link = Link::Up;
+        state.backoff.reset();
+        if let Some(wait) = state.connected(run_ids, wait, now) {
             self.outputs
                 .push_back(Output::Health(HealthChange::Restarted { node, wait }));
         }
         self.links.resend(&mut self.outputs, node, now);
+    }
+
+    /// Node `node` lost its connection at `now` (its driver saw it break):
+    /// a new one is asked for at once ([`Output::Connect`]). Ignored while
+    /// the node has no connection anyway.
+    pub fn handle_disconnected(&mut self, node: NodeId, now: Instant) {
+        let state = &mut self.links.nodes[node.0];
+        if state.link == Link::Up {
+            state.link = Link::Down { retry_at: now };
+            self.connect_due(now);
+        }
+    }
+
+    /// A connection attempt to `node` ([`Output::Connect`]) failed at
+    /// `now`: the next one is asked for after the node's backoff, which
+    /// doubles with each failure ([`Backoff::reconnect`](crate::Backoff::reconnect)).
+    pub fn handle_connect_failed(&mut self, node: NodeId, now: Instant) {
+        let state = &mut self.links.nodes[node.0];
+        if state.link == Link::Up {
+            // Connected meanwhile (a connection made elsewhere): kept.
+            return;
+        }
+        let mut wait = state.backoff.next(&mut self.rng);
+        if planted!(ReconnectWithoutBackoff) {
+            wait = std::time::Duration::ZERO;
+        }
+        state.link = Link::Down {
+            retry_at: now + wait,
+        };
+    }
+
+    /// Asks for a connection to each node whose attempt is due at `now`.
+    fn connect_due(&mut self, now: Instant) {
+        for (index, state) in self.links.nodes.iter_mut().enumerate() {
+            if matches!(state.link, Link::Down { retry_at } if retry_at <= now) {
+                state.link = Link::Connecting;
+                self.outputs.push_back(Output::Connect(NodeId(index)));
+            }
+        }
     }
 
     /// A release notice from `node` on `channel` arrived at `now`.
@@ -108,6 +150,7 @@ impl<R: Rng> Client<R> {
             self.links.flights.remove(&id);
             self.outputs.push_back(Output::Forget(id));
         }
+        self.connect_due(now);
         for node in 0..self.links.nodes.len() {
             let state = &mut self.links.nodes[node];
             state.forget_given_up(now);

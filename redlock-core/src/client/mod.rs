@@ -64,6 +64,10 @@ pub enum Output<R> {
     /// other; confirm with [`Client::handle_subscribed`] and give every
     /// message to [`Client::handle_notice`].
     Subscribe(Vec<Key>),
+    /// Connect to this node (it has no connection: it broke, or the last
+    /// attempt failed and its backoff passed), and say how it went:
+    /// [`Client::handle_connected`] or [`Client::handle_connect_failed`].
+    Connect(NodeId),
 }
 
 /// An operation that runs.
@@ -90,6 +94,12 @@ struct Running<R> {
 ///   ([`Output::Forget`]);
 /// - **each node's health**: requests a known slow node may skip are
 ///   answered [`Reply::skipped`] here and never sent;
+/// - **each node's link**: a node whose connection broke
+///   ([`handle_disconnected`](Self::handle_disconnected)) is connected
+///   again at once ([`Output::Connect`]), then, while attempts fail
+///   ([`handle_connect_failed`](Self::handle_connect_failed)), after a
+///   backoff of 50 ms doubling up to 2 s, less up to a quarter of jitter
+///   ([`Backoff::reconnect`](crate::Backoff::reconnect));
 /// - **what each node is owed**: a release, withdraw or leave that met a
 ///   broken connection is sent again when the node connects
 ///   ([`handle_connected`](Self::handle_connected)) or one per-node timeout
@@ -122,7 +132,7 @@ struct Running<R> {
 ///
 /// let settings = Arc::new(Config::new(["a", "b", "c"]).validate()?);
 /// let start = Instant::now();
-/// let mut client = Client::new(settings.clone());
+/// let mut client = Client::new(settings.clone(), StdRng::seed_from_u64(2));
 /// let acquisition = Acquisition::new(
 ///     settings.clone(), b"report", settings.default_ttl(), Attempts::Once, start,
 ///     StdRng::seed_from_u64(1),
@@ -157,12 +167,14 @@ pub struct Client<R> {
     outputs: VecDeque<Output<R>>,
     next_op: u64,
     closed: bool,
+    /// The jitter of each node's reconnection backoff.
+    rng: R,
 }
 
 impl<R: Rng> Client<R> {
-    /// A client of the nodes of `settings`, every node trusted, nothing
-    /// running.
-    pub fn new(settings: Arc<Settings>) -> Self {
+    /// A client of the nodes of `settings`, every node connected and
+    /// trusted, nothing running; `rng` draws the jitter of reconnections.
+    pub fn new(settings: Arc<Settings>, rng: R) -> Self {
         let nodes = (0..settings.node_count())
             .map(|node| NodeState::new(NodeHealth::for_node(&settings, NodeId(node))))
             .collect();
@@ -182,6 +194,7 @@ impl<R: Rng> Client<R> {
             outputs: VecDeque::new(),
             next_op: 0,
             closed: false,
+            rng,
         }
     }
 

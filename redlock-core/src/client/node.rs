@@ -1,10 +1,10 @@
-//! What a [`Client`](super::Client) keeps of one node: its health, and the
-//! releases owed to it.
+//! What a [`Client`](super::Client) keeps of one node: its link, its
+//! health, and the releases owed to it.
 
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use crate::{HealthChange, NodeError, NodeHealth, Request};
+use crate::{Backoff, HealthChange, NodeError, NodeHealth, Request};
 
 /// Releases and withdraws owed to one node at most: past this many, a key
 /// left behind expires at its TTL. Reached only by a node away for long
@@ -12,9 +12,25 @@ use crate::{HealthChange, NodeError, NodeHealth, Request};
 /// a request).
 pub const OWED_PER_NODE: usize = 4_096;
 
+/// A node's connection, as the driver last said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Link {
+    /// Connected ([`Client::handle_connected`](super::Client::handle_connected)).
+    Up,
+    /// A connection is being made ([`Output::Connect`](super::Output::Connect)
+    /// was emitted); its outcome comes next.
+    Connecting,
+    /// No connection; the next attempt is due at `retry_at`.
+    Down { retry_at: Instant },
+}
+
 /// One node as the client knows it.
 #[derive(Debug)]
 pub(super) struct NodeState {
+    pub(super) link: Link,
+    /// The wait before each connection attempt after a failed one: reset
+    /// by a connection made.
+    pub(super) backoff: Backoff,
     pub(super) health: NodeHealth,
     /// Requests that must arrive ([`Command::must_arrive`](crate::Command::must_arrive))
     /// and met a broken connection, oldest first: maybe never sent, maybe
@@ -34,6 +50,8 @@ pub(super) struct NodeState {
 impl NodeState {
     pub(super) fn new(health: NodeHealth) -> Self {
         Self {
+            link: Link::Up,
+            backoff: Backoff::reconnect(),
             health,
             owed: VecDeque::new(),
             retry_at: None,
@@ -108,10 +126,18 @@ impl NodeState {
         }
     }
 
-    /// The earliest instant something owed needs the client.
+    /// The earliest instant something owed, or a connection attempt,
+    /// needs the client.
     pub(super) fn next_timeout(&self) -> Option<Instant> {
         let give_up = self.owed.iter().map(|request| request.give_up_at).min();
-        [give_up, self.retry_at].into_iter().flatten().min()
+        let connect = match self.link {
+            Link::Down { retry_at } => Some(retry_at),
+            Link::Up | Link::Connecting => None,
+        };
+        [give_up, self.retry_at, connect]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     pub(super) fn answered(&mut self, now: Instant) -> Option<HealthChange> {

@@ -5,9 +5,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use futures::future::{AbortHandle, Abortable};
+use futures::StreamExt;
+use futures::future::{AbortHandle, Abortable, BoxFuture};
 use futures::stream::FuturesUnordered;
-use redlock_core::{Client, HealthChange, NodeErrorKind, OpId, Output, Reply, Request, RequestId};
+use redlock_core::{
+    Client, HealthChange, NodeError, NodeErrorKind, NodeId, OpId, Output, Reply, Request, RequestId,
+};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
@@ -41,14 +44,20 @@ pub(super) struct Task {
     keys: HashMap<u64, OpId>,
     /// Calls of `Redlock::shutdown` waiting for the background to settle.
     settled: Vec<tokio::sync::oneshot::Sender<()>>,
-    /// Each node's connection count last seen: a new connection is told to
-    /// the core.
-    connections: Box<[u64]>,
+    /// The connection attempts the core asked for, each with its node.
+    connecting: FuturesUnordered<Attempt>,
+    /// Each node's count of broken connections last seen: a new break is
+    /// told to the core.
+    breaks: Box<[u64]>,
     /// Whether every handle is gone: the task ends once idle.
     orphaned: bool,
     /// The driver this task runs for, for what it hands back.
     driver: std::sync::Weak<super::Driver>,
 }
+
+/// A connection attempt to a node, by its index: the server's run ids, or
+/// why it failed.
+type Attempt = BoxFuture<'static, (usize, Result<Vec<String>, NodeError>)>;
 
 /// Requests sent to one node in one turn, with their names.
 struct Flight {
@@ -77,7 +86,8 @@ impl Task {
         driver: std::sync::Weak<super::Driver>,
         closed: bool,
     ) -> Self {
-        let mut client = Client::new(Arc::clone(&shared.settings));
+        let rng = crate::sim::rng(shared.simulation.as_ref());
+        let mut client = Client::new(Arc::clone(&shared.settings), rng);
         if closed {
             client.close(crate::sim::now());
         }
@@ -93,9 +103,8 @@ impl Task {
             sinks: HashMap::new(),
             keys: HashMap::new(),
             settled: Vec::new(),
-            // None seen yet: the first look tells the core of every
-            // connection made so far, with its server's run ids.
-            connections: shared.nodes.iter().map(|_| 0).collect(),
+            connecting: FuturesUnordered::new(),
+            breaks: shared.nodes.iter().map(|_| 0).collect(),
             orphaned: false,
             driver,
             shared,
@@ -106,7 +115,7 @@ impl Task {
     /// nothing is left to do.
     pub(super) async fn run(mut self) {
         let mut timer = Timer::new();
-        self.connections_made(crate::sim::now());
+        self.links_at_start(crate::sim::now());
         loop {
             self.flush();
             if self.orphaned && self.client.is_idle() {
@@ -141,6 +150,13 @@ impl Task {
                         }
                     }
                 }
+                Some((node, result)) = self.connecting.next(), if !self.connecting.is_empty() => {
+                    let now = crate::sim::now();
+                    match result {
+                        Ok(run_ids) => self.client.handle_connected(NodeId(node), &run_ids, now),
+                        Err(_) => self.client.handle_connect_failed(NodeId(node), now),
+                    }
+                }
                 input = self.inputs.recv(), if !self.orphaned => match input {
                     Some(input) => {
                         self.input(input);
@@ -156,7 +172,7 @@ impl Task {
                 () = sleep => {
                     timer.fired();
                     let now = crate::sim::now();
-                    self.connections_made(now);
+                    self.links_broken(now);
                     self.client.handle_timeout(now);
                 }
             }
@@ -165,9 +181,6 @@ impl Task {
 
     /// A flight's replies: each one the core still waits for goes in.
     fn replies(&mut self, ids: Vec<RequestId>, replies: Vec<Reply>, now: std::time::Instant) {
-        // A reply may come over a connection made since the last look: the
-        // core hears of it first (a restarted server's answer is no vote).
-        self.connections_made(now);
         for (id, reply) in ids.into_iter().zip(replies) {
             let Some(flight) = self.flight_of.remove(&id) else {
                 // Forgotten by the core while its flight was out.
@@ -179,6 +192,7 @@ impl Task {
             }
             self.client.handle_reply(id, reply, now);
         }
+        self.links_broken(now);
     }
 
     /// One request of `flight` is no longer waited for: the flight goes
@@ -282,16 +296,28 @@ impl Task {
         }
     }
 
-    /// Nodes that connected since last looked at, with the run ids of
-    /// their servers: what they are owed goes, and the core judges whether
-    /// the server restarted.
-    fn connections_made(&mut self, now: std::time::Instant) {
+    /// Tells the core, as the task starts, which nodes are connected (with
+    /// their servers' run ids) and which are not: the core asks for a
+    /// connection to those.
+    fn links_at_start(&mut self, now: std::time::Instant) {
         for (index, node) in self.shared.nodes.iter().enumerate() {
-            let made = node.connections();
-            if made != self.connections[index] {
-                self.connections[index] = made;
+            self.breaks[index] = node.breaks();
+            if node.is_connected() {
                 self.client
-                    .handle_connected(redlock_core::NodeId(index), &node.run_ids(), now);
+                    .handle_connected(NodeId(index), &node.run_ids(), now);
+            } else {
+                self.client.handle_disconnected(NodeId(index), now);
+            }
+        }
+    }
+
+    /// Tells the core of the connections that broke since last looked at.
+    fn links_broken(&mut self, now: std::time::Instant) {
+        for (index, node) in self.shared.nodes.iter().enumerate() {
+            let breaks = node.breaks();
+            if breaks != self.breaks[index] {
+                self.breaks[index] = breaks;
+                self.client.handle_disconnected(NodeId(index), now);
             }
         }
     }
@@ -343,6 +369,11 @@ impl Task {
                         notices.want(channels, self.weak.clone());
                     }
                 }
+                Output::Connect(node) => {
+                    let attempt = Arc::clone(&self.shared.nodes[node.0]).reconnect();
+                    self.connecting
+                        .push(Box::pin(async move { (node.0, attempt.await) }));
+                }
                 _ => {}
             }
         }
@@ -373,14 +404,14 @@ impl Task {
 
     fn health(&self, change: HealthChange) {
         match change {
-            HealthChange::Slow { node } => {
+            HealthChange::Slow { node, probe_every } => {
                 let name = &self.shared.settings.nodes()[node.0];
                 info!(
                     node = %name,
                     "node known slow: {} requests in a row unanswered past their timeout; \
                      new acquires skip it, one probe every {} ms, until it answers",
                     redlock_core::SLOW_AFTER,
-                    (self.shared.settings.node_timeout() * 4).as_millis()
+                    probe_every.as_millis()
                 );
                 self.shared.slow[node.0].store(true, Ordering::Relaxed);
                 crate::metrics::node_slow(name, true);

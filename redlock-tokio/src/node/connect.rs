@@ -1,8 +1,7 @@
 //! Making a node's connection: to one master, to a whole cluster, or
 //! through a simulation's connector; what the server is (`INFO server`);
-//! and the background reconnection with backoff.
+//! and a reconnection the core asked for.
 
-use std::sync::Weak;
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
@@ -10,12 +9,12 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
 use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, Value};
-use redlock_core::{Backoff, NodeError, NodeErrorKind, NodeFacts};
+use redlock_core::{NodeError, NodeErrorKind, NodeFacts};
 use tracing::{debug, info, warn};
 
 use super::reply::map_error;
 use super::scripts::SCRIPTS;
-use super::{Link, Node, connection_config};
+use super::{Node, connection_config};
 use crate::sim::Simulation;
 
 /// The connection of a node: to one master, or to a whole cluster.
@@ -373,53 +372,47 @@ impl Node {
     }
 }
 
-/// Reconnects `node` in the background, waiting the core's reconnection
-/// [`Backoff`] between attempts (and before the first one when
-/// `wait_first`, after the eager attempt at build failed). Ends once
-/// connected, or when the node is dropped.
-pub(super) async fn reconnect(node: Weak<Node>, wait_first: bool) {
-    let mut backoff = Backoff::reconnect();
-    let simulation = node.upgrade().and_then(|node| node.simulation.clone());
-    let mut rng = crate::sim::rng(simulation.as_ref().map(|(_, simulation)| simulation));
-    if wait_first {
-        tokio::time::sleep(backoff.next(&mut rng)).await;
-    }
-    loop {
-        // Hold the node only while trying, so that dropping the client ends
-        // this task at its next wake-up.
-        let Some(strong) = node.upgrade() else {
-            return;
-        };
-        let error = match strong.connect().await {
+impl Node {
+    /// One connection attempt, as the core asked
+    /// ([`Output::Connect`](redlock_core::Output::Connect)): on success the
+    /// node is up again and the server's run ids are returned, for the
+    /// core; on failure the error stays with the node, for the requests
+    /// that meet it down, and is returned.
+    pub(crate) async fn reconnect(self: std::sync::Arc<Self>) -> Result<Vec<String>, NodeError> {
+        if self.closed.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(NodeError::new(
+                NodeErrorKind::Connection,
+                "the client was shut down",
+            ));
+        }
+        match self.connect().await {
             Ok(connected) => {
-                info!(node = %strong.name, "connected");
+                info!(node = %self.name, "connected");
                 if let Some(policy) = connected
                     .evicting
                     .as_deref()
-                    .filter(|_| !strong.eviction_allowed)
+                    .filter(|_| !self.eviction_allowed)
                 {
                     // Not refused: the client runs; an operator acts on it.
                     warn!(
-                        node = %strong.name,
+                        node = %self.name,
                         policy,
                         "the server may evict lock keys (maxmemory-policy): a lock evicted there \
                          is granted to another client while its holder still counts it; set \
                          maxmemory-policy noeviction"
                     );
                 }
-                strong.note_persistence(&connected);
-                strong.set_up(connected);
-                return;
+                self.note_persistence(&connected);
+                let run_ids = connected.run_ids.clone();
+                self.set_link(Ok(connected));
+                Ok(run_ids)
             }
-            Err(error) => error,
-        };
-        let wait = backoff.next(&mut rng);
-        debug!(node = %strong.name, error = %error, retry_in_ms = wait.as_millis() as u64, "reconnection failed");
-        if let Link::Down { error: last, .. } = &mut strong.lock_state().link {
-            *last = error;
+            Err(error) => {
+                debug!(node = %self.name, error = %error, "reconnection failed");
+                self.set_link(Err(error.clone()));
+                Err(error)
+            }
         }
-        drop(strong);
-        tokio::time::sleep(wait).await;
     }
 }
 

@@ -4,8 +4,9 @@
 //! Each node keeps one multiplexed connection that every request shares, so
 //! requests to one node are written in the order they are sent: a release
 //! sent after an acquire is executed after it. The connection is made (and
-//! every script loaded) eagerly at build, and again in a background task
-//! with backoff whenever it breaks. While a node has no connection, requests
+//! every script loaded) eagerly at build, and again by the driver whenever
+//! the core asks ([`Output::Connect`](redlock_core::Output::Connect): at
+//! once after a break, then with backoff). While a node has no connection, requests
 //! to it fail at once with the last connection error, which the core counts
 //! as that node's failure; nothing waits for a reconnect.
 //!
@@ -33,7 +34,6 @@ use std::time::Duration;
 use redis::AsyncConnectionConfig;
 use redis::cluster::ClusterClient;
 use redlock_core::{NodeError, NodeErrorKind, NodeFacts};
-use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
 use crate::order::Order;
@@ -42,7 +42,7 @@ use crate::sim::Simulation;
 use blocking::Blocking;
 pub(crate) use blocking::{as_runtime_drops, check_may_block, may_block};
 pub(crate) use connect::Connected;
-use connect::{Connection, reconnect};
+use connect::Connection;
 pub(crate) use reply::map_error;
 
 enum Link {
@@ -51,12 +51,8 @@ enum Link {
         facts: NodeFacts,
         generation: u64,
     },
-    Down {
-        error: NodeError,
-        /// The background reconnection, if one was started. It ends early
-        /// when its runtime shuts down; a finished one is started again.
-        reconnecting: Option<JoinHandle<()>>,
-    },
+    /// No connection: the driver makes one when the core asks.
+    Down { error: NodeError },
 }
 
 struct State {
@@ -87,9 +83,9 @@ pub(crate) struct Node {
     connect_timeout: Duration,
     /// The per-node timeout: how long a blocking release waits for an answer.
     node_timeout: Duration,
-    /// How many connections were made: the driver tells the core of each
-    /// new one, for the releases owed to this node.
-    connections: std::sync::atomic::AtomicU64,
+    /// How many times a connection broke under a request: the driver
+    /// tells the core of each break, which asks for a new connection.
+    breaks: std::sync::atomic::AtomicU64,
     /// Whether a `NOPERM` was logged at WARN: once per node, since an ACL
     /// user without rights on the waiters' marks meets one on every
     /// release (which the core then sends again without them).
@@ -143,7 +139,7 @@ impl Node {
             cluster,
             connect_timeout,
             node_timeout,
-            connections: std::sync::atomic::AtomicU64::new(0),
+            breaks: std::sync::atomic::AtomicU64::new(0),
             no_permission_logged: std::sync::atomic::AtomicBool::new(false),
             blocking: Mutex::default(),
             blocking_gave_up: std::sync::atomic::AtomicBool::new(false),
@@ -153,7 +149,6 @@ impl Node {
             state: Mutex::new(State {
                 link: Link::Down {
                     error: NodeError::new(NodeErrorKind::Connection, "not connected yet"),
-                    reconnecting: None,
                 },
                 generation: 0,
                 run_ids: Vec::new(),
@@ -165,26 +160,17 @@ impl Node {
         }
     }
 
-    /// Closes the node for the client's shutdown: its reconnection stops,
+    /// Closes the node for the client's shutdown, once its driver ended:
     /// its connection is dropped (which ends the `redis` crate's task for
     /// it), and it connects no more. A request sent from now on fails at
     /// once ([`NodeErrorKind::Connection`]).
-    pub(crate) async fn close(&self) {
+    pub(crate) fn close(&self) {
         self.closed
             .store(true, std::sync::atomic::Ordering::Relaxed);
-        let reconnecting = match &mut self.lock_state().link {
-            Link::Down { reconnecting, .. } => reconnecting.take(),
-            Link::Up { .. } => None,
-        };
-        if let Some(reconnecting) = reconnecting {
-            reconnecting.abort();
-            let _ = reconnecting.await;
-        }
         let link = std::mem::replace(
             &mut self.lock_state().link,
             Link::Down {
                 error: NodeError::new(NodeErrorKind::Connection, "the client was shut down"),
-                reconnecting: None,
             },
         );
         drop(link);
@@ -205,9 +191,9 @@ impl Node {
         self.cluster.is_some()
     }
 
-    /// How many connections were made so far.
-    pub(crate) fn connections(&self) -> u64 {
-        self.connections.load(std::sync::atomic::Ordering::Relaxed)
+    /// How many times a connection broke under a request so far.
+    pub(crate) fn breaks(&self) -> u64 {
+        self.breaks.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// This node, node `index` of a simulation: connected through its
@@ -290,18 +276,15 @@ impl Node {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Records the outcome of the eager connection attempt made at build.
-    /// A failure starts the background reconnection.
-    pub(crate) fn set_initial(self: &Arc<Self>, result: Result<Connected, NodeError>) {
+    /// Records the outcome of a connection attempt: the eager one made at
+    /// build, or one the driver made.
+    pub(crate) fn set_link(&self, result: Result<Connected, NodeError>) {
         match result {
             Ok(connection) => self.set_up(connection),
             Err(error) => {
-                let mut state = self.lock_state();
-                let reconnecting = self.spawn_reconnect(true);
-                state.link = Link::Down {
-                    error,
-                    reconnecting,
-                };
+                if let Link::Down { error: last } = &mut self.lock_state().link {
+                    *last = error;
+                }
             }
         }
     }
@@ -331,11 +314,6 @@ impl Node {
             },
             eviction: connected.evicting,
         });
-        // Counted before anyone can send on it: a reply that came over this
-        // connection finds it counted, so the driver tells the core of a
-        // restart before it hands the core that reply.
-        self.connections
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         drop(state);
     }
 
@@ -364,55 +342,34 @@ impl Node {
 
     /// The connection to use, its server's facts and its generation, or
     /// the reason there is none.
-    fn connection(self: &Arc<Self>) -> Result<(Connection, NodeFacts, u64), NodeError> {
-        let mut state = self.lock_state();
-        match &mut state.link {
+    fn connection(&self) -> Result<(Connection, NodeFacts, u64), NodeError> {
+        match &self.lock_state().link {
             Link::Up {
                 connection,
                 facts,
                 generation,
             } => Ok((connection.clone(), *facts, *generation)),
-            Link::Down {
-                error,
-                reconnecting,
-            } => {
-                let error = NodeError::new(
-                    error.kind,
-                    format!("not connected; last error: {}", error.detail),
-                );
-                if reconnecting.as_ref().is_none_or(JoinHandle::is_finished) {
-                    // The reconnection task ended with its runtime (or never
-                    // started): start one on the caller's runtime.
-                    *reconnecting = self.spawn_reconnect(false);
-                }
-                Err(error)
-            }
+            Link::Down { error } => Err(NodeError::new(
+                error.kind,
+                format!("not connected; last error: {}", error.detail),
+            )),
         }
     }
 
     /// Drops the connection of `generation` after an error that leaves it
-    /// unusable, and starts reconnecting.
-    fn connection_failed(self: &Arc<Self>, generation: u64, error: &NodeError) {
+    /// unusable; the driver tells the core, which asks for a new one.
+    fn connection_failed(&self, generation: u64, error: &NodeError) {
         let mut state = self.lock_state();
         if matches!(state.link, Link::Up { generation: g, .. } if g == generation) {
             // A master down: what an operator acts on (and `connected` when
             // it is back).
-            info!(node = %self.name, error = %error, "connection lost; reconnecting in the background");
-            let reconnecting = self.spawn_reconnect(false);
+            info!(node = %self.name, error = %error, "connection lost; reconnecting");
             state.link = Link::Down {
                 error: error.clone(),
-                reconnecting,
             };
+            self.breaks
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
-    }
-
-    /// Starts the reconnection loop on the current Tokio runtime, if any.
-    fn spawn_reconnect(self: &Arc<Self>, wait_first: bool) -> Option<JoinHandle<()>> {
-        if self.closed.load(std::sync::atomic::Ordering::Relaxed) {
-            return None;
-        }
-        let runtime = tokio::runtime::Handle::try_current().ok()?;
-        Some(runtime.spawn(reconnect(Arc::downgrade(self), wait_first)))
     }
 }
 
