@@ -80,6 +80,8 @@
 mod history;
 #[allow(dead_code, unreachable_pub, missing_docs)]
 mod model;
+#[cfg(feature = "planted-divergence")]
+mod planted;
 mod resp;
 mod server;
 
@@ -95,6 +97,9 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 pub use history::{Event, EventKind, FencedWrite, History, Hold, Overlap, overlaps, stale_writes};
+#[cfg(feature = "planted-divergence")]
+#[doc(hidden)]
+pub use planted::plant_release_ignoring_value;
 #[doc(hidden)]
 pub use server::Tap;
 use server::{Blocking, Server, Shared};

@@ -661,8 +661,18 @@ impl Server {
     /// another expiry (extended), one it held and no longer does
     /// (released).
     fn run(&self, clock: f64, request: &Request, native: Option<Native>) -> Response {
-        let value = request.value.as_bytes();
         let mut state = self.state();
+        #[cfg(feature = "planted-divergence")]
+        let planted;
+        #[cfg(feature = "planted-divergence")]
+        let request = match crate::planted::divergent_release(request, &mut state.store, clock) {
+            Some(divergent) => {
+                planted = divergent;
+                &planted
+            }
+            None => request,
+        };
+        let value = request.value.as_bytes();
         let before: Vec<Option<f64>> = request
             .keys
             .iter()
