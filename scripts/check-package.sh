@@ -6,7 +6,7 @@
 set -euo pipefail
 CARGO="${CARGO:-cargo}"
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-crates=(redlock-core redlock-tokio redlock-cli)
+crates=(redlock-core redlock-tokio redlock-testkit redlock-cli)
 
 msrv=$(sed -n 's/^rust-version = "\(.*\)"$/\1/p' Cargo.toml)
 have=$(rustc --version | awk '{ print $2 }')

@@ -7,7 +7,7 @@
 //! behind. With the feature `planted-bugs`, the bugs that break the last
 //! two are caught here.
 
-#[path = "sim/redis.rs"]
+#[path = "../../redlock-testkit/src/model.rs"]
 #[allow(dead_code, unreachable_pub)]
 mod redis;
 

@@ -8,7 +8,7 @@
 //! which the nodes run their queues: the waiter must get the lock without
 //! its retry timer ever firing (its retry delay is ten seconds; only a
 //! notice, or the fresh attempt made once it listens, can wake it). The
-//! nodes run the simulation's script models (`sim/redis.rs`), which
+//! nodes run the simulation's script models (`redlock-testkit/src/model.rs`), which
 //! `tests/tests/lua_model.rs` checks against the real Lua.
 //!
 //! Two broken variants show that the check has teeth: a waiter whose marks
@@ -21,7 +21,7 @@
 //! there meanwhile. The holder's release is the core's own machine, fed
 //! every answer.
 
-#[path = "sim/redis.rs"]
+#[path = "../../redlock-testkit/src/model.rs"]
 #[allow(dead_code, unreachable_pub)]
 mod redis;
 

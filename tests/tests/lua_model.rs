@@ -3,13 +3,13 @@
 //! restore, release, withdraw, fenced rounds, waiters marks, and the marks
 //! on a holder's value a waiter's attempt or mark sets), each request run both by the real
 //! server (its script, as the client sends it) and by the simulation's
-//! node (`redlock-core/tests/sim/redis.rs`), must get the same answer
+//! node (`redlock-testkit/src/model.rs`), must get the same answer
 //! every time. A script changed without its model (or the reverse) fails
 //! here, so the simulation's schedules keep testing the scripts that run.
 
 mod support;
 
-#[path = "../../redlock-core/tests/sim/redis.rs"]
+#[path = "../../redlock-testkit/src/model.rs"]
 #[allow(dead_code, unreachable_pub)]
 mod model;
 

@@ -19,6 +19,7 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+#[path = "../../../redlock-testkit/src/model.rs"]
 mod redis;
 
 use rand::rngs::StdRng;

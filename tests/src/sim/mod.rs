@@ -3,9 +3,10 @@
 //! virtual time against simulated masters, one seed per run.
 //!
 //! Each run builds one to three clients through [`Builder`](redlock_tokio::Builder) with a
-//! [`Simulation`] hook: every connection to a master is an in-memory stream
-//! (`tokio::io::duplex`) to a master (`master.rs`) that speaks RESP and answers from
-//! the core's simulation model, the same model `tests/tests/lua_model.rs`
+//! [`Simulation`](redlock_tokio::sim::Simulation) hook: every connection to a master is an in-memory stream
+//! (`tokio::io::duplex`) to a master (a node of `redlock_testkit`'s [`Quorum`], its
+//! faults set through the kit's controls, `master.rs`) that speaks RESP and answers from
+//! the kit's script model, the same model `tests/tests/lua_model.rs`
 //! checks against the real Lua. The runtime is current-thread with paused
 //! time (it jumps ahead whenever every task waits on a timer), lock values
 //! and jitter come from the seed, so a seed replays exactly: the same
@@ -33,10 +34,6 @@
 //! waiting (marks, notices, the client's own hand-overs, resubscribing
 //! after a dropped connection) runs under the same faults and replays.
 
-#[path = "../../../redlock-core/tests/sim/redis.rs"]
-#[allow(dead_code, unreachable_pub, missing_docs)]
-mod model;
-
 mod master;
 
 use std::collections::BTreeMap;
@@ -45,15 +42,13 @@ use std::hash::{DefaultHasher, Hasher};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use futures::FutureExt;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use redlock_tokio::sim::Simulation;
 use redlock_tokio::{KeepAlive, Redlock, Wait};
 use tokio::time::Instant;
 
 pub use master::MasterFaults;
-use master::{Blocking, Master};
+use redlock_testkit::{Node, Quorum, Tap};
 
 /// What a run does besides its faults.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -286,7 +281,7 @@ impl History {
         }
     }
 
-    fn command(&self, master: usize, clock: f64, frozen: bool, words: &[Vec<u8>], reply: &[u8]) {
+    fn record(&self, master: usize, clock: f64, frozen: bool, words: &[Vec<u8>], reply: &[u8]) {
         self.commands
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         {
@@ -343,6 +338,21 @@ impl History {
             hasher.write_u64(*at_exit);
         }
         (hasher.finish(), notes.1.clone())
+    }
+}
+
+impl Tap for History {
+    fn command(&self, node: usize, clock: f64, frozen: bool, words: &[Vec<u8>], reply: &[u8]) {
+        self.record(node, clock, frozen, words, reply);
+    }
+
+    fn note(&self, text: String) {
+        History::note(self, text);
+    }
+
+    fn notice(&self) {
+        self.notices
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -465,23 +475,28 @@ fn run_plan(
         .start_paused(true)
         .build()
         .expect("a runtime");
-    let (masters, start) = runtime.block_on(async {
+    let (quorum, masters, start) = runtime.block_on(async {
         let start = Instant::now();
-        let masters: Vec<Arc<Master>> = plan
-            .masters
-            .iter()
-            .enumerate()
-            .map(|(i, faults)| Master::new(i, seed, faults.clone(), Arc::clone(history)))
-            .collect();
-        (masters, start)
+        let quorum = Quorum::builder()
+            .nodes(plan.masters.len())
+            .seed(seed)
+            .valkey(plan.masters.iter().any(|m| m.valkey))
+            .buffers(plan.masters.iter().map(|m| m.buffer).collect())
+            .tap(Arc::clone(history) as Arc<dyn Tap>)
+            .build();
+        let masters = quorum.nodes();
+        for (faults, master) in plan.masters.iter().zip(&masters) {
+            faults.apply(master);
+        }
+        (quorum, masters, start)
     });
     let clients = runtime.block_on(async {
         for master in &masters {
-            tokio::spawn(Arc::clone(master).restart_when_due());
+            tokio::spawn(master.restart_when_due());
         }
         let mut clients = Vec::new();
         for c in 0..plan.clients {
-            clients.push(build(plan, &masters, seed, c, planted).await);
+            clients.push(build(plan, &quorum, c, planted).await);
         }
         clients
     });
@@ -591,26 +606,8 @@ fn is_derived(key: &[u8]) -> bool {
     key.contains(&0)
 }
 
-async fn build(
-    plan: &Plan,
-    masters: &[Arc<Master>],
-    seed: u64,
-    client: usize,
-    planted: Option<Planted>,
-) -> Redlock {
-    let connecting = masters.to_vec();
-    let blocking = masters.to_vec();
-    let mut simulation = Simulation::new(seed ^ (client as u64 + 1) << 56, move |i| {
-        let master = Arc::clone(&connecting[i]);
-        async move {
-            let stream = master.accept()?;
-            Ok(Box::new(stream) as Box<dyn redlock_tokio::sim::Stream>)
-        }
-        .boxed()
-    })
-    .connect_blocking(move |i| {
-        Ok(Box::new(Blocking(Arc::clone(&blocking[i]))) as Box<dyn redis::ConnectionLike + Send>)
-    });
+async fn build(plan: &Plan, quorum: &Quorum, client: usize, planted: Option<Planted>) -> Redlock {
+    let mut simulation = quorum.simulation(client);
     match planted {
         Some(Planted::BoundedQueue) => simulation = simulation.connection_queue(2),
         Some(
@@ -620,10 +617,7 @@ async fn build(
         )
         | None => {}
     }
-    let urls: Vec<String> = (0..masters.len())
-        .map(|i| format!("redis://sim-master-{i}:6379"))
-        .collect();
-    Redlock::builder(urls)
+    Redlock::builder(quorum.urls())
         .ttl(plan.ttl)
         .node_timeout(plan.node_timeout)
         .connect_timeout(Duration::from_millis(200))
@@ -942,7 +936,7 @@ fn judge(
     seed: u64,
     mode: Mode,
     plan: &Plan,
-    masters: &[Arc<Master>],
+    masters: &[Node],
     left: &[Vec<Vec<u8>>],
     log: &Mutex<Log>,
     history: &History,

@@ -22,6 +22,10 @@ struct Entry {
     expires: f64,
 }
 
+/// One key alive: its name, its string value (if a string) and its expiry
+/// (node microseconds; `None`: never).
+pub type Snapshot = (Vec<u8>, Option<Vec<u8>>, Option<f64>);
+
 /// The keys of one node.
 #[derive(Default, Debug)]
 pub struct Store {
@@ -90,6 +94,30 @@ impl Store {
     #[allow(dead_code)]
     pub fn forget(&mut self, key: &[u8]) {
         self.del(key);
+    }
+
+    /// Every key alive at `clock`, sorted: its string value (`None` for a
+    /// sorted set or a hash) and its expiry (node microseconds; `None`: it
+    /// never expires). (Used by the test kit's `Node::keys`.)
+    pub fn snapshot(&self, clock: f64) -> Vec<Snapshot> {
+        let mut keys: Vec<_> = self
+            .data
+            .iter()
+            .filter(|(_, entry)| entry.expires > clock)
+            .map(|(key, entry)| {
+                let value = match &entry.val {
+                    Val::Str(bytes) => Some(bytes.clone()),
+                    Val::ZSet(_) | Val::Hash(_) => None,
+                };
+                (
+                    key.clone(),
+                    value,
+                    entry.expires.is_finite().then_some(entry.expires),
+                )
+            })
+            .collect();
+        keys.sort_by(|a, b| a.0.cmp(&b.0));
+        keys
     }
 
     pub fn clear(&mut self) {
@@ -675,6 +703,57 @@ impl Store {
                     Some(_) => Response::Int(0),
                     None => Response::Int(-1),
                 }
+            }
+            // `PROCLAIM`: the leader's record, only by the holder of the
+            // lock and only for a term no older than the counter's and the
+            // record's.
+            (_, Command::Proclaim { term }) => match self.get_str(keys[0], clock) {
+                Some(held) if is_ours(&held, ours) => {
+                    let counter = self.counter(keys[1], clock);
+                    let stored = self
+                        .get_str(keys[2], clock)
+                        .map(|record| {
+                            let digits: Vec<u8> = record
+                                .iter()
+                                .copied()
+                                .take_while(u8::is_ascii_digit)
+                                .collect();
+                            String::from_utf8_lossy(&digits).parse::<u64>().unwrap_or(0)
+                        })
+                        .unwrap_or(0);
+                    if counter > term || stored > term {
+                        return Response::Int(-1);
+                    }
+                    let mut record = term.to_string().into_bytes();
+                    record.push(0);
+                    record.extend_from_slice(ours);
+                    record.push(0);
+                    record.extend_from_slice(request.payload.as_deref().unwrap_or_default());
+                    self.data.insert(
+                        keys[2].to_vec(),
+                        Entry {
+                            val: Val::Str(record),
+                            expires: f64::INFINITY,
+                        },
+                    );
+                    Response::Int(1)
+                }
+                _ => Response::Int(0),
+            },
+            // `READ_LEADER`: `{value, counter, record}`, each nil if absent.
+            (_, Command::ReadLeader) => {
+                let read = |this: &mut Self, key: &[u8]| match this.live(key, clock) {
+                    Some(Entry {
+                        val: Val::Str(bytes),
+                        ..
+                    }) => Response::Data(bytes.clone()),
+                    _ => Response::Nil,
+                };
+                Response::Array(vec![
+                    read(self, keys[0]),
+                    read(self, keys[1]),
+                    read(self, keys[2]),
+                ])
             }
             (kind, command) => panic!("the simulation does not know {command:?} on {kind:?}"),
         }

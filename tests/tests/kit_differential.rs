@@ -1,0 +1,226 @@
+//! The test kit answers as real servers do: the same scenarios (acquire and
+//! contention, a late release after expiry, loss under pause, restart
+//! empty, a semaphore's limit) run against real servers (redis-server, or
+//! Valkey under `make nextest-valkey`) and against `redlock_testkit`'s
+//! quorum in virtual time, and the outcomes a user sees (granted or the
+//! typed error, loss reasons, keys left on each node) must be the same.
+//! A divergence planted in the kit's nodes (a release that ignores the
+//! value) must make them differ.
+
+mod support;
+
+use std::time::Duration;
+
+use redlock_testkit::Quorum;
+use redlock_tests::{RedisCluster, ServerKind};
+use redlock_tokio::{Error, KeepAlive, Redlock, Wait};
+
+const TTL: Duration = Duration::from_secs(2);
+
+/// Where a scenario runs.
+enum Env {
+    Real(RedisCluster),
+    Kit(Quorum),
+}
+
+impl Env {
+    async fn client(&self) -> Redlock {
+        let builder = match self {
+            Env::Real(cluster) => support::builder(cluster),
+            Env::Kit(quorum) => quorum.client().node_timeout(support::NODE_TIMEOUT),
+        };
+        builder.ttl(TTL).build().await.expect("a client")
+    }
+
+    /// What each node holds at `key` now.
+    fn values(&self, key: &str) -> Vec<Option<Vec<u8>>> {
+        match self {
+            Env::Real(cluster) => cluster.nodes().iter().map(|node| node.get(key)).collect(),
+            Env::Kit(quorum) => quorum
+                .nodes()
+                .iter()
+                .map(|node| node.get(key).and_then(|entry| entry.value))
+                .collect(),
+        }
+    }
+
+    fn pause(&self, i: usize) {
+        match self {
+            Env::Real(cluster) => cluster.nodes()[i].pause(),
+            Env::Kit(quorum) => quorum.node(i).pause(),
+        }
+    }
+
+    fn resume(&self, i: usize) {
+        match self {
+            Env::Real(cluster) => cluster.nodes()[i].resume(),
+            Env::Kit(quorum) => quorum.node(i).resume(),
+        }
+    }
+
+    fn restart_empty(&self, i: usize) {
+        match self {
+            Env::Real(cluster) => cluster.nodes()[i].restart(),
+            Env::Kit(quorum) => quorum.node(i).restart_empty(),
+        }
+    }
+}
+
+/// An outcome as a user tells it apart.
+fn outcome<T>(result: &Result<T, Error>) -> String {
+    match result {
+        Ok(_) => "granted".to_owned(),
+        Err(error) if error.is_held_by_other() => "held by another".to_owned(),
+        Err(error) if error.is_unavailable() => "unavailable".to_owned(),
+        Err(error) if error.is_lock_lost() => "lost".to_owned(),
+        Err(error) => format!("other error: {error}"),
+    }
+}
+
+/// How many nodes hold `value` at `key`.
+fn holding(env: &Env, key: &str, value: &[u8]) -> usize {
+    env.values(key)
+        .iter()
+        .filter(|held| held.as_deref() == Some(value))
+        .count()
+}
+
+async fn scenarios(env: &Env) -> Vec<String> {
+    let mut seen = Vec::new();
+    let a = env.client().await;
+    let b = env.client().await;
+
+    // Acquire and contention.
+    let first = a.lock("diff-job").wait(Wait::No).await;
+    seen.push(format!("a: {}", outcome(&first)));
+    let first = first.expect("a free lock");
+    let refused = b.lock("diff-job").wait(Wait::No).await;
+    seen.push(format!("b while a holds: {}", outcome(&refused)));
+    seen.push(format!(
+        "nodes holding a: {}",
+        holding(env, "diff-job", first.value().as_bytes())
+    ));
+    let report = first.release().every_node().await;
+    seen.push(format!("a's release: {} released", report.released()));
+    seen.push(format!("left: {:?}", env.values("diff-job")));
+
+    // A release after expiry must not delete the next holder's lock.
+    let late = a.lock("diff-late").wait(Wait::No).await.expect("free");
+    tokio::time::sleep(TTL + Duration::from_millis(500)).await;
+    let next = b.lock("diff-late").wait(Wait::No).await;
+    seen.push(format!("b after a expired: {}", outcome(&next)));
+    let next = next.expect("expired, free");
+    let report = late.release().every_node().await;
+    seen.push(format!(
+        "a's late release: {} released, {} not held",
+        report.released(),
+        report.not_held()
+    ));
+    seen.push(format!(
+        "nodes still holding b: {}",
+        holding(env, "diff-late", next.value().as_bytes())
+    ));
+    next.release().every_node().await;
+
+    // Loss under pause: a kept-alive lock on a majority paused.
+    let kept = a
+        .lock("diff-kept")
+        .keep_alive(KeepAlive::default())
+        .wait(Wait::No)
+        .await
+        .expect("free");
+    env.pause(0);
+    env.pause(1);
+    let reason = kept.lost().await;
+    // The class of the loss, without the nodes' addresses.
+    let reason = reason.to_string();
+    let class = reason.split(':').next().unwrap_or_default();
+    seen.push(format!("kept lock lost: {class}"));
+    env.resume(0);
+    env.resume(1);
+    drop(kept);
+    tokio::time::sleep(TTL).await;
+    seen.push(format!("left: {:?}", env.values("diff-kept")));
+
+    // A majority restarted empty forgets a lock another client then takes.
+    let held = a.lock("diff-restart").wait(Wait::No).await.expect("free");
+    env.restart_empty(0);
+    env.restart_empty(1);
+    let taken = b
+        .lock("diff-restart")
+        .wait(Wait::AtMost(Duration::from_secs(3)))
+        .await;
+    seen.push(format!("b after a restart empty: {}", outcome(&taken)));
+    drop((held, taken));
+
+    // A semaphore's limit, by a client that connects after the restarts.
+    let c = env.client().await;
+    let mut permits = Vec::new();
+    for _ in 0..3 {
+        let permit = c.lock("diff-pool").permits(2).wait(Wait::No).await;
+        seen.push(format!("permit: {}", outcome(&permit)));
+        permits.push(permit);
+    }
+    drop(permits);
+
+    a.shutdown().await;
+    b.shutdown().await;
+    c.shutdown().await;
+    seen
+}
+
+fn on_real_servers() -> Vec<String> {
+    let cluster = RedisCluster::start(3);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(scenarios(&Env::Real(cluster)))
+}
+
+fn on_the_kit(divergent: bool) -> Vec<String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .expect("a runtime");
+    redlock_testkit::plant_release_ignoring_value(divergent);
+    // Nodes that answer as the real servers of this run do.
+    let valkey = redlock_tests::server().kind() == ServerKind::Valkey;
+    let seen = runtime.block_on(async {
+        let quorum = Quorum::builder().nodes(3).valkey(valkey).build();
+        scenarios(&Env::Kit(quorum)).await
+    });
+    redlock_testkit::plant_release_ignoring_value(false);
+    seen
+}
+
+#[test]
+fn the_kit_answers_as_real_servers_do() {
+    let real = on_real_servers();
+    let kit = on_the_kit(false);
+    for line in &real {
+        println!("real: {line}");
+    }
+    assert_eq!(kit, real);
+}
+
+#[test]
+fn a_release_that_ignores_the_value_is_found() {
+    let real = on_real_servers();
+    let kit = on_the_kit(true);
+    let differences: Vec<String> = real
+        .iter()
+        .zip(&kit)
+        .filter(|(real, kit)| real != kit)
+        .map(|(real, kit)| format!("real: {real} / kit: {kit}"))
+        .collect();
+    for difference in &differences {
+        println!("{difference}");
+    }
+    assert!(
+        !differences.is_empty(),
+        "the planted divergence went unnoticed"
+    );
+}
