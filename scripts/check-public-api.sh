@@ -40,4 +40,5 @@ check() {
 }
 check redlock-tokio "tls,metrics,blocking"
 check redlock-core ""
+check redlock-testkit ""
 exit $status

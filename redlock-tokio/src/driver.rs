@@ -125,6 +125,9 @@ pub(crate) struct Driver {
     /// Set by [`close`](Self::close): a task started from now on starts
     /// closed, runs only releases and reads, and ends once idle.
     closed: AtomicBool,
+    /// The tasks started on a closed driver that may not have ended: the
+    /// shutdown awaits them too.
+    late: Mutex<Vec<JoinHandle<()>>>,
     next_key: AtomicU64,
     /// Itself, for the task's handed-back operations ([`Returned`]).
     this: std::sync::Weak<Driver>,
@@ -154,6 +157,7 @@ impl Driver {
             }),
             running: Mutex::new(None),
             closed: AtomicBool::new(false),
+            late: Mutex::default(),
             next_key: AtomicU64::new(0),
             this: this.clone(),
         })
@@ -195,7 +199,11 @@ impl Driver {
         let inputs = live.inputs.clone();
         // A closed client's task is its caller's alone: it ends once that
         // caller's input is done (no sender is kept here).
-        if !self.closed.load(Ordering::Relaxed) {
+        if self.closed.load(Ordering::Relaxed) {
+            let mut late = self.late.lock().unwrap_or_else(PoisonError::into_inner);
+            late.retain(|task| !task.is_finished());
+            late.push(live.task);
+        } else {
             *running = Some(live);
         }
         Some(inputs)
@@ -302,6 +310,29 @@ impl Driver {
     /// request answered or given up.
     pub(crate) async fn close(&self, releases: Vec<(Option<u64>, Box<redlock_core::Lock>)>) {
         self.closed.store(true, Ordering::Relaxed);
+        if let Some(task) = self.close_task(releases) {
+            let _ = task.await;
+        }
+        // Tasks started on the closed driver meanwhile (the release of a
+        // guard whose lock was granted as the shutdown began): awaited too.
+        loop {
+            let late =
+                std::mem::take(&mut *self.late.lock().unwrap_or_else(PoisonError::into_inner));
+            if late.is_empty() {
+                return;
+            }
+            for task in late {
+                let _ = task.await;
+            }
+        }
+    }
+
+    /// Tells the running task (or one started closed for `releases`) to
+    /// close, and gives it back to be awaited.
+    fn close_task(
+        &self,
+        releases: Vec<(Option<u64>, Box<redlock_core::Lock>)>,
+    ) -> Option<JoinHandle<()>> {
         let running = self
             .running
             .lock()
@@ -310,7 +341,7 @@ impl Driver {
         let live = match running {
             Some(live) if !live.task.is_finished() && !live.inputs.is_closed() => live,
             // No task: one starts closed for the releases, if any.
-            _ if releases.is_empty() => return,
+            _ if releases.is_empty() => return None,
             _ => match self.spawn() {
                 Some(live) => live,
                 // Polled outside any Tokio runtime: on blocking
@@ -319,7 +350,7 @@ impl Driver {
                     for (_, lock) in releases {
                         release_lock_blocking(&self.shared.nodes, *lock);
                     }
-                    return;
+                    return None;
                 }
             },
         };
@@ -328,7 +359,7 @@ impl Driver {
         // The task ends once no handle can send it anything (this was the
         // last sender kept) and everything sent is answered or given up.
         drop(inputs);
-        let _ = task.await;
+        Some(task)
     }
 
     /// Waits until nothing runs in the background: every request no

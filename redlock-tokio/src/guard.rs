@@ -65,32 +65,47 @@ impl fmt::Debug for LockGuard {
 
 /// A client's live guards, for its shutdown to release.
 #[derive(Default)]
-pub(crate) struct Guards(std::sync::Mutex<Vec<std::sync::Weak<Shared>>>);
+pub(crate) struct Guards(std::sync::Mutex<GuardList>);
+
+#[derive(Default)]
+struct GuardList {
+    live: Vec<std::sync::Weak<Shared>>,
+    /// Set by the shutdown: a guard made from now on (its lock granted as
+    /// the shutdown began) is released at once.
+    closed: bool,
+}
 
 impl Guards {
-    fn add(&self, shared: &Arc<Shared>) {
+    /// Lists a new guard; `false` once the client is shut down (not listed).
+    fn add(&self, shared: &Arc<Shared>) -> bool {
         let mut guards = self
             .0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if guards.closed {
+            return false;
+        }
         // Dropped guards are swept before the list would grow: amortized
         // O(1) a guard.
-        if guards.len() == guards.capacity() {
-            guards.retain(|guard| guard.strong_count() > 0);
+        if guards.live.len() == guards.live.capacity() {
+            guards.live.retain(|guard| guard.strong_count() > 0);
         }
-        guards.push(Arc::downgrade(shared));
+        guards.live.push(Arc::downgrade(shared));
+        true
     }
 
     /// Takes every live guard's lock (with its keep-alive) to release:
     /// each guard is lost ([`LossReason::Closed`]) and releases nothing
-    /// more.
+    /// more. A guard made afterwards is released as it is made.
     pub(crate) fn close(&self) -> Vec<(Option<u64>, Box<Lock>)> {
-        let guards = std::mem::take(
-            &mut *self
+        let guards = {
+            let mut list = self
                 .0
                 .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        );
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            list.closed = true;
+            std::mem::take(&mut list.live)
+        };
         guards
             .iter()
             .filter_map(std::sync::Weak::upgrade)
@@ -103,7 +118,14 @@ impl Guards {
 impl LockGuard {
     pub(crate) fn new(client: Redlock, resource: Arc<[u8]>, lock: Lock) -> Self {
         let shared = Arc::new(Shared::new(lock.clone()));
-        client.guards().add(&shared);
+        if !client.guards().add(&shared)
+            && let Some((kept, lock)) = shared.close()
+        {
+            // Granted as the client shut down: lost at once (`Closed`), and
+            // released as the shutdown releases the others (it awaits this
+            // release when it began before the shutdown's driver ended).
+            spawn_release(client.clone(), lock, kept);
+        }
         Self {
             client,
             resource,

@@ -12,6 +12,16 @@ use std::time::Duration;
 use redlock_tests::{NodeOptions, RedisCluster};
 use support::{assert_absent, builder, init_tracing};
 
+/// A current-thread runtime of the test's own: every task runs on its one
+/// thread, so a count of live tasks, or the order two futures are polled
+/// in, is exact.
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
+}
+
 /// Runs the `exit-early` program: lock `key`, fail, return from `main`.
 fn exit_early(cluster: &RedisCluster, flavor: &str, mode: &str, key: &str) {
     let output = Command::new(env!("CARGO_BIN_EXE_exit-early"))
@@ -65,10 +75,7 @@ fn shutdown_awaits_the_resends_to_a_master_that_was_down() {
         ..NodeOptions::default()
     };
     let cluster = RedisCluster::start_with(3, &options);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let runtime = current_thread();
     let redlock = runtime.block_on(async {
         let redlock = builder(&cluster)
             // Longer than the test: only a release deletes the keys.
@@ -153,10 +160,7 @@ fn shutdown_releases_everything_and_ends_every_task() {
     init_tracing();
     let cluster = RedisCluster::start(3);
     // One worker: the count of live tasks is exact when `shutdown` returns.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let runtime = current_thread();
     assert_eq!(runtime.metrics().num_alive_tasks(), 0);
     runtime.block_on(async {
         let redlock = builder(&cluster)
@@ -235,4 +239,35 @@ fn shutdown_releases_everything_and_ends_every_task() {
         );
     });
     cluster.node(2).resume();
+}
+
+/// A lock granted in the instant the shutdown begins, whose guard is made
+/// after the shutdown took the live guards, is released by that shutdown
+/// too: the guard is born lost (`Closed`), and no key is left once
+/// `shutdown` returns.
+///
+/// The acquire is polled once (it starts), then left alone while the
+/// driver gets its grant; the shutdown is polled first, then the acquire,
+/// which makes its guard from the grant waiting for it.
+#[test]
+fn a_lock_granted_as_the_shutdown_begins_is_released_by_it() {
+    init_tracing();
+    let cluster = RedisCluster::start(3);
+    let runtime = current_thread();
+    runtime.block_on(async {
+        let redlock = builder(&cluster).build().await.expect("client builds");
+        let acquire = std::future::IntoFuture::into_future(redlock.lock("late"));
+        let mut acquire = std::pin::pin!(acquire);
+        assert!(futures::poll!(&mut acquire).is_pending());
+        support::eventually("every master holds it", Duration::from_secs(10), || {
+            (0..3).all(|node| cluster.node(node).get("late").is_some())
+        })
+        .await;
+        // The grant reaches the acquire's mailbox; nobody reads it yet.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let ((), guard) = tokio::join!(biased; redlock.shutdown(), acquire);
+        let guard = guard.expect("granted before the shutdown");
+        assert_eq!(guard.loss(), Some(redlock_tokio::LossReason::Closed));
+        assert_absent(&cluster, "late");
+    });
 }
