@@ -78,6 +78,15 @@ fn answer(
     }
 }
 
+/// Runs `test` with `bug` planted on this thread: it must fail.
+#[cfg(feature = "planted-bugs")]
+fn assert_catches(bug: redlock_core::planted::Bug, test: fn()) {
+    redlock_core::planted::set(Some(bug));
+    let caught = std::panic::catch_unwind(test);
+    redlock_core::planted::set(None);
+    assert!(caught.is_err(), "the planted bug {bug:?} went unnoticed");
+}
+
 fn broken(request: &Request) -> Reply {
     Reply::to(
         request,
@@ -238,11 +247,10 @@ fn a_cancelled_acquire_withdraws_its_attempt_on_every_node() {
 #[cfg(feature = "planted-bugs")]
 #[test]
 fn the_cancel_test_catches_a_client_that_skips_the_withdraws() {
-    use redlock_core::planted::{self, Bug};
-    planted::set(Some(Bug::CancelSkipsWithdraws));
-    let caught = std::panic::catch_unwind(a_cancelled_acquire_withdraws_its_attempt_on_every_node);
-    planted::set(None);
-    assert!(caught.is_err(), "the planted bug went unnoticed");
+    assert_catches(
+        redlock_core::planted::Bug::CancelSkipsWithdraws,
+        a_cancelled_acquire_withdraws_its_attempt_on_every_node,
+    );
 }
 
 #[test]
@@ -397,12 +405,10 @@ fn close_releases_what_keep_alives_hold_and_refuses_new_locks() {
 #[cfg(feature = "planted-bugs")]
 #[test]
 fn the_close_test_catches_a_close_that_keeps_held_locks() {
-    use redlock_core::planted::{self, Bug};
-    planted::set(Some(Bug::CloseKeepsHeldLocks));
-    let caught =
-        std::panic::catch_unwind(close_releases_what_keep_alives_hold_and_refuses_new_locks);
-    planted::set(None);
-    assert!(caught.is_err(), "the planted bug went unnoticed");
+    assert_catches(
+        redlock_core::planted::Bug::CloseKeepsHeldLocks,
+        close_releases_what_keep_alives_hold_and_refuses_new_locks,
+    );
 }
 
 #[test]
@@ -596,12 +602,10 @@ fn a_restarted_server_does_not_vote_until_the_longest_ttl_has_passed() {
 #[cfg(feature = "planted-bugs")]
 #[test]
 fn the_restart_test_catches_a_restarted_server_that_votes_at_once() {
-    use redlock_core::planted::{self, Bug};
-    planted::set(Some(Bug::RestartedNodeVotes));
-    let caught =
-        std::panic::catch_unwind(a_restarted_server_does_not_vote_until_the_longest_ttl_has_passed);
-    planted::set(None);
-    assert!(caught.is_err(), "the planted bug went unnoticed");
+    assert_catches(
+        redlock_core::planted::Bug::RestartedNodeVotes,
+        a_restarted_server_does_not_vote_until_the_longest_ttl_has_passed,
+    );
 }
 
 #[test]
@@ -655,13 +659,10 @@ fn a_broken_link_is_connected_again_at_once_then_with_a_growing_backoff() {
 #[cfg(feature = "planted-bugs")]
 #[test]
 fn the_reconnection_test_catches_a_client_that_reconnects_without_backoff() {
-    use redlock_core::planted::{self, Bug};
-    planted::set(Some(Bug::ReconnectWithoutBackoff));
-    let caught = std::panic::catch_unwind(
+    assert_catches(
+        redlock_core::planted::Bug::ReconnectWithoutBackoff,
         a_broken_link_is_connected_again_at_once_then_with_a_growing_backoff,
     );
-    planted::set(None);
-    assert!(caught.is_err(), "the planted bug went unnoticed");
 }
 
 #[test]

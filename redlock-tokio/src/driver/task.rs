@@ -3,20 +3,22 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use futures::StreamExt;
 use futures::future::{AbortHandle, Abortable, BoxFuture};
 use futures::stream::FuturesUnordered;
 use redlock_core::{
-    Client, HealthChange, NodeError, NodeErrorKind, NodeId, OpId, Output, Reply, Request, RequestId,
+    Client, NodeError, NodeErrorKind, NodeId, OpId, Output, Reply, Request, RequestId,
 };
 use tokio::sync::mpsc;
-use tracing::{debug, info, warn};
+use tracing::debug;
 
 use super::send::{Sent, Timer, next_quietly, send};
-use super::{Finished, Input, Message, Returned, Shared, Sink};
+use super::{Input, Message, Shared, Sink};
 use crate::sim::ClientRng;
+
+mod ending;
+mod health;
 
 /// What the driver task owns.
 pub(super) struct Task {
@@ -400,124 +402,5 @@ impl Task {
     /// handle waiting for it, and nothing else is in flight or owed.
     fn is_settled(&self) -> bool {
         self.client.running() == self.sinks.len() && self.client.is_settled()
-    }
-
-    fn health(&self, change: HealthChange) {
-        match change {
-            HealthChange::Slow { node, probe_every } => {
-                let name = &self.shared.settings.nodes()[node.0];
-                info!(
-                    node = %name,
-                    "node known slow: {} requests in a row unanswered past their timeout; \
-                     new acquires skip it, one probe every {} ms, until it answers",
-                    redlock_core::SLOW_AFTER,
-                    probe_every.as_millis()
-                );
-                self.shared.slow[node.0].store(true, Ordering::Relaxed);
-                crate::metrics::node_slow(name, true);
-            }
-            HealthChange::Trusted { node, after } => {
-                let name = &self.shared.settings.nodes()[node.0];
-                info!(node = %name, slow_ms = after.as_millis() as u64, "node answers again; trusted");
-                self.shared.slow[node.0].store(false, Ordering::Relaxed);
-                crate::metrics::node_slow(name, false);
-            }
-            HealthChange::Restarted { node, wait } => {
-                let name = &self.shared.settings.nodes()[node.0];
-                warn!(
-                    node = %name,
-                    wait_ms = wait.as_millis() as u64,
-                    "the server restarted (its run id changed): it may have lost locks it \
-                     granted, so its votes do not count until the longest TTL has passed; \
-                     run it with appendonly yes and appendfsync always to keep them"
-                );
-            }
-            _ => {}
-        }
-    }
-}
-
-impl Task {
-    /// An operation's end, for its handle.
-    fn finish(
-        &self,
-        event: redlock_core::OpEvent,
-        operation: redlock_core::Operation<ClientRng>,
-    ) -> Finished {
-        Finished {
-            event: Some(event),
-            operation: Some(operation),
-            driver: self.driver.clone(),
-            nodes: Arc::clone(&self.shared.nodes),
-        }
-    }
-
-    /// `operation`, handed back to its handle.
-    fn hand_back(&self, operation: redlock_core::Operation<ClientRng>) -> Returned {
-        Returned {
-            operation: Some(operation),
-            driver: self.driver.clone(),
-            nodes: Arc::clone(&self.shared.nodes),
-        }
-    }
-}
-
-impl Drop for Task {
-    /// The task is dropped before its end: its runtime shuts down. The
-    /// operations a handle waits for go back to it, to go on elsewhere;
-    /// the others are abandoned, and what they owe goes out on blocking
-    /// connections, with everything owed and in flight that must arrive
-    /// (each `Sent` sees to itself).
-    fn drop(&mut self) {
-        let now = crate::sim::now();
-        // No handle can start anything here any more: a start from now on
-        // fails, and its handle starts a driver elsewhere.
-        self.inputs.close();
-        while let Ok(input) = self.inputs.try_recv() {
-            match input {
-                Input::Start {
-                    operation,
-                    sink: Some(mut sink),
-                    ..
-                } => {
-                    sink.send(Message::Returned(self.hand_back(operation)));
-                }
-                Input::Start {
-                    operation,
-                    sink: None,
-                    ..
-                } => {
-                    self.client.start(operation, now);
-                }
-                Input::Release { kept, lock, .. } => {
-                    let kept = kept.and_then(|key| self.keys.get(&key).copied());
-                    self.client.release(kept, *lock, now);
-                }
-                Input::Abandon(operation) => self.client.abandon(operation, now),
-                _ => {}
-            }
-        }
-        for (op, (_, mut sink)) in std::mem::take(&mut self.sinks) {
-            if let Some(operation) = self.client.evict(op, now) {
-                sink.send(Message::Returned(self.hand_back(operation)));
-            }
-        }
-        self.client.close(now);
-        let mut owed = self.client.take_owed();
-        while let Some(output) = self.client.poll_output() {
-            if let Output::Transmit { request, .. } = output
-                && request.command.must_arrive()
-            {
-                owed.push(request);
-            }
-        }
-        let nodes = Arc::clone(&self.shared.nodes);
-        let in_flight = std::mem::take(&mut self.in_flight);
-        crate::node::as_runtime_drops(move || {
-            drop(in_flight);
-            if !owed.is_empty() {
-                super::release_blocking(&nodes, owed);
-            }
-        });
     }
 }
