@@ -53,7 +53,8 @@
 //! [`drop_replies`](Node::drop_replies)), move its clock ahead
 //! ([`step_clock`](Node::step_clock)), make it answer garbage
 //! ([`answer_garbage`](Node::answer_garbage)) or refuse every command
-//! unauthenticated ([`refuse_auth`](Node::refuse_auth)). Each is one call,
+//! unauthenticated ([`refuse_auth`](Node::refuse_auth)), or hold another
+//! program's data at a lock's name ([`put_hash`](Node::put_hash)). Each is one call,
 //! and [`Quorum::at`] runs any of them at a virtual instant.
 //!
 //! # Observation
@@ -471,6 +472,14 @@ impl Node {
     /// required.`, as a server whose password the client lacks.
     pub fn refuse_auth(&self, on: bool) {
         self.server.control(|controls| controls.refuse_auth = on);
+    }
+
+    /// Puts a hash at `key` (no expiry), as another program's data at a
+    /// name: a lock asked for there gets the error a real server gives
+    /// (`WRONGTYPE`, [`AcquireError::WrongType`](redlock_core::AcquireError::WrongType)
+    /// once it rules out a quorum), never retried, and nothing is left held.
+    pub fn put_hash(&self, key: impl AsRef<[u8]>) {
+        self.server.put_hash(key.as_ref());
     }
 
     /// Every key the node holds now, sorted: lock keys with their value and

@@ -33,7 +33,15 @@ pub struct Store {
     /// The node's wall clock at node time 0, in microseconds: what `TIME`
     /// adds to the node time (0 by default: a clock that starts at 0).
     epoch: f64,
+    /// A key of another type was read by the request running now: it
+    /// answers `WRONGTYPE`, and what it wrote is undone
+    /// ([`try_run`](Self::try_run)).
+    wrong_type: bool,
 }
+
+/// The error a command on a key of another type gets, as Redis and Valkey
+/// word it.
+pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 
 const MS: f64 = 1000.0;
 
@@ -84,10 +92,14 @@ impl Store {
         }
     }
 
-    /// `GET key` of a string key. (Used by `tests/tests/lua_model.rs`.)
+    /// `GET key` of a string key (`None` for another type). (Used by
+    /// `tests/tests/lua_model.rs`.)
     #[allow(dead_code)]
     pub fn string(&mut self, key: &[u8], clock: f64) -> Option<Vec<u8>> {
-        self.get_str(key, clock)
+        let value = self.get_str(key, clock);
+        // A read between requests, not part of one.
+        self.wrong_type = false;
+        value
     }
 
     /// `DEL key`. (Used by `tests/tests/lua_model.rs`.)
@@ -136,14 +148,45 @@ impl Store {
             Some(Entry {
                 val: Val::Str(v), ..
             }) => Some(v.clone()),
-            Some(_) => panic!("the simulation never puts another type at a string key"),
+            Some(_) => {
+                self.wrong_type = true;
+                None
+            }
             None => None,
         }
     }
 
+    /// `redis.pcall('GET', key)`: the string or nothing, or `Err` (the
+    /// error table a script gets back) for a key of another type, which
+    /// does not fail the script.
+    fn pget(&mut self, key: &[u8], clock: f64) -> Result<Option<Vec<u8>>, ()> {
+        match self.live(key, clock) {
+            Some(Entry {
+                val: Val::Str(v), ..
+            }) => Ok(Some(v.clone())),
+            Some(_) => Err(()),
+            None => Ok(None),
+        }
+    }
+
+    /// Every write goes through here and [`remove`](Self::remove): none
+    /// once the request read a key of another type (its script stopped
+    /// there).
+    fn insert(&mut self, key: &[u8], entry: Entry) {
+        if !self.wrong_type {
+            self.data.insert(key.to_vec(), entry);
+        }
+    }
+
+    fn remove(&mut self, key: &[u8]) {
+        if !self.wrong_type {
+            self.data.remove(key);
+        }
+    }
+
     fn set_str(&mut self, key: &[u8], value: &[u8], clock: f64, ttl_ms: u64) {
-        self.data.insert(
-            key.to_vec(),
+        self.insert(
+            key,
             Entry {
                 val: Val::Str(value.to_vec()),
                 expires: clock + ttl_ms as f64 * MS,
@@ -160,6 +203,9 @@ impl Store {
             Some(at) if at + 1 == held.len() || &held[at + 1..] == client => return,
             Some(_) => [held, b"\0"].concat(),
         };
+        if self.wrong_type {
+            return;
+        }
         if let Some(entry) = self.live(key, clock) {
             entry.val = Val::Str(marked);
         }
@@ -175,13 +221,16 @@ impl Store {
     }
 
     fn pexpire(&mut self, key: &[u8], clock: f64, ttl_ms: u64) {
+        if self.wrong_type {
+            return;
+        }
         if let Some(entry) = self.live(key, clock) {
             entry.expires = clock + ttl_ms as f64 * MS;
         }
     }
 
     fn del(&mut self, key: &[u8]) {
-        self.data.remove(key);
+        self.remove(key);
     }
 
     /// The readers set after removing expired members (as ZREMRANGEBYSCORE).
@@ -192,7 +241,10 @@ impl Store {
                 val: Val::ZSet(set),
                 ..
             }) => set.clone(),
-            Some(_) => panic!("readers key of another type"),
+            Some(_) => {
+                self.wrong_type = true;
+                BTreeMap::new()
+            }
             None => BTreeMap::new(),
         };
         set.retain(|_, score| *score > now_ms);
@@ -201,12 +253,12 @@ impl Store {
 
     fn put_readers(&mut self, key: &[u8], set: BTreeMap<Vec<u8>, f64>) {
         if set.is_empty() {
-            self.data.remove(key);
+            self.remove(key);
             return;
         }
         let last = set.values().cloned().fold(f64::MIN, f64::max);
-        self.data.insert(
-            key.to_vec(),
+        self.insert(
+            key,
             Entry {
                 val: Val::ZSet(set),
                 expires: last * MS,
@@ -222,7 +274,10 @@ impl Store {
                 val: Val::ZSet(set),
                 expires,
             }) => (set.clone(), *expires),
-            Some(_) => panic!("queue key of another type"),
+            Some(_) => {
+                self.wrong_type = true;
+                (BTreeMap::new(), f64::INFINITY)
+            }
             None => (BTreeMap::new(), f64::INFINITY),
         }
     }
@@ -231,11 +286,11 @@ impl Store {
     /// in Redis.
     fn put_zset(&mut self, key: &[u8], set: BTreeMap<Vec<u8>, f64>, expires: f64) {
         if set.is_empty() {
-            self.data.remove(key);
+            self.remove(key);
             return;
         }
-        self.data.insert(
-            key.to_vec(),
+        self.insert(
+            key,
             Entry {
                 val: Val::ZSet(set),
                 expires,
@@ -243,15 +298,65 @@ impl Store {
         );
     }
 
-    pub fn counter(&mut self, key: &[u8], clock: f64) -> u64 {
-        self.get_str(key, clock)
-            .map_or(0, |v| std::str::from_utf8(&v).unwrap().parse().unwrap())
+    fn counter(&mut self, key: &[u8], clock: f64) -> u64 {
+        self.get_str(key, clock).map_or(0, |v| {
+            std::str::from_utf8(&v)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        })
+    }
+
+    /// Runs one request at node time `clock` (microseconds): its script, or
+    /// the plain command `native`. A request that reads a key of another
+    /// type (another program's hash at a lock's name, say) answers
+    /// [`WRONGTYPE`] and writes nothing after that read, as a script stops
+    /// at its error (what it wrote before stays, as in Redis).
+    pub fn try_run(
+        &mut self,
+        clock: f64,
+        request: &Request,
+        native: Option<Native>,
+    ) -> Result<Response, &'static str> {
+        let response = match native {
+            Some(native) => self.native(clock, request, native),
+            None => self.script(clock, request),
+        };
+        if std::mem::take(&mut self.wrong_type) {
+            return Err(WRONGTYPE);
+        }
+        Ok(response)
+    }
+
+    /// Runs one request's script at node time `clock` (microseconds), in a
+    /// simulation that never puts a key of another type.
+    pub fn run(&mut self, clock: f64, request: &Request) -> Response {
+        self.try_run(clock, request, None)
+            .unwrap_or_else(|error| panic!("{error}: {request:?}"))
+    }
+
+    /// Runs one request as the plain command `native`, as [`run`](Self::run).
+    pub fn run_native(&mut self, clock: f64, request: &Request, native: Native) -> Response {
+        self.try_run(clock, request, Some(native))
+            .unwrap_or_else(|error| panic!("{error}: {request:?}"))
+    }
+
+    /// Puts a hash at `key` (no expiry): another program's data at a name a
+    /// lock then asks for.
+    pub fn put_hash(&mut self, key: &[u8]) {
+        self.data.insert(
+            key.to_vec(),
+            Entry {
+                val: Val::Hash(BTreeMap::from([(b"field".to_vec(), b"value".to_vec())])),
+                expires: f64::INFINITY,
+            },
+        );
     }
 
     /// Runs one request as the plain command `native` at node time `clock`
     /// (microseconds), answering as Redis 7.0.15 and Valkey 9.1.2 do (checked
     /// by hand with redis-cli).
-    pub fn run_native(&mut self, clock: f64, request: &Request, native: Native) -> Response {
+    fn native(&mut self, clock: f64, request: &Request, native: Native) -> Response {
         let key = request.key().as_bytes();
         let ours = request.value.as_bytes();
         match native {
@@ -304,7 +409,7 @@ impl Store {
     }
 
     /// Runs one request's script at node time `clock` (microseconds).
-    pub fn run(&mut self, clock: f64, request: &Request) -> Response {
+    fn script(&mut self, clock: f64, request: &Request) -> Response {
         let keys: Vec<&[u8]> = request.keys.iter().map(|k| k.as_bytes()).collect();
         let ours = request.value.as_bytes();
         let now_ms = (clock / MS).floor();
@@ -330,8 +435,8 @@ impl Store {
             (_, Command::StoreToken { token }) => match self.get_str(keys[0], clock) {
                 Some(held) if is_ours(&held, ours) => {
                     let counter = self.counter(keys[1], clock).max(token);
-                    self.data.insert(
-                        keys[1].to_vec(),
+                    self.insert(
+                        keys[1],
                         Entry {
                             val: Val::Str(counter.to_string().into_bytes()),
                             expires: f64::INFINITY,
@@ -371,7 +476,7 @@ impl Store {
                 let ms = ttl.as_millis() as f64;
                 let client = request.client.as_ref().unwrap_or(&request.value).as_bytes();
                 let left = self.pttl(keys[1], clock) as f64;
-                let mark = self.get_str(keys[1], clock);
+                let mark = self.pget(keys[1], clock).unwrap_or(None);
                 if mark.as_deref().is_some_and(|mark| mark != client)
                     && left > 0.0
                     && (self.pttl(keys[2], clock) as f64) < left
@@ -381,7 +486,8 @@ impl Store {
                 if mark.as_deref() != Some(client) || left < ms {
                     self.set_str(keys[1], client, clock, left.max(ms) as u64);
                 }
-                if let Some(held) = self.get_str(keys[0], clock).filter(|held| held != ours) {
+                let held = self.pget(keys[0], clock).unwrap_or(None);
+                if let Some(held) = held.filter(|held| held != ours) {
                     let client = client.to_vec();
                     self.mark_held(keys[0], &held, &client, clock);
                 }
@@ -398,9 +504,10 @@ impl Store {
                     };
                     let client = request.client.as_ref().map(|client| client.as_bytes());
                     let alone = held == ours || held.get(ours.len() + 1..) == client;
-                    match self.get_str(mark, clock) {
-                        None if alone => Response::Int(1),
-                        Some(mark)
+                    // (A mark of another type reads as another client's.)
+                    match self.pget(mark, clock) {
+                        Ok(None) if alone => Response::Int(1),
+                        Ok(Some(mark))
                             if alone
                                 && Some(mark.as_slice()) == client
                                 && self.live(others, clock).is_none() =>
@@ -709,9 +816,16 @@ impl Store {
             // record's.
             (_, Command::Proclaim { term }) => match self.get_str(keys[0], clock) {
                 Some(held) if is_ours(&held, ours) => {
-                    let counter = self.counter(keys[1], clock);
+                    let counter = self
+                        .pget(keys[1], clock)
+                        .ok()
+                        .flatten()
+                        .and_then(|v| std::str::from_utf8(&v).ok()?.parse().ok())
+                        .unwrap_or(0);
                     let stored = self
-                        .get_str(keys[2], clock)
+                        .pget(keys[2], clock)
+                        .ok()
+                        .flatten()
                         .map(|record| {
                             let digits: Vec<u8> = record
                                 .iter()
@@ -729,8 +843,8 @@ impl Store {
                     record.extend_from_slice(ours);
                     record.push(0);
                     record.extend_from_slice(request.payload.as_deref().unwrap_or_default());
-                    self.data.insert(
-                        keys[2].to_vec(),
+                    self.insert(
+                        keys[2],
                         Entry {
                             val: Val::Str(record),
                             expires: f64::INFINITY,
@@ -778,19 +892,20 @@ impl Store {
         let Some(mut entry) = entry else {
             return match command {
                 Command::Acquire { ttl } => {
-                    self.data.insert(key.to_vec(), fresh(ttl.as_millis()));
+                    self.insert(key, fresh(ttl.as_millis()));
                     Response::Int(1)
                 }
                 Command::Extend { .. } => Response::Int(-1),
                 Command::Restore { ttl } => {
-                    self.data.insert(key.to_vec(), fresh(ttl.as_millis()));
+                    self.insert(key, fresh(ttl.as_millis()));
                     Response::Int(2)
                 }
                 _ => Response::Int(-1),
             };
         };
         let Val::Hash(fields) = &mut entry.val else {
-            panic!("reentrant key of another type");
+            self.wrong_type = true;
+            return Response::Nil;
         };
         let holder = fields.get(b"owner".as_slice()).cloned().unwrap_or_default();
         if holder != owner {
@@ -826,14 +941,14 @@ impl Store {
                     return Response::Int(-1);
                 }
                 if fields.len() <= 1 {
-                    self.data.remove(key);
+                    self.remove(key);
                     return Response::Int(1);
                 }
                 Response::Int(1)
             }
             other => panic!("reentrant {other:?}"),
         };
-        self.data.insert(key.to_vec(), entry);
+        self.insert(key, entry);
         response
     }
 }

@@ -254,6 +254,11 @@ impl Server {
         self.state().store.live_keys(clock)
     }
 
+    /// Puts a hash at `key`, with no expiry.
+    pub(crate) fn put_hash(&self, key: &[u8]) {
+        self.state().store.put_hash(key);
+    }
+
     /// Every key alive now: value (strings) and time left (`None`: none).
     pub(crate) fn keys(&self) -> Vec<crate::NodeKey> {
         let clock = self.clock();
@@ -608,7 +613,7 @@ impl Server {
                 let keys = &words[3..3 + count];
                 let args = &words[3 + count..];
                 let request = self.request(script, keys, args)?;
-                let response = self.run(clock, &request, None);
+                let response = self.run(clock, &request, None)?;
                 // A release that deleted our value and may have a waiter
                 // publishes (`RELEASE_IF_WAITED` answers 3; `RELEASE`, a
                 // write lock's, when told to; `FAIR_RELEASE` when told to,
@@ -632,20 +637,20 @@ impl Server {
             b"SET" if words.len() == 7 => {
                 let ttl = self.ttl(&words[5])?;
                 let request = self.build(&words[1..2], &words[2], Command::Acquire { ttl });
-                Ok(self.run(clock, &request, Some(Native::SetNxGet)))
+                self.run(clock, &request, Some(Native::SetNxGet))
             }
             // DELIFEQ key value (Valkey >= 9.0): deletes our value only
             // where no waiter marked it, and publishes nothing.
             b"DELIFEQ" if self.valkey && words.len() == 3 => {
                 let request = self.build(&words[1..2], &words[2], Command::Release);
-                Ok(self.run(clock, &request, Some(Native::DelIfEq)))
+                self.run(clock, &request, Some(Native::DelIfEq))
             }
             // SET key value IFEQ value PX ttl GET (Valkey >= 9.0): an
             // exclusive extend.
             b"SET" if self.valkey && words.len() == 8 => {
                 let ttl = self.ttl(&words[6])?;
                 let request = self.build(&words[1..2], &words[2], Command::Extend { ttl });
-                Ok(self.run(clock, &request, Some(Native::SetIfEqGet)))
+                self.run(clock, &request, Some(Native::SetIfEqGet))
             }
             // What the `redis` crate sends when connecting.
             b"CLIENT" | b"PING" | b"SELECT" | b"HELLO" => Ok(Response::Other("OK".to_owned())),
@@ -659,8 +664,13 @@ impl Server {
     /// Runs `request` on the store, recording what changed for its value:
     /// a key it now holds that it did not (granted), one it holds with
     /// another expiry (extended), one it held and no longer does
-    /// (released).
-    fn run(&self, clock: f64, request: &Request, native: Option<Native>) -> Response {
+    /// (released). A request on a key of another type answers `WRONGTYPE`.
+    fn run(
+        &self,
+        clock: f64,
+        request: &Request,
+        native: Option<Native>,
+    ) -> Result<Response, String> {
         let mut state = self.state();
         #[cfg(feature = "planted-divergence")]
         let planted;
@@ -678,10 +688,7 @@ impl Server {
             .iter()
             .map(|key| state.store.expiry_of(key.as_bytes(), value, clock))
             .collect();
-        let response = match native {
-            Some(native) => state.store.run_native(clock, request, native),
-            None => state.store.run(clock, request),
-        };
+        let response = state.store.try_run(clock, request, native);
         let at = self.elapsed();
         let mut events = Vec::new();
         for (key, before) in request.keys.iter().zip(before) {
@@ -709,7 +716,7 @@ impl Server {
                 .unwrap_or_else(PoisonError::into_inner)
                 .extend(events);
         }
-        response
+        response.map_err(str::to_owned)
     }
 
     fn ttl(&self, word: &[u8]) -> Result<redlock_core::Ttl, String> {

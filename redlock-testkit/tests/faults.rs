@@ -168,3 +168,33 @@ fn the_checkers_find_overlaps_and_stale_writes() {
     let stale = stale_writes(&[write(1), write(3), write(2), write(3)]);
     assert_eq!(stale, [write(2)]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_key_of_another_type_is_refused_as_a_real_server_refuses_it() {
+    let quorum = Quorum::new(3);
+    let redlock = client(&quorum).await;
+    // Another program's hash at the lock's name on two nodes of three: no
+    // quorum can be had, and the third node's grant is taken back.
+    quorum.node(0).put_hash("job");
+    quorum.node(1).put_hash("job");
+    let refused = redlock.lock("job").wait(Wait::No).await.unwrap_err();
+    let wrong = refused.as_acquire().is_some_and(|e| e.is_wrong_type());
+    assert!(wrong, "{refused}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(quorum.node(2).get("job").is_none(), "nothing left held");
+    for node in [quorum.node(0), quorum.node(1)] {
+        let hash = node.get("job").expect("the hash stays");
+        assert_eq!((hash.value, hash.ttl), (None, None));
+    }
+    // Every kind reads its key the same way.
+    let fair = redlock.lock("job").fair().wait(Wait::No).await.unwrap_err();
+    assert!(
+        fair.as_acquire().is_some_and(|e| e.is_wrong_type()),
+        "{fair}"
+    );
+    let read = redlock.lock("job").read().wait(Wait::No).await.unwrap_err();
+    assert!(
+        read.as_acquire().is_some_and(|e| e.is_wrong_type()),
+        "{read}"
+    );
+}

@@ -1,6 +1,7 @@
 //! The test kit answers as real servers do: the same scenarios (acquire and
-//! contention, a late release after expiry, loss under pause, restart
-//! empty, a semaphore's limit) run against real servers (redis-server, or
+//! contention, a late release after expiry, a key of another type, a
+//! leader's failover with its terms, loss under pause, restart empty, a
+//! semaphore's limit) run against real servers (redis-server, or
 //! Valkey under `make nextest-valkey`) and against `redlock_testkit`'s
 //! quorum in virtual time, and the outcomes a user sees (granted or the
 //! typed error, loss reasons, keys left on each node) must be the same.
@@ -34,13 +35,14 @@ impl Env {
 
     /// What each node holds at `key` now.
     fn values(&self, key: &str) -> Vec<Option<Vec<u8>>> {
+        (0..3).map(|i| self.value(i, key)).collect()
+    }
+
+    /// What node `i` holds at `key` now (a string key's).
+    fn value(&self, i: usize, key: &str) -> Option<Vec<u8>> {
         match self {
-            Env::Real(cluster) => cluster.nodes().iter().map(|node| node.get(key)).collect(),
-            Env::Kit(quorum) => quorum
-                .nodes()
-                .iter()
-                .map(|node| node.get(key).and_then(|entry| entry.value))
-                .collect(),
+            Env::Real(cluster) => cluster.nodes()[i].get(key),
+            Env::Kit(quorum) => quorum.node(i).get(key).and_then(|entry| entry.value),
         }
     }
 
@@ -55,6 +57,16 @@ impl Env {
         match self {
             Env::Real(cluster) => cluster.nodes()[i].resume(),
             Env::Kit(quorum) => quorum.node(i).resume(),
+        }
+    }
+
+    /// Another program's hash at `key` on node `i`.
+    fn put_hash(&self, i: usize, key: &str) {
+        match self {
+            Env::Real(cluster) => {
+                cluster.nodes()[i].command(["HSET", key, "field", "value"]);
+            }
+            Env::Kit(quorum) => quorum.node(i).put_hash(key),
         }
     }
 
@@ -73,6 +85,9 @@ fn outcome<T>(result: &Result<T, Error>) -> String {
         Err(error) if error.is_held_by_other() => "held by another".to_owned(),
         Err(error) if error.is_unavailable() => "unavailable".to_owned(),
         Err(error) if error.is_lock_lost() => "lost".to_owned(),
+        Err(error) if error.as_acquire().is_some_and(|e| e.is_wrong_type()) => {
+            "a key of another type".to_owned()
+        }
         Err(error) => format!("other error: {error}"),
     }
 }
@@ -96,6 +111,18 @@ async fn holding(env: &Env, key: &str, value: &[u8]) -> usize {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     count()
+}
+
+/// What node `i` holds at `key` once a withdraw on its way has landed
+/// (for at most 5 s).
+async fn gone(env: &Env, i: usize, key: &str) -> Option<Vec<u8>> {
+    for _ in 0..500 {
+        if env.value(i, key).is_none() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    env.value(i, key)
 }
 
 async fn scenarios(env: &Env) -> Vec<String> {
@@ -134,6 +161,52 @@ async fn scenarios(env: &Env) -> Vec<String> {
         holding(env, "diff-late", next.value().as_bytes()).await
     ));
     next.release().every_node().await;
+
+    // Another program's data at a lock's name on a majority: refused as
+    // a key of another type, and the third node's grant taken back.
+    env.put_hash(0, "diff-typed");
+    env.put_hash(1, "diff-typed");
+    let typed = a.lock("diff-typed").wait(Wait::No).await;
+    seen.push(format!("a on a hash: {}", outcome(&typed)));
+    seen.push(format!(
+        "left on the third node: {:?}",
+        gone(env, 2, "diff-typed").await
+    ));
+
+    // A leader's failover: the leader cut off from a majority past its
+    // lease steps down; once its lease has run out everywhere, the next
+    // leader is elected under a higher term, and the deposed one can no
+    // longer proclaim.
+    let old = a
+        .election("diff-leader")
+        .wait(Wait::No)
+        .campaign()
+        .await
+        .expect("a free name");
+    old.proclaim("a").await.expect("the leader proclaims");
+    let refused = b.election("diff-leader").wait(Wait::No).campaign().await;
+    seen.push(format!("b while a leads: {}", outcome(&refused)));
+    env.pause(0);
+    env.pause(1);
+    seen.push(format!("a steps down: {}", old.lost().await));
+    env.resume(0);
+    env.resume(1);
+    tokio::time::sleep(TTL + Duration::from_millis(500)).await;
+    let new = b.election("diff-leader").wait(Wait::No).campaign().await;
+    seen.push(format!("b after a's lease: {}", outcome(&new)));
+    let mut new = new.expect("a free name");
+    // Terms come from the nodes' clocks (the kit's start at zero): their
+    // order is what a resource sees.
+    seen.push(format!("b's term above a's: {}", new.term() > old.term()));
+    let deposed = old.proclaim("a again").await;
+    seen.push(format!("a's proclaim once deposed: {}", outcome(&deposed)));
+    new.proclaim("b").await.expect("the new leader proclaims");
+    let leader = a.election("diff-leader").leader().await.leader();
+    seen.push(format!(
+        "leader read: {:?}",
+        leader.map(|l| (l.id == new.id().as_bytes(), l.term == new.term(), l.value))
+    ));
+    new.resign().await;
 
     // Loss under pause: a kept-alive lock on a majority paused.
     let kept = a

@@ -1,7 +1,8 @@
 //! The simulation's Redis model is the Lua that really runs: random
 //! workloads of the core's own machines (every lock kind and semaphore permits; acquire, extend,
-//! restore, release, withdraw, fenced rounds, waiters marks, and the marks
-//! on a holder's value a waiter's attempt or mark sets), each request run both by the real
+//! restore, release, withdraw, fenced rounds, waiters marks, the marks
+//! on a holder's value a waiter's attempt or mark sets, and keys of another
+//! type at a lock's name), each request run both by the real
 //! server (its script, as the client sends it) and by the simulation's
 //! node (`redlock-testkit/src/model.rs`), must get the same answer
 //! every time. A script changed without its model (or the reverse) fails
@@ -21,7 +22,7 @@ use rand::{Rng, RngExt, SeedableRng};
 use redis::Value;
 use redlock_core::{
     AcquireEvent, Acquisition, Attempts, Command, Config, Lock, LockSpec, LockValue, Machine,
-    Release, Reply, Request, Response, RoundId, Settings,
+    NodeError, Release, Reply, Request, Response, RoundId, Settings,
 };
 use redlock_tests::RedisNode;
 
@@ -78,8 +79,10 @@ fn workload(extend_script: Option<&'static str>) -> Result<usize, String> {
         // Fair acquisitions between attempts: their entries wait in the
         // queue while other steps run.
         let mut waiting: Vec<Acquisition<StdRng>> = Vec::new();
+        // The hashes step 14 put at a resource's name.
+        let mut foreign: Vec<redlock_core::Key> = Vec::new();
         for _ in 0..STEPS {
-            match rng.random_range(0..14) {
+            match rng.random_range(0..16) {
                 12 => {
                     let resource = ["r1", "r2"][rng.random_range(0..2)].as_bytes();
                     let mut acquisition = Acquisition::with_spec(
@@ -93,7 +96,9 @@ fn workload(extend_script: Option<&'static str>) -> Result<usize, String> {
                     .unwrap();
                     match pair.step(&mut acquisition)? {
                         Some(lock) => held.push(lock),
-                        None => waiting.push(acquisition),
+                        // (Unless it ended: a key of another type.)
+                        None if !acquisition.is_done() => waiting.push(acquisition),
+                        None => {}
                     }
                 }
                 13 if !waiting.is_empty() => {
@@ -113,7 +118,9 @@ fn workload(extend_script: Option<&'static str>) -> Result<usize, String> {
                     acquisition.handle_timeout(at);
                     match pair.step(&mut acquisition)? {
                         Some(lock) => held.push(lock),
-                        None => waiting.push(acquisition),
+                        // (Unless it ended: a key of another type.)
+                        None if !acquisition.is_done() => waiting.push(acquisition),
+                        None => {}
                     }
                 }
                 0..5 => {
@@ -137,10 +144,10 @@ fn workload(extend_script: Option<&'static str>) -> Result<usize, String> {
                         restore.command = Command::Restore {
                             ttl: settings.default_ttl(),
                         };
-                        pair.run(&restore)?;
+                        let _ = pair.run(&restore)?;
                     }
                     let answer = pair.run(&request)?;
-                    extension.handle_reply(Reply::to(&request, Ok(answer)), Instant::now());
+                    extension.handle_reply(Reply::to(&request, answer), Instant::now());
                     if let Ok(extended) = pair.drive(&mut extension)? {
                         lock.apply(&extended);
                     }
@@ -189,7 +196,7 @@ fn workload(extend_script: Option<&'static str>) -> Result<usize, String> {
                         give_up_at: Instant::now(),
                         payload: None,
                     };
-                    pair.run(&request)?;
+                    let _ = pair.run(&request)?;
                     pair.compare_mark(&settings.waiters_key(&key))?;
                     pair.compare_mark(&settings.others_waiting_key(&key))?;
                     // And the holder's value it marked, if any.
@@ -208,6 +215,34 @@ fn workload(extend_script: Option<&'static str>) -> Result<usize, String> {
                         .query(&mut pair.real)
                         .unwrap();
                     pair.model.forget(mark.as_bytes());
+                }
+                14 => {
+                    // Another program's hash at a resource's name, where
+                    // nothing is: a script that reads it fails with
+                    // WRONGTYPE on both, keeping what it wrote before.
+                    let key = settings.key(["r1", "r2"][rng.random_range(0..2)].as_bytes());
+                    let exists: bool = redis::cmd("EXISTS")
+                        .arg(key.as_bytes())
+                        .query(&mut pair.real)
+                        .unwrap();
+                    if !exists {
+                        let _: i64 = redis::cmd("HSET")
+                            .arg(key.as_bytes())
+                            .arg("field")
+                            .arg("value")
+                            .query(&mut pair.real)
+                            .unwrap();
+                        pair.model.put_hash(key.as_bytes());
+                        foreign.push(key);
+                    }
+                }
+                15 if !foreign.is_empty() => {
+                    let key = foreign.swap_remove(rng.random_range(0..foreign.len()));
+                    let _: i64 = redis::cmd("DEL")
+                        .arg(key.as_bytes())
+                        .query(&mut pair.real)
+                        .unwrap();
+                    pair.model.forget(key.as_bytes());
                 }
                 _ => {
                     // A release by a value that may be anyone's or no one's.
@@ -253,9 +288,8 @@ impl Pair {
     ) -> Result<Option<Lock>, String> {
         let resource = ["r1", "r2"][rng.random_range(0..2)].as_bytes();
         let both = [&b"r1"[..], b"r2"];
-        // Reentrant locks keep a hash at their key: a resource of their own,
-        // so that no script meets a key of another type (the model has no
-        // WRONGTYPE; the real-server tests cover it).
+        // Reentrant locks keep a hash at their key: half of them on the
+        // others' resources, where scripts meet keys of another type.
         let spec = match rng.random_range(0..8) {
             0 => LockSpec::Exclusive(resource),
             // Slot keys of their own (`{s}\0permit<i>`), two permits.
@@ -273,7 +307,7 @@ impl Pair {
             3 => LockSpec::Write(resource),
             4 => LockSpec::Multi(&both),
             _ => LockSpec::Reentrant {
-                resource: b"h",
+                resource: if rng.random_bool(0.5) { resource } else { b"h" },
                 owner: ["o1", "o2"][rng.random_range(0..2)],
             },
         };
@@ -351,8 +385,8 @@ impl Pair {
             give_up_at: Instant::now() + Duration::from_secs(1),
             payload: None,
         };
-        if self.run(&request)? == Response::Int(1) {
-            self.run(&Request {
+        if self.run(&request)? == Ok(Response::Int(1)) {
+            let _ = self.run(&Request {
                 command: Command::Withdraw,
                 ..request
             })?;
@@ -369,7 +403,7 @@ impl Pair {
             while let Some(request) = acquisition.poll_request() {
                 sent = true;
                 let answer = self.run(&request)?;
-                acquisition.handle_reply(Reply::to(&request, Ok(answer)), Instant::now());
+                acquisition.handle_reply(Reply::to(&request, answer), Instant::now());
             }
             while let Some(event) = acquisition.poll_event() {
                 if let AcquireEvent::Acquired(won) = event {
@@ -388,7 +422,7 @@ impl Pair {
         loop {
             while let Some(request) = machine.poll_request() {
                 let answer = self.run(&request)?;
-                machine.handle_reply(Reply::to(&request, Ok(answer)), Instant::now());
+                machine.handle_reply(Reply::to(&request, answer), Instant::now());
             }
             while let Some(event) = machine.poll_event() {
                 last = Some(event);
@@ -444,8 +478,9 @@ impl Pair {
         Ok(())
     }
 
-    /// One request on both; their answers must agree.
-    fn run(&mut self, request: &Request) -> Result<Response, String> {
+    /// One request on both; their answers must agree (an error reply by
+    /// its code, `WRONGTYPE`).
+    fn run(&mut self, request: &Request) -> Result<Result<Response, NodeError>, String> {
         let waiters;
         let request = match (&self.attempt_client, request.command, &request.kind) {
             (
@@ -475,16 +510,27 @@ impl Pair {
             call.arg(key.as_bytes());
         }
         support::push_arguments(&mut call, request.arguments());
-        let real =
-            support::to_response(call.query::<Value>(&mut self.real).unwrap_or_else(|err| {
-                panic!(
-                    "{} ({:?}) failed: {err}",
-                    request.command.name(),
-                    request.kind
-                )
-            }));
+        let real = call.query::<Value>(&mut self.real);
         let clock = self.start.elapsed().as_micros() as f64;
-        let mut modelled = self.model.run(clock, request);
+        let modelled = self.model.try_run(clock, request, None);
+        let (real, mut modelled) = match (real, modelled) {
+            (Ok(real), Ok(modelled)) => (support::to_response(real), modelled),
+            (Err(real), Err(modelled)) if real.code() == modelled.split(' ').next() => {
+                self.compared += 1;
+                let kind = redlock_core::NodeErrorKind::from_error_code("WRONGTYPE");
+                return Ok(Err(NodeError::new(kind, modelled)));
+            }
+            (real, modelled) => {
+                return Err(format!(
+                    "{} of a {:?} lock on {:?} after {} requests: the script answered \
+                     {real:?}, the model {modelled:?}",
+                    request.command.name(),
+                    request.kind,
+                    request.keys,
+                    self.compared
+                ));
+            }
+        };
         if matches!(request.command, Command::AcquireFenced { .. }) {
             same_clock(&real, &mut modelled)?;
         }
@@ -499,7 +545,7 @@ impl Pair {
             ));
         }
         self.compared += 1;
-        Ok(real)
+        Ok(Ok(real))
     }
 }
 
