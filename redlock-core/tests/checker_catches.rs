@@ -68,6 +68,37 @@ fn checker_flags_a_hand_made_overlap() {
 }
 
 #[test]
+fn checker_lets_readers_and_one_owner_share_a_key_and_no_one_else() {
+    let ms = Duration::from_millis;
+    let hold = |client, start, end, group| Hold {
+        client,
+        key: 0,
+        start: ms(start),
+        end: ms(end),
+        token: None,
+        slot: 0,
+        group,
+    };
+    // Two readers at once, then one owner's two reentrant holds at once.
+    let shared = [
+        hold(0, 0, 100, Some(sim::READERS)),
+        hold(1, 50, 150, Some(sim::READERS)),
+        hold(2, 200, 300, Some(7)),
+        hold(3, 250, 350, Some(7)),
+    ];
+    assert!(check_overlaps(&shared).is_empty());
+    // A writer among the readers, another owner beside the first.
+    let mut crossed = shared.to_vec();
+    crossed.push(hold(4, 90, 120, None));
+    crossed.push(hold(5, 340, 400, Some(8)));
+    let found: Vec<(usize, usize)> = check_overlaps(&crossed)
+        .iter()
+        .map(|(first, second)| (first.client, second.client))
+        .collect();
+    assert_eq!(found, [(0, 4), (1, 4), (3, 5)]);
+}
+
+#[test]
 fn node_restarted_empty_at_once_breaks_safety() {
     // Out of model: crashed nodes come back at once, without the keys they held.
     let cfg = SimConfig {

@@ -127,6 +127,7 @@ impl History {
                             holder: value.to_vec(),
                             from,
                             until: at,
+                            shared: false,
                         });
                         since = None;
                     }
@@ -159,6 +160,10 @@ pub struct Hold {
     pub from: Duration,
     /// Until (exclusive).
     pub until: Duration,
+    /// A shared hold (a read lock's, a semaphore's permit on the
+    /// semaphore's name): shared holds of one key may overlap each other,
+    /// never an exclusive one.
+    pub shared: bool,
 }
 
 /// Two holders that held one key at once.
@@ -187,8 +192,9 @@ impl fmt::Display for Overlap {
 }
 
 /// Every pair of holds of one key by different holders that overlap in
-/// time (touching is no overlap): empty when each key had one holder at a
-/// time.
+/// time (touching is no overlap), unless both are
+/// [`shared`](Hold::shared): empty when each key had one exclusive holder
+/// (or only shared ones) at a time.
 pub fn overlaps(holds: &[Hold]) -> Vec<Overlap> {
     let mut sorted: Vec<&Hold> = holds.iter().filter(|hold| hold.from < hold.until).collect();
     sorted.sort_by(|a, b| (&a.key, a.from).cmp(&(&b.key, b.from)));
@@ -198,7 +204,7 @@ pub fn overlaps(holds: &[Hold]) -> Vec<Overlap> {
             if second.key != first.key || second.from >= first.until {
                 break;
             }
-            if second.holder != first.holder {
+            if second.holder != first.holder && !(first.shared && second.shared) {
                 found.push(Overlap {
                     first: (*first).clone(),
                     second: (*second).clone(),

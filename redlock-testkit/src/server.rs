@@ -260,7 +260,7 @@ impl Server {
     }
 
     /// Every key alive now: value (strings) and time left (`None`: none).
-    pub(crate) fn keys(&self) -> Vec<crate::NodeKey> {
+    pub(crate) fn keys(&self) -> Vec<crate::quorum::NodeKey> {
         let clock = self.clock();
         self.state()
             .store
@@ -268,7 +268,7 @@ impl Server {
             .into_iter()
             .map(|(key, value, expires)| {
                 let left = expires.map(|at| Duration::from_secs_f64(((at - clock) / 1e6).max(0.0)));
-                crate::NodeKey {
+                crate::quorum::NodeKey {
                     key,
                     value,
                     ttl: left,

@@ -158,6 +158,7 @@ fn the_checkers_find_overlaps_and_stale_writes() {
         holder: holder.as_bytes().to_vec(),
         from: Duration::from_secs(from),
         until: Duration::from_secs(until),
+        shared: false,
     };
     assert!(overlaps(&[hold("a", 0, 10), hold("b", 10, 20)]).is_empty());
     assert_eq!(overlaps(&[hold("a", 0, 10), hold("b", 9, 20)]).len(), 1);

@@ -252,34 +252,38 @@ fn permit_slot(key: &[u8]) -> u32 {
         .unwrap_or(0)
 }
 
-/// The checker: sorts the holds of each key by start and reports every hold that
-/// starts before an earlier one ended.
+/// The checker: every pair of holds of one key whose windows overlap,
+/// unless both are in one group, found by the test kit's checker
+/// (`redlock_testkit::overlaps`, the one users run on their own histories).
+/// A group of readers or of a semaphore's holders is shared there; a
+/// reentrant owner's holds are one holder's.
 pub fn check_overlaps(holds: &[Hold]) -> Vec<(Hold, Hold)> {
-    let mut by_key: HashMap<usize, Vec<Hold>> = HashMap::new();
-    for hold in holds {
-        by_key.entry(hold.key).or_default().push(*hold);
-    }
-    let mut found = Vec::new();
-    for (_, mut list) in by_key {
-        list.sort_by_key(|h| (h.start, h.end));
-        // Holds still open at the current start; each new hold is checked
-        // against them. Two holds conflict unless they share a group.
-        let mut open: Vec<Hold> = Vec::new();
-        for hold in list {
-            if hold.end <= hold.start {
-                continue;
-            }
-            open.retain(|o| o.end > hold.start);
-            for other in &open {
-                let shared = hold.group.is_some() && hold.group == other.group;
-                if !shared {
-                    found.push((*other, hold));
+    let windows: Vec<redlock_testkit::Hold> = holds
+        .iter()
+        .enumerate()
+        .map(|(i, hold)| redlock_testkit::Hold {
+            key: hold.key.to_string().into_bytes(),
+            holder: match hold.group {
+                Some(owner) if owner != READERS && owner != PERMITS => {
+                    format!("owner {owner}").into_bytes()
                 }
-            }
-            open.push(hold);
-        }
-    }
-    found
+                _ => format!("hold {i}").into_bytes(),
+            },
+            from: hold.start,
+            until: hold.end,
+            shared: matches!(hold.group, Some(READERS | PERMITS)),
+        })
+        .collect();
+    let back = |window: &redlock_testkit::Hold| {
+        holds[windows
+            .iter()
+            .position(|w| w == window)
+            .expect("a window of ours")]
+    };
+    redlock_testkit::overlaps(&windows)
+        .iter()
+        .map(|overlap| (back(&overlap.first), back(&overlap.second)))
+        .collect()
 }
 
 #[derive(Debug)]

@@ -269,39 +269,34 @@ impl Records {
     }
 }
 
-/// Every hold that starts before an earlier-starting hold of the same key
-/// ended, paired with that earlier hold (the one ending last).
+/// Every pair of holds of one key by two holders whose windows overlap,
+/// found by the test kit's checker (`redlock_testkit::overlaps`, the one
+/// users run on their own histories); an empty window is no hold.
 pub fn overlaps(holds: &[Hold]) -> Vec<Overlap> {
-    let mut by_key: BTreeMap<&str, Vec<&Hold>> = BTreeMap::new();
-    for hold in holds {
-        by_key.entry(&hold.key).or_default().push(hold);
-    }
-    let mut found = Vec::new();
-    for (key, mut list) in by_key {
-        list.sort_by_key(|h| (h.granted_ns, h.end_ns));
-        let mut latest: Option<&Hold> = None;
-        for hold in list {
-            if hold.end_ns <= hold.granted_ns {
-                continue;
+    let id = |hold: &Hold| format!("{}/{}", hold.worker, hold.hold).into_bytes();
+    let by_id: HashMap<Vec<u8>, &Hold> = holds.iter().map(|hold| (id(hold), hold)).collect();
+    let windows: Vec<redlock_testkit::Hold> = holds
+        .iter()
+        .map(|hold| redlock_testkit::Hold {
+            key: hold.key.clone().into_bytes(),
+            holder: id(hold),
+            from: std::time::Duration::from_nanos(hold.granted_ns),
+            until: std::time::Duration::from_nanos(hold.end_ns),
+            shared: false,
+        })
+        .collect();
+    redlock_testkit::overlaps(&windows)
+        .into_iter()
+        .map(|overlap| {
+            let (first, second) = (by_id[&overlap.first.holder], by_id[&overlap.second.holder]);
+            Overlap {
+                key: first.key.clone(),
+                first: HoldId::of(first),
+                second: HoldId::of(second),
+                overlap_ms: ms(first.end_ns.min(second.end_ns) - second.granted_ns),
             }
-            if let Some(prev) = latest {
-                if hold.granted_ns < prev.end_ns {
-                    found.push(Overlap {
-                        key: key.to_owned(),
-                        first: HoldId::of(prev),
-                        second: HoldId::of(hold),
-                        overlap_ms: ms(prev.end_ns.min(hold.end_ns) - hold.granted_ns),
-                    });
-                }
-                if hold.end_ns > prev.end_ns {
-                    latest = Some(hold);
-                }
-            } else {
-                latest = Some(hold);
-            }
-        }
-    }
-    found
+        })
+        .collect()
 }
 
 /// One fault, from the moment it took effect to the moment it was undone.

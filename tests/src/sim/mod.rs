@@ -971,6 +971,7 @@ fn judge(
             holder: hold.value.clone().into_bytes(),
             from: at(hold.granted),
             until: at(hold.end()),
+            shared: false,
         })
         .collect();
     for overlap in redlock_testkit::overlaps(&holds) {
