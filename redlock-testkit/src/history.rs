@@ -7,10 +7,10 @@ use std::time::Duration;
 /// One change to a lock key on one node, at a virtual instant (since the
 /// [`Quorum`](crate::Quorum) was made).
 ///
-/// Recorded for the string keys a lock value is written to: plain, fenced,
-/// fair and multi-resource locks, semaphore permits (their slot keys) and
-/// elections. Read, write and reentrant locks keep their holders in sorted
-/// sets and hashes and are not recorded.
+/// Recorded for every kind of lock: the key a lock value is written to
+/// (plain, fenced, fair, multi-resource and write locks, semaphore permits
+/// on their slot keys, elections), a reader on its lock's name (shared),
+/// and a reentrant lock's owner on its key.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Event {
@@ -20,10 +20,12 @@ pub struct Event {
     pub node: usize,
     /// The key.
     pub key: Vec<u8>,
-    /// The lock value (the holder's).
+    /// The lock value (the holder's; a reentrant lock's owner).
     pub value: Vec<u8>,
     /// What happened.
     pub kind: EventKind,
+    /// A reader's: shared with other readers ([`Hold::shared`]).
+    pub shared: bool,
 }
 
 /// What happened to a key in an [`Event`].
@@ -75,17 +77,17 @@ impl History {
     /// released).
     ///
     /// A correct quorum never gives two values overlapping holds of one
-    /// key; a node restarted empty or whose clock jumped can
+    /// key (but to readers); a node restarted empty or whose clock jumped can
     /// ([`overlaps`]). A client's own validity is a little shorter than
     /// its hold (the acquire's round trip and the clock drift allowance),
     /// so a hold can also be one whose client gave up on it.
     pub fn holds(&self) -> Vec<Hold> {
         let majority = self.nodes / 2 + 1;
         // Per key and value, per node: the intervals it was held there.
-        let mut held: BTreeMap<(&[u8], &[u8]), PerNode> = BTreeMap::new();
+        let mut held: BTreeMap<(&[u8], &[u8], bool), PerNode> = BTreeMap::new();
         for event in &self.events {
             let spans = held
-                .entry((&event.key, &event.value))
+                .entry((&event.key, &event.value, event.shared))
                 .or_default()
                 .entry(event.node)
                 .or_default();
@@ -104,7 +106,7 @@ impl History {
             }
         }
         let mut holds = Vec::new();
-        for ((key, value), nodes) in held {
+        for ((key, value, shared), nodes) in held {
             // A sweep over the intervals' ends: +1 at a start, -1 at an end.
             let mut edges: Vec<(Duration, i32)> = nodes
                 .values()
@@ -127,7 +129,7 @@ impl History {
                             holder: value.to_vec(),
                             from,
                             until: at,
-                            shared: false,
+                            shared,
                         });
                         since = None;
                     }

@@ -74,8 +74,6 @@
 //! - One model of Redis: the scripts, `SET NX PX GET`, Valkey's `DELIFEQ`
 //!   and `SET IFEQ` ([`QuorumBuilder::valkey`]), pub/sub for release
 //!   notices; no other command, no Redis Cluster, no TLS, no ACL users.
-//! - Read, write and reentrant locks are served but not recorded in the
-//!   [`History`] (their holders live in sorted sets and hashes).
 #![forbid(unsafe_code)]
 
 mod history;

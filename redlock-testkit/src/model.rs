@@ -58,6 +58,37 @@ impl Store {
         }
     }
 
+    /// When reader `member` of the readers set at `key` expires (node
+    /// microseconds), if it is there.
+    pub fn reader_expiry(&self, key: &[u8], member: &[u8], clock: f64) -> Option<f64> {
+        match self.data.get(key) {
+            Some(Entry {
+                val: Val::ZSet(set),
+                expires,
+            }) if *expires > clock => set
+                .get(member)
+                .map(|score| score * MS)
+                .filter(|expiry| *expiry > clock),
+            _ => None,
+        }
+    }
+
+    /// When the reentrant lock at `key` expires (node microseconds), if
+    /// `owner` holds it.
+    pub fn owner_expiry(&self, key: &[u8], owner: &[u8], clock: f64) -> Option<f64> {
+        match self.data.get(key) {
+            Some(Entry {
+                val: Val::Hash(fields),
+                expires,
+            }) if *expires > clock
+                && fields.get(b"owner".as_slice()).map(Vec::as_slice) == Some(owner) =>
+            {
+                Some(*expires)
+            }
+            _ => None,
+        }
+    }
+
     /// The keys alive at `clock` that expire (locks, readers, marks; not
     /// fencing counters, which never do), sorted: what a run left behind.
     /// (Used by the client sim, `tests/src/sim/`.)

@@ -682,17 +682,16 @@ impl Server {
             }
             None => request,
         };
-        let value = request.value.as_bytes();
-        let before: Vec<Option<f64>> = request
-            .keys
+        let holders = holders(request);
+        let before: Vec<Option<f64>> = holders
             .iter()
-            .map(|key| state.store.expiry_of(key.as_bytes(), value, clock))
+            .map(|holder| holder.expiry(&state.store, clock))
             .collect();
         let response = state.store.try_run(clock, request, native);
         let at = self.elapsed();
         let mut events = Vec::new();
-        for (key, before) in request.keys.iter().zip(before) {
-            let after = state.store.expiry_of(key.as_bytes(), value, clock);
+        for (holder, before) in holders.iter().zip(before) {
+            let after = holder.expiry(&state.store, clock);
             let ttl = |expiry: f64| Duration::from_secs_f64(((expiry - clock) / 1e6).max(0.0));
             let kind = match (before, after) {
                 (None, Some(expiry)) => EventKind::Granted { ttl: ttl(expiry) },
@@ -703,9 +702,10 @@ impl Server {
             events.push(Event {
                 at,
                 node: self.index,
-                key: key.as_bytes().to_vec(),
-                value: value.to_vec(),
+                key: holder.key.to_vec(),
+                value: holder.holder.to_vec(),
                 kind,
+                shared: holder.shared,
             });
         }
         drop(state);
@@ -997,5 +997,68 @@ impl redis::ConnectionLike for Blocking {
 
     fn is_open(&self) -> bool {
         true
+    }
+}
+
+/// Where a request's value may hold a lock, as the history records it.
+struct Holder<'a> {
+    /// The lock's key (a read lock's name, not its readers set).
+    key: &'a [u8],
+    /// Who holds it: the lock value, or a reentrant lock's owner.
+    holder: &'a [u8],
+    /// A reader's hold, shared with other readers.
+    shared: bool,
+    /// Where the node keeps it.
+    place: Place<'a>,
+}
+
+enum Place<'a> {
+    /// The value at the key (every lock but readers and reentrant ones).
+    String,
+    /// A member of this readers set.
+    Reader(&'a [u8]),
+    /// The owner of the reentrant lock's hash at the key.
+    Owner,
+}
+
+impl Holder<'_> {
+    /// When the hold ends on the node (node microseconds), if it holds.
+    fn expiry(&self, store: &Store, clock: f64) -> Option<f64> {
+        match self.place {
+            Place::String => store.expiry_of(self.key, self.holder, clock),
+            Place::Reader(set) => store.reader_expiry(set, self.holder, clock),
+            Place::Owner => store.owner_expiry(self.key, self.holder, clock),
+        }
+    }
+}
+
+/// The holds a request may change: for a read lock its reader, for a
+/// reentrant lock its owner, else its value at each of its keys (a
+/// multi-resource lock's several, a semaphore's slots).
+fn holders(request: &Request) -> Vec<Holder<'_>> {
+    let value = request.value.as_bytes();
+    let keys = &request.keys;
+    match &request.kind {
+        LockKind::Read => vec![Holder {
+            key: keys[0].as_bytes(),
+            holder: value,
+            shared: true,
+            place: Place::Reader(keys[1].as_bytes()),
+        }],
+        LockKind::Reentrant { owner } => vec![Holder {
+            key: keys[0].as_bytes(),
+            holder: owner.as_bytes(),
+            shared: false,
+            place: Place::Owner,
+        }],
+        _ => keys
+            .iter()
+            .map(|key| Holder {
+                key: key.as_bytes(),
+                holder: value,
+                shared: false,
+                place: Place::String,
+            })
+            .collect(),
     }
 }

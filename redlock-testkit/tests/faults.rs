@@ -199,3 +199,49 @@ async fn a_key_of_another_type_is_refused_as_a_real_server_refuses_it() {
         "{read}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn readers_share_a_key_in_the_history_and_a_writer_after_them_does_not() {
+    let quorum = Quorum::new(3);
+    let redlock = client(&quorum).await;
+    let first = redlock.lock("table").read().await.unwrap();
+    let second = redlock.lock("table").read().await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    first.release().await;
+    second.release().await;
+    let writer = redlock.lock("table").write().await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    writer.release().await;
+    // One owner's two reentrant holds are one holder's.
+    let outer = redlock.lock("ledger").reentrant("job-1").await.unwrap();
+    let inner = redlock.lock("ledger").reentrant("job-1").await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    inner.release().await;
+    outer.release().await;
+
+    let holds = quorum.history().holds();
+    let on = |key: &str| -> Vec<&Hold> {
+        holds
+            .iter()
+            .filter(|hold| hold.key == key.as_bytes())
+            .collect()
+    };
+    let (readers, writers): (Vec<&Hold>, Vec<&Hold>) =
+        on("table").into_iter().partition(|hold| hold.shared);
+    assert_eq!((readers.len(), writers.len()), (2, 1));
+    assert!(
+        readers[1].from < readers[0].until,
+        "the readers held at once"
+    );
+    let owners = on("ledger");
+    assert_eq!(owners.len(), 1);
+    assert_eq!(owners[0].holder, b"job-1");
+    assert!(quorum.history().overlaps().is_empty());
+
+    // A writer's hold inside the readers' is found.
+    let mut crossed = holds.clone();
+    let mut writer = readers[0].clone();
+    (writer.holder, writer.shared) = (b"a writer".to_vec(), false);
+    crossed.push(writer);
+    assert_eq!(overlaps(&crossed).len(), 2);
+}
