@@ -457,6 +457,13 @@ impl Node {
         self.server.live_keys()
     }
 
+    /// A connection of one's own to the node: the client's end of an
+    /// in-memory stream it serves (the project's driver tests).
+    #[doc(hidden)]
+    pub fn connect(&self) -> io::Result<DuplexStream> {
+        self.server.accept()
+    }
+
     /// Stops the node's clock: the runtime is about to be dropped.
     #[doc(hidden)]
     pub fn freeze(&self) {

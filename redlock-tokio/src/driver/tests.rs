@@ -1,10 +1,10 @@
 //! The per-node order (rule 1 of [`send`]) without a real server: a real
-//! `redis` connection over an in-memory stream to a server that stops
-//! reading (a paused master), so its connection queue fills. Requests are
-//! emitted as a client does (each acquire, then the release that undoes
-//! it) and then polled by their owners in the worst order; the server must
-//! still read every acquire before its release. Deterministic: one thread,
-//! no clock.
+//! `redis` connection over an in-memory stream to a node of the test kit
+//! that is paused (it stops reading), so its connection queue fills.
+//! Requests are emitted as a client does (each acquire, then the release
+//! that undoes it) and then polled by their owners in the worst order; the
+//! node must still read every acquire before its release. Deterministic:
+//! one thread.
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -12,73 +12,23 @@ use std::time::Instant;
 use futures::future::join_all;
 use redis::aio::MultiplexedConnection;
 use redlock_core::{Command, Config, Key, LockValue, Machine, Release, Request, RoundId};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
-use tokio::sync::Notify;
+use redlock_testkit::{Quorum, Tap};
 
 use super::send;
 use crate::node::{CONNECTION_QUEUE, Node, connection_config};
 
-/// A server that answers `:1` to every command and records each command's
-/// words, and reads nothing while paused.
-struct Server {
-    commands: Mutex<Vec<Vec<Vec<u8>>>>,
-    paused: Mutex<bool>,
-    resumed: Notify,
-}
+/// Every command the node ran, by its words, in order.
+#[derive(Default)]
+struct Commands(Mutex<Vec<Vec<Vec<u8>>>>);
 
-impl Server {
-    async fn serve(self: Arc<Self>, mut stream: DuplexStream) {
-        let mut buffer = Vec::new();
-        let mut chunk = [0_u8; 256];
-        loop {
-            while *self.paused.lock().unwrap() {
-                self.resumed.notified().await;
-            }
-            let Ok(read) = stream.read(&mut chunk).await else {
-                return;
-            };
-            if read == 0 {
-                return;
-            }
-            buffer.extend_from_slice(&chunk[..read]);
-            while let Some((words, used)) = parse(&buffer) {
-                buffer.drain(..used);
-                self.commands.lock().unwrap().push(words);
-                if stream.write_all(b":1\r\n").await.is_err() {
-                    return;
-                }
-            }
-        }
+impl Tap for Commands {
+    fn command(&self, _: usize, _: f64, _: bool, words: &[Vec<u8>], _: &[u8]) {
+        self.0.lock().unwrap().push(words.to_vec());
     }
 
-    fn pause(&self, paused: bool) {
-        *self.paused.lock().unwrap() = paused;
-        self.resumed.notify_waiters();
-    }
-}
+    fn note(&self, _: String) {}
 
-/// One command (a RESP array of bulk strings) from the front of `bytes`, and
-/// how many bytes it took; `None` until it is complete.
-fn parse(bytes: &[u8]) -> Option<(Vec<Vec<u8>>, usize)> {
-    fn line(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
-        let end = at + bytes.get(at..)?.windows(2).position(|w| w == b"\r\n")?;
-        let number = std::str::from_utf8(&bytes[at + 1..end])
-            .ok()?
-            .parse()
-            .ok()?;
-        Some((number, end + 2))
-    }
-    let (count, mut at) = line(bytes, 0)?;
-    let mut words = Vec::with_capacity(count);
-    for _ in 0..count {
-        let (len, start) = line(bytes, at)?;
-        words.push(bytes.get(start..start + len)?.to_vec());
-        at = start + len + 2;
-        if bytes.len() < at {
-            return None;
-        }
-    }
-    Some((words, at))
+    fn notice(&self) {}
 }
 
 /// How many keys the server saw released before they were acquired, when
@@ -86,13 +36,14 @@ fn parse(bytes: &[u8]) -> Option<(Vec<Vec<u8>>, usize)> {
 /// `batch` resources' requests in one flight (a pipeline when more than
 /// one).
 async fn reordered(queue: usize, batch: usize) -> usize {
-    let (client_end, server_end) = tokio::io::duplex(64);
-    let server = Arc::new(Server {
-        commands: Mutex::default(),
-        paused: Mutex::new(false),
-        resumed: Notify::new(),
-    });
-    tokio::spawn(Arc::clone(&server).serve(server_end));
+    let commands = Arc::new(Commands::default());
+    let quorum = Quorum::builder()
+        .nodes(1)
+        .buffers(vec![64])
+        .tap(Arc::clone(&commands) as Arc<dyn Tap>)
+        .build();
+    let node = quorum.node(0);
+    let client_end = node.connect().expect("the node accepts");
     let info =
         redis::IntoConnectionInfo::into_connection_info("redis://127.0.0.1/").expect("a valid URL");
     let (connection, driver) = MultiplexedConnection::new_with_config(
@@ -121,7 +72,7 @@ async fn reordered(queue: usize, batch: usize) -> usize {
         request
     };
 
-    server.pause(true);
+    node.pause();
     let mut acquires = Vec::new();
     let mut releases = Vec::new();
     for first in (0..64).step_by(batch) {
@@ -141,12 +92,12 @@ async fn reordered(queue: usize, batch: usize) -> usize {
     let releases = tokio::spawn(join_all(releases));
     let acquires = tokio::spawn(join_all(acquires));
     tokio::task::yield_now().await;
-    server.pause(false);
+    node.resume();
     releases.await.expect("releases answered");
     acquires.await.expect("acquires answered");
 
     let acquire = redis::Script::new(redlock_core::scripts::ACQUIRE);
-    let commands = server.commands.lock().unwrap();
+    let commands = commands.0.lock().unwrap();
     let mut acquired = std::collections::HashSet::new();
     let mut reordered = 0;
     for words in commands.iter().filter(|words| words[0] == b"EVALSHA") {
