@@ -68,9 +68,12 @@
 //!
 //! # Limits
 //!
-//! - The blocking client (`redlock_tokio::blocking`) runs its own runtime
-//!   on its own thread, whose clock is not the test's paused clock: it is
-//!   not supported here.
+//! - The blocking client (`redlock_tokio::blocking`, from
+//!   `quorum.client().build_blocking()` in a plain `#[test]`) runs over the
+//!   nodes in **real time**: it drives its own runtime on a thread of its
+//!   own, whose clock is not a test's paused clock. Give it short TTLs; the
+//!   faults are the same calls, made from the test's thread ([`Quorum::at`]
+//!   needs a runtime).
 //! - One model of Redis: the scripts, `SET NX PX GET`, Valkey's `DELIFEQ`
 //!   and `SET IFEQ` ([`QuorumBuilder::valkey`]), pub/sub for release
 //!   notices; no other command, no Redis Cluster, no TLS, no ACL users.
