@@ -1,15 +1,10 @@
 //! Who leads an election, as one read of every node tells: advisory.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::machine::Machine;
-use crate::quorum::Round;
-use crate::{
-    Command, Key, LockKind, LockValue, NodeError, NodeErrorKind, NodeVote, Reply, Request,
-    Response, RoundId, Settings,
-};
+use crate::read_all::{NodeRead, ReadAll};
+use crate::{Command, Key, NodeError, NodeErrorKind, Response, RoundId, Settings, Votes};
 
 /// A leader, as the nodes tell it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -113,20 +108,13 @@ impl LeaderReport {
     }
 }
 
-/// One read of an election on every node, driven like every [`Machine`]:
-/// the read behind a one-shot "who leads" and each poll of an observer. It
-/// gives its [`LeaderReport`] once every node answered or at the per-node
-/// timeout; it decides nothing and writes nothing.
-#[derive(Debug)]
-pub struct LeaderRead {
-    round: Round,
-    reads: Vec<Option<Result<LeaderReply, NodeError>>>,
-    requests: VecDeque<Request>,
-    report: Option<LeaderReport>,
-    done: bool,
-}
+/// One read of an election on every node, driven like every [`Machine`](crate::Machine)
+/// ([`ReadAll`]): the read behind a one-shot "who leads" and each poll of
+/// an observer. It gives its [`LeaderReport`] once every node answered or
+/// at the per-node timeout; it decides nothing and writes nothing.
+pub type LeaderRead = ReadAll<LeaderReply>;
 
-impl LeaderRead {
+impl ReadAll<LeaderReply> {
     /// Reads the election `name` on every node from `now`, in round `round`.
     pub fn new(settings: &Settings, name: &[u8], round: RoundId, now: Instant) -> Self {
         let key = settings.key(name);
@@ -135,81 +123,19 @@ impl LeaderRead {
             settings.fencing_key(&key),
             settings.leader_key(&key),
         ]);
-        let round = Round::new(round, settings, now, settings.node_timeout());
-        let value = LockValue::from_string(String::new());
-        let requests = round
-            .fan_out(
-                &keys,
-                &LockKind::Exclusive,
-                &value,
-                Command::ReadLeader,
-                round.deadline,
-            )
-            .collect();
-        Self {
-            reads: vec![None; settings.node_names().len()],
-            round,
-            requests,
-            report: None,
-            done: false,
-        }
-    }
-
-    fn finish(&mut self) {
-        self.done = true;
-        let timeout = self.round.timeout;
-        let reads = std::mem::take(&mut self.reads)
-            .into_iter()
-            .map(|read| read.unwrap_or_else(|| Err(NodeError::timeout(timeout))))
-            .collect();
-        self.report = Some(LeaderReport { reads });
+        Self::start(settings, keys, Command::ReadLeader, round, now)
     }
 }
 
-impl Machine for LeaderRead {
-    type Event = LeaderReport;
+impl NodeRead for LeaderReply {
+    type Report = LeaderReport;
 
-    fn poll_request(&mut self) -> Option<Request> {
-        self.requests.pop_front()
+    fn parse(response: Response) -> Result<Self, NodeError> {
+        LeaderReply::parse(response)
     }
 
-    fn poll_event(&mut self) -> Option<LeaderReport> {
-        self.report.take()
-    }
-
-    fn poll_timeout(&self) -> Option<Instant> {
-        (!self.done).then_some(self.round.deadline)
-    }
-
-    fn handle_reply(&mut self, reply: Reply, _now: Instant) {
-        if self.done {
-            return;
-        }
-        let read = reply.result.and_then(LeaderReply::parse);
-        let vote = match &read {
-            Ok(_) => NodeVote::Granted,
-            Err(error) => NodeVote::Failed(error.clone()),
-        };
-        if !self.round.record(reply.round, reply.node, vote) {
-            return;
-        }
-        if let Some(slot) = self.reads.get_mut(reply.node.0) {
-            *slot = Some(read);
-        }
-        if self.round.all_answered() {
-            self.finish();
-        }
-    }
-
-    fn handle_timeout(&mut self, now: Instant) {
-        if !self.done && now >= self.round.deadline {
-            self.round.expire();
-            self.finish();
-        }
-    }
-
-    fn is_done(&self) -> bool {
-        self.done
+    fn report(reads: Vec<Result<Self, NodeError>>, _votes: Votes) -> LeaderReport {
+        LeaderReport { reads }
     }
 }
 

@@ -150,6 +150,7 @@ pub mod native;
 pub mod planted;
 mod queue;
 mod quorum;
+mod read_all;
 mod release;
 mod retry;
 pub mod scripts;
@@ -182,6 +183,7 @@ pub use native::{
 };
 pub use queue::{WaitQueue, WaiterId, Wake};
 pub use quorum::{Votes, drift, quorum, remaining, valid_until};
+pub use read_all::{NodeRead, ReadAll};
 pub use release::{Release, ReleaseReport};
 pub use retry::{Attempts, Backoff, retry_delay};
 pub use semaphore::MAX_PERMITS;

@@ -8,17 +8,12 @@
 //! node; each reply is read by [`InspectReply::parse`], and the replies of
 //! every node are summed up by [`LockStatus::from_reads`].
 
-use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::machine::Machine;
-use crate::quorum::Round;
-use crate::{
-    Command, LockKind, LockValue, NodeError, NodeErrorKind, NodeVote, Reply, Request, Response,
-    RoundId, Settings, Votes, quorum,
-};
+use crate::read_all::{NodeRead, ReadAll};
+use crate::{Command, NodeError, NodeErrorKind, Response, RoundId, Settings, Votes, quorum};
 
 /// A lock key present on a node.
 #[derive(Clone, PartialEq, Eq)]
@@ -253,8 +248,8 @@ pub struct InspectReport {
 
 impl InspectReport {
     /// The reads as [`Votes`], for logs and metrics: a node read is
-    /// [`NodeVote::Granted`], a node that could not be read
-    /// [`NodeVote::Failed`]. Not votes on the lock: nothing was asked.
+    /// [`NodeVote::Granted`](crate::NodeVote::Granted), a node that could not be read
+    /// [`NodeVote::Failed`](crate::NodeVote::Failed). Not votes on the lock: nothing was asked.
     pub fn votes(&self) -> &Votes {
         &self.votes
     }
@@ -270,7 +265,7 @@ impl InspectReport {
 }
 
 /// One read of a lock key on every node ([`scripts::INSPECT`](crate::scripts::INSPECT)),
-/// as a state machine driven like every [`Machine`]: the read behind
+/// as a state machine driven like every [`Machine`](crate::Machine) ([`ReadAll`]): the read behind
 /// `redlock status`.
 ///
 /// It sends one request per node at once, all with the per-node timeout
@@ -300,16 +295,9 @@ impl InspectReport {
 /// assert!(report.reads[2].is_err());
 /// assert_eq!(report.status().state(), LockState::Held);
 /// ```
-#[derive(Debug)]
-pub struct Inspection {
-    round: Round,
-    reads: Vec<Option<Result<InspectReply, NodeError>>>,
-    requests: VecDeque<Request>,
-    report: Option<InspectReport>,
-    done: bool,
-}
+pub type Inspection = ReadAll<InspectReply>;
 
-impl Inspection {
+impl ReadAll<InspectReply> {
     /// Reads the lock on `resource` on every node, starting at `now`, in
     /// round `round` (copied into every request; replies of other rounds are
     /// ignored).
@@ -322,87 +310,18 @@ impl Inspection {
     pub fn of_key(settings: &Settings, key: crate::Key, round: RoundId, now: Instant) -> Self {
         let counter = settings.fencing_key(&key);
         let keys: Arc<[crate::Key]> = Arc::from([key, counter]);
-        let round = Round::new(round, settings, now, settings.node_timeout());
-        // The script takes no value: an empty one goes as its unused ARGV.
-        let value = LockValue::from_string(String::new());
-        let requests = round
-            .fan_out(
-                &keys,
-                &LockKind::Exclusive,
-                &value,
-                Command::Inspect,
-                round.deadline,
-            )
-            .collect();
-        Self {
-            reads: vec![None; settings.node_names().len()],
-            round,
-            requests,
-            report: None,
-            done: false,
-        }
-    }
-
-    fn finish(&mut self, now: Instant) {
-        self.done = true;
-        let timeout = self.round.timeout;
-        let reads = std::mem::take(&mut self.reads)
-            .into_iter()
-            .map(|read| read.unwrap_or_else(|| Err(NodeError::timeout(timeout))))
-            .collect();
-        self.report = Some(InspectReport {
-            reads,
-            votes: self.round.votes(now),
-        });
+        Self::start(settings, keys, Command::Inspect, round, now)
     }
 }
 
-impl Machine for Inspection {
-    /// The report, once every node answered or timed out.
-    type Event = InspectReport;
+impl NodeRead for InspectReply {
+    type Report = InspectReport;
 
-    fn poll_request(&mut self) -> Option<Request> {
-        self.requests.pop_front()
+    fn parse(response: Response) -> Result<Self, NodeError> {
+        InspectReply::parse(response)
     }
 
-    fn poll_event(&mut self) -> Option<InspectReport> {
-        self.report.take()
-    }
-
-    fn poll_timeout(&self) -> Option<Instant> {
-        (!self.done).then_some(self.round.deadline)
-    }
-
-    fn handle_reply(&mut self, reply: Reply, now: Instant) {
-        if self.done {
-            return;
-        }
-        let read = reply.result.and_then(InspectReply::parse);
-        let vote = match &read {
-            Ok(_) => NodeVote::Granted,
-            Err(error) => NodeVote::Failed(error.clone()),
-        };
-        // Counted once per node: a repeated or stray answer changes nothing.
-        if !self.round.record(reply.round, reply.node, vote) {
-            return;
-        }
-        if let Some(slot) = self.reads.get_mut(reply.node.0) {
-            *slot = Some(read);
-        }
-        if self.round.all_answered() {
-            self.finish(now);
-        }
-    }
-
-    /// Times out the nodes that have not answered.
-    fn handle_timeout(&mut self, now: Instant) {
-        if !self.done && now >= self.round.deadline {
-            self.round.expire();
-            self.finish(now);
-        }
-    }
-
-    fn is_done(&self) -> bool {
-        self.done
+    fn report(reads: Vec<Result<Self, NodeError>>, votes: Votes) -> InspectReport {
+        InspectReport { reads, votes }
     }
 }
