@@ -113,8 +113,8 @@ async fn holding(env: &Env, key: &str, value: &[u8]) -> usize {
     count()
 }
 
-/// What node `i` holds at `key` once a withdraw on its way has landed
-/// (for at most 5 s).
+/// What node `i` holds at `key` once it is gone (a withdraw on its way
+/// has landed, or the key expired), waiting for at most 5 s.
 async fn gone(env: &Env, i: usize, key: &str) -> Option<Vec<u8>> {
     for _ in 0..500 {
         if env.value(i, key).is_none() {
@@ -191,7 +191,11 @@ async fn scenarios(env: &Env) -> Vec<String> {
     seen.push(format!("a steps down: {}", old.lost().await));
     env.resume(0);
     env.resume(1);
-    tokio::time::sleep(TTL + Duration::from_millis(500)).await;
+    // Until the old leader's lease has run out on every node (renewals
+    // queued on the paused nodes ran when they resumed).
+    for node in 0..3 {
+        gone(env, node, "diff-leader").await;
+    }
     let new = b.election("diff-leader").wait(Wait::No).campaign().await;
     seen.push(format!("b after a's lease: {}", outcome(&new)));
     let mut new = new.expect("a free name");
