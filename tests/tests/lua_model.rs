@@ -258,15 +258,16 @@ impl Pair {
         // WRONGTYPE; the real-server tests cover it).
         let spec = match rng.random_range(0..8) {
             0 => LockSpec::Exclusive(resource),
-            // Slot keys of their own (`{s}\0permit<i>`), two permits.
+            // Slot keys of their own (`{s}\0permit<i>`), two permits or
+            // three: the masters keep the first k and refuse the other.
             6 => LockSpec::Semaphore {
                 resource: b"s",
-                permits: 2,
+                permits: rng.random_range(2..4),
             },
             // The same slots, with their counters (`{s}\0permit<i>\0fencing`).
             7 => LockSpec::FencedSemaphore {
                 resource: b"s",
-                permits: 2,
+                permits: rng.random_range(2..4),
             },
             1 => LockSpec::Fenced(resource),
             2 => LockSpec::Read(resource),
