@@ -45,7 +45,8 @@ impl Lock {
     }
 
     /// Every key the lock's scripts use: the locked keys, then helper keys
-    /// (fencing counter, readers, writer-waiting mark).
+    /// (fencing counter, readers, writer-waiting mark, a permit's
+    /// semaphore's permits key).
     pub fn keys(&self) -> &Arc<[Key]> {
         &self.keys
     }

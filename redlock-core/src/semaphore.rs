@@ -30,6 +30,17 @@
 //! won attempt withdraws from the masters that granted another slot. The
 //! permit is then an ordinary exclusive lock on its slot key: extended,
 //! kept alive, released (with its release notice) like one.
+//!
+//! # One k for every holder
+//!
+//! Users that counted different k would each be bounded by their own k
+//! only. So each master keeps k in the semaphore's permits key
+//! ([`Settings::permits_key`](crate::Settings::permits_key)) and refuses a
+//! request for another k; the acquisition then fails at once with
+//! [`AcquireError::PermitsMismatch`](crate::AcquireError::PermitsMismatch)
+//! and withdraws everything. Two quorums of different k share a master,
+//! whose permits key lives at least as long as any slot held there (the
+//! grant and each extension keep it so): only one k holds at a time.
 
 use std::sync::Arc;
 use std::time::Instant;
