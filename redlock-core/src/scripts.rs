@@ -88,7 +88,7 @@ return 1
 /// Where the key holds (or now holds again) our value, a permit's extend
 /// also keeps the permits key alive: it holds k (set again if missing)
 /// with a TTL no shorter than the slot's, so that it never expires while
-/// the slot is held ([`SEMAPHORE_ACQUIRE`](crate::scripts::SEMAPHORE_ACQUIRE)).
+/// the slot is held ([`SEMAPHORE_ACQUIRE`]).
 /// Holding another k (a master that restarted empty), it is left as it is.
 ///
 /// Returns:
