@@ -271,7 +271,8 @@ impl ExecArgs {
 #[derive(Debug, Args)]
 pub(crate) struct StatusArgs {
     /// A semaphore of K permits (`exec --permits K`): show each permit's
-    /// holder.
+    /// holder. Without it, a semaphore in use is found by the number of
+    /// permits its masters keep.
     #[arg(long, value_name = "K")]
     pub(crate) permits: Option<u32>,
     /// The lock's name.

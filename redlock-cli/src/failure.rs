@@ -15,7 +15,9 @@ pub(crate) const BUSY: u8 = 1;
 pub(crate) const NOT_HELD: u8 = 1;
 /// Bad usage or configuration. clap uses 2 for argument errors too. Also a
 /// key that holds a value of another type (not a lock): a wrong key name,
-/// which waiting cannot fix.
+/// which waiting cannot fix; and a semaphore asked for with another number
+/// of permits than its masters keep (`--permits` disagrees with its other
+/// users').
 pub(crate) const USAGE: u8 = 2;
 /// Too many nodes down or too slow for a quorum.
 pub(crate) const NO_QUORUM: u8 = 3;
@@ -60,6 +62,7 @@ impl Failure {
             Error::Config(_) => (USAGE, "config"),
             Error::Auth { .. } => (USAGE, "auth"),
             Error::Acquire(error) if error.is_wrong_type() => (USAGE, "wrong_type"),
+            Error::Acquire(error) if error.is_permits_mismatch() => (USAGE, "permits_mismatch"),
             Error::Tls { .. } => (USAGE, "tls"),
             _ if error.is_held_by_other() => (busy_code, "busy"),
             Error::Acquire(AcquireError::DeadlineExceeded { last: None, .. }) => {

@@ -16,7 +16,16 @@ pub(crate) async fn run(common: &Common, args: StatusArgs, output: &Output) -> u
         Ok(redlock) => redlock,
         Err(failure) => return failure.report(output),
     };
-    if let Some(permits) = args.permits {
+    // A semaphore is found by the number of permits its masters keep.
+    let kept = || async {
+        let reads = redlock.inspect_permits(&args.key).await;
+        LockStatus::from_reads(reads.iter().map(NodeInspection::read)).permits()
+    };
+    let permits = match args.permits {
+        Some(permits) => Some(permits),
+        None => kept().await,
+    };
+    if let Some(permits) = permits {
         return permits_status(&redlock, &args.key, permits, output).await;
     }
     let nodes = redlock.inspect(&args.key).await;

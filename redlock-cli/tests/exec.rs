@@ -334,8 +334,9 @@ fn a_signal_to_redlock_reaches_the_command_and_the_lock_is_released() {
     }
 }
 
-/// `exec --permits 2`: two commands run at once, a third is busy; `status
-/// --permits 2` shows each permit's holder.
+/// `exec --permits 2`: two commands run at once, a third is busy, one with
+/// `--permits 3` is refused; `status --permits 2` shows each permit's
+/// holder, and so does `status` alone.
 #[test]
 fn permits_let_k_commands_run_at_once_and_status_shows_each_holder() {
     let cluster = RedisCluster::start(3);
@@ -380,6 +381,11 @@ fn permits_let_k_commands_run_at_once_and_status_shows_each_holder() {
         "{status:#?}"
     );
 
+    // Found without `--permits`: the masters keep the semaphore's k.
+    let found = run(redlock_on(&cluster, "status").arg("pool"));
+    found.assert_code(0);
+    assert_eq!(found.stdout, status.stdout, "{found:#?}");
+
     let busy = run(redlock_on(&cluster, "exec").args([
         "--permits",
         "2",
@@ -389,6 +395,15 @@ fn permits_let_k_commands_run_at_once_and_status_shows_each_holder() {
         "true",
     ]));
     busy.assert_code(1);
+    // Another k is refused, naming both.
+    let other = run(redlock_on(&cluster, "exec").args(["--permits", "3", "pool", "--", "true"]));
+    other.assert_code(2);
+    assert!(
+        other
+            .stderr
+            .contains("semaphore pool has 2 permits on the masters, this request asked for 3"),
+        "{other:#?}"
+    );
     std::fs::write(&go, b"").unwrap();
     for holder in holders {
         holder.wait_within(Duration::from_secs(20)).assert_code(0);

@@ -178,6 +178,12 @@ pub struct Acquisition<R> {
     unmarked: bool,
     /// Semaphores: the slot each master granted in the current attempt.
     slots: Vec<Option<u64>>,
+    /// Semaphores: the number of permits a master of the current attempt
+    /// keeps, where it is not ours (it refused).
+    theirs: Option<u32>,
+    /// Semaphores: the semaphore's own key (the prefix and its name), for
+    /// the error that names it.
+    semaphore: Option<Key>,
     /// The release channels on which the withdraws of an acquisition that
     /// ended during an attempt hand over, until given
     /// ([`Machine::poll_hand_over`]).
@@ -300,6 +306,12 @@ impl<R: Rng> Acquisition<R> {
         }
         let retries = Retries::new(&settings, attempts, now);
         let notices = Notices::new(&settings, now);
+        let semaphore = match spec {
+            LockSpec::Semaphore { resource, .. } | LockSpec::FencedSemaphore { resource, .. } => {
+                Some(settings.key(resource))
+            }
+            _ => None,
+        };
         let mut this = Self {
             keys,
             acquire_keys,
@@ -325,6 +337,8 @@ impl<R: Rng> Acquisition<R> {
             unmarked: false,
             best_position: None,
             slots: Vec::new(),
+            theirs: None,
+            semaphore,
         };
         this.start_attempt(now, None);
         Ok(this)

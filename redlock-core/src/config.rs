@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::error::ConfigError;
 
 mod keys;
-pub(crate) use keys::{release_channel, release_channels};
+pub(crate) use keys::{held_keys, release_channel, release_channels};
 
 use crate::Ttl;
 use crate::limits::{MAX_TTL_MS, MAX_VALUE_LEN, MIN_VALIDITY, MIN_VALUE_LEN};

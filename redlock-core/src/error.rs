@@ -293,6 +293,33 @@ pub enum AcquireError {
         /// notice brought forward.
         attempts: u32,
     },
+    /// A semaphore was asked for with another number of permits than the
+    /// one its masters keep ([`Settings::permits_key`](crate::Settings::permits_key)):
+    /// a master answered that it keeps `theirs`, and this request asked for
+    /// `ours`. Users of one semaphore who counted different permits would
+    /// break the bound of the smaller number, so the masters refuse the
+    /// second number while the first is in use.
+    ///
+    /// Not retried (a retry would meet the same number), and nothing is
+    /// left held: whatever the attempt set on other masters is withdrawn.
+    /// Give the number the others use; to change it, release every
+    /// permit, then ask for the new number (see `docs/semaphore.md`).
+    #[error(
+        "semaphore {key} has {theirs} permits on the masters, this request asked for {ours}: not retried"
+    )]
+    PermitsMismatch {
+        /// The semaphore's lock key (the key prefix, then its name).
+        key: Key,
+        /// The number of permits this request asked for.
+        ours: u32,
+        /// The number a master keeps (`0`: what it keeps is not a number).
+        theirs: u32,
+        /// The attempt's votes.
+        votes: Votes,
+        /// Attempts made: the first, its retries, and any attempt a release
+        /// notice brought forward.
+        attempts: u32,
+    },
     /// The overall acquire deadline passed before an attempt succeeded.
     #[error("the acquire deadline of {} passed after {attempts} attempt(s){}", Millis(*deadline), last_error(.last))]
     DeadlineExceeded {
@@ -314,6 +341,7 @@ impl AcquireError {
             AcquireError::Held { votes, .. }
             | AcquireError::NoQuorum { votes, .. }
             | AcquireError::WrongType { votes, .. }
+            | AcquireError::PermitsMismatch { votes, .. }
             | AcquireError::ValidityExhausted { votes, .. } => Some(votes),
             AcquireError::DeadlineExceeded { last, .. } => last.as_deref().and_then(Self::votes),
         }
@@ -328,6 +356,7 @@ impl AcquireError {
             AcquireError::Held { attempts, .. }
             | AcquireError::NoQuorum { attempts, .. }
             | AcquireError::WrongType { attempts, .. }
+            | AcquireError::PermitsMismatch { attempts, .. }
             | AcquireError::ValidityExhausted { attempts, .. }
             | AcquireError::DeadlineExceeded { attempts, .. } => *attempts,
         }
@@ -337,6 +366,13 @@ impl AcquireError {
     /// ([`AcquireError::WrongType`]): a permanent error, not worth retrying.
     pub fn is_wrong_type(&self) -> bool {
         matches!(self, AcquireError::WrongType { .. })
+    }
+
+    /// True when the masters keep another number of permits for the
+    /// semaphore ([`AcquireError::PermitsMismatch`]): a permanent error, not
+    /// worth retrying.
+    pub fn is_permits_mismatch(&self) -> bool {
+        matches!(self, AcquireError::PermitsMismatch { .. })
     }
 
     /// True when the lock is held by someone else (as opposed to nodes failing).

@@ -83,6 +83,10 @@ pub struct Extension {
     value: crate::LockValue,
     release_timeout: Duration,
     release_command: Command,
+    /// A permit's semaphore k, in decimal: every extend and restore names
+    /// it, to keep the semaphore's permits key alive as long as the slot
+    /// ([`Request::payload`]).
+    permits: Option<std::sync::Arc<[u8]>>,
     /// The keys its clean-up release sends (the waiters mark in place of
     /// a fenced lock's counter: see `Settings::release_keys`).
     release_keys: std::sync::Arc<[crate::Key]>,
@@ -102,6 +106,10 @@ impl Extension {
         let settings = lock.settings();
         let round = Round::new(id, settings, now, settings.node_timeout_for(ttl));
         let command = Command::Extend { ttl };
+        let permits = lock
+            .permits
+            .filter(|_| !planted!(PermitsNotKeptAlive))
+            .map(|permits| std::sync::Arc::from(permits.to_string().as_bytes()));
         let requests = round
             .fan_out(
                 lock.keys(),
@@ -110,8 +118,13 @@ impl Extension {
                 command,
                 round.deadline,
             )
+            .map(|request| Request {
+                payload: permits.clone(),
+                ..request
+            })
             .collect();
         Self {
+            permits,
             drift: settings.drift(ttl),
             keys: lock.keys().clone(),
             kind: lock.kind().clone(),
@@ -213,6 +226,10 @@ impl Extension {
             .round
             .fan_out(&self.keys, &self.kind, &self.value, command, deadline)
             .filter(|request| matches!(self.round.vote(request.node), Some(NodeVote::Missing)))
+            .map(|request| Request {
+                payload: self.permits.clone(),
+                ..request
+            })
             .collect();
         self.requests.extend(missing);
     }
@@ -270,6 +287,7 @@ impl Extension {
         let again = requests.find(|request| request.node == reply.node)?;
         Some(Request {
             native: false,
+            payload: self.permits.clone(),
             ..again
         })
     }

@@ -32,6 +32,10 @@ pub struct Lock {
     /// them, known slow, and no extension reached them since): our value
     /// was never there, so a release does not ask them.
     pub(crate) untouched: Vec<crate::NodeId>,
+    /// A semaphore's permit: the semaphore's k, which each extension
+    /// names so that the masters keep its permits key (the last of
+    /// [`keys`](Self::keys)) alive as long as the slot.
+    pub(crate) permits: Option<u32>,
 }
 
 impl Lock {
@@ -41,7 +45,8 @@ impl Lock {
     }
 
     /// Every key the lock's scripts use: the locked keys, then helper keys
-    /// (fencing counter, readers, writer-waiting mark).
+    /// (fencing counter, readers, writer-waiting mark, a permit's
+    /// semaphore's permits key).
     pub fn keys(&self) -> &Arc<[Key]> {
         &self.keys
     }

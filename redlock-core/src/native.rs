@@ -456,7 +456,10 @@ impl Request {
             {
                 Call::Native(Native::SetNxGet)
             }
-            (LockKind::Exclusive, Command::Extend { .. }) if facts.has_set_ifeq_get() => {
+            // A permit's extend keeps its semaphore's permits key too.
+            (LockKind::Exclusive, Command::Extend { .. })
+                if facts.has_set_ifeq_get() && self.payload.is_none() =>
+            {
                 Call::Native(Native::SetIfEqGet)
             }
             // The write lock's release script is the exclusive one: it

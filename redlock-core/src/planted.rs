@@ -100,11 +100,16 @@ pub enum Bug {
     /// node's backoff: a master that refuses connections, or a client of
     /// many nodes after a network cut, makes a storm of connects.
     ReconnectWithoutBackoff,
+    /// A semaphore's permit is extended without its semaphore's k, so the
+    /// masters do not keep its permits key alive: the key expires under a
+    /// held slot, and a client asking for another number of permits is let
+    /// in beside the holder, past the bound of the smaller number.
+    PermitsNotKeptAlive,
 }
 
 impl Bug {
     /// Every bug, in a fixed order.
-    pub const ALL: [Bug; 20] = [
+    pub const ALL: [Bug; 21] = [
         Bug::ValidityFromDecisionTime,
         Bug::QuorumHalf,
         Bug::DuplicateVoteCounted,
@@ -125,6 +130,7 @@ impl Bug {
         Bug::VoteBeforeAof,
         Bug::CloseKeepsHeldLocks,
         Bug::ReconnectWithoutBackoff,
+        Bug::PermitsNotKeptAlive,
     ];
 }
 

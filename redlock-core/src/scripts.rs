@@ -76,12 +76,20 @@ return 1
 
 /// Extend our lock on one node.
 ///
-/// - `KEYS[1]`: the lock key.
+/// - `KEYS[1]`: the lock key; for a semaphore's permit, the last key is
+///   the semaphore's permits key ([`Settings::permits_key`](crate::Settings::permits_key)).
 /// - `ARGV[1]`: our lock value. `ARGV[2]`: the new TTL in milliseconds.
 ///   `ARGV[3]`: `1` to set the key again where it is missing
 ///   ([`Command::Restore`](crate::Command::Restore), sent only once a quorum
 ///   confirmed the lock), `0` to leave it missing. (Every extend script takes
-///   this flag last.)
+///   this flag after the lock's own arguments.) `ARGV[4]`, a permit's only:
+///   the semaphore's k.
+///
+/// Where the key holds (or now holds again) our value, a permit's extend
+/// also keeps the permits key alive: it holds k (set again if missing)
+/// with a TTL no shorter than the slot's, so that it never expires while
+/// the slot is held ([`SEMAPHORE_ACQUIRE`]).
+/// Holding another k (a master that restarted empty), it is left as it is.
 ///
 /// Returns:
 /// - integer `1`: the key held our value; its TTL is now `ARGV[2]`;
@@ -91,10 +99,19 @@ return 1
 ///   a lock from anyone;
 /// - integer `-1`: the key was absent and `ARGV[3]` is `0`: nothing changed;
 /// - integer `0`: the key is held by another value, left as it is;
-/// - error `WRONGTYPE ...`: the key exists and is not a string.
+/// - error `WRONGTYPE ...`: the key (or a permit's permits key) exists and
+///   is not a string (nothing was written then).
 pub const EXTEND: &str = r#"local held = redis.call('GET', KEYS[1])
+local kept = ARGV[4] and redis.call('GET', KEYS[#KEYS])
+local function keep()
+  if ARGV[4] and (not kept or kept == ARGV[4]) then
+    local ttl = math.max(redis.call('PTTL', KEYS[#KEYS]), tonumber(ARGV[2]))
+    redis.call('SET', KEYS[#KEYS], ARGV[4], 'PX', ttl)
+  end
+end
 if held == ARGV[1] or (held and string.sub(held, 1, #ARGV[1] + 1) == ARGV[1] .. '\0') then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  keep()
   return 1
 end
 if held then
@@ -104,6 +121,7 @@ if ARGV[3] ~= '1' then
   return -1
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+keep()
 return 2
 "#;
 

@@ -30,6 +30,17 @@
 //! won attempt withdraws from the masters that granted another slot. The
 //! permit is then an ordinary exclusive lock on its slot key: extended,
 //! kept alive, released (with its release notice) like one.
+//!
+//! # One k for every holder
+//!
+//! Users that counted different k would each be bounded by their own k
+//! only. So each master keeps k in the semaphore's permits key
+//! ([`Settings::permits_key`](crate::Settings::permits_key)) and refuses a
+//! request for another k; the acquisition then fails at once with
+//! [`AcquireError::PermitsMismatch`](crate::AcquireError::PermitsMismatch)
+//! and withdraws everything. Two quorums of different k share a master,
+//! whose permits key lives at least as long as any slot held there (the
+//! grant and each extension keep it so): only one k holds at a time.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -62,12 +73,35 @@ pub(crate) fn slot_keys(key: &Key, permits: u32) -> Arc<[Key]> {
     (0..permits).map(|slot| permit_key(key, slot)).collect()
 }
 
-/// A fenced semaphore's acquire keys: its `slots`, then each slot's
-/// fencing counter ([`Settings::fencing_key`](crate::Settings::fencing_key)
-/// of the slot key), in the same order.
-pub(crate) fn with_counters(settings: &crate::Settings, slots: &[Key]) -> Arc<[Key]> {
+/// A fenced semaphore's acquire keys, from its `keys` (the slots, then its
+/// permits key): the slots, each slot's fencing counter
+/// ([`Settings::fencing_key`](crate::Settings::fencing_key) of the slot
+/// key) in the same order, then the permits key.
+pub(crate) fn with_counters(settings: &crate::Settings, keys: &[Key]) -> Arc<[Key]> {
+    let (permits, slots) = keys.split_last().expect("a semaphore has its permits key");
     let counters = slots.iter().map(|slot| settings.fencing_key(slot));
-    slots.iter().cloned().chain(counters).collect()
+    let slots = slots.iter().cloned().chain(counters);
+    slots.chain([permits.clone()]).collect()
+}
+
+/// The number of permits (k) of a semaphore's request with `keys`: its
+/// slots, then (fenced acquire) their counters, then its permits key.
+pub(crate) fn permits(keys: &[Key], fenced: bool) -> usize {
+    let slots = keys.len().saturating_sub(1);
+    if fenced { slots / 2 } else { slots }
+}
+
+/// The number of permits a master keeps for the semaphore, from its answer
+/// to `SEMAPHORE_ACQUIRE`, when it is not ours and the master refused
+/// (`{0, k}`; `0` when what it keeps is not a number).
+pub(crate) fn refused(result: &Result<Response, NodeError>) -> Option<u32> {
+    match result {
+        Ok(Response::Array(items)) => match items.as_slice() {
+            [Response::Int(0), Response::Int(theirs)] => Some(u32::try_from(*theirs).unwrap_or(0)),
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 /// The slot a master granted, from its answer to `SEMAPHORE_ACQUIRE`, with
@@ -152,7 +186,8 @@ pub(crate) fn permit_votes(mut votes: Votes, slots: &[Option<u64>], slot: u64) -
     votes
 }
 
-/// A won attempt on `slot`: the permit's lock keys (its slot key), the
+/// A won attempt on `slot`: the permit's lock keys (its slot key, then the
+/// semaphore's permits key, which its extensions keep alive), the
 /// withdraws of our value from the masters that did not grant that slot,
 /// and the permit's votes.
 pub(crate) fn take_permit(
@@ -170,6 +205,7 @@ pub(crate) fn take_permit(
         .filter(|request| others.contains(&request.node))
         .collect();
     let index = usize::try_from(slot).expect("a granted slot is one of the keys");
-    let permit: Arc<[Key]> = vec![keys[index].clone()].into();
+    let permits = keys.last().expect("a semaphore has its permits key");
+    let permit: Arc<[Key]> = vec![keys[index].clone(), permits.clone()].into();
     (permit, withdraws, permit_votes(votes, slots, slot))
 }

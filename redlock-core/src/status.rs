@@ -224,6 +224,15 @@ impl LockStatus {
         }
     }
 
+    /// For the reads of a semaphore's permits key
+    /// ([`Settings::permits_key`]): the number of permits a quorum of
+    /// masters keeps, while a permit is held or was within a TTL; `None`
+    /// when no quorum keeps one number.
+    pub fn permits(&self) -> Option<u32> {
+        let holder = self.holder.as_ref()?;
+        std::str::from_utf8(&holder.value).ok()?.parse().ok()
+    }
+
     /// Held, not held, or unknown (fewer than a quorum answered).
     pub fn state(&self) -> LockState {
         if self.holder.is_some() {

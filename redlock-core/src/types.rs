@@ -344,9 +344,12 @@ pub enum LockSpec<'a> {
     /// lock; one script per master takes a free slot, starting from the
     /// same slot on every master, so an uncontended acquire is one round
     /// trip. The lock handed out is an exclusive lock on its slot key:
-    /// extend, keep alive and release it as any lock. Every user of a
-    /// semaphore must give the same `permits` (1 to
-    /// [`MAX_PERMITS`](crate::MAX_PERMITS)). See `docs/semaphore.md`.
+    /// extend, keep alive and release it as any lock (an extension also
+    /// keeps the semaphore's [permits key](crate::Settings::permits_key)).
+    /// `permits` is 1 to [`MAX_PERMITS`](crate::MAX_PERMITS); the masters
+    /// keep the number in use and refuse another
+    /// ([`AcquireError::PermitsMismatch`](crate::AcquireError::PermitsMismatch)).
+    /// See `docs/semaphore.md`.
     Semaphore {
         /// The resource: the semaphore's name.
         resource: &'a [u8],

@@ -336,6 +336,18 @@ pub(crate) fn interpret_acquire(
             None,
             Ok(_),
         ) if crate::semaphore::granted_slot(&result).is_some() => NodeVote::Granted,
+        (
+            LockKind::Semaphore { .. },
+            Command::Acquire { .. } | Command::AcquireFenced { .. },
+            None,
+            Ok(_),
+        ) if crate::semaphore::refused(&result).is_some() => {
+            let theirs = crate::semaphore::refused(&result).unwrap_or_default();
+            NodeVote::Failed(NodeError::new(
+                NodeErrorKind::Server,
+                format!("refused: it keeps {theirs} permits for this semaphore"),
+            ))
+        }
         _ => interpret(command, native, result),
     }
 }

@@ -62,7 +62,11 @@ pub struct Request {
     /// runs when the node reads it.
     pub give_up_at: Instant,
     /// Bytes the command carries besides the lock's own: a leader's value
-    /// for [`Command::Proclaim`]; `None` for every other command.
+    /// for [`Command::Proclaim`]; for the [`Extend`](Command::Extend) or
+    /// [`Restore`](Command::Restore) of a semaphore's permit, the
+    /// semaphore's k in decimal (the last key is its
+    /// [permits key](crate::Settings::permits_key), which the extend keeps
+    /// alive); `None` for every other request.
     pub payload: Option<Arc<[u8]>>,
 }
 
@@ -134,9 +138,10 @@ impl Request {
     /// whether it waits for its turn (`1`) or takes the lock by the plain rule
     /// (`0`) and its ticket (the place it asks for), or (release) `0` to keep its place in the queue (a withdraw),
     /// `1` to leave it (a release), `2` to leave it without touching the
-    /// lock key ([`Command::Leave`]); last, for an extend script, whether it may
+    /// lock key ([`Command::Leave`]); for an extend script, whether it may
     /// set a missing lock again: `1` for [`Command::Restore`], `0` for
-    /// [`Command::Extend`].
+    /// [`Command::Extend`], and last, for a permit's, the semaphore's k
+    /// ([`payload`](Self::payload)). A semaphore's acquire sends k fourth.
     pub fn arguments(&self) -> impl Iterator<Item = Argument<'_>> {
         let second = match self.command {
             Command::Acquire { ttl }
@@ -178,16 +183,29 @@ impl Request {
             (None, Some(_)) => Some(Argument::Int(0)),
             (None, None) => None,
         };
-        // A fenced semaphore's k: its keys are the slots, then their counters.
+        // A semaphore's k, which the masters keep in its permits key.
         let permits = match (&self.kind, self.command) {
-            (LockKind::Semaphore { .. }, Command::AcquireFenced { .. }) => {
-                Some(Argument::Int((self.keys.len() / 2) as u64))
+            (
+                LockKind::Semaphore { .. },
+                Command::Acquire { .. } | Command::AcquireFenced { .. },
+            ) => {
+                let fenced = matches!(self.command, Command::AcquireFenced { .. });
+                Some(Argument::Int(
+                    crate::semaphore::permits(&self.keys, fenced) as u64
+                ))
             }
             _ => None,
         };
         let restore = match self.command {
             Command::Extend { .. } => Some(Argument::Int(0)),
             Command::Restore { .. } => Some(Argument::Int(1)),
+            _ => None,
+        };
+        // A permit's extension: its semaphore's k, to keep its permits key.
+        let keeps = match self.command {
+            Command::Extend { .. } | Command::Restore { .. } => {
+                self.payload.as_deref().map(Argument::Bytes)
+            }
             _ => None,
         };
         // A fair lock's waiter id and what goes with it.
@@ -229,6 +247,7 @@ impl Request {
             .chain(waiter)
             .chain(fair.into_iter().flatten())
             .chain(restore)
+            .chain(keeps)
     }
 }
 

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use redlock_core::{
-    AcquireEvent, Acquisition, Attempts, Command, Config, ConfigError, LockKind, LockSpec, Machine,
-    NodeVote, Reply, Request, Response, Settings, scripts,
+    AcquireError, AcquireEvent, Acquisition, Attempts, Command, Config, ConfigError, LockKind,
+    LockSpec, Machine, NodeVote, Reply, Request, Response, Settings, scripts,
 };
 use sim::{Hold, Kinds, SimConfig, run};
 use support::drain;
@@ -116,9 +116,17 @@ fn an_uncontended_permit_takes_one_round_trip() {
         requests
             .iter()
             .all(|r| r.script() == scripts::SEMAPHORE_ACQUIRE
-                && r.keys.len() == 4
+                && r.keys.len() == 5
                 && r.kind == LockKind::Semaphore { start })
     );
+    // The slots, then the permits key; ARGV: value, TTL, first slot, k.
+    assert_eq!(
+        requests[0].keys[4],
+        settings.permits_key(&settings.key(b"pool"))
+    );
+    assert_eq!(requests[0].keys[4].as_bytes(), b"{pool}\0permits");
+    let argv: Vec<_> = requests[0].arguments().collect();
+    assert_eq!(argv[3], redlock_core::Argument::Int(4));
     let now = Instant::now();
     for request in &requests[..2] {
         machine.handle_reply(Reply::to(request, Ok(granted(i64::from(start)))), now);
@@ -142,6 +150,81 @@ fn an_uncontended_permit_takes_one_round_trip() {
     );
 }
 
+/// A master that keeps another k refuses, and the acquisition fails at
+/// once with both numbers, never retried, withdrawing from every master
+/// (one granted meanwhile).
+#[test]
+fn a_master_that_keeps_another_k_refuses_at_once() {
+    let settings = settings(3);
+    let mut machine = acquire(&settings, 4, Attempts::Retry);
+    let requests = drain(&mut machine);
+    let now = Instant::now();
+    machine.handle_reply(Reply::to(&requests[1], Ok(granted(0))), now);
+    assert!(machine.poll_event().is_none());
+    let refused = Response::Array(vec![Response::Int(0), Response::Int(3)]);
+    machine.handle_reply(Reply::to(&requests[0], Ok(refused)), now);
+    let Some(AcquireEvent::Failed(error)) = machine.poll_event() else {
+        panic!("refused at the first master that keeps another k")
+    };
+    let AcquireError::PermitsMismatch {
+        key,
+        ours,
+        theirs,
+        votes,
+        attempts,
+    } = &error
+    else {
+        panic!("not a permits mismatch: {error}")
+    };
+    assert_eq!((key.as_bytes(), *ours, *theirs), (&b"pool"[..], 4, 3));
+    assert_eq!(*attempts, 1, "never retried");
+    assert!(error.is_permits_mismatch() && !error.is_held_by_other());
+    assert_eq!(
+        error.to_string(),
+        "semaphore pool has 3 permits on the masters, this request asked for 4: not retried"
+    );
+    assert!(
+        matches!(&votes.votes()[0], NodeVote::Failed(e) if e.detail.contains("keeps 3 permits")),
+        "{votes}"
+    );
+    let withdraws = drain(&mut machine);
+    assert_eq!(withdraws.len(), 3, "every master, the one that granted too");
+    assert!(withdraws.iter().all(|w| w.command == Command::Withdraw
+        && w.script() == scripts::SEMAPHORE_WITHDRAW
+        && w.keys.len() == 5));
+    assert!(machine.poll_event().is_none() && machine.is_done());
+}
+
+/// A permit's lock names its semaphore's permits key, and every extension
+/// sends k with it, so that the masters keep the key as long as the slot
+/// (the planted bug `PermitsNotKeptAlive` drops k: `verify/` catches it).
+#[test]
+fn a_permit_extension_keeps_the_permits_key() {
+    let settings = settings(3);
+    let mut machine = acquire(&settings, 2, Attempts::Once);
+    let requests = drain(&mut machine);
+    let now = Instant::now();
+    for request in &requests {
+        machine.handle_reply(Reply::to(request, Ok(granted(1))), now);
+    }
+    let Some(AcquireEvent::Acquired(mut lock)) = machine.poll_event() else {
+        panic!("the permit")
+    };
+    let permits = settings.permits_key(&settings.key(b"pool"));
+    assert_eq!(
+        lock.keys()[..],
+        [settings.permit_key(b"pool", 1), permits][..]
+    );
+    let mut extension = lock.extend(settings.default_ttl(), now).unwrap();
+    for request in drain(&mut extension) {
+        assert_eq!(request.script(), scripts::EXTEND);
+        assert_eq!(request.payload.as_deref(), Some(&b"2"[..]));
+        let argv: Vec<_> = request.arguments().collect();
+        assert_eq!(argv.len(), 4, "value, TTL, restore flag, k");
+        assert_eq!(argv[3], redlock_core::Argument::Bytes(b"2"));
+    }
+}
+
 #[test]
 fn masters_that_granted_another_slot_give_it_back() {
     let settings = settings(3);
@@ -163,7 +246,11 @@ fn masters_that_granted_another_slot_give_it_back() {
     assert_eq!(withdraws[0].node.0, 1);
     assert_eq!(withdraws[0].command, Command::Withdraw);
     assert_eq!(withdraws[0].script(), scripts::SEMAPHORE_WITHDRAW);
-    assert_eq!(withdraws[0].keys.len(), 2, "every slot");
+    assert_eq!(
+        withdraws[0].keys.len(),
+        3,
+        "every slot, then the permits key"
+    );
 }
 
 #[test]
@@ -243,7 +330,7 @@ fn a_cancelled_attempt_withdraws_everything() {
     assert!(
         withdraws
             .iter()
-            .all(|w| w.command == Command::Withdraw && w.keys.len() == 3)
+            .all(|w| w.command == Command::Withdraw && w.keys.len() == 4)
     );
 }
 
@@ -282,7 +369,8 @@ fn slots_share_the_hash_slot_and_a_bad_count_is_refused() {
     );
     assert_eq!(
         largest.map(|machine| machine.keys().len()).ok(),
-        Some(redlock_core::MAX_PERMITS as usize)
+        Some(redlock_core::MAX_PERMITS as usize + 1),
+        "every slot, then the permits key"
     );
 }
 

@@ -150,7 +150,11 @@ fn a_permit_token_comes_from_its_slots_counters_and_is_stored_beside_its_slot() 
     for request in &requests {
         assert_eq!(request.script(), scripts::SEMAPHORE_ACQUIRE);
         assert!(matches!(request.command, Command::AcquireFenced { .. }));
-        assert_eq!(request.keys.len(), 4, "the slots, then their counters");
+        assert_eq!(
+            request.keys.len(),
+            5,
+            "the slots, then their counters, then the permits key"
+        );
         assert_eq!(request.keys[3], settings.fencing_key(&slot1));
         assert_eq!(request.keys[3].as_bytes(), b"{pool}\0permit1\0fencing");
         assert_eq!(request.keys[3].slot(), request.keys[0].slot());
@@ -180,7 +184,11 @@ fn a_permit_token_comes_from_its_slots_counters_and_is_stored_beside_its_slot() 
         assert_eq!(store.script(), scripts::STORE_TOKEN);
         assert_eq!(
             store.keys[..],
-            [slot1.clone(), settings.fencing_key(&slot1)][..]
+            [
+                slot1.clone(),
+                settings.fencing_key(&slot1),
+                settings.permits_key(&settings.key(b"pool"))
+            ][..]
         );
     }
     machine.handle_reply(Reply::to(stores[0], Ok(Response::Int(1))), now);

@@ -260,6 +260,27 @@ impl Store {
         }
     }
 
+    /// A semaphore's permits key at `key` holds `k` (set if missing) with
+    /// a TTL no shorter than `ttl_ms` nor than it had; holding another k,
+    /// it is left as it is (`SEMAPHORE_ACQUIRE` and a permit's `EXTEND`).
+    fn keep_permits(&mut self, key: &[u8], k: &[u8], clock: f64, ttl_ms: u64) {
+        let kept = self.get_str(key, clock);
+        if kept.as_deref().is_some_and(|kept| kept != k) {
+            return;
+        }
+        let left = self
+            .live(key, clock)
+            .map_or(0.0, |entry| entry.expires - clock);
+        let expires = (clock + ttl_ms as f64 * MS).max(clock + left);
+        self.insert(
+            key,
+            Entry {
+                val: Val::Str(k.to_vec()),
+                expires,
+            },
+        );
+    }
+
     fn del(&mut self, key: &[u8]) {
         self.remove(key);
     }
@@ -488,18 +509,28 @@ impl Store {
             (
                 LockKind::Exclusive | LockKind::Fair { .. },
                 Command::Extend { ttl } | Command::Restore { ttl },
-            ) => match self.get_str(keys[0], clock) {
-                Some(held) if is_ours(&held, ours) => {
-                    self.pexpire(keys[0], clock, ttl.as_millis());
-                    Response::Int(1)
+            ) => {
+                // A permit's extend keeps its semaphore's permits key.
+                let keep = |this: &mut Self| {
+                    if let (Some(permits), Some(k)) = (keys.last(), &request.payload) {
+                        this.keep_permits(permits, k, clock, ttl.as_millis());
+                    }
+                };
+                match self.get_str(keys[0], clock) {
+                    Some(held) if is_ours(&held, ours) => {
+                        self.pexpire(keys[0], clock, ttl.as_millis());
+                        keep(self);
+                        Response::Int(1)
+                    }
+                    Some(_) => Response::Int(0),
+                    None if !restore => Response::Int(-1),
+                    None => {
+                        self.set_str(keys[0], ours, clock, ttl.as_millis());
+                        keep(self);
+                        Response::Int(2)
+                    }
                 }
-                Some(_) => Response::Int(0),
-                None if !restore => Response::Int(-1),
-                None => {
-                    self.set_str(keys[0], ours, clock, ttl.as_millis());
-                    Response::Int(2)
-                }
-            },
+            }
             // `MARK_WAITING`: the mark holds the client that marked last,
             // its TTL only ever grows, and overwriting another client's
             // mark keeps the others mark alive as long as that mark had.
@@ -558,13 +589,24 @@ impl Store {
                 Command::Acquire { ttl } | Command::AcquireFenced { ttl },
             ) => {
                 let fenced = matches!(request.command, Command::AcquireFenced { .. });
-                let n = if fenced { keys.len() / 2 } else { keys.len() };
+                let slots = keys.len() - 1;
+                let n = if fenced { slots / 2 } else { slots };
+                let (permits, k) = (keys[slots], n.to_string().into_bytes());
+                // Another k kept: refused, nothing written.
+                if let Some(kept) = self.get_str(permits, clock).filter(|kept| *kept != k) {
+                    let theirs = std::str::from_utf8(&kept).ok().and_then(|t| t.parse().ok());
+                    return Response::Array(vec![
+                        Response::Int(0),
+                        Response::Int(theirs.unwrap_or(0)),
+                    ]);
+                }
                 let grant = |this: &mut Self, slot: usize| {
                     let mut items = vec![Response::Int(1), Response::Int(slot as i64)];
                     if fenced {
                         items.push(Response::Int(this.counter(keys[n + slot], clock) as i64));
                         items.push(Response::Int(this.time(clock)));
                     }
+                    this.keep_permits(permits, &k, clock, ttl.as_millis());
                     Response::Array(items)
                 };
                 let (mut free, mut first) = (None, None);
@@ -588,17 +630,24 @@ impl Store {
                     None => Response::Data(first.unwrap_or_default()),
                 }
             }
-            // `SEMAPHORE_WITHDRAW`: our value out of every slot.
+            // `SEMAPHORE_WITHDRAW`: our value out of every slot, and the
+            // permits key with the last slot held, where it keeps our k.
             (LockKind::Semaphore { .. }, Command::Release | Command::Withdraw) => {
-                let mut found = false;
-                for key in &keys {
-                    if self
-                        .get_str(key, clock)
-                        .is_some_and(|held| is_ours(&held, ours))
-                    {
-                        self.del(key);
-                        found = true;
+                let (permits, slots) = keys.split_last().expect("a semaphore's permits key");
+                let (mut found, mut others) = (false, false);
+                for key in slots {
+                    match self.get_str(key, clock) {
+                        Some(held) if is_ours(&held, ours) => {
+                            self.del(key);
+                            found = true;
+                        }
+                        Some(_) => others = true,
+                        None => {}
                     }
+                }
+                let k = slots.len().to_string().into_bytes();
+                if !others && self.get_str(permits, clock) == Some(k) {
+                    self.del(permits);
                 }
                 Response::Int(if found { 1 } else { -1 })
             }

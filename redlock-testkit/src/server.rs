@@ -754,7 +754,10 @@ impl Server {
         } else if script == scripts::ACQUIRE_FENCED {
             (LockKind::Exclusive, Command::AcquireFenced { ttl: ttl(1)? })
         } else if script == scripts::EXTEND {
-            (LockKind::Exclusive, extend(2)?)
+            // A permit's extend names its semaphore's k last.
+            let mut request = self.build(keys, arg(0)?, extend(2)?);
+            request.payload = args.get(3).map(|k| Arc::from(k.as_slice()));
+            return Ok(request);
         } else if script == scripts::MARK_WAITING {
             (LockKind::Exclusive, Command::MarkWaiting { ttl: ttl(1)? })
         } else if script == scripts::RELEASE_IF_WAITED {
@@ -773,7 +776,10 @@ impl Server {
             return self.fair(script, keys, args);
         } else if script == scripts::SEMAPHORE_ACQUIRE {
             let start = u32::try_from(number(arg(2)?)?).map_err(|e| e.to_string())?;
-            let command = if args.len() > 3 {
+            // Fenced: the slots' counters come between them and the
+            // permits key.
+            let permits = usize::try_from(number(arg(3)?)?).map_err(|e| e.to_string())?;
+            let command = if keys.len() > permits + 1 {
                 Command::AcquireFenced { ttl: ttl(1)? }
             } else {
                 Command::Acquire { ttl: ttl(1)? }

@@ -301,6 +301,16 @@ impl Redlock {
             .block_on(self.shared.client.inspect_permit(resource, slot))
     }
 
+    /// The number of permits each master keeps for the semaphore on
+    /// `resource`, as [`crate::Redlock::inspect_permits`].
+    pub fn inspect_permits(
+        &self,
+        resource: impl AsRef<[u8]>,
+    ) -> Result<Vec<crate::NodeInspection>, Error> {
+        self.shared
+            .block_on(self.shared.client.inspect_permits(resource))
+    }
+
     /// Waits until nothing runs in the background, closing nothing, as
     /// [`crate::Redlock::settled`].
     pub fn settled(&self) -> Result<(), Error> {

@@ -172,8 +172,10 @@ impl Error {
     /// ([`Error::Config`]: bad options, duplicate or unparsable servers, an
     /// even number of servers not allowed), a server rejected the
     /// credentials ([`Error::Auth`]) or the TLS handshake ([`Error::Tls`]),
-    /// or the lock's key holds a value of another type on enough masters
-    /// ([`AcquireError::WrongType`]: another program uses that name).
+    /// the lock's key holds a value of another type on enough masters
+    /// ([`AcquireError::WrongType`]: another program uses that name), or a
+    /// semaphore was asked for with another number of permits than its
+    /// masters keep ([`AcquireError::PermitsMismatch`]: its users disagree).
     /// Retrying will not help; fix the configuration.
     pub fn is_config(&self) -> bool {
         matches!(
@@ -183,6 +185,7 @@ impl Error {
                 | Error::Tls { .. }
                 | Error::InsideRuntime
                 | Error::Acquire(AcquireError::WrongType { .. })
+                | Error::Acquire(AcquireError::PermitsMismatch { .. })
         )
     }
 

@@ -66,6 +66,17 @@ impl Redlock {
             .await
     }
 
+    /// As [`inspect`](Self::inspect), for the permits key of the semaphore
+    /// on `resource` ([`Settings::permits_key`](redlock_core::Settings::permits_key)):
+    /// the number of permits each master keeps for it, while a permit is
+    /// held or was within a TTL. [`LockStatus::permits`](redlock_core::LockStatus::permits)
+    /// tells the number a quorum keeps.
+    pub async fn inspect_permits(&self, resource: impl AsRef<[u8]>) -> Vec<NodeInspection> {
+        let settings = self.settings();
+        self.inspect_key(settings.permits_key(&settings.key(resource.as_ref())))
+            .await
+    }
+
     async fn inspect_key(&self, key: redlock_core::Key) -> Vec<NodeInspection> {
         let settings = self.settings();
         let span = info_span!("redlock.inspect", resource = %key);

@@ -136,6 +136,8 @@ pub(crate) enum Outcome {
     /// Reported by [`Acquire`]'s drop: refused before anything was sent.
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     Config,
+    /// A semaphore's masters keep another number of permits.
+    PermitsMismatch,
 }
 
 impl Outcome {
@@ -143,6 +145,7 @@ impl Outcome {
         match error {
             AcquireError::Held { .. } => Outcome::HeldByOther,
             AcquireError::WrongType { .. } => Outcome::WrongType,
+            AcquireError::PermitsMismatch { .. } => Outcome::PermitsMismatch,
             AcquireError::ValidityExhausted { .. } => Outcome::ValidityExhausted,
             AcquireError::DeadlineExceeded { .. } => Outcome::Deadline,
             // NoQuorum, and what a later core may add: nodes failing.

@@ -203,9 +203,12 @@ impl LockRequest<kind::Open> {
     /// holders at once, on a quorum like a lock (see `docs/semaphore.md`).
     /// The guard is an ordinary [`LockGuard`] on the permit's slot
     /// ([`LockGuard::key`]): extend it, keep it alive, release it as a
-    /// lock; a waiter wakes on a permit's release notice. Every user of
-    /// the resource must give the same `permits` (1 to
-    /// [`MAX_PERMITS`](redlock_core::MAX_PERMITS), else [`Error::Config`]).
+    /// lock; a waiter wakes on a permit's release notice. `permits` is 1
+    /// to [`MAX_PERMITS`](redlock_core::MAX_PERMITS), else
+    /// [`Error::Config`]. The masters keep the number the semaphore's
+    /// holders use, and refuse another one at once: `Error::Acquire` with
+    /// [`AcquireError::PermitsMismatch`](redlock_core::AcquireError::PermitsMismatch)
+    /// naming both ([`Error::is_config`]).
     ///
     /// Add [`fencing`](LockRequest::<kind::Permits>::fencing) for a fencing
     /// token per permit.

@@ -133,7 +133,10 @@ fn workload(extend_script: Option<&'static str>) -> Result<usize, String> {
                     let at = rng.random_range(0..held.len());
                     let lock = &mut held[at];
                     let now = Instant::now();
-                    let Ok(mut extension) = lock.extend(settings.default_ttl(), now) else {
+                    // Longer than the grant's, sometimes: a permit's extend
+                    // must then lengthen its permits key too.
+                    let ttl = Duration::from_millis([60_000, 90_000][rng.random_range(0..2)]);
+                    let Ok(mut extension) = lock.extend(settings.ttl(ttl).unwrap(), now) else {
                         continue;
                     };
                     // Sometimes the restore an extension sends where a quorum
@@ -292,15 +295,16 @@ impl Pair {
         // others' resources, where scripts meet keys of another type.
         let spec = match rng.random_range(0..8) {
             0 => LockSpec::Exclusive(resource),
-            // Slot keys of their own (`{s}\0permit<i>`), two permits.
+            // Slot keys of their own (`{s}\0permit<i>`), two permits or
+            // three: the masters keep the first k and refuse the other.
             6 => LockSpec::Semaphore {
                 resource: b"s",
-                permits: 2,
+                permits: rng.random_range(2..4),
             },
             // The same slots, with their counters (`{s}\0permit<i>\0fencing`).
             7 => LockSpec::FencedSemaphore {
                 resource: b"s",
-                permits: 2,
+                permits: rng.random_range(2..4),
             },
             1 => LockSpec::Fenced(resource),
             2 => LockSpec::Read(resource),
@@ -438,8 +442,9 @@ impl Pair {
         }
     }
 
-    /// A waiters mark on both: present on both or on neither, with TTLs
-    /// within 100 ms of each other (the two clocks tick apart).
+    /// A waiters mark (or a semaphore's permits key) on both: present on
+    /// both or on neither, with TTLs within 100 ms of each other (the two
+    /// clocks tick apart).
     fn compare_mark(&mut self, mark: &redlock_core::Key) -> Result<(), String> {
         let real: i64 = redis::cmd("PTTL")
             .arg(mark.as_bytes())
@@ -455,7 +460,7 @@ impl Pair {
         };
         if !agree {
             return Err(format!(
-                "the waiters mark {mark:?}: PTTL {real} on the server, {modelled} in the model"
+                "{mark:?}: PTTL {real} on the server, {modelled} in the model"
             ));
         }
         Ok(())
@@ -545,6 +550,20 @@ impl Pair {
             ));
         }
         self.compared += 1;
+        // A semaphore's permits key (the last key of its acquires and
+        // withdraws, and of a permit's extends): the same k, and TTLs that
+        // agree.
+        let extend = matches!(
+            request.command,
+            Command::Extend { .. } | Command::Restore { .. }
+        );
+        if matches!(request.kind, redlock_core::LockKind::Semaphore { .. })
+            || (extend && request.payload.is_some())
+        {
+            let permits = request.keys.last().expect("a semaphore's permits key");
+            self.compare_value(permits)?;
+            self.compare_mark(permits)?;
+        }
         Ok(Ok(real))
     }
 }

@@ -1,6 +1,7 @@
 //! Semaphores (`redlock.lock(name).permits(k)`) on real masters: k holders
 //! at once and the (k+1)-th waits until one releases, a cancelled acquire
-//! leaves no slot key, a dead holder's permit comes back after its TTL; on
+//! leaves no slot key, a dead holder's permit comes back after its TTL,
+//! another k is refused and nothing outlives the permits by a TTL; on
 //! plain masters (Redis, or Valkey with `REDLOCK_SERVER_BIN`) and on nodes
 //! that are whole Redis Clusters.
 
@@ -11,7 +12,7 @@ use std::future::IntoFuture;
 use std::time::Duration;
 
 use redlock_tests::{RedisCluster, ShardedNode};
-use redlock_tokio::{LockGuard, Redlock, Wait};
+use redlock_tokio::{AcquireError, LockGuard, Redlock, Wait};
 use support::{NODE_TIMEOUT, QUICK, assert_absent, builder, client, eventually};
 
 /// The slot keys of a semaphore of `permits` on `name` (no key prefix).
@@ -134,14 +135,17 @@ fn the_semaphore_scripts_take_our_value_marked_by_a_waiter() {
     let set = |key: &[u8], value: &[u8]| {
         node.command([&b"SET"[..], key, value, b"PX", b"60000"]);
     };
+    let permits = b"{marked}\0permits";
     let acquire = |connection: &mut redis::Connection| {
         redis::Script::new(scripts::SEMAPHORE_ACQUIRE)
             .key(&keys[0])
             .key(&keys[1])
             .key(&keys[2])
+            .key(permits)
             .arg("v")
             .arg(60_000)
             .arg(0)
+            .arg(3)
             .invoke::<Value>(connection)
             .unwrap()
     };
@@ -156,12 +160,125 @@ fn the_semaphore_scripts_take_our_value_marked_by_a_waiter() {
         .key(&keys[0])
         .key(&keys[1])
         .key(&keys[2])
+        .key(permits)
         .arg("v")
         .invoke::<i64>(&mut connection)
         .unwrap();
     assert_eq!(withdraw, 1);
     assert!(!node.exists(&keys[1]), "our marked value left");
     assert_eq!(node.get(&keys[0]).as_deref(), Some(&b"vw"[..]), "another's");
+    assert_eq!(
+        node.get(permits).as_deref(),
+        Some(&b"3"[..]),
+        "k kept while a slot is held"
+    );
+}
+
+/// Every key of the semaphore `name` on each master, with its value.
+fn semaphore_keys(cluster: &RedisCluster, name: &str) -> Vec<BTreeSet<(Vec<u8>, Vec<u8>)>> {
+    cluster
+        .nodes()
+        .iter()
+        .map(|node| {
+            let keys = node.keys(format!("{{{name}}}*"));
+            keys.into_iter()
+                .filter_map(|key| Some((node.get(&key)?, key)))
+                .map(|(value, key)| (key, value))
+                .collect()
+        })
+        .collect()
+}
+
+/// The masters keep k: a request for another k is refused at once, with
+/// a typed error naming both numbers, and leaves nothing on any master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_k_is_refused_naming_both_and_leaves_nothing() {
+    let cluster = RedisCluster::start(3);
+    let (a, b) = (client(&cluster).await, client(&cluster).await);
+    let held = a.lock("exports").permits(3).await.expect("a free permit");
+    a.settled().await;
+    let before = semaphore_keys(&cluster, "exports");
+    let quorum = before
+        .iter()
+        .filter(|keys| keys.contains(&(b"{exports}\0permits".to_vec(), b"3".to_vec())))
+        .count();
+    assert!(quorum >= 2, "k kept beside the permit: {before:?}");
+    let error = b
+        .lock("exports")
+        .permits(4)
+        .wait(Wait::AtMost(Duration::from_secs(10)))
+        .await
+        .expect_err("another k is refused");
+    let Some(AcquireError::PermitsMismatch {
+        ours,
+        theirs,
+        attempts,
+        ..
+    }) = error.as_acquire()
+    else {
+        panic!("not a permits mismatch: {error}");
+    };
+    assert_eq!((*ours, *theirs, *attempts), (4, 3, 1), "{error}");
+    assert!(error.is_config() && !error.is_held_by_other(), "{error}");
+    assert!(
+        error
+            .to_string()
+            .contains("semaphore exports has 3 permits on the masters, this request asked for 4"),
+        "{error}"
+    );
+    b.settled().await;
+    assert_eq!(
+        semaphore_keys(&cluster, "exports"),
+        before,
+        "the refused request left something"
+    );
+    held.release().await;
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+/// Once every permit is released the slots are gone at once and the
+/// permits key, where a release left it, lives at most one TTL more; then
+/// nothing is left, and another k may be used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_every_permit_is_released_nothing_is_left_within_a_ttl() {
+    let cluster = RedisCluster::start(3);
+    let redlock = client(&cluster).await;
+    let ttl = Duration::from_secs(1);
+    let mut guards = Vec::new();
+    for _ in 0..3 {
+        guards.push(redlock.lock("drained").permits(3).ttl(ttl).await.unwrap());
+    }
+    for guard in guards {
+        guard.release().await;
+    }
+    redlock.settled().await;
+    let permits = b"{drained}\0permits";
+    for node in cluster.nodes() {
+        let left = node.keys("{drained}*");
+        assert!(
+            left.iter().all(|key| key == permits),
+            "a slot left: {left:?}"
+        );
+        if !left.is_empty() {
+            let pttl = node.pttl(permits);
+            assert!(pttl > 0 && pttl <= 1_000, "k kept for {pttl} ms");
+        }
+    }
+    eventually("the permits key expired", Duration::from_secs(10), || {
+        cluster
+            .nodes()
+            .iter()
+            .all(|node| node.keys("{drained}*").is_empty())
+    })
+    .await;
+    let four = redlock
+        .lock("drained")
+        .permits(4)
+        .await
+        .expect("another k once nothing is left");
+    four.release().await;
+    redlock.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

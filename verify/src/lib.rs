@@ -138,6 +138,10 @@ pub struct Setup {
     /// (`LockSpec::Semaphore`; 0: a lock): the masters keep that many slot
     /// keys, and [`PERMITS`] applies.
     pub permits: u32,
+    /// Semaphores: the number of permits the last client asks for, where
+    /// it is not [`permits`](Self::permits) (0: the same). The masters keep
+    /// the first k granted and refuse the other while it is in use.
+    pub permits_last: u32,
     /// The planted bug switched on, if any.
     pub bug: Option<Bug>,
 }
@@ -168,7 +172,17 @@ impl Setup {
             fair: false,
             retries: 0,
             permits: 0,
+            permits_last: 0,
             bug: None,
+        }
+    }
+
+    /// The number of permits client `c` asks for.
+    pub fn permits_of(&self, c: usize) -> u32 {
+        if c + 1 == self.clients && self.permits_last > 0 {
+            self.permits_last
+        } else {
+            self.permits
         }
     }
 
@@ -183,6 +197,27 @@ impl Setup {
             start_by: 0,
             horizon: 7,
             extensions: 0,
+            faults: 0,
+            crashes: 0,
+            delays: 0,
+            ..Self::small()
+        }
+    }
+
+    /// N = 3 masters, 2 clients of one semaphore that disagree on its
+    /// number of permits (1 and 2), the second starting as late as t=5,
+    /// each lock extended once: a holder of the one permit extends past its
+    /// first TTL, and the masters must keep its k as long, or the other
+    /// client takes the second slot beside it.
+    pub fn semaphore_mixed() -> Self {
+        Self {
+            name: "N=3 C=2 semaphore k=1 and k=2, 1 extension",
+            clients: 2,
+            permits: 1,
+            permits_last: 2,
+            start_by: 5,
+            horizon: 9,
+            extensions: 1,
             faults: 0,
             crashes: 0,
             delays: 0,
@@ -388,6 +423,8 @@ pub(crate) struct Node {
     queue: Vec<Entry>,
     /// A semaphore's slot keys (value and expiry), empty for a lock.
     slots: Vec<Option<(LockValue, u64)>>,
+    /// A semaphore's permits key (its k and expiry).
+    permits: Option<(usize, u64)>,
 }
 
 /// One waiter's entry in a master's fair queue; the derived order is the
@@ -460,16 +497,33 @@ impl Node {
                 *slot = None;
             }
         }
+        if self.permits.is_some_and(|(_, expires)| expires <= now) {
+            self.permits = None;
+        }
         let ours = &request.value;
+        // The permits key holds `k` with a TTL no shorter than `ttl` nor
+        // than it had (set if missing; another k is left as it is).
+        let keep = |permits: &mut Option<(usize, u64)>, k: usize, ttl: Ttl| {
+            let expires = now + ttl.as_millis() - early.min(ttl.as_millis() - 1);
+            match permits {
+                Some((kept, _)) if *kept != k => {}
+                Some((_, at)) => *at = (*at).max(expires),
+                None => *permits = Some((k, expires)),
+            }
+        };
         match (&request.kind, request.command) {
             (LockKind::Semaphore { start }, Command::Acquire { ttl }) => {
-                let k = self.slots.len();
+                // The slots, then the permits key.
+                let k = request.keys.len() - 1;
+                if let Some((theirs, _)) = self.permits.filter(|(kept, _)| *kept != k) {
+                    return Response::Array(vec![Response::Int(0), Response::Int(theirs as i64)]);
+                }
                 // A request run twice answers with the slot it took.
-                if let Some(slot) = self
-                    .slots
+                if let Some(slot) = self.slots[..k]
                     .iter()
                     .position(|held| held.as_ref().is_some_and(|(v, _)| v == ours))
                 {
+                    keep(&mut self.permits, k, ttl);
                     return Response::Array(vec![Response::Int(1), Response::Int(slot as i64)]);
                 }
                 for i in 0..k {
@@ -477,6 +531,7 @@ impl Node {
                     if self.slots[slot].is_none() {
                         let expires = now + ttl.as_millis() - early.min(ttl.as_millis() - 1);
                         self.slots[slot] = Some((ours.clone(), expires));
+                        keep(&mut self.permits, k, ttl);
                         return Response::Array(vec![Response::Int(1), Response::Int(slot as i64)]);
                     }
                 }
@@ -484,12 +539,19 @@ impl Node {
                 Response::Data(first.map(|v| v.as_bytes().to_vec()).unwrap_or_default())
             }
             (LockKind::Semaphore { .. }, _) => {
+                let k = request.keys.len() - 1;
                 let mut found = -1;
-                for slot in &mut self.slots {
+                for slot in &mut self.slots[..k] {
                     if slot.as_ref().is_some_and(|(v, _)| v == ours) {
                         *slot = None;
                         found = 1;
                     }
+                }
+                // The last slot gone: the permits key goes too, if ours.
+                if self.slots[..k].iter().all(Option::is_none)
+                    && self.permits.is_some_and(|(kept, _)| kept == k)
+                {
+                    self.permits = None;
                 }
                 Response::Int(found)
             }
@@ -498,6 +560,16 @@ impl Node {
                 std::mem::swap(&mut self.key, &mut self.slots[slot]);
                 let response = self.run_key(request, now, early);
                 std::mem::swap(&mut self.key, &mut self.slots[slot]);
+                // A permit's extend (or restore) keeps the permits key.
+                let k = request
+                    .payload
+                    .as_deref()
+                    .and_then(|k| std::str::from_utf8(k).ok()?.parse().ok());
+                if let (Some(k), Some(ttl), Response::Int(1 | 2)) =
+                    (k, request.command.ttl(), &response)
+                {
+                    keep(&mut self.permits, k, ttl);
+                }
                 response
             }
             _ => self.run_key(request, now, early),
@@ -1618,7 +1690,8 @@ impl Model for RedlockModel {
                     key: None,
                     counter: 0,
                     queue: Vec::new(),
-                    slots: vec![None; self.setup.permits as usize],
+                    slots: vec![None; self.setup.permits.max(self.setup.permits_last) as usize],
+                    permits: None,
                 };
                 n
             ],
@@ -1789,7 +1862,7 @@ impl Model for RedlockModel {
                 let spec = if self.setup.permits > 0 {
                     LockSpec::Semaphore {
                         resource: RESOURCE,
-                        permits: self.setup.permits,
+                        permits: self.setup.permits_of(c),
                     }
                 } else if self.setup.fair {
                     LockSpec::Fair(RESOURCE)
@@ -1934,6 +2007,7 @@ impl Model for RedlockModel {
                 node.up = true;
                 if !self.setup.keep_data {
                     node.slots.iter_mut().for_each(|slot| *slot = None);
+                    node.permits = None;
                     node.key = None;
                     node.counter = 0;
                     node.queue.clear();
@@ -1977,7 +2051,11 @@ impl Model for RedlockModel {
                     .all(|(i, key)| !keys[i + 1..].contains(key))
             }),
             Property::always(PERMITS, |model: &Self, state: &State| {
-                model.holders(state).count() <= model.setup.permits.max(1) as usize
+                // Each holder's own k bounds them all.
+                let holders = model.holders(state).count();
+                model
+                    .holders(state)
+                    .all(|(c, _)| holders <= model.setup.permits_of(c).max(1) as usize)
             }),
             Property::always(COVERED, |model: &Self, state: &State| {
                 let q = model.setup.quorum();
@@ -2143,10 +2221,11 @@ pub mod configurations {
     pub fn semaphore(quick: bool) -> Vec<Setup> {
         let short = Setup::semaphore();
         if quick {
-            return vec![short];
+            return vec![short, Setup::semaphore_mixed()];
         }
         vec![
             short,
+            Setup::semaphore_mixed(),
             Setup {
                 name: "N=3 C=3 semaphore k=2, 1 fault (lost, duplicated, overtaking)",
                 faults: 1,
@@ -2275,6 +2354,9 @@ pub mod configurations {
                     },
                     // Three clients, two permits: AB, BC and CA.
                     Bug::SemaphoreCountsAnySlot => Setup::semaphore(),
+                    // A holder of one permit extends past its first TTL
+                    // while a client of two starts.
+                    Bug::PermitsNotKeptAlive => Setup::semaphore_mixed(),
                     _ => base.clone(),
                 };
                 (
@@ -2300,7 +2382,7 @@ pub mod configurations {
             // It claims a lock free that a quorum still holds.
             Bug::ReleaseDecidesEarly => Some(super::RELEASE_CLAIM),
             // More holders than permits.
-            Bug::SemaphoreCountsAnySlot => Some(super::PERMITS),
+            Bug::SemaphoreCountsAnySlot | Bug::PermitsNotKeptAlive => Some(super::PERMITS),
             _ => None,
         }
     }

@@ -15,7 +15,8 @@ impl<R: Rng> Acquisition<R> {
         let round = Round::new(attempt, &self.settings, now, self.node_timeout);
         if let LockKind::Semaphore { start } = &mut self.kind {
             // One first slot for every master of the attempt.
-            *start = ((self.rng.next_u64() >> 40) % self.keys.len() as u64) as u32;
+            let permits = crate::semaphore::permits(&self.keys, false) as u64;
+            *start = ((self.rng.next_u64() >> 40) % permits) as u32;
         }
         let command = if self.fenced {
             Command::AcquireFenced { ttl: self.ttl }
@@ -39,6 +40,7 @@ impl<R: Rng> Acquisition<R> {
             }
         }
         self.scores = 0;
+        self.theirs = None;
         self.unmarked = self.mark_lives_past(scheduled, now);
         if !self.unmarked {
             self.mark_waiting(round.nodes(), &value, round.deadline, now);
@@ -87,6 +89,21 @@ impl<R: Rng> Acquisition<R> {
         let State::Attempting { round, phase, .. } = &self.state else {
             return;
         };
+        if let Some(theirs) = self.theirs {
+            // A master keeps another k: refused, and never retried.
+            let error = AcquireError::PermitsMismatch {
+                key: self
+                    .semaphore
+                    .clone()
+                    .expect("only a semaphore is refused so"),
+                ours: crate::semaphore::permits(&self.keys, false) as u32,
+                theirs,
+                votes: round.votes(now),
+                attempts: self.retries.started(),
+            };
+            self.fail_attempt(error, now);
+            return;
+        }
         let (tally, slot) = match (&self.kind, phase) {
             (LockKind::Semaphore { .. }, Phase::Lock) => {
                 crate::semaphore::tally(round, &self.slots, self.settings.quorum())
@@ -178,6 +195,7 @@ impl<R: Rng> Acquisition<R> {
                         next_round: self.rng.next_u64(),
                         extensions: 0,
                         untouched,
+                        permits: slot.map(|_| crate::semaphore::permits(&self.keys, false) as u32),
                     };
                     self.events.push_back(AcquireEvent::Acquired(lock));
                     return;

@@ -16,7 +16,7 @@ impl<R: Rng> Acquisition<R> {
         };
         let skipped = skipped_by_lock_round(&round, &phase);
         let reordered = self.count_stall(&round);
-        if error.is_wrong_type() {
+        if error.is_wrong_type() || error.is_permits_mismatch() {
             // Permanent: every retry would find the same key.
             self.queue_releases(&round, &skipped, &value, now, true);
             self.events.push_back(AcquireEvent::Failed(error));

@@ -60,8 +60,13 @@ impl<R: Rng> Acquisition<R> {
                     now + self.settings.release_timeout(),
                 );
                 self.requests.extend(withdraws);
+                // The slot, its counter (`STORE_TOKEN`'s keys), and the
+                // permits key that the permit's extensions keep alive.
                 let counter = self.settings.fencing_key(&permit[0]);
-                ([permit[0].clone(), counter].into(), votes)
+                (
+                    [permit[0].clone(), counter, permit[1].clone()].into(),
+                    votes,
+                )
             }
             None => (self.keys.clone(), round.votes(now)),
         };

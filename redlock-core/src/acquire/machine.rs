@@ -78,7 +78,7 @@ impl<R: Rng> Machine for Acquisition<R> {
         let (slot, counter) = match (&self.kind, &command, &reply.result) {
             // A slot that is not one of ours counts for none.
             (LockKind::Semaphore { .. }, _, result) => crate::semaphore::granted(result)
-                .filter(|&(slot, _)| slot < self.keys.len() as u64)
+                .filter(|&(slot, _)| slot < crate::semaphore::permits(&self.keys, false) as u64)
                 .map_or((None, None), |(slot, counter)| (Some(slot), counter)),
             (_, Command::AcquireFenced { .. }, Ok(Response::Array(items))) => {
                 match items.as_slice() {
@@ -88,8 +88,16 @@ impl<R: Rng> Machine for Acquisition<R> {
             }
             _ => (None, None),
         };
+        let theirs = match (&self.kind, &command) {
+            (
+                LockKind::Semaphore { .. },
+                Command::Acquire { .. } | Command::AcquireFenced { .. },
+            ) => crate::semaphore::refused(&reply.result),
+            _ => None,
+        };
         let vote = interpret_acquire(&self.kind, command, reply.native, reply.result);
         if round.record(reply.round, reply.node, vote) {
+            self.theirs = self.theirs.or(theirs);
             if let Some(granted) = self.slots.get_mut(reply.node.0) {
                 *granted = slot;
             }

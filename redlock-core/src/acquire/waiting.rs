@@ -192,11 +192,7 @@ impl<R: Rng> Acquisition<R> {
         };
         // Its own round: nobody counts its replies.
         let id = RoundId(self.rng.next_u64());
-        let count = match self.kind {
-            LockKind::Multi | LockKind::Semaphore { .. } => self.keys.len(),
-            _ => 1,
-        };
-        for key in &self.keys[..count] {
+        for key in crate::config::held_keys(&self.keys, &self.kind) {
             let keys = self.settings.mark_keys(key);
             self.requests.extend(nodes.clone().map(|node| Request {
                 round: id,

@@ -24,6 +24,18 @@ impl Settings {
         key.derived(b"\0fencing")
     }
 
+    /// The key that keeps a semaphore's number of permits on each master
+    /// (`{name}\0permits` for the semaphore `name`), in the lock key's hash
+    /// slot. [`scripts::SEMAPHORE_ACQUIRE`](crate::scripts::SEMAPHORE_ACQUIRE)
+    /// writes it with the first grant and refuses a request for another
+    /// number while it lives; it lives at least as long as every slot
+    /// held on that master (each grant and each extension of a permit
+    /// keeps it so), and goes with the last slot's withdraw, or expires
+    /// within one TTL of the last release.
+    pub fn permits_key(&self, key: &crate::Key) -> crate::Key {
+        key.derived(b"\0permits")
+    }
+
     /// The key of an election's leader record (`{name}\0leader` for the
     /// election `name`): the leader's term, id and value, written by
     /// [`scripts::PROCLAIM`](crate::scripts::PROCLAIM) in the lock key's
@@ -231,8 +243,10 @@ impl Settings {
                 if permits == 0 || permits > crate::MAX_PERMITS {
                     return Err(ConfigError::Permits { permits });
                 }
-                let keys = crate::semaphore::slot_keys(&self.key(resource), permits);
-                (keys, LockKind::Semaphore { start: 0 })
+                let key = self.key(resource);
+                let slots = crate::semaphore::slot_keys(&key, permits);
+                let keys = slots.iter().cloned().chain([self.permits_key(&key)]);
+                (keys.collect(), LockKind::Semaphore { start: 0 })
             }
         })
     }
@@ -249,16 +263,21 @@ pub(crate) fn release_channel(key: &crate::Key) -> crate::Key {
     key.with_suffix(b"\0released")
 }
 
-/// The channels a release of a lock of `kind` on `keys` announces on, and
-/// its waiters listen to: every key's for a multi-resource lock, the first
-/// key's (the resource's own) for the other kinds.
-pub(crate) fn release_channels(keys: &[crate::Key], kind: &crate::LockKind) -> Vec<crate::Key> {
+/// The keys of a lock of `kind` that a holder holds, each with its release
+/// channel and waiters' marks: every key of a multi-resource lock, every
+/// slot of a semaphore (not its permits key, the last), the first key (the
+/// resource's own) for the other kinds.
+pub(crate) fn held_keys<'a>(keys: &'a [crate::Key], kind: &crate::LockKind) -> &'a [crate::Key] {
     let count = match kind {
-        crate::LockKind::Multi | crate::LockKind::Semaphore { .. } => keys.len(),
+        crate::LockKind::Multi => keys.len(),
+        crate::LockKind::Semaphore { .. } => keys.len() - 1,
         _ => 1,
     };
-    keys[..count.min(keys.len())]
-        .iter()
-        .map(release_channel)
-        .collect()
+    &keys[..count.min(keys.len())]
+}
+
+/// The channels a release of a lock of `kind` on `keys` announces on, and
+/// its waiters listen to: those of its [`held_keys`].
+pub(crate) fn release_channels(keys: &[crate::Key], kind: &crate::LockKind) -> Vec<crate::Key> {
+    held_keys(keys, kind).iter().map(release_channel).collect()
 }

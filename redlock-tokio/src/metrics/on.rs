@@ -27,7 +27,7 @@ static METADATA: Metadata<'static> =
     Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
 
 const KINDS: [&str; 5] = ["exclusive", "read", "write", "reentrant", "multi"];
-const OUTCOMES: [&str; 8] = [
+const OUTCOMES: [&str; 9] = [
     "granted",
     "held_by_other",
     "no_quorum",
@@ -36,6 +36,7 @@ const OUTCOMES: [&str; 8] = [
     "deadline",
     "cancelled",
     "config",
+    "permits_mismatch",
 ];
 const ENDS: [&str; 2] = ["released", "lost"];
 const EXTEND_OUTCOMES: [&str; 5] = ["extended", "expired", "lost", "gone", "no_quorum"];
@@ -130,7 +131,8 @@ pub(crate) fn describe() {
         Unit::Count,
         "Acquire calls by lock kind and outcome: granted, held_by_other, no_quorum, \
          validity_exhausted, wrong_type, deadline, cancelled (the future was dropped), \
-         config (refused before anything was sent)"
+         config (refused before anything was sent), permits_mismatch (a semaphore's \
+         masters keep another number of permits)"
     );
     describe_histogram!(
         ACQUIRE_WAIT,
