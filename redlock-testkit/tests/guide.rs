@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use redlock_testkit::Quorum;
-use redlock_tokio::{Error, Wait};
+use redlock_tokio::Wait;
 
 #[tokio::test(start_paused = true)]
 async fn the_nightly_export_stops_when_its_lock_is_lost() {
@@ -29,7 +29,7 @@ async fn the_nightly_export_stops_when_its_lock_is_lost() {
         .lock("nightly-export")
         .run(async |_lock| {
             tokio::time::sleep(Duration::from_secs(600)).await; // the export
-            Ok::<_, Error>(())
+            Ok(())
         })
         .await;
     let error = exported.unwrap_err();
@@ -99,7 +99,7 @@ async fn the_export_pool_never_runs_more_than_three() {
                     most.fetch_max(now, Ordering::SeqCst);
                     tokio::time::sleep(Duration::from_secs(30)).await; // one export
                     running.fetch_sub(1, Ordering::SeqCst);
-                    Ok::<_, Error>(())
+                    Ok(())
                 })
                 .await
         });

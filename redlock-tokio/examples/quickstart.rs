@@ -6,10 +6,10 @@
 //!     cargo run -p redlock-tokio --example quickstart
 //! ```
 
-use redlock_tokio::Redlock;
+use redlock_tokio::{Redlock, RunError};
 
 #[tokio::main]
-async fn main() -> Result<(), redlock_tokio::Error> {
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let nodes = std::env::var("REDLOCK_NODES").unwrap_or_else(|_| {
         "redis://127.0.0.1:7001,redis://127.0.0.1:7002,redis://127.0.0.1:7003".to_owned()
     });
@@ -30,9 +30,9 @@ async fn main() -> Result<(), redlock_tokio::Error> {
 
 /// Runs work under the lock, kept alive meanwhile: the work is cancelled if
 /// the lock is lost, and the lock is released at the end either way. The
-/// work sees the lock (value, fencing token, validity, loss signal); its
-/// error type is this function's, which the lock's errors convert into.
-async fn compute(redlock: &Redlock) -> Result<u32, redlock_tokio::Error> {
+/// work sees the lock (value, fencing token, validity, loss signal) and may
+/// fail with any error; `RunError` says whether the lock or the work failed.
+async fn compute(redlock: &Redlock) -> Result<u32, RunError> {
     redlock
         .lock("quickstart")
         .run(async |lock| {

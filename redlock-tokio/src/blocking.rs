@@ -22,7 +22,7 @@
 //! }
 //!
 //! // Work under a lock kept alive in the background; one `?`.
-//! fn export(redlock: &Redlock) -> Result<u64, Box<dyn std::error::Error + Send + Sync>> {
+//! fn export(redlock: &Redlock) -> Result<u64, redlock_tokio::RunError> {
 //!     redlock.lock("nightly-export").fencing().run(|lock| {
 //!         let token = lock.fencing_token().expect("fenced");
 //!         Ok(token)

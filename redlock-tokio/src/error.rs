@@ -257,3 +257,95 @@ fn unreachable_list(unreachable: &[(String, NodeError)]) -> String {
         .collect();
     shown.join("; ")
 }
+
+/// The error of work run under a lock ([`LockRequest::run`](crate::LockRequest::run)):
+/// any error, boxed. A closure that returns `Err("...".into())` or uses `?`
+/// on any error type needs no annotation; get a typed error of yours back
+/// with `downcast_ref` or `downcast` (of `dyn Error`).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Why [`LockRequest::run`](crate::LockRequest::run) (or the blocking
+/// one) did not return the work's value: the lock failed, or the work did.
+///
+/// `Display` and [`source`](std::error::Error::source) are those of the
+/// error inside, so reporters print it as if it were that error.
+///
+/// ```no_run
+/// use redlock_tokio::{Redlock, RunError};
+///
+/// # #[derive(Debug)] struct Stale;
+/// # impl std::fmt::Display for Stale { fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { f.write_str("stale") } }
+/// # impl std::error::Error for Stale {}
+/// # async fn publish() -> Result<(), Stale> { Ok(()) }
+/// # async fn demo(redlock: &Redlock) {
+/// match redlock.lock("feed").run(async |_lock| Ok(publish().await?)).await {
+///     Ok(()) => {}
+///     Err(RunError::Lock(error)) if error.is_held_by_other() => { /* someone else does it */ }
+///     Err(RunError::Lock(error)) => eprintln!("the lock failed: {error}"),
+///     Err(RunError::Work(error)) if error.is::<Stale>() => { /* our own error, typed */ }
+///     Err(RunError::Work(error)) => eprintln!("the work failed: {error}"),
+/// }
+/// # }
+/// ```
+#[derive(Debug)]
+pub enum RunError {
+    /// The lock was not acquired, was lost while the work ran (the work was
+    /// stopped: [`Error::LockLost`]), or (blocking) was not released.
+    Lock(Error),
+    /// The work returned this error; the lock was held throughout.
+    Work(BoxError),
+}
+
+impl RunError {
+    /// The lock's error, if the lock failed.
+    pub fn as_lock(&self) -> Option<&Error> {
+        match self {
+            RunError::Lock(error) => Some(error),
+            RunError::Work(_) => None,
+        }
+    }
+
+    /// True when the lock was lost while the work ran, which was stopped
+    /// ([`Error::is_lock_lost`]).
+    pub fn is_lock_lost(&self) -> bool {
+        self.as_lock().is_some_and(Error::is_lock_lost)
+    }
+
+    /// True when the lock was not acquired because another owner holds it
+    /// ([`Error::is_held_by_other`]): the work did not run.
+    pub fn is_held_by_other(&self) -> bool {
+        self.as_lock().is_some_and(Error::is_held_by_other)
+    }
+
+    /// The work's error, if the work failed.
+    pub fn as_work(&self) -> Option<&(dyn std::error::Error + Send + Sync + 'static)> {
+        match self {
+            RunError::Lock(_) => None,
+            RunError::Work(error) => Some(error.as_ref()),
+        }
+    }
+}
+
+impl From<Error> for RunError {
+    fn from(error: Error) -> Self {
+        RunError::Lock(error)
+    }
+}
+
+impl std::fmt::Display for RunError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunError::Lock(error) => error.fmt(f),
+            RunError::Work(error) => error.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for RunError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            RunError::Lock(error) => error.source(),
+            RunError::Work(error) => error.source(),
+        }
+    }
+}

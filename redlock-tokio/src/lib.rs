@@ -43,8 +43,8 @@
 //! returns a [`LockRequest`]: await it for a [`LockGuard`], or
 //! [`run`](LockRequest::run) work under it, which keeps the lock alive,
 //! cancels the work if the lock is lost and releases it at the end. The
-//! work's error type takes this crate's errors (`E: From<Error>`), so one
-//! `?` reads the result:
+//! work fails with any error ([`BoxError`]: no type to name), and the result
+//! is a [`RunError`], the lock's or the work's, so one `?` reads it:
 //!
 //! ```no_run
 //! use redlock_tokio::Redlock;
@@ -54,12 +54,13 @@
 //!     Ok(42)
 //! }
 //!
-//! async fn nightly(redlock: &Redlock) -> Result<u64, Box<dyn std::error::Error + Send + Sync>> {
-//!     redlock
+//! async fn nightly(redlock: &Redlock) -> Result<u64, Box<dyn std::error::Error>> {
+//!     let rows = redlock
 //!         .lock("nightly-export")
 //!         .fencing()
 //!         .run(async |lock| Ok(export(lock.fencing_token()).await?))
-//!         .await
+//!         .await?;
+//!     Ok(rows)
 //! }
 //! ```
 //!
@@ -174,7 +175,7 @@ mod tls;
 pub use builder::{Builder, WeakPersistence};
 pub use client::Redlock;
 pub use election::{Election, Leadership};
-pub use error::Error;
+pub use error::{BoxError, Error, RunError};
 pub use guard::{LockGuard, LossSignal, Releasing};
 pub use inspect::NodeInspection;
 /// What a user names in a `match` or a signature: the errors and their

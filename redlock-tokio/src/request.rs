@@ -11,7 +11,7 @@ use std::time::Duration;
 use redlock_core::{Attempts, KeepAlive, LockSpec};
 use tracing::debug;
 
-use crate::{Error, LockGuard, LossReason, Redlock};
+use crate::{BoxError, Error, LockGuard, LossReason, Redlock, RunError};
 
 /// How long an acquire waits for a lock held by someone else: the client's
 /// default ([`Builder::wait`](crate::Builder::wait)) or one call's
@@ -311,40 +311,42 @@ impl<K> LockRequest<K> {
     /// If the lock is lost, the work is dropped at its current `.await` and
     /// the result is [`Error::LockLost`]. The work runs in the caller's task
     /// and the clock is asked before each poll: once the validity ended
-    /// (after a pause of the process, say) it is not polled again. The work's error type takes this
-    /// crate's errors (`E: From<Error>`), so one `?` reads the result:
+    /// (after a pause of the process, say) it is not polled again.
+    ///
+    /// The work fails with any error ([`BoxError`]), so `?` on any error
+    /// type and `Err("...".into())` need no annotation, and the result is a
+    /// [`RunError`]: the lock's failure, or the work's.
     ///
     /// ```no_run
     /// # async fn export(token: Option<u64>) -> std::io::Result<u64> { Ok(token.unwrap_or(0)) }
-    /// async fn nightly(redlock: &redlock_tokio::Redlock) -> Result<u64, Box<dyn std::error::Error + Send + Sync>> {
-    ///     redlock
+    /// async fn nightly(redlock: &redlock_tokio::Redlock) -> Result<u64, Box<dyn std::error::Error>> {
+    ///     let rows = redlock
     ///         .lock("nightly-export")
     ///         .fencing()
     ///         .run(async |lock| Ok(export(lock.fencing_token()).await?))
-    ///         .await
+    ///         .await?;
+    ///     Ok(rows)
     /// }
     /// ```
-    ///
-    /// The error type comes from where the result goes (here the function's
-    /// return type); work that returns without a `?`, or whose result is
-    /// read with `?`, names it once: `Ok::<_, redlock_tokio::Error>(rows)`.
     ///
     /// Dropping the work stops it only at an `.await`: check
     /// [`LockGuard::validity`] or [`LockGuard::is_lost`] in long
     /// synchronous sections.
-    pub async fn run<T, E, F>(mut self, work: F) -> Result<T, E>
+    pub async fn run<T, F>(mut self, work: F) -> Result<T, RunError>
     where
-        F: AsyncFnOnce(&LockGuard) -> Result<T, E>,
-        E: From<Error>,
+        F: AsyncFnOnce(&LockGuard) -> Result<T, BoxError>,
     {
         self.keep_alive = Some(self.keep_alive.unwrap_or_default());
         let guard = self.acquire().await?;
-        let outcome: Result<Result<T, E>, LossReason> =
+        let outcome: Result<Result<T, BoxError>, LossReason> =
             crate::held::while_held(work(&guard), || guard.loss(), guard.lost()).await;
         let key = guard.key().clone();
         let report = guard.release().await;
         debug!(key = %key, report = %report, "released after run");
-        outcome.unwrap_or_else(|reason| Err(Error::LockLost { key, reason }.into()))
+        match outcome {
+            Ok(done) => done.map_err(RunError::Work),
+            Err(reason) => Err(Error::LockLost { key, reason }.into()),
+        }
     }
 
     /// The keep-alive asked for, if any.

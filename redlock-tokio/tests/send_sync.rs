@@ -36,7 +36,7 @@ fn futures_are_send(
     assert_send(&redlock.release_value("r", &core::LockValue::from_string("v")));
     assert_send(&redlock.lock("r").run(async |lock| {
         tokio::task::yield_now().await;
-        Ok::<_, Error>(lock.validity())
+        Ok(lock.validity())
     }));
     assert_send(&redlock.inspect("r"));
     assert_send(&guard.lost());
@@ -57,7 +57,7 @@ fn run_can_be_spawned(redlock: Redlock) {
             .lock("r")
             .run(async |lock| {
                 tokio::task::yield_now().await;
-                Ok::<_, Error>(lock.fencing_token())
+                Ok(lock.fencing_token())
             })
             .await
     });

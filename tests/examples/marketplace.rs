@@ -25,9 +25,7 @@ use std::time::{Duration, Instant};
 
 use redis::Script;
 use redis::aio::MultiplexedConnection;
-use redlock_tokio::{Redlock, Wait};
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use redlock_tokio::{BoxError, Redlock, Wait};
 
 /// The write of a purchase: refuses a token smaller than the highest one
 /// recorded for the item (`0`), else records it and moves the money, the
@@ -122,7 +120,7 @@ pub async fn purchase(
     item: &str,
     price: u64,
 ) -> Result<Purchase, BoxError> {
-    redlock
+    let purchase = redlock
         .lock(format!("lock:{item}"))
         .fencing()
         .ttl(ITEM_LOCK_TTL)
@@ -157,7 +155,8 @@ pub async fn purchase(
                 Purchase::Refused
             })
         })
-        .await
+        .await?;
+    Ok(purchase)
 }
 
 // ---------------------------------------------------------------------------

@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use redlock_tests::RedisCluster;
-use redlock_tokio::{Error, KeepAlive, LossReason, Wait, blocking};
+use redlock_tokio::{Error, KeepAlive, LossReason, RunError, Wait, blocking};
 use support::{NODE_TIMEOUT, assert_absent, init_tracing};
 
 fn client(cluster: &RedisCluster) -> blocking::Redlock {
@@ -130,7 +130,7 @@ fn a_kept_alive_lock_lost_to_another_owner_is_seen_and_run_reports_it() {
     assert_eq!(guard.validity(), Duration::ZERO);
     drop(guard);
 
-    let result: Result<u32, Error> = redlock
+    let result: Result<u32, RunError> = redlock
         .lock("blocking-run")
         .ttl(Duration::from_millis(600))
         .run(|lock| {
@@ -141,7 +141,7 @@ fn a_kept_alive_lock_lost_to_another_owner_is_seen_and_run_reports_it() {
             Ok(7)
         });
     let error = result.expect_err("the lock was lost during the work");
-    assert!(error.is_lock_lost(), "{error}");
+    assert!(error.as_lock().is_some_and(Error::is_lock_lost), "{error}");
     // The other owner's keys are never touched.
     for node in cluster.nodes() {
         assert_eq!(
@@ -156,9 +156,10 @@ fn run_returns_the_work_result_with_one_question_mark() {
     let cluster = RedisCluster::start(3);
     let redlock = client(&cluster);
     let work = || -> Result<u64, Box<dyn std::error::Error + Send + Sync>> {
-        let token = redlock.lock("blocking-fenced").fencing().run(|lock| {
-            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(lock.fencing_token().expect("fenced"))
-        })?;
+        let token = redlock
+            .lock("blocking-fenced")
+            .fencing()
+            .run(|lock| Ok(lock.fencing_token().expect("fenced")))?;
         Ok(token)
     };
     let first = work().expect("granted");
@@ -209,8 +210,11 @@ fn inside_a_runtime_every_call_is_a_typed_error() {
             .acquire()
             .expect_err("inside a runtime");
         assert!(matches!(acquired, Error::InsideRuntime), "{acquired}");
-        let run: Result<(), Error> = redlock.lock("blocking-runtime-3").run(|_| Ok(()));
-        assert!(matches!(run, Err(Error::InsideRuntime)), "{run:?}");
+        let run = redlock.lock("blocking-runtime-3").run(|_| Ok(()));
+        assert!(
+            matches!(run, Err(RunError::Lock(Error::InsideRuntime))),
+            "{run:?}"
+        );
         assert!(matches!(redlock.shutdown(), Err(Error::InsideRuntime)));
         let mut guard = guard;
         assert!(matches!(

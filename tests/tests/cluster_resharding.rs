@@ -35,7 +35,7 @@ use redlock_tests::ShardedNode;
 use redlock_tests::chaos::checker;
 use redlock_tests::chaos::clock::{instant_ns, mono_ns};
 use redlock_tests::chaos::record::Hold;
-use redlock_tokio::{Error, KeepAlive, Redlock, ReleaseReport, Wait};
+use redlock_tokio::{Error, KeepAlive, Redlock, ReleaseReport, RunError, Wait};
 use support::{NODE_TIMEOUT, init_tracing};
 
 /// The lock TTL: short, so that kept-alive locks extend several times
@@ -257,7 +257,7 @@ async fn contend(client: usize, task: usize, redlock: Redlock, shared: Shared, s
                         }
                         let done = mono_ns();
                         note(done, Some(done));
-                        Ok::<_, Error>(())
+                        Ok(())
                     })
                     .await;
                 let returned = mono_ns();
@@ -268,6 +268,11 @@ async fn contend(client: usize, task: usize, redlock: Redlock, shared: Shared, s
                         .holds
                         .push(hold(client, number, key, granted, until, released));
                 }
+                // The work never fails: every error is the lock's.
+                let result = result.map_err(|error| match error {
+                    RunError::Lock(error) => error,
+                    RunError::Work(error) => unreachable!("{error}"),
+                });
                 granted_or_log(&shared, &what, result);
             }
         }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use redlock_core::ExtendError;
 use redlock_tests::RedisCluster;
-use redlock_tokio::{Error, KeepAlive, LossReason, Wait};
+use redlock_tokio::{Error, KeepAlive, LossReason, RunError, Wait};
 use support::{QUICK, assert_absent, builder, client, eventually, timed};
 
 /// For 300 ms locks: a lead of half the TTL (150 ms) leaves room for two
@@ -129,7 +129,7 @@ async fn run_keeps_a_lock_through_a_task_of_three_ttls() {
                     refused += 1;
                 }
             }
-            Ok::<_, Error>(refused)
+            Ok(refused)
         })
         .await
         .unwrap();
@@ -200,7 +200,7 @@ async fn run_cancels_the_work_and_reports_the_loss() {
         // Never reached when the lock is lost: the future is dropped first.
         tokio::time::sleep(Duration::from_secs(30)).await;
         work_finished.store(true, Ordering::SeqCst);
-        Ok::<_, Error>(())
+        Ok(())
     });
     let kill = async {
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -210,7 +210,9 @@ async fn run_cancels_the_work_and_reports_the_loss() {
     };
     let started = Instant::now();
     let (result, ()) = tokio::join!(run, kill);
-    let err = result.unwrap_err();
+    let Err(RunError::Lock(err)) = result else {
+        panic!("the lock's error, got {result:?}");
+    };
     assert!(started.elapsed() < Duration::from_secs(3));
     assert!(
         matches!(
@@ -359,7 +361,7 @@ async fn run_stops_the_work_when_its_value_is_released_by_hand() {
         lock.lost().await;
         tokio::time::sleep(Duration::from_secs(30)).await;
         work_finished.store(true, Ordering::SeqCst);
-        Ok::<_, Error>(())
+        Ok(())
     });
     let release = async {
         value_rx.await.unwrap();
@@ -373,7 +375,9 @@ async fn run_stops_the_work_when_its_value_is_released_by_hand() {
     };
     let (result, report) = tokio::join!(run, release);
     assert_eq!(report.released(), 3, "{report}");
-    let err = result.unwrap_err();
+    let Err(RunError::Lock(err)) = result else {
+        panic!("the lock's error, got {result:?}");
+    };
     assert!(
         matches!(
             &err,

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use redlock_tests::RedisCluster;
 use redlock_tokio::core::planted::Bug;
-use redlock_tokio::{Error, KeepAlive, LeadershipLoss, Wait};
+use redlock_tokio::{Error, KeepAlive, LeadershipLoss, RunError, Wait};
 use support::client;
 
 const LEASE: Duration = Duration::from_millis(1_200);
@@ -135,7 +135,7 @@ fn the_check_sees_a_leaders_work_polled_after_its_lease() {
 
 /// A lock's `run` whose process was stopped past the TTL:
 /// `(polls, polls after the loss)`, and the run's result.
-fn lock_stopped_past_its_ttl(bug: Option<Bug>) -> ((usize, usize), Result<(), Error>) {
+fn lock_stopped_past_its_ttl(bug: Option<Bug>) -> ((usize, usize), Result<(), RunError>) {
     let cluster = RedisCluster::start(3);
     support::planted_runtime(bug).block_on(async {
         let redlock = client(&cluster).await;
@@ -162,7 +162,10 @@ fn lock_stopped_past_its_ttl(bug: Option<Bug>) -> ((usize, usize), Result<(), Er
 fn a_stopped_holders_work_is_not_polled_after_its_ttl() {
     let ((polls, after_loss), result) = lock_stopped_past_its_ttl(None);
     println!("{polls} polls, {after_loss} after the loss ({result:?})");
-    assert!(matches!(result, Err(Error::LockLost { .. })), "{result:?}");
+    assert!(
+        matches!(result, Err(RunError::Lock(Error::LockLost { .. }))),
+        "{result:?}"
+    );
     assert!(polls > 0, "the work ran");
     assert_eq!(after_loss, 0, "the work was polled after the loss");
 }

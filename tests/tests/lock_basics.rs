@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use redlock_core::{AcquireError, ConfigError, NodeVote};
 use redlock_tests::RedisCluster;
 use redlock_tokio::core::LockValue;
-use redlock_tokio::{Error, LossReason, Redlock, Wait};
+use redlock_tokio::{BoxError, Error, LossReason, Redlock, RunError, Wait};
 use support::{QUICK, assert_absent, builder, client, eventually, name, timed};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -337,7 +337,7 @@ async fn run_returns_the_work_output_and_releases() {
             assert!(!lock.is_lost());
             let err = other.lock("work").wait(Wait::No).await.unwrap_err();
             assert!(err.is_held_by_other());
-            Ok::<_, Error>(42)
+            Ok(42)
         })
         .await
         .unwrap();
@@ -374,7 +374,7 @@ async fn run_shows_the_work_its_lock() {
             let validity = lock.validity();
             assert!(validity > Duration::from_secs(9), "{validity:?}");
             assert!(!lock.is_lost() && !lock.loss_signal().is_lost());
-            Ok::<_, Error>(lock.fencing_token())
+            Ok(lock.fencing_token())
         })
         .await
         .unwrap();
@@ -387,13 +387,10 @@ async fn run_shows_the_work_its_lock() {
     assert_absent(&cluster, "shown");
 }
 
-/// Any error type that takes the lock's errors (`E: From<Error>`) comes
-/// back from `run` as the work returned it, and the lock's own errors come
-/// back in it, so one `?` reads both.
+/// The work's error (any type, boxed) and the lock's own come back in one
+/// `RunError`, so one `?` reads both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_returns_the_work_error_through_one_question_mark() {
-    type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
     // The work writes under a fencing token and fails on demand; `?` on
     // `run` is its caller's only error handling.
     async fn export(redlock: &Redlock, fail: bool) -> Result<u64, BoxError> {
@@ -408,7 +405,7 @@ async fn run_returns_the_work_error_through_one_question_mark() {
                 if fail {
                     Err(std::io::Error::other("disk full"))?;
                 }
-                Ok::<_, BoxError>(token)
+                Ok(token)
             })
             .await?;
         Ok(token)
@@ -423,7 +420,9 @@ async fn run_returns_the_work_error_through_one_question_mark() {
 
     let failed = export(&redlock, true).await.expect_err("the work fails");
     let io = failed
-        .downcast_ref::<std::io::Error>()
+        .downcast_ref::<RunError>()
+        .and_then(RunError::as_work)
+        .and_then(|work| work.downcast_ref::<std::io::Error>())
         .unwrap_or_else(|| panic!("the work's own error, got {failed:?}"));
     assert_eq!(io.to_string(), "disk full");
     // `run` released the lock although the work failed (decided on a
@@ -435,7 +434,8 @@ async fn run_returns_the_work_error_through_one_question_mark() {
     let holder = redlock.lock("export").await.unwrap();
     let refused = export(&redlock, false).await.expect_err("held");
     let error = refused
-        .downcast_ref::<Error>()
+        .downcast_ref::<RunError>()
+        .and_then(RunError::as_lock)
         .unwrap_or_else(|| panic!("the lock's error, got {refused:?}"));
     assert!(error.is_held_by_other(), "{error}");
     holder.release().every_node().await;

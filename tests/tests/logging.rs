@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redlock_tests::RedisCluster;
-use redlock_tokio::{Error, KeepAlive, Redlock, Wait, WeakPersistence};
+use redlock_tokio::{KeepAlive, Redlock, Wait, WeakPersistence};
 use support::NODE_TIMEOUT;
 use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Subscriber};
@@ -86,11 +86,7 @@ fn lock_extend_and_release_log_nothing_at_info() {
         assert!(busy.is_held_by_other(), "{busy}");
         let report = guard.release().every_node().await;
         assert_eq!(report.released(), 3, "{report}");
-        let total = redlock
-            .lock("quiet")
-            .run(async |_| Ok::<_, Error>(42))
-            .await
-            .unwrap();
+        let total = redlock.lock("quiet").run(async |_| Ok(42)).await.unwrap();
         assert_eq!(total, 42);
     });
     assert!(

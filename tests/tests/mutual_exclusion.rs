@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use redlock_tests::RedisCluster;
-use redlock_tokio::{Error, Redlock, Wait};
+use redlock_tokio::{Redlock, Wait};
 use support::{assert_absent, builder};
 
 const CLIENTS: u64 = 4;
@@ -104,7 +104,7 @@ async fn run_serialises_a_counter_on_five_nodes() {
                         .lock("counter5")
                         .run(async |_| {
                             counter.increment().await;
-                            Ok::<_, Error>(())
+                            Ok(())
                         })
                         .await
                         .expect("lock within the deadline");

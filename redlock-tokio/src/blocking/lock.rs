@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 use redlock_core::{Key, LockValue, Votes};
 
 use super::{Shared, may_block};
-use crate::{Error, KeepAlive, LossReason, LossSignal, ReleaseReport, Wait, kind};
+use crate::{
+    BoxError, Error, KeepAlive, LossReason, LossSignal, ReleaseReport, RunError, Wait, kind,
+};
 
 /// One blocking acquire, made by [`Redlock::lock`](super::Redlock::lock) or [`Redlock::lock_all`](super::Redlock::lock_all):
 /// the modifiers of [`crate::LockRequest`], ended by
@@ -119,11 +121,13 @@ impl<K: Send + 'static> LockRequest<K> {
     /// and releases it at the end, whatever the work returns. A lock lost
     /// meanwhile cannot stop synchronous work: check
     /// [`LockGuard::is_lost`] between its steps. Once the lock was lost the
-    /// result is [`Error::LockLost`], whatever the work returned.
-    pub fn run<T, E>(mut self, work: impl FnOnce(&LockGuard) -> Result<T, E>) -> Result<T, E>
-    where
-        E: From<Error>,
-    {
+    /// result is [`Error::LockLost`], whatever the work returned. As the
+    /// async [`run`](crate::LockRequest::run), the work fails with any
+    /// error ([`BoxError`]) and the result is a [`RunError`].
+    pub fn run<T>(
+        mut self,
+        work: impl FnOnce(&LockGuard) -> Result<T, BoxError>,
+    ) -> Result<T, RunError> {
         if self.request.keep_alive_options().is_none() {
             self = self.keep_alive(KeepAlive::default());
         }
@@ -134,7 +138,7 @@ impl<K: Send + 'static> LockRequest<K> {
         guard.release()?;
         match loss {
             Some(reason) => Err(Error::LockLost { key, reason }.into()),
-            None => outcome,
+            None => outcome.map_err(RunError::Work),
         }
     }
 }
