@@ -97,8 +97,9 @@ pub enum Bug {
     /// that shuts down leaves them held by nobody for a whole TTL.
     CloseKeepsHeldLocks,
     /// A failed connection attempt is made again at once, not after the
-    /// node's backoff: a master that refuses connections, or a client of
-    /// many nodes after a network cut, makes a storm of connects.
+    /// node's backoff (its connection for requests, or for release
+    /// notices): a master that refuses connections, or a client of many
+    /// nodes after a network cut, makes a storm of connects.
     ReconnectWithoutBackoff,
     /// A semaphore's permit is extended without its semaphore's k, so the
     /// masters do not keep its permits key alive: the key expires under a

@@ -40,7 +40,9 @@ struct Drained {
     events: Vec<(OpId, OpEvent, bool)>,
     finished: Vec<Operation<StdRng>>,
     health: Vec<HealthChange>,
-    subscribed: Vec<Vec<redlock_core::Key>>,
+    notice_connects: Vec<NodeId>,
+    subscribed: Vec<(NodeId, Vec<redlock_core::Key>)>,
+    unsubscribed: Vec<(NodeId, Vec<redlock_core::Key>)>,
     connects: Vec<NodeId>,
 }
 
@@ -59,7 +61,9 @@ fn drain(client: &mut Client<StdRng>) -> Drained {
                 drained.finished.extend(finished);
             }
             Output::Health(change) => drained.health.push(change),
-            Output::Subscribe(channels) => drained.subscribed.push(channels),
+            Output::ConnectNotices(node) => drained.notice_connects.push(node),
+            Output::Subscribe { node, channels } => drained.subscribed.push((node, channels)),
+            Output::Unsubscribe { node, channels } => drained.unsubscribed.push((node, channels)),
             Output::Connect(node) => drained.connects.push(node),
             _ => {}
         }
@@ -433,10 +437,11 @@ fn a_waiter_is_handed_the_lock_its_client_releases_without_waiting_for_its_retry
         .collect();
     assert_eq!(votes.len(), 3);
     let holder = Response::Data(held.value().as_bytes().to_vec());
-    answer(&mut client, &votes, holder, t1 + MS);
+    answer(&mut client, &votes, holder.clone(), t1 + MS);
     let out = drain(&mut client);
-    assert!(
-        out.subscribed.iter().any(|channels| !channels.is_empty()),
+    assert_eq!(
+        out.notice_connects.len(),
+        3,
         "it listens for the release: {out:?}"
     );
     assert!(
@@ -445,6 +450,28 @@ fn a_waiter_is_handed_the_lock_its_client_releases_without_waiting_for_its_retry
             .any(|(_, r)| matches!(r.command, Command::Acquire { .. })),
         "it sleeps out its retry (10 s)"
     );
+    // Each node's pub/sub connection comes up and subscribes to the lock's
+    // channel, one request per node.
+    for node in 0..3 {
+        client.handle_notices_connected(NodeId(node), t1 + MS);
+    }
+    let out = drain(&mut client);
+    assert_eq!(out.subscribed.len(), 3, "{out:?}");
+    assert!(
+        out.subscribed
+            .iter()
+            .all(|(_, channels)| channels.len() == 1)
+    );
+    for node in 0..3 {
+        client.handle_subscribed(NodeId(node), t1 + 2 * MS);
+    }
+    assert_eq!(client.notice_links_up(), 3);
+    // A first subscription: a release before it went unheard, so the
+    // waiter tries once more, and finds the lock held still.
+    let again = acquires(drain(&mut client).sent);
+    assert_eq!(again.len(), 3, "{again:?}");
+    answer(&mut client, &again, holder.clone(), t1 + 3 * MS);
+    drain(&mut client);
     // The client releases. Its first release of the lock cannot know yet
     // whether another client waits too, so its waiter is told once the
     // release's nodes answered that they deleted the key and published no
@@ -473,9 +500,10 @@ fn a_waiter_is_handed_the_lock_its_client_releases_without_waiting_for_its_retry
             && matches!(event, OpEvent::Acquire(AcquireEvent::Acquired(_)))),
         "{out:?}"
     );
-    assert!(
-        out.subscribed.iter().any(Vec::is_empty),
-        "nobody waits: unsubscribed"
+    assert_eq!(
+        out.unsubscribed.len(),
+        3,
+        "nobody waits: unsubscribed: {out:?}"
     );
 }
 
@@ -691,4 +719,121 @@ fn a_closed_client_still_connects_for_what_it_owes() {
         "the release owed goes on the new link"
     );
     assert_eq!(resent.sent[0].1.node, NodeId(0));
+}
+
+/// The acquire votes among `sent` (a waiter's retry marks the holder too).
+fn acquires(sent: Vec<(RequestId, Request)>) -> Vec<(RequestId, Request)> {
+    sent.into_iter()
+        .filter(|(_, request)| matches!(request.command, Command::Acquire { .. }))
+        .collect()
+}
+
+/// A waiter of this client on a lock another owner holds, with every
+/// node's pub/sub link up and subscribed at `t0 + 2 ms`.
+fn listening_waiter(client: &mut Client<StdRng>, settings: &Arc<Settings>, t0: Instant) -> OpId {
+    let waiter = client.start(acquire(settings, Attempts::Retry, t0), t0);
+    let votes = drain(client).sent;
+    answer(
+        client,
+        &votes,
+        Response::Data(b"another owner".to_vec()),
+        t0,
+    );
+    assert_eq!(drain(client).notice_connects.len(), 3, "it listens");
+    for node in 0..3 {
+        client.handle_notices_connected(NodeId(node), t0 + MS);
+    }
+    assert_eq!(drain(client).subscribed.len(), 3);
+    for node in 0..3 {
+        client.handle_subscribed(NodeId(node), t0 + 2 * MS);
+    }
+    // A first subscription: the waiter tries once more (a release before
+    // it went unheard), and finds the lock held still.
+    let again = acquires(drain(client).sent);
+    assert_eq!(again.len(), 3, "{again:?}");
+    answer(
+        client,
+        &again,
+        Response::Data(b"another owner".to_vec()),
+        t0 + 3 * MS,
+    );
+    drain(client);
+    waiter
+}
+
+#[test]
+fn a_lost_notice_link_is_made_again_after_a_backoff_and_its_waiters_try_again() {
+    let settings = settings();
+    let t0 = Instant::now();
+    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
+    let waiter = listening_waiter(&mut client, &settings, t0);
+    assert_eq!(client.notice_links_up(), 3);
+
+    // Node 1's pub/sub connection closes: made again after the backoff
+    // (50 ms less jitter), not at once.
+    let t1 = t0 + 100 * MS;
+    // The waiter's marks went unanswered: forgotten by now.
+    client.handle_timeout(t1);
+    drain(&mut client);
+    client.handle_notices_lost(NodeId(1), t1);
+    assert_eq!(client.notice_links_up(), 2);
+    assert!(drain(&mut client).notice_connects.is_empty(), "not at once");
+    let at = client.poll_timeout().expect("the attempt is timed");
+    assert!(at > t1 && at <= t1 + 50 * MS, "{:?}", at - t1);
+    client.handle_timeout(at);
+    assert_eq!(drain(&mut client).notice_connects, [NodeId(1)]);
+
+    // Connected, but the subscription is refused (an ACL user without
+    // SUBSCRIBE): a link that connects does not reset the backoff, only
+    // one that subscribes does.
+    let mut now = at;
+    let mut waits = Vec::new();
+    for _ in 0..3 {
+        client.handle_notices_connected(NodeId(1), now);
+        assert_eq!(drain(&mut client).subscribed.len(), 1);
+        client.handle_notices_lost(NodeId(1), now);
+        let next = client.poll_timeout().unwrap();
+        waits.push(next - now);
+        client.handle_timeout(next);
+        assert_eq!(drain(&mut client).notice_connects, [NodeId(1)]);
+        now = next;
+    }
+    for (wait, full) in waits.iter().zip([100, 200, 400]) {
+        let full = Duration::from_millis(full);
+        assert!(
+            *wait <= full && *wait >= full * 3 / 4,
+            "{waits:?}: growing while no subscription is confirmed"
+        );
+    }
+
+    // Subscribed again on the new link: a release meanwhile went unheard
+    // there, so the waiter tries again now, not at its retry (10 s).
+    client.handle_notices_connected(NodeId(1), now);
+    drain(&mut client);
+    client.handle_subscribed(NodeId(1), now + MS);
+    let out = drain(&mut client);
+    let attempt = out
+        .sent
+        .iter()
+        .filter(|(_, r)| matches!(r.command, Command::Acquire { .. }))
+        .count();
+    assert_eq!(attempt, 3, "it tries again: {out:?}");
+    assert_eq!(client.notice_links_up(), 3);
+
+    // Nobody waits any more: a lost link is not made again.
+    client.cancel(waiter, now + 2 * MS);
+    let out = drain(&mut client);
+    assert_eq!(out.unsubscribed.len(), 3, "{out:?}");
+    client.handle_notices_lost(NodeId(2), now + 3 * MS);
+    client.handle_timeout(now + Duration::from_secs(5));
+    assert!(drain(&mut client).notice_connects.is_empty());
+}
+
+#[cfg(feature = "planted-bugs")]
+#[test]
+fn the_notice_link_test_catches_a_client_that_reconnects_without_backoff() {
+    assert_catches(
+        redlock_core::planted::Bug::ReconnectWithoutBackoff,
+        a_lost_notice_link_is_made_again_after_a_backoff_and_its_waiters_try_again,
+    );
 }

@@ -8,7 +8,6 @@ use redlock_core::{Config, ConfigError, NodeErrorKind};
 use tracing::{debug, warn};
 
 use crate::node::Node;
-use crate::notices::Notices;
 use crate::server::{Server, redact};
 use crate::sim::Simulation;
 use crate::{Error, Redlock, Wait};
@@ -322,17 +321,15 @@ impl Builder {
         if servers.iter().any(Server::is_tls) {
             install_crypto_provider();
         }
-        let notices = self.release_notices.then(|| {
-            Arc::new(Notices::new(
-                servers
-                    .iter()
-                    .map(|server| (server.name.clone(), server.client.clone())),
-                self.connect_timeout,
-                metrics.clone(),
-                &mut rng,
-                self.simulation.as_ref(),
-            ))
-        });
+        // Opened only when the core asks: never with release notices off.
+        let notices = Arc::new(crate::driver::NoticeNodes::new(
+            servers
+                .iter()
+                .map(|server| (server.name.clone(), server.client.clone())),
+            self.connect_timeout,
+            metrics.clone(),
+            self.simulation.as_ref(),
+        ));
         let shown: Vec<String> = servers.iter().map(|s| s.shown.clone()).collect();
         let mut nodes = Vec::with_capacity(servers.len());
         for (index, server) in servers.into_iter().enumerate() {
@@ -429,7 +426,7 @@ impl Builder {
         let driver = crate::driver::Driver::new(
             Arc::clone(&settings),
             Arc::clone(&nodes),
-            notices.clone(),
+            notices,
             self.simulation.clone(),
         );
         if !unreachable.is_empty() {
@@ -441,7 +438,6 @@ impl Builder {
             settings,
             wait: self.wait,
             nodes,
-            notices,
             notice_refusal_logged: Default::default(),
             metrics,
             simulation: self.simulation,

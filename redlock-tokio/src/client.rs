@@ -15,7 +15,6 @@ use crate::driver::{Driver, drive, run};
 use crate::guard::LockGuard;
 use crate::metrics;
 use crate::node::Node;
-use crate::notices::Notices;
 use crate::{Error, LockRequest, Wait};
 
 /// A Redlock client over N independent Redis masters.
@@ -33,8 +32,6 @@ pub(crate) struct Inner {
     /// How long an acquire waits unless its request says.
     pub(crate) wait: Wait,
     pub(crate) nodes: Arc<[Arc<Node>]>,
-    /// Release notices for waiting acquires; `None` when switched off.
-    pub(crate) notices: Option<Arc<Notices>>,
     /// The one task that runs the client's core.
     pub(crate) driver: Arc<Driver>,
     /// Whether a refused release notice was logged (once per client).
@@ -185,9 +182,6 @@ impl Redlock {
     pub async fn shutdown(&self) {
         let releases = self.inner.guards.close();
         self.inner.driver.close(releases).await;
-        if let Some(notices) = &self.inner.notices {
-            notices.close().await;
-        }
         for node in self.inner.nodes.iter() {
             node.close();
         }
@@ -243,10 +237,7 @@ impl Redlock {
     /// first had to wait, with [`Builder::release_notices`] off, or on a
     /// node that refuses `SUBSCRIBE`; at most one per node.
     pub fn release_notice_connections(&self) -> usize {
-        self.inner
-            .notices
-            .as_ref()
-            .map_or(0, |notices| notices.connected())
+        self.inner.driver.notice_links()
     }
 
     pub(crate) fn node_handles(&self) -> &Arc<[Arc<Node>]> {

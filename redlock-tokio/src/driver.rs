@@ -10,13 +10,14 @@
 mod handle;
 mod mailbox;
 mod message;
+mod pubsub;
 mod send;
 mod task;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use redlock_core::{Key, NodeId, OpEvent, Operation, Request, Settings};
+use redlock_core::{OpEvent, Operation, Request, Settings};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tracing::{Instrument, debug_span};
@@ -24,16 +25,16 @@ use tracing::{Instrument, debug_span};
 pub(crate) use handle::{drive, run};
 pub(crate) use mailbox::mailbox;
 pub(crate) use message::{Finished, Returned};
+pub(crate) use pubsub::NoticeNodes;
 #[cfg(test)]
 pub(crate) use send::next_quietly;
 #[cfg(test)]
 pub(crate) use send::send;
 
 use crate::node::Node;
-use crate::notices::Notices;
 use crate::sim::ClientRng;
 
-/// What the handles and the release-notice listeners tell the driver task.
+/// What the handles tell the driver task.
 pub(crate) enum Input {
     /// Run `operation`; `key` names it for a cancel; its events go to
     /// `sink` (none: it runs in the background).
@@ -57,13 +58,6 @@ pub(crate) enum Input {
         kept: Option<u64>,
         lock: Box<redlock_core::Lock>,
         sink: Option<Sink>,
-    },
-    /// A release notice from `node` on `channel`.
-    Notice { node: NodeId, channel: Vec<u8> },
-    /// A node confirmed these subscriptions.
-    Subscribed {
-        channels: Vec<Key>,
-        resubscribed: bool,
     },
     /// Say so once nothing runs in the background.
     Settled(tokio::sync::oneshot::Sender<()>),
@@ -110,7 +104,8 @@ impl Sink {
 pub(crate) struct Shared {
     pub(crate) settings: Arc<Settings>,
     pub(crate) nodes: Arc<[Arc<Node>]>,
-    pub(crate) notices: Option<Arc<Notices>>,
+    /// What opens each node's pub/sub connection for release notices.
+    pub(crate) notices: Arc<NoticeNodes>,
     /// Each node known slow, as the core last said.
     pub(crate) slow: Box<[AtomicBool]>,
     /// Set in a simulation: the core's randomness comes from its seed.
@@ -143,7 +138,7 @@ impl Driver {
     pub(crate) fn new(
         settings: Arc<Settings>,
         nodes: Arc<[Arc<Node>]>,
-        notices: Option<Arc<Notices>>,
+        notices: Arc<NoticeNodes>,
         simulation: Option<crate::sim::Simulation>,
     ) -> Arc<Self> {
         let slow = nodes.iter().map(|_| AtomicBool::new(false)).collect();
@@ -178,6 +173,11 @@ impl Driver {
     /// first operation.
     pub(crate) fn start_now(&self) {
         let _ = self.inputs();
+    }
+
+    /// How many nodes have a release-notice connection up that subscribed.
+    pub(crate) fn notice_links(&self) -> usize {
+        self.shared.notices.listening()
     }
 
     /// Whether node `index` is known slow.
@@ -216,7 +216,6 @@ impl Driver {
         let task = task::Task::new(
             Arc::clone(&self.shared),
             receiver,
-            inputs.downgrade(),
             self.this.clone(),
             self.closed.load(Ordering::Relaxed),
         );

@@ -159,7 +159,6 @@ mod held;
 mod inspect;
 mod metrics;
 mod node;
-mod notices;
 mod order;
 mod report;
 mod request;

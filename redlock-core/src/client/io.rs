@@ -1,6 +1,7 @@
 //! The [`Client`]'s input and output paths: what happened (`handle_*`)
 //! and what to do next (`poll_*`).
 
+use std::collections::BTreeSet;
 use std::time::Instant;
 
 use rand_core::Rng;
@@ -8,6 +9,7 @@ use rand_core::Rng;
 use crate::{HealthChange, Key, NodeErrorKind, NodeId, Reply};
 
 use super::node::{Link, NodeState};
+use super::notices::NoticeLink;
 use super::{Client, Output, RequestId};
 
 impl<R: Rng> Client<R> {
@@ -116,12 +118,58 @@ impl<R: Rng> Client<R> {
         self.pump(Vec::new(), now);
     }
 
-    /// A node confirmed its subscription to `channels` at `now`;
-    /// `resubscribed`: on a connection that replaced a lost one
-    /// ([`Hub::handle_subscribed`](crate::Hub::handle_subscribed)).
-    pub fn handle_subscribed(&mut self, channels: &[Key], resubscribed: bool, now: Instant) {
-        self.hub.handle_subscribed(channels, resubscribed, now);
+    /// The pub/sub connection to `node` asked for
+    /// ([`Output::ConnectNotices`]) is up at `now`: it is subscribed to the
+    /// channels waited on.
+    pub fn handle_notices_connected(&mut self, node: NodeId, now: Instant) {
+        self.notices[node.0].connected();
+        self.reconcile_notices(now);
+    }
+
+    /// The pub/sub connection to `node` failed at `now`: its attempt, a
+    /// subscription not confirmed, or the connection itself. Another is
+    /// asked for after a backoff of 50 ms doubling up to 2 s, while some
+    /// acquire waits; a link that subscribed resets it. Until then the
+    /// node's releases wake nobody: its waiters retry on their timers.
+    pub fn handle_notices_lost(&mut self, node: NodeId, now: Instant) {
+        self.notices[node.0].lost(now, &mut self.rng);
+        self.reconcile_notices(now);
+    }
+
+    /// `node` confirmed the subscription asked ([`Output::Subscribe`]) at
+    /// `now`. A channel's first, or one on a connection that replaced a
+    /// lost one, is a [`Notice::Subscribed`](crate::Notice::Subscribed) to
+    /// its waiters: a release before it went unheard, so they try again.
+    pub fn handle_subscribed(&mut self, node: NodeId, now: Instant) {
+        if let Some((channels, resubscribed)) = self.notices[node.0].confirmed() {
+            self.hub.handle_subscribed(&channels, resubscribed, now);
+        }
+        self.reconcile_notices(now);
         self.pump(Vec::new(), now);
+    }
+
+    /// `node` confirmed the unsubscription asked ([`Output::Unsubscribe`])
+    /// at `now`.
+    pub fn handle_unsubscribed(&mut self, node: NodeId, now: Instant) {
+        self.notices[node.0].confirmed();
+        self.reconcile_notices(now);
+    }
+
+    /// How many nodes have a pub/sub connection up that subscribed.
+    pub fn notice_links_up(&self) -> usize {
+        self.notices
+            .iter()
+            .filter(|link| link.is_listening())
+            .count()
+    }
+
+    /// Asks, of each node's pub/sub link, what brings it to the channels
+    /// waited on now.
+    pub(super) fn reconcile_notices(&mut self, now: Instant) {
+        let wanted: BTreeSet<Key> = self.hub.wanted().cloned().collect();
+        for (node, link) in self.notices.iter_mut().enumerate() {
+            link.reconcile(NodeId(node), &wanted, now, &mut self.outputs);
+        }
     }
 
     /// Time reached `now`: requests past their deadline make their node
@@ -151,6 +199,13 @@ impl<R: Rng> Client<R> {
             self.outputs.push_back(Output::Forget(id));
         }
         self.connect_due(now);
+        if self
+            .notices
+            .iter()
+            .any(|link| link.retry_at().is_some_and(|at| at <= now))
+        {
+            self.reconcile_notices(now);
+        }
         for node in 0..self.links.nodes.len() {
             let state = &mut self.links.nodes[node];
             state.forget_given_up(now);
@@ -188,6 +243,10 @@ impl<R: Rng> Client<R> {
             .iter()
             .filter_map(NodeState::next_timeout)
             .min();
-        [flights, ops, owed].into_iter().flatten().min()
+        // A lost pub/sub link is made again only while someone waits.
+        let notices = (self.hub.wanted_len() > 0)
+            .then(|| self.notices.iter().filter_map(NoticeLink::retry_at).min())
+            .flatten();
+        [flights, ops, owed, notices].into_iter().flatten().min()
     }
 }

@@ -5,6 +5,7 @@
 mod io;
 mod links;
 mod node;
+mod notices;
 mod operation;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -18,6 +19,7 @@ use crate::{HealthChange, Hub, Key, NodeHealth, NodeId, Reply, Request, Settings
 use links::Links;
 use node::NodeState;
 pub use node::OWED_PER_NODE;
+use notices::NoticeLink;
 pub use operation::{OpEvent, Operation};
 
 /// An operation of a [`Client`], from [`Client::start`].
@@ -60,10 +62,30 @@ pub enum Output<R> {
     /// A node became known slow, or is trusted again (for logs and
     /// metrics; the client already acts on it).
     Health(HealthChange),
-    /// Subscribe to exactly these release channels on every node, and to no
-    /// other; confirm with [`Client::handle_subscribed`] and give every
-    /// message to [`Client::handle_notice`].
-    Subscribe(Vec<Key>),
+    /// Open a pub/sub connection to this node for release notices, and say
+    /// how it went: [`Client::handle_notices_connected`], or
+    /// [`Client::handle_notices_lost`] (also when it breaks later). Give
+    /// every message it brings to [`Client::handle_notice`].
+    ConnectNotices(NodeId),
+    /// Subscribe the node's pub/sub connection to these release channels,
+    /// and say how it went: [`Client::handle_subscribed`], or
+    /// [`Client::handle_notices_lost`] (refused, or not confirmed within
+    /// the connect timeout).
+    Subscribe {
+        /// Whose connection.
+        node: NodeId,
+        /// The channels to add.
+        channels: Vec<Key>,
+    },
+    /// Unsubscribe the node's pub/sub connection from these channels, and
+    /// say how it went: [`Client::handle_unsubscribed`] or
+    /// [`Client::handle_notices_lost`].
+    Unsubscribe {
+        /// Whose connection.
+        node: NodeId,
+        /// The channels nobody waits on any more.
+        channels: Vec<Key>,
+    },
     /// Connect to this node (it has no connection: it broke, or the last
     /// attempt failed and its backoff passed), and say how it went:
     /// [`Client::handle_connected`] or [`Client::handle_connect_failed`].
@@ -106,8 +128,11 @@ struct Running<R> {
 ///   later, until it is given up; at most [`OWED_PER_NODE`];
 /// - **the release notices** ([`Hub`]): a new acquisition waits behind the
 ///   client's waiters on its channels, a release goes as the script where
-///   they wait, each notice wakes whom it should, and the channels to
-///   subscribe to are said ([`Output::Subscribe`]);
+///   they wait, each notice wakes whom it should, and each node's pub/sub
+///   connection is asked for while some acquire waits
+///   ([`Output::ConnectNotices`], again after a backoff when lost) and kept
+///   subscribed to exactly the channels waited on ([`Output::Subscribe`],
+///   [`Output::Unsubscribe`]), one change at a time;
 /// - **cancellation and close**: a cancelled operation is abandoned
 ///   ([`Machine::abandon`](crate::Machine::abandon)) and what it queues
 ///   (releases of an attempt in flight) is sent; [`close`](Self::close)
@@ -164,6 +189,8 @@ pub struct Client<R> {
     op_timers: BTreeSet<(Instant, OpId)>,
     waiters: BTreeMap<WaiterId, OpId>,
     hub: Hub,
+    /// Each node's pub/sub link for the hub's channels.
+    notices: Box<[NoticeLink]>,
     outputs: VecDeque<Output<R>>,
     next_op: u64,
     closed: bool,
@@ -180,6 +207,9 @@ impl<R: Rng> Client<R> {
             .collect();
         Self {
             hub: Hub::new(settings.node_count()),
+            notices: (0..settings.node_count())
+                .map(|_| NoticeLink::new())
+                .collect(),
             settings,
             links: Links {
                 nodes,
@@ -419,8 +449,7 @@ impl<R: Rng> Client<R> {
                 self.step(op, now);
             }
             if self.hub.poll_wanted_changed() {
-                self.outputs
-                    .push_back(Output::Subscribe(self.hub.wanted().cloned().collect()));
+                self.reconcile_notices(now);
             }
             while let Some(delivery) = self.hub.poll_delivery() {
                 if let Some(&op) = self.waiters.get(&delivery.waiter)

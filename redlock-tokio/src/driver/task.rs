@@ -13,6 +13,7 @@ use redlock_core::{
 use tokio::sync::mpsc;
 use tracing::debug;
 
+use super::pubsub::{Event, PubSub};
 use super::send::{Sent, Timer, next_quietly, send};
 use super::{Input, Message, Shared, Sink};
 use crate::sim::ClientRng;
@@ -25,9 +26,8 @@ pub(super) struct Task {
     client: Client<ClientRng>,
     shared: Arc<Shared>,
     inputs: mpsc::UnboundedReceiver<Input>,
-    /// Handed to the release-notice listeners: they must not keep the task
-    /// alive.
-    weak: mpsc::WeakUnboundedSender<Input>,
+    /// Each node's pub/sub connection for release notices.
+    pubsub: PubSub,
     in_flight: FuturesUnordered<Abortable<Flight>>,
     /// The flight each request in flight went in.
     flight_of: HashMap<RequestId, u64>,
@@ -84,7 +84,6 @@ impl Task {
     pub(super) fn new(
         shared: Arc<Shared>,
         inputs: mpsc::UnboundedReceiver<Input>,
-        weak: mpsc::WeakUnboundedSender<Input>,
         driver: std::sync::Weak<super::Driver>,
         closed: bool,
     ) -> Self {
@@ -96,7 +95,7 @@ impl Task {
         Self {
             client,
             inputs,
-            weak,
+            pubsub: PubSub::new(Arc::clone(&shared.notices)),
             in_flight: FuturesUnordered::new(),
             flight_of: HashMap::new(),
             flights: HashMap::new(),
@@ -157,6 +156,16 @@ impl Task {
                     match result {
                         Ok(run_ids) => self.client.handle_connected(NodeId(node), &run_ids, now),
                         Err(_) => self.client.handle_connect_failed(NodeId(node), now),
+                    }
+                }
+                event = std::future::poll_fn(|cx| self.pubsub.poll_event(cx)) => {
+                    let now = crate::sim::now();
+                    match event {
+                        Event::Connected(node) => self.client.handle_notices_connected(node, now),
+                        Event::Lost(node) => self.client.handle_notices_lost(node, now),
+                        Event::Subscribed(node) => self.client.handle_subscribed(node, now),
+                        Event::Unsubscribed(node) => self.client.handle_unsubscribed(node, now),
+                        Event::Notice(node, channel) => self.client.handle_notice(node, &channel, now),
                     }
                 }
                 input = self.inputs.recv(), if !self.orphaned => match input {
@@ -278,11 +287,6 @@ impl Task {
                     }
                 }
             }
-            Input::Notice { node, channel } => self.client.handle_notice(node, &channel, now),
-            Input::Subscribed {
-                channels,
-                resubscribed,
-            } => self.client.handle_subscribed(&channels, resubscribed, now),
             Input::Settled(done) => self.settled.push(done),
             Input::Close { releases } => {
                 for (kept, lock) in releases {
@@ -366,11 +370,9 @@ impl Task {
                     }
                 }
                 Output::Health(change) => self.health(change),
-                Output::Subscribe(channels) => {
-                    if let Some(notices) = &self.shared.notices {
-                        notices.want(channels, self.weak.clone());
-                    }
-                }
+                Output::ConnectNotices(node) => self.pubsub.connect(node),
+                Output::Subscribe { node, channels } => self.pubsub.change(node, channels, true),
+                Output::Unsubscribe { node, channels } => self.pubsub.change(node, channels, false),
                 Output::Connect(node) => {
                     let attempt = Arc::clone(&self.shared.nodes[node.0]).reconnect();
                     self.connecting
@@ -380,6 +382,9 @@ impl Task {
             }
         }
         self.send_outgoing();
+        self.pubsub
+            .nodes()
+            .set_listening(self.client.notice_links_up());
         if !self.settled.is_empty() && self.is_settled() {
             for done in self.settled.drain(..) {
                 let _ = done.send(());
