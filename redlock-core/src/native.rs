@@ -463,10 +463,11 @@ impl Request {
                 Call::Native(Native::SetIfEqGet)
             }
             // The write lock's release script is the exclusive one: it
-            // deletes the lock key alone.
+            // deletes the lock key alone. A permit's release (it names its
+            // semaphore's k) deletes the permits key too: always its script.
             (LockKind::Exclusive, Command::Release)
             | (LockKind::Exclusive | LockKind::Write { .. }, Command::Withdraw)
-                if facts.has_delifeq() =>
+                if facts.has_delifeq() && self.payload.is_none() =>
             {
                 Call::Native(Native::DelIfEq)
             }
@@ -475,13 +476,16 @@ impl Request {
     }
 
     /// Whether this is an exclusive lock's release that names the waiters'
-    /// marks next to its key (`[key, waiters, others]`,
+    /// marks next to its key (`[key, waiters, others]`, or a permit's
+    /// `[slot, waiters, others, slots.., permits]`,
     /// [`Settings::release_keys`](crate::Settings)): they are named only
-    /// where they share the key's slot. Such a release is sent again
-    /// without its marks to a node that refuses them
+    /// where they share the key's slot (always, for a permit). Such a
+    /// release is sent again without its marks to a node that refuses them
     /// ([`Release`](crate::Release)).
     pub(crate) fn names_marks(&self) -> bool {
-        self.kind == LockKind::Exclusive && self.command == Command::Release && self.keys.len() == 3
+        self.kind == LockKind::Exclusive
+            && self.command == Command::Release
+            && (self.keys.len() == 3 || self.payload.is_some())
     }
 }
 
