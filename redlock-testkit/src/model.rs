@@ -686,22 +686,25 @@ impl Store {
             // permits key with the last slot held, where it keeps our k.
             (LockKind::Semaphore { .. }, Command::Release | Command::Withdraw) => {
                 let (permits, slots) = keys.split_last().expect("a semaphore's permits key");
-                let (mut found, mut others) = (false, false);
+                // Every slot is read before the first delete: a slot of
+                // another type stops it with nothing deleted.
+                let (mut mine, mut others) = (Vec::new(), false);
                 for key in slots {
                     match self.get_str(key, clock) {
-                        Some(held) if is_ours(&held, ours) => {
-                            self.del(key);
-                            found = true;
-                        }
+                        Some(held) if is_ours(&held, ours) => mine.push(*key),
                         Some(_) => others = true,
                         None => {}
                     }
                 }
                 let k = slots.len().to_string().into_bytes();
-                if !others && self.get_str(permits, clock) == Some(k) {
+                let gone = !others && self.get_str(permits, clock) == Some(k);
+                for key in &mine {
+                    self.del(key);
+                }
+                if gone {
                     self.del(permits);
                 }
-                Response::Int(if found { 1 } else { -1 })
+                Response::Int(if mine.is_empty() { -1 } else { 1 })
             }
             (
                 LockKind::Exclusive | LockKind::Write { .. },
