@@ -14,8 +14,8 @@
 //! | request | native form | where |
 //! |---|---|---|
 //! | exclusive acquire (not a waiter's) | `SET key value NX PX ttl GET` | Redis >= 7.0, Valkey |
-//! | exclusive release, withdraw | `DELIFEQ key value` | Valkey >= 9.0 |
-//! | exclusive extend | `SET key value IFEQ value PX ttl GET` | Valkey >= 9.0 |
+//! | exclusive release, withdraw (not a permit's) | `DELIFEQ key value` | Valkey >= 9.0 |
+//! | exclusive extend (not a permit's) | `SET key value IFEQ value PX ttl GET` | Valkey >= 9.0 |
 //!
 //! The release is one command, as the safe floor's: where a waiter
 //! listens, it marked the holder's value ([`waited`](crate::waited)), the
@@ -29,6 +29,10 @@
 //! sends the extend script there ([`Extension`](crate::Extension)).
 //!
 //! Everything else stays a script:
+//! - a semaphore's permit, released or extended (it names its semaphore's
+//!   k, [`Request::payload`]): its release deletes the permits key with the
+//!   last slot held ([`scripts::SEMAPHORE_RELEASE`](crate::scripts::SEMAPHORE_RELEASE)),
+//!   its extension keeps it alive;
 //! - the other kinds' releases must publish a notice only when they deleted
 //!   our value, which no plain command does in one step (with notices off,
 //!   [`Settings::release_command`](crate::Settings::release_command) is a

@@ -259,10 +259,11 @@ async fn after_every_permit_is_released_nothing_is_left() {
         // another in the same instant marks it): kept on purpose, they
         // expire by themselves.
         let mark = |key: &[u8]| key.ends_with(b"\0waiters") || key.ends_with(b"\0others");
-        let left: Vec<Vec<u8>> = node
+        let left: Vec<String> = node
             .keys("{drained}*")
             .into_iter()
             .filter(|key| !mark(key))
+            .map(|key| String::from_utf8_lossy(&key).into_owned())
             .collect();
         assert!(
             left.is_empty(),

@@ -30,8 +30,10 @@ impl Settings {
     /// writes it with the first grant and refuses a request for another
     /// number while it lives; it lives at least as long as every slot
     /// held on that master (each grant and each extension of a permit
-    /// keeps it so), and goes with the last slot's withdraw, or expires
-    /// within one TTL of the last release.
+    /// keeps it so), and goes with the withdraw or the release
+    /// ([`scripts::SEMAPHORE_RELEASE`](crate::scripts::SEMAPHORE_RELEASE))
+    /// that leaves no slot held on its master; where none reached the
+    /// master, it expires within one TTL of its last slot.
     pub fn permits_key(&self, key: &crate::Key) -> crate::Key {
         key.derived(b"\0permits")
     }
