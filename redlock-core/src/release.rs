@@ -228,8 +228,8 @@ impl Release {
                 Arc::from([key]),
                 LockKind::Exclusive,
                 settings.default_ttl(),
-                None,
             ),
+            None,
             value,
             (attempt, &[]),
             now,
@@ -242,7 +242,8 @@ impl Release {
     /// ([`Lock::semaphore`](crate::Lock)), which its release names.
     pub(crate) fn of(
         settings: &Settings,
-        (keys, kind, ttl, semaphore): (Arc<[Key]>, LockKind, Ttl, Option<Arc<[Key]>>),
+        (keys, kind, ttl): (Arc<[Key]>, LockKind, Ttl),
+        semaphore: Option<Arc<[Key]>>,
         value: LockValue,
         (id, untouched): (RoundId, &[crate::NodeId]),
         now: Instant,
@@ -608,12 +609,8 @@ impl crate::Lock {
         // `Settings::release_timeout`.
         Release::of(
             &self.settings,
-            (
-                self.keys.clone(),
-                self.kind.clone(),
-                self.longest_ttl,
-                self.semaphore.clone(),
-            ),
+            (self.keys.clone(), self.kind.clone(), self.longest_ttl),
+            self.semaphore.clone(),
             self.value.clone(),
             (attempt, &self.untouched),
             now,
