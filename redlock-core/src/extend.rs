@@ -88,8 +88,11 @@ pub struct Extension {
     /// ([`Request::payload`]).
     permits: Option<std::sync::Arc<[u8]>>,
     /// The keys its clean-up release sends (the waiters mark in place of
-    /// a fenced lock's counter: see `Settings::release_keys`).
+    /// a fenced lock's counter, a permit's semaphore keys: see
+    /// `Settings::release_keys`), and what it names beside them (a
+    /// permit's k, [`Request::payload`]).
     release_keys: std::sync::Arc<[crate::Key]>,
+    release_payload: Option<std::sync::Arc<[u8]>>,
     /// Nodes the lock's value was never sent to ([`Lock::untouched`]): its
     /// clean-up release does not ask them.
     untouched: Vec<crate::NodeId>,
@@ -107,9 +110,14 @@ impl Extension {
         let round = Round::new(id, settings, now, settings.node_timeout_for(ttl));
         let command = Command::Extend { ttl };
         let permits = lock
-            .permits
+            .permits()
             .filter(|_| !planted!(PermitsNotKeptAlive))
             .map(|permits| std::sync::Arc::from(permits.to_string().as_bytes()));
+        // Its clean-up release, a permit's, names the semaphore's keys.
+        let release_semaphore = lock
+            .semaphore
+            .clone()
+            .filter(|_| !planted!(PermitReleaseKeepsPermits));
         let requests = round
             .fan_out(
                 lock.keys(),
@@ -135,7 +143,11 @@ impl Extension {
                 lock.keys().clone(),
                 lock.kind(),
                 settings.release_command(lock.kind()),
+                release_semaphore.as_deref(),
             ),
+            release_payload: release_semaphore
+                .as_deref()
+                .map(crate::release::permits_payload),
             untouched: lock.untouched.clone(),
             round,
             ttl,
@@ -256,6 +268,7 @@ impl Extension {
                 .filter(|request| !untouched.contains(&request.node))
                 .map(|request| Request {
                     native: false,
+                    payload: self.release_payload.clone(),
                     ..request
                 }),
         );

@@ -32,13 +32,22 @@ pub struct Lock {
     /// them, known slow, and no extension reached them since): our value
     /// was never there, so a release does not ask them.
     pub(crate) untouched: Vec<crate::NodeId>,
-    /// A semaphore's permit: the semaphore's k, which each extension
-    /// names so that the masters keep its permits key (the last of
-    /// [`keys`](Self::keys)) alive as long as the slot.
-    pub(crate) permits: Option<u32>,
+    /// A semaphore's permit: the semaphore's keys (its k slot keys, then
+    /// its permits key). Each extension names k so that the masters keep
+    /// the permits key (the last of [`keys`](Self::keys) too) alive as
+    /// long as the slot, and the release names them all so that the
+    /// masters delete it with the last slot held
+    /// ([`scripts::SEMAPHORE_RELEASE`](crate::scripts::SEMAPHORE_RELEASE)).
+    pub(crate) semaphore: Option<Arc<[Key]>>,
 }
 
 impl Lock {
+    /// A semaphore's permit: the semaphore's k.
+    pub(crate) fn permits(&self) -> Option<u32> {
+        let semaphore = self.semaphore.as_ref()?;
+        Some(u32::try_from(semaphore.len() - 1).expect("at most MAX_PERMITS slots"))
+    }
+
     /// The locked key (the first one, for a multi-resource lock).
     pub fn key(&self) -> &Key {
         &self.keys[0]

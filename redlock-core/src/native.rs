@@ -14,8 +14,8 @@
 //! | request | native form | where |
 //! |---|---|---|
 //! | exclusive acquire (not a waiter's) | `SET key value NX PX ttl GET` | Redis >= 7.0, Valkey |
-//! | exclusive release, withdraw | `DELIFEQ key value` | Valkey >= 9.0 |
-//! | exclusive extend | `SET key value IFEQ value PX ttl GET` | Valkey >= 9.0 |
+//! | exclusive release, withdraw (not a permit's) | `DELIFEQ key value` | Valkey >= 9.0 |
+//! | exclusive extend (not a permit's) | `SET key value IFEQ value PX ttl GET` | Valkey >= 9.0 |
 //!
 //! The release is one command, as the safe floor's: where a waiter
 //! listens, it marked the holder's value ([`waited`](crate::waited)), the
@@ -29,6 +29,10 @@
 //! sends the extend script there ([`Extension`](crate::Extension)).
 //!
 //! Everything else stays a script:
+//! - a semaphore's permit, released or extended (it names its semaphore's
+//!   k, [`Request::payload`]): its release deletes the permits key with the
+//!   last slot held ([`scripts::SEMAPHORE_RELEASE`](crate::scripts::SEMAPHORE_RELEASE)),
+//!   its extension keeps it alive;
 //! - the other kinds' releases must publish a notice only when they deleted
 //!   our value, which no plain command does in one step (with notices off,
 //!   [`Settings::release_command`](crate::Settings::release_command) is a
@@ -463,10 +467,11 @@ impl Request {
                 Call::Native(Native::SetIfEqGet)
             }
             // The write lock's release script is the exclusive one: it
-            // deletes the lock key alone.
+            // deletes the lock key alone. A permit's release (it names its
+            // semaphore's k) deletes the permits key too: always its script.
             (LockKind::Exclusive, Command::Release)
             | (LockKind::Exclusive | LockKind::Write { .. }, Command::Withdraw)
-                if facts.has_delifeq() =>
+                if facts.has_delifeq() && self.payload.is_none() =>
             {
                 Call::Native(Native::DelIfEq)
             }
@@ -475,13 +480,16 @@ impl Request {
     }
 
     /// Whether this is an exclusive lock's release that names the waiters'
-    /// marks next to its key (`[key, waiters, others]`,
+    /// marks next to its key (`[key, waiters, others]`, or a permit's
+    /// `[slot, waiters, others, slots.., permits]`,
     /// [`Settings::release_keys`](crate::Settings)): they are named only
-    /// where they share the key's slot. Such a release is sent again
-    /// without its marks to a node that refuses them
+    /// where they share the key's slot (always, for a permit). Such a
+    /// release is sent again without its marks to a node that refuses them
     /// ([`Release`](crate::Release)).
     pub(crate) fn names_marks(&self) -> bool {
-        self.kind == LockKind::Exclusive && self.command == Command::Release && self.keys.len() == 3
+        self.kind == LockKind::Exclusive
+            && self.command == Command::Release
+            && (self.keys.len() == 3 || self.payload.is_some())
     }
 }
 

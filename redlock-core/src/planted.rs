@@ -106,11 +106,17 @@ pub enum Bug {
     /// held slot, and a client asking for another number of permits is let
     /// in beside the holder, past the bound of the smaller number.
     PermitsNotKeptAlive,
+    /// A semaphore's permit is released as a plain exclusive lock (its slot
+    /// alone, without its semaphore's keys): the masters delete the slot
+    /// but keep the permits key until it expires, up to one TTL after the
+    /// last release, refusing meanwhile a user who counts another number
+    /// of permits on a semaphore nobody holds.
+    PermitReleaseKeepsPermits,
 }
 
 impl Bug {
     /// Every bug, in a fixed order.
-    pub const ALL: [Bug; 21] = [
+    pub const ALL: [Bug; 22] = [
         Bug::ValidityFromDecisionTime,
         Bug::QuorumHalf,
         Bug::DuplicateVoteCounted,
@@ -132,6 +138,7 @@ impl Bug {
         Bug::CloseKeepsHeldLocks,
         Bug::ReconnectWithoutBackoff,
         Bug::PermitsNotKeptAlive,
+        Bug::PermitReleaseKeepsPermits,
     ];
 }
 

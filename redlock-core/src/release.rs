@@ -229,6 +229,7 @@ impl Release {
                 LockKind::Exclusive,
                 settings.default_ttl(),
             ),
+            None,
             value,
             (attempt, &[]),
             now,
@@ -237,10 +238,12 @@ impl Release {
 
     /// `untouched`: nodes the value was never sent to, not asked.
     /// `ttl`: the longest TTL the value was set with (see
-    /// [`Request::give_up_at`]).
+    /// [`Request::give_up_at`]). `semaphore`: a permit's semaphore keys
+    /// ([`Lock::semaphore`](crate::Lock)), which its release names.
     pub(crate) fn of(
         settings: &Settings,
         (keys, kind, ttl): (Arc<[Key]>, LockKind, Ttl),
+        semaphore: Option<Arc<[Key]>>,
         value: LockValue,
         (id, untouched): (RoundId, &[crate::NodeId]),
         now: Instant,
@@ -252,7 +255,9 @@ impl Release {
         let answer = hand_over
             .clone()
             .filter(|_| matches!(kind, LockKind::Exclusive) && command == Command::Release);
-        let keys = settings.release_keys(keys, &kind, command);
+        let semaphore = semaphore.filter(|_| !planted!(PermitReleaseKeepsPermits));
+        let keys = settings.release_keys(keys, &kind, command, semaphore.as_deref());
+        let permits = semaphore.as_deref().map(permits_payload);
         // Named by its client, the release publishes nothing for the
         // client's own waiters: the client tells them (`poll_hand_over`).
         let client = answer.as_ref().and(settings.client_tag());
@@ -265,6 +270,10 @@ impl Release {
                 .filter(|request| !untouched.contains(&request.node))
                 .map(|request| Request {
                     client: client.cloned(),
+                    // A permit's release is its script, never a plain
+                    // `DELIFEQ`, which would leave the permits key.
+                    native: request.native && permits.is_none(),
+                    payload: permits.clone(),
                     ..request.undoing(ttl, settings.drift(ttl))
                 }),
         );
@@ -403,10 +412,13 @@ impl Release {
             .as_ref()
             .filter(|request| request.round == reply.round && request.names_marks())?;
         self.unmarked.push(reply.node);
+        // A permit's goes as an exclusive lock's: its slot alone, so the
+        // permits key stays there until it expires.
         Some(Request {
             node: reply.node,
             keys: Arc::from(&marked.keys[..1]),
             native: false,
+            payload: None,
             ..marked.clone()
         })
     }
@@ -423,6 +435,14 @@ impl Release {
             notices_refused: self.notices_refused,
         });
     }
+}
+
+/// What a permit's release names beside its keys (its [`Request::payload`]):
+/// its semaphore's k, in decimal, from the semaphore's keys (its slots,
+/// then its permits key). It makes the release
+/// [`scripts::SEMAPHORE_RELEASE`](crate::scripts::SEMAPHORE_RELEASE).
+pub(crate) fn permits_payload(semaphore: &[Key]) -> Arc<[u8]> {
+    Arc::from((semaphore.len() - 1).to_string().as_bytes())
 }
 
 /// Whether releasing a lock of `kind` hands it over to this client's
@@ -590,6 +610,7 @@ impl crate::Lock {
         Release::of(
             &self.settings,
             (self.keys.clone(), self.kind.clone(), self.longest_ttl),
+            self.semaphore.clone(),
             self.value.clone(),
             (attempt, &self.untouched),
             now,

@@ -664,7 +664,7 @@ return {value, pttl, counter}"#;
 
 /// Every script the state machines may ask a node to run, to load (`SCRIPT
 /// LOAD`) when a connection is made.
-pub const ALL: [&str; 25] = [
+pub const ALL: [&str; 26] = [
     ACQUIRE,
     EXTEND,
     RELEASE,
@@ -688,10 +688,11 @@ pub const ALL: [&str; 25] = [
     FAIR_RELEASE,
     SEMAPHORE_ACQUIRE,
     SEMAPHORE_WITHDRAW,
+    SEMAPHORE_RELEASE,
     PROCLAIM,
     READ_LEADER,
 ];
 
 pub use crate::election_scripts::{PROCLAIM, READ_LEADER};
 pub use crate::fair_scripts::{FAIR_ACQUIRE, FAIR_RELEASE};
-pub use crate::semaphore_scripts::{SEMAPHORE_ACQUIRE, SEMAPHORE_WITHDRAW};
+pub use crate::semaphore_scripts::{SEMAPHORE_ACQUIRE, SEMAPHORE_RELEASE, SEMAPHORE_WITHDRAW};

@@ -29,7 +29,10 @@
 //! ([`scripts::SEMAPHORE_WITHDRAW`](crate::scripts::SEMAPHORE_WITHDRAW)); a
 //! won attempt withdraws from the masters that granted another slot. The
 //! permit is then an ordinary exclusive lock on its slot key: extended,
-//! kept alive, released (with its release notice) like one.
+//! kept alive, released (with its release notice) like one, except that
+//! its extensions keep the permits key alive and its release
+//! ([`scripts::SEMAPHORE_RELEASE`](crate::scripts::SEMAPHORE_RELEASE))
+//! deletes it with the last slot held on a master.
 //!
 //! # One k for every holder
 //!

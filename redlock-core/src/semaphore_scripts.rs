@@ -3,10 +3,12 @@
 //!
 //! A semaphore of k permits is k slot locks (`{<name>}\0permit0` ..
 //! `{<name>}\0permit<k-1>`, one hash slot). A permit is one slot held on a
-//! quorum, like any lock; these two scripts only let one round trip try
-//! every slot of a node and undo it. Beside the slots, the permits key
-//! (`{<name>}\0permits`) keeps k on each node, so that users who count
-//! different permits are refused instead of holding side by side.
+//! quorum, like any lock; the acquire and the withdraw only let one round
+//! trip try every slot of a node and undo it. Beside the slots, the permits
+//! key (`{<name>}\0permits`) keeps k on each node, so that users who count
+//! different permits are refused instead of holding side by side; a
+//! permit's release ([`SEMAPHORE_RELEASE`]) deletes it with the last slot
+//! held on the node, as the withdraw does.
 
 /// Take one free slot of a semaphore on one node.
 ///
@@ -112,4 +114,75 @@ if gone then ours[#ours + 1] = KEYS[#KEYS] end
 if #ours > 0 then redis.call('DEL', unpack(ours)) end
 if #ours == 0 or (gone and #ours == 1) then return -1 end
 return 1
+"#;
+
+/// Release our permit on one node: delete our slot as
+/// [`RELEASE_IF_WAITED`](crate::scripts::RELEASE_IF_WAITED) does (the same
+/// compare, the same waiters' marks and release notice), and with it the
+/// semaphore's permits key when no slot is left held on the node and it
+/// keeps our k: a release leaves nothing of the semaphore behind.
+///
+/// - `KEYS[1]`: our slot key. `KEYS[2]`: its waiters mark
+///   ([`Settings::waiters_key`](crate::Settings::waiters_key) of the slot
+///   key). `KEYS[3]`: its others mark. Then the k slot keys of the
+///   semaphore, in slot order (ours among them), and last its permits key
+///   ([`Settings::permits_key`](crate::Settings::permits_key)). Every key
+///   is in the semaphore's hash slot. k is `#KEYS - 4`.
+/// - `ARGV[1]`: our lock value. `ARGV[2]`: `1` to publish when a waiter is
+///   marked, `0` never to publish (a release without notices). `ARGV[3]`:
+///   our client, if it has one.
+///
+/// Every slot and the permits key are read before the first write, so a
+/// key of another type among them stops it with nothing written. The
+/// permits key goes whether or not our slot was still there (expired, or
+/// never set on this node): what decides is that no slot is held now.
+/// Our value counts marked as waited for too ([`waited`](crate::waited)).
+///
+/// Returns what [`RELEASE_IF_WAITED`](crate::scripts::RELEASE_IF_WAITED)
+/// returns (the permits key's fate is not told):
+/// - `1`: our slot was deleted, and no waiter of another client is marked
+///   (nothing published);
+/// - `3`: our slot was deleted, a waiter of another client may be marked,
+///   and a notice was published on `<slot key>\0released`;
+/// - `2`: the same, but the server refused the `PUBLISH`;
+/// - `0`: our slot is held by another value, left as it is (and so is the
+///   permits key: a slot is held);
+/// - `-1`: our slot is absent;
+/// - error `WRONGTYPE ...`: a slot key or the permits key exists and is
+///   not a string (nothing was written).
+pub const SEMAPHORE_RELEASE: &str = r#"local n = #KEYS - 4
+local held = redis.call('GET', KEYS[1])
+local ours = held == ARGV[1] or (held and string.sub(held, 1, #ARGV[1] + 1) == ARGV[1] .. '\0')
+local others = held and not ours
+for i = 4, n + 3 do
+  if KEYS[i] ~= KEYS[1] and redis.call('GET', KEYS[i]) then
+    others = true
+  end
+end
+local gone = redis.call('GET', KEYS[#KEYS]) == tostring(n) and not others
+if not ours then
+  if gone then redis.call('DEL', KEYS[#KEYS]) end
+  if held then return 0 end
+  return -1
+end
+local unmarked = true
+if ARGV[2] == '1' then
+  local mark = redis.pcall('GET', KEYS[2])
+  unmarked = not mark or (mark == ARGV[3] and redis.pcall('EXISTS', KEYS[3]) == 0)
+end
+if gone then
+  redis.call('DEL', KEYS[1], KEYS[#KEYS])
+else
+  redis.call('DEL', KEYS[1])
+end
+if ARGV[2] ~= '1' then
+  return 1
+end
+if unmarked and (held == ARGV[1] or string.sub(held, #ARGV[1] + 2) == ARGV[3]) then
+  return 1
+end
+if type(redis.pcall('PUBLISH', KEYS[1] .. '\0released', '')) == 'table' then
+  return 2
+end
+return 3
 "#;

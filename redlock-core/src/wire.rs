@@ -66,7 +66,11 @@ pub struct Request {
     /// [`Restore`](Command::Restore) of a semaphore's permit, the
     /// semaphore's k in decimal (the last key is its
     /// [permits key](crate::Settings::permits_key), which the extend keeps
-    /// alive); `None` for every other request.
+    /// alive); for a permit's [`Release`](Command::Release) or
+    /// [`Withdraw`](Command::Withdraw), the same k, which makes it
+    /// [`scripts::SEMAPHORE_RELEASE`] (its keys name every slot and the
+    /// permits key; the script counts k from them); `None` for every other
+    /// request.
     pub payload: Option<Arc<[u8]>>,
 }
 
@@ -95,6 +99,11 @@ impl Request {
             (_, AcquireFenced { .. }) => scripts::ACQUIRE_FENCED,
             (_, StoreToken { .. }) => scripts::STORE_TOKEN,
             (_, MarkWaiting { .. }) => scripts::MARK_WAITING,
+            // A permit's release (it names its semaphore's k): its slot,
+            // and the permits key with the last slot held on the node.
+            (LockKind::Exclusive, Release | Withdraw) if self.payload.is_some() => {
+                scripts::SEMAPHORE_RELEASE
+            }
             (LockKind::Exclusive, Release) => scripts::RELEASE_IF_WAITED,
             (LockKind::Exclusive, Acquire { .. }) => scripts::ACQUIRE,
             (LockKind::Exclusive, Extend { .. } | Restore { .. }) => scripts::EXTEND,

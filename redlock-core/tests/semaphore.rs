@@ -225,6 +225,68 @@ fn a_permit_extension_keeps_the_permits_key() {
     }
 }
 
+/// A permit's release names its slot, the slot's waiters' marks, every
+/// slot of the semaphore and its permits key, with k, so that a master
+/// deletes the permits key with its last slot held
+/// (`scripts::SEMAPHORE_RELEASE`); with notices or without, and never as a
+/// plain `DELIFEQ`, which would leave the permits key (the planted bug
+/// `PermitReleaseKeepsPermits` sends the slot alone: `verify/` catches it).
+#[test]
+fn a_permit_release_names_every_slot_and_the_permits_key() {
+    use redlock_core::{Call, NodeFacts, Server, Version};
+    let valkey = NodeFacts::new(Server::Valkey, Version(9, 1, 2));
+    for notices in [true, false] {
+        let names: Vec<String> = (0..3).map(|i| format!("n{i}")).collect();
+        let config = Config::new(names).release_notices(notices);
+        let settings = Arc::new(config.validate().unwrap());
+        let mut machine = acquire(&settings, 3, Attempts::Once);
+        let now = Instant::now();
+        for request in drain(&mut machine) {
+            machine.handle_reply(Reply::to(&request, Ok(granted(2))), now);
+        }
+        let Some(AcquireEvent::Acquired(mut lock)) = machine.poll_event() else {
+            panic!("the permit")
+        };
+        let slot = settings.permit_key(b"pool", 2);
+        let expected = [
+            slot.clone(),
+            settings.waiters_key(&slot),
+            settings.others_waiting_key(&slot),
+            settings.permit_key(b"pool", 0),
+            settings.permit_key(b"pool", 1),
+            slot.clone(),
+            settings.permits_key(&settings.key(b"pool")),
+        ];
+        let mut release = lock.release(now);
+        let requests = drain(&mut release);
+        assert_eq!(requests.len(), 3);
+        for request in requests {
+            let command = if notices {
+                Command::Release
+            } else {
+                Command::Withdraw
+            };
+            assert_eq!(request.command, command);
+            assert_eq!(request.kind, LockKind::Exclusive);
+            assert_eq!(
+                request.key(),
+                &slot,
+                "the slot first: its channel, its hand-over"
+            );
+            assert_eq!(request.keys[..], expected[..], "notices {notices}");
+            assert_eq!(request.payload.as_deref(), Some(&b"3"[..]));
+            assert_eq!(request.script(), scripts::SEMAPHORE_RELEASE);
+            assert_eq!(
+                request.call(&valkey),
+                Call::Script(scripts::SEMAPHORE_RELEASE),
+                "never a plain DELIFEQ"
+            );
+            let argv: Vec<_> = request.arguments().collect();
+            assert_eq!(argv[1], redlock_core::Argument::Int(u64::from(notices)));
+        }
+    }
+}
+
 #[test]
 fn masters_that_granted_another_slot_give_it_back() {
     let settings = settings(3);

@@ -555,6 +555,58 @@ impl Store {
                 }
                 Response::Int(1)
             }
+            // `SEMAPHORE_RELEASE`: a permit's release (it names its
+            // semaphore's k): our slot as `RELEASE_IF_WAITED`, and the
+            // permits key once no slot is held, where it keeps our k. Every
+            // slot and the permits key are read before the first write.
+            (LockKind::Exclusive, Command::Release | Command::Withdraw)
+                if request.payload.is_some() =>
+            {
+                let (permits, rest) = keys.split_last().expect("a permit's permits key");
+                let slots = rest.get(3..).unwrap_or_default();
+                let held = self.get_str(keys[0], clock);
+                let mine = held.as_deref().is_some_and(|held| is_ours(held, ours));
+                let taken = held.is_some() && !mine;
+                let mut others = taken;
+                for slot in slots {
+                    if *slot != keys[0] && self.get_str(slot, clock).is_some() {
+                        others = true;
+                    }
+                }
+                let k = slots.len().to_string().into_bytes();
+                let gone = self.get_str(permits, clock) == Some(k) && !others;
+                let Some(held) = held.filter(|_| mine) else {
+                    if gone {
+                        self.del(permits);
+                    }
+                    // Our slot held by another value (a slot held, so the
+                    // permits key stays), or absent.
+                    return Response::Int(if taken { 0 } else { -1 });
+                };
+                let notice = request.command == Command::Release;
+                let answer = if notice {
+                    let client = request.client.as_ref().map(|client| client.as_bytes());
+                    let alone = held == ours || held.get(ours.len() + 1..) == client;
+                    match self.pget(keys[1], clock) {
+                        Ok(None) if alone => 1,
+                        Ok(Some(mark))
+                            if alone
+                                && Some(mark.as_slice()) == client
+                                && self.live(keys[2], clock).is_none() =>
+                        {
+                            1
+                        }
+                        _ => 3,
+                    }
+                } else {
+                    1
+                };
+                self.del(keys[0]);
+                if gone {
+                    self.del(permits);
+                }
+                Response::Int(answer)
+            }
             // `RELEASE_IF_WAITED`: 3 when another client's waiter may be
             // marked (the publish itself is the simulation's, `sim/mod.rs`).
             // Our value marked by our client alone counts as unmarked.
@@ -634,22 +686,25 @@ impl Store {
             // permits key with the last slot held, where it keeps our k.
             (LockKind::Semaphore { .. }, Command::Release | Command::Withdraw) => {
                 let (permits, slots) = keys.split_last().expect("a semaphore's permits key");
-                let (mut found, mut others) = (false, false);
+                // Every slot is read before the first delete: a slot of
+                // another type stops it with nothing deleted.
+                let (mut mine, mut others) = (Vec::new(), false);
                 for key in slots {
                     match self.get_str(key, clock) {
-                        Some(held) if is_ours(&held, ours) => {
-                            self.del(key);
-                            found = true;
-                        }
+                        Some(held) if is_ours(&held, ours) => mine.push(*key),
                         Some(_) => others = true,
                         None => {}
                     }
                 }
                 let k = slots.len().to_string().into_bytes();
-                if !others && self.get_str(permits, clock) == Some(k) {
+                let gone = !others && self.get_str(permits, clock) == Some(k);
+                for key in &mine {
+                    self.del(key);
+                }
+                if gone {
                     self.del(permits);
                 }
-                Response::Int(if found { 1 } else { -1 })
+                Response::Int(if mine.is_empty() { -1 } else { 1 })
             }
             (
                 LockKind::Exclusive | LockKind::Write { .. },

@@ -762,6 +762,18 @@ impl Server {
             (LockKind::Exclusive, Command::MarkWaiting { ttl: ttl(1)? })
         } else if script == scripts::RELEASE_IF_WAITED {
             (LockKind::Exclusive, release)
+        } else if script == scripts::SEMAPHORE_RELEASE {
+            // A permit's release: its slot, its marks, the semaphore's k
+            // slots and its permits key; it names k (`Request::payload`).
+            let value: &[u8] = args.first().map_or(b"", Vec::as_slice);
+            let mut request = self.build(keys, value, release);
+            let k = keys.len().saturating_sub(4).to_string();
+            request.payload = Some(Arc::from(k.as_bytes()));
+            request.client = args
+                .get(2)
+                .filter(|_| release == Command::Release)
+                .map(|client| LockValue::from_string(String::from_utf8_lossy(client).into_owned()));
+            return Ok(request);
         } else if script == scripts::RELEASE {
             // An exclusive lock's withdraw, or a write lock's release or
             // withdraw: the same script, the same model.

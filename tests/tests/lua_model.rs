@@ -72,6 +72,8 @@ fn workload(extend_script: Option<&'static str>) -> Result<usize, String> {
         compared: 0,
         extend_script,
         attempt_client: None,
+        permit_releases: 0,
+        permits_deleted: 0,
     };
     for seed in 0..10 {
         let mut rng = StdRng::seed_from_u64(seed);
@@ -164,6 +166,18 @@ fn workload(extend_script: Option<&'static str>) -> Result<usize, String> {
                     let key = lock.keys()[0].clone();
                     pair.compare_mark(&settings.waiters_key(&key))?;
                     pair.compare_mark(&settings.others_waiting_key(&key))?;
+                    // A permit's: every slot of its semaphore (its permits
+                    // key is compared after each request that names it).
+                    if lock
+                        .keys()
+                        .last()
+                        .is_some_and(|key| key.as_bytes() == b"{s}\0permits")
+                    {
+                        for slot in 0..3 {
+                            pair.compare_value(&settings.permit_key(b"s", slot))?;
+                        }
+                        pair.permit_releases += 1;
+                    }
                 }
                 9 => {
                     // A waiter's mark, of this client, another one or an
@@ -220,10 +234,14 @@ fn workload(extend_script: Option<&'static str>) -> Result<usize, String> {
                     pair.model.forget(mark.as_bytes());
                 }
                 14 => {
-                    // Another program's hash at a resource's name, where
-                    // nothing is: a script that reads it fails with
-                    // WRONGTYPE on both, keeping what it wrote before.
-                    let key = settings.key(["r1", "r2"][rng.random_range(0..2)].as_bytes());
+                    // Another program's hash at a resource's name, or at a
+                    // semaphore's slot, where nothing is: a script that
+                    // reads it fails with WRONGTYPE on both, keeping what
+                    // it wrote before.
+                    let key = match rng.random_range(0..3) {
+                        2 => settings.permit_key(b"s", 1),
+                        at => settings.key(["r1", "r2"][at].as_bytes()),
+                    };
                     let exists: bool = redis::cmd("EXISTS")
                         .arg(key.as_bytes())
                         .query(&mut pair.real)
@@ -266,6 +284,17 @@ fn workload(extend_script: Option<&'static str>) -> Result<usize, String> {
             }
         }
     }
+    // Permit releases ran, and some took the permits key with them.
+    if pair.permit_releases == 0 || pair.permits_deleted == 0 {
+        return Err(format!(
+            "the workload released {} permits, {} of them leaving no permits key",
+            pair.permit_releases, pair.permits_deleted
+        ));
+    }
+    println!(
+        "{} permit releases, {} leaving no permits key",
+        pair.permit_releases, pair.permits_deleted
+    );
     Ok(pair.compared)
 }
 
@@ -279,6 +308,10 @@ struct Pair {
     /// The client the attempts name, as a waiter's do: they mark the
     /// holder they find (`redlock_core::waited`).
     attempt_client: Option<LockValue>,
+    /// Releases of a semaphore's permit (`SEMAPHORE_RELEASE`), and those
+    /// after which no permits key was left: the workload must have both.
+    permit_releases: usize,
+    permits_deleted: usize,
 }
 
 impl Pair {
@@ -551,18 +584,21 @@ impl Pair {
         }
         self.compared += 1;
         // A semaphore's permits key (the last key of its acquires and
-        // withdraws, and of a permit's extends): the same k, and TTLs that
-        // agree.
-        let extend = matches!(
+        // withdraws, and of a permit's extends and releases): the same k,
+        // and TTLs that agree.
+        let permit = matches!(
             request.command,
-            Command::Extend { .. } | Command::Restore { .. }
-        );
-        if matches!(request.kind, redlock_core::LockKind::Semaphore { .. })
-            || (extend && request.payload.is_some())
-        {
+            Command::Extend { .. } | Command::Restore { .. } | Command::Release | Command::Withdraw
+        ) && request.payload.is_some();
+        if matches!(request.kind, redlock_core::LockKind::Semaphore { .. }) || permit {
             let permits = request.keys.last().expect("a semaphore's permits key");
             self.compare_value(permits)?;
             self.compare_mark(permits)?;
+            let undo = matches!(request.command, Command::Release | Command::Withdraw);
+            let clock = self.start.elapsed().as_micros() as f64;
+            if permit && undo && self.model.string(permits.as_bytes(), clock).is_none() {
+                self.permits_deleted += 1;
+            }
         }
         Ok(Ok(real))
     }

@@ -51,7 +51,9 @@
 //! holds its value ([`RELEASE_CLAIM`]: the clients release with the default
 //! rule, deciding as soon as the outcome is certain); for fair locks also no
 //! stand-off, service within a bound of attempts, and no queue entry left
-//! behind (see [`NO_STANDOFF`], [`SERVED_WITHIN`], [`NOTHING_LEFT`]).
+//! behind (see [`NO_STANDOFF`], [`SERVED_WITHIN`], [`NOTHING_LEFT`]); for
+//! semaphores also no permits key left by the release that emptied a master
+//! ([`PERMITS_LEFT`]).
 //!
 //! The core's planted bugs (`redlock_core::planted`) are switched on per
 //! thread; the model sets the switch on whichever worker thread explores a
@@ -269,7 +271,7 @@ impl Setup {
 }
 
 /// The names of the properties, in the order they are checked.
-pub const PROPERTIES: [&str; 11] = [
+pub const PROPERTIES: [&str; 12] = [
     MUTUAL_EXCLUSION,
     PERMITS,
     COVERED,
@@ -281,6 +283,7 @@ pub const PROPERTIES: [&str; 11] = [
     NO_STANDOFF,
     SERVED_WITHIN,
     NOTHING_LEFT,
+    PERMITS_LEFT,
 ];
 
 /// Never two clients holding with validity left at the same instant (a
@@ -354,6 +357,12 @@ pub const SERVED_WITHIN: &str =
 /// Expired entries are gone: every tick drops them, as every script call
 /// does.
 pub const NOTHING_LEFT: &str = "fair: a finished client leaves no queue entry";
+/// Semaphores: a permit's release that leaves no slot held on its master
+/// leaves no permits key of its k there either
+/// ([`scripts::SEMAPHORE_RELEASE`](redlock_core::scripts::SEMAPHORE_RELEASE)):
+/// checked on the master, as each release of a permit runs there (the
+/// request of the real core, run by the node model below).
+pub const PERMITS_LEFT: &str = "semaphore: a release that empties a master leaves no permits key";
 
 /// A deterministic RNG for the core: ids and values name their client and
 /// their order, so traces read `c0.2` instead of random hex.
@@ -569,6 +578,14 @@ impl Node {
                     (k, request.command.ttl(), &response)
                 {
                     keep(&mut self.permits, k, ttl);
+                }
+                // A permit's release (`SEMAPHORE_RELEASE`) takes the
+                // permits key with the last slot held, where it keeps our k.
+                if let (Some(k), Command::Release | Command::Withdraw) = (k, request.command)
+                    && self.slots.iter().all(Option::is_none)
+                    && self.permits.is_some_and(|(kept, _)| kept == k)
+                {
+                    self.permits = None;
                 }
                 response
             }
@@ -1278,7 +1295,9 @@ impl RedlockModel {
     fn run(&self, state: &mut State, request: &Request) -> Reply {
         let n = request.node.0;
         let result = if state.nodes[n].up {
-            Ok(state.nodes[n].run(request, state.now, self.setup.early[n]))
+            let response = state.nodes[n].run(request, state.now, self.setup.early[n]);
+            self.check_permits_left(state, request);
+            Ok(response)
         } else {
             Self::note_leave_missed(state, request);
             Err(NodeError::new(
@@ -1287,6 +1306,29 @@ impl RedlockModel {
             ))
         };
         Reply::to(request, result)
+    }
+
+    /// [`PERMITS_LEFT`], once `request` ran on its master: a permit's
+    /// release (an exclusive lock's on a semaphore's master: every lock of
+    /// a semaphore setup is a permit) after which no slot is held there
+    /// leaves no permits key of its client's k.
+    fn check_permits_left(&self, state: &mut State, request: &Request) {
+        let node = &state.nodes[request.node.0];
+        let release = matches!(request.command, Command::Release | Command::Withdraw);
+        if node.slots.is_empty() || request.kind != LockKind::Exclusive || !release {
+            return;
+        }
+        let c = usize::from(model_bytes(request.value.as_str()).0);
+        let k = self.setup.permits_of(c) as usize;
+        if node.slots.iter().all(Option::is_none) && node.permits.is_some_and(|(kept, _)| kept == k)
+        {
+            let detail = format!(
+                "{}'s release on n{} left the permits key ({k}) with no slot held",
+                value_name(&request.value),
+                request.node.0
+            );
+            Self::break_property(state, PERMITS_LEFT, detail);
+        }
     }
 
     /// A fair waiter's leave (or release) that never runs on its master.
@@ -2090,6 +2132,9 @@ impl Model for RedlockModel {
             Property::always(NOTHING_LEFT, |_: &Self, state: &State| {
                 Self::nothing_left(state)
             }),
+            Property::always(PERMITS_LEFT, |_: &Self, state: &State| {
+                flag(state, PERMITS_LEFT)
+            }),
         ]
     }
 }
@@ -2357,6 +2402,8 @@ pub mod configurations {
                     // A holder of one permit extends past its first TTL
                     // while a client of two starts.
                     Bug::PermitsNotKeptAlive => Setup::semaphore_mixed(),
+                    // Any release of a permit that empties a master.
+                    Bug::PermitReleaseKeepsPermits => Setup::semaphore(),
                     _ => base.clone(),
                 };
                 (
@@ -2383,6 +2430,8 @@ pub mod configurations {
             Bug::ReleaseDecidesEarly => Some(super::RELEASE_CLAIM),
             // More holders than permits.
             Bug::SemaphoreCountsAnySlot | Bug::PermitsNotKeptAlive => Some(super::PERMITS),
+            // The permits key stays behind the release.
+            Bug::PermitReleaseKeepsPermits => Some(super::PERMITS_LEFT),
             _ => None,
         }
     }

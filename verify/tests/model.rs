@@ -117,6 +117,10 @@ planted!(planted_fair_never_falls_back, FairNeverFallsBack);
 planted!(planted_fair_leave_forgotten, FairLeaveForgotten);
 planted!(planted_release_decides_early, ReleaseDecidesEarly);
 planted!(planted_permits_not_kept_alive, PermitsNotKeptAlive);
+planted!(
+    planted_permit_release_keeps_permits,
+    PermitReleaseKeepsPermits
+);
 
 /// The notice hub: waiters woken only by notices and hand-overs are never
 /// stranded, and the hub's planted bug strands one.

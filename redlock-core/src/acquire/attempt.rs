@@ -195,7 +195,7 @@ impl<R: Rng> Acquisition<R> {
                         next_round: self.rng.next_u64(),
                         extensions: 0,
                         untouched,
-                        permits: slot.map(|_| crate::semaphore::permits(&self.keys, false) as u32),
+                        semaphore: slot.map(|_| self.keys.clone()),
                     };
                     self.events.push_back(AcquireEvent::Acquired(lock));
                     return;

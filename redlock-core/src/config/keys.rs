@@ -30,8 +30,10 @@ impl Settings {
     /// writes it with the first grant and refuses a request for another
     /// number while it lives; it lives at least as long as every slot
     /// held on that master (each grant and each extension of a permit
-    /// keeps it so), and goes with the last slot's withdraw, or expires
-    /// within one TTL of the last release.
+    /// keeps it so), and goes with the withdraw or the release
+    /// ([`scripts::SEMAPHORE_RELEASE`](crate::scripts::SEMAPHORE_RELEASE))
+    /// that leaves no slot held on its master; where none reached the
+    /// master, it expires within one TTL of its last slot.
     pub fn permits_key(&self, key: &crate::Key) -> crate::Key {
         key.derived(b"\0permits")
     }
@@ -107,12 +109,27 @@ impl Settings {
     /// sends the lock key alone, and the script then always publishes.
     /// Every release of a held lock goes through here: its own release and
     /// the clean-up of an extension that found it gone.
+    ///
+    /// A semaphore's permit (`semaphore`: the semaphore's slot keys, then
+    /// its permits key) sends its slot, the slot's marks, then every key of
+    /// the semaphore, with or without notices
+    /// ([`scripts::SEMAPHORE_RELEASE`](crate::scripts::SEMAPHORE_RELEASE)):
+    /// the permits key goes with the last slot held. They are all in the
+    /// semaphore's hash slot, where it has one (a cluster node refuses a
+    /// semaphore whose name cannot be put in a tag before anything is sent).
     pub(crate) fn release_keys(
         &self,
         keys: std::sync::Arc<[crate::Key]>,
         kind: &crate::LockKind,
         command: crate::Command,
+        semaphore: Option<&[crate::Key]>,
     ) -> std::sync::Arc<[crate::Key]> {
+        if let Some(semaphore) = semaphore {
+            let key = keys[0].clone();
+            let marks = [self.waiters_key(&key), self.others_waiting_key(&key)];
+            let keys = std::iter::once(key).chain(marks);
+            return keys.chain(semaphore.iter().cloned()).collect();
+        }
         if *kind != crate::LockKind::Exclusive || command != crate::Command::Release {
             return keys;
         }
