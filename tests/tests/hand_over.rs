@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use redlock_tests::RedisCluster;
 use redlock_tokio::{LockGuard, Redlock, Wait};
-use support::builder;
+use support::{QUICK, builder, eventually};
 
 /// The retry delay of every waiter.
 const RETRY_DELAY: Duration = Duration::from_secs(10);
@@ -192,6 +192,17 @@ async fn a_task_of_each_client_waits(fair: bool) {
     let turns = Turns::new();
     let held = lock(&holder, "job", fair).await;
     turns.record(Turn::Granted("holder"));
+    // Granted at a quorum: the third node's write may still be on its way,
+    // and a waiter of the other client (its own connection) could take
+    // that node first on a busy machine. The release below counts three.
+    let value = held.value().as_bytes().to_vec();
+    eventually("the holder on every node", QUICK, || {
+        cluster
+            .nodes()
+            .iter()
+            .all(|node| node.get("job").as_deref() == Some(&value[..]))
+    })
+    .await;
     let waiters: Vec<_> = [(holder.clone(), "same client"), (other, "other client")]
         .into_iter()
         .map(|(redlock, who)| {
