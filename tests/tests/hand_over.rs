@@ -58,6 +58,21 @@ async fn lock(redlock: &Redlock, resource: &str, fair: bool) -> LockGuard {
     guard.unwrap_or_else(|error| panic!("not granted, after sleeping out its retries: {error}"))
 }
 
+/// Waits until every node holds `held`'s value: granted at a quorum, the
+/// third node's write may still be on its way, and a waiter of another
+/// client (its own connection) could take that node first on a busy
+/// machine; the tests' releases count three.
+async fn on_every_node(cluster: &RedisCluster, held: &LockGuard) {
+    let value = held.value().as_bytes();
+    eventually("the holder on every node", QUICK, || {
+        cluster
+            .nodes()
+            .iter()
+            .all(|node| node.get(held.key().as_bytes()).as_deref() == Some(value))
+    })
+    .await;
+}
+
 /// When each release of the test started, and who was granted when: each
 /// grant must follow the last release before it by less than [`WOKEN`].
 #[derive(Clone)]
@@ -192,17 +207,7 @@ async fn a_task_of_each_client_waits(fair: bool) {
     let turns = Turns::new();
     let held = lock(&holder, "job", fair).await;
     turns.record(Turn::Granted("holder"));
-    // Granted at a quorum: the third node's write may still be on its way,
-    // and a waiter of the other client (its own connection) could take
-    // that node first on a busy machine. The release below counts three.
-    let value = held.value().as_bytes().to_vec();
-    eventually("the holder on every node", QUICK, || {
-        cluster
-            .nodes()
-            .iter()
-            .all(|node| node.get("job").as_deref() == Some(&value[..]))
-    })
-    .await;
+    on_every_node(&cluster, &held).await;
     let waiters: Vec<_> = [(holder.clone(), "same client"), (other, "other client")]
         .into_iter()
         .map(|(redlock, who)| {
@@ -240,6 +245,7 @@ async fn a_waiter_of_another_client(fair: bool) {
     let turns = Turns::new();
     let held = lock(&holder, "job", fair).await;
     turns.record(Turn::Granted("holder"));
+    on_every_node(&cluster, &held).await;
     let waiter = {
         let turns = turns.clone();
         tokio::spawn(async move { turns.take_turn(&other, "job", fair, "other client").await })
