@@ -170,7 +170,11 @@ impl PubSub {
     pub(super) fn change(&mut self, node: NodeId, channels: Vec<Key>, subscribe: bool) {
         let generation = self.generation[node.0];
         let Some(mut sink) = self.sinks[node.0].clone() else {
-            // Lost in this same turn: the core hears of it.
+            // No connection to ask it of: the core hears it as lost, and
+            // does not wait for a confirmation that cannot come.
+            let done = Done::Failed("no pub/sub connection".to_owned());
+            self.steps
+                .push(futures::future::ready((node.0, generation, done)).boxed());
             return;
         };
         let timeout = self.nodes.connect_timeout;
