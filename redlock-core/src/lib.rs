@@ -130,64 +130,56 @@ macro_rules! planted {
     };
 }
 
-mod acquire;
 mod client;
 mod config;
-mod election;
-mod election_read;
-mod election_scripts;
 mod error;
-mod extend;
-mod fair_scripts;
-mod health;
-mod hub;
-mod keep_alive;
 mod limits;
-mod lock;
-mod machine;
+#[path = "wire/native.rs"]
 pub mod native;
+/// The operations, by kind: each a machine of its own, run by the
+/// [`Client`] or driven alone.
+mod ops;
 #[cfg(feature = "planted-bugs")]
 pub mod planted;
-mod queue;
 mod quorum;
-mod read_all;
-mod release;
-mod retry;
+#[path = "wire/scripts.rs"]
 pub mod scripts;
-mod semaphore;
-mod semaphore_scripts;
-mod status;
 mod types;
 mod vote;
+#[path = "wire/waited.rs"]
 pub mod waited;
+/// What goes to a node and comes back: requests, commands, replies, the
+/// scripts and the native commands.
 mod wire;
 
-pub use acquire::{AcquireEvent, Acquisition, FAIR_PATIENCE};
+pub use client::health::{HealthChange, NodeHealth, SLOW_AFTER};
+pub use client::hub::{Delivery, Hub};
+pub use client::queue::{WaitQueue, WaiterId, Wake};
 pub use client::{Client, OWED_PER_NODE, OpEvent, OpId, Operation, Output, RequestId};
 pub use config::{Config, RetryConfig, Settings};
-pub use election::{ElectionTiming, LeadershipLoss, Proclaim, Term, TermEvent};
-pub use election_read::{Leader, LeaderRead, LeaderReply, LeaderReport, LeaderWatch};
 pub use error::{AcquireError, ConfigError, ExtendError};
-pub use extend::{Extended, Extension};
-pub use health::{HealthChange, NodeHealth, SLOW_AFTER};
-pub use hub::{Delivery, Hub};
-pub use keep_alive::{
-    KeepAlive, KeepAliveEvent, KeepAliveSchedule, KeptLock, KeptLockEvent, LossReason,
-};
 pub use limits::{FIXED_DRIFT, MAX_TTL_MS, MAX_VALUE_LEN, MIN_VALIDITY, MIN_VALUE_LEN};
-pub use lock::Lock;
-pub use machine::{HandOver, Machine, Notice};
 pub use native::{
     Call, Native, NodeFacts, Server, Version, Words, evicting_policy, waitaof_refusal,
     weak_persistence,
 };
-pub use queue::{WaitQueue, WaiterId, Wake};
+pub use ops::acquire::{AcquireEvent, Acquisition, FAIR_PATIENCE};
+pub use ops::election::{ElectionTiming, LeadershipLoss, Proclaim, Term, TermEvent};
+pub use ops::election_read::{Leader, LeaderRead, LeaderReply, LeaderReport, LeaderWatch};
+pub use ops::extend::{Extended, Extension};
+pub use ops::keep_alive::{
+    KeepAlive, KeepAliveEvent, KeepAliveSchedule, KeptLock, KeptLockEvent, LossReason,
+};
+pub use ops::lock::Lock;
+pub use ops::machine::{HandOver, Machine, Notice};
+pub use ops::read_all::{NodeRead, ReadAll};
+pub use ops::release::{Release, ReleaseReport};
+pub use ops::retry::{Attempts, Backoff, retry_delay};
+pub use ops::semaphore::MAX_PERMITS;
+pub use ops::status::{
+    Holder, Holding, InspectReply, InspectReport, Inspection, LockState, LockStatus,
+};
 pub use quorum::{Votes, drift, quorum, remaining, valid_until};
-pub use read_all::{NodeRead, ReadAll};
-pub use release::{Release, ReleaseReport};
-pub use retry::{Attempts, Backoff, retry_delay};
-pub use semaphore::MAX_PERMITS;
-pub use status::{Holder, Holding, InspectReply, InspectReport, Inspection, LockState, LockStatus};
 pub use types::{Key, LockSpec, LockValue, NodeId, RoundId, Ttl};
 pub use wire::{
     Argument, Command, LockKind, NodeError, NodeErrorKind, NodeVote, Reply, Request, Response,

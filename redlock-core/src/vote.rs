@@ -266,7 +266,7 @@ pub(crate) fn interpret(
     let vote = match (command, &response) {
         (Command::Acquire { .. }, Response::Int(1)) => Some(NodeVote::Granted),
         // A counter that is not negative, then the clock (the models leave it out).
-        (Command::AcquireFenced { .. }, Response::Array(items)) if matches!(items.as_slice(), [Response::Int(1), rest @ ..] if crate::acquire::floor(rest).is_some()) => {
+        (Command::AcquireFenced { .. }, Response::Array(items)) if matches!(items.as_slice(), [Response::Int(1), rest @ ..] if crate::ops::acquire::floor(rest).is_some()) => {
             Some(NodeVote::Granted)
         }
         (Command::Acquire { .. } | Command::AcquireFenced { .. }, Response::Data(holder)) => Some(
@@ -335,14 +335,14 @@ pub(crate) fn interpret_acquire(
             Command::Acquire { .. } | Command::AcquireFenced { .. },
             None,
             Ok(_),
-        ) if crate::semaphore::granted_slot(&result).is_some() => NodeVote::Granted,
+        ) if crate::ops::semaphore::granted_slot(&result).is_some() => NodeVote::Granted,
         (
             LockKind::Semaphore { .. },
             Command::Acquire { .. } | Command::AcquireFenced { .. },
             None,
             Ok(_),
-        ) if crate::semaphore::refused(&result).is_some() => {
-            let theirs = crate::semaphore::refused(&result).unwrap_or_default();
+        ) if crate::ops::semaphore::refused(&result).is_some() => {
+            let theirs = crate::ops::semaphore::refused(&result).unwrap_or_default();
             NodeVote::Failed(NodeError::new(
                 NodeErrorKind::Server,
                 format!("refused: it keeps {theirs} permits for this semaphore"),

@@ -2,11 +2,14 @@
 //! the requests each node owes an answer to, what each node owes us, and
 //! the release notices, behind one input path and one output path.
 
+pub(crate) mod health;
+pub(crate) mod hub;
 mod io;
 mod links;
 mod node;
 mod notices;
 mod operation;
+pub(crate) mod queue;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;

@@ -261,7 +261,7 @@ impl Settings {
                     return Err(ConfigError::Permits { permits });
                 }
                 let key = self.key(resource);
-                let slots = crate::semaphore::slot_keys(&key, permits);
+                let slots = crate::ops::semaphore::slot_keys(&key, permits);
                 let keys = slots.iter().cloned().chain([self.permits_key(&key)]);
                 (keys.collect(), LockKind::Semaphore { start: 0 })
             }

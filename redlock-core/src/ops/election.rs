@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::machine::Machine;
+use crate::ops::machine::Machine;
 use crate::quorum::Round;
 use crate::{
     Command, ConfigError, ExtendError, KeepAlive, KeptLock, KeptLockEvent, Lock, LockKind,

@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::machine::Machine;
+use crate::ops::machine::Machine;
 use crate::{ExtendError, Extended, Extension, Lock, Reply, Request, Settings, Ttl};
 
 /// The shortest pause before retrying an extension that found no quorum.

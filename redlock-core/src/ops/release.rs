@@ -3,8 +3,8 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use crate::machine::Machine;
 use crate::native::Native;
+use crate::ops::machine::Machine;
 use crate::quorum::{Round, quorum};
 use crate::wire::interpret;
 use std::sync::Arc;

@@ -50,7 +50,7 @@ impl<R: Rng> Acquisition<R> {
             .saturating_add(1);
         let (keys, lock_votes) = match slot {
             Some(slot) => {
-                let (permit, withdraws, votes) = crate::semaphore::take_permit(
+                let (permit, withdraws, votes) = crate::ops::semaphore::take_permit(
                     &round,
                     &self.slots,
                     slot,

@@ -7,7 +7,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::machine::Machine;
+use crate::ops::machine::Machine;
 use crate::quorum::Round;
 use crate::{
     Command, Key, LockKind, LockValue, NodeError, NodeVote, Reply, Request, Response, RoundId,

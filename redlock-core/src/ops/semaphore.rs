@@ -115,7 +115,7 @@ pub(crate) fn granted(result: &Result<Response, NodeError>) -> Option<(u64, Opti
             [Response::Int(1), Response::Int(slot)] => Some((u64::try_from(*slot).ok()?, None)),
             [Response::Int(1), Response::Int(slot), counter @ ..] => Some((
                 u64::try_from(*slot).ok()?,
-                Some(crate::acquire::floor(counter)?),
+                Some(crate::ops::acquire::floor(counter)?),
             )),
             _ => None,
         },

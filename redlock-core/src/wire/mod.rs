@@ -1,5 +1,9 @@
 //! What the state machines ask the caller to send, and what the caller feeds back.
 
+pub(crate) mod election_scripts;
+pub(crate) mod fair_scripts;
+pub(crate) mod semaphore_scripts;
+
 use std::fmt;
 use std::sync::Arc;
 use std::time::Instant;
@@ -200,7 +204,7 @@ impl Request {
             ) => {
                 let fenced = matches!(self.command, Command::AcquireFenced { .. });
                 Some(Argument::Int(
-                    crate::semaphore::permits(&self.keys, fenced) as u64
+                    crate::ops::semaphore::permits(&self.keys, fenced) as u64,
                 ))
             }
             _ => None,

@@ -12,7 +12,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::read_all::{NodeRead, ReadAll};
+use crate::ops::read_all::{NodeRead, ReadAll};
 use crate::{Command, NodeError, NodeErrorKind, Response, RoundId, Settings, Votes, quorum};
 
 /// A lock key present on a node.

@@ -693,6 +693,8 @@ pub const ALL: [&str; 26] = [
     READ_LEADER,
 ];
 
-pub use crate::election_scripts::{PROCLAIM, READ_LEADER};
-pub use crate::fair_scripts::{FAIR_ACQUIRE, FAIR_RELEASE};
-pub use crate::semaphore_scripts::{SEMAPHORE_ACQUIRE, SEMAPHORE_RELEASE, SEMAPHORE_WITHDRAW};
+pub use crate::wire::election_scripts::{PROCLAIM, READ_LEADER};
+pub use crate::wire::fair_scripts::{FAIR_ACQUIRE, FAIR_RELEASE};
+pub use crate::wire::semaphore_scripts::{
+    SEMAPHORE_ACQUIRE, SEMAPHORE_RELEASE, SEMAPHORE_WITHDRAW,
+};

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::read_all::{NodeRead, ReadAll};
+use crate::ops::read_all::{NodeRead, ReadAll};
 use crate::{Command, Key, NodeError, NodeErrorKind, Response, RoundId, Settings, Votes};
 
 /// A leader, as the nodes tell it.

@@ -77,12 +77,14 @@ impl<R: Rng> Machine for Acquisition<R> {
         };
         let (slot, counter) = match (&self.kind, &command, &reply.result) {
             // A slot that is not one of ours counts for none.
-            (LockKind::Semaphore { .. }, _, result) => crate::semaphore::granted(result)
-                .filter(|&(slot, _)| slot < crate::semaphore::permits(&self.keys, false) as u64)
+            (LockKind::Semaphore { .. }, _, result) => crate::ops::semaphore::granted(result)
+                .filter(|&(slot, _)| {
+                    slot < crate::ops::semaphore::permits(&self.keys, false) as u64
+                })
                 .map_or((None, None), |(slot, counter)| (Some(slot), counter)),
             (_, Command::AcquireFenced { .. }, Ok(Response::Array(items))) => {
                 match items.as_slice() {
-                    [Response::Int(1), counter @ ..] => (None, crate::acquire::floor(counter)),
+                    [Response::Int(1), counter @ ..] => (None, crate::ops::acquire::floor(counter)),
                     _ => (None, None),
                 }
             }
@@ -92,7 +94,7 @@ impl<R: Rng> Machine for Acquisition<R> {
             (
                 LockKind::Semaphore { .. },
                 Command::Acquire { .. } | Command::AcquireFenced { .. },
-            ) => crate::semaphore::refused(&reply.result),
+            ) => crate::ops::semaphore::refused(&reply.result),
             _ => None,
         };
         let vote = interpret_acquire(&self.kind, command, reply.native, reply.result);

@@ -16,7 +16,7 @@ impl<R: Rng> Acquisition<R> {
             } => {
                 let skipped = skipped_by_lock_round(&round, &phase);
                 self.queue_releases(&round, &skipped, &value, now, true);
-                if self.notices.wanted && crate::release::hands_over(&self.kind) {
+                if self.notices.wanted && crate::ops::release::hands_over(&self.kind) {
                     self.hand_over = Some(self.channels());
                 }
             }

@@ -15,7 +15,7 @@ impl<R: Rng> Acquisition<R> {
         let round = Round::new(attempt, &self.settings, now, self.node_timeout);
         if let LockKind::Semaphore { start } = &mut self.kind {
             // One first slot for every master of the attempt.
-            let permits = crate::semaphore::permits(&self.keys, false) as u64;
+            let permits = crate::ops::semaphore::permits(&self.keys, false) as u64;
             *start = ((self.rng.next_u64() >> 40) % permits) as u32;
         }
         let command = if self.fenced {
@@ -96,7 +96,7 @@ impl<R: Rng> Acquisition<R> {
                     .semaphore
                     .clone()
                     .expect("only a semaphore is refused so"),
-                ours: crate::semaphore::permits(&self.keys, false) as u32,
+                ours: crate::ops::semaphore::permits(&self.keys, false) as u32,
                 theirs,
                 votes: round.votes(now),
                 attempts: self.retries.started(),
@@ -106,7 +106,7 @@ impl<R: Rng> Acquisition<R> {
         }
         let (tally, slot) = match (&self.kind, phase) {
             (LockKind::Semaphore { .. }, Phase::Lock) => {
-                crate::semaphore::tally(round, &self.slots, self.settings.quorum())
+                crate::ops::semaphore::tally(round, &self.slots, self.settings.quorum())
             }
             _ => (round.tally(), None),
         };
@@ -163,7 +163,7 @@ impl<R: Rng> Acquisition<R> {
                         // A fenced lock, or a fenced permit on its slot.
                         (_, Some(keys)) => (keys, LockKind::Exclusive, votes),
                         (Some(slot), None) => {
-                            let (keys, withdraws, votes) = crate::semaphore::take_permit(
+                            let (keys, withdraws, votes) = crate::ops::semaphore::take_permit(
                                 &round,
                                 &self.slots,
                                 slot,

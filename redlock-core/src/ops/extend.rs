@@ -3,7 +3,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use crate::machine::Machine;
+use crate::ops::machine::Machine;
 use crate::quorum::{Round, quorum, remaining, valid_until};
 use crate::wire::interpret_extend;
 use crate::{
@@ -147,7 +147,7 @@ impl Extension {
             ),
             release_payload: release_semaphore
                 .as_deref()
-                .map(crate::release::permits_payload),
+                .map(crate::ops::release::permits_payload),
             untouched: lock.untouched.clone(),
             round,
             ttl,

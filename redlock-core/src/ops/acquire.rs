@@ -16,9 +16,9 @@ mod waiting;
 pub(crate) use fence::floor;
 use leave::skipped_by_lock_round;
 
-use crate::machine::{HandOver, Machine, Notice};
+use crate::ops::machine::{HandOver, Machine, Notice};
+use crate::ops::retry::{Next, Notices, Retries};
 use crate::quorum::{Round, Tally, remaining, valid_until};
-use crate::retry::{Next, Notices, Retries};
 use crate::wire::interpret_acquire;
 use crate::{
     AcquireError, Attempts, Command, ConfigError, Key, Lock, LockKind, LockSpec, LockValue, NodeId,
@@ -297,7 +297,9 @@ impl<R: Rng> Acquisition<R> {
         }
         let fenced = matches!(spec, LockSpec::Fenced(_) | LockSpec::FencedSemaphore { .. });
         let acquire_keys = match spec {
-            LockSpec::FencedSemaphore { .. } => crate::semaphore::with_counters(&settings, &keys),
+            LockSpec::FencedSemaphore { .. } => {
+                crate::ops::semaphore::with_counters(&settings, &keys)
+            }
             _ => keys.clone(),
         };
         let mut rng = rng;
