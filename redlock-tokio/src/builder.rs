@@ -8,7 +8,7 @@ use redlock_core::{Config, ConfigError, NodeErrorKind};
 use tracing::{debug, warn};
 
 use crate::node::Node;
-use crate::server::{Server, redact};
+use crate::node::server::{Server, redact};
 use crate::sim::Simulation;
 use crate::{Error, Redlock, Wait};
 
@@ -33,7 +33,7 @@ pub struct Builder {
     weak_persistence: WeakPersistence,
     simulation: Option<Simulation>,
     #[cfg(feature = "tls")]
-    tls: crate::tls::TlsFiles,
+    tls: crate::node::tls::TlsFiles,
 }
 
 impl fmt::Debug for Builder {
@@ -98,7 +98,7 @@ impl Builder {
             weak_persistence: WeakPersistence::Warn,
             simulation: None,
             #[cfg(feature = "tls")]
-            tls: crate::tls::TlsFiles::default(),
+            tls: crate::node::tls::TlsFiles::default(),
         }
     }
 
@@ -291,7 +291,7 @@ impl Builder {
             let server = Server::from_url(url)?;
             #[cfg(feature = "tls")]
             let server = match &certificates {
-                Some(certificates) => crate::tls::apply(server, certificates)?,
+                Some(certificates) => crate::node::tls::apply(server, certificates)?,
                 None => server,
             };
             servers.push(server);
@@ -335,12 +335,12 @@ impl Builder {
         for (index, server) in servers.into_iter().enumerate() {
             let cluster = match server.cluster {
                 Some(seeds) => Some(
-                    crate::server::cluster_client(seeds, self.connect_timeout).map_err(|err| {
-                        ConfigError::InvalidNode {
+                    crate::node::server::cluster_client(seeds, self.connect_timeout).map_err(
+                        |err| ConfigError::InvalidNode {
                             node: server.shown.clone(),
                             reason: err.to_string(),
-                        }
-                    })?,
+                        },
+                    )?,
                 ),
                 None => None,
             };
@@ -433,7 +433,7 @@ impl Builder {
             // The core connects to them as soon as its task runs.
             driver.start_now();
         }
-        let client = Redlock::new(crate::client::Inner {
+        let client = Redlock::new(crate::handles::client::Inner {
             driver,
             settings,
             wait: self.wait,

@@ -150,33 +150,25 @@
 #[cfg(feature = "blocking")]
 pub mod blocking;
 mod builder;
-mod client;
 mod driver;
-mod election;
 mod error;
-mod guard;
-mod held;
-mod inspect;
+mod handles;
 mod metrics;
 mod node;
-mod order;
-mod report;
-mod request;
-mod server;
 #[cfg(feature = "simulation")]
 pub mod sim;
 #[cfg(not(feature = "simulation"))]
 #[allow(unreachable_pub, dead_code)]
 mod sim;
-#[cfg(feature = "tls")]
-mod tls;
 
 pub use builder::{Builder, WeakPersistence};
-pub use client::Redlock;
-pub use election::{Election, Leadership};
 pub use error::{BoxError, Error, RunError};
-pub use guard::{LockGuard, LossSignal, Releasing};
-pub use inspect::NodeInspection;
+pub use handles::client::Redlock;
+pub use handles::election::{Election, Leadership};
+pub use handles::guard::{LockGuard, LossSignal, Releasing};
+pub use handles::inspect::NodeInspection;
+pub use handles::report::{Persistence, ServerReport};
+pub use handles::request::{Acquiring, LockRequest, Wait, kind};
 /// What a user names in a `match` or a signature: the errors and their
 /// votes, keys and values, reports and reasons. The rest of the core is
 /// [`core`].
@@ -185,8 +177,6 @@ pub use redlock_core::{
     LeadershipLoss, LockValue, LossReason, NodeError, NodeErrorKind, NodeVote, ReleaseReport,
     Votes,
 };
-pub use report::{Persistence, ServerReport};
-pub use request::{Acquiring, LockRequest, Wait, kind};
 
 /// The core crate: the algorithm, its settings, votes, keys and values.
 pub use redlock_core as core;

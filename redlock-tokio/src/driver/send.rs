@@ -39,10 +39,10 @@ use crate::node::Node;
 ///    [`CONNECTION_QUEUE`](crate::node::CONNECTION_QUEUE) messages, which
 ///    only a master that stopped reading under heavy load reaches;
 /// 2. a cluster node's request first waits for its key's turn
-///    ([`Order::turn`](crate::order::Order::turn)), taken at that same first
+///    ([`Order::turn`](crate::node::order::Order::turn)), taken at that same first
 ///    poll: the cluster client routes and redirects each request on its own;
 /// 3. a command refused with `NOSCRIPT` is sent again only while no later
-///    command for its key was sent ([`Order`](crate::order::Order));
+///    command for its key was sent ([`Order`](crate::node::order::Order));
 /// 4. a release or withdraw ([`Command::must_arrive`](redlock_core::Command::must_arrive))
 ///    is never dropped unsent: past its deadline the core still waits for
 ///    it, at most until it gives it up ([`Request::give_up_at`]: what it

@@ -20,7 +20,7 @@ impl Node {
     /// lost its script cache: `SCRIPT FLUSH`, or a restart behind a proxy
     /// that kept our connection) the script is loaded again, and the request
     /// sent once more unless a later request for the same lock key was sent
-    /// to this node meanwhile ([`Order`](crate::order::Order)): commands for one key take effect
+    /// to this node meanwhile ([`Order`](crate::node::order::Order)): commands for one key take effect
     /// in the order they were issued.
     ///
     /// Where the core says another request follows the answer on this
@@ -161,7 +161,7 @@ impl Node {
         // A cluster connection keeps no order between requests (each is
         // routed on its own, and MOVED, ASK and TRYAGAIN send it again
         // later): a request for a key waits until the one before it on this
-        // node has been answered or given up ([`Order::turn`](crate::order::Order::turn)).
+        // node has been answered or given up ([`Order::turn`](crate::node::order::Order::turn)).
         let _turn = match self.cluster {
             Some(_) => Some(self.order.turn(request.key()).await),
             None => None,

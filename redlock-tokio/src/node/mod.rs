@@ -24,8 +24,12 @@ mod blocking;
 mod connect;
 mod encode;
 mod execute;
+pub(crate) mod order;
 mod reply;
 mod scripts;
+pub(crate) mod server;
+#[cfg(feature = "tls")]
+pub(crate) mod tls;
 
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -36,7 +40,7 @@ use redis::cluster::ClusterClient;
 use redlock_core::{NodeError, NodeErrorKind, NodeFacts};
 use tracing::{debug, info, warn};
 
-use crate::order::Order;
+use crate::node::order::Order;
 use crate::sim::Simulation;
 
 use blocking::Blocking;

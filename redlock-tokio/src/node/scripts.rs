@@ -12,7 +12,7 @@ use super::Node;
 use super::connect::Connection;
 use super::encode::evalsha;
 use super::reply::map_error;
-use crate::order::Ticket;
+use crate::node::order::Ticket;
 
 /// Every script the core may ask for, with its SHA1, computed once.
 pub(super) struct Script {

@@ -12,7 +12,7 @@ use tracing::{Instrument, debug, info_span};
 
 use crate::builder::Builder;
 use crate::driver::{Driver, drive, run};
-use crate::guard::LockGuard;
+use crate::handles::guard::LockGuard;
 use crate::metrics;
 use crate::node::Node;
 use crate::{Error, LockRequest, Wait};
@@ -41,7 +41,7 @@ pub(crate) struct Inner {
     /// Set in a simulation only: its seeded RNG replaces the OS's.
     pub(crate) simulation: Option<crate::sim::Simulation>,
     /// The live guards, for the shutdown to release.
-    pub(crate) guards: crate::guard::Guards,
+    pub(crate) guards: crate::handles::guard::Guards,
 }
 
 impl Redlock {
@@ -98,7 +98,7 @@ impl Redlock {
     /// # Ok::<(), redlock_tokio::ConfigError>(())
     /// ```
     pub fn node_name(url: &str) -> Result<String, crate::ConfigError> {
-        crate::server::node_name(url)
+        crate::node::server::node_name(url)
     }
 
     /// The validated settings (node names, quorum, TTL, timeouts, ...).
@@ -208,7 +208,7 @@ impl Redlock {
         &self.inner.driver
     }
 
-    pub(crate) fn guards(&self) -> &crate::guard::Guards {
+    pub(crate) fn guards(&self) -> &crate::handles::guard::Guards {
         &self.inner.guards
     }
 

@@ -133,7 +133,7 @@ impl Election {
     {
         loop {
             let mut leadership = self.campaign().await?;
-            let held = crate::held::while_held(
+            let held = crate::handles::held::while_held(
                 work(leadership.clone()),
                 || leadership.loss(),
                 leadership.lost(),
@@ -390,7 +390,11 @@ impl Leadership {
         let Some(release) = term.resign(crate::sim::now()) else {
             // Lost already: our value may still be on some servers, where
             // it would hold off the next leader until its TTL.
-            crate::guard::spawn_release(self.inner.client.clone(), term.lock().clone(), None);
+            crate::handles::guard::spawn_release(
+                self.inner.client.clone(),
+                term.lock().clone(),
+                None,
+            );
             return None;
         };
         let (report, _) = run(Box::new(release), &self.inner.client).await;
@@ -456,6 +460,6 @@ impl Drop for Inner {
             // Resigned.
             (None, None) => return,
         };
-        crate::guard::spawn_release(self.client.clone(), lock, renewing);
+        crate::handles::guard::spawn_release(self.client.clone(), lock, renewing);
     }
 }

@@ -12,7 +12,7 @@ use rustls::RootCertStore;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-use crate::server::Server;
+use crate::node::server::Server;
 
 /// The files given to [`Builder::tls_ca_file`](crate::Builder::tls_ca_file)
 /// and [`Builder::tls_client_cert`](crate::Builder::tls_client_cert).

@@ -339,7 +339,7 @@ impl<K> LockRequest<K> {
         self.keep_alive = Some(self.keep_alive.unwrap_or_default());
         let guard = self.acquire().await?;
         let outcome: Result<Result<T, BoxError>, LossReason> =
-            crate::held::while_held(work(&guard), || guard.loss(), guard.lost()).await;
+            crate::handles::held::while_held(work(&guard), || guard.loss(), guard.lost()).await;
         let key = guard.key().clone();
         let report = guard.release().await;
         debug!(key = %key, report = %report, "released after run");
