@@ -1049,10 +1049,14 @@ impl Store {
             self.wrong_type = true;
             return Response::Nil;
         };
-        let holder = fields.get(b"owner".as_slice()).cloned().unwrap_or_default();
-        if holder != owner {
+        let holder = fields.get(b"owner".as_slice()).cloned();
+        if holder.as_deref() != Some(owner) {
             return match command {
-                Command::Acquire { .. } => Response::Data(holder),
+                // A hash without an owner (another program's): `?`.
+                Command::Acquire { .. } => {
+                    let holder = holder.unwrap_or_else(|| b"?".to_vec());
+                    Response::Data(holder[..holder.len().min(64)].to_vec())
+                }
                 _ => Response::Int(0),
             };
         }
