@@ -112,11 +112,19 @@ pub enum Bug {
     /// last release, refusing meanwhile a user who counts another number
     /// of permits on a semaphore nobody holds.
     PermitReleaseKeepsPermits,
+    /// A won permit's withdraw from a master not heard from
+    /// ([`SEMAPHORE_WITHDRAW`](crate::scripts::SEMAPHORE_WITHDRAW) with a
+    /// slot to keep) keeps our value at whatever slot holds it, not only
+    /// at the permit's: a late grant of another slot stays, held by nobody
+    /// for a whole TTL, one permit fewer for everyone. The hook is the
+    /// model checker's model of the script (`verify/`), where the masters
+    /// run it.
+    LateGrantKeptAtAnySlot,
 }
 
 impl Bug {
     /// Every bug, in a fixed order.
-    pub const ALL: [Bug; 22] = [
+    pub const ALL: [Bug; 23] = [
         Bug::ValidityFromDecisionTime,
         Bug::QuorumHalf,
         Bug::DuplicateVoteCounted,
@@ -139,6 +147,7 @@ impl Bug {
         Bug::ReconnectWithoutBackoff,
         Bug::PermitsNotKeptAlive,
         Bug::PermitReleaseKeepsPermits,
+        Bug::LateGrantKeptAtAnySlot,
     ];
 }
 

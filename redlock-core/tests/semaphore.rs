@@ -140,13 +140,22 @@ fn an_uncontended_permit_takes_one_round_trip() {
         &LockKind::Exclusive,
         "a permit is a lock on its slot"
     );
-    // The master not heard from may yet grant another slot: it is asked to
-    // give back whatever it set, behind the acquire on its connection.
+    // The master not heard from may yet grant: it is asked to give back
+    // whatever it set but the permit's slot, behind the acquire on its
+    // connection (`ARGV[2]`: the slot it keeps).
     let withdraws = drain(&mut machine);
     assert_eq!(withdraws.len(), 1);
     assert_eq!(
         (withdraws[0].node.0, withdraws[0].command),
         (2, Command::Withdraw)
+    );
+    let kept = start.to_string();
+    assert_eq!(withdraws[0].payload.as_deref(), Some(kept.as_bytes()));
+    let argv: Vec<_> = withdraws[0].arguments().collect();
+    assert_eq!(
+        argv[1..],
+        [redlock_core::Argument::Bytes(kept.as_bytes())][..],
+        "our value, then the slot kept"
     );
 }
 
@@ -309,6 +318,11 @@ fn masters_that_granted_another_slot_give_it_back() {
     assert_eq!(withdraws[0].command, Command::Withdraw);
     assert_eq!(withdraws[0].script(), scripts::SEMAPHORE_WITHDRAW);
     assert_eq!(
+        withdraws[0].arguments().count(),
+        1,
+        "it answered another slot: the plain withdraw, our value alone"
+    );
+    assert_eq!(
         withdraws[0].keys.len(),
         3,
         "every slot, then the permits key"
@@ -342,6 +356,7 @@ fn a_losing_attempt_withdraws_everything() {
         assert_eq!(withdraw.script(), scripts::SEMAPHORE_WITHDRAW);
         assert_eq!(withdraw.keys, requests[0].keys, "every slot");
         assert_eq!(withdraw.value, requests[0].value);
+        assert_eq!(withdraw.payload, None, "a lost attempt keeps no slot");
     }
 }
 
@@ -389,11 +404,10 @@ fn a_cancelled_attempt_withdraws_everything() {
     machine.abandon(Instant::now());
     let withdraws = drain(&mut machine);
     assert_eq!(withdraws.len(), 5);
-    assert!(
-        withdraws
-            .iter()
-            .all(|w| w.command == Command::Withdraw && w.keys.len() == 4)
-    );
+    assert!(withdraws.iter().all(|w| w.command == Command::Withdraw
+        && w.keys.len() == 4
+        && w.payload.is_none()
+        && w.arguments().count() == 1));
 }
 
 #[test]
@@ -548,4 +562,89 @@ fn the_simulation_catches_the_naive_counter() {
     planted::set(None);
     println!("naive counter caught at seed {caught:?}");
     assert!(caught.is_some());
+}
+
+/// A master's slots, served as `SEMAPHORE_ACQUIRE` and `SEMAPHORE_WITHDRAW`
+/// do, the withdraw keeping the slot it names (`Request::payload`).
+fn serve_keeping(slots: &mut [Option<Vec<u8>>], request: &Request) -> Response {
+    let kept = request
+        .payload
+        .as_deref()
+        .and_then(|slot| std::str::from_utf8(slot).ok()?.parse::<usize>().ok());
+    let ours = request.value.as_bytes().to_vec();
+    if request.command != Command::Withdraw {
+        return serve(slots, request);
+    }
+    let mut found = -1;
+    for (slot, held) in slots.iter_mut().enumerate() {
+        if held.as_ref() == Some(&ours) && Some(slot) != kept {
+            *held = None;
+            found = 1;
+        }
+    }
+    Response::Int(found)
+}
+
+/// Three masters, a semaphore of 3; masters 0 and 1 answer at once and
+/// win the permit, master 2 runs the acquire too (`taken` already holds
+/// its slots) but its answer comes after the decision. Returns the
+/// permit's slot and master 2's slots once the withdraws queued behind its
+/// acquire have run there.
+fn late_third_master(taken: &[usize]) -> (usize, Vec<Option<Vec<u8>>>) {
+    let settings = settings(3);
+    let mut machine = acquire(&settings, 3, Attempts::Once);
+    let mut masters = vec![vec![None; 3]; 3];
+    for &slot in taken {
+        masters[2][slot] = Some(b"other".to_vec());
+    }
+    let requests = drain(&mut machine);
+    let now = Instant::now();
+    for request in &requests[..2] {
+        let answer = serve_keeping(&mut masters[request.node.0], request);
+        machine.handle_reply(Reply::to(request, Ok(answer)), now);
+    }
+    let Some(AcquireEvent::Acquired(lock)) = machine.poll_event() else {
+        panic!("the permit, at the quorum of masters 0 and 1")
+    };
+    let slot = requests[0]
+        .keys
+        .iter()
+        .position(|key| key == lock.key())
+        .expect("the permit's slot");
+    // The third master runs the acquire, then what the decision queued
+    // behind it on its connection.
+    serve_keeping(&mut masters[2], &requests[2]);
+    for request in drain(&mut machine) {
+        assert_eq!(request.node.0, 2, "only the master not heard from");
+        serve_keeping(&mut masters[2], &request);
+    }
+    (slot, masters.swap_remove(2))
+}
+
+/// A master that grants the won slot after the decision keeps the permit:
+/// its withdraw keeps our value at that slot (the permit is then held on
+/// all three masters, extended and released there like the others).
+#[test]
+fn a_late_grant_of_the_won_slot_is_kept() {
+    let (slot, late) = late_third_master(&[]);
+    let held: Vec<usize> = (0..3).filter(|&s| late[s].is_some()).collect();
+    assert_eq!(held, [slot], "the late master holds the permit's slot");
+}
+
+/// A master that grants another slot after the decision gives it back:
+/// its withdraw deletes our value from every slot but the won one.
+#[test]
+fn a_late_grant_of_another_slot_is_withdrawn() {
+    let settings = settings(3);
+    let start = match drain(&mut acquire(&settings, 3, Attempts::Once))[0].kind {
+        LockKind::Semaphore { start } => start as usize,
+        ref other => panic!("a semaphore's request, not {other:?}"),
+    };
+    let (slot, late) = late_third_master(&[start]);
+    assert_eq!(slot, start, "masters 0 and 1 grant the first slot tried");
+    assert_eq!(late[start].as_deref(), Some(&b"other"[..]));
+    assert!(
+        (0..3).filter(|&s| s != start).all(|s| late[s].is_none()),
+        "the late grant of another slot is withdrawn: {late:?}"
+    );
 }

@@ -682,15 +682,22 @@ impl Store {
                     None => Response::Data(first.unwrap_or_default()),
                 }
             }
-            // `SEMAPHORE_WITHDRAW`: our value out of every slot, and the
+            // `SEMAPHORE_WITHDRAW`: our value out of every slot but the one
+            // it keeps (its `ARGV[2]`, the request's payload), and the
             // permits key with the last slot held, where it keeps our k.
             (LockKind::Semaphore { .. }, Command::Release | Command::Withdraw) => {
                 let (permits, slots) = keys.split_last().expect("a semaphore's permits key");
+                let keep = request
+                    .payload
+                    .as_deref()
+                    .and_then(|slot| std::str::from_utf8(slot).ok()?.parse::<usize>().ok());
                 // Every slot is read before the first delete: a slot of
                 // another type stops it with nothing deleted.
                 let (mut mine, mut others) = (Vec::new(), false);
-                for key in slots {
+                for (slot, key) in slots.iter().enumerate() {
                     match self.get_str(key, clock) {
+                        // Kept: a slot held, so the permits key stays too.
+                        Some(held) if is_ours(&held, ours) && keep == Some(slot) => others = true,
                         Some(held) if is_ours(&held, ours) => mine.push(*key),
                         Some(_) => others = true,
                         None => {}
@@ -1042,10 +1049,14 @@ impl Store {
             self.wrong_type = true;
             return Response::Nil;
         };
-        let holder = fields.get(b"owner".as_slice()).cloned().unwrap_or_default();
-        if holder != owner {
+        let holder = fields.get(b"owner".as_slice()).cloned();
+        if holder.as_deref() != Some(owner) {
             return match command {
-                Command::Acquire { .. } => Response::Data(holder),
+                // A hash without an owner (another program's): `?`.
+                Command::Acquire { .. } => {
+                    let holder = holder.unwrap_or_else(|| b"?".to_vec());
+                    Response::Data(holder[..holder.len().min(64)].to_vec())
+                }
                 _ => Response::Int(0),
             };
         }

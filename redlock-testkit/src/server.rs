@@ -798,7 +798,12 @@ impl Server {
             };
             (LockKind::Semaphore { start }, command)
         } else if script == scripts::SEMAPHORE_WITHDRAW {
-            (LockKind::Semaphore { start: 0 }, release)
+            // `ARGV[2]`, if sent, is the slot it keeps (no release flag).
+            let value: &[u8] = args.first().map_or(b"", Vec::as_slice);
+            let mut request = self.build(keys, value, Command::Withdraw);
+            request.kind = LockKind::Semaphore { start: 0 };
+            request.payload = args.get(1).map(|slot| Arc::from(slot.as_slice()));
+            return Ok(request);
         } else if script == scripts::READ_ACQUIRE {
             (LockKind::Read, Command::Acquire { ttl: ttl(1)? })
         } else if script == scripts::READ_EXTEND {

@@ -1,6 +1,6 @@
 //! The simulation's Redis model is the Lua that really runs: random
 //! workloads of the core's own machines (every lock kind and semaphore permits; acquire, extend,
-//! restore, release, withdraw, fenced rounds, waiters marks, the marks
+//! restore, release, withdraw (a semaphore's keeping a slot too), fenced rounds, waiters marks, the marks
 //! on a holder's value a waiter's attempt or mark sets, and keys of another
 //! type at a lock's name), each request run both by the real
 //! server (its script, as the client sends it) and by the simulation's
@@ -74,6 +74,7 @@ fn workload(extend_script: Option<&'static str>) -> Result<usize, String> {
         attempt_client: None,
         permit_releases: 0,
         permits_deleted: 0,
+        keep_withdraws: [0; 4],
     };
     for seed in 0..10 {
         let mut rng = StdRng::seed_from_u64(seed);
@@ -84,7 +85,7 @@ fn workload(extend_script: Option<&'static str>) -> Result<usize, String> {
         // The hashes step 14 put at a resource's name.
         let mut foreign: Vec<redlock_core::Key> = Vec::new();
         for _ in 0..STEPS {
-            match rng.random_range(0..16) {
+            match rng.random_range(0..17) {
                 12 => {
                     let resource = ["r1", "r2"][rng.random_range(0..2)].as_bytes();
                     let mut acquisition = Acquisition::with_spec(
@@ -257,6 +258,88 @@ fn workload(extend_script: Option<&'static str>) -> Result<usize, String> {
                         foreign.push(key);
                     }
                 }
+                16 => {
+                    // A semaphore's withdraw, plain or keeping a slot (a
+                    // won permit's, to a master not heard from): by a held
+                    // permit's value or anyone's, which sometimes sits in
+                    // a second slot too, the kept slot ours, another
+                    // value's, absent or (step 14) another type's.
+                    let permits = rng.random_range(2..4);
+                    let permit = held.iter().find(|lock| {
+                        lock.keys()
+                            .last()
+                            .is_some_and(|key| key.as_bytes() == b"{s}\0permits")
+                    });
+                    let (value, own) = match permit {
+                        Some(lock) if rng.random_bool(0.7) => (
+                            lock.value().clone(),
+                            (0..permits)
+                                .find(|&slot| lock.key() == &settings.permit_key(b"s", slot)),
+                        ),
+                        _ => (LockValue::random(&mut rng, settings.value_len()), None),
+                    };
+                    let request =
+                        |keys: Arc<[redlock_core::Key]>, kind, command, payload| Request {
+                            round: RoundId(0),
+                            node: redlock_core::NodeId(0),
+                            keys,
+                            value: value.clone(),
+                            kind,
+                            command,
+                            client: None,
+                            native: false,
+                            aof: false,
+                            deadline: Instant::now(),
+                            give_up_at: Instant::now(),
+                            payload,
+                        };
+                    if rng.random_bool(0.5) {
+                        // Our value set at a free slot as well, as a late
+                        // grant of another slot leaves it.
+                        let slot = settings.permit_key(b"s", rng.random_range(0..permits));
+                        let ttl = settings.default_ttl();
+                        let set = request(
+                            Arc::from([slot.clone()]),
+                            redlock_core::LockKind::Exclusive,
+                            Command::Acquire { ttl },
+                            None,
+                        );
+                        let _ = pair.run(&set)?;
+                        pair.compare_value(&slot)?;
+                    }
+                    let kept = match rng.random_range(0..3) {
+                        0 => None,
+                        1 => own.or(Some(0)),
+                        _ => Some(rng.random_range(0..permits)),
+                    };
+                    let mut keys: Vec<_> = (0..permits)
+                        .map(|slot| settings.permit_key(b"s", slot))
+                        .collect();
+                    keys.push(settings.permits_key(&settings.key(b"s")));
+                    let withdraw = request(
+                        keys.into(),
+                        redlock_core::LockKind::Semaphore { start: 0 },
+                        Command::Withdraw,
+                        kept.map(|slot| Arc::from(slot.to_string().as_bytes())),
+                    );
+                    if let Some(slot) = kept {
+                        // What the kept slot holds: ours, another value,
+                        // nothing, or another type.
+                        let key = settings.permit_key(b"s", slot);
+                        let held = redis::cmd("GET").arg(key.as_bytes()).query(&mut pair.real);
+                        let case = match held {
+                            Ok(Some(held)) if held == value.as_bytes().to_vec() => 0,
+                            Ok(Some::<Vec<u8>>(_)) => 1,
+                            Ok(None) => 2,
+                            Err(_) => 3,
+                        };
+                        pair.keep_withdraws[case] += 1;
+                    }
+                    let _ = pair.run(&withdraw)?;
+                    for slot in 0..permits {
+                        pair.compare_value(&settings.permit_key(b"s", slot))?;
+                    }
+                }
                 15 if !foreign.is_empty() => {
                     let key = foreign.swap_remove(rng.random_range(0..foreign.len()));
                     let _: i64 = redis::cmd("DEL")
@@ -285,6 +368,13 @@ fn workload(extend_script: Option<&'static str>) -> Result<usize, String> {
         }
     }
     // Permit releases ran, and some took the permits key with them.
+    if pair.keep_withdraws.contains(&0) {
+        return Err(format!(
+            "withdraws keeping a slot that was ours, another value's, absent, another \
+             type's: {:?}, each wanted",
+            pair.keep_withdraws
+        ));
+    }
     if pair.permit_releases == 0 || pair.permits_deleted == 0 {
         return Err(format!(
             "the workload released {} permits, {} of them leaving no permits key",
@@ -292,8 +382,9 @@ fn workload(extend_script: Option<&'static str>) -> Result<usize, String> {
         ));
     }
     println!(
-        "{} permit releases, {} leaving no permits key",
-        pair.permit_releases, pair.permits_deleted
+        "{} permit releases, {} leaving no permits key; withdraws keeping a slot that \
+         was ours, another value's, absent, another type's: {:?}",
+        pair.permit_releases, pair.permits_deleted, pair.keep_withdraws
     );
     Ok(pair.compared)
 }
@@ -312,6 +403,10 @@ struct Pair {
     /// after which no permits key was left: the workload must have both.
     permit_releases: usize,
     permits_deleted: usize,
+    /// Semaphore withdraws that kept a slot (`ARGV[2]`) holding our
+    /// value, another value, nothing, another type: the workload must
+    /// have each.
+    keep_withdraws: [usize; 4],
 }
 
 impl Pair {
@@ -589,7 +684,8 @@ impl Pair {
         let permit = matches!(
             request.command,
             Command::Extend { .. } | Command::Restore { .. } | Command::Release | Command::Withdraw
-        ) && request.payload.is_some();
+        ) && request.payload.is_some()
+            && !matches!(request.kind, redlock_core::LockKind::Semaphore { .. });
         if matches!(request.kind, redlock_core::LockKind::Semaphore { .. }) || permit {
             let permits = request.keys.last().expect("a semaphore's permits key");
             self.compare_value(permits)?;

@@ -279,6 +279,61 @@ async fn after_every_permit_is_released_nothing_is_left() {
     redlock.shutdown().await;
 }
 
+/// Uncontended acquires of a semaphore of 3 on 3 masters, one after the
+/// other (each held while the next is taken): the master heard from after
+/// the decision keeps the permit's slot (its withdraw keeps the won slot),
+/// so each permit ends on all three masters, their slot maps stay alike,
+/// and no attempt finds them disagreeing, retries and marks a waiter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sequential_permits_end_on_every_master_and_no_attempt_is_lost() {
+    let cluster = RedisCluster::start(3);
+    let redlock = client(&cluster).await;
+    let mut guards = Vec::new();
+    for _ in 0..3 {
+        let guard = redlock
+            .lock("spread")
+            .permits(3)
+            .wait(Wait::AtMost(Duration::from_secs(10)))
+            .await
+            .expect("a free permit");
+        let (key, value) = (guard.key().clone(), guard.value().clone());
+        // The third master's write may land after the guard is handed out.
+        eventually(
+            "the permit held on every master",
+            Duration::from_secs(5),
+            || {
+                cluster
+                    .nodes()
+                    .iter()
+                    .all(|node| node.get(key.as_bytes()).as_deref() == Some(value.as_bytes()))
+            },
+        )
+        .await;
+        guards.push(guard);
+    }
+    let slots: BTreeSet<_> = guards.iter().map(|g| g.key().clone()).collect();
+    assert_eq!(slots.len(), 3, "three permits, three slots");
+    for (n, node) in cluster.nodes().iter().enumerate() {
+        let marks: Vec<String> = node
+            .keys("{spread}*")
+            .into_iter()
+            .filter(|key| key.ends_with(b"\0waiters"))
+            .map(|key| String::from_utf8_lossy(&key).into_owned())
+            .collect();
+        assert!(marks.is_empty(), "a waiter's mark on master {n}: {marks:?}");
+    }
+    for guard in guards {
+        guard.release().await;
+    }
+    redlock.settled().await;
+    for node in cluster.nodes() {
+        for key in slot_keys("spread", 3) {
+            assert_eq!(node.get(&key), None, "released everywhere");
+        }
+    }
+    redlock.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_holders_permit_returns_after_its_ttl() {
     let cluster = RedisCluster::start(3);

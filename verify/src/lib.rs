@@ -300,7 +300,9 @@ pub const FENCING: &str = "fencing tokens strictly increase";
 pub const NO_STALE_HOLD: &str = "no holding reported after the validity ran out";
 /// No extension started after an operator release by value succeeds.
 pub const OPERATOR: &str = "operator release never undone by an extension";
-/// A failed attempt queues a withdraw to every master it may have set.
+/// A failed attempt queues a withdraw to every master it may have set;
+/// a semaphore's withdraw leaves its value in no slot of its master but
+/// the one it keeps (a won permit's, on a master not heard from).
 pub const CLEAN_UP: &str = "failed attempt withdraws everywhere";
 /// A release that reports the lock free ([`ReleaseReport::frees_lock`],
 /// given as soon as the outcome is certain, before every master answered)
@@ -549,9 +551,18 @@ impl Node {
             }
             (LockKind::Semaphore { .. }, _) => {
                 let k = request.keys.len() - 1;
+                // A won permit's withdraw from a master not heard from
+                // keeps our value at its slot (`ARGV[2]`).
+                let keep = request
+                    .payload
+                    .as_deref()
+                    .and_then(|slot| std::str::from_utf8(slot).ok()?.parse::<usize>().ok());
                 let mut found = -1;
-                for slot in &mut self.slots[..k] {
-                    if slot.as_ref().is_some_and(|(v, _)| v == ours) {
+                for (index, slot) in self.slots[..k].iter_mut().enumerate() {
+                    let kept = keep == Some(index)
+                        || (keep.is_some()
+                            && planted::active() == Some(Bug::LateGrantKeptAtAnySlot));
+                    if !kept && slot.as_ref().is_some_and(|(v, _)| v == ours) {
                         *slot = None;
                         found = 1;
                     }
@@ -1297,6 +1308,7 @@ impl RedlockModel {
         let result = if state.nodes[n].up {
             let response = state.nodes[n].run(request, state.now, self.setup.early[n]);
             self.check_permits_left(state, request);
+            Self::check_withdrawn(state, request);
             Ok(response)
         } else {
             Self::note_leave_missed(state, request);
@@ -1306,6 +1318,34 @@ impl RedlockModel {
             ))
         };
         Reply::to(request, result)
+    }
+
+    /// [`CLEAN_UP`], once `request` ran on its master: a semaphore's
+    /// withdraw leaves our value in no slot there but the one it keeps
+    /// (a won permit's withdraw from a master not heard from keeps the
+    /// permit's slot; any other keeps none).
+    fn check_withdrawn(state: &mut State, request: &Request) {
+        if !matches!(request.kind, LockKind::Semaphore { .. })
+            || request.command != Command::Withdraw
+        {
+            return;
+        }
+        let keep = request
+            .payload
+            .as_deref()
+            .and_then(|slot| std::str::from_utf8(slot).ok()?.parse::<usize>().ok());
+        let node = &state.nodes[request.node.0];
+        let left = node.slots.iter().enumerate().find(|(slot, held)| {
+            Some(*slot) != keep && held.as_ref().is_some_and(|(v, _)| v == &request.value)
+        });
+        if let Some((slot, _)) = left {
+            let detail = format!(
+                "{}'s withdraw (keeping slot {keep:?}) on n{} left it in slot {slot}",
+                value_name(&request.value),
+                request.node.0
+            );
+            Self::break_property(state, CLEAN_UP, detail);
+        }
     }
 
     /// [`PERMITS_LEFT`], once `request` ran on its master: a permit's
@@ -2404,6 +2444,9 @@ pub mod configurations {
                     Bug::PermitsNotKeptAlive => Setup::semaphore_mixed(),
                     // Any release of a permit that empties a master.
                     Bug::PermitReleaseKeepsPermits => Setup::semaphore(),
+                    // A master that grants after the decision, another
+                    // slot than the quorum's.
+                    Bug::LateGrantKeptAtAnySlot => Setup::semaphore(),
                     _ => base.clone(),
                 };
                 (
@@ -2432,6 +2475,8 @@ pub mod configurations {
             Bug::SemaphoreCountsAnySlot | Bug::PermitsNotKeptAlive => Some(super::PERMITS),
             // The permits key stays behind the release.
             Bug::PermitReleaseKeepsPermits => Some(super::PERMITS_LEFT),
+            // The late grant of another slot stays behind its withdraw.
+            Bug::LateGrantKeptAtAnySlot => Some(super::CLEAN_UP),
             _ => None,
         }
     }

@@ -121,6 +121,7 @@ planted!(
     planted_permit_release_keeps_permits,
     PermitReleaseKeepsPermits
 );
+planted!(planted_late_grant_kept_at_any_slot, LateGrantKeptAtAnySlot);
 
 /// The notice hub: waiters woken only by notices and hand-overs are never
 /// stranded, and the hub's planted bug strands one.

@@ -27,7 +27,9 @@
 //! slots instead of all racing for the first. An attempt whose masters
 //! disagree and reach no quorum on one slot withdraws everywhere
 //! ([`scripts::SEMAPHORE_WITHDRAW`](crate::scripts::SEMAPHORE_WITHDRAW)); a
-//! won attempt withdraws from the masters that granted another slot. The
+//! won attempt withdraws from the masters that granted another slot, and
+//! from the masters not heard from yet all but the won slot: a late grant
+//! of it stays, and the permit is held there too. The
 //! permit is then an ordinary exclusive lock on its slot key: extended,
 //! kept alive, released (with its release notice) like one, except that
 //! its extensions keep the permits key alive and its release
@@ -164,17 +166,19 @@ pub(crate) fn tally(round: &Round, slots: &[Option<u64>], quorum: usize) -> (Tal
 
 /// The masters a won attempt on `slot` must withdraw from: those that did
 /// not grant that slot (another slot, no answer yet, a failure), except the
-/// ones never asked (`skipped`).
+/// ones never asked (`skipped`); each with whether it had not answered at
+/// the decision (its vote still pending).
 pub(crate) fn others(
     round: &Round,
     slots: &[Option<u64>],
     slot: u64,
     skipped: &[NodeId],
-) -> Vec<NodeId> {
+) -> Vec<(NodeId, bool)> {
     round
         .nodes()
         .filter(|node| !(round.granted(*node) && slots.get(node.0) == Some(&Some(slot))))
         .filter(|node| !skipped.contains(node))
+        .map(|node| (node, matches!(round.vote(node), Some(NodeVote::Pending))))
         .collect()
 }
 
@@ -193,6 +197,17 @@ pub(crate) fn permit_votes(mut votes: Votes, slots: &[Option<u64>], slot: u64) -
 /// semaphore's permits key, which its extensions keep alive), the
 /// withdraws of our value from the masters that did not grant that slot,
 /// and the permit's votes.
+///
+/// A master not heard from yet may still grant: its withdraw keeps our
+/// value at `slot` (`ARGV[2]` of
+/// [`SEMAPHORE_WITHDRAW`](crate::scripts::SEMAPHORE_WITHDRAW), the slot in
+/// [`Request::payload`]) and deletes it from every other slot. Queued
+/// behind its acquire on its connection, it runs after it: a late grant of
+/// our slot stays, one more master holding the permit (its extensions and
+/// release go to every master asked), and a late grant of another slot is
+/// given back. A master that answered with another slot, or failed, gets
+/// the plain withdraw. The permit's votes still tell the late master as
+/// not heard from.
 pub(crate) fn take_permit(
     round: &Round,
     slots: &[Option<u64>],
@@ -203,9 +218,16 @@ pub(crate) fn take_permit(
     deadline: Instant,
 ) -> (Arc<[Key]>, Vec<Request>, Votes) {
     let others = others(round, slots, slot, skipped);
+    let kept: Arc<[u8]> = slot.to_string().into_bytes().into();
     let withdraws = round
         .fan_out(keys, kind, value, Command::Withdraw, deadline)
-        .filter(|request| others.contains(&request.node))
+        .filter_map(|request| {
+            let &(_, pending) = others.iter().find(|(node, _)| *node == request.node)?;
+            Some(Request {
+                payload: pending.then(|| kept.clone()),
+                ..request
+            })
+        })
         .collect();
     let index = usize::try_from(slot).expect("a granted slot is one of the keys");
     let permits = keys.last().expect("a semaphore has its permits key");

@@ -73,8 +73,11 @@ pub struct Request {
     /// alive); for a permit's [`Release`](Command::Release) or
     /// [`Withdraw`](Command::Withdraw), the same k, which makes it
     /// [`scripts::SEMAPHORE_RELEASE`] (its keys name every slot and the
-    /// permits key; the script counts k from them); `None` for every other
-    /// request.
+    /// permits key; the script counts k from them); for a semaphore's
+    /// [`Withdraw`](Command::Withdraw) from a master not heard from when
+    /// its attempt won, the won slot in decimal, which the master keeps
+    /// ([`scripts::SEMAPHORE_WITHDRAW`]'s `ARGV[2]`); `None` for every
+    /// other request.
     pub payload: Option<Arc<[u8]>>,
 }
 
@@ -155,6 +158,8 @@ impl Request {
     /// set a missing lock again: `1` for [`Command::Restore`], `0` for
     /// [`Command::Extend`], and last, for a permit's, the semaphore's k
     /// ([`payload`](Self::payload)). A semaphore's acquire sends k fourth.
+    /// A semaphore's withdraw sends our value alone, or with the slot it
+    /// keeps second ([`payload`](Self::payload)); never a flag there.
     pub fn arguments(&self) -> impl Iterator<Item = Argument<'_>> {
         let second = match self.command {
             Command::Acquire { ttl }
@@ -191,6 +196,20 @@ impl Request {
                 .map(|client| Argument::Bytes(client.as_bytes())),
             _ => None,
         };
+        // A semaphore's withdraw: `ARGV[2]` is the slot it keeps, if any.
+        let semaphore_withdraw = matches!(
+            (&self.kind, self.command),
+            (
+                LockKind::Semaphore { .. },
+                Command::Release | Command::Withdraw
+            )
+        );
+        let kept = self
+            .payload
+            .as_deref()
+            .filter(|_| semaphore_withdraw)
+            .map(Argument::Bytes);
+        let second = if semaphore_withdraw { None } else { second };
         let second = match (second, &third) {
             (Some(n), _) => Some(Argument::Int(n)),
             (None, Some(_)) => Some(Argument::Int(0)),
@@ -254,6 +273,7 @@ impl Request {
             _ => (None, [None, None, None]),
         };
         std::iter::once(Argument::Bytes(self.value.as_bytes()))
+            .chain(kept)
             .chain(second)
             .chain(third)
             .chain(permits)

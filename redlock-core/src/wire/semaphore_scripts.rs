@@ -88,23 +88,32 @@ return string.sub(first, 1, 64)
 
 /// Remove our value from whichever slots of a semaphore hold it on one
 /// node, without a release notice: what a failed, abandoned or disagreeing
-/// attempt may have set. The permits key goes too when no slot is left
-/// held on the node and it keeps our k: nothing of the semaphore is left.
+/// attempt may have set, or (with a slot to keep) what a won attempt's
+/// master not heard from yet set beside the permit. The permits key goes
+/// too when no slot is left held on the node and it keeps our k: nothing
+/// of the semaphore is left.
 ///
 /// - `KEYS`: the k slot keys, then the semaphore's permits key.
-///   `ARGV[1]`: our lock value.
+///   `ARGV[1]`: our lock value. `ARGV[2]` (optional): a slot (from 0) to
+///   keep: our value stays there (and so does the permits key, a slot
+///   being held), and goes from every other slot. Sent by a won attempt to
+///   the masters it had not heard from, behind their acquire: a late grant
+///   of the permit's slot is kept, a late grant of another slot is not.
+///   Without it, our value goes from every slot.
 ///
-/// Returns `1` if some slot held our value (now deleted), `-1` if none did.
-/// Every slot is read before the first delete. Our value counts marked as
-/// waited for too ([`waited`](crate::waited)): a waiter of any client
-/// marks every slot's holder, ours while this withdraw is on its way
-/// (without this, the marked value stayed until its TTL).
+/// Returns `1` if some slot held our value (now deleted), `-1` if none did
+/// (the kept slot is not counted). Every slot is read before the first
+/// delete. Our value counts marked as waited for too
+/// ([`waited`](crate::waited)): a waiter of any client marks every slot's
+/// holder, ours while this withdraw is on its way (without this, the
+/// marked value stayed until its TTL).
 pub const SEMAPHORE_WITHDRAW: &str = r#"local n = #KEYS - 1
+local keep = ARGV[2] and tonumber(ARGV[2])
 local ours, others = {}, false
 for i = 1, n do
   local held = redis.call('GET', KEYS[i])
   if held == ARGV[1] or (held and string.sub(held, 1, #ARGV[1] + 1) == ARGV[1] .. '\0') then
-    ours[#ours + 1] = KEYS[i]
+    if keep == i - 1 then others = true else ours[#ours + 1] = KEYS[i] end
   elseif held then
     others = true
   end
