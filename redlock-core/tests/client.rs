@@ -837,3 +837,50 @@ fn the_notice_link_test_catches_a_client_that_reconnects_without_backoff() {
         a_lost_notice_link_is_made_again_after_a_backoff_and_its_waiters_try_again,
     );
 }
+
+#[test]
+fn a_link_that_never_came_up_subscribes_as_a_first_link_does() {
+    let settings = settings();
+    let t0 = Instant::now();
+    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
+    let _waiter = client.start(acquire(&settings, Attempts::Retry, t0), t0);
+    let votes = drain(&mut client).sent;
+    answer(
+        &mut client,
+        &votes,
+        Response::Data(b"another owner".to_vec()),
+        t0,
+    );
+    assert_eq!(drain(&mut client).notice_connects.len(), 3);
+    // Nodes 0 and 1 subscribe; node 2's first attempt fails.
+    for node in 0..2 {
+        client.handle_notices_connected(NodeId(node), t0 + MS);
+    }
+    client.handle_notices_lost(NodeId(2), t0 + MS);
+    drain(&mut client);
+    for node in 0..2 {
+        client.handle_subscribed(NodeId(node), t0 + 2 * MS);
+    }
+    let again = acquires(drain(&mut client).sent);
+    answer(
+        &mut client,
+        &again,
+        Response::Data(b"another owner".to_vec()),
+        t0 + 3 * MS,
+    );
+    drain(&mut client);
+    // Node 2 comes up later and subscribes: no link of it was lost, so no
+    // release went unheard there that the others did not tell: no attempt.
+    let t1 = t0 + 100 * MS;
+    client.handle_timeout(t1);
+    assert_eq!(drain(&mut client).notice_connects, [NodeId(2)]);
+    client.handle_notices_connected(NodeId(2), t1);
+    assert_eq!(drain(&mut client).subscribed.len(), 1);
+    client.handle_subscribed(NodeId(2), t1 + MS);
+    let out = drain(&mut client);
+    assert!(
+        out.sent.is_empty() && out.events.is_empty(),
+        "a first subscription of an active channel starts no attempt: {out:?}"
+    );
+    assert_eq!(client.notice_links_up(), 3);
+}
