@@ -92,7 +92,7 @@ pub struct Config {
     /// a node whose AOF did not have it in time fails the vote
     /// ([`NodeErrorKind::NotOnDisk`](crate::NodeErrorKind::NotOnDisk)).
     /// Default false. Servers must have `WAITAOF`, AOF on and `appendfsync
-    /// always` ([`waitaof_refusal`](crate::waitaof_refusal)), under which
+    /// always` ([`waitaof_refusal`](crate::native::waitaof_refusal)), under which
     /// each answer already follows the sync: the check holds if a server's
     /// setting is changed while connected, at the cost of the sync no
     /// longer being shared between batches (see `docs/durability.md`).

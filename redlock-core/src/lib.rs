@@ -152,29 +152,21 @@ pub mod waited;
 /// scripts and the native commands.
 mod wire;
 
-pub use client::health::{HealthChange, NodeHealth, SLOW_AFTER};
-pub use client::hub::{Delivery, Hub};
-pub use client::queue::{WaitQueue, WaiterId, Wake};
-pub use client::{Client, OWED_PER_NODE, OpEvent, OpId, Operation, Output, RequestId};
+pub use client::health::{HealthChange, SLOW_AFTER};
+pub use client::{Client, OpEvent, OpId, Operation, Output, RequestId};
 pub use config::{Config, RetryConfig, Settings};
 pub use error::{AcquireError, ConfigError, ExtendError};
 pub use limits::{FIXED_DRIFT, MAX_TTL_MS, MAX_VALUE_LEN, MIN_VALIDITY, MIN_VALUE_LEN};
-pub use native::{
-    Call, Native, NodeFacts, Server, Version, Words, evicting_policy, waitaof_refusal,
-    weak_persistence,
-};
-pub use ops::acquire::{AcquireEvent, Acquisition, FAIR_PATIENCE};
+pub use ops::acquire::{AcquireEvent, Acquisition};
 pub use ops::election::{ElectionTiming, LeadershipLoss, Proclaim, Term, TermEvent};
 pub use ops::election_read::{Leader, LeaderRead, LeaderReply, LeaderReport, LeaderWatch};
 pub use ops::extend::{Extended, Extension};
-pub use ops::keep_alive::{
-    KeepAlive, KeepAliveEvent, KeepAliveSchedule, KeptLock, KeptLockEvent, LossReason,
-};
+pub use ops::keep_alive::{KeepAlive, KeptLock, KeptLockEvent, LossReason};
 pub use ops::lock::Lock;
-pub use ops::machine::{HandOver, Machine, Notice};
+pub use ops::machine::Notice;
 pub use ops::read_all::{NodeRead, ReadAll};
 pub use ops::release::{Release, ReleaseReport};
-pub use ops::retry::{Attempts, Backoff, retry_delay};
+pub use ops::retry::{Attempts, retry_delay};
 pub use ops::semaphore::MAX_PERMITS;
 pub use ops::status::{
     Holder, Holding, InspectReply, InspectReport, Inspection, LockState, LockStatus,
@@ -185,6 +177,38 @@ pub use wire::{
     Argument, Command, LockKind, NodeError, NodeErrorKind, NodeVote, Reply, Request, Response,
     waitaof,
 };
+
+/// The machinery under the [`Client`]: the [`Machine`] every operation is,
+/// the sub-machines the client runs them with (the notice hub, wait
+/// queues, node health, keep-alive schedules, backoffs). Public only with
+/// the `simulation` feature, for the core's own simulation, tests and the
+/// model checker (`verify`), which drive them one by one; not API.
+macro_rules! machinery {
+    ($($path:path),* $(,)?) => {
+        $(
+            #[cfg(feature = "simulation")]
+            pub use $path;
+            #[cfg(not(feature = "simulation"))]
+            #[allow(unused_imports)]
+            pub(crate) use $path;
+        )*
+    };
+}
+machinery!(
+    client::OWED_PER_NODE,
+    client::health::NodeHealth,
+    client::hub::Delivery,
+    client::hub::Hub,
+    client::queue::WaitQueue,
+    client::queue::WaiterId,
+    client::queue::Wake,
+    ops::acquire::FAIR_PATIENCE,
+    ops::keep_alive::KeepAliveEvent,
+    ops::keep_alive::KeepAliveSchedule,
+    ops::machine::HandOver,
+    ops::machine::Machine,
+    ops::retry::Backoff,
+);
 
 /// This crate's README example, compiled by `cargo test --doc`.
 #[cfg(doctest)]

@@ -325,7 +325,7 @@ pub enum LockSpec<'a> {
     ///   attempts keep failing on a key that no quorum holds, with some
     ///   master saying "another waiter's turn" and its place in the queues
     ///   no better than before, takes the lock by the plain rule after
-    ///   [`FAIR_PATIENCE`](crate::FAIR_PATIENCE) such attempts in a row
+    ///   `FAIR_PATIENCE` such attempts in a row
     ///   (until an attempt finds the lock held by a quorum, or its place
     ///   improves).
     /// - **Nothing stays behind**: an acquisition that ends (got the lock,

@@ -4,7 +4,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::{Command, LockKind, Native, Response};
+use crate::native::Native;
+use crate::{Command, LockKind, Response};
 
 /// Why one node could not give a usable answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,7 +25,7 @@ impl NodeError {
         }
     }
 
-    /// Not sent: the node is known slow ([`NodeHealth`](crate::NodeHealth)).
+    /// Not sent: the node is known slow (`NodeHealth`).
     pub fn slow() -> Self {
         Self::new(
             NodeErrorKind::Slow,
@@ -175,7 +176,7 @@ pub enum NodeErrorKind {
     Tls,
     /// Not sent: the node left several requests in a row unanswered past
     /// their timeout and is skipped until it answers a probe
-    /// ([`NodeHealth`](crate::NodeHealth)). Like [`Timeout`](Self::Timeout),
+    /// (`NodeHealth`). Like [`Timeout`](Self::Timeout),
     /// [`is_unresponsive`](Self::is_unresponsive).
     Slow,
     /// Not counted: the server restarted while the client was connected
@@ -219,7 +220,7 @@ pub enum NodeVote {
     Failed(NodeError),
     /// Release only: not asked, because the lock's value was never sent
     /// there (its acquire skipped the node, known slow then: see
-    /// [`NodeHealth`](crate::NodeHealth)), so nothing of ours is there.
+    /// `NodeHealth`), so nothing of ours is there.
     NotAsked,
 }
 

@@ -11,9 +11,8 @@ use std::time::Instant;
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use redlock_core::{
-    Acquisition, Attempts, Call, Command, Config, Native, Reply, Request, Response,
-};
+use redlock_core::native::{Call, Native};
+use redlock_core::{Acquisition, Attempts, Command, Config, Reply, Request, Response};
 use support::{MS, drain, expect_lock};
 
 fn fenced_grant(counter: i64) -> Response {

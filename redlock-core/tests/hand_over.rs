@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
+use redlock_core::native::{Call, Native, NodeFacts, Server, Version};
 use redlock_core::{
-    AcquireEvent, Acquisition, Argument, Attempts, Call, Command, HandOver, Hub, Lock, LockSpec,
-    LockValue, Machine, Native, NodeFacts, Notice, Release, Reply, Request, Response, Server,
-    Settings, Version, scripts,
+    AcquireEvent, Acquisition, Argument, Attempts, Command, HandOver, Hub, Lock, LockSpec,
+    LockValue, Machine, Notice, Release, Reply, Request, Response, Settings, scripts,
 };
 use support::{MS, drain, drain_but_marks, expect_lock, three_nodes};
 

@@ -9,10 +9,11 @@ use std::time::Instant;
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
+use redlock_core::native::{Call, Native, NodeFacts, Server, Version};
 use redlock_core::{
-    AcquireEvent, Acquisition, Argument, Attempts, Call, Command, Config, HandOver, Key, LockSpec,
-    LockValue, Machine, Native, NodeError, NodeErrorKind, NodeFacts, NodeVote, Release, Reply,
-    Request, Response, RoundId, Server, Settings, Version, scripts,
+    AcquireEvent, Acquisition, Argument, Attempts, Command, Config, HandOver, Key, LockSpec,
+    LockValue, Machine, NodeError, NodeErrorKind, NodeVote, Release, Reply, Request, Response,
+    RoundId, Settings, scripts,
 };
 use support::{MS, drain};
 

@@ -31,10 +31,10 @@ use std::time::{Duration, Instant};
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
+use redlock_core::native::{Call, Native, NodeFacts, Server, Version};
 use redlock_core::{
-    AcquireEvent, Acquisition, Attempts, Call, Command, Config, Hub, Machine, Native, NodeFacts,
-    NodeId, Notice, Release, Reply, Request, Response, RetryConfig, Server, Settings, Version,
-    WaiterId, scripts,
+    AcquireEvent, Acquisition, Attempts, Command, Config, Hub, Machine, NodeId, Notice, Release,
+    Reply, Request, Response, RetryConfig, Settings, WaiterId, scripts,
 };
 
 const NODES: usize = 3;

@@ -242,7 +242,7 @@ fn a_permit_extension_keeps_the_permits_key() {
 /// `PermitReleaseKeepsPermits` sends the slot alone: `verify/` catches it).
 #[test]
 fn a_permit_release_names_every_slot_and_the_permits_key() {
-    use redlock_core::{Call, NodeFacts, Server, Version};
+    use redlock_core::native::{Call, NodeFacts, Server, Version};
     let valkey = NodeFacts::new(Server::Valkey, Version(9, 1, 2));
     for notices in [true, false] {
         let names: Vec<String> = (0..3).map(|i| format!("n{i}")).collect();

@@ -4,8 +4,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use redlock_core::native::Native;
 use redlock_core::waited::is_ours;
-use redlock_core::{Command, LockKind, Native, Request, Response};
+use redlock_core::{Command, LockKind, Request, Response};
 
 #[derive(Clone, Debug)]
 enum Val {

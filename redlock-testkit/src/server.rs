@@ -11,9 +11,10 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
+use redlock_core::native::Native;
 use redlock_core::{
-    Command, Config, Key, LockKind, LockValue, Native, NodeId, Request, Response, RoundId,
-    Settings, scripts,
+    Command, Config, Key, LockKind, LockValue, NodeId, Request, Response, RoundId, Settings,
+    scripts,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 use tokio::sync::{Notify, mpsc, watch};

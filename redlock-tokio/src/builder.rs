@@ -202,7 +202,7 @@ impl Builder {
         /// and logged at WARN if it may evict.
         allow_eviction(allow: bool) => allow_eviction = allow;
         /// What a server that may lose locks when it restarts means
-        /// ([`redlock_core::weak_persistence`]: no AOF, or `appendfsync`
+        /// ([`redlock_core::native::weak_persistence`]: no AOF, or `appendfsync`
         /// other than `always`; read at every connection). Default
         /// [`WeakPersistence::Warn`]: one WARN per server, naming what it
         /// lacks and the fix. [`WeakPersistence::Refuse`] fails the build with

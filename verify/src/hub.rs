@@ -44,11 +44,11 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use redlock_core::native::{Call, Native, NodeFacts, Server, Version};
 use redlock_core::planted::{self, Bug};
 use redlock_core::{
-    Acquisition, Attempts, Call, Command, Config, HandOver, Hub, Key, LockValue, Machine, Native,
-    NodeFacts, NodeId, Release, Reply, Request, Response, RoundId, Server, Settings, Version,
-    WaiterId,
+    Acquisition, Attempts, Command, Config, HandOver, Hub, Key, LockValue, Machine, NodeId,
+    Release, Reply, Request, Response, RoundId, Settings, WaiterId,
 };
 use stateright::{Checker, HasDiscoveries, Model, Property};
 

@@ -22,6 +22,8 @@
 //! Skipping only removes votes, so it cannot make two clients hold a lock:
 //! safety never depends on it. It trades one node's vote for the queue
 //! behind it, while the other nodes can still form a quorum.
+// Public with the `simulation` feature only (`machinery!` in lib.rs).
+#![cfg_attr(not(feature = "simulation"), allow(unreachable_pub, dead_code))]
 
 use std::time::{Duration, Instant};
 

@@ -86,7 +86,7 @@ impl<R: Rng> Client<R> {
 
     /// A connection attempt to `node` ([`Output::Connect`]) failed at
     /// `now`: the next one is asked for after the node's backoff, which
-    /// doubles with each failure ([`Backoff::reconnect`](crate::Backoff::reconnect)).
+    /// doubles with each failure (`Backoff::reconnect`).
     pub fn handle_connect_failed(&mut self, node: NodeId, now: Instant) {
         let state = &mut self.links.nodes[node.0];
         if state.link == Link::Up {

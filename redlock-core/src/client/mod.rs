@@ -21,6 +21,7 @@ use crate::{HealthChange, Hub, Key, NodeHealth, NodeId, Reply, Request, Settings
 
 use links::Links;
 use node::NodeState;
+#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub, dead_code))]
 pub use node::OWED_PER_NODE;
 use notices::NoticeLink;
 pub use operation::{OpEvent, Operation};
@@ -115,7 +116,7 @@ struct Running<R> {
 ///   deadline and its give-up instant ([`Request::give_up_at`]): answers of
 ///   operations that finished still tell the node's health, and a request
 ///   unanswered past its deadline makes its node overdue
-///   ([`NodeHealth`]); past the give-up instant it is forgotten
+///   (`NodeHealth`); past the give-up instant it is forgotten
 ///   ([`Output::Forget`]);
 /// - **each node's health**: requests a known slow node may skip are
 ///   answered [`Reply::skipped`] here and never sent;
@@ -124,12 +125,12 @@ struct Running<R> {
 ///   again at once ([`Output::Connect`]), then, while attempts fail
 ///   ([`handle_connect_failed`](Self::handle_connect_failed)), after a
 ///   backoff of 50 ms doubling up to 2 s, less up to a quarter of jitter
-///   ([`Backoff::reconnect`](crate::Backoff::reconnect));
+///   (`Backoff::reconnect`);
 /// - **what each node is owed**: a release, withdraw or leave that met a
 ///   broken connection is sent again when the node connects
 ///   ([`handle_connected`](Self::handle_connected)) or one per-node timeout
-///   later, until it is given up; at most [`OWED_PER_NODE`];
-/// - **the release notices** ([`Hub`]): a new acquisition waits behind the
+///   later, until it is given up; at most `OWED_PER_NODE`;
+/// - **the release notices** (`Hub`): a new acquisition waits behind the
 ///   client's waiters on its channels, a release goes as the script where
 ///   they wait, each notice wakes whom it should, and each node's pub/sub
 ///   connection is asked for while some acquire waits
@@ -137,7 +138,7 @@ struct Running<R> {
 ///   subscribed to exactly the channels waited on ([`Output::Subscribe`],
 ///   [`Output::Unsubscribe`]), one change at a time;
 /// - **cancellation and close**: a cancelled operation is abandoned
-///   ([`Machine::abandon`](crate::Machine::abandon)) and what it queues
+///   (`Machine::abandon`) and what it queues
 ///   (releases of an attempt in flight) is sent; [`close`](Self::close)
 ///   cancels every operation, and the client is [idle](Self::is_idle) once
 ///   nothing is in flight or owed.
@@ -237,8 +238,8 @@ impl<R: Rng> Client<R> {
     }
 
     /// Starts `operation` at `now`. An acquisition is first planned behind
-    /// the client's waiters on its channels ([`Hub::plan`]), a release as
-    /// the script where they wait ([`Hub::plan_release`]). Its requests are
+    /// the client's waiters on its channels (`Hub::plan`), a release as
+    /// the script where they wait (`Hub::plan_release`). Its requests are
     /// in [`poll_output`](Self::poll_output) before this returns.
     ///
     /// On a [closed](Self::close) client, only what leaves nothing behind
@@ -279,7 +280,7 @@ impl<R: Rng> Client<R> {
     }
 
     /// Stops `op` before its end at `now`: it is abandoned
-    /// ([`Machine::abandon`](crate::Machine::abandon)), what it queues then
+    /// (`Machine::abandon`), what it queues then
     /// is sent (an acquisition's releases of the attempt in flight), and it
     /// reports nothing more. An operation that already ended is ignored.
     pub fn cancel(&mut self, op: OpId, now: Instant) {

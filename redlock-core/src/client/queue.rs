@@ -1,4 +1,6 @@
 //! First come, first served among one client's waiters for one lock.
+// Public with the `simulation` feature only (`machinery!` in lib.rs).
+#![cfg_attr(not(feature = "simulation"), allow(unreachable_pub, dead_code))]
 
 use std::collections::VecDeque;
 use std::time::Instant;

@@ -91,7 +91,7 @@ impl Settings {
     /// exclusive lock's release reports whether a waiter of another client
     /// is marked ([`scripts::RELEASE_IF_WAITED`](crate::scripts::RELEASE_IF_WAITED)):
     /// only while none is does the client hand such a lock over to its own
-    /// next waiter ([`WaitQueue`](crate::WaitQueue)). Without a tag every
+    /// next waiter (`WaitQueue`). Without a tag every
     /// waiter counts as another client's, and plain locks are never handed
     /// over.
     #[must_use]

@@ -25,7 +25,7 @@ use crate::{
     NodeVote, Reply, Request, Response, RoundId, Settings, Ttl, Votes,
 };
 
-/// What an [`Acquisition`] reports, drained with [`Acquisition::poll_event`].
+/// What an [`Acquisition`] reports, drained with `Acquisition::poll_event`.
 #[cfg_attr(feature = "model-check", derive(Clone))]
 #[derive(Debug)]
 #[must_use = "an acquired lock is held on the nodes until it is released or expires"]
@@ -88,18 +88,18 @@ enum Phase {
 /// # Calling order
 ///
 /// 1. [`Acquisition::new`] starts the first attempt at `now`.
-/// 2. Drain [`poll_request`](Self::poll_request) and send every request (the
+/// 2. Drain `poll_request` and send every request (the
 ///    first attempt's are N script calls, one per node, to send concurrently).
-/// 3. Feed each answer to [`handle_reply`](Self::handle_reply), in any order;
-///    at [`poll_timeout`](Self::poll_timeout) call
-///    [`handle_timeout`](Self::handle_timeout).
+/// 3. Feed each answer to `handle_reply`, in any order;
+///    at `poll_timeout` call
+///    `handle_timeout`.
 /// 4. After each `handle_*`, drain `poll_request` again (a failed attempt queues
-///    its releases, a retry its new requests) and [`poll_event`](Self::poll_event).
+///    its releases, a retry its new requests) and `poll_event`.
 /// 5. Stop after [`AcquireEvent::Acquired`] or [`AcquireEvent::Failed`].
 ///    Requests still queued then are releases that must be sent.
 ///
 /// If the caller gives up early (a cancelled future), it calls
-/// [`abandon`](Self::abandon) and sends the release requests it queues.
+/// `abandon` and sends the release requests it queues.
 ///
 /// The decision comes as soon as it is certain: a quorum of yes votes with
 /// validity left, or enough no votes and failures that a quorum is impossible.
@@ -199,6 +199,7 @@ pub struct Acquisition<R> {
 /// their head died; either way the waiters would wait for nothing. A queue
 /// that moves (each release serves its head, and we come nearer) never
 /// counts, however many releases we wait through.
+#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub, dead_code))]
 pub const FAIR_PATIENCE: u32 = 3;
 
 impl<R: Rng> Acquisition<R> {

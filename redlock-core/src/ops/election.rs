@@ -131,7 +131,7 @@ pub enum TermEvent {
     Lost(LeadershipLoss),
 }
 
-/// One leader's term, as one [`Machine`]: the won campaign's lock kept alive
+/// One leader's term, as one `Machine`: the won campaign's lock kept alive
 /// by the core's [`KeptLock`] (a renewal every retry period), and the
 /// instant its leader must stop.
 ///

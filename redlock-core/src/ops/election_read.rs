@@ -108,8 +108,8 @@ impl LeaderReport {
     }
 }
 
-/// One read of an election on every node, driven like every [`Machine`](crate::Machine)
-/// ([`ReadAll`]): the read behind a one-shot "who leads" and each poll of
+/// One read of an election on every node, driven like every `Machine`
+/// (`ReadAll`): the read behind a one-shot "who leads" and each poll of
 /// an observer. It gives its [`LeaderReport`] once every node answered or
 /// at the per-node timeout; it decides nothing and writes nothing.
 pub type LeaderRead = ReadAll<LeaderReply>;

@@ -28,8 +28,8 @@ pub struct Extended {
 
 /// One extension round, made by [`Lock::extend`].
 ///
-/// Driven like every [`Machine`] until
-/// [`poll_event`](Machine::poll_event) gives the result; then
+/// Driven like every `Machine` until
+/// `poll_event` gives the result; then
 /// [`Lock::apply`] a success. Requests queued with the result are sent
 /// without waiting for them (see below).
 ///
@@ -282,7 +282,7 @@ impl Extension {
         let Ok(crate::Response::Data(held)) = &reply.result else {
             return None;
         };
-        let marked = reply.native == Some(crate::Native::SetIfEqGet)
+        let marked = reply.native == Some(crate::native::Native::SetIfEqGet)
             && reply.round == self.round.id
             && held.as_slice() != self.value.as_bytes()
             && crate::waited::is_ours(held, self.value.as_bytes());

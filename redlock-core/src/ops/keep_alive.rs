@@ -78,6 +78,7 @@ pub enum LossReason {
 }
 
 /// What a [`KeepAliveSchedule`] asks of its driver.
+#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub, dead_code))]
 #[derive(Clone, Debug, PartialEq)]
 pub enum KeepAliveEvent {
     /// Extend the lock to `ttl` now ([`Lock::extend`]), drive the extension,
@@ -167,6 +168,7 @@ enum State {
 /// assert!(schedule.poll_timeout().unwrap() > due + Duration::from_secs(4));
 /// # Ok::<(), ConfigError>(())
 /// ```
+#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub, dead_code))]
 #[derive(Clone, Debug)]
 pub struct KeepAliveSchedule {
     settings: Arc<Settings>,
@@ -179,6 +181,7 @@ pub struct KeepAliveSchedule {
     events: VecDeque<KeepAliveEvent>,
 }
 
+#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub, dead_code))]
 impl KeepAliveSchedule {
     /// The schedule for `lock` as it stands (its TTL, validity and the
     /// extensions it has had, which count towards the limit).
@@ -322,7 +325,7 @@ impl KeepAliveSchedule {
     }
 }
 
-/// What a [`KeptLock`] reports, drained with [`Machine::poll_event`].
+/// What a [`KeptLock`] reports, drained with `Machine::poll_event`.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum KeptLockEvent {
@@ -344,10 +347,10 @@ pub enum KeptLockEvent {
     Lost(LossReason),
 }
 
-/// A held lock kept alive, as one [`Machine`]: the [`KeepAliveSchedule`]
+/// A held lock kept alive, as one `Machine`: the `KeepAliveSchedule`
 /// decides when to extend, and each extension ([`Lock::extend`]) runs inside
 /// this machine, so a driver runs the whole keep-alive with the same loop as
-/// every other machine: its [`poll_timeout`](Machine::poll_timeout) is the
+/// every other machine: its `poll_timeout` is the
 /// instant the next extension is due (or, while one runs, that extension's
 /// own deadline), and its requests are the extensions' requests.
 ///

@@ -67,7 +67,7 @@ impl Lock {
 
     /// Whether holding it excludes every other holder: any kind but a read
     /// lock. A waiter served such a lock ends its client's turn for it
-    /// ([`WaitQueue::handle_leave`](crate::WaitQueue::handle_leave) with
+    /// (`WaitQueue::handle_leave` with
     /// `served`): the next release, its own, is the next waiter's. A
     /// reader served leaves that turn open, since the next may share.
     pub fn excludes_next(&self) -> bool {
@@ -129,7 +129,7 @@ impl Lock {
     }
 
     /// Nodes our value was never sent to: the acquire skipped them (known
-    /// slow, see [`NodeHealth`](crate::NodeHealth)) and no extension
+    /// slow, see `NodeHealth`) and no extension
     /// reached them since. A release does not ask them.
     pub fn untouched(&self) -> &[crate::NodeId] {
         &self.untouched

@@ -64,6 +64,7 @@ use crate::{Key, NodeId, Reply, Request};
 /// }
 /// assert!(matches!(last, Some(redlock_core::AcquireEvent::Acquired(_))));
 /// ```
+#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub, dead_code))]
 pub trait Machine {
     /// What the machine reports.
     type Event;
@@ -144,6 +145,7 @@ pub trait Machine {
 }
 
 /// What a release tells its client's waiters ([`Machine::poll_hand_over`]).
+#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub, dead_code))]
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum HandOver {
@@ -170,6 +172,7 @@ pub enum HandOver {
     },
 }
 
+#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub, dead_code))]
 impl HandOver {
     /// The release channels it concerns.
     pub fn channels(&self) -> &[Key] {
@@ -179,7 +182,7 @@ impl HandOver {
     }
 }
 
-/// A release notice, for [`Machine::handle_notice`].
+/// A release notice, for `Machine::handle_notice`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Notice {
     /// A node announced that a lock on one of the channels was released.
@@ -189,7 +192,7 @@ pub enum Notice {
     Subscribed,
     /// The client released a lock on one of the channels itself, and its
     /// release is queued on every node ahead of anything sent from this
-    /// instant ([`Machine::poll_hand_over`]): an attempt now meets the key
+    /// instant (`Machine::poll_hand_over`): an attempt now meets the key
     /// freed on every node that runs the release, one round trip after it,
     /// without waiting for the nodes' notices.
     HandedOver,

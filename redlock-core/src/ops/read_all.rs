@@ -29,7 +29,8 @@ pub trait NodeRead: Clone + fmt::Debug + Sized {
     fn report(reads: Vec<Result<Self, NodeError>>, votes: Votes) -> Self::Report;
 }
 
-/// One read of some keys on every node, driven like every [`Machine`].
+/// One read of some keys on every node, run like every operation by the
+/// [`Client`](crate::Client).
 ///
 /// It sends one request per node at once, all with the per-node timeout
 /// ([`Settings::node_timeout`]), and gives its report once every node

@@ -145,7 +145,7 @@ impl std::fmt::Display for ReleaseReport {
 /// Releasing one lock value on every node, made by [`Lock::release`](crate::Lock::release)
 /// or [`Release::new`] (for a value known from elsewhere).
 ///
-/// Driven like every [`Machine`]; [`poll_event`](Machine::poll_event) gives the
+/// Driven like every `Machine`; `poll_event` gives the
 /// report as soon as the outcome is certain:
 ///
 /// - the lock is **free**: fewer than a quorum of nodes can still hold our
@@ -177,9 +177,9 @@ impl std::fmt::Display for ReleaseReport {
 /// found our value marked is never counted as not held, and a node not
 /// waited for deletes our value, marked or not, as the others did. Such a
 /// release is final only once answered, so it hands over to its client's
-/// waiters ([`HandOver::Queued`]) only then; where the client's own waiters
+/// waiters (`HandOver::Queued`) only then; where the client's own waiters
 /// wait, its hub sends the script at once instead
-/// ([`Hub::plan_release`](crate::Hub::plan_release)), which hands over as
+/// (`Hub::plan_release`), which hands over as
 /// soon as it is queued.
 #[cfg_attr(feature = "model-check", derive(Clone))]
 #[derive(Debug)]
@@ -575,6 +575,7 @@ impl Request {
     /// ```
     /// # use std::{sync::Arc, time::Instant};
     /// # use redlock_core::*;
+    /// # use redlock_core::native::Native;
     /// let settings = Config::new(["a"]).validate().unwrap();
     /// let key = Key::from(&b"job"[..]);
     /// let value = LockValue::from_string("v");

@@ -274,7 +274,7 @@ impl InspectReport {
 }
 
 /// One read of a lock key on every node ([`scripts::INSPECT`](crate::scripts::INSPECT)),
-/// as a state machine driven like every [`Machine`](crate::Machine) ([`ReadAll`]): the read behind
+/// as a state machine driven like every `Machine` (`ReadAll`): the read behind
 /// `redlock status`.
 ///
 /// It sends one request per node at once, all with the per-node timeout

@@ -8,7 +8,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::{Key, LockValue, Native, NodeId, RoundId, Ttl, scripts};
+use crate::native::Native;
+use crate::{Key, LockValue, NodeId, RoundId, Ttl, scripts};
 
 pub use crate::vote::{NodeError, NodeErrorKind, NodeVote};
 pub(crate) use crate::vote::{interpret, interpret_acquire, interpret_extend};
@@ -616,7 +617,7 @@ impl Reply {
     }
 
     /// The answer the driver gives for `request` itself, sent to no node:
-    /// its node is known slow and [`NodeHealth::admit`](crate::NodeHealth::admit)
+    /// its node is known slow and `NodeHealth::admit`
     /// did not admit it. It counts as a failure of that node.
     pub fn skipped(request: &Request) -> Self {
         Self::to(request, Err(NodeError::slow()))

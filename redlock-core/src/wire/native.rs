@@ -91,7 +91,7 @@ impl fmt::Display for Version {
 /// server runs.
 ///
 /// ```
-/// use redlock_core::{NodeFacts, Server, Version};
+/// use redlock_core::native::{NodeFacts, Server, Version};
 ///
 /// let valkey = NodeFacts::from_info(
 ///     "# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:9.1.2\r\n",
@@ -154,7 +154,7 @@ impl NodeFacts {
     /// sent as a plain command only if every shard has it.
     ///
     /// ```
-    /// use redlock_core::{NodeFacts, Server, Version};
+    /// use redlock_core::native::{NodeFacts, Server, Version};
     /// let old = NodeFacts::new(Server::Valkey, Version(8, 1, 0));
     /// let new = NodeFacts::new(Server::Valkey, Version(9, 1, 2));
     /// assert_eq!(NodeFacts::lowest([new, old]), old);
@@ -216,7 +216,7 @@ impl NodeFacts {
 /// allows for. `None` for `noeviction`, or a reply that does not say.
 ///
 /// ```
-/// use redlock_core::evicting_policy;
+/// use redlock_core::native::evicting_policy;
 /// assert_eq!(evicting_policy("# Memory\r\nmaxmemory_policy:allkeys-lru\r\n"), Some("allkeys-lru"));
 /// assert_eq!(evicting_policy("maxmemory_policy:volatile-ttl"), Some("volatile-ttl"));
 /// assert_eq!(evicting_policy("maxmemory_policy:noeviction"), None);
@@ -240,7 +240,7 @@ pub fn evicting_policy(info: &str) -> Option<&str> {
 /// that does not say (AOF on, `appendfsync` unread, counts as kept).
 ///
 /// ```
-/// use redlock_core::weak_persistence;
+/// use redlock_core::native::weak_persistence;
 /// let aof = |on| format!("# Persistence\r\naof_enabled:{on}\r\n");
 /// assert_eq!(
 ///     weak_persistence(&aof(0), Some("always")).as_deref(),
@@ -277,7 +277,7 @@ pub fn weak_persistence(info: &str, appendfsync: Option<&str>) -> Option<String>
 /// always`.
 ///
 /// ```
-/// use redlock_core::{NodeFacts, Server, Version, waitaof_refusal};
+/// use redlock_core::native::{NodeFacts, Server, Version, waitaof_refusal};
 /// let aof = |on| format!("# Persistence\r\naof_enabled:{on}\r\n");
 /// let valkey = NodeFacts::new(Server::Valkey, Version(9, 1, 2));
 /// let redis = NodeFacts::new(Server::Redis, Version(7, 0, 15));

@@ -18,14 +18,14 @@
 //! A release that frees a held lock publishes an empty message on the channel
 //! `<key>\0released` ([`Settings::release_channel`](crate::Settings::release_channel)),
 //! so that blocked clients can try again at once
-//! ([`Machine::handle_notice`](crate::Machine::handle_notice))
+//! (`Machine::handle_notice`)
 //! instead of sleeping out their retry delay. An exclusive lock's release
 //! ([`RELEASE_IF_WAITED`]) publishes only while a waiter's mark lives
 //! ([`MARK_WAITING`], at [`Settings::waiters_key`](crate::Settings::waiters_key)),
 //! which every waiter that listens sets before each of its attempts, and
 //! only when that waiter may be another client's: the common release,
 //! nobody waiting, runs no `PUBLISH`, and a client tells its own waiters
-//! of its own releases itself ([`HandOver`](crate::HandOver)). The other
+//! of its own releases itself (`HandOver`). The other
 //! kinds' releases always publish.
 //!
 //! The invariant: **a waiter never misses the release it waits for.** Its
@@ -34,7 +34,7 @@
 //! release there comes before the check (the attempt finds the key free) or
 //! after the mark: it publishes to a listening waiter of another client,
 //! and answers the releasing client that only its own waiters are marked,
-//! which it then tells ([`WaitQueue::handle_hand_over`](crate::WaitQueue::handle_hand_over)).
+//! which it then tells (`WaitQueue::handle_hand_over`).
 //! The mark lives until the waiter's next attempt marks again
 //! ([`Settings::waiters_mark_ttl`](crate::Settings::waiters_mark_ttl)); its
 //! TTL only grows, since waiters share it, and nobody deletes it: it expires
@@ -222,7 +222,7 @@ return 1
 ///   nobody is marked, or only our own client's waiters are (the mark is
 ///   ours, the others mark does not live, and our value is unmarked or
 ///   marked by our client alone), and our client tells them itself
-///   ([`HandOver`](crate::HandOver));
+///   (`HandOver`);
 /// - `3`: a waiter of another client may be marked (the mark or our value
 ///   says another client, the others mark lives, or the marks cannot be
 ///   read), and a notice is published;

@@ -21,7 +21,7 @@
 //! release sends the release script to that node
 //! ([`Release`](crate::Release)), which deletes `v` marked or not, and
 //! publishes unless only the holder's own client waited (its client tells
-//! those itself, [`HandOver`](crate::HandOver)).
+//! those itself, `HandOver`).
 //!
 //! Every script that compares the holder's value takes a marked value as
 //! the holder's (extend, release, the fencing token's store, the

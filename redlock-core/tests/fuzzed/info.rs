@@ -13,10 +13,8 @@ use std::time::Instant;
 use arbitrary::{Result, Unstructured};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use redlock_core::{
-    Acquisition, Attempts, Call, Command, Config, LockKind, Machine, Native, NodeFacts, Server,
-    Version,
-};
+use redlock_core::native::{Call, Native, NodeFacts, Server, Version};
+use redlock_core::{Acquisition, Attempts, Command, Config, LockKind, Machine};
 
 /// Runs one input; panics when a property fails.
 pub(crate) fn check(data: &[u8]) {

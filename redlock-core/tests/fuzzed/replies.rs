@@ -22,10 +22,10 @@ use std::time::{Duration, Instant};
 use arbitrary::{Result, Unstructured};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
+use redlock_core::native::{Call, Native, NodeFacts, Server, Version};
 use redlock_core::{
-    AcquireEvent, Acquisition, Attempts, Call, Command, Config, InspectReply, LockSpec, Machine,
-    Native, NodeError, NodeErrorKind, NodeFacts, NodeId, NodeVote, Notice, Reply, Request,
-    Response, RoundId, Server, Version, Votes,
+    AcquireEvent, Acquisition, Attempts, Command, Config, InspectReply, LockSpec, Machine,
+    NodeError, NodeErrorKind, NodeId, NodeVote, Notice, Reply, Request, Response, RoundId, Votes,
 };
 
 /// Runs one input; panics when a property fails.

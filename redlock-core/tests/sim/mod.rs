@@ -24,10 +24,11 @@ mod redis;
 
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
+use redlock_core::native::{Call, NodeFacts, Server, Version};
 use redlock_core::{
-    AcquireEvent, Acquisition, Attempts, Call, Config, Extension, KeepAlive, KeepAliveEvent,
-    KeepAliveSchedule, Lock, LockSpec, LossReason, NodeError, NodeErrorKind, NodeFacts, Release,
-    Reply, Request, RetryConfig, Server, Settings, Version,
+    AcquireEvent, Acquisition, Attempts, Config, Extension, KeepAlive, KeepAliveEvent,
+    KeepAliveSchedule, Lock, LockSpec, LossReason, NodeError, NodeErrorKind, Release, Reply,
+    Request, RetryConfig, Settings,
 };
 
 /// What a simulated run looks like.

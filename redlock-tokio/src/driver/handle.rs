@@ -4,8 +4,9 @@
 use std::fmt::Debug;
 
 use redlock_core::{
-    Acquisition, Extension, Inspection, KeptLock, LeaderRead, Machine, OpEvent, Operation,
-    Proclaim, Release, Term,
+    AcquireEvent, Acquisition, ExtendError, Extended, Extension, InspectReport, Inspection,
+    KeptLock, KeptLockEvent, LeaderRead, LeaderReport, OpEvent, Operation, Proclaim, Release,
+    ReleaseReport, Term, TermEvent,
 };
 use tracing::debug;
 
@@ -14,16 +15,19 @@ use crate::Redlock;
 use crate::metrics::{self, Voted};
 use crate::sim::ClientRng;
 
-/// A machine of the core a handle can run on the driver.
-pub(crate) trait Op: Machine + Sized {
+/// An operation of the core a handle can run on the driver, and the event
+/// it reports.
+pub(crate) trait Op: Sized {
+    type Event;
     fn wrap(self: Box<Self>) -> Operation<ClientRng>;
     fn unwrap(operation: Operation<ClientRng>) -> Box<Self>;
     fn event(event: OpEvent) -> Self::Event;
 }
 
 macro_rules! op {
-    ($machine:ty, $variant:ident) => {
+    ($machine:ty, $variant:ident, $event:ty) => {
         impl Op for $machine {
+            type Event = $event;
             fn wrap(self: Box<Self>) -> Operation<ClientRng> {
                 Operation::$variant(self)
             }
@@ -43,14 +47,14 @@ macro_rules! op {
     };
 }
 
-op!(Acquisition<ClientRng>, Acquire);
-op!(Extension, Extend);
-op!(Release, Release);
-op!(KeptLock, KeepAlive);
-op!(Term, Term);
-op!(Proclaim, Proclaim);
-op!(LeaderRead, ReadLeader);
-op!(Inspection, Inspect);
+op!(Acquisition<ClientRng>, Acquire, AcquireEvent);
+op!(Extension, Extend, Result<Extended, ExtendError>);
+op!(Release, Release, ReleaseReport);
+op!(KeptLock, KeepAlive, KeptLockEvent);
+op!(Term, Term, TermEvent);
+op!(Proclaim, Proclaim, Result<u64, ExtendError>);
+op!(LeaderRead, ReadLeader, LeaderReport);
+op!(Inspection, Inspect, InspectReport);
 
 /// The client was shut down ([`Redlock::shutdown`]): the operation ended
 /// with [`OpEvent::Closed`], having undone what it did.
@@ -64,8 +68,7 @@ impl From<Closed> for crate::Error {
 }
 
 /// Runs `machine` to its final event on the client's driver, and gives it
-/// back with it (see [`Machine`] for what a machine does; the driver does
-/// the rest). Dropped before the final event (a cancelled future), it
+/// back with it (the core runs it; the driver moves its bytes). Dropped before the final event (a cancelled future), it
 /// cancels the operation: the core abandons it and sends what undoing it
 /// takes (an acquisition's withdraws), in the background. `Err` once the
 /// client is shut down, for what takes or holds a lock.

@@ -167,7 +167,7 @@ mod tests {
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
-    use redlock_core::{Config, LockValue, Machine, Release, RoundId};
+    use redlock_core::{Config, LockValue, Operation, Release, RoundId};
 
     use super::*;
 
@@ -193,14 +193,16 @@ mod tests {
             .validate()
             .expect("valid settings");
         let key = settings.key(b"job");
-        let mut release = Release::new(
+        let release = Release::new(
             &settings,
             key,
             LockValue::from_string("v"),
             RoundId(1),
             Instant::now(),
         );
-        let request = release.poll_request().expect("a release request");
+        let request = Operation::<crate::sim::ClientRng>::Release(Box::new(release))
+            .undo(Instant::now())
+            .swap_remove(0);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()

@@ -9,7 +9,8 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
 use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, Value};
-use redlock_core::{NodeError, NodeErrorKind, NodeFacts};
+use redlock_core::native::NodeFacts;
+use redlock_core::{NodeError, NodeErrorKind};
 use tracing::{debug, info, warn};
 
 use super::reply::map_error;
@@ -60,15 +61,15 @@ pub(crate) struct Connected {
     /// with the connection, never with the node.
     pub(super) facts: NodeFacts,
     /// The server's eviction policy, when it may evict lock keys
-    /// ([`redlock_core::evicting_policy`], from `INFO memory`); a cluster
+    /// ([`redlock_core::native::evicting_policy`], from `INFO memory`); a cluster
     /// node's first master that may.
     pub(crate) evicting: Option<String>,
     /// Why the server may lose locks when it restarts
-    /// ([`redlock_core::weak_persistence`], from `INFO persistence` and
+    /// ([`redlock_core::native::weak_persistence`], from `INFO persistence` and
     /// `CONFIG GET appendfsync`); a cluster node's first master that may.
     pub(crate) weak_persistence: Option<String>,
     /// Why the server cannot confirm that its AOF has a write
-    /// ([`redlock_core::waitaof_refusal`]); a cluster node always (the
+    /// ([`redlock_core::native::waitaof_refusal`]); a cluster node always (the
     /// client waits for the AOF of plain masters only).
     pub(crate) no_waitaof: Option<String>,
     /// Whether `INFO persistence` was read (an ACL user may be refused it):
@@ -160,14 +161,14 @@ impl Node {
             let evicting = memory
                 .ok()
                 .as_deref()
-                .and_then(redlock_core::evicting_policy)
+                .and_then(redlock_core::native::evicting_policy)
                 .map(str::to_owned);
             // An ACL user without CONFIG reads no appendfsync: AOF alone says.
             let appendfsync = appendfsync.ok().and_then(|pair| pair.into_iter().nth(1));
             let persistence = persistence.ok().unwrap_or_default();
             let persistence_read = !persistence.is_empty();
             let weak_persistence =
-                redlock_core::weak_persistence(&persistence, appendfsync.as_deref());
+                redlock_core::native::weak_persistence(&persistence, appendfsync.as_deref());
             let shas: Vec<String> = shas.map_err(|err| map_error(&err))?;
             let info = info.ok();
             let run_id = info.as_deref().and_then(run_id);
@@ -177,7 +178,7 @@ impl Node {
                 .map(NodeFacts::from_info)
                 .unwrap_or_default();
             let no_waitaof =
-                redlock_core::waitaof_refusal(&facts, &persistence, appendfsync.as_deref());
+                redlock_core::native::waitaof_refusal(&facts, &persistence, appendfsync.as_deref());
             let expected: Vec<&str> = SCRIPTS.iter().map(|s| s.sha.as_str()).collect();
             if shas != expected {
                 return Err(NodeError::new(
@@ -314,7 +315,7 @@ impl Node {
                     let master = redis::from_redis_value::<String>(master).ok()?;
                     let info = redis::from_redis_value::<String>(answer).ok()?;
                     let fsync = fsync_of.get(&master).map(String::as_str);
-                    redlock_core::weak_persistence(&info, fsync)
+                    redlock_core::native::weak_persistence(&info, fsync)
                         .map(|why| format!("{master}: {why}"))
                 }),
                 _ => None,
@@ -322,7 +323,7 @@ impl Node {
             let evicting = match memory {
                 Ok(Value::Map(answers)) => answers.into_iter().find_map(|(_, answer)| {
                     let info = redis::from_redis_value::<String>(answer).ok()?;
-                    redlock_core::evicting_policy(&info).map(str::to_owned)
+                    redlock_core::native::evicting_policy(&info).map(str::to_owned)
                 }),
                 _ => None,
             };

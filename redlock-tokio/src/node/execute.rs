@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use redis::aio::ConnectionLike;
 use redis::{RedisError, Value};
-use redlock_core::{Call, NodeError, NodeErrorKind, Reply, Request, Response};
+use redlock_core::native::Call;
+use redlock_core::{NodeError, NodeErrorKind, Reply, Request, Response};
 use tracing::{debug, warn};
 
 use super::Node;

@@ -37,7 +37,8 @@ use std::time::Duration;
 
 use redis::AsyncConnectionConfig;
 use redis::cluster::ClusterClient;
-use redlock_core::{NodeError, NodeErrorKind, NodeFacts};
+use redlock_core::native::NodeFacts;
+use redlock_core::{NodeError, NodeErrorKind};
 use tracing::{debug, info, warn};
 
 use crate::node::order::Order;

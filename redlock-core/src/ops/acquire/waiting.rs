@@ -6,23 +6,23 @@ use super::*;
 
 impl<R: Rng> Acquisition<R> {
     /// The release channels this acquisition listens on while it waits
-    /// (for [`WaitQueue`](crate::WaitQueue)s: one client's waiters per
+    /// (for `WaitQueue`s: one client's waiters per
     /// channel, first come, first served).
     pub fn channels(&self) -> Vec<Key> {
         crate::config::release_channels(&self.keys, &self.kind)
     }
 
     /// Waits behind waiters that came first instead of attempting at once:
-    /// its client's [`WaitQueue`](crate::WaitQueue) for the lock is not
-    /// empty ([`WaitQueue::may_attempt_now`](crate::WaitQueue::may_attempt_now)).
+    /// its client's `WaitQueue` for the lock is not
+    /// empty (`WaitQueue::may_attempt_now`).
     /// An attempt now could take the lock just freed for the first of them.
     ///
-    /// [`Hub::plan`](crate::Hub::plan) calls it with the client's marks,
+    /// `Hub::plan` calls it with the client's marks,
     /// and is what an adapter calls. Call it right after the constructor,
     /// before draining any request:
     /// the first attempt's requests are withdrawn (nothing was sent), and
     /// the acquisition waits as after a failed attempt (asking to listen,
-    /// [`poll_listen`](Machine::poll_listen)) until a notice says its turn
+    /// `poll_listen`) until a notice says its turn
     /// came or its retry timer fires. The first attempt made then counts
     /// as the first, not as a retry. Does nothing for one attempt
     /// ([`Attempts::Once`]: a `try_lock` never waits), for a reentrant lock
@@ -38,13 +38,13 @@ impl<R: Rng> Acquisition<R> {
     /// off the path of the hand-over, unless the client's last mark on
     /// every key it would mark lives until its next one reaches the nodes
     /// (`client_marked`, from the queue:
-    /// [`WaitQueue::marked_until`](crate::WaitQueue::marked_until)). A
+    /// `WaitQueue::marked_until`). A
     /// release publishes for any mark, and the client's queue hears the
     /// notice for all its waiters; that mark was queued on each node's
     /// connection before this acquire began, so it reaches every node no
     /// later than one of its own would. Give the queue this acquisition's
     /// [`marked_until`](Self::marked_until) afterwards
-    /// ([`WaitQueue::handle_marked`](crate::WaitQueue::handle_marked)). A
+    /// (`WaitQueue::handle_marked`). A
     /// holder that releases and asks again while others wait, the common
     /// case of a contended lock, then costs no mark per hold.
     pub fn queue_behind(&mut self, now: Instant, client_marked: Option<Instant>) {
