@@ -5,6 +5,10 @@
 
 mod support;
 
+#[path = "../../redlock-testkit/src/model.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod redis;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,6 +23,16 @@ use support::{MS, three_nodes};
 /// Three nodes, a 1 s TTL, a 10 ms per-node timeout, retries every 10 s.
 fn settings() -> Arc<Settings> {
     Arc::new(three_nodes(3, Duration::from_secs(10)).validate().unwrap())
+}
+
+/// [`settings`] with release notices on.
+fn notices_settings() -> Arc<Settings> {
+    Arc::new(
+        three_nodes(3, Duration::from_secs(10))
+            .release_notices(true)
+            .validate()
+            .unwrap(),
+    )
 }
 
 fn acquire(settings: &Arc<Settings>, attempts: Attempts, now: Instant) -> Operation<StdRng> {
@@ -257,18 +271,28 @@ fn the_cancel_test_catches_a_client_that_skips_the_withdraws() {
     );
 }
 
+/// A client whose granted lock's release went out at `t1` (100 ms in),
+/// every node but node 0 having answered: the client, the release to node
+/// 0 still in flight, and `t1`.
+fn releasing_but_node_0(
+    settings: &Arc<Settings>,
+    t0: Instant,
+) -> (Client<StdRng>, (RequestId, Request), Instant) {
+    let mut client = Client::new(Arc::clone(settings), StdRng::seed_from_u64(0));
+    let mut lock = granted(&mut client, settings, t0);
+    let t1 = t0 + 100 * MS;
+    client.start(Operation::Release(Box::new(lock.release(t1))), t1);
+    let mut sent = drain(&mut client).sent;
+    assert_eq!(sent.len(), 3);
+    let to_node_0 = sent.remove(0);
+    answer(&mut client, &sent, Response::Int(1), t1 + MS);
+    (client, to_node_0, t1)
+}
+
 #[test]
 fn a_release_that_meets_a_broken_connection_is_sent_again_until_it_is_given_up() {
     let settings = settings();
-    let t0 = Instant::now();
-    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
-    let mut lock = granted(&mut client, &settings, t0);
-    let t1 = t0 + 100 * MS;
-    client.start(Operation::Release(Box::new(lock.release(t1))), t1);
-    let out = drain(&mut client);
-    assert_eq!(out.sent.len(), 3);
-    let (to_node_0, rest) = out.sent.split_first().unwrap();
-    answer(&mut client, rest, Response::Int(1), t1 + MS);
+    let (mut client, to_node_0, t1) = releasing_but_node_0(&settings, Instant::now());
     client.handle_reply(to_node_0.0, broken(&to_node_0.1), t1 + MS);
     let out = drain(&mut client);
     assert!(out.sent.is_empty(), "not again at once");
@@ -302,14 +326,7 @@ fn a_release_that_meets_a_broken_connection_is_sent_again_until_it_is_given_up()
 #[test]
 fn a_release_unanswered_is_waited_for_until_its_give_up_not_its_deadline() {
     let settings = settings();
-    let t0 = Instant::now();
-    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
-    let mut lock = granted(&mut client, &settings, t0);
-    let t1 = t0 + 100 * MS;
-    client.start(Operation::Release(Box::new(lock.release(t1))), t1);
-    let out = drain(&mut client);
-    let (silent, rest) = out.sent.split_first().unwrap();
-    answer(&mut client, rest, Response::Int(1), t1 + MS);
+    let (mut client, silent, _) = releasing_but_node_0(&settings, Instant::now());
     let out = drain(&mut client);
     assert!(
         matches!(&out.events[..], [(_, OpEvent::Release(_), true)]),
@@ -417,12 +434,7 @@ fn the_close_test_catches_a_close_that_keeps_held_locks() {
 
 #[test]
 fn a_waiter_is_handed_the_lock_its_client_releases_without_waiting_for_its_retry() {
-    let settings = Arc::new(
-        three_nodes(3, Duration::from_secs(10))
-            .release_notices(true)
-            .validate()
-            .unwrap(),
-    );
+    let settings = notices_settings();
     let t0 = Instant::now();
     let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
     let mut held = granted(&mut client, &settings, t0);
@@ -624,6 +636,58 @@ fn a_restarted_server_does_not_vote_until_the_longest_ttl_has_passed() {
         out.events.iter().any(|(id, e, _)| *id == op
             && matches!(e, OpEvent::Acquire(AcquireEvent::Acquired(_)))),
         "{out:?}"
+    );
+}
+
+/// A connection again to the same server (the same run id), or to one
+/// that gives no run id (an ACL user without `INFO`), is no restart; a
+/// read answered across a restart counts all the same: it is no vote.
+#[test]
+fn only_a_run_id_gone_is_a_restart_and_reads_count_across_one() {
+    let settings = settings();
+    let t0 = Instant::now();
+    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
+    for node in 0..3 {
+        client.handle_connected(NodeId(node), &[format!("first{node}")], t0);
+    }
+    client.handle_connected(NodeId(0), &["first0".to_owned()], t0 + MS);
+    client.handle_connected(NodeId(1), &[], t0 + MS);
+    assert!(drain(&mut client).health.is_empty(), "no restart");
+    let op = client.start(acquire(&settings, Attempts::Once, t0 + MS), t0 + MS);
+    let attempt = drain(&mut client);
+    assert_eq!(attempt.sent.len(), 3, "every node asked");
+    answer(&mut client, &attempt.sent, Response::Int(1), t0 + 2 * MS);
+    let out = drain(&mut client);
+    let (_, event, _) = out.events.iter().find(|(id, ..)| *id == op).unwrap();
+    for node in 0..3 {
+        assert!(!restarted(&vote_of(event, NodeId(node))), "{event:?}");
+    }
+    // A read of every node is on its way when node 2 restarts.
+    let t1 = t0 + 10 * MS;
+    let read = redlock_core::Inspection::new(&settings, b"report", redlock_core::RoundId(9), t1);
+    let op = client.start(Operation::Inspect(Box::new(read)), t1);
+    let reads = drain(&mut client).sent;
+    assert_eq!(reads.len(), 3);
+    client.handle_connected(NodeId(2), &["second2".to_owned()], t1 + MS);
+    assert_eq!(drain(&mut client).health.len(), 1, "node 2 restarted");
+    let held = Response::Array(vec![
+        Response::Data(b"v".to_vec()),
+        Response::Int(900),
+        Response::Nil,
+    ]);
+    answer(&mut client, &reads, held, t1 + 2 * MS);
+    let out = drain(&mut client);
+    let report = out
+        .events
+        .into_iter()
+        .find_map(|(id, event, _)| match event {
+            OpEvent::Inspect(report) if id == op => Some(report),
+            _ => None,
+        })
+        .expect("the read ends");
+    assert!(
+        report.reads.iter().all(Result::is_ok),
+        "a read is no vote: {report:?}"
     );
 }
 
@@ -883,4 +947,454 @@ fn a_link_that_never_came_up_subscribes_as_a_first_link_does() {
         "a first subscription of an active channel starts no attempt: {out:?}"
     );
     assert_eq!(client.notice_links_up(), 3);
+}
+
+/// The commands of `sent`, in order.
+fn commands(sent: &[(RequestId, Request)]) -> Vec<Command> {
+    sent.iter().map(|(_, request)| request.command).collect()
+}
+
+#[test]
+fn running_counts_the_operations_until_their_final_event() {
+    let settings = settings();
+    let t0 = Instant::now();
+    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
+    assert_eq!(client.running(), 0);
+    client.start(acquire(&settings, Attempts::Once, t0), t0);
+    client.start(acquire(&settings, Attempts::Once, t0), t0);
+    assert_eq!(client.running(), 2);
+    assert!(!client.is_closed(), "closed only by `close`");
+}
+
+#[test]
+fn an_acquire_of_a_lock_the_clients_waiter_waits_for_queues_behind_it() {
+    let settings = notices_settings();
+    let t0 = Instant::now();
+    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
+    listening_waiter(&mut client, &settings, t0);
+    let t1 = t0 + 10 * MS;
+    client.start(acquire(&settings, Attempts::Retry, t1), t1);
+    let out = drain(&mut client);
+    assert!(
+        acquires(out.sent).is_empty(),
+        "first come, first served: it waits behind the client's waiter"
+    );
+    assert_eq!(client.running(), 2);
+}
+
+#[test]
+fn a_release_of_a_lock_the_clients_waiter_waits_for_is_the_script_on_every_node() {
+    let settings = notices_settings();
+    let t0 = Instant::now();
+    // Nobody waiting: a plain release, which may go native where a node can.
+    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
+    let mut alone = granted(&mut client, &settings, t0);
+    client.start(
+        Operation::Release(Box::new(alone.release(t0 + MS))),
+        t0 + MS,
+    );
+    let out = drain(&mut client);
+    assert_eq!(out.sent.len(), 3);
+    assert!(out.sent.iter().all(|(_, r)| r.native), "{out:?}");
+    // The client's own waiter waits for its lock: the release is the
+    // script everywhere, so that it hands over once queued.
+    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
+    let mut held = granted(&mut client, &settings, t0);
+    let t1 = t0 + 5 * MS;
+    client.start(acquire(&settings, Attempts::Retry, t1), t1);
+    let votes = acquires(drain(&mut client).sent);
+    let holder = Response::Data(held.value().as_bytes().to_vec());
+    answer(&mut client, &votes, holder, t1 + MS);
+    drain(&mut client);
+    let t2 = t1 + 20 * MS;
+    client.start(Operation::Release(Box::new(held.release(t2))), t2);
+    let out = drain(&mut client);
+    let releases: Vec<_> = out
+        .sent
+        .iter()
+        .filter(|(_, r)| r.command == Command::Release)
+        .collect();
+    assert_eq!(releases.len(), 3, "{out:?}");
+    assert!(releases.iter().all(|(_, r)| !r.native), "{out:?}");
+}
+
+#[test]
+fn an_evicted_operation_is_given_back_and_another_client_undoes_it() {
+    let settings = settings();
+    let t0 = Instant::now();
+    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
+    let op = client.start(acquire(&settings, Attempts::Once, t0), t0);
+    let attempt = drain(&mut client);
+    assert_eq!(attempt.sent.len(), 3);
+    let evicted = client.evict(op, t0 + MS).expect("it ran");
+    assert!(matches!(evicted, Operation::Acquire(_)));
+    assert_eq!(client.running(), 0);
+    assert!(client.evict(op, t0 + MS).is_none(), "evicted once");
+    // Its answers reach nobody.
+    answer(&mut client, &attempt.sent, Response::Int(1), t0 + 2 * MS);
+    assert!(drain(&mut client).events.is_empty());
+    // The client it is handed to abandons it: its attempt is withdrawn on
+    // every node it may hold.
+    let mut other = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(1));
+    other.abandon(evicted, t0 + 3 * MS);
+    let out = drain(&mut other);
+    assert_eq!(
+        commands(&out.sent),
+        [Command::Withdraw, Command::Withdraw, Command::Withdraw],
+        "{out:?}"
+    );
+    assert!(out.events.is_empty(), "abandoned: it reports nothing");
+}
+
+#[test]
+fn what_the_nodes_are_owed_is_taken_out_and_settles_the_client() {
+    let settings = settings();
+    let t0 = Instant::now();
+    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
+    assert!(client.is_settled(), "a new client");
+    let op = client.start(acquire(&settings, Attempts::Once, t0), t0);
+    let attempt = drain(&mut client);
+    assert!(
+        client.is_settled(),
+        "what is in flight, a running operation waits for"
+    );
+    answer(&mut client, &attempt.sent[..2], Response::Int(1), t0 + MS);
+    let mut lock = match drain(&mut client).events.pop() {
+        Some((whose, OpEvent::Acquire(AcquireEvent::Acquired(lock)), true)) if whose == op => lock,
+        other => panic!("not granted: {other:?}"),
+    };
+    assert!(
+        !client.is_settled(),
+        "the third request is in flight for an operation that ended"
+    );
+    answer(
+        &mut client,
+        &attempt.sent[2..],
+        Response::Int(1),
+        t0 + 2 * MS,
+    );
+    assert!(client.is_settled());
+    // A release that meets a broken connection on node 0 is owed there.
+    let t1 = t0 + 10 * MS;
+    client.start(Operation::Release(Box::new(lock.release(t1))), t1);
+    let out = drain(&mut client);
+    let (to_node_0, rest) = out.sent.split_first().unwrap();
+    answer(&mut client, rest, Response::Int(1), t1 + MS);
+    client.handle_reply(to_node_0.0, broken(&to_node_0.1), t1 + MS);
+    drain(&mut client);
+    assert_eq!(client.running(), 0);
+    assert!(!client.is_settled(), "owed to node 0");
+    assert!(!client.is_idle());
+    let owed = client.take_owed();
+    assert_eq!(owed.len(), 1);
+    assert_eq!(
+        (owed[0].node, owed[0].command),
+        (NodeId(0), Command::Release)
+    );
+    assert!(client.is_settled());
+    assert!(client.is_idle(), "nothing owed, nothing in flight");
+}
+
+#[test]
+fn a_release_broken_at_its_give_up_instant_is_owed_no_more() {
+    let settings = settings();
+    let (mut client, to_node_0, _) = releasing_but_node_0(&settings, Instant::now());
+    let give_up_at = to_node_0.1.give_up_at;
+    client.handle_reply(to_node_0.0, broken(&to_node_0.1), give_up_at);
+    drain(&mut client);
+    assert!(client.is_idle(), "what it undoes has expired by now");
+}
+
+#[test]
+fn release_notices_from_two_of_three_nodes_wake_the_clients_waiter_at_once() {
+    let settings = notices_settings();
+    let t0 = Instant::now();
+    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
+    let waiter = listening_waiter(&mut client, &settings, t0);
+    let t1 = t0 + 50 * MS;
+    let channel = settings.release_channel(&settings.key(b"report"));
+    // One node's notice may be a failed attempt's clean-up; two of three
+    // are more than those can free while another client holds a quorum.
+    client.handle_notice(NodeId(0), channel.as_bytes(), t1);
+    assert!(acquires(drain(&mut client).sent).is_empty());
+    client.handle_notice(NodeId(2), channel.as_bytes(), t1);
+    let attempt = acquires(drain(&mut client).sent);
+    assert_eq!(attempt.len(), 3, "woken at the notices: {attempt:?}");
+    answer(&mut client, &attempt, Response::Int(1), t1 + MS);
+    let out = drain(&mut client);
+    assert!(
+        out.events.iter().any(|(op, event, last)| *op == waiter
+            && *last
+            && matches!(event, OpEvent::Acquire(AcquireEvent::Acquired(_)))),
+        "{out:?}"
+    );
+    // Nobody waits: each link is asked to unsubscribe, one change at a
+    // time; once confirmed, a new waiter's channel is subscribed again.
+    assert_eq!(out.unsubscribed.len(), 3, "{out:?}");
+    for node in 0..3 {
+        client.handle_unsubscribed(NodeId(node), t1 + 2 * MS);
+    }
+    let t2 = t1 + 10 * MS;
+    client.start(acquire(&settings, Attempts::Retry, t2), t2);
+    let votes = acquires(drain(&mut client).sent);
+    answer(
+        &mut client,
+        &votes,
+        Response::Data(b"another owner".to_vec()),
+        t2 + MS,
+    );
+    let out = drain(&mut client);
+    assert_eq!(out.subscribed.len(), 3, "{out:?}");
+    assert!(out.notice_connects.is_empty(), "the links are up still");
+}
+
+#[test]
+fn a_lost_notice_link_is_not_made_again_once_nobody_waits() {
+    let settings = notices_settings();
+    let t0 = Instant::now();
+    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
+    let waiter = listening_waiter(&mut client, &settings, t0);
+    let t1 = t0 + 10 * MS;
+    client.handle_notices_lost(NodeId(1), t1);
+    client.cancel(waiter, t1);
+    let out = drain(&mut client);
+    assert_eq!(out.unsubscribed.len(), 2, "the links up: {out:?}");
+    answer(&mut client, &out.sent, Response::Int(1), t1 + MS);
+    for node in [0, 2] {
+        client.handle_unsubscribed(NodeId(node), t1 + MS);
+    }
+    // Past every deadline: nothing in flight is waited for any more.
+    client.handle_timeout(t1 + Duration::from_secs(5));
+    let out = drain(&mut client);
+    assert!(out.notice_connects.is_empty(), "{out:?}");
+    assert_eq!(
+        client.poll_timeout(),
+        None,
+        "nobody waits: no link is made again, no timer runs"
+    );
+}
+
+/// Two waiters of this client on a lock another owner holds, the second
+/// planned behind the first; release notices from two nodes wake the
+/// first alone, whose attempt is returned.
+fn two_waiters_the_first_woken(
+    client: &mut Client<StdRng>,
+    settings: &Arc<Settings>,
+    t0: Instant,
+) -> (OpId, OpId, Vec<(RequestId, Request)>) {
+    let first = listening_waiter(client, settings, t0);
+    let t1 = t0 + 10 * MS;
+    let second = client.start(acquire(settings, Attempts::Retry, t1), t1);
+    assert!(acquires(drain(client).sent).is_empty(), "queued behind");
+    let channel = settings.release_channel(&settings.key(b"report"));
+    client.handle_notice(NodeId(0), channel.as_bytes(), t1 + MS);
+    client.handle_notice(NodeId(2), channel.as_bytes(), t1 + MS);
+    let attempt = acquires(drain(client).sent);
+    assert_eq!(attempt.len(), 3, "the first waiter's attempt");
+    (first, second, attempt)
+}
+
+#[test]
+fn a_waiter_served_leaves_the_release_it_heard_to_nobody() {
+    let settings = notices_settings();
+    let t0 = Instant::now();
+    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
+    let (first, _, attempt) = two_waiters_the_first_woken(&mut client, &settings, t0);
+    answer(&mut client, &attempt, Response::Int(1), t0 + 20 * MS);
+    let out = drain(&mut client);
+    assert!(
+        out.events.iter().any(|(op, event, last)| *op == first
+            && *last
+            && matches!(event, OpEvent::Acquire(AcquireEvent::Acquired(_)))),
+        "{out:?}"
+    );
+    assert!(
+        acquires(out.sent).is_empty(),
+        "the lock is the first's now: the second waits for its release"
+    );
+}
+
+#[test]
+fn a_waiter_that_leaves_without_the_lock_hands_what_it_heard_to_the_next() {
+    let settings = notices_settings();
+    let t0 = Instant::now();
+    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
+    let (first, second, attempt) = two_waiters_the_first_woken(&mut client, &settings, t0);
+    // Another program's value of another type: the first fails for good.
+    for (id, request) in &attempt {
+        let wrong = NodeError::new(NodeErrorKind::WrongType, "WRONGTYPE");
+        client.handle_reply(*id, Reply::to(request, Err(wrong)), t0 + 20 * MS);
+    }
+    let out = drain(&mut client);
+    assert!(
+        out.events.iter().any(|(op, event, last)| *op == first
+            && *last
+            && matches!(event, OpEvent::Acquire(AcquireEvent::Failed(_)))),
+        "{out:?}"
+    );
+    let next = acquires(out.sent);
+    assert_eq!(next.len(), 3, "the second tries at once: {next:?}");
+    assert!(client.running() == 1 && second != first);
+}
+
+#[test]
+fn an_operation_undone_without_a_client_gives_what_must_reach_the_nodes() {
+    let settings = settings();
+    let t0 = Instant::now();
+    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
+    let op = client.start(acquire(&settings, Attempts::Once, t0), t0);
+    drain(&mut client);
+    let acquisition = client.evict(op, t0 + MS).expect("it ran");
+    let undone = acquisition.undo(t0 + MS);
+    assert_eq!(
+        undone.iter().map(|r| r.command).collect::<Vec<_>>(),
+        [Command::Withdraw, Command::Withdraw, Command::Withdraw],
+        "its attempt in flight is withdrawn on every node"
+    );
+}
+
+#[test]
+fn close_releases_what_a_leaders_term_holds() {
+    use redlock_core::{ElectionTiming, LockSpec, Term};
+    let settings = settings();
+    let t0 = Instant::now();
+    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
+    let timing = ElectionTiming::new(
+        &settings,
+        Duration::from_secs(10),
+        Duration::from_secs(6),
+        Duration::from_secs(1),
+    )
+    .unwrap();
+    let campaign = Acquisition::with_spec(
+        Arc::clone(&settings),
+        LockSpec::Fenced(b"leader"),
+        timing.lease(),
+        Attempts::Once,
+        t0,
+        StdRng::seed_from_u64(3),
+    )
+    .unwrap();
+    let op = client.start(Operation::Acquire(Box::new(campaign)), t0);
+    let out = drain(&mut client);
+    let granted = Response::Array(vec![Response::Int(1), Response::Int(4)]);
+    answer(&mut client, &out.sent, granted, t0 + MS);
+    let tokens = drain(&mut client).sent;
+    assert!(
+        tokens
+            .iter()
+            .all(|(_, r)| matches!(r.command, Command::StoreToken { .. }))
+    );
+    answer(&mut client, &tokens, Response::Int(1), t0 + 2 * MS);
+    let lock = match drain(&mut client).events.pop() {
+        Some((whose, OpEvent::Acquire(AcquireEvent::Acquired(lock)), true)) if whose == op => lock,
+        other => panic!("not elected: {other:?}"),
+    };
+    let term = Term::new(lock, &timing).expect("a fenced lock");
+    let t1 = t0 + 10 * MS;
+    client.start(Operation::Term(Box::new(term)), t1);
+    drain(&mut client);
+    client.close(t1 + MS);
+    let out = drain(&mut client);
+    assert!(
+        out.events
+            .iter()
+            .any(|(_, event, last)| *last && matches!(event, OpEvent::Closed)),
+        "{out:?}"
+    );
+    let released: Vec<_> = out
+        .sent
+        .iter()
+        .filter(|(_, r)| r.command == Command::Release)
+        .map(|(_, r)| r.node)
+        .collect();
+    assert_eq!(released, [NodeId(0), NodeId(1), NodeId(2)], "{out:?}");
+}
+
+/// Every master's answer to what `client` sent, at `now` (each master a
+/// model of the scripts), until it sends nothing more; what it reported.
+fn served(
+    client: &mut Client<StdRng>,
+    masters: &mut [redis::Store],
+    t0: Instant,
+    now: Instant,
+) -> Drained {
+    let mut all = Drained::default();
+    loop {
+        let out = drain(client);
+        if out.sent.is_empty() {
+            all.events.extend(out.events);
+            all.subscribed.extend(out.subscribed);
+            all.notice_connects.extend(out.notice_connects);
+            return all;
+        }
+        for (id, request) in &out.sent {
+            let clock = (now - t0).as_micros() as f64;
+            let response = masters[request.node.0].run(clock, request);
+            client.handle_reply(*id, Reply::to(request, Ok(response)), now);
+        }
+        all.sent.extend(out.sent);
+        all.events.extend(out.events);
+        all.subscribed.extend(out.subscribed);
+        all.notice_connects.extend(out.notice_connects);
+    }
+}
+
+fn fair(settings: &Arc<Settings>, seed: u64, now: Instant) -> Operation<StdRng> {
+    Operation::Acquire(Box::new(
+        Acquisition::with_spec(
+            Arc::clone(settings),
+            redlock_core::LockSpec::Fair(b"report"),
+            settings.default_ttl(),
+            Attempts::Retry,
+            now,
+            StdRng::seed_from_u64(seed),
+        )
+        .unwrap(),
+    ))
+}
+
+/// The masters order a fair lock's waiters: a release notice goes to every
+/// waiter of the client, not to its first alone.
+#[test]
+fn release_notices_reach_every_fair_waiter_of_the_client() {
+    let settings = notices_settings();
+    let t0 = Instant::now();
+    let mut masters: Vec<redis::Store> = (0..3).map(|_| redis::Store::default()).collect();
+    let mut holder = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(1));
+    holder.start(fair(&settings, 1, t0), t0);
+    let out = served(&mut holder, &mut masters, t0, t0);
+    let Some((_, OpEvent::Acquire(AcquireEvent::Acquired(mut held)), true)) =
+        out.events.into_iter().last()
+    else {
+        panic!("the holder is granted the free lock");
+    };
+    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
+    let t1 = t0 + MS;
+    client.start(fair(&settings, 2, t1), t1);
+    client.start(fair(&settings, 3, t1), t1);
+    let out = served(&mut client, &mut masters, t0, t1);
+    assert_eq!(out.notice_connects.len(), 3, "they listen: {out:?}");
+    for node in 0..3 {
+        client.handle_notices_connected(NodeId(node), t1 + MS);
+    }
+    let out = served(&mut client, &mut masters, t0, t1 + MS);
+    assert_eq!(out.subscribed.len(), 3, "{out:?}");
+    for node in 0..3 {
+        client.handle_subscribed(NodeId(node), t1 + 2 * MS);
+    }
+    served(&mut client, &mut masters, t0, t1 + 2 * MS);
+    // The holder releases; the masters publish on the lock's channel.
+    let t2 = t1 + 10 * MS;
+    holder.start(Operation::Release(Box::new(held.release(t2))), t2);
+    served(&mut holder, &mut masters, t0, t2);
+    let channel = settings.release_channel(&settings.key(b"report"));
+    client.handle_notice(NodeId(0), channel.as_bytes(), t2 + MS);
+    client.handle_notice(NodeId(1), channel.as_bytes(), t2 + MS);
+    let out = drain(&mut client);
+    let rounds: std::collections::HashSet<_> = acquires(out.sent)
+        .into_iter()
+        .map(|(_, r)| r.value)
+        .collect();
+    assert_eq!(rounds.len(), 2, "both waiters try at once");
 }

@@ -190,7 +190,9 @@ impl<R: Rng> Client<R> {
                 if let Some(change) = self.links.nodes[flight.node.0].health.handle_overdue(now) {
                     self.outputs.push_back(Output::Health(change));
                 }
-                if flight.must_arrive.is_some() && flight.give_up_at > now {
+                // Only a request that must arrive gives up later than its
+                // deadline (`Request::give_up_at`).
+                if flight.give_up_at > now {
                     self.links.timers.insert((flight.give_up_at, id));
                     continue;
                 }
