@@ -429,6 +429,15 @@ pub enum ExtendError {
 }
 
 impl ExtendError {
+    /// Whether the lock is lost with this failure: it expired, another
+    /// owner holds it, or our value is gone from too many nodes. Only
+    /// [`NoQuorum`](Self::NoQuorum) (too few nodes answered) leaves the
+    /// lock as it was, until its validity runs out; a keep-alive tries
+    /// again while validity is left.
+    pub fn loses_lock(&self) -> bool {
+        !matches!(self, ExtendError::NoQuorum { .. })
+    }
+
     /// The per-node votes, when a round was run.
     pub fn votes(&self) -> Option<&Votes> {
         match self {

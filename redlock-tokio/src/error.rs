@@ -161,9 +161,7 @@ impl Error {
         match self {
             Error::Unreachable { .. } => true,
             Error::Acquire(error) => acquire_unavailable(error),
-            Error::Extend(error) | Error::Proclaim(error) => {
-                matches!(error, ExtendError::NoQuorum { .. })
-            }
+            Error::Extend(error) | Error::Proclaim(error) => !error.loses_lock(),
             _ => false,
         }
     }
@@ -195,9 +193,7 @@ impl Error {
     pub fn is_lock_lost(&self) -> bool {
         match self {
             Error::LockLost { .. } => true,
-            Error::Extend(error) | Error::Proclaim(error) => {
-                !matches!(error, ExtendError::NoQuorum { .. })
-            }
+            Error::Extend(error) | Error::Proclaim(error) => error.loses_lock(),
             _ => false,
         }
     }

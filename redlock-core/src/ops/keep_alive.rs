@@ -273,7 +273,7 @@ impl KeepAliveSchedule {
         if !matches!(self.state, State::Extending) {
             return;
         }
-        if !matches!(error, ExtendError::NoQuorum { .. }) {
+        if error.loses_lock() {
             self.lose(LossReason::ExtendFailed(error));
             return;
         }

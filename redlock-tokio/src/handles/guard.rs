@@ -266,7 +266,7 @@ impl LockGuard {
             }
             Err(error) => {
                 debug!(error = %error, "lock not extended");
-                if !matches!(error, redlock_core::ExtendError::NoQuorum { .. }) {
+                if error.loses_lock() {
                     self.shared.lose(LossReason::ExtendFailed(error.clone()));
                 }
                 Err(error.into())
