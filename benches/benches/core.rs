@@ -1,10 +1,12 @@
-//! CPU-only micro-benchmarks of `redlock-core`: what the state machines cost
-//! per lock, with no I/O at all.
+//! CPU-only micro-benchmarks of `redlock-core`: what the core's `Client`
+//! costs per lock, with no I/O at all (the work an adapter's driver hands
+//! it: start an operation, take its requests, give it the answers, read
+//! its event).
 //!
 //! `cargo bench -p redlock-benches --bench core` (divan; pass
 //! `-- --sample-count 20` or a benchmark name to narrow it down).
 
-use redlock_core::Machine;
+use std::cell::RefCell;
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,8 +15,9 @@ use divan::Bencher;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use redlock_core::{
-    AcquireEvent, Acquisition, Attempts, Config, Lock, Reply, Request, Response, RetryConfig,
-    Settings, drift, remaining, retry_delay, valid_until,
+    AcquireEvent, Acquisition, Attempts, Client, Config, Lock, OpEvent, Operation, Output, Reply,
+    Request, RequestId, Response, RetryConfig, Settings, drift, remaining, retry_delay,
+    valid_until,
 };
 
 fn main() {
@@ -30,89 +33,136 @@ fn settings(nodes: usize) -> Arc<Settings> {
     )
 }
 
-/// One acquire over `nodes` nodes: start the attempt (draws the 20-byte
-/// value), emit the N requests, take a quorum of yes votes, hand out the
-/// lock. This is all the core does per `try_lock`.
-fn acquire_once(settings: &Arc<Settings>, rng: StdRng, now: Instant) -> Lock {
-    let mut acquisition = Acquisition::new(
+/// A client of `settings`, idle between iterations (every request it sends
+/// is answered in the same iteration).
+fn client(settings: &Arc<Settings>) -> RefCell<Client<StdRng>> {
+    RefCell::new(Client::new(Arc::clone(settings), StdRng::seed_from_u64(1)))
+}
+
+/// What the client asks to send, and its operations' final events.
+fn outputs(client: &mut Client<StdRng>) -> (Vec<(RequestId, Request)>, Vec<OpEvent>) {
+    let (mut sent, mut events) = (Vec::new(), Vec::new());
+    while let Some(output) = client.poll_output() {
+        match output {
+            Output::Transmit { id, request } => sent.push((id, request)),
+            Output::Event {
+                event,
+                finished: Some(_),
+                ..
+            } => events.push(event),
+            _ => {}
+        }
+    }
+    (sent, events)
+}
+
+/// Runs `operation` on `client`, each node answering `answer(node)` 300 us
+/// later; its final event, and how many requests it sent after.
+fn run(
+    client: &mut Client<StdRng>,
+    operation: Operation<StdRng>,
+    now: Instant,
+    answer: impl Fn(usize) -> Response,
+) -> (OpEvent, usize) {
+    client.start(operation, now);
+    let (sent, _) = outputs(client);
+    let later = now + Duration::from_micros(300);
+    for (id, request) in &sent {
+        let response = answer(request.node.0);
+        client.handle_reply(*id, Reply::to(request, Ok(response)), later);
+    }
+    let (after, mut events) = outputs(client);
+    for (id, request) in &after {
+        client.handle_reply(*id, Reply::to(request, Ok(Response::Int(1))), later);
+    }
+    let event = events.pop().expect("every operation ends once answered");
+    (event, after.len())
+}
+
+fn acquisition(settings: &Arc<Settings>, rng: StdRng, now: Instant) -> Operation<StdRng> {
+    Operation::Acquire(Box::new(Acquisition::new(
         Arc::clone(settings),
         b"bench-resource",
         settings.default_ttl(),
         Attempts::Once,
         now,
         rng,
-    );
-    let mut requests: [Option<Request>; 16] = Default::default();
-    let mut count = 0;
-    while let Some(request) = acquisition.poll_request() {
-        requests[count] = Some(request);
-        count += 1;
-    }
-    let later = now + Duration::from_micros(300);
-    for request in requests.iter().take(count).flatten() {
-        acquisition.handle_reply(Reply::to(request, Ok(Response::Int(1))), later);
-        if let Some(AcquireEvent::Acquired(lock)) = acquisition.poll_event() {
-            return lock;
-        }
-    }
-    panic!("a quorum of yes votes always acquires");
+    )))
 }
 
-/// One acquire decision over 5 nodes (3 yes votes decide it).
+/// One acquire over `nodes` nodes: start the attempt (draws the 20-byte
+/// value), emit the N requests, take the yes votes, hand out the lock.
+/// This is all the core does per `try_lock`.
+fn acquire_once(
+    client: &mut Client<StdRng>,
+    settings: &Arc<Settings>,
+    rng: StdRng,
+    now: Instant,
+) -> Lock {
+    match run(client, acquisition(settings, rng, now), now, |_| {
+        Response::Int(1)
+    }) {
+        (OpEvent::Acquire(AcquireEvent::Acquired(lock)), _) => lock,
+        (other, _) => panic!("a quorum of yes votes always acquires: {other:?}"),
+    }
+}
+
+/// One acquire decision over 1 to 7 nodes, on the client.
 #[divan::bench(args = [1, 3, 5, 7])]
-fn acquire_decision(bencher: Bencher<'_, '_>, nodes: usize) {
+fn client_acquire(bencher: Bencher<'_, '_>, nodes: usize) {
     let settings = settings(nodes);
+    let client = client(&settings);
     let now = Instant::now();
     bencher
         .with_inputs(|| StdRng::seed_from_u64(7))
-        .bench_local_values(|rng| acquire_once(&settings, rng, now));
+        .bench_local_values(|rng| acquire_once(&mut client.borrow_mut(), &settings, rng, now));
 }
 
 /// The failing case over 5 nodes: three nodes held by someone else, so the
-/// attempt fails at once and queues releases on every node.
+/// attempt fails and withdraws on every node.
 #[divan::bench]
-fn acquire_decision_held(bencher: Bencher<'_, '_>) {
+fn client_acquire_held(bencher: Bencher<'_, '_>) {
     let settings = settings(5);
+    let client = client(&settings);
     let now = Instant::now();
     bencher
         .with_inputs(|| StdRng::seed_from_u64(7))
         .bench_local_values(|rng| {
-            let mut acquisition = Acquisition::new(
-                Arc::clone(&settings),
-                b"bench-resource",
-                settings.default_ttl(),
-                Attempts::Once,
+            let held = |node| match node {
+                0..3 => Response::Data(b"someone-else".to_vec()),
+                _ => Response::Int(1),
+            };
+            run(
+                &mut client.borrow_mut(),
+                acquisition(&settings, rng, now),
                 now,
-                rng,
-            );
-            let requests: Vec<Request> =
-                std::iter::from_fn(|| acquisition.poll_request()).collect();
-            let later = now + Duration::from_micros(300);
-            for request in &requests[..3] {
-                let other = Ok(Response::Data(b"someone-else".to_vec()));
-                acquisition.handle_reply(Reply::to(request, other), later);
-            }
-            let event = acquisition.poll_event();
-            let releases = std::iter::from_fn(|| acquisition.poll_request()).count();
-            (event, releases)
+                held,
+            )
         });
 }
 
-/// A release round over 5 nodes: emit 5 requests, take 5 answers, report.
+/// A release over 5 nodes, on the client: emit 5 requests, take 5
+/// answers, report.
 #[divan::bench]
-fn release_round(bencher: Bencher<'_, '_>) {
+fn client_release(bencher: Bencher<'_, '_>) {
     let settings = settings(5);
+    let client = client(&settings);
     let now = Instant::now();
     bencher
-        .with_inputs(|| acquire_once(&settings, StdRng::seed_from_u64(7), now))
+        .with_inputs(|| {
+            acquire_once(
+                &mut client.borrow_mut(),
+                &settings,
+                StdRng::seed_from_u64(7),
+                now,
+            )
+        })
         .bench_local_values(|mut lock| {
             let later = now + Duration::from_millis(1);
-            let mut release = lock.release(later);
-            let requests: Vec<Request> = std::iter::from_fn(|| release.poll_request()).collect();
-            for request in &requests {
-                release.handle_reply(Reply::to(request, Ok(Response::Int(1))), later);
-            }
-            release.poll_event()
+            let release = Operation::Release(Box::new(lock.release(later)));
+            run(&mut client.borrow_mut(), release, later, |_| {
+                Response::Int(1)
+            })
         });
 }
 
@@ -135,7 +185,12 @@ fn validity_arithmetic(bencher: Bencher<'_, '_>) {
 fn lock_validity(bencher: Bencher<'_, '_>) {
     let settings = settings(5);
     let now = Instant::now();
-    let lock = acquire_once(&settings, StdRng::seed_from_u64(7), now);
+    let lock = acquire_once(
+        &mut client(&settings).borrow_mut(),
+        &settings,
+        StdRng::seed_from_u64(7),
+        now,
+    );
     let later = now + Duration::from_millis(5);
     bencher.bench_local(|| black_box(&lock).validity(black_box(later)));
 }

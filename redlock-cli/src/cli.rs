@@ -368,7 +368,7 @@ fn with_double_dash_tip(mut error: clap::Error, argv: &[OsString]) -> clap::Erro
     if let Some(fixed) = fixed {
         let tip = format!(
             "put `--` before the command: redlock {}",
-            crate::output::command_line(&fixed[1..])
+            command_line(&fixed[1..])
         );
         error.insert(
             ContextKind::Suggested,
@@ -462,6 +462,27 @@ fn in_days(duration: Duration) -> String {
         (_, true) => format!("{days}{unit}"),
         (_, false) => format!("{days}{unit} {}", humantime::format_duration(rest)),
     }
+}
+
+/// The command line as a shell would show it: arguments with spaces or
+/// special characters in single quotes.
+pub(crate) fn command_line(args: &[std::ffi::OsString]) -> String {
+    args.iter()
+        .map(|arg| {
+            let arg = arg.to_string_lossy();
+            let plain = !arg.is_empty()
+                && arg.chars().all(|c| {
+                    c.is_ascii_alphanumeric()
+                        || matches!(c, '-' | '_' | '.' | '/' | ':' | '=' | ',' | '+' | '@')
+                });
+            if plain {
+                arg.into_owned()
+            } else {
+                format!("'{}'", arg.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 #[cfg(test)]

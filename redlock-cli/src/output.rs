@@ -197,26 +197,7 @@ fn vote_detail(vote: &NodeVote) -> String {
     }
 }
 
-/// The command line as a shell would show it: arguments with spaces or
-/// special characters in single quotes.
-pub(crate) fn command_line(args: &[std::ffi::OsString]) -> String {
-    args.iter()
-        .map(|arg| {
-            let arg = arg.to_string_lossy();
-            let plain = !arg.is_empty()
-                && arg.chars().all(|c| {
-                    c.is_ascii_alphanumeric()
-                        || matches!(c, '-' | '_' | '.' | '/' | ':' | '=' | ',' | '+' | '@')
-                });
-            if plain {
-                arg.into_owned()
-            } else {
-                format!("'{}'", arg.replace('\'', r"'\''"))
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
-}
+pub(crate) use crate::cli::command_line;
 
 /// Bytes as text: UTF-8 as it is, other bytes as `\xNN`.
 pub(crate) fn text_of(bytes: &[u8]) -> String {
