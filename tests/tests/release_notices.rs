@@ -413,6 +413,16 @@ async fn a_paused_or_dead_node_does_not_hold_up_waiting() {
         waiter.release_notice_connections() == 4 && subscribers(cluster.node(3), "job") == 1
     })
     .await;
+    // And the waiter's attempt after that subscription marked it there: a
+    // release on node 3 before the mark publishes nothing, and two notices
+    // of five would leave the waiter on its timer (seen on a loaded
+    // machine: 9.98 s).
+    eventually(
+        "the waiter marked itself on node 3",
+        Duration::from_secs(5),
+        || cluster.node(3).keys("*waiters").len() == 1,
+    )
+    .await;
     cluster.node(2).pause();
     let (result, took) = timed(async {
         guard.release().every_node().await;
