@@ -25,6 +25,11 @@ fn settings() -> Arc<Settings> {
     Arc::new(three_nodes(3, Duration::from_secs(10)).validate().unwrap())
 }
 
+/// A client of `settings`, its generator seeded with 0.
+fn new_client(settings: &Arc<Settings>) -> Client<StdRng> {
+    Client::new(Arc::clone(settings), StdRng::seed_from_u64(0))
+}
+
 /// [`settings`] with release notices on.
 fn notices_settings() -> Arc<Settings> {
     Arc::new(
@@ -135,7 +140,7 @@ fn granted(
 fn an_operation_reports_its_final_event_with_its_machine_and_the_client_is_idle_after() {
     let settings = settings();
     let t0 = Instant::now();
-    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
+    let mut client = new_client(&settings);
     let op = client.start(acquire(&settings, Attempts::Once, t0), t0);
     let out = drain(&mut client);
     assert_eq!(out.sent.len(), 3, "one request per node, sent at start");
@@ -164,7 +169,7 @@ fn an_operation_reports_its_final_event_with_its_machine_and_the_client_is_idle_
 fn a_node_overdue_three_times_is_known_slow_skipped_and_trusted_at_its_next_answer() {
     let settings = settings();
     let mut now = Instant::now();
-    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
+    let mut client = new_client(&settings);
     let mut changes = Vec::new();
     for _ in 0..3 {
         changes.extend(granted_without(&mut client, &settings, NodeId(2), now));
@@ -237,7 +242,7 @@ fn granted_without(
 fn a_cancelled_acquire_withdraws_its_attempt_on_every_node() {
     let settings = settings();
     let t0 = Instant::now();
-    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
+    let mut client = new_client(&settings);
     let op = client.start(acquire(&settings, Attempts::Once, t0), t0);
     let attempt = drain(&mut client);
     client.cancel(op, t0 + MS);
@@ -278,7 +283,7 @@ fn releasing_but_node_0(
     settings: &Arc<Settings>,
     t0: Instant,
 ) -> (Client<StdRng>, (RequestId, Request), Instant) {
-    let mut client = Client::new(Arc::clone(settings), StdRng::seed_from_u64(0));
+    let mut client = new_client(settings);
     let mut lock = granted(&mut client, settings, t0);
     let t1 = t0 + 100 * MS;
     client.start(Operation::Release(Box::new(lock.release(t1))), t1);
@@ -346,7 +351,7 @@ fn a_release_unanswered_is_waited_for_until_its_give_up_not_its_deadline() {
 fn close_ends_every_operation_and_withdraws_what_is_in_flight() {
     let settings = settings();
     let t0 = Instant::now();
-    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
+    let mut client = new_client(&settings);
     let first = client.start(acquire(&settings, Attempts::Once, t0), t0);
     let second = client.start(acquire(&settings, Attempts::Once, t0), t0);
     let attempts = drain(&mut client);
@@ -383,7 +388,7 @@ fn close_ends_every_operation_and_withdraws_what_is_in_flight() {
 fn close_releases_what_keep_alives_hold_and_refuses_new_locks() {
     let settings = settings();
     let t0 = Instant::now();
-    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
+    let mut client = new_client(&settings);
     let lock = granted(&mut client, &settings, t0);
     let kept = client.start(
         Operation::KeepAlive(Box::new(redlock_core::KeptLock::new(
@@ -436,7 +441,7 @@ fn the_close_test_catches_a_close_that_keeps_held_locks() {
 fn a_waiter_is_handed_the_lock_its_client_releases_without_waiting_for_its_retry() {
     let settings = notices_settings();
     let t0 = Instant::now();
-    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
+    let mut client = new_client(&settings);
     let mut held = granted(&mut client, &settings, t0);
     // A second acquire of the same lock finds it held and waits.
     let t1 = t0 + 5 * MS;
@@ -545,7 +550,7 @@ fn restarted(vote: &redlock_core::NodeVote) -> bool {
 fn a_restarted_server_does_not_vote_until_the_longest_ttl_has_passed() {
     let settings = settings();
     let t0 = Instant::now();
-    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
+    let mut client = new_client(&settings);
     for node in 0..3 {
         client.handle_connected(NodeId(node), &[format!("first{node}")], t0);
     }
@@ -646,7 +651,7 @@ fn a_restarted_server_does_not_vote_until_the_longest_ttl_has_passed() {
 fn only_a_run_id_gone_is_a_restart_and_reads_count_across_one() {
     let settings = settings();
     let t0 = Instant::now();
-    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
+    let mut client = new_client(&settings);
     for node in 0..3 {
         client.handle_connected(NodeId(node), &[format!("first{node}")], t0);
     }
@@ -704,7 +709,7 @@ fn the_restart_test_catches_a_restarted_server_that_votes_at_once() {
 fn a_broken_link_is_connected_again_at_once_then_with_a_growing_backoff() {
     let settings = settings();
     let t0 = Instant::now();
-    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
+    let mut client = new_client(&settings);
     assert_eq!(client.poll_timeout(), None, "nothing to do while connected");
     client.handle_disconnected(NodeId(1), t0);
     assert_eq!(drain(&mut client).connects, [NodeId(1)], "a break: at once");
@@ -761,7 +766,7 @@ fn the_reconnection_test_catches_a_client_that_reconnects_without_backoff() {
 fn a_closed_client_still_connects_for_what_it_owes() {
     let settings = settings();
     let t0 = Instant::now();
-    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
+    let mut client = new_client(&settings);
     let mut lock = granted(&mut client, &settings, t0);
     let t1 = t0 + 100 * MS;
     client.start(Operation::Release(Box::new(lock.release(t1))), t1);
@@ -829,7 +834,7 @@ fn listening_waiter(client: &mut Client<StdRng>, settings: &Arc<Settings>, t0: I
 fn a_lost_notice_link_is_made_again_after_a_backoff_and_its_waiters_try_again() {
     let settings = settings();
     let t0 = Instant::now();
-    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
+    let mut client = new_client(&settings);
     let waiter = listening_waiter(&mut client, &settings, t0);
     assert_eq!(client.notice_links_up(), 3);
 
@@ -906,7 +911,7 @@ fn the_notice_link_test_catches_a_client_that_reconnects_without_backoff() {
 fn a_link_that_never_came_up_subscribes_as_a_first_link_does() {
     let settings = settings();
     let t0 = Instant::now();
-    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
+    let mut client = new_client(&settings);
     let _waiter = client.start(acquire(&settings, Attempts::Retry, t0), t0);
     let votes = drain(&mut client).sent;
     answer(
@@ -958,7 +963,7 @@ fn commands(sent: &[(RequestId, Request)]) -> Vec<Command> {
 fn running_counts_the_operations_until_their_final_event() {
     let settings = settings();
     let t0 = Instant::now();
-    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
+    let mut client = new_client(&settings);
     assert_eq!(client.running(), 0);
     client.start(acquire(&settings, Attempts::Once, t0), t0);
     client.start(acquire(&settings, Attempts::Once, t0), t0);
@@ -970,7 +975,7 @@ fn running_counts_the_operations_until_their_final_event() {
 fn an_acquire_of_a_lock_the_clients_waiter_waits_for_queues_behind_it() {
     let settings = notices_settings();
     let t0 = Instant::now();
-    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
+    let mut client = new_client(&settings);
     listening_waiter(&mut client, &settings, t0);
     let t1 = t0 + 10 * MS;
     client.start(acquire(&settings, Attempts::Retry, t1), t1);
@@ -987,7 +992,7 @@ fn a_release_of_a_lock_the_clients_waiter_waits_for_is_the_script_on_every_node(
     let settings = notices_settings();
     let t0 = Instant::now();
     // Nobody waiting: a plain release, which may go native where a node can.
-    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
+    let mut client = new_client(&settings);
     let mut alone = granted(&mut client, &settings, t0);
     client.start(
         Operation::Release(Box::new(alone.release(t0 + MS))),
@@ -998,7 +1003,7 @@ fn a_release_of_a_lock_the_clients_waiter_waits_for_is_the_script_on_every_node(
     assert!(out.sent.iter().all(|(_, r)| r.native), "{out:?}");
     // The client's own waiter waits for its lock: the release is the
     // script everywhere, so that it hands over once queued.
-    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
+    let mut client = new_client(&settings);
     let mut held = granted(&mut client, &settings, t0);
     let t1 = t0 + 5 * MS;
     client.start(acquire(&settings, Attempts::Retry, t1), t1);
@@ -1022,7 +1027,7 @@ fn a_release_of_a_lock_the_clients_waiter_waits_for_is_the_script_on_every_node(
 fn an_evicted_operation_is_given_back_and_another_client_undoes_it() {
     let settings = settings();
     let t0 = Instant::now();
-    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
+    let mut client = new_client(&settings);
     let op = client.start(acquire(&settings, Attempts::Once, t0), t0);
     let attempt = drain(&mut client);
     assert_eq!(attempt.sent.len(), 3);
@@ -1050,7 +1055,7 @@ fn an_evicted_operation_is_given_back_and_another_client_undoes_it() {
 fn what_the_nodes_are_owed_is_taken_out_and_settles_the_client() {
     let settings = settings();
     let t0 = Instant::now();
-    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
+    let mut client = new_client(&settings);
     assert!(client.is_settled(), "a new client");
     let op = client.start(acquire(&settings, Attempts::Once, t0), t0);
     let attempt = drain(&mut client);
@@ -1109,7 +1114,7 @@ fn a_release_broken_at_its_give_up_instant_is_owed_no_more() {
 fn release_notices_from_two_of_three_nodes_wake_the_clients_waiter_at_once() {
     let settings = notices_settings();
     let t0 = Instant::now();
-    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
+    let mut client = new_client(&settings);
     let waiter = listening_waiter(&mut client, &settings, t0);
     let t1 = t0 + 50 * MS;
     let channel = settings.release_channel(&settings.key(b"report"));
@@ -1152,7 +1157,7 @@ fn release_notices_from_two_of_three_nodes_wake_the_clients_waiter_at_once() {
 fn a_lost_notice_link_is_not_made_again_once_nobody_waits() {
     let settings = notices_settings();
     let t0 = Instant::now();
-    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
+    let mut client = new_client(&settings);
     let waiter = listening_waiter(&mut client, &settings, t0);
     let t1 = t0 + 10 * MS;
     client.handle_notices_lost(NodeId(1), t1);
@@ -1198,7 +1203,7 @@ fn two_waiters_the_first_woken(
 fn a_waiter_served_leaves_the_release_it_heard_to_nobody() {
     let settings = notices_settings();
     let t0 = Instant::now();
-    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
+    let mut client = new_client(&settings);
     let (first, _, attempt) = two_waiters_the_first_woken(&mut client, &settings, t0);
     answer(&mut client, &attempt, Response::Int(1), t0 + 20 * MS);
     let out = drain(&mut client);
@@ -1218,7 +1223,7 @@ fn a_waiter_served_leaves_the_release_it_heard_to_nobody() {
 fn a_waiter_that_leaves_without_the_lock_hands_what_it_heard_to_the_next() {
     let settings = notices_settings();
     let t0 = Instant::now();
-    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
+    let mut client = new_client(&settings);
     let (first, second, attempt) = two_waiters_the_first_woken(&mut client, &settings, t0);
     // Another program's value of another type: the first fails for good.
     for (id, request) in &attempt {
@@ -1241,7 +1246,7 @@ fn a_waiter_that_leaves_without_the_lock_hands_what_it_heard_to_the_next() {
 fn an_operation_undone_without_a_client_gives_what_must_reach_the_nodes() {
     let settings = settings();
     let t0 = Instant::now();
-    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
+    let mut client = new_client(&settings);
     let op = client.start(acquire(&settings, Attempts::Once, t0), t0);
     drain(&mut client);
     let acquisition = client.evict(op, t0 + MS).expect("it ran");
@@ -1258,7 +1263,7 @@ fn close_releases_what_a_leaders_term_holds() {
     use redlock_core::{ElectionTiming, LockSpec, Term};
     let settings = settings();
     let t0 = Instant::now();
-    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
+    let mut client = new_client(&settings);
     let timing = ElectionTiming::new(
         &settings,
         Duration::from_secs(10),
@@ -1369,7 +1374,7 @@ fn release_notices_reach_every_fair_waiter_of_the_client() {
     else {
         panic!("the holder is granted the free lock");
     };
-    let mut client = Client::new(Arc::clone(&settings), StdRng::seed_from_u64(0));
+    let mut client = new_client(&settings);
     let t1 = t0 + MS;
     client.start(fair(&settings, 2, t1), t1);
     client.start(fair(&settings, 3, t1), t1);

@@ -419,7 +419,7 @@ async fn a_paused_or_dead_node_does_not_hold_up_waiting() {
     // machine: 9.98 s).
     eventually(
         "the waiter marked itself on node 3",
-        Duration::from_secs(5),
+        Duration::from_secs(10),
         || cluster.node(3).keys("*waiters").len() == 1,
     )
     .await;

@@ -23,7 +23,7 @@
 //! safety never depends on it. It trades one node's vote for the queue
 //! behind it, while the other nodes can still form a quorum.
 // Public with the `simulation` feature only (`machinery!` in lib.rs).
-#![cfg_attr(not(feature = "simulation"), allow(unreachable_pub, dead_code))]
+#![cfg_attr(not(feature = "simulation"), allow(unreachable_pub))]
 
 use std::time::{Duration, Instant};
 
@@ -123,16 +123,19 @@ impl NodeHealth {
         Self::new(node, settings.node_timeout() * 4)
     }
 
+    #[cfg(feature = "simulation")]
     /// The node this is.
     pub fn node(&self) -> crate::NodeId {
         self.node
     }
 
+    #[cfg(feature = "simulation")]
     /// Whether the node is known slow.
     pub fn is_slow(&self) -> bool {
         matches!(self.state, Standing::Slow { .. })
     }
 
+    #[cfg(feature = "simulation")]
     /// How long a known slow node waits between probes.
     pub fn probe_every(&self) -> Duration {
         self.probe_every

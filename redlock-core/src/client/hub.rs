@@ -1,7 +1,7 @@
 //! One client's release notices, decided: who waits for which lock, whom a
 //! notice wakes and with which instant, and which channels are wanted.
 // Public with the `simulation` feature only (`machinery!` in lib.rs).
-#![cfg_attr(not(feature = "simulation"), allow(unreachable_pub, dead_code))]
+#![cfg_attr(not(feature = "simulation"), allow(unreachable_pub))]
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;

@@ -21,7 +21,7 @@ use crate::{HealthChange, Hub, Key, NodeHealth, NodeId, Reply, Request, Settings
 
 use links::Links;
 use node::NodeState;
-#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub, dead_code))]
+#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub))]
 pub use node::OWED_PER_NODE;
 use notices::NoticeLink;
 pub use operation::{OpEvent, Operation};

@@ -10,7 +10,7 @@ use crate::{Backoff, HealthChange, NodeError, NodeHealth, Request};
 /// left behind expires at its TTL. Reached only by a node away for long
 /// under heavy load; bounds what it makes the client hold (about 200 bytes
 /// a request).
-#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub, dead_code))]
+#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub))]
 pub const OWED_PER_NODE: usize = 4_096;
 
 /// A node's connection, as the driver last said.

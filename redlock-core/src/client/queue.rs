@@ -1,6 +1,6 @@
 //! First come, first served among one client's waiters for one lock.
 // Public with the `simulation` feature only (`machinery!` in lib.rs).
-#![cfg_attr(not(feature = "simulation"), allow(unreachable_pub, dead_code))]
+#![cfg_attr(not(feature = "simulation"), allow(unreachable_pub))]
 
 use std::collections::VecDeque;
 use std::time::Instant;
@@ -143,6 +143,7 @@ impl WaitQueue {
         self.waiters.is_empty() && self.by_masters.is_empty()
     }
 
+    #[cfg(feature = "simulation")]
     /// How many wait.
     pub fn len(&self) -> usize {
         self.waiters.len() + self.by_masters.len()

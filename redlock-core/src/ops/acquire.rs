@@ -199,7 +199,7 @@ pub struct Acquisition<R> {
 /// their head died; either way the waiters would wait for nothing. A queue
 /// that moves (each release serves its head, and we come nearer) never
 /// counts, however many releases we wait through.
-#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub, dead_code))]
+#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub))]
 pub const FAIR_PATIENCE: u32 = 3;
 
 impl<R: Rng> Acquisition<R> {

@@ -78,7 +78,7 @@ pub enum LossReason {
 }
 
 /// What a [`KeepAliveSchedule`] asks of its driver.
-#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub, dead_code))]
+#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub))]
 #[derive(Clone, Debug, PartialEq)]
 pub enum KeepAliveEvent {
     /// Extend the lock to `ttl` now ([`Lock::extend`]), drive the extension,
@@ -168,7 +168,7 @@ enum State {
 /// assert!(schedule.poll_timeout().unwrap() > due + Duration::from_secs(4));
 /// # Ok::<(), ConfigError>(())
 /// ```
-#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub, dead_code))]
+#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub))]
 #[derive(Clone, Debug)]
 pub struct KeepAliveSchedule {
     settings: Arc<Settings>,
@@ -181,7 +181,7 @@ pub struct KeepAliveSchedule {
     events: VecDeque<KeepAliveEvent>,
 }
 
-#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub, dead_code))]
+#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub))]
 impl KeepAliveSchedule {
     /// The schedule for `lock` as it stands (its TTL, validity and the
     /// extensions it has had, which count towards the limit).
@@ -205,17 +205,20 @@ impl KeepAliveSchedule {
         schedule
     }
 
+    #[cfg(feature = "simulation")]
     /// Successful extensions of the lock so far, including those before the
     /// schedule started.
     pub fn extensions(&self) -> u64 {
         self.extensions
     }
 
+    #[cfg(feature = "simulation")]
     /// The end of the lock's validity, as the last extension left it.
     pub fn valid_until(&self) -> Instant {
         self.valid_until
     }
 
+    #[cfg(feature = "simulation")]
     /// Whether the schedule is over (the lock was lost).
     pub fn is_done(&self) -> bool {
         matches!(self.state, State::Done)

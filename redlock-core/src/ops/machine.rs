@@ -64,7 +64,7 @@ use crate::{Key, NodeId, Reply, Request};
 /// }
 /// assert!(matches!(last, Some(redlock_core::AcquireEvent::Acquired(_))));
 /// ```
-#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub, dead_code))]
+#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub))]
 pub trait Machine {
     /// What the machine reports.
     type Event;
@@ -117,6 +117,7 @@ pub trait Machine {
     /// Advances time to `now`.
     fn handle_timeout(&mut self, now: Instant);
 
+    #[cfg(feature = "simulation")]
     /// Feeds a release notice that arrived at `now`. Only an acquisition
     /// uses them.
     fn handle_notice(&mut self, notice: Notice, now: Instant) {
@@ -145,7 +146,7 @@ pub trait Machine {
 }
 
 /// What a release tells its client's waiters ([`Machine::poll_hand_over`]).
-#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub, dead_code))]
+#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub))]
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum HandOver {
@@ -172,7 +173,7 @@ pub enum HandOver {
     },
 }
 
-#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub, dead_code))]
+#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub))]
 impl HandOver {
     /// The release channels it concerns.
     pub fn channels(&self) -> &[Key] {

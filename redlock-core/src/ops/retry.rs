@@ -290,7 +290,7 @@ pub fn retry_delay<R: Rng + ?Sized>(retry: &RetryConfig, rng: &mut R) -> Duratio
 /// backoff.reset();
 /// assert!(backoff.next(&mut rng) <= Duration::from_millis(50));
 /// ```
-#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub, dead_code))]
+#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub))]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Backoff {
     min: Duration,
@@ -298,7 +298,7 @@ pub struct Backoff {
     next: Duration,
 }
 
-#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub, dead_code))]
+#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub))]
 impl Backoff {
     /// From `min`, doubling up to `max` (`max` below `min` counts as `min`).
     pub fn new(min: Duration, max: Duration) -> Self {
