@@ -15,7 +15,7 @@ use divan::Bencher;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use redlock_core::{
-    AcquireEvent, Acquisition, Attempts, Client, Config, Lock, OpEvent, Operation, Output, Reply,
+    AcquireEvent, Attempts, Client, Config, Lock, LockSpec, OpEvent, Operation, Output, Reply,
     Request, RequestId, Response, RetryConfig, Settings, drift, remaining, retry_delay,
     valid_until,
 };
@@ -80,14 +80,15 @@ fn run(
 }
 
 fn acquisition(settings: &Arc<Settings>, rng: StdRng, now: Instant) -> Operation<StdRng> {
-    Operation::Acquire(Box::new(Acquisition::new(
+    Operation::acquire(
         Arc::clone(settings),
-        b"bench-resource",
+        LockSpec::Exclusive(b"bench-resource"),
         settings.default_ttl(),
         Attempts::Once,
         now,
         rng,
-    )))
+    )
+    .expect("an exclusive lock is a valid spec")
 }
 
 /// One acquire over `nodes` nodes: start the attempt (draws the 20-byte
@@ -159,7 +160,7 @@ fn client_release(bencher: Bencher<'_, '_>) {
         })
         .bench_local_values(|mut lock| {
             let later = now + Duration::from_millis(1);
-            let release = Operation::Release(Box::new(lock.release(later)));
+            let release = Operation::release(&mut lock, later);
             run(&mut client.borrow_mut(), release, later, |_| {
                 Response::Int(1)
             })

@@ -390,17 +390,19 @@ impl Settings {
         }
     }
 
-    /// The command that releases a held lock of `kind`: [`Command::Release`](crate::Command::Release), which
-    /// publishes a release notice, or with
-    /// [`Config::release_notices`] off [`Command::Withdraw`](crate::Command::Withdraw), which does not.
-    /// A fair lock's release is always a `Release`: a `Withdraw` keeps the
-    /// waiter's place in the queues (a lost attempt does), and the holder's
-    /// place at the head would hold every waiter back until it expired.
-    pub fn release_command(&self, kind: &crate::LockKind) -> crate::Command {
-        if self.release_notices || matches!(kind, crate::LockKind::Fair { .. }) {
-            crate::Command::Release
-        } else {
-            crate::Command::Withdraw
+    machinery_fn! {
+        /// The command that releases a held lock of `kind`: [`Command::Release`](crate::Command::Release), which
+        /// publishes a release notice, or with
+        /// [`Config::release_notices`] off [`Command::Withdraw`](crate::Command::Withdraw), which does not.
+        /// A fair lock's release is always a `Release`: a `Withdraw` keeps the
+        /// waiter's place in the queues (a lost attempt does), and the holder's
+        /// place at the head would hold every waiter back until it expired.
+        fn release_command(&self, kind: &crate::LockKind) -> crate::Command {
+            if self.release_notices || matches!(kind, crate::LockKind::Fair { .. }) {
+                crate::Command::Release
+            } else {
+                crate::Command::Withdraw
+            }
         }
     }
 
@@ -522,12 +524,12 @@ impl Settings {
         Ok(checked)
     }
 
-    /// The per-node timeout of every release: [`Lock::release`](crate::Lock::release),
-    /// [`Release::new`](crate::Release::new) for a value known from elsewhere,
+    /// The per-node timeout of every release: [`Operation::release`](crate::Operation::release),
+    /// [`Operation::release_value`](crate::Operation::release_value) for a value known from elsewhere,
     /// and the clean-up after a failed or abandoned acquire attempt. It is the
     /// client's [`node_timeout`](Self::node_timeout), whatever the lock's TTL.
     ///
-    /// Why one rule, and not [`node_timeout_for`](Self::node_timeout_for) the
+    /// Why one rule, and not `node_timeout_for` the
     /// lock's TTL: a release protects no validity, so there is nothing to
     /// gain from cutting it short, while a node cut short keeps the key until
     /// its TTL; and a value released by hand comes without its TTL, so a
@@ -537,13 +539,15 @@ impl Settings {
         self.node_timeout
     }
 
-    /// The per-node timeout for requests carrying this TTL.
-    pub fn node_timeout_for(&self, ttl: Ttl) -> Duration {
-        match self.explicit_node_timeout {
-            Some(timeout) => timeout,
-            None => self
-                .node_timeout
-                .min(derived_node_timeout(ttl.as_duration())),
+    machinery_fn! {
+        /// The per-node timeout for requests carrying this TTL.
+        fn node_timeout_for(&self, ttl: Ttl) -> Duration {
+            match self.explicit_node_timeout {
+                Some(timeout) => timeout,
+                None => self
+                    .node_timeout
+                    .min(derived_node_timeout(ttl.as_duration())),
+            }
         }
     }
 }

@@ -401,7 +401,7 @@ pub enum ExtendError {
     },
     /// Another owner holds the key on too many nodes: the lock was lost. Our
     /// value is released wherever it is left (see
-    /// [`Extension`](crate::Extension)); another owner's is never touched.
+    /// [`Operation::extend`](crate::Operation::extend)); another owner's is never touched.
     #[error("the lock was lost to another owner, which holds it on {}", holders(.votes))]
     Lost {
         /// The votes.
@@ -409,10 +409,10 @@ pub enum ExtendError {
     },
     /// Our value was gone from more nodes than a quorum can spare: released
     /// by someone who knows the value (`redlock release --value`,
-    /// [`Release::new`](crate::Release::new)), or expired or lost by the
+    /// [`Operation::release_value`](crate::Operation::release_value)), or expired or lost by the
     /// nodes. The lock had ended there, so someone else could have taken it
     /// since: it is lost, nothing is set again, and our value is released
-    /// where it is left (see [`Extension`](crate::Extension)).
+    /// where it is left (see [`Operation::extend`](crate::Operation::extend)).
     #[error("the lock was lost: its value is gone from {} (released by its value, or lost by the nodes), more than the {spare} node(s) a quorum can spare; nothing was re-created: {votes}", gone(.votes))]
     Gone {
         /// How many nodes a quorum can do without: N minus the quorum.

@@ -7,16 +7,15 @@
 //! in virtual time, and an adapter such as `redlock-tokio` stays thin.
 //!
 //! ```text
-//!              poll_request()                     send to node i
-//!   ┌──────────────┐ ───────────▶ Request ───────────────▶ ┌──────────┐
-//!   │ Acquisition  │                                        │ adapter  │──▶ N Redis masters
-//!   │ Extension    │ ◀─────────── Reply  ◀──────────────── │ (I/O,    │◀──
-//!   │ Release      │ handle_reply(reply, now)              │  clock)  │
-//!   │ KeptLock     │                                        │          │
-//!   │ Inspection   │ handle_timeout(now) at poll_timeout()  │          │
-//!   │ Term         │                                        │          │
-//!   └──────────────┘                                        └──────────┘
-//!          │ poll_event()            (every machine: the Machine trait)
+//!                 poll_output()                 send to node i
+//!   ┌──────────────┐ ──▶ Transmit { request } ──────────▶ ┌──────────┐
+//!   │   Client     │                                      │ adapter  │──▶ N Redis masters
+//!   │ (operations: │ ◀── handle_reply(id, reply, now) ─── │ (I/O,    │◀──
+//!   │  acquire,    │                                      │  clock)  │
+//!   │  extend,     │ ◀── handle_timeout(now) at poll_timeout()       │
+//!   │  release...) │ ◀── handle_connected / _notice / ... │          │
+//!   └──────────────┘                                      └──────────┘
+//!          │ poll_output(): Event { op, event, finished }
 //!          ▼
 //!   Lock (key, value, valid_until) or a typed error with every node's vote
 //! ```
@@ -34,12 +33,12 @@
 //! 4. Otherwise release on **every** node (a reply may be lost after the node set
 //!    the key) and retry after a random delay, up to the retry count or deadline.
 //!
-//! Extending ([`Lock::extend`]) and releasing ([`Lock::release`]) run the same
-//! kind of round with their own scripts. An extension succeeds only when a
+//! Extending ([`Operation::extend`]) and releasing ([`Operation::release`])
+//! run the same kind of round with their own scripts. An extension succeeds only when a
 //! quorum of nodes confirm they still hold our value; only then is the key
 //! set again on the nodes where it was missing (a master restarted empty). A
 //! value gone from more nodes means the lock had ended ([`ExtendError::Gone`]),
-//! and it is not re-created (see [`Extension`]).
+//! and it is not re-created.
 //!
 //! # Driving it by hand
 //!
@@ -51,41 +50,59 @@
 //!
 //! let settings = Arc::new(Config::new(["n1", "n2", "n3", "n4", "n5"]).validate()?);
 //! let t0 = Instant::now();
-//! let rng = StdRng::seed_from_u64(42); // a CSPRNG from the OS in production
-//! let mut acquire = Acquisition::new(
-//!     settings.clone(), b"invoice-42", settings.default_ttl(), Attempts::Retry, t0, rng,
-//! );
+//! let rng = || StdRng::seed_from_u64(42); // a CSPRNG from the OS in production
+//! let mut client = Client::new(settings.clone(), rng());
+//! let acquire = Operation::acquire(
+//!     settings.clone(), LockSpec::Exclusive(b"invoice-42"), settings.default_ttl(),
+//!     Attempts::Retry, t0, rng(),
+//! )?;
+//! let op = client.start(acquire, t0);
 //!
 //! // Send these five requests concurrently; here the nodes answer in turn.
-//! let requests: Vec<Request> = std::iter::from_fn(|| acquire.poll_request()).collect();
-//! assert!(requests.iter().all(|r| r.command == Command::Acquire { ttl: settings.default_ttl() }));
+//! let mut sent = Vec::new();
+//! while let Some(output) = client.poll_output() {
+//!     if let Output::Transmit { id, request } = output {
+//!         sent.push((id, request));
+//!     }
+//! }
+//! assert!(sent.iter().all(|(_, r)| r.command == Command::Acquire { ttl: settings.default_ttl() }));
 //! let t1 = t0 + Duration::from_millis(2);
-//! for request in &requests[..2] {
-//!     acquire.handle_reply(Reply::to(request, Ok(Response::Int(1))), t1);
+//! for (id, request) in &sent[..2] {
+//!     client.handle_reply(*id, Reply::to(request, Ok(Response::Int(1))), t1);
 //! }
 //! // Node 3 is held by someone else: still no decision, a quorum is possible.
-//! acquire.handle_reply(Reply::to(&requests[2], Ok(Response::Data(b"f00d".to_vec()))), t1);
-//! assert!(acquire.poll_event().is_none());
+//! let (id, request) = &sent[2];
+//! client.handle_reply(*id, Reply::to(request, Ok(Response::Data(b"f00d".to_vec()))), t1);
+//! assert!(client.poll_output().is_none());
 //! // Node 4 says yes: three of five.
-//! acquire.handle_reply(Reply::to(&requests[3], Ok(Response::Int(1))), t1);
-//! let Some(AcquireEvent::Acquired(mut lock)) = acquire.poll_event() else { panic!() };
+//! let (id, request) = &sent[3];
+//! client.handle_reply(*id, Reply::to(request, Ok(Response::Int(1))), t1);
+//! let Some(Output::Event { op: whose, event: OpEvent::Acquire(AcquireEvent::Acquired(mut lock)), .. }) =
+//!     client.poll_output() else { panic!() };
+//! assert_eq!(whose, op);
 //! assert!(lock.validity(t1) > Duration::from_millis(9_800));
 //!
 //! // Node 5's late answer is ignored. Later, release everywhere:
 //! let t2 = t1 + Duration::from_secs(1);
-//! let mut release = lock.release(t2);
-//! let requests: Vec<Request> = std::iter::from_fn(|| release.poll_request()).collect();
-//! for request in &requests[..3] {
-//!     let answer = if request.node.0 == 2 { 0 } else { 1 }; // 0: not our value there
-//!     release.handle_reply(Reply::to(request, Ok(Response::Int(answer))), t2);
+//! client.start(Operation::release(&mut lock, t2), t2);
+//! let mut report = None;
+//! while let Some(output) = client.poll_output() {
+//!     match output {
+//!         Output::Transmit { id, request } if request.node.0 < 3 => {
+//!             let answer = if request.node.0 == 2 { 0 } else { 1 }; // 0: not our value there
+//!             client.handle_reply(id, Reply::to(&request, Ok(Response::Int(answer))), t2);
+//!         }
+//!         Output::Event { event: OpEvent::Release(decided), .. } => report = Some(decided),
+//!         _ => {}
+//!     }
 //! }
 //! // Three nodes answered: at most two can still hold our value, fewer than
 //! // a quorum, so the lock is free and the release is decided. The other
-//! // two deletes were sent with the rest; the driver lets them complete.
-//! let report = release.poll_event().expect("decided");
+//! // two deletes were sent with the rest; the client lets them complete.
+//! let report = report.expect("decided");
 //! assert_eq!((report.released(), report.not_held(), report.pending()), (2, 1, 2));
 //! assert!(report.frees_lock());
-//! # Ok::<(), ConfigError>(())
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
 //! # What Redlock guarantees, and what it does not
@@ -130,6 +147,18 @@ macro_rules! planted {
     };
 }
 
+/// A method of a public type that belongs to the machinery under the
+/// [`Client`] (see `machinery!` below): `pub` with the `simulation`
+/// feature, `pub(crate)` without.
+macro_rules! machinery_fn {
+    ($(#[$meta:meta])* fn $name:ident $($rest:tt)*) => {
+        #[cfg(feature = "simulation")]
+        $(#[$meta])* pub fn $name $($rest)*
+        #[cfg(not(feature = "simulation"))]
+        $(#[$meta])* pub(crate) fn $name $($rest)*
+    };
+}
+
 mod client;
 mod config;
 mod error;
@@ -157,20 +186,17 @@ pub use client::{Client, OpEvent, OpId, Operation, Output, RequestId};
 pub use config::{Config, RetryConfig, Settings};
 pub use error::{AcquireError, ConfigError, ExtendError};
 pub use limits::{FIXED_DRIFT, MAX_TTL_MS, MAX_VALUE_LEN, MIN_VALIDITY, MIN_VALUE_LEN};
-pub use ops::acquire::{AcquireEvent, Acquisition};
-pub use ops::election::{ElectionTiming, LeadershipLoss, Proclaim, Term, TermEvent};
-pub use ops::election_read::{Leader, LeaderRead, LeaderReply, LeaderReport, LeaderWatch};
-pub use ops::extend::{Extended, Extension};
-pub use ops::keep_alive::{KeepAlive, KeptLock, KeptLockEvent, LossReason};
+pub use ops::acquire::AcquireEvent;
+pub use ops::election::{ElectionTiming, LeadershipLoss, Term, TermEvent};
+pub use ops::election_read::{Leader, LeaderReply, LeaderReport, LeaderWatch};
+pub use ops::extend::Extended;
+pub use ops::keep_alive::{KeepAlive, KeptLockEvent, LossReason};
 pub use ops::lock::Lock;
 pub use ops::machine::Notice;
-pub use ops::read_all::{NodeRead, ReadAll};
-pub use ops::release::{Release, ReleaseReport};
+pub use ops::release::ReleaseReport;
 pub use ops::retry::{Attempts, retry_delay};
 pub use ops::semaphore::MAX_PERMITS;
-pub use ops::status::{
-    Holder, Holding, InspectReply, InspectReport, Inspection, LockState, LockStatus,
-};
+pub use ops::status::{Holder, Holding, InspectReply, InspectReport, LockState, LockStatus};
 pub use quorum::{Votes, drift, quorum, remaining, valid_until};
 pub use types::{Key, LockSpec, LockValue, NodeId, RoundId, Ttl};
 pub use wire::{
@@ -178,8 +204,8 @@ pub use wire::{
     waitaof,
 };
 
-/// The machinery under the [`Client`]: the [`Machine`] every operation is,
-/// the sub-machines the client runs them with (the notice hub, wait
+/// The machinery under the [`Client`]: the machines each [`Operation`]
+/// runs, the [`Machine`] trait they share, the sub-machines the client runs them with (the notice hub, wait
 /// queues, node health, keep-alive schedules, backoffs). Public only with
 /// the `simulation` feature, for the core's own simulation, tests and the
 /// model checker (`verify`), which drive them one by one; not API.
@@ -196,6 +222,15 @@ macro_rules! machinery {
 }
 machinery!(
     client::OWED_PER_NODE,
+    ops::acquire::Acquisition,
+    ops::election::Proclaim,
+    ops::election_read::LeaderRead,
+    ops::extend::Extension,
+    ops::keep_alive::KeptLock,
+    ops::read_all::NodeRead,
+    ops::read_all::ReadAll,
+    ops::release::Release,
+    ops::status::Inspection,
     client::health::NodeHealth,
     client::hub::Delivery,
     client::hub::Hub,

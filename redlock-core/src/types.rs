@@ -263,7 +263,7 @@ impl fmt::Display for LockValue {
 
 /// What to lock: the kind of lock and its resource(s), for a call that
 /// takes any kind (the Tokio client's `Redlock::lock_spec`, the core's
-/// [`Acquisition::with_spec`](crate::Acquisition::with_spec)).
+/// [`Operation::acquire`](crate::Operation::acquire)).
 ///
 /// `LockSpec::Read(b"catalog")` is a read lock on `catalog`; the plain
 /// methods (`lock`, `read_lock`, `lock_all`, ...) build one for you.
@@ -272,7 +272,7 @@ impl fmt::Display for LockValue {
 pub enum LockSpec<'a> {
     /// An exclusive lock on one resource.
     Exclusive(&'a [u8]),
-    /// An exclusive lock with a fencing token ([`Acquisition::fenced`](crate::Acquisition::fenced)).
+    /// An exclusive lock with a fencing token ([`Operation::acquire`](crate::Operation::acquire)).
     Fenced(&'a [u8]),
     /// A read lock: many readers at once, no writer.
     ///
@@ -361,7 +361,7 @@ pub enum LockSpec<'a> {
     /// the token of every earlier holder of the same permit slot, as a
     /// fenced lock's is on its key. Each slot keeps its own counter
     /// (`{<key>}\0permit<i>\0fencing`, the slot key's
-    /// [`Settings::fencing_key`](crate::Settings::fencing_key)); the lock
+    /// `Settings::fencing_key`); the lock
     /// handed out is a fenced lock on its slot key. A protected resource
     /// checks the token per slot ([`Lock::key`](crate::Lock::key) names
     /// it): see `docs/semaphore.md`.

@@ -165,7 +165,7 @@ pub enum NodeErrorKind {
     /// The node refused a command, a key or a channel to our ACL user
     /// (`NOPERM`). A configuration error, like [`Auth`](Self::Auth). A
     /// release refused for the waiters' marks alone is sent again without
-    /// them ([`Release`](crate::Release)).
+    /// them ([`Operation::release`](crate::Operation::release)).
     NoPermission,
     /// The node answered something that is not a valid reply to the script.
     Protocol,
@@ -204,7 +204,7 @@ pub enum NodeVote {
     Granted,
     /// Restore only: our key was missing (the node restarted empty or
     /// expired it early) and was set again, after a quorum of other nodes
-    /// confirmed the lock (see [`Extension`](crate::Extension)).
+    /// confirmed the lock (see [`Operation::extend`](crate::Operation::extend)).
     Restored,
     /// The key is held by another value. Acquire replies carry (up to 64 bytes
     /// of) that value, for diagnostics; it is never printed, since whoever

@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use redlock_core::{
-    AcquireEvent, Acquisition, Attempts, Client, Command, HealthChange, NodeError, NodeErrorKind,
-    NodeId, OpEvent, OpId, Operation, Output, Reply, Request, RequestId, Response, Settings,
+    AcquireEvent, Acquisition, Attempts, Client, Command, HealthChange, LockKind, NodeError,
+    NodeErrorKind, NodeId, OpEvent, OpId, Operation, Output, Reply, Request, RequestId, Response,
+    Settings,
 };
 use support::{MS, three_nodes};
 
@@ -41,14 +42,14 @@ fn notices_settings() -> Arc<Settings> {
 }
 
 fn acquire(settings: &Arc<Settings>, attempts: Attempts, now: Instant) -> Operation<StdRng> {
-    Operation::Acquire(Box::new(Acquisition::new(
+    Operation::from(Acquisition::new(
         Arc::clone(settings),
         b"report",
         settings.default_ttl(),
         attempts,
         now,
         StdRng::seed_from_u64(7),
-    )))
+    ))
 }
 
 /// What the client asked, split by kind.
@@ -150,7 +151,7 @@ fn an_operation_reports_its_final_event_with_its_machine_and_the_client_is_idle_
     assert!(
         matches!(&out.events[..], [(whose, OpEvent::Acquire(AcquireEvent::Acquired(_)), true)] if *whose == op)
     );
-    assert!(matches!(&out.finished[..], [Operation::Acquire(_)]));
+    assert!(matches!(&out.finished[..], [op] if op.attempts().is_some()));
     assert_eq!(client.running(), 0);
     assert!(
         !client.is_idle(),
@@ -286,7 +287,7 @@ fn releasing_but_node_0(
     let mut client = new_client(settings);
     let mut lock = granted(&mut client, settings, t0);
     let t1 = t0 + 100 * MS;
-    client.start(Operation::Release(Box::new(lock.release(t1))), t1);
+    client.start(Operation::release(&mut lock, t1), t1);
     let mut sent = drain(&mut client).sent;
     assert_eq!(sent.len(), 3);
     let to_node_0 = sent.remove(0);
@@ -391,10 +392,10 @@ fn close_releases_what_keep_alives_hold_and_refuses_new_locks() {
     let mut client = new_client(&settings);
     let lock = granted(&mut client, &settings, t0);
     let kept = client.start(
-        Operation::KeepAlive(Box::new(redlock_core::KeptLock::new(
+        Operation::from(redlock_core::KeptLock::new(
             lock.clone(),
             redlock_core::KeepAlive::default(),
-        ))),
+        )),
         t0 + MS,
     );
     // Its first extension goes out when it is due.
@@ -421,10 +422,7 @@ fn close_releases_what_keep_alives_hold_and_refuses_new_locks() {
     assert!(refused.sent.is_empty(), "a lock after close sends nothing");
     assert!(matches!(&refused.events[..], [(op, OpEvent::Closed, true)] if *op == after));
     let mut release = lock.clone();
-    client.start(
-        Operation::Release(Box::new(release.release(due + 2 * MS))),
-        due + 2 * MS,
-    );
+    client.start(Operation::release(&mut release, due + 2 * MS), due + 2 * MS);
     assert_eq!(drain(&mut client).sent.len(), 3, "a release still runs");
 }
 
@@ -494,7 +492,7 @@ fn a_waiter_is_handed_the_lock_its_client_releases_without_waiting_for_its_retry
     // release's nodes answered that they deleted the key and published no
     // notice (only this client's waiter was marked): before any timer.
     let t2 = t1 + 20 * MS;
-    client.start(Operation::Release(Box::new(held.release(t2))), t2);
+    client.start(Operation::release(&mut held, t2), t2);
     let out = drain(&mut client);
     assert!(
         out.sent.iter().all(|(_, r)| r.command == Command::Release),
@@ -583,7 +581,7 @@ fn a_restarted_server_does_not_vote_until_the_longest_ttl_has_passed() {
     // Its release still goes to node 0 (the value may be there).
     let mut lock = lock.clone();
     let t1 = t0 + 10 * MS;
-    client.start(Operation::Release(Box::new(lock.release(t1))), t1);
+    client.start(Operation::release(&mut lock, t1), t1);
     let out = drain(&mut client);
     assert!(out.sent.iter().any(|(_, r)| r.node == NodeId(0)));
     answer(&mut client, &out.sent, Response::Int(1), t1 + MS);
@@ -670,7 +668,7 @@ fn only_a_run_id_gone_is_a_restart_and_reads_count_across_one() {
     // A read of every node is on its way when node 2 restarts.
     let t1 = t0 + 10 * MS;
     let read = redlock_core::Inspection::new(&settings, b"report", redlock_core::RoundId(9), t1);
-    let op = client.start(Operation::Inspect(Box::new(read)), t1);
+    let op = client.start(Operation::from(read), t1);
     let reads = drain(&mut client).sent;
     assert_eq!(reads.len(), 3);
     client.handle_connected(NodeId(2), &["second2".to_owned()], t1 + MS);
@@ -769,7 +767,7 @@ fn a_closed_client_still_connects_for_what_it_owes() {
     let mut client = new_client(&settings);
     let mut lock = granted(&mut client, &settings, t0);
     let t1 = t0 + 100 * MS;
-    client.start(Operation::Release(Box::new(lock.release(t1))), t1);
+    client.start(Operation::release(&mut lock, t1), t1);
     let release = drain(&mut client);
     client.close(t1);
     let on_0: Vec<_> = release
@@ -994,10 +992,7 @@ fn a_release_of_a_lock_the_clients_waiter_waits_for_is_the_script_on_every_node(
     // Nobody waiting: a plain release, which may go native where a node can.
     let mut client = new_client(&settings);
     let mut alone = granted(&mut client, &settings, t0);
-    client.start(
-        Operation::Release(Box::new(alone.release(t0 + MS))),
-        t0 + MS,
-    );
+    client.start(Operation::release(&mut alone, t0 + MS), t0 + MS);
     let out = drain(&mut client);
     assert_eq!(out.sent.len(), 3);
     assert!(out.sent.iter().all(|(_, r)| r.native), "{out:?}");
@@ -1012,7 +1007,7 @@ fn a_release_of_a_lock_the_clients_waiter_waits_for_is_the_script_on_every_node(
     answer(&mut client, &votes, holder, t1 + MS);
     drain(&mut client);
     let t2 = t1 + 20 * MS;
-    client.start(Operation::Release(Box::new(held.release(t2))), t2);
+    client.start(Operation::release(&mut held, t2), t2);
     let out = drain(&mut client);
     let releases: Vec<_> = out
         .sent
@@ -1032,7 +1027,7 @@ fn an_evicted_operation_is_given_back_and_another_client_undoes_it() {
     let attempt = drain(&mut client);
     assert_eq!(attempt.sent.len(), 3);
     let evicted = client.evict(op, t0 + MS).expect("it ran");
-    assert!(matches!(evicted, Operation::Acquire(_)));
+    assert!(evicted.attempts().is_some());
     assert_eq!(client.running(), 0);
     assert!(client.evict(op, t0 + MS).is_none(), "evicted once");
     // Its answers reach nobody.
@@ -1081,7 +1076,7 @@ fn what_the_nodes_are_owed_is_taken_out_and_settles_the_client() {
     assert!(client.is_settled());
     // A release that meets a broken connection on node 0 is owed there.
     let t1 = t0 + 10 * MS;
-    client.start(Operation::Release(Box::new(lock.release(t1))), t1);
+    client.start(Operation::release(&mut lock, t1), t1);
     let out = drain(&mut client);
     let (to_node_0, rest) = out.sent.split_first().unwrap();
     answer(&mut client, rest, Response::Int(1), t1 + MS);
@@ -1280,7 +1275,7 @@ fn close_releases_what_a_leaders_term_holds() {
         StdRng::seed_from_u64(3),
     )
     .unwrap();
-    let op = client.start(Operation::Acquire(Box::new(campaign)), t0);
+    let op = client.start(Operation::from(campaign), t0);
     let out = drain(&mut client);
     let granted = Response::Array(vec![Response::Int(1), Response::Int(4)]);
     answer(&mut client, &out.sent, granted, t0 + MS);
@@ -1296,16 +1291,23 @@ fn close_releases_what_a_leaders_term_holds() {
         other => panic!("not elected: {other:?}"),
     };
     let term = Term::new(lock, &timing).expect("a fenced lock");
+    let number = term.term();
     let t1 = t0 + 10 * MS;
-    client.start(Operation::Term(Box::new(term)), t1);
+    client.start(Operation::term(term), t1);
     drain(&mut client);
     client.close(t1 + MS);
-    let out = drain(&mut client);
+    let mut out = drain(&mut client);
     assert!(
         out.events
             .iter()
             .any(|(_, event, last)| *last && matches!(event, OpEvent::Closed)),
         "{out:?}"
+    );
+    let back = out.finished.pop().and_then(Operation::into_term);
+    assert_eq!(
+        back.map(|term| term.term()),
+        Some(number),
+        "the term comes back"
     );
     let released: Vec<_> = out
         .sent
@@ -1346,7 +1348,7 @@ fn served(
 }
 
 fn fair(settings: &Arc<Settings>, seed: u64, now: Instant) -> Operation<StdRng> {
-    Operation::Acquire(Box::new(
+    Operation::from(
         Acquisition::with_spec(
             Arc::clone(settings),
             redlock_core::LockSpec::Fair(b"report"),
@@ -1356,7 +1358,7 @@ fn fair(settings: &Arc<Settings>, seed: u64, now: Instant) -> Operation<StdRng> 
             StdRng::seed_from_u64(seed),
         )
         .unwrap(),
-    ))
+    )
 }
 
 /// The masters order a fair lock's waiters: a release notice goes to every
@@ -1391,7 +1393,7 @@ fn release_notices_reach_every_fair_waiter_of_the_client() {
     served(&mut client, &mut masters, t0, t1 + 2 * MS);
     // The holder releases; the masters publish on the lock's channel.
     let t2 = t1 + 10 * MS;
-    holder.start(Operation::Release(Box::new(held.release(t2))), t2);
+    holder.start(Operation::release(&mut held, t2), t2);
     served(&mut holder, &mut masters, t0, t2);
     let channel = settings.release_channel(&settings.key(b"report"));
     client.handle_notice(NodeId(0), channel.as_bytes(), t2 + MS);
@@ -1402,4 +1404,91 @@ fn release_notices_reach_every_fair_waiter_of_the_client() {
         .map(|(_, r)| r.value)
         .collect();
     assert_eq!(rounds.len(), 2, "both waiters try at once");
+}
+
+/// What an adapter reads off an operation it gets back: an acquisition's
+/// attempts, key and kind; nothing of the kind from another operation.
+#[test]
+fn an_operation_tells_its_attempts_key_and_kind_only_where_it_has_them() {
+    let settings = settings();
+    let t0 = Instant::now();
+    let mut client = new_client(&settings);
+    client.start(acquire(&settings, Attempts::Retry, t0), t0);
+    // The first attempt finds the lock held everywhere; the second gets it.
+    let out = drain(&mut client);
+    let theirs = Response::Data(b"theirs".to_vec());
+    answer(&mut client, &out.sent, theirs, t0 + MS);
+    let mut retry = t0 + MS;
+    let second = loop {
+        let out = drain(&mut client);
+        // The failed attempt's withdraws are answered; the next attempt's
+        // acquires are what this waits for.
+        let (acquires, rest): (Vec<_>, Vec<_>) = out
+            .sent
+            .into_iter()
+            .partition(|(_, r)| matches!(r.command, Command::Acquire { .. }));
+        answer(&mut client, &rest, Response::Int(0), retry);
+        if !acquires.is_empty() {
+            break acquires;
+        }
+        retry = client.poll_timeout().expect("a retry is due");
+        client.handle_timeout(retry);
+    };
+    answer(&mut client, &second, Response::Int(1), retry + MS);
+    let mut out = drain(&mut client);
+    let acquisition = out.finished.pop().expect("granted");
+    assert_eq!(acquisition.attempts(), Some(2));
+    assert_eq!(acquisition.key(), Some(&settings.key(b"report")));
+    assert_eq!(acquisition.lock_kind(), Some(&LockKind::Exclusive));
+    assert!(acquisition.into_term().is_none());
+    let Some((_, OpEvent::Acquire(AcquireEvent::Acquired(mut lock)), true)) = out.events.pop()
+    else {
+        panic!("not granted: {out:?}");
+    };
+    let release = Operation::<StdRng>::release(&mut lock, retry + 2 * MS);
+    assert_eq!(release.attempts(), None);
+    assert_eq!(release.key(), None);
+    assert_eq!(release.lock_kind(), None);
+    assert!(release.into_term().is_none());
+}
+
+/// A release told to wait for every node decides once the last node
+/// answered, not at the first certain outcome; one nobody reads the
+/// answers of names no client and is the script on every node.
+#[test]
+fn a_release_for_every_node_waits_for_the_last_and_an_unattended_one_names_nobody() {
+    let settings = settings();
+    let t0 = Instant::now();
+    let mut client = new_client(&settings);
+    let mut lock = granted(&mut client, &settings, t0);
+    let t1 = t0 + 2 * MS;
+    for every_node in [false, true] {
+        let mut release = Operation::release(&mut lock, t1);
+        if every_node {
+            release = release.every_node();
+        }
+        client.start(release, t1);
+        let out = drain(&mut client);
+        answer(&mut client, &out.sent[..2], Response::Int(1), t1 + MS);
+        let decided = drain(&mut client)
+            .events
+            .iter()
+            .any(|(_, event, last)| *last && matches!(event, OpEvent::Release(_)));
+        assert_eq!(decided, !every_node, "every node: {every_node}");
+        answer(&mut client, &out.sent[2..], Response::Int(1), t1 + MS);
+        drain(&mut client);
+    }
+    let undo = Operation::<StdRng>::release(&mut lock, t1)
+        .unattended()
+        .undo(t1);
+    assert_eq!(undo.len(), 3);
+    assert!(
+        undo.iter().all(|r| r.client.is_none() && !r.native),
+        "{undo:?}"
+    );
+    // Only a release is changed by either.
+    let acquisition = acquire(&settings, Attempts::Once, t1)
+        .every_node()
+        .unattended();
+    assert_eq!(acquisition.attempts(), Some(1));
 }

@@ -163,7 +163,10 @@ fn a_term_is_over_once_it_is_lost_and_not_before() {
     assert!(!term.is_over(), "an instant before: still leading");
     term.handle_timeout(lose_at);
     assert!(term.is_over());
-    assert!(term.resign(lose_at).is_none(), "nothing left to resign");
+    assert!(
+        term.resignation(lose_at).is_none(),
+        "nothing left to resign"
+    );
 }
 
 #[test]
@@ -229,7 +232,7 @@ fn resign_acts_on_our_value_keeps_the_term_when_it_fails_and_is_idempotent() {
     let mut term = Term::new(campaign(&settings, 6, t0), &timing(&settings)).unwrap();
     let now = t0 + Duration::from_millis(10);
     // First try: every node times out. The term stands.
-    let mut release = term.resign(now).expect("leading");
+    let mut release = term.resignation(now).expect("leading");
     let sent = drain(&mut release);
     assert!(sent.iter().all(|r| r.value == *term.id()));
     release.handle_timeout(release.poll_timeout().unwrap());
@@ -238,7 +241,7 @@ fn resign_acts_on_our_value_keeps_the_term_when_it_fails_and_is_idempotent() {
     assert!(!term.is_done(), "a failed resign keeps the leadership");
     assert!(events(&mut term).is_empty());
     // Second try: the nodes release it.
-    let mut release = term.resign(now).expect("still leading");
+    let mut release = term.resignation(now).expect("still leading");
     for request in drain(&mut release) {
         release.handle_reply(Reply::to(&request, Ok(Response::Int(1))), now);
     }
@@ -250,7 +253,7 @@ fn resign_acts_on_our_value_keeps_the_term_when_it_fails_and_is_idempotent() {
         [TermEvent::Lost(LeadershipLoss::Resigned)]
     );
     // Idempotent: nothing more to send, nothing more to tell.
-    assert!(term.resign(now).is_none());
+    assert!(term.resignation(now).is_none());
     term.handle_resigned(&report);
     assert!(events(&mut term).is_empty());
 }

@@ -22,7 +22,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tracing::{Instrument, debug_span};
 
-pub(crate) use handle::{drive, run};
+pub(crate) use handle::{drive, kind, run};
 pub(crate) use mailbox::mailbox;
 pub(crate) use message::{Finished, Returned};
 pub(crate) use pubsub::NoticeNodes;
@@ -411,8 +411,8 @@ pub(crate) fn undo_blocking(nodes: &Arc<[Arc<Node>]>, operation: Operation<Clien
 /// nobody reads the answers, so the release publishes for this client's
 /// waiters too, which no hand-over tells.
 pub(crate) fn release_lock_blocking(nodes: &Arc<[Arc<Node>]>, mut lock: redlock_core::Lock) {
-    let release = lock.release(crate::sim::now()).unattended();
-    undo_blocking(nodes, Operation::Release(Box::new(release)));
+    let release = Operation::release(&mut lock, crate::sim::now()).unattended();
+    undo_blocking(nodes, release);
 }
 
 #[cfg(test)]

@@ -24,6 +24,7 @@ use node::NodeState;
 #[cfg_attr(not(feature = "simulation"), allow(unreachable_pub))]
 pub use node::OWED_PER_NODE;
 use notices::NoticeLink;
+use operation::Kind;
 pub use operation::{OpEvent, Operation};
 
 /// An operation of a [`Client`], from [`Client::start`].
@@ -155,18 +156,18 @@ struct Running<R> {
 /// use std::time::{Duration, Instant};
 /// use rand::{SeedableRng, rngs::StdRng};
 /// use redlock_core::{
-///     AcquireEvent, Acquisition, Attempts, Client, Config, OpEvent, Operation, Output, Reply,
+///     AcquireEvent, Attempts, Client, Config, LockSpec, OpEvent, Operation, Output, Reply,
 ///     Response,
 /// };
 ///
 /// let settings = Arc::new(Config::new(["a", "b", "c"]).validate()?);
 /// let start = Instant::now();
 /// let mut client = Client::new(settings.clone(), StdRng::seed_from_u64(2));
-/// let acquisition = Acquisition::new(
-///     settings.clone(), b"report", settings.default_ttl(), Attempts::Once, start,
-///     StdRng::seed_from_u64(1),
-/// );
-/// let op = client.start(Operation::Acquire(Box::new(acquisition)), start);
+/// let acquisition = Operation::acquire(
+///     settings.clone(), LockSpec::Exclusive(b"report"), settings.default_ttl(), Attempts::Once,
+///     start, StdRng::seed_from_u64(1),
+/// )?;
+/// let op = client.start(acquisition, start);
 /// let now = start + Duration::from_millis(1);
 /// let mut granted = false;
 /// while let Some(output) = client.poll_output() {
@@ -258,14 +259,14 @@ impl<R: Rng> Client<R> {
         }
         // Nobody of this client waiting, the common case: nothing to plan,
         // and the machine stays in its box.
-        let machine = match operation {
-            Operation::Acquire(acquisition) if self.hub.is_waiting() => {
-                Operation::Acquire(Box::new(self.hub.plan(*acquisition, now)))
+        let machine = match operation.0 {
+            Kind::Acquire(acquisition) if self.hub.is_waiting() => {
+                Operation(Kind::Acquire(Box::new(self.hub.plan(*acquisition, now))))
             }
-            Operation::Release(release) if self.hub.is_waiting() => {
-                Operation::Release(Box::new(self.hub.plan_release(*release)))
+            Kind::Release(release) if self.hub.is_waiting() => {
+                Operation::of_release(self.hub.plan_release(*release))
             }
-            other => other,
+            other => Operation(other),
         };
         self.ops.insert(
             op,
@@ -344,8 +345,7 @@ impl<R: Rng> Client<R> {
             lock = held.clone();
             self.cancel(op, now);
         }
-        let release = lock.release(now);
-        self.start(Operation::Release(Box::new(release)), now)
+        self.start(Operation::release(&mut lock, now), now)
     }
 
     /// Takes `op` out as it is at `now`, unfinished and not abandoned: it
@@ -408,8 +408,7 @@ impl<R: Rng> Client<R> {
                 finished: Some(machine),
             });
             if let Some(mut lock) = held {
-                let release = lock.release(now);
-                self.start(Operation::Release(Box::new(release)), now);
+                self.start(Operation::release(&mut lock, now), now);
             }
         }
     }

@@ -5,20 +5,28 @@ use std::time::Instant;
 
 use rand_core::Rng;
 
+use std::sync::Arc;
+
 use crate::{
-    AcquireEvent, Acquisition, ExtendError, Extended, Extension, HandOver, InspectReport,
-    Inspection, KeptLock, KeptLockEvent, Key, LeaderRead, LeaderReport, Machine, Notice, Proclaim,
-    Release, ReleaseReport, Reply, Request, Term, TermEvent,
+    AcquireEvent, Acquisition, Attempts, ConfigError, ExtendError, Extended, Extension, HandOver,
+    InspectReport, Inspection, KeepAlive, KeptLock, KeptLockEvent, Key, LeaderRead, LeaderReport,
+    Lock, LockKind, LockSpec, LockValue, Machine, Notice, Proclaim, Release, ReleaseReport, Reply,
+    Request, RoundId, Settings, Term, TermEvent, Ttl,
 };
 
-/// One operation of a [`Client`](super::Client): any machine of the core.
-/// Build the machine as usual ([`Acquisition::with_spec`],
-/// [`Lock::release`](crate::Lock::release), ...) and hand it to
-/// [`Client::start`](super::Client::start); the client gives it back with
-/// its final event.
+/// One operation of a [`Client`](super::Client): a lock of any kind to
+/// acquire, an extension, a release, a lock to keep alive, a leader's term
+/// to renew, a proclamation, a read. Made by the functions below, handed
+/// to [`Client::start`](super::Client::start), given back with its final
+/// event ([`Output::Event`](super::Output::Event)); it may move to another
+/// client half-way ([`Client::evict`](super::Client::evict)). What runs
+/// inside is the core's business.
 #[derive(Debug)]
-#[non_exhaustive]
-pub enum Operation<R> {
+pub struct Operation<R>(pub(crate) Kind<R>);
+
+/// The machine an [`Operation`] runs.
+#[derive(Debug)]
+pub(crate) enum Kind<R> {
     /// A lock of any kind, a semaphore's permit or a campaign.
     Acquire(Box<Acquisition<R>>),
     /// An extension by hand.
@@ -37,25 +45,206 @@ pub enum Operation<R> {
     Inspect(Box<Inspection>),
 }
 
+impl<R: Rng> Operation<R> {
+    /// Acquires a lock of any kind (read, write, reentrant, fair,
+    /// multi-resource, exclusive, fenced, a semaphore's permit) with `ttl`,
+    /// its first attempt at `now`. `rng` supplies the lock values and the
+    /// retry jitter: a CSPRNG in production, a seeded one in tests. Fails
+    /// only for a spec that cannot work (a multi-resource lock of no
+    /// resource, an empty owner id; on settings with a Redis Cluster node,
+    /// keys in different hash slots: [`ConfigError::CrossSlot`]) and for a
+    /// zero wait limit ([`ConfigError::ZeroDeadline`]). Its events are
+    /// [`OpEvent::Acquire`].
+    pub fn acquire(
+        settings: Arc<Settings>,
+        spec: LockSpec<'_>,
+        ttl: Ttl,
+        attempts: Attempts,
+        now: Instant,
+        rng: R,
+    ) -> Result<Self, ConfigError> {
+        Acquisition::with_spec(settings, spec, ttl, attempts, now, rng)
+            .map(|acquisition| Self(Kind::Acquire(Box::new(acquisition))))
+    }
+
+    /// Extends `lock` to `ttl` from `now`: our value only, on a quorum; it
+    /// sets the key again on the nodes where it went missing once a quorum
+    /// confirmed ours. `Err` at once for a lock whose validity already
+    /// ended or a TTL it cannot take. Its event is [`OpEvent::Extend`]; an
+    /// [`Extended`] is applied to the lock with [`Lock::apply`].
+    pub fn extend(lock: &mut Lock, ttl: Ttl, now: Instant) -> Result<Self, ExtendError> {
+        let extension = lock.extend(ttl, now)?;
+        Ok(Self(Kind::Extend(Box::new(extension))))
+    }
+
+    /// Releases `lock` at `now`: our value only, decided once the lock is
+    /// certainly free or certainly not. Its event is [`OpEvent::Release`].
+    pub fn release(lock: &mut Lock, now: Instant) -> Self {
+        Self::of_release(lock.release(now))
+    }
+
+    /// Releases `value` on the lock `key` at `now`, on every node: for a
+    /// lock taken elsewhere whose value is known.
+    pub fn release_value(settings: &Settings, key: Key, value: LockValue, now: Instant) -> Self {
+        Self::of_release(Release::new(settings, key, value, RoundId(0), now).every_node())
+    }
+
+    pub(crate) fn of_release(release: Release) -> Self {
+        Self(Kind::Release(Box::new(release)))
+    }
+
+    /// A [release](Self::release) that waits for every node's answer (or
+    /// its timeout), for the complete per-node report; other operations
+    /// are unchanged.
+    pub fn every_node(self) -> Self {
+        match self.0 {
+            Kind::Release(release) => Self::of_release(release.every_node()),
+            other => Self(other),
+        }
+    }
+
+    /// A [release](Self::release) whose answers nobody reads, such as
+    /// one sent by [`undo`](Self::undo): it publishes its release notice
+    /// for this client's waiters too; other operations are unchanged.
+    pub fn unattended(self) -> Self {
+        match self.0 {
+            Kind::Release(release) => Self::of_release(release.unattended()),
+            other => Self(other),
+        }
+    }
+
+    /// Keeps `lock` alive with `options` until it is lost, released or
+    /// cancelled. Its events are [`OpEvent::KeepAlive`].
+    pub fn keep_alive(lock: Lock, options: KeepAlive) -> Self {
+        Self(Kind::KeepAlive(Box::new(KeptLock::new(lock, options))))
+    }
+
+    /// Renews `term` until it is lost or cancelled. Its events are
+    /// [`OpEvent::Term`]; the term comes back with the final event or an
+    /// [eviction](super::Client::evict) ([`into_term`](Self::into_term)).
+    pub fn term(term: Term) -> Self {
+        Self(Kind::Term(Box::new(term)))
+    }
+
+    /// Writes `value` in the leader record of the election `lock` won,
+    /// under `term` ([`scripts::PROCLAIM`](crate::scripts::PROCLAIM)):
+    /// refused once another holds the name or a higher term is stored. Its
+    /// event is [`OpEvent::Proclaim`].
+    pub fn proclaim(lock: &Lock, term: u64, value: &[u8], now: Instant) -> Self {
+        Self(Kind::Proclaim(Box::new(Proclaim::new(
+            lock, term, value, now,
+        ))))
+    }
+
+    /// Reads who leads the election `name` on every node. Its event is
+    /// [`OpEvent::ReadLeader`].
+    pub fn read_leader(settings: &Settings, name: &[u8], now: Instant) -> Self {
+        Self(Kind::ReadLeader(Box::new(LeaderRead::new(
+            settings,
+            name,
+            RoundId(0),
+            now,
+        ))))
+    }
+
+    /// Reads what every node holds of the lock `key` (`redlock status`).
+    /// Its event is [`OpEvent::Inspect`].
+    pub fn inspect(settings: &Settings, key: Key, now: Instant) -> Self {
+        Self(Kind::Inspect(Box::new(Inspection::of_key(
+            settings,
+            key,
+            RoundId(0),
+            now,
+        ))))
+    }
+
+    /// The attempts an acquisition made so far; `None` for another
+    /// operation.
+    pub fn attempts(&self) -> Option<u32> {
+        match &self.0 {
+            Kind::Acquire(acquisition) => Some(acquisition.attempts()),
+            _ => None,
+        }
+    }
+
+    /// The lock an acquisition takes: its first key; `None` for another
+    /// operation.
+    pub fn key(&self) -> Option<&Key> {
+        match &self.0 {
+            Kind::Acquire(acquisition) => Some(acquisition.key()),
+            _ => None,
+        }
+    }
+
+    /// The kind of lock an acquisition takes; `None` for another
+    /// operation.
+    pub fn lock_kind(&self) -> Option<&LockKind> {
+        match &self.0 {
+            Kind::Acquire(acquisition) => Some(acquisition.kind()),
+            _ => None,
+        }
+    }
+
+    /// The term a [term](Self::term) operation renewed, as it stands
+    /// (every renewal applied); `None` for another operation.
+    pub fn into_term(self) -> Option<Term> {
+        match self.0 {
+            Kind::Term(term) => Some(*term),
+            _ => None,
+        }
+    }
+}
+
+/// With the `simulation` feature: any machine of the core, run as an
+/// operation.
+#[cfg(feature = "simulation")]
+macro_rules! from_machine {
+    ($($machine:ty => $variant:ident),* $(,)?) => {
+        $(
+            impl<R> From<$machine> for Operation<R> {
+                fn from(machine: $machine) -> Self {
+                    Self(Kind::$variant(Box::new(machine)))
+                }
+            }
+        )*
+    };
+}
+#[cfg(feature = "simulation")]
+from_machine!(
+    Extension => Extend,
+    Release => Release,
+    KeptLock => KeepAlive,
+    Term => Term,
+    Proclaim => Proclaim,
+    LeaderRead => ReadLeader,
+    Inspection => Inspect,
+);
+#[cfg(feature = "simulation")]
+impl<R> From<Acquisition<R>> for Operation<R> {
+    fn from(machine: Acquisition<R>) -> Self {
+        Self(Kind::Acquire(Box::new(machine)))
+    }
+}
+
 /// What an operation reports, as its machine's event.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum OpEvent {
-    /// An [`Operation::Acquire`]'s.
+    /// Of an operation made by [`Operation::acquire`].
     Acquire(AcquireEvent),
-    /// An [`Operation::Extend`]'s.
+    /// Of an operation made by [`Operation::extend`].
     Extend(Result<Extended, ExtendError>),
-    /// An [`Operation::Release`]'s.
+    /// Of an operation made by [`Operation::release`].
     Release(ReleaseReport),
-    /// An [`Operation::KeepAlive`]'s.
+    /// Of an operation made by [`Operation::keep_alive`].
     KeepAlive(KeptLockEvent),
-    /// An [`Operation::Term`]'s.
+    /// Of an operation made by [`Operation::term`].
     Term(TermEvent),
-    /// An [`Operation::Proclaim`]'s.
+    /// Of an operation made by [`Operation::proclaim`].
     Proclaim(Result<u64, ExtendError>),
-    /// An [`Operation::ReadLeader`]'s.
+    /// Of an operation made by [`Operation::read_leader`].
     ReadLeader(LeaderReport),
-    /// An [`Operation::Inspect`]'s.
+    /// Of an operation made by [`Operation::inspect`].
     Inspect(InspectReport),
     /// The final event of an operation that takes or holds a lock (an
     /// acquisition, an extension, a keep-alive, a term, a proclamation)
@@ -77,14 +266,14 @@ impl OpEvent {
 macro_rules! each {
     ($operation:expr, $machine:ident => $body:expr) => {
         match $operation {
-            Operation::Acquire($machine) => $body,
-            Operation::Extend($machine) => $body,
-            Operation::Release($machine) => $body,
-            Operation::KeepAlive($machine) => $body,
-            Operation::Term($machine) => $body,
-            Operation::Proclaim($machine) => $body,
-            Operation::ReadLeader($machine) => $body,
-            Operation::Inspect($machine) => $body,
+            Kind::Acquire($machine) => $body,
+            Kind::Extend($machine) => $body,
+            Kind::Release($machine) => $body,
+            Kind::KeepAlive($machine) => $body,
+            Kind::Term($machine) => $body,
+            Kind::Proclaim($machine) => $body,
+            Kind::ReadLeader($machine) => $body,
+            Kind::Inspect($machine) => $body,
         }
     };
 }
@@ -105,71 +294,71 @@ impl<R: Rng> Operation<R> {
     /// client: a release, a read.
     pub(crate) fn leaves_nothing(&self) -> bool {
         matches!(
-            self,
-            Operation::Release(_) | Operation::ReadLeader(_) | Operation::Inspect(_)
+            self.0,
+            Kind::Release(_) | Kind::ReadLeader(_) | Kind::Inspect(_)
         )
     }
 
     /// The lock a keep-alive or a term holds, as it stands now (its
     /// extensions applied, the nodes its restores filled).
     pub(crate) fn held_lock(&self) -> Option<&crate::Lock> {
-        match self {
-            Operation::KeepAlive(kept) => Some(kept.lock()),
-            Operation::Term(term) => Some(term.lock()),
+        match &self.0 {
+            Kind::KeepAlive(kept) => Some(kept.lock()),
+            Kind::Term(term) => Some(term.lock()),
             _ => None,
         }
     }
 
     pub(crate) fn poll_request(&mut self) -> Option<Request> {
-        each!(self, machine => machine.poll_request())
+        each!(&mut self.0, machine => machine.poll_request())
     }
 
     pub(crate) fn poll_event(&mut self) -> Option<OpEvent> {
-        match self {
-            Operation::Acquire(machine) => machine.poll_event().map(OpEvent::Acquire),
-            Operation::Extend(machine) => machine.poll_event().map(OpEvent::Extend),
-            Operation::Release(machine) => machine.poll_event().map(OpEvent::Release),
-            Operation::KeepAlive(machine) => machine.poll_event().map(OpEvent::KeepAlive),
-            Operation::Term(machine) => machine.poll_event().map(OpEvent::Term),
-            Operation::Proclaim(machine) => machine.poll_event().map(OpEvent::Proclaim),
-            Operation::ReadLeader(machine) => machine.poll_event().map(OpEvent::ReadLeader),
-            Operation::Inspect(machine) => machine.poll_event().map(OpEvent::Inspect),
+        match &mut self.0 {
+            Kind::Acquire(machine) => machine.poll_event().map(OpEvent::Acquire),
+            Kind::Extend(machine) => machine.poll_event().map(OpEvent::Extend),
+            Kind::Release(machine) => machine.poll_event().map(OpEvent::Release),
+            Kind::KeepAlive(machine) => machine.poll_event().map(OpEvent::KeepAlive),
+            Kind::Term(machine) => machine.poll_event().map(OpEvent::Term),
+            Kind::Proclaim(machine) => machine.poll_event().map(OpEvent::Proclaim),
+            Kind::ReadLeader(machine) => machine.poll_event().map(OpEvent::ReadLeader),
+            Kind::Inspect(machine) => machine.poll_event().map(OpEvent::Inspect),
         }
     }
 
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
-        each!(self, machine => machine.poll_timeout())
+        each!(&self.0, machine => machine.poll_timeout())
     }
 
     pub(crate) fn poll_listen(&mut self) -> Option<Vec<Key>> {
-        each!(self, machine => machine.poll_listen())
+        each!(&mut self.0, machine => machine.poll_listen())
     }
 
     pub(crate) fn ordered_by_masters(&self) -> bool {
-        each!(self, machine => machine.ordered_by_masters())
+        each!(&self.0, machine => machine.ordered_by_masters())
     }
 
     pub(crate) fn poll_hand_over(&mut self) -> Option<HandOver> {
-        each!(self, machine => machine.poll_hand_over())
+        each!(&mut self.0, machine => machine.poll_hand_over())
     }
 
     pub(crate) fn handle_reply(&mut self, reply: Reply, now: Instant) {
-        each!(self, machine => machine.handle_reply(reply, now))
+        each!(&mut self.0, machine => machine.handle_reply(reply, now))
     }
 
     pub(crate) fn handle_timeout(&mut self, now: Instant) {
-        each!(self, machine => machine.handle_timeout(now))
+        each!(&mut self.0, machine => machine.handle_timeout(now))
     }
 
     pub(crate) fn handle_delivery(&mut self, notice: Notice, at: Instant, now: Instant) {
-        each!(self, machine => machine.handle_delivery(notice, at, now))
+        each!(&mut self.0, machine => machine.handle_delivery(notice, at, now))
     }
 
     pub(crate) fn is_done(&self) -> bool {
-        each!(self, machine => machine.is_done())
+        each!(&self.0, machine => machine.is_done())
     }
 
     pub(crate) fn abandon(&mut self, now: Instant) {
-        each!(self, machine => machine.abandon(now))
+        each!(&mut self.0, machine => machine.abandon(now))
     }
 }

@@ -16,12 +16,14 @@ impl Settings {
         crate::Key::from(key)
     }
 
-    /// The key of a resource's fencing counter: the lock key followed by a NUL
-    /// byte and `fencing`, in the lock key's hash slot ([`Key::derived`](crate::Key::derived):
-    /// `{res}\0fencing` for the lock key `res`). No resource name can produce it
-    /// by accident unless it contains that NUL byte.
-    pub fn fencing_key(&self, key: &crate::Key) -> crate::Key {
-        key.derived(b"\0fencing")
+    machinery_fn! {
+        /// The key of a resource's fencing counter: the lock key followed by a NUL
+        /// byte and `fencing`, in the lock key's hash slot ([`Key::derived`](crate::Key::derived):
+        /// `{res}\0fencing` for the lock key `res`). No resource name can produce it
+        /// by accident unless it contains that NUL byte.
+        fn fencing_key(&self, key: &crate::Key) -> crate::Key {
+            key.derived(b"\0fencing")
+        }
     }
 
     /// The key that keeps a semaphore's number of permits on each master
@@ -38,34 +40,40 @@ impl Settings {
         key.derived(b"\0permits")
     }
 
-    /// The key of an election's leader record (`{name}\0leader` for the
-    /// election `name`): the leader's term, id and value, written by
-    /// [`scripts::PROCLAIM`](crate::scripts::PROCLAIM) in the lock key's
-    /// hash slot.
-    pub fn leader_key(&self, key: &crate::Key) -> crate::Key {
-        key.derived(b"\0leader")
+    machinery_fn! {
+        /// The key of an election's leader record (`{name}\0leader` for the
+        /// election `name`): the leader's term, id and value, written by
+        /// [`scripts::PROCLAIM`](crate::scripts::PROCLAIM) in the lock key's
+        /// hash slot.
+        fn leader_key(&self, key: &crate::Key) -> crate::Key {
+            key.derived(b"\0leader")
+        }
     }
 
-    /// The key where waiters of an exclusive lock announce themselves
-    /// ([`scripts::MARK_WAITING`](crate::scripts::MARK_WAITING)): the lock
-    /// key followed by a NUL byte and `waiters`, in the lock key's hash slot
-    /// (`{res}\0waiters` for the lock key `res`). A release publishes its
-    /// notice only while this key lives
-    /// ([`scripts::RELEASE_IF_WAITED`](crate::scripts::RELEASE_IF_WAITED)).
-    /// It expires on its own, one retry interval or so after the last
-    /// waiter's last attempt ([`Settings::waiters_mark_ttl`]).
-    pub fn waiters_key(&self, key: &crate::Key) -> crate::Key {
-        key.derived(b"\0waiters")
+    machinery_fn! {
+        /// The key where waiters of an exclusive lock announce themselves
+        /// ([`scripts::MARK_WAITING`](crate::scripts::MARK_WAITING)): the lock
+        /// key followed by a NUL byte and `waiters`, in the lock key's hash slot
+        /// (`{res}\0waiters` for the lock key `res`). A release publishes its
+        /// notice only while this key lives
+        /// ([`scripts::RELEASE_IF_WAITED`](crate::scripts::RELEASE_IF_WAITED)).
+        /// It expires on its own, one retry interval or so after the last
+        /// waiter's last attempt ([`Settings::waiters_mark_ttl`]).
+        fn waiters_key(&self, key: &crate::Key) -> crate::Key {
+            key.derived(b"\0waiters")
+        }
     }
 
-    /// The key that says a waiter of another client was marked
-    /// ([`scripts::MARK_WAITING`](crate::scripts::MARK_WAITING)): the
-    /// waiters mark holds the client that marked last, and a waiter that
-    /// overwrites another client's mark sets this one for as long as that
-    /// mark had left. The lock key followed by a NUL byte and `others`, in
-    /// the lock key's hash slot (`{res}\0others` for the lock key `res`).
-    pub fn others_waiting_key(&self, key: &crate::Key) -> crate::Key {
-        key.derived(b"\0others")
+    machinery_fn! {
+        /// The key that says a waiter of another client was marked
+        /// ([`scripts::MARK_WAITING`](crate::scripts::MARK_WAITING)): the
+        /// waiters mark holds the client that marked last, and a waiter that
+        /// overwrites another client's mark sets this one for as long as that
+        /// mark had left. The lock key followed by a NUL byte and `others`, in
+        /// the lock key's hash slot (`{res}\0others` for the lock key `res`).
+        fn others_waiting_key(&self, key: &crate::Key) -> crate::Key {
+            key.derived(b"\0others")
+        }
     }
 
     /// The keys a waiter's mark for the lock key `key` sends
@@ -158,19 +166,21 @@ impl Settings {
             .saturating_add(node_timeout.saturating_mul(2))
     }
 
-    /// How long a waiter's mark lives after one of its attempts: until its
-    /// next attempt has surely reached the node and marked again, that is,
-    /// the longest retry wait (`delay + jitter`) plus two per-node
-    /// timeouts (the attempt that marked, and the next one on its way),
-    /// plus the drift allowance of a node's clock (1% + 2 ms of the span,
-    /// as for a lock). About 0.3 s with the defaults.
-    pub fn waiters_mark_ttl(&self, node_timeout: std::time::Duration) -> crate::Ttl {
-        let span = self.waiters_mark_span(node_timeout);
-        let span = span
-            .saturating_add(span / 100)
-            .saturating_add(std::time::Duration::from_millis(2));
-        let millis = u64::try_from(span.as_millis()).unwrap_or(u64::MAX).max(1);
-        crate::Ttl(millis)
+    machinery_fn! {
+        /// How long a waiter's mark lives after one of its attempts: until its
+        /// next attempt has surely reached the node and marked again, that is,
+        /// the longest retry wait (`delay + jitter`) plus two per-node
+        /// timeouts (the attempt that marked, and the next one on its way),
+        /// plus the drift allowance of a node's clock (1% + 2 ms of the span,
+        /// as for a lock). About 0.3 s with the defaults.
+        fn waiters_mark_ttl(&self, node_timeout: std::time::Duration) -> crate::Ttl {
+            let span = self.waiters_mark_span(node_timeout);
+            let span = span
+                .saturating_add(span / 100)
+                .saturating_add(std::time::Duration::from_millis(2));
+            let millis = u64::try_from(span.as_millis()).unwrap_or(u64::MAX).max(1);
+            crate::Ttl(millis)
+        }
     }
 
     /// The script keys and lock kind for a spec (see
@@ -270,6 +280,7 @@ impl Settings {
 
     /// The pub/sub channel on which a node announces that the lock on `key`
     /// was released: the key followed by a NUL byte and `released`.
+    #[cfg(feature = "simulation")]
     pub fn release_channel(&self, key: &crate::Key) -> crate::Key {
         release_channel(key)
     }

@@ -25,7 +25,7 @@ use crate::{
     NodeVote, Reply, Request, Response, RoundId, Settings, Ttl, Votes,
 };
 
-/// What an [`Acquisition`] reports, drained with `Acquisition::poll_event`.
+/// What an acquisition ([`Operation::acquire`](crate::Operation::acquire)) reports.
 #[cfg_attr(feature = "model-check", derive(Clone))]
 #[derive(Debug)]
 #[must_use = "an acquired lock is held on the nodes until it is released or expires"]
@@ -87,7 +87,7 @@ enum Phase {
 ///
 /// # Calling order
 ///
-/// 1. [`Acquisition::new`] starts the first attempt at `now`.
+/// 1. [`Operation::acquire`](crate::Operation::acquire) starts the first attempt at `now`.
 /// 2. Drain `poll_request` and send every request (the
 ///    first attempt's are N script calls, one per node, to send concurrently).
 /// 3. Feed each answer to `handle_reply`, in any order;
@@ -136,6 +136,7 @@ enum Phase {
 /// ```
 #[cfg_attr(feature = "model-check", derive(Clone))]
 #[derive(Debug)]
+#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub))]
 pub struct Acquisition<R> {
     settings: Arc<Settings>,
     ttl: Ttl,
@@ -202,7 +203,9 @@ pub struct Acquisition<R> {
 #[cfg_attr(not(feature = "simulation"), allow(unreachable_pub))]
 pub const FAIR_PATIENCE: u32 = 3;
 
+#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub))]
 impl<R: Rng> Acquisition<R> {
+    #[cfg(feature = "simulation")]
     /// Starts the first attempt at `now`. `rng` supplies the lock values and the
     /// retry jitter: a CSPRNG in production, a seeded one in tests.
     pub fn new(
@@ -224,6 +227,7 @@ impl<R: Rng> Acquisition<R> {
         .expect("an exclusive lock on one resource is always a valid spec")
     }
 
+    #[cfg(feature = "simulation")]
     /// Like [`new`](Self::new), for a lock that comes with a fencing token.
     ///
     /// Each attempt then takes two rounds. The first sets the key and reads
@@ -352,6 +356,7 @@ impl<R: Rng> Acquisition<R> {
         &self.keys[0]
     }
 
+    #[cfg(feature = "simulation")]
     /// Every key the lock's scripts touch (the lock keys first).
     pub fn keys(&self) -> &Arc<[Key]> {
         &self.keys
@@ -367,6 +372,7 @@ impl<R: Rng> Acquisition<R> {
         self.retries.started()
     }
 
+    #[cfg(feature = "simulation")]
     /// The id of the attempt in flight, if one is.
     pub fn current_attempt(&self) -> Option<RoundId> {
         match &self.state {

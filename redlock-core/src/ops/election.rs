@@ -1,10 +1,10 @@
 //! Leader election: a fenced lock on the election's name, kept alive, whose
 //! fencing token is the leader's term.
 //!
-//! A campaign is a fenced [`Acquisition`](crate::Acquisition) of the name
+//! A campaign is a fenced [`Operation::acquire`](crate::Operation::acquire) of the name
 //! ([`LockSpec::Fenced`](crate::LockSpec::Fenced), TTL the lease): terms
 //! then rise strictly across the quorum, as fencing tokens do. A won
-//! campaign's lock becomes a [`Term`]: the core's [`KeptLock`] keeps it
+//! campaign's lock becomes a [`Term`]: the core's [`Operation::keep_alive`](crate::Operation::keep_alive) keeps it
 //! alive, and the term decides the instant its leader must stop, before
 //! any other process can be granted the name.
 
@@ -131,9 +131,9 @@ pub enum TermEvent {
     Lost(LeadershipLoss),
 }
 
-/// One leader's term, as one `Machine`: the won campaign's lock kept alive
-/// by the core's [`KeptLock`] (a renewal every retry period), and the
-/// instant its leader must stop.
+/// One leader's term: the won campaign's lock, renewed every retry period
+/// while [`Operation::term`](crate::Operation::term) runs, and the instant
+/// its leader must stop.
 ///
 /// The loss instant is the start of the last confirmed round (acquire or
 /// renewal) plus the renew deadline: before the lock's validity (start +
@@ -144,12 +144,14 @@ pub enum TermEvent {
 ///
 /// # Calling order
 ///
-/// Drive it like every machine; its final event is [`TermEvent::Lost`].
-/// To resign, stop driving it, drive the [`Release`](crate::Release) of
-/// [`resign`](Self::resign) and feed its report to
+/// Run it with [`Operation::term`](crate::Operation::term); its final
+/// event is [`TermEvent::Lost`]. To resign, take it back (cancel or
+/// [evict](crate::Client::evict) the operation), run the release
+/// [`resign`](Self::resign) gives and feed its report to
 /// [`handle_resigned`](Self::handle_resigned): a release that did not free
-/// the name leaves the term as it was, to drive on (or resign again).
-/// [`proclaim`](Self::proclaim) gives a machine of its own, driven beside.
+/// the name leaves the term as it was, to run on (or resign again).
+/// [`Operation::proclaim`](crate::Operation::proclaim) writes the leader
+/// record under the term, beside it.
 #[cfg_attr(feature = "model-check", derive(Clone))]
 #[derive(Debug)]
 pub struct Term {
@@ -231,11 +233,18 @@ impl Term {
 
     /// The release that resigns this term, acting on our value only;
     /// `None` once the term is over (resigning again changes nothing).
-    pub fn resign(&self, now: Instant) -> Option<crate::Release> {
-        if self.done {
-            return None;
+    pub fn resign<R: rand_core::Rng>(&self, now: Instant) -> Option<crate::Operation<R>> {
+        self.resignation(now).map(crate::Operation::of_release)
+    }
+
+    machinery_fn! {
+        /// [`resign`](Self::resign)'s release, as a machine.
+        fn resignation(&self, now: Instant) -> Option<crate::Release> {
+            if self.done {
+                return None;
+            }
+            Some(self.kept.lock().clone().release(now))
         }
-        Some(self.kept.lock().clone().release(now))
     }
 
     /// Feeds the report of [`resign`](Self::resign)'s release: the term
@@ -248,6 +257,7 @@ impl Term {
 
     /// Writes `value` in the election's leader record under this term
     /// ([`scripts::PROCLAIM`](crate::scripts::PROCLAIM)).
+    #[cfg(feature = "simulation")]
     pub fn proclaim(&self, value: &[u8], now: Instant) -> Proclaim {
         Proclaim::new(self.kept.lock(), self.term, value, now)
     }
@@ -348,6 +358,7 @@ impl Machine for Term {
 /// refused (the name is not ours there, or a higher term is stored), or
 /// [`ExtendError::NoQuorum`] when too few answered.
 #[derive(Debug)]
+#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub))]
 pub struct Proclaim {
     round: Round,
     term: u64,
@@ -357,6 +368,7 @@ pub struct Proclaim {
     done: bool,
 }
 
+#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub))]
 impl Proclaim {
     /// The round that writes `value` under `term` for the leader holding
     /// `lock` (what [`Term::proclaim`] makes, for a driver that keeps a copy

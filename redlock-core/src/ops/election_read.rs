@@ -66,7 +66,8 @@ impl LeaderReply {
     }
 }
 
-/// What a [`LeaderRead`] read on every node: its final event.
+/// What a read of the leader ([`Operation::read_leader`](crate::Operation::read_leader)) found on
+/// every node: its final event.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LeaderReport {
@@ -112,8 +113,10 @@ impl LeaderReport {
 /// (`ReadAll`): the read behind a one-shot "who leads" and each poll of
 /// an observer. It gives its [`LeaderReport`] once every node answered or
 /// at the per-node timeout; it decides nothing and writes nothing.
+#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub))]
 pub type LeaderRead = ReadAll<LeaderReply>;
 
+#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub))]
 impl ReadAll<LeaderReply> {
     /// Reads the election `name` on every node from `now`, in round `round`.
     pub fn new(settings: &Settings, name: &[u8], round: RoundId, now: Instant) -> Self {

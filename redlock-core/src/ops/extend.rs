@@ -75,6 +75,7 @@ pub struct Extended {
 /// lock as lost and release it.
 #[cfg_attr(feature = "model-check", derive(Clone))]
 #[derive(Debug)]
+#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub))]
 pub struct Extension {
     round: Round,
     /// The lock's keys, kind and value, for the releases after a loss.
@@ -104,6 +105,7 @@ pub struct Extension {
     done: bool,
 }
 
+#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub))]
 impl Extension {
     pub(crate) fn new(lock: &Lock, id: RoundId, ttl: Ttl, now: Instant) -> Self {
         let settings = lock.settings();
@@ -158,6 +160,7 @@ impl Extension {
         }
     }
 
+    #[cfg(feature = "simulation")]
     /// The round's id.
     pub fn round(&self) -> RoundId {
         self.round.id
@@ -360,20 +363,22 @@ impl Machine for Extension {
 }
 
 impl Lock {
-    /// Starts extending the lock to `ttl` from `now`.
-    ///
-    /// Fails at once with [`ExtendError::Expired`] when no validity is left:
-    /// an expired lock may already belong to someone else.
-    pub fn extend(&mut self, ttl: Ttl, now: Instant) -> Result<Extension, ExtendError> {
-        if !self.is_valid(now) {
-            return Err(ExtendError::Expired {
-                expired_for: now.saturating_duration_since(self.valid_until),
-                votes: None,
-            });
+    machinery_fn! {
+        /// Starts extending the lock to `ttl` from `now`.
+        ///
+        /// Fails at once with [`ExtendError::Expired`] when no validity is left:
+        /// an expired lock may already belong to someone else.
+        fn extend(&mut self, ttl: Ttl, now: Instant) -> Result<Extension, ExtendError> {
+            if !self.is_valid(now) {
+                return Err(ExtendError::Expired {
+                    expired_for: now.saturating_duration_since(self.valid_until),
+                    votes: None,
+                });
+            }
+            let attempt = self.next_round();
+            self.longest_ttl = self.longest_ttl.max(ttl);
+            Ok(Extension::new(self, attempt, ttl, now))
         }
-        let attempt = self.next_round();
-        self.longest_ttl = self.longest_ttl.max(ttl);
-        Ok(Extension::new(self, attempt, ttl, now))
     }
 
     /// Records a successful extension.

@@ -81,7 +81,7 @@ pub enum LossReason {
 #[cfg_attr(not(feature = "simulation"), allow(unreachable_pub))]
 #[derive(Clone, Debug, PartialEq)]
 pub enum KeepAliveEvent {
-    /// Extend the lock to `ttl` now ([`Lock::extend`]), drive the extension,
+    /// Extend the lock to `ttl` now ([`Operation::extend`](crate::Operation::extend)), drive the extension,
     /// and feed its result to [`KeepAliveSchedule::handle_extended`] or
     /// [`KeepAliveSchedule::handle_failed`].
     Extend {
@@ -114,7 +114,7 @@ enum State {
 /// When to extend a held lock, retry a failed extension, or give it up.
 ///
 /// The schedule holds no lock and sends nothing: it tells its driver when to
-/// run an extension ([`Lock::extend`], driven like any round) and decides
+/// run an extension ([`Operation::extend`](crate::Operation::extend), driven like any round) and decides
 /// from each result what comes next:
 ///
 /// - An extension starts when the validity left drops to
@@ -328,15 +328,15 @@ impl KeepAliveSchedule {
     }
 }
 
-/// What a [`KeptLock`] reports, drained with `Machine::poll_event`.
+/// What a lock kept alive ([`Operation::keep_alive`](crate::Operation::keep_alive)) reports.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum KeptLockEvent {
-    /// An extension counted; it is applied to [`KeptLock::lock`] already.
-    /// Apply it to any copy of the lock the driver keeps ([`Lock::apply`]).
+    /// An extension counted; the kept lock has it already. Apply it to
+    /// any copy of the lock the driver keeps ([`Lock::apply`]).
     Extended(Extended),
     /// An extension failed, or could not start
-    /// ([`Lock::extend`] refused). When only too few nodes answered
+    /// ([`Operation::extend`](crate::Operation::extend) refused). When only too few nodes answered
     /// ([`ExtendError::NoQuorum`]) it is retried while validity is left;
     /// otherwise [`Lost`](Self::Lost) follows.
     ExtendFailed(ExtendError),
@@ -351,7 +351,7 @@ pub enum KeptLockEvent {
 }
 
 /// A held lock kept alive, as one `Machine`: the `KeepAliveSchedule`
-/// decides when to extend, and each extension ([`Lock::extend`]) runs inside
+/// decides when to extend, and each extension ([`Operation::extend`](crate::Operation::extend)) runs inside
 /// this machine, so a driver runs the whole keep-alive with the same loop as
 /// every other machine: its `poll_timeout` is the
 /// instant the next extension is due (or, while one runs, that extension's
@@ -392,6 +392,7 @@ pub enum KeptLockEvent {
 /// ```
 #[cfg_attr(feature = "model-check", derive(Clone))]
 #[derive(Debug)]
+#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub))]
 pub struct KeptLock {
     lock: Lock,
     schedule: KeepAliveSchedule,
@@ -401,6 +402,7 @@ pub struct KeptLock {
     done: bool,
 }
 
+#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub))]
 impl KeptLock {
     /// Keeps `lock` alive with `options`, from the state the lock is in.
     pub fn new(lock: Lock, options: KeepAlive) -> Self {
@@ -423,6 +425,7 @@ impl KeptLock {
         &self.lock
     }
 
+    #[cfg(feature = "simulation")]
     /// The lock, given back (to release it).
     pub fn into_lock(self) -> Lock {
         self.lock

@@ -9,8 +9,10 @@ use crate::{Key, LockKind, LockValue, RoundId, Settings, Ttl, Votes};
 /// A lock held on a quorum of nodes, as the core sees it: no I/O, just the key,
 /// our value and how long the lock stays valid.
 ///
-/// Made by an [`Acquisition`](crate::Acquisition). Extend it with [`Lock::extend`] and release it
-/// with [`Lock::release`], each a state machine driven like the acquisition.
+/// Made by an acquisition ([`Operation::acquire`](crate::Operation::acquire)).
+/// Extend it with [`Operation::extend`](crate::Operation::extend) and
+/// release it with [`Operation::release`](crate::Operation::release), each
+/// an operation of its own.
 #[derive(Debug, Clone)]
 pub struct Lock {
     pub(crate) settings: Arc<Settings>,
@@ -141,7 +143,7 @@ impl Lock {
     }
 
     /// The fencing token, for a lock acquired with
-    /// [`Acquisition::fenced`](crate::Acquisition::fenced): larger than the token of every earlier holder
+    /// [`Operation::acquire`](crate::Operation::acquire): larger than the token of every earlier holder
     /// of this resource. Pass it to the protected resource with every write
     /// (see [`scripts::CHECK_TOKEN`](crate::scripts::CHECK_TOKEN)).
     pub fn fencing_token(&self) -> Option<u64> {

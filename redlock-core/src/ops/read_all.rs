@@ -17,6 +17,7 @@ use crate::{
 /// What one node's answer to a read is, and what the answers of every node
 /// make together: [`InspectReply`](crate::InspectReply) and
 /// [`LeaderReply`](crate::LeaderReply).
+#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub))]
 pub trait NodeRead: Clone + fmt::Debug + Sized {
     /// The reads of every node together: the machine's one event.
     type Report: fmt::Debug;
@@ -38,6 +39,7 @@ pub trait NodeRead: Clone + fmt::Debug + Sized {
 /// not answered then is reported as timed out. It decides nothing and
 /// writes nothing.
 #[derive(Debug)]
+#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub))]
 pub struct ReadAll<R: NodeRead> {
     round: Round,
     reads: Vec<Option<Result<R, NodeError>>>,

@@ -48,7 +48,7 @@ impl ReleaseReport {
     }
 
     /// Nodes the release did not wait for: it was decided without them
-    /// (see [`Release`]). Their deletes go on in the background, in order
+    /// (see [`Operation::release`](crate::Operation::release)). Their deletes go on in the background, in order
     /// after every earlier request of ours on each node; until they land,
     /// our value may stay there, on fewer than a quorum of nodes.
     pub fn pending(&self) -> usize {
@@ -142,8 +142,8 @@ impl std::fmt::Display for ReleaseReport {
     }
 }
 
-/// Releasing one lock value on every node, made by [`Lock::release`](crate::Lock::release)
-/// or [`Release::new`] (for a value known from elsewhere).
+/// Releasing one lock value on every node, made by [`Operation::release`](crate::Operation::release)
+/// or [`Operation::release_value`](crate::Operation::release_value) (for a value known from elsewhere).
 ///
 /// Driven like every `Machine`; `poll_event` gives the
 /// report as soon as the outcome is certain:
@@ -183,6 +183,7 @@ impl std::fmt::Display for ReleaseReport {
 /// soon as it is queued.
 #[cfg_attr(feature = "model-check", derive(Clone))]
 #[derive(Debug)]
+#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub))]
 pub struct Release {
     round: Round,
     notices_refused: usize,
@@ -211,6 +212,7 @@ pub struct Release {
     done: bool,
 }
 
+#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub))]
 impl Release {
     /// Releases `value` on `key` on every node, starting at `now`, with the
     /// per-node timeout of every release,
@@ -457,7 +459,7 @@ pub(crate) fn hands_over(kind: &LockKind) -> bool {
 }
 
 impl Machine for Release {
-    /// The report, once the outcome is certain (see [`Release`]).
+    /// The report, once the outcome is certain (see [`Operation::release`](crate::Operation::release)).
     type Event = ReleaseReport;
 
     fn poll_request(&mut self) -> Option<Request> {
@@ -602,19 +604,21 @@ impl Request {
 }
 
 impl crate::Lock {
-    /// Starts releasing the lock on every node at `now`, with the per-node
-    /// timeout of every release ([`Settings::release_timeout`]).
-    pub fn release(&mut self, now: Instant) -> Release {
-        let attempt = self.next_round();
-        // The release timeout does not depend on the TTL: see
-        // `Settings::release_timeout`.
-        Release::of(
-            &self.settings,
-            (self.keys.clone(), self.kind.clone(), self.longest_ttl),
-            self.semaphore.clone(),
-            self.value.clone(),
-            (attempt, &self.untouched),
-            now,
-        )
+    machinery_fn! {
+        /// Starts releasing the lock on every node at `now`, with the per-node
+        /// timeout of every release ([`Settings::release_timeout`]).
+        fn release(&mut self, now: Instant) -> Release {
+            let attempt = self.next_round();
+            // The release timeout does not depend on the TTL: see
+            // `Settings::release_timeout`.
+            Release::of(
+                &self.settings,
+                (self.keys.clone(), self.kind.clone(), self.longest_ttl),
+                self.semaphore.clone(),
+                self.value.clone(),
+                (attempt, &self.untouched),
+                now,
+            )
+        }
     }
 }

@@ -8,7 +8,7 @@ use rand_core::Rng;
 
 use crate::{Key, RetryConfig, Settings};
 
-/// How many attempts an [`Acquisition`](crate::Acquisition) may make, and
+/// How many attempts an acquisition ([`Operation::acquire`](crate::Operation::acquire)) may make, and
 /// for how long.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -44,11 +44,8 @@ pub enum Attempts {
     /// naming this limit. A limit that takes the deadline past what
     /// `Instant` can represent (`Duration::MAX`) means no time limit: the
     /// acquisition retries until it gets the lock or a permanent error.
-    /// Zero is refused by [`Acquisition::with_spec`](crate::Acquisition::with_spec)
-    /// ([`ConfigError::ZeroDeadline`](crate::ConfigError::ZeroDeadline));
-    /// [`Acquisition::new`](crate::Acquisition::new) and
-    /// [`Acquisition::fenced`](crate::Acquisition::fenced), which cannot
-    /// fail, give up at their first decision with it.
+    /// Zero is refused by [`Operation::acquire`](crate::Operation::acquire)
+    /// ([`ConfigError::ZeroDeadline`](crate::ConfigError::ZeroDeadline)).
     Within(Duration),
 }
 

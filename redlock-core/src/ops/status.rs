@@ -3,7 +3,7 @@
 //! Nothing here takes part in the algorithm: the reads are not votes, and a
 //! lock seen on a quorum may expire the next moment. They answer "who holds
 //! this key, where, and for how long" for a human or a script (the
-//! `redlock status` command). An [`Inspection`], driven like every
+//! `redlock status` command). An [`Operation::inspect`](crate::Operation::inspect), driven like every
 //! [`Machine`], sends [`scripts::INSPECT`](crate::scripts::INSPECT) to each
 //! node; each reply is read by [`InspectReply::parse`], and the replies of
 //! every node are summed up by [`LockStatus::from_reads`].
@@ -245,7 +245,8 @@ impl LockStatus {
     }
 }
 
-/// What an [`Inspection`] read on every node: its final event.
+/// What an inspection ([`Operation::inspect`](crate::Operation::inspect)) read on every node: its
+/// final event.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct InspectReport {
@@ -304,9 +305,12 @@ impl InspectReport {
 /// assert!(report.reads[2].is_err());
 /// assert_eq!(report.status().state(), LockState::Held);
 /// ```
+#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub))]
 pub type Inspection = ReadAll<InspectReply>;
 
+#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub))]
 impl ReadAll<InspectReply> {
+    #[cfg(feature = "simulation")]
     /// Reads the lock on `resource` on every node, starting at `now`, in
     /// round `round` (copied into every request; replies of other rounds are
     /// ignored).

@@ -1,4 +1,4 @@
-//! The scripts of an election ([`Term`](crate::Term), [`LeaderRead`](crate::LeaderRead)),
+//! The scripts of an election ([`Term`](crate::Term), [`Operation::read_leader`](crate::Operation::read_leader)),
 //! re-exported from [`scripts`](crate::scripts).
 //!
 //! An election is a fenced lock on its name: the lock key holds the
@@ -10,7 +10,7 @@
 /// Write a leader's value under its term on one node.
 ///
 /// - `KEYS[1]`: the lock key. `KEYS[2]`: its fencing counter. `KEYS[3]`:
-///   the leader record ([`Settings::leader_key`](crate::Settings::leader_key)).
+///   the leader record (`Settings::leader_key`).
 /// - `ARGV[1]`: our lock value (the leader's id). `ARGV[2]`: our term.
 ///   `ARGV[3]`: the value to proclaim.
 ///
@@ -42,7 +42,7 @@ return 1
 "#;
 
 /// Read who holds an election on one node, atomically: sent by a
-/// [`LeaderRead`](crate::LeaderRead). Not a vote; writes nothing.
+/// [`Operation::read_leader`](crate::Operation::read_leader). Not a vote; writes nothing.
 ///
 /// - `KEYS[1]`: the lock key. `KEYS[2]`: its fencing counter. `KEYS[3]`:
 ///   the leader record.

@@ -50,7 +50,7 @@ pub struct Request {
     /// Whether the node's vote counts only once its append-only file has
     /// the write: `WAITAOF` follows the request on its node, and its answer
     /// judges the reply ([`Reply::on_disk`]). Set on the votes that write
-    /// ([`Command::must_persist`]) where
+    /// (`Command::must_persist`) where
     /// [`Config::wait_for_aof`](crate::Config::wait_for_aof) is on.
     pub aof: bool,
     /// When the state machine stops waiting for this node.
@@ -440,13 +440,13 @@ pub enum Command {
         token: u64,
     },
     /// Read the lock key, its PTTL and the resource's fencing counter
-    /// ([`scripts::INSPECT`]), for an [`Inspection`](crate::Inspection).
+    /// ([`scripts::INSPECT`]), for an inspection ([`Operation::inspect`](crate::Operation::inspect)).
     /// Writes nothing; not a vote.
     Inspect,
     /// Announce that a client waits for the lock, so that its holder's
     /// release publishes a notice ([`scripts::MARK_WAITING`]; `keys` are
     /// the lock key and its
-    /// [`Settings::waiters_key`](crate::Settings::waiters_key)). Sent just
+    /// `Settings::waiters_key`). Sent just
     /// before an attempt, on its own round: nobody reads its reply, and a
     /// lost one only leaves the waiter to its retry timer.
     MarkWaiting {
@@ -456,14 +456,14 @@ pub enum Command {
     /// Write a leader's value under its term where the lock key holds our
     /// value and no higher term is stored ([`scripts::PROCLAIM`]; `keys`:
     /// the lock key, its fencing counter and its leader record, see
-    /// [`Settings::leader_key`](crate::Settings::leader_key)). The value
+    /// `Settings::leader_key`). The value
     /// goes in [`Request::payload`].
     Proclaim {
         /// Our term (the lock's fencing token).
         term: u64,
     },
     /// Read the lock key, its fencing counter and its leader record
-    /// ([`scripts::READ_LEADER`]), for a [`LeaderRead`](crate::LeaderRead).
+    /// ([`scripts::READ_LEADER`]), for a [`Operation::read_leader`](crate::Operation::read_leader).
     /// Writes nothing; not a vote.
     ReadLeader,
 }
@@ -497,28 +497,32 @@ impl Command {
         matches!(self, Command::Release | Command::Withdraw | Command::Leave)
     }
 
-    /// Whether the node's yes must survive its crash for the lock to hold:
-    /// what grants, keeps or proves a lock (acquires, extensions, restores,
-    /// fencing tokens, a leader's proclamation). With
-    /// [`Config::wait_for_aof`](crate::Config::wait_for_aof) such a vote
-    /// counts only once the node's AOF has it ([`Request::aof`]).
-    pub fn must_persist(&self) -> bool {
-        matches!(
-            self,
-            Command::Acquire { .. }
-                | Command::AcquireFenced { .. }
-                | Command::Extend { .. }
-                | Command::Restore { .. }
-                | Command::StoreToken { .. }
-                | Command::Proclaim { .. }
-        )
+    machinery_fn! {
+        /// Whether the node's yes must survive its crash for the lock to hold:
+        /// what grants, keeps or proves a lock (acquires, extensions, restores,
+        /// fencing tokens, a leader's proclamation). With
+        /// [`Config::wait_for_aof`](crate::Config::wait_for_aof) such a vote
+        /// counts only once the node's AOF has it ([`Request::aof`]).
+        fn must_persist(&self) -> bool {
+            matches!(
+                self,
+                Command::Acquire { .. }
+                    | Command::AcquireFenced { .. }
+                    | Command::Extend { .. }
+                    | Command::Restore { .. }
+                    | Command::StoreToken { .. }
+                    | Command::Proclaim { .. }
+            )
+        }
     }
 
-    /// Whether the command only reads (an inspection, who leads an
-    /// election): it changes nothing a vote could count, and a node known
-    /// slow is asked all the same.
-    pub fn only_reads(&self) -> bool {
-        matches!(self, Command::Inspect | Command::ReadLeader)
+    machinery_fn! {
+        /// Whether the command only reads (an inspection, who leads an
+        /// election): it changes nothing a vote could count, and a node known
+        /// slow is asked all the same.
+        fn only_reads(&self) -> bool {
+            matches!(self, Command::Inspect | Command::ReadLeader)
+        }
     }
 
     /// A short name for logs: `acquire`, `extend`, `release`.

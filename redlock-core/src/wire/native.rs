@@ -21,12 +21,12 @@
 //! listens, it marked the holder's value ([`waited`](crate::waited)), the
 //! `DELIFEQ` answers `0`, and only then does the release send its script
 //! to that node, which deletes the marked value and publishes the notice
-//! ([`Release`](crate::Release)). A waiter's attempt on such a node is
+//! ([`Operation::release`](crate::Operation::release)). A waiter's attempt on such a node is
 //! therefore its script, which marks the holder in the same step as its
 //! check; on a server without `DELIFEQ` the release script reads the
 //! waiters' marks itself, and a waiter's attempt may go plain. A plain
 //! extend that finds our value marked sets nothing, and the extension
-//! sends the extend script there ([`Extension`](crate::Extension)).
+//! sends the extend script there ([`Operation::extend`](crate::Operation::extend)).
 //!
 //! Everything else stays a script:
 //! - a semaphore's permit, released or extended (it names its semaphore's
@@ -35,7 +35,7 @@
 //!   its extension keeps it alive;
 //! - the other kinds' releases must publish a notice only when they deleted
 //!   our value, which no plain command does in one step (with notices off,
-//!   [`Settings::release_command`](crate::Settings::release_command) is a
+//!   `Settings::release_command` is a
 //!   withdraw, which goes native for the write lock too);
 //! - a restore sets a missing key again ([`Command::Restore`]), which
 //!   `SET ... IFEQ` cannot do: it sets nothing on a missing key (an extend
@@ -485,7 +485,7 @@ impl Request {
     /// [`Settings::release_keys`](crate::Settings)): they are named only
     /// where they share the key's slot (always, for a permit). Such a
     /// release is sent again without its marks to a node that refuses them
-    /// ([`Release`](crate::Release)).
+    /// ([`Operation::release`](crate::Operation::release)).
     pub(crate) fn names_marks(&self) -> bool {
         self.kind == LockKind::Exclusive
             && self.command == Command::Release

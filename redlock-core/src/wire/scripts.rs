@@ -16,12 +16,12 @@
 //! mistaken for someone else's lock or for a node that is down.
 //!
 //! A release that frees a held lock publishes an empty message on the channel
-//! `<key>\0released` ([`Settings::release_channel`](crate::Settings::release_channel)),
+//! `<key>\0released` (`Settings::release_channel`),
 //! so that blocked clients can try again at once
 //! (`Machine::handle_notice`)
 //! instead of sleeping out their retry delay. An exclusive lock's release
 //! ([`RELEASE_IF_WAITED`]) publishes only while a waiter's mark lives
-//! ([`MARK_WAITING`], at [`Settings::waiters_key`](crate::Settings::waiters_key)),
+//! ([`MARK_WAITING`], at `Settings::waiters_key`),
 //! which every waiter that listens sets before each of its attempts, and
 //! only when that waiter may be another client's: the common release,
 //! nobody waiting, runs no `PUBLISH`, and a client tells its own waiters
@@ -36,7 +36,7 @@
 //! and answers the releasing client that only its own waiters are marked,
 //! which it then tells (`WaitQueue::handle_hand_over`).
 //! The mark lives until the waiter's next attempt marks again
-//! ([`Settings::waiters_mark_ttl`](crate::Settings::waiters_mark_ttl)); its
+//! (`Settings::waiters_mark_ttl`); its
 //! TTL only grows, since waiters share it, and nobody deletes it: it expires
 //! within one mark TTL of the last waiter's last attempt.
 //!
@@ -164,9 +164,9 @@ return -1
 /// - `KEYS[1]`: the lock key: a value held there is marked as waited for
 ///   by the waiter's client ([`waited`](crate::waited)).
 ///   `KEYS[2]`: the resource's waiters mark
-///   ([`Settings::waiters_key`](crate::Settings::waiters_key)). `KEYS[3]`:
+///   (`Settings::waiters_key`). `KEYS[3]`:
 ///   the mark that another client's waiter was overwritten
-///   ([`Settings::others_waiting_key`](crate::Settings::others_waiting_key)).
+///   (`Settings::others_waiting_key`).
 /// - `ARGV[1]`: the waiter's lock value of its next attempt.
 ///   `ARGV[2]`: how long the mark must live, in milliseconds. `ARGV[3]`:
 ///   the waiter's client ([`Settings::with_client_tag`](crate::Settings::with_client_tag));
@@ -181,7 +181,7 @@ return -1
 /// until then that another client waits ([`RELEASE_IF_WAITED`]). A waiter
 /// sends it to a node just before each of its attempts there (the
 /// per-node order puts it first), once it listens on the release channel;
-/// see [`Acquisition`](crate::Acquisition), "Release notices".
+/// see [`Operation::acquire`](crate::Operation::acquire), "Release notices".
 pub const MARK_WAITING: &str = r#"local client = ARGV[3] or ARGV[1]
 local left = redis.call('PTTL', KEYS[2])
 local mark = redis.pcall('GET', KEYS[2])
@@ -263,7 +263,7 @@ return -1
 /// Acquire one node and read its fencing counter (fenced locks).
 ///
 /// - `KEYS[1]`: the lock key. `KEYS[2]`: the resource's fencing counter
-///   (see [`Settings::fencing_key`](crate::Settings::fencing_key)).
+///   (see `Settings::fencing_key`).
 /// - `ARGV[1]`: our lock value. `ARGV[2]`: the TTL in milliseconds.
 ///   `ARGV[3]`: a waiter's client, as for [`ACQUIRE`].
 ///
@@ -644,7 +644,7 @@ return -1
 "#;
 
 /// Read a lock key and its fencing counter on one node, atomically, for
-/// diagnostics: sent by an [`Inspection`](crate::Inspection), whose
+/// diagnostics: sent by an inspection ([`Operation::inspect`](crate::Operation::inspect)), whose
 /// [`InspectReply`](crate::InspectReply) reads the reply. Not a vote.
 ///
 /// - `KEYS[1]`: the lock key. `KEYS[2]`: the resource's fencing counter.

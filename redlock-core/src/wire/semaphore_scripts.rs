@@ -14,7 +14,7 @@
 ///
 /// - `KEYS`: the k slot keys, in slot order; for a fenced semaphore, then
 ///   the k slots' fencing counters, in the same order (each the slot key's
-///   [`Settings::fencing_key`](crate::Settings::fencing_key)); last, the
+///   `Settings::fencing_key`); last, the
 ///   semaphore's permits key ([`Settings::permits_key`](crate::Settings::permits_key)),
 ///   which keeps its k.
 /// - `ARGV[1]`: our lock value. `ARGV[2]`: the TTL in milliseconds.
@@ -132,7 +132,7 @@ return 1
 /// keeps our k: a release leaves nothing of the semaphore behind.
 ///
 /// - `KEYS[1]`: our slot key. `KEYS[2]`: its waiters mark
-///   ([`Settings::waiters_key`](crate::Settings::waiters_key) of the slot
+///   (`Settings::waiters_key` of the slot
 ///   key). `KEYS[3]`: its others mark. Then the k slot keys of the
 ///   semaphore, in slot order (ours among them), and last its permits key
 ///   ([`Settings::permits_key`](crate::Settings::permits_key)). Every key

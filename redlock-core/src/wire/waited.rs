@@ -19,7 +19,7 @@
 //! deletes exactly when nobody waited, and then publishes nothing: one
 //! command per release, as the safe floor sends. Where it answers `0`, the
 //! release sends the release script to that node
-//! ([`Release`](crate::Release)), which deletes `v` marked or not, and
+//! ([`Operation::release`](crate::Operation::release)), which deletes `v` marked or not, and
 //! publishes unless only the holder's own client waited (its client tells
 //! those itself, `HandOver`).
 //!
@@ -29,7 +29,7 @@
 //! semaphore's waiter marks every slot's holder); a plain extend
 //! (`SET ... IFEQ v`) does not set a marked value, answers it, and the
 //! extension sends the extend script to that node instead
-//! ([`Extension`](crate::Extension)). A mark lives as long as the value it
+//! ([`Operation::extend`](crate::Operation::extend)). A mark lives as long as the value it
 //! marks: a holder that is gone (a key absent) is not marked
 //! (`SET ... KEEPTTL` happens only on a value read there), so a mark never
 //! creates a lock, and it dies with the lock, released or expired. Values

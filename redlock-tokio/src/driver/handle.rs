@@ -1,12 +1,11 @@
-//! An operation's handle on the driver: hands the machine over, hears its
+//! An operation's handle on the driver: hands the operation over, hears its
 //! events, gets it back at the end, cancels it when dropped early.
 
 use std::fmt::Debug;
 
 use redlock_core::{
-    AcquireEvent, Acquisition, ExtendError, Extended, Extension, InspectReport, Inspection,
-    KeptLock, KeptLockEvent, LeaderRead, LeaderReport, OpEvent, Operation, Proclaim, Release,
-    ReleaseReport, Term, TermEvent,
+    AcquireEvent, ExtendError, Extended, InspectReport, LeaderReport, OpEvent, Operation,
+    ReleaseReport,
 };
 use tracing::debug;
 
@@ -15,46 +14,42 @@ use crate::Redlock;
 use crate::metrics::{self, Voted};
 use crate::sim::ClientRng;
 
-/// An operation of the core a handle can run on the driver, and the event
-/// it reports.
-pub(crate) trait Op: Sized {
+/// The kind of an operation of the core a handle runs on the driver, and
+/// the event it reports.
+pub(crate) trait Op {
     type Event;
-    fn wrap(self: Box<Self>) -> Operation<ClientRng>;
-    fn unwrap(operation: Operation<ClientRng>) -> Box<Self>;
     fn event(event: OpEvent) -> Self::Event;
 }
 
 macro_rules! op {
-    ($machine:ty, $variant:ident, $event:ty) => {
-        impl Op for $machine {
-            type Event = $event;
-            fn wrap(self: Box<Self>) -> Operation<ClientRng> {
-                Operation::$variant(self)
-            }
-            fn unwrap(operation: Operation<ClientRng>) -> Box<Self> {
-                match operation {
-                    Operation::$variant(machine) => machine,
-                    _ => unreachable!("the driver gives back the operation it was given"),
+    ($($kind:ident: $variant:ident => $event:ty),* $(,)?) => {
+        $(
+            pub(crate) struct $kind;
+            impl Op for $kind {
+                type Event = $event;
+                fn event(event: OpEvent) -> Self::Event {
+                    match event {
+                        OpEvent::$variant(event) => event,
+                        _ => unreachable!("an operation reports its own kind's events"),
+                    }
                 }
             }
-            fn event(event: OpEvent) -> Self::Event {
-                match event {
-                    OpEvent::$variant(event) => event,
-                    _ => unreachable!("an operation reports its own machine's events"),
-                }
-            }
-        }
+        )*
     };
 }
 
-op!(Acquisition<ClientRng>, Acquire, AcquireEvent);
-op!(Extension, Extend, Result<Extended, ExtendError>);
-op!(Release, Release, ReleaseReport);
-op!(KeptLock, KeepAlive, KeptLockEvent);
-op!(Term, Term, TermEvent);
-op!(Proclaim, Proclaim, Result<u64, ExtendError>);
-op!(LeaderRead, ReadLeader, LeaderReport);
-op!(Inspection, Inspect, InspectReport);
+/// The operations handles run, by kind.
+pub(crate) mod kind {
+    use super::*;
+    op!(
+        Acquire: Acquire => AcquireEvent,
+        Extend: Extend => Result<Extended, ExtendError>,
+        Release: Release => ReleaseReport,
+        Proclaim: Proclaim => Result<u64, ExtendError>,
+        ReadLeader: ReadLeader => LeaderReport,
+        Inspect: Inspect => InspectReport,
+    );
+}
 
 /// The client was shut down ([`Redlock::shutdown`]): the operation ended
 /// with [`OpEvent::Closed`], having undone what it did.
@@ -67,27 +62,35 @@ impl From<Closed> for crate::Error {
     }
 }
 
-/// Runs `machine` to its final event on the client's driver, and gives it
+/// Runs `operation` to its final event on the client's driver, and gives it
 /// back with it (the core runs it; the driver moves its bytes). Dropped before the final event (a cancelled future), it
 /// cancels the operation: the core abandons it and sends what undoing it
 /// takes (an acquisition's withdraws), in the background. `Err` once the
 /// client is shut down, for what takes or holds a lock.
 pub(crate) async fn drive<M: Op>(
-    machine: Box<M>,
+    operation: Operation<ClientRng>,
     client: &Redlock,
-) -> Result<(M::Event, Box<M>), Closed>
+) -> Result<(M::Event, Operation<ClientRng>), Closed>
 where
     M::Event: Debug + Voted,
 {
-    drive_with(machine, client, |event| debug!(event = ?event, "retrying")).await
+    drive_with::<M>(
+        operation,
+        client,
+        |event| debug!(event = ?event, "retrying"),
+    )
+    .await
 }
 
 /// [`drive`] for what runs on a shut-down client too (a release, a read).
-pub(crate) async fn run<M: Op>(machine: Box<M>, client: &Redlock) -> (M::Event, Box<M>)
+pub(crate) async fn run<M: Op>(
+    operation: Operation<ClientRng>,
+    client: &Redlock,
+) -> (M::Event, Operation<ClientRng>)
 where
     M::Event: Debug + Voted,
 {
-    match drive(machine, client).await {
+    match drive::<M>(operation, client).await {
         Ok(ended) => ended,
         Err(Closed) => unreachable!("a closed client runs releases and reads"),
     }
@@ -95,10 +98,10 @@ where
 
 /// [`drive`], handing every event before the final one to `on_event`.
 async fn drive_with<M: Op>(
-    mut machine: Box<M>,
+    mut operation: Operation<ClientRng>,
     client: &Redlock,
     mut on_event: impl FnMut(&M::Event) + Send,
-) -> Result<(M::Event, Box<M>), Closed>
+) -> Result<(M::Event, Operation<ClientRng>), Closed>
 where
     M::Event: Debug + Voted,
 {
@@ -106,7 +109,7 @@ where
     let mut rounds = metrics::Rounds::new();
     loop {
         let (sink, mut messages) = super::mailbox();
-        let key = match driver.start(machine.wrap(), Some(Sink::Channel(sink))) {
+        let key = match driver.start(operation, Some(Sink::Channel(sink))) {
             Ok(key) => key,
             Err(_) => panic!("a redlock operation runs on a Tokio runtime"),
         };
@@ -129,11 +132,11 @@ where
                     }
                     let event = M::event(event);
                     rounds.event(client.node_metrics(), &event);
-                    return Ok((event, M::unwrap(operation)));
+                    return Ok((event, operation));
                 }
                 Some(Message::Returned(returned)) => {
                     cancel.key = None;
-                    machine = M::unwrap(returned.take());
+                    operation = returned.take();
                     break;
                 }
                 None => unreachable!("the driver answers every operation it drops"),

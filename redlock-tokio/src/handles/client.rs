@@ -5,13 +5,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redlock_core::{
-    AcquireEvent, Acquisition, Attempts, LockSpec, LockValue, Release, ReleaseReport, RoundId,
-    Settings,
+    AcquireEvent, Attempts, LockSpec, LockValue, Operation, ReleaseReport, Settings,
 };
 use tracing::{Instrument, debug, info_span};
 
 use crate::builder::Builder;
-use crate::driver::{Driver, drive, run};
+use crate::driver::{Driver, drive, kind, run};
 use crate::handles::guard::LockGuard;
 use crate::metrics;
 use crate::node::Node;
@@ -309,10 +308,9 @@ impl Redlock {
         let settings = self.settings();
         let key = settings.key(resource.as_ref());
         let span = info_span!("redlock.release", resource = %key);
-        let release =
-            Release::new(settings, key, value.clone(), RoundId(0), crate::sim::now()).every_node();
+        let release = Operation::release_value(settings, key, value.clone(), crate::sim::now());
         async {
-            let (report, _) = run(Box::new(release), self).await;
+            let (report, _) = run::<kind::Release>(release, self).await;
             self.log_release(&report);
             report
         }
@@ -343,19 +341,12 @@ impl Redlock {
         let rng = crate::sim::rng(self.inner.simulation.as_ref());
         // Boxed: it moves to the driver and back. The core plans it behind
         // this client's waiters on its channels.
-        let acquisition = Box::new(Acquisition::with_spec(
-            Arc::clone(settings),
-            spec,
-            ttl,
-            attempts,
-            now,
-            rng,
-        )?);
+        let acquisition = Operation::acquire(Arc::clone(settings), spec, ttl, attempts, now, rng)?;
         report.sent();
         let span = info_span!(
             "redlock.acquire",
-            resource = %acquisition.key(),
-            kind = acquisition.kind().name(),
+            resource = %acquisition.key().expect("an acquisition has a key"),
+            kind = acquisition.lock_kind().map_or("", |kind| kind.name()),
             ttl_ms = ttl.as_millis(),
             retry = !matches!(attempts, Attempts::Once),
             wait_limit_ms = match attempts {
@@ -365,12 +356,13 @@ impl Redlock {
             fenced = matches!(spec, LockSpec::Fenced(_)),
         );
         async {
-            let (event, acquisition) = drive(acquisition, self).await?;
+            let (event, acquisition) = drive::<kind::Acquire>(acquisition, self).await?;
+            let attempts = acquisition.attempts().unwrap_or(0);
             match event {
                 AcquireEvent::Acquired(lock) => {
-                    report.finish(metrics::Outcome::Granted, acquisition.attempts());
+                    report.finish(metrics::Outcome::Granted, attempts);
                     debug!(
-                        attempts = acquisition.attempts(),
+                        attempts,
                         validity_ms = lock.validity(crate::sim::now()).as_millis() as u64,
                         votes = %lock.votes(),
                         "lock acquired"
@@ -378,7 +370,7 @@ impl Redlock {
                     Ok(LockGuard::new(self.clone(), resource, lock))
                 }
                 AcquireEvent::Failed(error) => {
-                    report.finish(metrics::Outcome::of(&error), acquisition.attempts());
+                    report.finish(metrics::Outcome::of(&error), attempts);
                     debug!(error = %error, "lock not acquired");
                     Err(error.into())
                 }

@@ -9,13 +9,13 @@ use std::time::{Duration, Instant};
 
 use futures::Stream;
 use redlock_core::{
-    ElectionTiming, Leader, LeaderRead, LeaderReport, LeaderWatch, LeadershipLoss, Lock, LockSpec,
-    ReleaseReport, RoundId, Term, TermEvent,
+    ElectionTiming, Leader, LeaderReport, LeaderWatch, LeadershipLoss, Lock, LockSpec, Operation,
+    ReleaseReport, Term, TermEvent,
 };
 use tokio::sync::watch;
 use tracing::{debug, info};
 
-use crate::driver::{Message, Sink, drive, run};
+use crate::driver::{Message, Sink, drive, kind, run};
 use crate::{Error, Redlock, Wait};
 
 impl Redlock {
@@ -154,13 +154,8 @@ impl Election {
     /// may have stepped down by the time the answer arrives; a resource
     /// that must refuse a deposed leader checks the term.
     pub async fn leader(&self) -> LeaderReport {
-        let read = LeaderRead::new(
-            self.client.settings(),
-            &self.name,
-            RoundId(0),
-            crate::sim::now(),
-        );
-        run(Box::new(read), &self.client).await.0
+        let read = Operation::read_leader(self.client.settings(), &self.name, crate::sim::now());
+        run::<kind::ReadLeader>(read, &self.client).await.0
     }
 
     /// The leaders one after another, each told once ([`LeaderWatch`]):
@@ -281,15 +276,15 @@ impl Leadership {
                     ))),
                     _ => {}
                 }
-                if let redlock_core::Operation::Term(term) = operation {
-                    *ended.lock().unwrap_or_else(PoisonError::into_inner) = Some(term);
+                if let Some(term) = operation.into_term() {
+                    *ended.lock().unwrap_or_else(PoisonError::into_inner) = Some(Box::new(term));
                 }
             }
             // The runtime shuts down: the renewal ends with it.
             _ => {}
         }));
         let driver = self.inner.client.driver();
-        if let Ok(key) = driver.start(redlock_core::Operation::Term(term), Some(sink)) {
+        if let Ok(key) = driver.start(Operation::term(*term), Some(sink)) {
             *self
                 .inner
                 .renewing
@@ -308,10 +303,10 @@ impl Leadership {
             .unwrap_or_else(PoisonError::into_inner)
             .take();
         if let Some(key) = renewing
-            && let Ok(redlock_core::Operation::Term(term)) =
-                self.inner.client.driver().take(key).await
+            && let Ok(operation) = self.inner.client.driver().take(key).await
+            && let Some(term) = operation.into_term()
         {
-            return Some(term);
+            return Some(Box::new(term));
         }
         // It ended first: the driver handed it back then.
         self.inner
@@ -397,7 +392,7 @@ impl Leadership {
             );
             return None;
         };
-        let (report, _) = run(Box::new(release), &self.inner.client).await;
+        let (report, _) = run::<kind::Release>(release, &self.inner.client).await;
         term.handle_resigned(&report);
         if term.is_over() {
             self.inner
@@ -415,13 +410,13 @@ impl Leadership {
     /// successor's: [`Error::Proclaim`], deposed ([`Error::is_lock_lost`]) or
     /// short of answers ([`Error::is_unavailable`]).
     pub async fn proclaim(&self, value: impl AsRef<[u8]>) -> Result<(), Error> {
-        let proclaim = redlock_core::Proclaim::new(
+        let proclaim = Operation::proclaim(
             &self.inner.lock,
             self.inner.term,
             value.as_ref(),
             crate::sim::now(),
         );
-        drive(Box::new(proclaim), &self.inner.client)
+        drive::<kind::Proclaim>(proclaim, &self.inner.client)
             .await?
             .0
             .map_err(Error::Proclaim)?;

@@ -6,10 +6,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redlock_core::{KeepAlive, KeptLock, Key, Lock, LockValue, Operation, ReleaseReport, Votes};
+use redlock_core::{KeepAlive, Key, Lock, LockValue, Operation, ReleaseReport, Votes};
 use tracing::{Instrument, debug, info_span};
 
-use crate::driver::{Sink, drive, run};
+use crate::driver::{Sink, drive, kind, run};
 use crate::metrics::{self, End};
 use crate::{Error, LossReason, Redlock};
 
@@ -248,11 +248,12 @@ impl LockGuard {
         let ttl = self.client.settings().ttl(ttl)?;
         let mut lock = self.shared.with(|kept| kept.lock.clone());
         let span = info_span!("redlock.extend", resource = %lock.key(), ttl_ms = ttl.as_millis());
-        let extension = lock.extend(ttl, crate::sim::now()).inspect_err(|error| {
-            metrics::extended(Err(error));
-            span.in_scope(|| debug!(error = %error, "lock not extended"));
-        })?;
-        let (outcome, _) = drive(Box::new(extension), &self.client)
+        let extension =
+            Operation::extend(&mut lock, ttl, crate::sim::now()).inspect_err(|error| {
+                metrics::extended(Err(error));
+                span.in_scope(|| debug!(error = %error, "lock not extended"));
+            })?;
+        let (outcome, _) = drive::<kind::Extend>(extension, &self.client)
             .instrument(span.clone())
             .await?;
         metrics::extended(outcome.as_ref().map(|_| ()));
@@ -275,23 +276,19 @@ impl LockGuard {
     }
 
     /// Starts the keep-alive ([`LockRequest::keep_alive`](crate::LockRequest::keep_alive)):
-    /// the core's [`KeptLock`] on the client's driver, whose events the
+    /// the core's keep-alive on the client's driver, whose events the
     /// driver applies to this guard's copy of the lock as they come.
     pub(crate) fn start_keep_alive(&mut self, options: KeepAlive) {
         let kept = self
             .shared
-            .with(|kept| Box::new(KeptLock::new(kept.lock.clone(), options)));
+            .with(|kept| Operation::keep_alive(kept.lock.clone(), options));
         let span = info_span!("redlock.keep_alive", resource = %self.key());
         let told = Arc::clone(&self.shared);
         let sink = Sink::Callback(Box::new(move |message| {
             let _entered = span.enter();
             kept_alive(&told, message);
         }));
-        match self
-            .client
-            .driver()
-            .start(Operation::KeepAlive(kept), Some(sink))
-        {
+        match self.client.driver().start(kept, Some(sink)) {
             Ok(key) => self.shared.with(|kept| kept.keep_alive_key = Some(key)),
             // Only outside any runtime, where no acquire completes.
             Err(_) => debug!("no runtime for the keep-alive; the lock ends with its validity"),
@@ -471,12 +468,12 @@ pub(crate) async fn release_lock(
     let started = crate::sim::now();
     // The core plans it (the script, not a plain `DELIFEQ`, where this
     // client's waiters wait).
-    let mut release = lock.release(started);
+    let mut release = Operation::release(lock, started);
     if every_node {
         release = release.every_node();
     }
     async {
-        let (report, _) = run(Box::new(release), client).await;
+        let (report, _) = run::<kind::Release>(release, client).await;
         client.log_release(&report);
         metrics::node_misses(lock.node_misses(&report, started));
         report

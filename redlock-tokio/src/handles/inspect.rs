@@ -1,15 +1,15 @@
 //! Reading a lock's state on every node, for diagnostics and operators: the
-//! core's [`Inspection`] (one [`scripts::INSPECT`](redlock_core::scripts::INSPECT)
+//! core's inspection (one [`scripts::INSPECT`](redlock_core::scripts::INSPECT)
 //! per node, its timeout decided by the core) driven by the one driver like
-//! every other machine, so it takes the per-node order, the `NOSCRIPT`
+//! every other operation, so it takes the per-node order, the `NOSCRIPT`
 //! handling and the metrics of every request (what it all means:
 //! [`redlock_core::LockStatus`]).
 
-use redlock_core::{Holding, Inspection, NodeError, RoundId};
+use redlock_core::{Holding, NodeError, Operation};
 use tracing::{Instrument, debug, info_span};
 
 use crate::Redlock;
-use crate::driver::run;
+use crate::driver::{kind, run};
 
 /// What one node holds for a lock key, as read by [`Redlock::inspect`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -80,9 +80,9 @@ impl Redlock {
     async fn inspect_key(&self, key: redlock_core::Key) -> Vec<NodeInspection> {
         let settings = self.settings();
         let span = info_span!("redlock.inspect", resource = %key);
-        let inspection = Inspection::of_key(settings, key, RoundId(0), crate::sim::now());
+        let inspection = Operation::inspect(settings, key, crate::sim::now());
         let report = async {
-            let (report, _) = run(Box::new(inspection), self).await;
+            let (report, _) = run::<kind::Inspect>(inspection, self).await;
             debug!(reads = %report.votes(), "inspected");
             report
         }

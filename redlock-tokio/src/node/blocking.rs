@@ -167,7 +167,7 @@ mod tests {
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
-    use redlock_core::{Config, LockValue, Operation, Release, RoundId};
+    use redlock_core::{Config, LockValue, Operation};
 
     use super::*;
 
@@ -193,16 +193,13 @@ mod tests {
             .validate()
             .expect("valid settings");
         let key = settings.key(b"job");
-        let release = Release::new(
+        let release = Operation::<crate::sim::ClientRng>::release_value(
             &settings,
             key,
             LockValue::from_string("v"),
-            RoundId(1),
             Instant::now(),
         );
-        let request = Operation::<crate::sim::ClientRng>::Release(Box::new(release))
-            .undo(Instant::now())
-            .swap_remove(0);
+        let request = release.undo(Instant::now()).swap_remove(0);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()

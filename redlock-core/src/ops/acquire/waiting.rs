@@ -4,6 +4,7 @@
 
 use super::*;
 
+#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub))]
 impl<R: Rng> Acquisition<R> {
     /// The release channels this acquisition listens on while it waits
     /// (for `WaitQueue`s: one client's waiters per
