@@ -1492,3 +1492,24 @@ fn a_release_for_every_node_waits_for_the_last_and_an_unattended_one_names_nobod
         .unattended();
     assert_eq!(acquisition.attempts(), Some(1));
 }
+
+/// A reply delivered twice counts once: the client forgets a request at
+/// its first answer, so no machine sees the copy (with the planted bug
+/// `DuplicateVoteCounted`, a machine would count it as a second vote).
+#[test]
+fn a_reply_delivered_twice_counts_once() {
+    #[cfg(feature = "planted-bugs")]
+    redlock_core::planted::set(Some(redlock_core::planted::Bug::DuplicateVoteCounted));
+    let settings = settings();
+    let t0 = Instant::now();
+    let mut client = new_client(&settings);
+    client.start(acquire(&settings, Attempts::Once, t0), t0);
+    let out = drain(&mut client);
+    let yes = Reply::to(&out.sent[0].1, Ok(Response::Int(1)));
+    client.handle_reply(out.sent[0].0, yes.clone(), t0 + MS);
+    client.handle_reply(out.sent[0].0, yes, t0 + MS);
+    let after = drain(&mut client);
+    #[cfg(feature = "planted-bugs")]
+    redlock_core::planted::set(None);
+    assert!(after.events.is_empty(), "{after:?}");
+}

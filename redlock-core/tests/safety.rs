@@ -15,9 +15,10 @@ fn schedules() -> u64 {
         .unwrap_or(1000)
 }
 
-fn assert_safe(name: &str, cfg: &SimConfig, seeds: std::ops::Range<u64>) {
+fn assert_safe(name: &str, cfg: &SimConfig, seeds: std::ops::Range<u64>) -> sim::Outcome {
     let mut granted = 0;
     let mut extensions = 0;
+    let mut total = sim::Outcome::default();
     for seed in seeds.clone() {
         let outcome = run(seed, cfg);
         let overlaps = outcome.overlaps();
@@ -27,22 +28,31 @@ fn assert_safe(name: &str, cfg: &SimConfig, seeds: std::ops::Range<u64>) {
         );
         granted += outcome.holds.len();
         extensions += outcome.extensions;
+        total.resends += outcome.resends;
+        total.notices += outcome.notices;
     }
     println!(
-        "{name}: {} schedules, {granted} locks granted, {extensions} extensions, 0 overlaps",
-        seeds.end - seeds.start
+        "{name}: {} schedules, {granted} locks granted, {extensions} extensions, {} resends, {} notices, 0 overlaps",
+        seeds.end - seeds.start,
+        total.resends,
+        total.notices,
     );
     // Liveness sanity: a majority is up nearly all the time, so locks are granted.
     assert!(
         granted as u64 > (seeds.end - seeds.start) * 5,
         "{name}: too few locks granted ({granted})"
     );
+    total
 }
 
 #[test]
 fn five_nodes_in_model_faults() {
     let cfg = SimConfig::default();
-    assert_safe("5 nodes", &cfg, 0..schedules());
+    let total = assert_safe("5 nodes", &cfg, 0..schedules());
+    // Each process runs the core's whole client: what a crashed node
+    // refused is sent again, and waiters hear release notices.
+    assert!(total.resends > 0, "no release was sent again");
+    assert!(total.notices > 0, "no release notice was heard");
 }
 
 #[test]

@@ -13,9 +13,8 @@
 
 #![allow(dead_code, unreachable_pub, clippy::large_enum_variant)]
 
-use redlock_core::Machine;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,9 +25,9 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use redlock_core::native::{Call, NodeFacts, Server, Version};
 use redlock_core::{
-    AcquireEvent, Acquisition, Attempts, Config, Extension, KeepAlive, KeepAliveEvent,
-    KeepAliveSchedule, Lock, LockSpec, LossReason, NodeError, NodeErrorKind, Release, Reply,
-    Request, RetryConfig, Settings,
+    AcquireEvent, Attempts, Client, Config, KeepAlive, KeptLockEvent, Key, Lock, LockSpec,
+    LossReason, NodeError, NodeErrorKind, NodeId, OpEvent, OpId, Operation, Output, Reply, Request,
+    RequestId, RetryConfig, Settings,
 };
 
 /// What a simulated run looks like.
@@ -194,6 +193,12 @@ pub struct Outcome {
     /// failed extension.
     pub lost_at_limit: usize,
     pub lost_by_failure: usize,
+    /// Releases, withdraws and leaves the client sent again after their
+    /// connection broke (a node down refuses it): what the core owes a
+    /// node.
+    pub resends: usize,
+    /// Release notices delivered to a client subscribed to their channel.
+    pub notices: usize,
     /// Exclusive locks handed out whose validity outlasts their keys on a
     /// quorum of nodes in true time (a node down counts as covering: it
     /// grants nothing), as (client, when).
@@ -292,6 +297,7 @@ enum Event {
     /// A request reaches its node.
     Deliver {
         client: usize,
+        id: RequestId,
         request: Request,
         drop_reply: bool,
     },
@@ -299,17 +305,33 @@ enum Event {
     /// read ([`Request::follow_up`]), before handing anyone the answer.
     FollowUp {
         client: usize,
+        id: RequestId,
         request: Request,
     },
     /// A reply reaches its client.
     Answer {
         client: usize,
+        id: RequestId,
         reply: Reply,
     },
-    /// A release notice (pub/sub message) reaches a client.
+    /// A release notice (pub/sub message on `channel`) reaches a client.
     Notice {
         client: usize,
         node: usize,
+        channel: Vec<u8>,
+    },
+    /// A client's pub/sub connection to a node is made, or refused.
+    NoticeLink {
+        client: usize,
+        node: usize,
+        up: bool,
+    },
+    /// A node reads a client's subscription change (and confirms it).
+    Subscription {
+        client: usize,
+        node: usize,
+        channels: Vec<Key>,
+        subscribe: bool,
     },
     /// A client's timer (stale when `generation` is old).
     Timer {
@@ -363,7 +385,7 @@ struct Node {
     jump: f64,
     up: bool,
     paused: bool,
-    waiting: VecDeque<(usize, Request, bool)>,
+    waiting: VecDeque<(usize, RequestId, Request, bool)>,
     store: redis::Store,
     facts: NodeFacts,
 }
@@ -395,33 +417,50 @@ struct Target {
 }
 
 enum ClientState {
-    Idle,
+    /// Until this instant, then a new acquisition.
+    Idle {
+        until: Duration,
+    },
     Acquiring {
         target: Target,
-        machine: Acquisition<StdRng>,
+        op: OpId,
     },
     Holding {
         lock: Lock,
         holds: Vec<usize>,
         release_at: Duration,
-        extension: Option<Extension>,
-        /// The core's keep-alive schedule, when `SimConfig::keep_alive`.
-        schedule: Option<KeepAliveSchedule>,
+        /// An extension by hand in flight (`SimConfig::extend`).
+        extension: Option<OpId>,
+        /// No extension by hand before this instant: one per-node timeout
+        /// after a failed one (a node the client knows slow fails it at
+        /// once, and the holder would try again in the same instant).
+        extend_after: Duration,
+        /// The core's keep-alive, when `SimConfig::keep_alive`.
+        keep_alive: Option<OpId>,
     },
     Releasing {
-        machine: Release,
+        op: OpId,
         /// The lock's key and our value, to check the report's claim.
         key: Vec<u8>,
         value: Vec<u8>,
     },
 }
 
-struct Client {
+/// One simulated process: the core's whole `Client` and what it is doing.
+struct SimClient {
+    core: Client<StdRng>,
     state: ClientState,
     generation: u64,
     /// Last delivery time per node link, to keep links FIFO.
     link_out: Vec<Duration>,
     link_in: Vec<Duration>,
+    /// Per node: whether the pub/sub link is up, and the channels it is
+    /// subscribed to (effective from the moment the node read the
+    /// subscription).
+    notices_up: Vec<bool>,
+    channels: Vec<HashSet<Vec<u8>>>,
+    /// What must arrive that the client sent, to count what it sends again.
+    sent: HashSet<(NodeId, redlock_core::RoundId, redlock_core::Command)>,
 }
 
 /// The simulated world.
@@ -433,10 +472,16 @@ pub struct World {
     seq: u64,
     queue: BinaryHeap<Reverse<Scheduled>>,
     nodes: Vec<Node>,
-    clients: Vec<Client>,
+    clients: Vec<SimClient>,
     settings: Arc<Settings>,
     outcome: Outcome,
+    /// Events handled so far.
+    events: u64,
 }
+
+/// More events than any run of the tests handles (about 10,000 for the
+/// default run).
+const MAX_EVENTS: u64 = 20_000_000;
 
 /// Settings for a simulated cluster of `nodes` with this TTL.
 pub fn settings(nodes: usize, ttl: Duration, node_timeout: Duration) -> Arc<Settings> {
@@ -479,17 +524,23 @@ impl World {
                 store: redis::Store::default(),
             })
             .collect();
-        let clients = (0..cfg.clients)
-            .map(|_| Client {
-                state: ClientState::Idle,
-                generation: 0,
-                link_out: vec![Duration::ZERO; cfg.nodes],
-                link_in: vec![Duration::ZERO; cfg.nodes],
-            })
-            .collect();
         // A per-node timeout well above the worst round trip, far below the TTL.
         let node_timeout = (cfg.latency.1 * 3).min(cfg.ttl / 4);
         let settings = settings(cfg.nodes, cfg.ttl, node_timeout);
+        let clients = (0..cfg.clients)
+            .map(|_| SimClient {
+                core: Client::new(Arc::clone(&settings), StdRng::seed_from_u64(rng.random())),
+                state: ClientState::Idle {
+                    until: Duration::ZERO,
+                },
+                generation: 0,
+                link_out: vec![Duration::ZERO; cfg.nodes],
+                link_in: vec![Duration::ZERO; cfg.nodes],
+                notices_up: vec![false; cfg.nodes],
+                channels: vec![HashSet::new(); cfg.nodes],
+                sent: HashSet::new(),
+            })
+            .collect();
         let mut world = Self {
             rng,
             base: Instant::now(),
@@ -500,11 +551,13 @@ impl World {
             clients,
             settings,
             outcome: Outcome::default(),
+            events: 0,
             cfg,
         };
         world.schedule_faults();
         for client in 0..world.clients.len() {
             let start = world.uniform(world.cfg.think);
+            world.clients[client].state = ClientState::Idle { until: start };
             world.arm(client, start);
         }
         world
@@ -582,6 +635,15 @@ impl World {
                 break;
             }
             self.now = next.at;
+            // Bounded in count too: a client that re-arms its timer at the
+            // same instant forever would hold virtual time still.
+            self.events += 1;
+            assert!(
+                self.events < MAX_EVENTS,
+                "{MAX_EVENTS} events by {:?}: time stands still at {:?}",
+                self.now,
+                next.event
+            );
             self.handle(next.event);
         }
         // Close holds still open at the horizon at their validity end (already set).
@@ -591,19 +653,69 @@ impl World {
         match event {
             Event::Deliver {
                 client,
+                id,
                 request,
                 drop_reply,
-            } => self.deliver(client, request, drop_reply),
-            Event::FollowUp { client, request } => self.send(client, request),
-            Event::Answer { client, reply } => self.on_reply(client, reply),
-            Event::Notice { client, node } => {
-                if let ClientState::Acquiring { machine, .. } = &mut self.clients[client].state {
-                    machine.handle_notice(
-                        redlock_core::Notice::Released(redlock_core::NodeId(node)),
-                        self.base + self.now,
-                    );
-                    self.step(client);
+            } => self.deliver(client, id, request, drop_reply),
+            Event::FollowUp {
+                client,
+                id,
+                request,
+            } => self.send(client, id, request),
+            Event::Answer { client, id, reply } => {
+                let now = self.instant(self.now);
+                self.clients[client].core.handle_reply(id, reply, now);
+                self.pump(client);
+            }
+            Event::Notice {
+                client,
+                node,
+                channel,
+            } => {
+                self.outcome.notices += 1;
+                let now = self.instant(self.now);
+                self.clients[client]
+                    .core
+                    .handle_notice(NodeId(node), &channel, now);
+                self.pump(client);
+            }
+            Event::NoticeLink { client, node, up } => {
+                let now = self.instant(self.now);
+                let c = &mut self.clients[client];
+                if up && self.nodes[node].up {
+                    c.notices_up[node] = true;
+                    c.core.handle_notices_connected(NodeId(node), now);
+                } else {
+                    c.core.handle_notices_lost(NodeId(node), now);
                 }
+                self.pump(client);
+            }
+            Event::Subscription {
+                client,
+                node,
+                channels,
+                subscribe,
+            } => {
+                let now = self.instant(self.now);
+                let c = &mut self.clients[client];
+                if !c.notices_up[node] {
+                    // The link broke meanwhile; the client was told.
+                    return;
+                }
+                for channel in channels {
+                    let channel = channel.as_bytes().to_vec();
+                    if subscribe {
+                        c.channels[node].insert(channel);
+                    } else {
+                        c.channels[node].remove(&channel);
+                    }
+                }
+                if subscribe {
+                    c.core.handle_subscribed(NodeId(node), now);
+                } else {
+                    c.core.handle_unsubscribed(NodeId(node), now);
+                }
+                self.pump(client);
             }
             Event::Timer { client, generation } => {
                 if self.clients[client].generation == generation {
@@ -624,6 +736,16 @@ impl World {
                 if !self.cfg.persistent {
                     // No persistence: a crash loses every key.
                     n.store.clear();
+                }
+                // Every pub/sub connection to it breaks.
+                let now = self.instant(self.now);
+                for client in 0..self.clients.len() {
+                    let c = &mut self.clients[client];
+                    c.channels[node].clear();
+                    if std::mem::take(&mut c.notices_up[node]) {
+                        c.core.handle_notices_lost(NodeId(node), now);
+                        self.pump(client);
+                    }
                 }
             }
             Event::Restart { node } => {
@@ -646,8 +768,8 @@ impl World {
                 let n = &mut self.nodes[node];
                 n.paused = false;
                 let waiting: Vec<_> = n.waiting.drain(..).collect();
-                for (client, request, drop_reply) in waiting {
-                    self.process(client, request, drop_reply);
+                for (client, id, request, drop_reply) in waiting {
+                    self.process(client, id, request, drop_reply);
                 }
             }
             Event::Jump { node, by } => {
@@ -656,7 +778,7 @@ impl World {
         }
     }
 
-    fn deliver(&mut self, client: usize, request: Request, drop_reply: bool) {
+    fn deliver(&mut self, client: usize, id: RequestId, request: Request, drop_reply: bool) {
         let node = &mut self.nodes[request.node.0];
         if !node.up {
             // A down node refuses the connection: the client hears so quickly.
@@ -667,17 +789,17 @@ impl World {
                     "connection refused",
                 )),
             );
-            self.answer(client, request.node.0, reply, false);
+            self.answer(client, id, request.node.0, reply, false);
             return;
         }
         if node.paused {
-            node.waiting.push_back((client, request, drop_reply));
+            node.waiting.push_back((client, id, request, drop_reply));
             return;
         }
-        self.process(client, request, drop_reply);
+        self.process(client, id, request, drop_reply);
     }
 
-    fn process(&mut self, client: usize, request: Request, drop_reply: bool) {
+    fn process(&mut self, client: usize, id: RequestId, request: Request, drop_reply: bool) {
         let now = self.now;
         let reply = self.nodes[request.node.0].run(now, &request);
         let response = reply
@@ -696,9 +818,8 @@ impl World {
         }
         // Only the release script publishes, and the plain exclusive release
         // (`DELIFEQ` and `MGET`, then `PUBLISH`); an exclusive lock's only while
-        // a waiter of another client may be marked, and then it answers 3
-        // (`scripts::RELEASE_IF_WAITED`; this sim's clients name none, so
-        // every marked waiter counts).
+        // a waiter may be marked, and then it answers 3
+        // (`scripts::RELEASE_IF_WAITED`).
         let script = (reply.native.is_none()).then(|| request.script());
         let published = match script {
             Some(source) if source == redlock_core::scripts::RELEASE_IF_WAITED => {
@@ -718,24 +839,32 @@ impl World {
                     at,
                     Event::FollowUp {
                         client,
+                        id,
                         request: next,
                     },
                 );
             }
             Some(_) => {}
-            None => self.answer(client, request.node.0, reply, drop_reply),
+            None => self.answer(client, id, request.node.0, reply, drop_reply),
         }
-        if freed && self.cfg.notices {
-            // Every client is subscribed; the message may be lost like any other.
+        if freed {
+            // On the first key's channel, as the scripts publish, to every
+            // client subscribed there; lost like any other message.
+            let node = request.node.0;
+            let mut channel = request.keys[0].as_bytes().to_vec();
+            channel.extend_from_slice(b"\0released");
             for other in 0..self.clients.len() {
-                if !self.rng.random_bool(self.cfg.loss) {
+                if self.clients[other].channels[node].contains(&channel)
+                    && !self.rng.random_bool(self.cfg.loss)
+                {
                     let at = self.now + self.uniform(self.cfg.latency);
-                    let node = request.node.0;
+                    let channel = channel.clone();
                     self.push(
                         at,
                         Event::Notice {
                             client: other,
                             node,
+                            channel,
                         },
                     );
                 }
@@ -743,7 +872,14 @@ impl World {
         }
     }
 
-    fn answer(&mut self, client: usize, node: usize, reply: Reply, drop_reply: bool) {
+    fn answer(
+        &mut self,
+        client: usize,
+        id: RequestId,
+        node: usize,
+        reply: Reply,
+        drop_reply: bool,
+    ) {
         if drop_reply {
             return;
         }
@@ -756,14 +892,15 @@ impl World {
                 at,
                 Event::Answer {
                     client,
+                    id,
                     reply: copy,
                 },
             );
         }
-        self.push(at, Event::Answer { client, reply });
+        self.push(at, Event::Answer { client, id, reply });
     }
 
-    fn send(&mut self, client: usize, request: Request) {
+    fn send(&mut self, client: usize, id: RequestId, request: Request) {
         let node = request.node.0;
         let lose_request = self.rng.random_bool(self.cfg.loss);
         let drop_reply = self.rng.random_bool(self.cfg.loss);
@@ -777,52 +914,27 @@ impl World {
             at,
             Event::Deliver {
                 client,
+                id,
                 request,
                 drop_reply,
             },
         );
     }
 
-    fn on_reply(&mut self, client: usize, reply: Reply) {
-        let now = self.instant(self.now);
-        match &mut self.clients[client].state {
-            ClientState::Acquiring { machine, .. } => machine.handle_reply(reply, now),
-            ClientState::Holding {
-                extension: Some(ext),
-                ..
-            } => ext.handle_reply(reply, now),
-            ClientState::Releasing { machine, .. } => machine.handle_reply(reply, now),
-            _ => {}
-        }
-        self.step(client);
-    }
-
     fn on_timer(&mut self, client: usize) {
         let now = self.instant(self.now);
-        let cfg_duration = self.cfg.duration;
-        match &mut self.clients[client].state {
-            ClientState::Idle => {
-                if self.now < cfg_duration {
-                    self.start_acquire(client);
-                }
-                return;
-            }
-            ClientState::Acquiring { machine, .. } => machine.handle_timeout(now),
-            ClientState::Holding {
-                extension,
-                schedule,
-                ..
-            } => {
-                if let Some(ext) = extension {
-                    ext.handle_timeout(now);
-                }
-                if let Some(schedule) = schedule {
-                    schedule.handle_timeout(now);
-                }
-            }
-            ClientState::Releasing { machine, .. } => machine.handle_timeout(now),
+        let c = &mut self.clients[client];
+        if c.core.poll_timeout().is_some_and(|at| at <= now) {
+            c.core.handle_timeout(now);
         }
-        self.step(client);
+        if let ClientState::Idle { until } = c.state
+            && until <= self.now
+            && self.now < self.cfg.duration
+        {
+            self.start_acquire(client);
+            return;
+        }
+        self.pump(client);
     }
 
     fn start_acquire(&mut self, client: usize) {
@@ -929,17 +1041,19 @@ impl World {
                 },
             ),
         };
-        let machine = Acquisition::with_spec(
+        let now = self.instant(self.now);
+        let operation = Operation::acquire(
             self.settings.clone(),
             spec,
             self.settings.default_ttl(),
             attempts,
-            self.instant(self.now),
+            now,
             StdRng::seed_from_u64(seed),
         )
         .expect("valid spec");
-        self.clients[client].state = ClientState::Acquiring { target, machine };
-        self.step(client);
+        let op = self.clients[client].core.start(operation, now);
+        self.clients[client].state = ClientState::Acquiring { target, op };
+        self.pump(client);
     }
 
     /// Whether the validity handed out with `lock` (until `end`, true
@@ -989,230 +1103,335 @@ impl World {
         }
     }
 
-    /// Drains the client's state machine: sends requests, handles events,
-    /// moves between states, and re-arms the timer.
-    fn step(&mut self, client: usize) {
-        let now_instant = self.instant(self.now);
-        let mut outgoing = Vec::new();
-        let mut next = Next::Stay(None);
-        let mut freed = None;
-        match &mut self.clients[client].state {
-            ClientState::Idle => {}
-            ClientState::Acquiring { target, machine } => {
-                outgoing.extend(std::iter::from_fn(|| machine.poll_request()));
-                let key = target.clone();
-                next = Next::Stay(machine.poll_timeout());
-                while let Some(event) = machine.poll_event() {
-                    match event {
-                        AcquireEvent::Acquired(lock) => next = Next::Hold(key.clone(), lock),
-                        AcquireEvent::AttemptFailed { .. } => {}
-                        AcquireEvent::Failed(_) => next = Next::Idle { failed: true },
-                    }
-                }
+    /// Drains the client's outputs (sends its requests, answers its
+    /// pub/sub steps, acts on its operations' events), decides what the
+    /// holder does next, and re-arms the timer; again until the client has
+    /// nothing more to say.
+    fn pump(&mut self, client: usize) {
+        for turn in 0.. {
+            // Each turn sends something or starts an operation; an
+            // operation that fails at once and is started again would spin.
+            assert!(turn < 1_000, "client {client} spins at {:?}", self.now);
+            let mut quiet = true;
+            while let Some(output) = self.clients[client].core.poll_output() {
+                quiet = false;
+                self.output(client, output);
             }
+            if self.hold_or_release(client) && quiet {
+                break;
+            }
+        }
+        let core_wake = self.clients[client]
+            .core
+            .poll_timeout()
+            .map(|at| self.since_base(at));
+        let own_wake = match &self.clients[client].state {
+            // No new acquisition once the run's duration is over.
+            ClientState::Idle { until } => Some(*until).filter(|_| self.now < self.cfg.duration),
             ClientState::Holding {
                 lock,
-                holds,
                 release_at,
                 extension,
-                schedule,
+                extend_after,
+                keep_alive,
+                ..
             } => {
-                if let Some(ext) = extension {
-                    outgoing.extend(std::iter::from_fn(|| ext.poll_request()));
-                    if let Some(result) = ext.poll_event() {
-                        match result {
-                            Ok(extended) => {
-                                lock.apply(&extended);
-                                self.outcome.extensions += 1;
-                                let end = self.base.elapsed_since_base(lock.valid_until());
-                                for &hold in holds.iter() {
-                                    self.outcome.holds[hold].end = end;
-                                }
-                                if let Some(schedule) = schedule {
-                                    schedule.handle_extended(&extended, now_instant);
-                                }
-                            }
-                            Err(error) => {
-                                self.outcome.failed_extensions += 1;
-                                if let Some(schedule) = schedule {
-                                    schedule.handle_failed(error, now_instant);
-                                }
-                            }
-                        }
-                        *extension = None;
-                    }
-                }
-                // The keep-alive decides when to extend; the holder stops
-                // its work the moment it reports the lock lost.
-                let mut lost = false;
-                while let Some(event) = schedule.as_mut().and_then(KeepAliveSchedule::poll_event) {
-                    let schedule = schedule.as_mut().expect("an event came from it");
-                    match event {
-                        KeepAliveEvent::Extend { ttl } => match lock.extend(ttl, now_instant) {
-                            Ok(mut ext) => {
-                                outgoing.extend(std::iter::from_fn(|| ext.poll_request()));
-                                *extension = Some(ext);
-                            }
-                            Err(error) => {
-                                self.outcome.failed_extensions += 1;
-                                schedule.handle_failed(error, now_instant);
-                            }
-                        },
-                        KeepAliveEvent::LimitReached { .. } => self.outcome.limits_reached += 1,
-                        KeepAliveEvent::Lost(LossReason::ExtensionLimit { .. }) => {
-                            self.outcome.lost_at_limit += 1;
-                            lost = true;
-                        }
-                        KeepAliveEvent::Lost(_) => {
-                            self.outcome.lost_by_failure += 1;
-                            lost = true;
-                        }
-                    }
-                }
-                let release_at_instant = self.base + *release_at;
-                let valid_until = lock.valid_until();
-                if now_instant >= release_at_instant || now_instant >= valid_until || lost {
-                    // Done with the work, or the lock ran out: stop and release.
-                    for &hold in holds.iter() {
-                        let hold_end = &mut self.outcome.holds[hold].end;
-                        *hold_end = (*hold_end).min(self.now);
-                    }
-                    self.outcome.releases += 1;
-                    next = Next::Release(
-                        lock.release(now_instant),
-                        lock.key().as_bytes().to_vec(),
-                        lock.value().as_bytes().to_vec(),
-                    );
-                } else {
-                    if extension.is_none() && schedule.is_none() && self.cfg.extend {
-                        let left = lock.validity(now_instant);
-                        if left <= lock.ttl().as_duration() / 2 {
-                            let ttl = lock.ttl();
-                            match lock.extend(ttl, now_instant) {
-                                Ok(mut ext) => {
-                                    outgoing.extend(std::iter::from_fn(|| ext.poll_request()));
-                                    *extension = Some(ext);
-                                }
-                                Err(_) => self.outcome.failed_extensions += 1,
-                            }
-                        }
-                    }
-                    let mut wake = release_at_instant.min(valid_until);
-                    if let Some(ext) = extension {
-                        wake = wake.min(ext.poll_timeout().unwrap_or(wake));
-                    } else if let Some(schedule) = schedule {
-                        wake = wake.min(schedule.poll_timeout().unwrap_or(wake));
-                    } else if self.cfg.extend {
-                        // Wake when half the TTL of validity is left, to extend.
-                        let half = lock.ttl().as_duration() / 2;
-                        if let Some(at) = valid_until.checked_sub(half)
-                            && at > now_instant
-                        {
+                let mut wake = (*release_at).min(self.since_base(lock.valid_until()));
+                if extension.is_none() && keep_alive.is_none() && self.cfg.extend {
+                    // Wake when half the TTL of validity is left, to extend.
+                    let half = lock.ttl().as_duration() / 2;
+                    if let Some(at) = lock.valid_until().checked_sub(half) {
+                        let at = self.since_base(at).max(*extend_after);
+                        if at > self.now {
                             wake = wake.min(at);
                         }
                     }
-                    next = Next::Stay(Some(wake));
                 }
+                Some(wake)
             }
-            ClientState::Releasing {
-                machine,
-                key,
-                value,
-            } => {
-                outgoing.extend(std::iter::from_fn(|| machine.poll_request()));
-                next = match machine.poll_event() {
-                    Some(report) => {
-                        if report.frees_lock() {
-                            freed = Some((key.clone(), value.clone()));
-                        }
-                        Next::Idle { failed: false }
-                    }
-                    None => Next::Stay(machine.poll_timeout()),
-                };
-            }
-        }
-        for request in outgoing {
-            self.send(client, request);
-        }
-        if let Some((key, value)) = freed {
-            self.check_freed(client, &key, &value);
-        }
-        match next {
-            Next::Hold(key, lock) => {
-                let start = self.now;
-                if std::env::var_os("SIM_TRACE").is_some() {
-                    eprintln!(
-                        "{:?} client {client} holds {} until {:?}: {}",
-                        self.now,
-                        lock.value(),
-                        self.since_base(lock.valid_until()),
-                        lock.votes()
-                    );
-                }
-                let end = self.since_base(lock.valid_until());
-                if key.group.is_none() && key.keys.len() == 1 {
-                    self.check_coverage(client, &lock, end);
-                }
-                let mut holds = Vec::new();
-                for &resource in &key.keys {
-                    self.outcome.holds.push(Hold {
-                        client,
-                        key: resource,
-                        start,
-                        end,
-                        token: lock.fencing_token(),
-                        slot: permit_slot(lock.key().as_bytes()),
-                        group: key.group,
-                    });
-                    holds.push(self.outcome.holds.len() - 1);
-                }
-                let share = self
-                    .rng
-                    .random_range(self.cfg.hold_share.0..=self.cfg.hold_share.1);
-                let release_at = self.now + self.cfg.ttl.mul_f64(share);
-                let schedule = self
-                    .cfg
-                    .keep_alive
-                    .map(|options| KeepAliveSchedule::new(&lock, options));
-                self.clients[client].state = ClientState::Holding {
-                    lock,
-                    holds,
-                    release_at,
-                    extension: None,
-                    schedule,
-                };
-                self.step(client);
-            }
-            Next::Release(machine, key, value) => {
-                self.clients[client].state = ClientState::Releasing {
-                    machine,
-                    key,
-                    value,
-                };
-                self.step(client);
-            }
-            Next::Idle { failed } => {
-                if failed {
-                    self.outcome.acquire_failures += 1;
-                }
-                self.clients[client].state = ClientState::Idle;
-                let think = self.uniform(self.cfg.think);
-                self.arm(client, self.now + think);
-            }
-            Next::Stay(Some(at)) => {
-                let at = self.since_base(at).max(self.now);
-                self.arm(client, at);
-            }
-            Next::Stay(None) => {}
+            _ => None,
+        };
+        let wake = match (core_wake, own_wake) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if let Some(at) = wake {
+            self.arm(client, at.max(self.now));
         }
     }
-}
 
-enum Next {
-    Stay(Option<Instant>),
-    Hold(Target, Lock),
-    Release(Release, Vec<u8>, Vec<u8>),
-    Idle { failed: bool },
+    /// Acts on one output of a client's core.
+    fn output(&mut self, client: usize, output: Output<StdRng>) {
+        match output {
+            Output::Transmit { id, request } => {
+                if request.command.must_arrive()
+                    && !self.clients[client].sent.insert((
+                        request.node,
+                        request.round,
+                        request.command,
+                    ))
+                {
+                    self.outcome.resends += 1;
+                }
+                self.send(client, id, request);
+            }
+            Output::ConnectNotices(node) => {
+                let up = self.nodes[node.0].up;
+                let at = self.now + self.uniform(self.cfg.latency);
+                let node = node.0;
+                self.push(at, Event::NoticeLink { client, node, up });
+            }
+            Output::Subscribe { node, channels } => {
+                let at = self.now + self.uniform(self.cfg.latency);
+                let event = Event::Subscription {
+                    client,
+                    node: node.0,
+                    channels,
+                    subscribe: true,
+                };
+                self.push(at, event);
+            }
+            Output::Unsubscribe { node, channels } => {
+                let at = self.now + self.uniform(self.cfg.latency);
+                let event = Event::Subscription {
+                    client,
+                    node: node.0,
+                    channels,
+                    subscribe: false,
+                };
+                self.push(at, event);
+            }
+            Output::Connect(node) => {
+                let now = self.instant(self.now);
+                let core = &mut self.clients[client].core;
+                if self.nodes[node.0].up {
+                    core.handle_connected(node, &[], now);
+                } else {
+                    core.handle_connect_failed(node, now);
+                }
+            }
+            Output::Event { op, event, .. } => self.event(client, op, event),
+            _ => {}
+        }
+    }
+
+    /// Acts on an event of one of a client's operations.
+    fn event(&mut self, client: usize, op: OpId, event: OpEvent) {
+        let now = self.now;
+        let state = &mut self.clients[client].state;
+        match (state, event) {
+            (
+                ClientState::Acquiring { target, op: ours },
+                OpEvent::Acquire(AcquireEvent::Acquired(lock)),
+            ) if *ours == op => {
+                let target = target.clone();
+                self.hold(client, target, lock);
+            }
+            (
+                ClientState::Acquiring { op: ours, .. },
+                OpEvent::Acquire(AcquireEvent::Failed(_)),
+            ) if *ours == op => {
+                self.outcome.acquire_failures += 1;
+                self.idle(client);
+            }
+            (
+                ClientState::Holding {
+                    lock,
+                    holds,
+                    extension,
+                    extend_after,
+                    ..
+                },
+                OpEvent::Extend(result),
+            ) if *extension == Some(op) => {
+                *extension = None;
+                match result {
+                    Ok(extended) => {
+                        lock.apply(&extended);
+                        self.outcome.extensions += 1;
+                        let end = self.base.elapsed_since_base(lock.valid_until());
+                        for &hold in holds.iter() {
+                            self.outcome.holds[hold].end = end;
+                        }
+                    }
+                    Err(_) => {
+                        self.outcome.failed_extensions += 1;
+                        *extend_after = now + self.settings.node_timeout();
+                    }
+                }
+            }
+            (
+                ClientState::Holding {
+                    lock,
+                    holds,
+                    keep_alive,
+                    release_at,
+                    ..
+                },
+                OpEvent::KeepAlive(event),
+            ) if *keep_alive == Some(op) => match event {
+                KeptLockEvent::Extended(extended) => {
+                    lock.apply(&extended);
+                    self.outcome.extensions += 1;
+                    let end = self.base.elapsed_since_base(lock.valid_until());
+                    for &hold in holds.iter() {
+                        self.outcome.holds[hold].end = end;
+                    }
+                }
+                KeptLockEvent::ExtendFailed(_) => self.outcome.failed_extensions += 1,
+                KeptLockEvent::LimitReached { .. } => self.outcome.limits_reached += 1,
+                KeptLockEvent::Lost(reason) => {
+                    // The holder stops its work the moment the keep-alive
+                    // reports the lock lost.
+                    if matches!(reason, LossReason::ExtensionLimit { .. }) {
+                        self.outcome.lost_at_limit += 1;
+                    } else {
+                        self.outcome.lost_by_failure += 1;
+                    }
+                    *keep_alive = None;
+                    *release_at = now;
+                }
+                _ => {}
+            },
+            (
+                ClientState::Releasing {
+                    op: ours,
+                    key,
+                    value,
+                },
+                OpEvent::Release(report),
+            ) if *ours == op => {
+                if report.frees_lock() {
+                    let (key, value) = (key.clone(), value.clone());
+                    self.check_freed(client, &key, &value);
+                }
+                self.idle(client);
+            }
+            // An operation given up (an extension cut short by the
+            // release) or a retry's failed attempt.
+            _ => {}
+        }
+    }
+
+    /// The client holds `lock`: records the hold and starts its keep-alive.
+    fn hold(&mut self, client: usize, key: Target, lock: Lock) {
+        let start = self.now;
+        if std::env::var_os("SIM_TRACE").is_some() {
+            eprintln!(
+                "{:?} client {client} holds {} until {:?}: {}",
+                self.now,
+                lock.value(),
+                self.since_base(lock.valid_until()),
+                lock.votes()
+            );
+        }
+        let end = self.since_base(lock.valid_until());
+        if key.group.is_none() && key.keys.len() == 1 {
+            self.check_coverage(client, &lock, end);
+        }
+        let mut holds = Vec::new();
+        for &resource in &key.keys {
+            self.outcome.holds.push(Hold {
+                client,
+                key: resource,
+                start,
+                end,
+                token: lock.fencing_token(),
+                slot: permit_slot(lock.key().as_bytes()),
+                group: key.group,
+            });
+            holds.push(self.outcome.holds.len() - 1);
+        }
+        let share = self
+            .rng
+            .random_range(self.cfg.hold_share.0..=self.cfg.hold_share.1);
+        let release_at = self.now + self.cfg.ttl.mul_f64(share);
+        let now = self.instant(self.now);
+        let c = &mut self.clients[client];
+        let keep_alive = self.cfg.keep_alive.map(|options| {
+            c.core
+                .start(Operation::keep_alive(lock.clone(), options), now)
+        });
+        c.state = ClientState::Holding {
+            lock,
+            holds,
+            release_at,
+            extension: None,
+            extend_after: Duration::ZERO,
+            keep_alive,
+        };
+    }
+
+    /// The client is done with its lock: it thinks, then acquires again.
+    fn idle(&mut self, client: usize) {
+        let think = self.uniform(self.cfg.think);
+        self.clients[client].state = ClientState::Idle {
+            until: self.now + think,
+        };
+    }
+
+    /// A holder releases once its work is done, its lock ran out or its
+    /// keep-alive lost it, and extends by hand at half its TTL
+    /// (`SimConfig::extend`, without a keep-alive). Whether it started
+    /// nothing new.
+    fn hold_or_release(&mut self, client: usize) -> bool {
+        let now = self.instant(self.now);
+        let sim_now = self.now;
+        let extend = self.cfg.extend;
+        let c = &mut self.clients[client];
+        let ClientState::Holding {
+            lock,
+            holds,
+            release_at,
+            extension,
+            extend_after,
+            keep_alive,
+        } = &mut c.state
+        else {
+            return true;
+        };
+        if sim_now >= *release_at || now >= lock.valid_until() {
+            // Done with the work, or the lock ran out: stop and release,
+            // behind what the keep-alive sent (the core releases the lock
+            // as the keep-alive holds it).
+            for &hold in holds.iter() {
+                let hold_end = &mut self.outcome.holds[hold].end;
+                *hold_end = (*hold_end).min(sim_now);
+            }
+            if let Some(extension) = extension.take() {
+                c.core.cancel(extension, now);
+            }
+            self.outcome.releases += 1;
+            let (key, value) = (
+                lock.key().as_bytes().to_vec(),
+                lock.value().as_bytes().to_vec(),
+            );
+            let op = c.core.release(keep_alive.take(), lock.clone(), now);
+            c.state = ClientState::Releasing { op, key, value };
+            return false;
+        }
+        if extension.is_none()
+            && keep_alive.is_none()
+            && extend
+            && sim_now >= *extend_after
+            && lock.validity(now) <= lock.ttl().as_duration() / 2
+        {
+            let ttl = lock.ttl();
+            return match Operation::extend(lock, ttl, now) {
+                Ok(operation) => {
+                    *extension = Some(c.core.start(operation, now));
+                    false
+                }
+                // Too little validity left to extend: the lock runs out.
+                Err(_) => {
+                    self.outcome.failed_extensions += 1;
+                    *extend_after = *release_at;
+                    true
+                }
+            };
+        }
+        true
+    }
 }
 
 trait SinceBase {
