@@ -1181,25 +1181,9 @@ impl World {
                 let node = node.0;
                 self.push(at, Event::NoticeLink { client, node, up });
             }
-            Output::Subscribe { node, channels } => {
-                let at = self.now + self.uniform(self.cfg.latency);
-                let event = Event::Subscription {
-                    client,
-                    node: node.0,
-                    channels,
-                    subscribe: true,
-                };
-                self.push(at, event);
-            }
+            Output::Subscribe { node, channels } => self.subscription(client, node, channels, true),
             Output::Unsubscribe { node, channels } => {
-                let at = self.now + self.uniform(self.cfg.latency);
-                let event = Event::Subscription {
-                    client,
-                    node: node.0,
-                    channels,
-                    subscribe: false,
-                };
-                self.push(at, event);
+                self.subscription(client, node, channels, false);
             }
             Output::Connect(node) => {
                 let now = self.instant(self.now);
@@ -1213,6 +1197,19 @@ impl World {
             Output::Event { op, event, .. } => self.event(client, op, event),
             _ => {}
         }
+    }
+
+    /// A client's subscription change, read (and confirmed) by its node
+    /// one latency later.
+    fn subscription(&mut self, client: usize, node: NodeId, channels: Vec<Key>, subscribe: bool) {
+        let at = self.now + self.uniform(self.cfg.latency);
+        let event = Event::Subscription {
+            client,
+            node: node.0,
+            channels,
+            subscribe,
+        };
+        self.push(at, event);
     }
 
     /// Acts on an event of one of a client's operations.

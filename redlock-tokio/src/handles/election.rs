@@ -208,7 +208,7 @@ struct Inner {
     /// The renewing term's key on the client's driver, while it runs.
     renewing: Mutex<Option<u64>>,
     /// The term, given back by the driver when it ended (lost).
-    ended: Arc<Mutex<Option<Box<Term>>>>,
+    ended: Arc<Mutex<Option<Term>>>,
     /// One resign at a time.
     resigning: tokio::sync::Mutex<()>,
 }
@@ -241,7 +241,7 @@ impl Leadership {
                 resigning: tokio::sync::Mutex::new(()),
             }),
         };
-        this.renew(Box::new(term));
+        this.renew(term);
         this
     }
 
@@ -249,7 +249,7 @@ impl Leadership {
     /// back ([`resign`](Self::resign)); the driver tells the leadership's
     /// watchers each renewal and the loss. Nothing of it holds the
     /// leadership: dropping the last handle stops it ([`Inner`]'s drop).
-    fn renew(&self, term: Box<Term>) {
+    fn renew(&self, term: Term) {
         let status = Arc::clone(&self.inner.status);
         let ended = Arc::clone(&self.inner.ended);
         let number = self.inner.term;
@@ -277,14 +277,14 @@ impl Leadership {
                     _ => {}
                 }
                 if let Some(term) = operation.into_term() {
-                    *ended.lock().unwrap_or_else(PoisonError::into_inner) = Some(Box::new(term));
+                    *ended.lock().unwrap_or_else(PoisonError::into_inner) = Some(term);
                 }
             }
             // The runtime shuts down: the renewal ends with it.
             _ => {}
         }));
         let driver = self.inner.client.driver();
-        if let Ok(key) = driver.start(Operation::term(*term), Some(sink)) {
+        if let Ok(key) = driver.start(Operation::term(term), Some(sink)) {
             *self
                 .inner
                 .renewing
@@ -295,7 +295,7 @@ impl Leadership {
 
     /// The term, stopped: taken back from the driver while it renews, or
     /// as it ended; `None` once resigned.
-    async fn stop_renewing(&self) -> Option<Box<Term>> {
+    async fn stop_renewing(&self) -> Option<Term> {
         let renewing = self
             .inner
             .renewing
@@ -306,7 +306,7 @@ impl Leadership {
             && let Ok(operation) = self.inner.client.driver().take(key).await
             && let Some(term) = operation.into_term()
         {
-            return Some(Box::new(term));
+            return Some(term);
         }
         // It ended first: the driver handed it back then.
         self.inner
