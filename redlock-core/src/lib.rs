@@ -188,7 +188,7 @@ pub use error::{AcquireError, ConfigError, ExtendError};
 pub use limits::{FIXED_DRIFT, MAX_TTL_MS, MAX_VALUE_LEN, MIN_VALIDITY, MIN_VALUE_LEN};
 pub use ops::acquire::AcquireEvent;
 pub use ops::election::{ElectionTiming, LeadershipLoss, Term, TermEvent};
-pub use ops::election_read::{Leader, LeaderReply, LeaderReport, LeaderWatch};
+pub use ops::election_read::{Leader, LeaderReply, LeaderReport};
 pub use ops::extend::Extended;
 pub use ops::keep_alive::{KeepAlive, KeptLockEvent, LossReason};
 pub use ops::lock::Lock;
@@ -225,6 +225,7 @@ machinery!(
     ops::acquire::Acquisition,
     ops::election::Proclaim,
     ops::election_read::LeaderRead,
+    ops::election_read::LeaderWatch,
     ops::extend::Extension,
     ops::keep_alive::KeptLock,
     ops::read_all::NodeRead,

@@ -1253,21 +1253,19 @@ fn an_operation_undone_without_a_client_gives_what_must_reach_the_nodes() {
     );
 }
 
-#[test]
-fn close_releases_what_a_leaders_term_holds() {
+/// A client that leads: a campaign granted (term 5), its term renewed by
+/// the operation returned, started at the instant returned.
+fn leading(client: &mut Client<StdRng>, settings: &Arc<Settings>, t0: Instant) -> (OpId, Instant) {
     use redlock_core::{ElectionTiming, LockSpec, Term};
-    let settings = settings();
-    let t0 = Instant::now();
-    let mut client = new_client(&settings);
     let timing = ElectionTiming::new(
-        &settings,
+        settings,
         Duration::from_secs(10),
         Duration::from_secs(6),
         Duration::from_secs(1),
     )
     .unwrap();
     let campaign = Acquisition::with_spec(
-        Arc::clone(&settings),
+        Arc::clone(settings),
         LockSpec::Fenced(b"leader"),
         timing.lease(),
         Attempts::Once,
@@ -1276,46 +1274,156 @@ fn close_releases_what_a_leaders_term_holds() {
     )
     .unwrap();
     let op = client.start(Operation::from(campaign), t0);
-    let out = drain(&mut client);
+    let out = drain(client);
     let granted = Response::Array(vec![Response::Int(1), Response::Int(4)]);
-    answer(&mut client, &out.sent, granted, t0 + MS);
-    let tokens = drain(&mut client).sent;
+    answer(client, &out.sent, granted, t0 + MS);
+    let tokens = drain(client).sent;
     assert!(
         tokens
             .iter()
             .all(|(_, r)| matches!(r.command, Command::StoreToken { .. }))
     );
-    answer(&mut client, &tokens, Response::Int(1), t0 + 2 * MS);
-    let lock = match drain(&mut client).events.pop() {
+    answer(client, &tokens, Response::Int(1), t0 + 2 * MS);
+    let lock = match drain(client).events.pop() {
         Some((whose, OpEvent::Acquire(AcquireEvent::Acquired(lock)), true)) if whose == op => lock,
         other => panic!("not elected: {other:?}"),
     };
     let term = Term::new(lock, &timing).expect("a fenced lock");
-    let number = term.term();
+    assert_eq!(term.term(), 5);
     let t1 = t0 + 10 * MS;
-    client.start(Operation::term(term), t1);
-    drain(&mut client);
+    let op = client.start(Operation::term(term), t1);
+    assert!(drain(client).sent.is_empty(), "no renewal due yet");
+    (op, t1)
+}
+
+/// The nodes each request of `sent` went to, where it is a release.
+fn released(sent: &[(RequestId, Request)]) -> Vec<NodeId> {
+    sent.iter()
+        .filter(|(_, r)| r.command == Command::Release)
+        .map(|(_, r)| r.node)
+        .collect()
+}
+
+#[test]
+fn close_releases_what_a_leaders_term_holds() {
+    let settings = settings();
+    let t0 = Instant::now();
+    let mut client = new_client(&settings);
+    let (_, t1) = leading(&mut client, &settings, t0);
     client.close(t1 + MS);
-    let mut out = drain(&mut client);
+    let out = drain(&mut client);
     assert!(
         out.events
             .iter()
             .any(|(_, event, last)| *last && matches!(event, OpEvent::Closed)),
         "{out:?}"
     );
-    let back = out.finished.pop().and_then(Operation::into_term);
     assert_eq!(
-        back.map(|term| term.term()),
-        Some(number),
-        "the term comes back"
+        released(&out.sent),
+        [NodeId(0), NodeId(1), NodeId(2)],
+        "{out:?}"
     );
-    let released: Vec<_> = out
-        .sent
-        .iter()
-        .filter(|(_, r)| r.command == Command::Release)
-        .map(|(_, r)| r.node)
-        .collect();
-    assert_eq!(released, [NodeId(0), NodeId(1), NodeId(2)], "{out:?}");
+}
+
+/// A resignation runs inside the term's operation: a release of our value
+/// that does not free the name leaves the term standing and renewed; one
+/// that does ends it; a term over resigns no more.
+#[test]
+fn a_term_resigns_in_its_own_operation_and_stands_when_the_release_fails() {
+    use redlock_core::{LeadershipLoss, TermEvent};
+    let settings = settings();
+    let t0 = Instant::now();
+    let mut client = new_client(&settings);
+    let (op, t1) = leading(&mut client, &settings, t0);
+    assert!(client.resign(op, t1));
+    assert!(!client.resign(op, t1), "one resignation at a time");
+    let out = drain(&mut client);
+    assert_eq!(released(&out.sent), [NodeId(0), NodeId(1), NodeId(2)]);
+    // Every node times out: the name is not known free.
+    let deadline = client.poll_timeout().expect("the release's deadline");
+    client.handle_timeout(deadline);
+    let out = drain(&mut client);
+    match out.events.as_slice() {
+        [(whose, OpEvent::Term(TermEvent::Resigned(report)), false)] if *whose == op => {
+            assert!(!report.frees_lock(), "{report}");
+        }
+        other => panic!("expected a failed resignation: {other:?}"),
+    }
+    // The term renews again.
+    let due = client.poll_timeout().expect("a renewal");
+    client.handle_timeout(due);
+    let renewal = drain(&mut client).sent;
+    assert!(
+        !renewal.is_empty()
+            && renewal
+                .iter()
+                .all(|(_, r)| matches!(r.command, Command::Extend { .. })),
+        "{renewal:?}"
+    );
+    // Resigned again, the nodes delete our value: the term ends. The
+    // renewal's late answers count for nothing.
+    assert!(client.resign(op, due));
+    let release = drain(&mut client).sent;
+    assert_eq!(released(&release), [NodeId(0), NodeId(1), NodeId(2)]);
+    answer(&mut client, &renewal, Response::Int(1), due + MS);
+    assert!(drain(&mut client).events.is_empty(), "a renewal's answers");
+    answer(&mut client, &release, Response::Int(1), due + MS);
+    let out = drain(&mut client);
+    match out.events.as_slice() {
+        [
+            (_, OpEvent::Term(TermEvent::Resigned(report)), false),
+            (_, OpEvent::Term(TermEvent::Lost(LeadershipLoss::Resigned)), true),
+        ] => assert!(report.frees_lock()),
+        other => panic!("expected a resignation: {other:?}"),
+    }
+    assert!(released(&out.sent).is_empty(), "nothing left to release");
+    assert!(!client.resign(op, due + MS), "over");
+}
+
+/// A term lost (its renewal refused, or its renew deadline passed) has its
+/// value released where it may be left: it would hold off the next leader
+/// until its TTL.
+#[test]
+fn a_lost_term_releases_the_value_it_may_have_left() {
+    use redlock_core::{LeadershipLoss, TermEvent};
+    let settings = settings();
+    let t0 = Instant::now();
+    // Refused: another owner on two nodes.
+    let mut client = new_client(&settings);
+    let (op, _) = leading(&mut client, &settings, t0);
+    let due = client.poll_timeout().expect("a renewal");
+    client.handle_timeout(due);
+    let renewal = drain(&mut client).sent;
+    answer(&mut client, &renewal[..2], Response::Int(0), due + MS);
+    let out = drain(&mut client);
+    assert!(
+        matches!(
+            out.events.last(),
+            Some((whose, OpEvent::Term(TermEvent::Lost(LeadershipLoss::Lock(_))), true)) if *whose == op
+        ),
+        "{out:?}"
+    );
+    assert_eq!(released(&out.sent), [NodeId(0), NodeId(1), NodeId(2)]);
+    // The renew deadline passes with every renewal unanswered.
+    let mut client = new_client(&settings);
+    let (op, _) = leading(&mut client, &settings, t0);
+    let mut lost = None;
+    for _ in 0..1000 {
+        let at = client.poll_timeout().expect("a renewal or the deadline");
+        client.handle_timeout(at);
+        let out = drain(&mut client);
+        if let Some((whose, OpEvent::Term(TermEvent::Lost(reason)), true)) = out.events.last() {
+            assert_eq!(*whose, op);
+            lost = Some((reason.clone(), released(&out.sent)));
+            break;
+        }
+    }
+    let (reason, released) = lost.expect("lost within 1,000 timeouts");
+    assert!(
+        matches!(reason, LeadershipLoss::RenewDeadline(_)),
+        "{reason}"
+    );
+    assert_eq!(released, [NodeId(0), NodeId(1), NodeId(2)]);
 }
 
 /// Every master's answer to what `client` sent, at `now` (each master a
@@ -1440,7 +1548,6 @@ fn an_operation_tells_its_attempts_key_and_kind_only_where_it_has_them() {
     assert_eq!(acquisition.attempts(), Some(2));
     assert_eq!(acquisition.key(), Some(&settings.key(b"report")));
     assert_eq!(acquisition.lock_kind(), Some(&LockKind::Exclusive));
-    assert!(acquisition.into_term().is_none());
     let Some((_, OpEvent::Acquire(AcquireEvent::Acquired(mut lock)), true)) = out.events.pop()
     else {
         panic!("not granted: {out:?}");
@@ -1449,7 +1556,6 @@ fn an_operation_tells_its_attempts_key_and_kind_only_where_it_has_them() {
     assert_eq!(release.attempts(), None);
     assert_eq!(release.key(), None);
     assert_eq!(release.lock_kind(), None);
-    assert!(release.into_term().is_none());
 }
 
 /// A release told to wait for every node decides once the last node
@@ -1512,4 +1618,56 @@ fn a_reply_delivered_twice_counts_once() {
     #[cfg(feature = "planted-bugs")]
     redlock_core::planted::set(None);
     assert!(after.events.is_empty(), "{after:?}");
+}
+
+/// An observer reads every node at once, then one period after each read
+/// ended; it tells each new leader once (the same leader again is no
+/// news), ignores a late answer to an earlier read, and ends only when
+/// its client closes.
+#[test]
+fn an_observer_reads_every_period_and_tells_each_leader_once() {
+    let settings = settings();
+    let t0 = Instant::now();
+    let period = Duration::from_secs(1);
+    let mut client = new_client(&settings);
+    let op = client.start(Operation::observe(&settings, b"leader", period, t0), t0);
+    let holding = |id: &str, counter: &str| {
+        Response::Array(vec![
+            Response::Data(id.as_bytes().to_vec()),
+            Response::Data(counter.as_bytes().to_vec()),
+            Response::Nil,
+        ])
+    };
+    let mut now = t0;
+    let mut told = Vec::new();
+    let mut late = Vec::new();
+    for (id, counter) in [("a", "5"), ("a", "5"), ("b", "6"), ("b", "6")] {
+        let reads = drain(&mut client).sent;
+        assert_eq!(reads.len(), 3, "one read per node");
+        assert!(reads.iter().all(|(_, r)| r.command == Command::ReadLeader));
+        // A late answer to the read before counts for nothing.
+        answer(&mut client, &late, holding("z", "9"), now);
+        answer(&mut client, &reads, holding(id, counter), now + MS);
+        let out = drain(&mut client);
+        assert!(out.sent.is_empty() && out.finished.is_empty());
+        for (whose, event, last) in out.events {
+            assert!(whose == op && !last);
+            match event {
+                OpEvent::Observe(leader) => told.push((leader.id, leader.term)),
+                other => panic!("{other:?}"),
+            }
+        }
+        let next = client.poll_timeout().expect("the next read");
+        assert_eq!(next, now + MS + period, "a period after the read ended");
+        client.handle_timeout(next);
+        now = next;
+        late = reads;
+    }
+    assert_eq!(told, [(b"a".to_vec(), 5), (b"b".to_vec(), 6)]);
+    client.close(now);
+    let out = drain(&mut client);
+    assert!(
+        matches!(out.events.as_slice(), [(whose, OpEvent::Closed, true)] if *whose == op),
+        "{out:?}"
+    );
 }

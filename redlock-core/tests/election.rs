@@ -36,10 +36,20 @@ fn timing(settings: &Settings) -> ElectionTiming {
 
 /// A won campaign whose nodes held `counter` before: the term is counter + 1.
 fn campaign(settings: &Arc<Settings>, counter: i64, t0: Instant) -> Lock {
+    campaign_with(settings, &timing(settings), counter, t0)
+}
+
+/// [`campaign`] with a lease of `timing`.
+fn campaign_with(
+    settings: &Arc<Settings>,
+    timing: &ElectionTiming,
+    counter: i64,
+    t0: Instant,
+) -> Lock {
     let mut acquire = Acquisition::with_spec(
         settings.clone(),
         LockSpec::Fenced(b"leader"),
-        timing(settings).lease(),
+        timing.lease(),
         Attempts::Once,
         t0,
         StdRng::seed_from_u64(counter as u64),
@@ -140,6 +150,38 @@ fn the_term_is_the_fencing_token_and_loss_comes_before_the_validity_ends() {
     assert_eq!(term.poll_timeout(), None);
 }
 
+/// A lease long beside the renew deadline: the term still renews one retry
+/// period after each round. (At a share of the lease, as a lock's
+/// keep-alive does, the first renewal came 3 s in, after the 900 ms renew
+/// deadline: every such term was lost.)
+#[test]
+fn a_long_lease_still_renews_every_retry_period() {
+    let settings = settings(3);
+    let retry = Duration::from_millis(200);
+    let timing = ElectionTiming::new(
+        &settings,
+        Duration::from_secs(60),
+        Duration::from_millis(900),
+        retry,
+    )
+    .unwrap();
+    let t0 = Instant::now();
+    let mut term = Term::new(campaign_with(&settings, &timing, 0, t0), &timing).unwrap();
+    for round in 1..=3 {
+        let due = term.poll_timeout().unwrap();
+        assert_eq!(due, t0 + retry * round, "round {round}");
+        assert!(due < term.lose_at());
+        term.handle_timeout(due);
+        for request in drain(&mut term) {
+            term.handle_reply(Reply::to(&request, Ok(Response::Int(1))), due);
+        }
+        assert!(
+            matches!(events(&mut term).as_slice(), [TermEvent::Renewed { .. }]),
+            "round {round}"
+        );
+    }
+}
+
 #[test]
 fn default_timings_are_two_thirds_of_the_validity_and_a_quarter_of_that() {
     let settings = settings(3);
@@ -164,7 +206,7 @@ fn a_term_is_over_once_it_is_lost_and_not_before() {
     term.handle_timeout(lose_at);
     assert!(term.is_over());
     assert!(
-        term.resignation(lose_at).is_none(),
+        !term.resign(lose_at, |release| release),
         "nothing left to resign"
     );
 }
@@ -232,29 +274,32 @@ fn resign_acts_on_our_value_keeps_the_term_when_it_fails_and_is_idempotent() {
     let mut term = Term::new(campaign(&settings, 6, t0), &timing(&settings)).unwrap();
     let now = t0 + Duration::from_millis(10);
     // First try: every node times out. The term stands.
-    let mut release = term.resignation(now).expect("leading");
-    let sent = drain(&mut release);
+    assert!(term.resign(now, |release| release), "leading");
+    let sent = drain(&mut term);
     assert!(sent.iter().all(|r| r.value == *term.id()));
-    release.handle_timeout(release.poll_timeout().unwrap());
-    let report = release.poll_event().unwrap();
-    term.handle_resigned(&report);
-    assert!(!term.is_done(), "a failed resign keeps the leadership");
-    assert!(events(&mut term).is_empty());
-    // Second try: the nodes release it.
-    let mut release = term.resignation(now).expect("still leading");
-    for request in drain(&mut release) {
-        release.handle_reply(Reply::to(&request, Ok(Response::Int(1))), now);
+    assert!(sent.iter().all(|r| r.command == Command::Release));
+    term.handle_timeout(term.poll_timeout().unwrap());
+    match events(&mut term).as_slice() {
+        [TermEvent::Resigned(report)] => assert!(!report.frees_lock()),
+        other => panic!("{other:?}"),
     }
-    let report = release.poll_event().unwrap();
-    term.handle_resigned(&report);
+    assert!(!term.is_done(), "a failed resign keeps the leadership");
+    // Second try: the nodes release it.
+    assert!(term.resign(now, |release| release), "still leading");
+    for request in drain(&mut term) {
+        term.handle_reply(Reply::to(&request, Ok(Response::Int(1))), now);
+    }
     assert!(term.is_done());
-    assert_eq!(
-        events(&mut term),
-        [TermEvent::Lost(LeadershipLoss::Resigned)]
-    );
+    match events(&mut term).as_slice() {
+        [
+            TermEvent::Resigned(report),
+            TermEvent::Lost(LeadershipLoss::Resigned),
+        ] => assert!(report.frees_lock()),
+        other => panic!("{other:?}"),
+    }
     // Idempotent: nothing more to send, nothing more to tell.
-    assert!(term.resignation(now).is_none());
-    term.handle_resigned(&report);
+    assert!(!term.resign(now, |release| release));
+    assert!(drain(&mut term).is_empty());
     assert!(events(&mut term).is_empty());
 }
 

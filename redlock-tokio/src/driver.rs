@@ -22,7 +22,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tracing::{Instrument, debug_span};
 
-pub(crate) use handle::{drive, kind, run};
+pub(crate) use handle::{drive, kind, run, stream};
 pub(crate) use mailbox::mailbox;
 pub(crate) use message::{Finished, Returned};
 pub(crate) use pubsub::NoticeNodes;
@@ -45,11 +45,12 @@ pub(crate) enum Input {
     },
     /// The handle of operation `key` was dropped before its end.
     Cancel { key: u64 },
-    /// Give operation `key` back unfinished, to `back`; dropped if it
-    /// ended.
-    Take {
+    /// Resign the term operation `key` renews
+    /// ([`Client::resign`](redlock_core::Client::resign)); its release's
+    /// report to `back`, which is dropped if the term ends first (or ended).
+    Resign {
         key: u64,
-        back: tokio::sync::oneshot::Sender<Operation<ClientRng>>,
+        back: tokio::sync::oneshot::Sender<redlock_core::ReleaseReport>,
     },
     /// Release a held lock ([`Client::release`](redlock_core::Client::release)):
     /// `lock`, or the one the keep-alive or term `kept` holds, stopping it;
@@ -259,14 +260,12 @@ impl Driver {
         self.tell(Input::Cancel { key });
     }
 
-    /// Takes operation `key` back unfinished; `Err` once it has ended.
-    pub(crate) async fn take(
-        &self,
-        key: u64,
-    ) -> Result<Operation<ClientRng>, tokio::sync::oneshot::error::RecvError> {
-        let (back, taken) = tokio::sync::oneshot::channel();
-        self.tell(Input::Take { key, back });
-        taken.await
+    /// Resigns the term operation `key` renews: the release's report;
+    /// `None` if the term ended first.
+    pub(crate) async fn resign(&self, key: u64) -> Option<redlock_core::ReleaseReport> {
+        let (back, report) = tokio::sync::oneshot::channel();
+        self.tell(Input::Resign { key, back });
+        report.await.ok()
     }
 
     /// Tells the running task, if one runs.

@@ -2,9 +2,9 @@
 //! Valkey with `REDLOCK_SERVER_BIN`): a killed leader is followed by one
 //! with a higher term, resign frees the name at once and twice changes
 //! nothing, a leader whose renewals fail steps down and the run loop
-//! campaigns again, and an observer catches up after every server
-//! restarted (with an fsynced AOF: terms, like fencing tokens, need the
-//! data kept).
+//! campaigns again, a deposed leader releases what it still held, and an
+//! observer catches up after every server restarted (with an fsynced AOF:
+//! terms, like fencing tokens, need the data kept).
 
 mod support;
 
@@ -291,4 +291,64 @@ async fn a_dropped_leadership_stops_renewing_and_frees_the_name() {
     support::assert_absent(&cluster, "dropped");
     let next = election(&b, "dropped").wait(Wait::No).campaign().await;
     assert!(next.expect("free at once").term() > term);
+}
+
+/// A leader deposed on a majority (another owner's value there) steps down
+/// at its next renewal, and the value it still had on the third server is
+/// released then, not left there to hold off the next leader for the rest
+/// of its lease (a minute here: long past the bound this waits).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_leader_releases_the_value_it_still_had() {
+    let cluster = RedisCluster::start(3);
+    let redlock = support::builder(&cluster)
+        .ttl(Duration::from_secs(60))
+        .build()
+        .await
+        .unwrap();
+    let leadership = redlock
+        .election("deposed")
+        .timing(Duration::from_secs(60), RENEW, RETRY)
+        .campaign()
+        .await
+        .unwrap();
+    for node in &cluster.nodes()[..2] {
+        node.set("deposed", "another");
+    }
+    let lost = tokio::time::timeout(Duration::from_secs(10), leadership.lost())
+        .await
+        .expect("deposed at its next renewal");
+    assert!(matches!(lost, LeadershipLoss::Lock(_)), "{lost}");
+    // The handle still lives: the client released it, not a drop.
+    support::eventually("released on the third", Duration::from_secs(10), || {
+        cluster.node(2).get("deposed").is_none()
+    })
+    .await;
+    assert!(leadership.loss().is_some());
+    assert_eq!(
+        cluster.node(0).get("deposed").as_deref(),
+        Some(&b"another"[..]),
+        "another's value is left alone"
+    );
+}
+
+/// An observer is an operation of its client: the client's shutdown ends
+/// its stream (before, it polled on a timer of its own forever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_ends_when_its_client_shuts_down() {
+    let cluster = RedisCluster::start(3);
+    let redlock = leased(&cluster).await;
+    let leadership = election(&redlock, "watched").campaign().await.unwrap();
+    let mut observed = Box::pin(election(&redlock, "watched").observe());
+    let seen = tokio::time::timeout(Duration::from_secs(10), observed.next())
+        .await
+        .expect("the observer sees the leader")
+        .unwrap();
+    assert_eq!(seen.term, leadership.term());
+    drop(leadership);
+    redlock.shutdown().await;
+    let ended = tokio::time::timeout(Duration::from_secs(10), observed.next())
+        .await
+        .expect("the stream ends");
+    assert!(ended.is_none(), "{ended:?}");
+    support::assert_absent(&cluster, "watched");
 }

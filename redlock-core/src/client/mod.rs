@@ -138,6 +138,10 @@ struct Running<R> {
 ///   ([`Output::ConnectNotices`], again after a backoff when lost) and kept
 ///   subscribed to exactly the channels waited on ([`Output::Subscribe`],
 ///   [`Output::Unsubscribe`]), one change at a time;
+/// - **what a lost term leaves**: a term that ends lost (not resigned, not
+///   closed) has its value released where it may be left, so it does not
+///   hold off the next leader until its TTL; a term is
+///   [resigned](Self::resign) inside its own operation;
 /// - **cancellation and close**: a cancelled operation is abandoned
 ///   (`Machine::abandon`) and what it queues
 ///   (releases of an attempt in flight) is sent; [`close`](Self::close)
@@ -247,6 +251,14 @@ impl<R: Rng> Client<R> {
     /// runs (a release, a read); anything else ends at once with
     /// [`OpEvent::Closed`], having sent nothing.
     pub fn start(&mut self, operation: Operation<R>, now: Instant) -> OpId {
+        let op = self.admit(operation, now);
+        self.pump(vec![op], now);
+        op
+    }
+
+    /// [`start`](Self::start) but for the pump: `operation` filed (or
+    /// ended at once on a closed client), not stepped yet.
+    fn admit(&mut self, operation: Operation<R>, now: Instant) -> OpId {
         let op = OpId(self.next_op);
         self.next_op += 1;
         if self.closed && !operation.leaves_nothing() {
@@ -276,7 +288,6 @@ impl<R: Rng> Client<R> {
                 timeout: None,
             },
         );
-        self.pump(vec![op], now);
         op
     }
 
@@ -348,6 +359,31 @@ impl<R: Rng> Client<R> {
         self.start(Operation::release(&mut lock, now), now)
     }
 
+    /// Resigns the term `op` renews ([`Operation::term`]) at `now`: its
+    /// renewals stop and the release of our value runs inside it, planned
+    /// as [`start`](Self::start) plans a release; `op` then reports
+    /// [`TermEvent::Resigned`](crate::TermEvent::Resigned) with the
+    /// release's report, and ends if it freed the name (otherwise renewals
+    /// go on), unless it ends first (closed). `false`, doing nothing, for
+    /// an operation that is not a term running, or one resigning already.
+    pub fn resign(&mut self, op: OpId, now: Instant) -> bool {
+        let hub = &self.hub;
+        let Some(running) = self.ops.get_mut(&op) else {
+            return false;
+        };
+        let started = running.machine.resign(now, |release| {
+            if hub.is_waiting() {
+                hub.plan_release(release)
+            } else {
+                release
+            }
+        });
+        if started {
+            self.pump(vec![op], now);
+        }
+        started
+    }
+
     /// Takes `op` out as it is at `now`, unfinished and not abandoned: it
     /// runs here no more, answers to its requests are ignored, and it
     /// leaves the release notices' queues. For a driver that goes away
@@ -377,8 +413,9 @@ impl<R: Rng> Client<R> {
     }
 
     /// Closes the client at `now`: every operation that takes or holds a
-    /// lock ends with [`OpEvent::Closed`] (an acquisition, waiting or not,
-    /// withdraws what it may hold; an extension, a proclamation stop), and
+    /// lock, and every observer, ends with [`OpEvent::Closed`] (an
+    /// acquisition, waiting or not, withdraws what it may hold; an
+    /// extension, a proclamation stop), and
     /// the lock of each keep-alive and term is released, behind its
     /// extensions on every node. Releases and reads run on to their end,
     /// and what is in flight or owed still completes: the client is done
@@ -449,7 +486,7 @@ impl<R: Rng> Client<R> {
     fn pump(&mut self, mut work: Vec<OpId>, now: Instant) {
         loop {
             while let Some(op) = work.pop() {
-                self.step(op, now);
+                work.extend(self.step(op, now));
             }
             if self.hub.poll_wanted_changed() {
                 self.reconcile_notices(now);
@@ -470,11 +507,10 @@ impl<R: Rng> Client<R> {
         }
     }
 
-    /// One round of [`pump`](Self::pump) for one operation.
-    fn step(&mut self, op: OpId, now: Instant) {
-        let Some(running) = self.ops.get_mut(&op) else {
-            return;
-        };
+    /// One round of [`pump`](Self::pump) for one operation; the operation
+    /// it starts, if any (the release of what a lost term may have left).
+    fn step(&mut self, op: OpId, now: Instant) -> Option<OpId> {
+        let running = self.ops.get_mut(&op)?;
         while let Some(request) = running.machine.poll_request() {
             match self.links.admit(&request, now) {
                 Ok(()) => self.links.transmit(&mut self.outputs, Some(op), request),
@@ -514,14 +550,23 @@ impl<R: Rng> Client<R> {
                 self.waiters.remove(&waiter);
                 self.hub.handle_leave(waiter, event.serves_waiter(), now);
             }
+            let left = event
+                .leaves_value()
+                .then(|| running.machine.held_lock().cloned())
+                .flatten();
             self.outputs.push_back(Output::Event {
                 op,
                 event,
                 finished: Some(running.machine),
             });
+            if let Some(mut lock) = left {
+                let release = Operation::release(&mut lock, now).unattended();
+                return Some(self.admit(release, now));
+            }
         } else if let Some(at) = running.machine.poll_timeout() {
             running.timeout = Some(at);
             self.op_timers.insert((at, op));
         }
+        None
     }
 }

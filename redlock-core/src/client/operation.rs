@@ -1,17 +1,18 @@
 //! The operations a [`Client`](super::Client) runs: every machine of the
 //! core behind one type, and what each reports.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rand_core::Rng;
 
 use std::sync::Arc;
 
+use crate::ops::election_read::Observation;
 use crate::{
     AcquireEvent, Acquisition, Attempts, ConfigError, ExtendError, Extended, Extension, HandOver,
-    InspectReport, Inspection, KeepAlive, KeptLock, KeptLockEvent, Key, LeaderRead, LeaderReport,
-    Lock, LockKind, LockSpec, LockValue, Machine, Notice, Proclaim, Release, ReleaseReport, Reply,
-    Request, RoundId, Settings, Term, TermEvent, Ttl,
+    InspectReport, Inspection, KeepAlive, KeptLock, KeptLockEvent, Key, Leader, LeaderRead,
+    LeaderReport, LeadershipLoss, Lock, LockKind, LockSpec, LockValue, Machine, Notice, Proclaim,
+    Release, ReleaseReport, Reply, Request, RoundId, Settings, Term, TermEvent, Ttl,
 };
 
 /// One operation of a [`Client`](super::Client): a lock of any kind to
@@ -41,6 +42,8 @@ pub(crate) enum Kind<R> {
     Proclaim(Box<Proclaim>),
     /// Who leads an election.
     ReadLeader(Box<LeaderRead>),
+    /// Each new leader of an election.
+    Observe(Box<Observation>),
     /// What every node holds of a lock (`redlock status`).
     Inspect(Box<Inspection>),
 }
@@ -119,9 +122,9 @@ impl<R: Rng> Operation<R> {
         Self(Kind::KeepAlive(Box::new(KeptLock::new(lock, options))))
     }
 
-    /// Renews `term` until it is lost or cancelled. Its events are
-    /// [`OpEvent::Term`]; the term comes back with the final event or an
-    /// [eviction](super::Client::evict) ([`into_term`](Self::into_term)).
+    /// Renews `term` until it is lost, resigned
+    /// ([`Client::resign`](super::Client::resign)) or cancelled. Its events
+    /// are [`OpEvent::Term`].
     pub fn term(term: Term) -> Self {
         Self(Kind::Term(Box::new(term)))
     }
@@ -144,6 +147,20 @@ impl<R: Rng> Operation<R> {
             name,
             RoundId(0),
             now,
+        ))))
+    }
+
+    /// Observes the election `name`: reads who leads on every node at
+    /// once, then `period` after each read ended (a zero period is the
+    /// default timings' retry period), and tells each new leader once, by
+    /// id and term (another id, a higher term, or a value newly
+    /// proclaimed; the same leader under a lower term, a minority of
+    /// nodes behind, is no news). Its events are [`OpEvent::Observe`]; it
+    /// never ends by itself: cancel it (a closed client ends it with
+    /// [`OpEvent::Closed`]).
+    pub fn observe(settings: &Arc<Settings>, name: &[u8], period: Duration, now: Instant) -> Self {
+        Self(Kind::Observe(Box::new(Observation::new(
+            settings, name, period, now,
         ))))
     }
 
@@ -181,15 +198,6 @@ impl<R: Rng> Operation<R> {
     pub fn lock_kind(&self) -> Option<&LockKind> {
         match &self.0 {
             Kind::Acquire(acquisition) => Some(acquisition.kind()),
-            _ => None,
-        }
-    }
-
-    /// The term a [term](Self::term) operation renewed, as it stands
-    /// (every renewal applied); `None` for another operation.
-    pub fn into_term(self) -> Option<Term> {
-        match self.0 {
-            Kind::Term(term) => Some(*term),
             _ => None,
         }
     }
@@ -244,6 +252,8 @@ pub enum OpEvent {
     Proclaim(Result<u64, ExtendError>),
     /// Of an operation made by [`Operation::read_leader`].
     ReadLeader(LeaderReport),
+    /// Of an operation made by [`Operation::observe`]: a new leader.
+    Observe(Leader),
     /// Of an operation made by [`Operation::inspect`].
     Inspect(InspectReport),
     /// The final event of an operation that takes or holds a lock (an
@@ -260,6 +270,18 @@ impl OpEvent {
     pub(crate) fn serves_waiter(&self) -> bool {
         matches!(self, OpEvent::Acquire(AcquireEvent::Acquired(lock)) if lock.excludes_next())
     }
+
+    /// Whether this final event ends a term that was lost (not resigned,
+    /// not closed): our value may be left on some nodes, where it would
+    /// hold off the next leader until its TTL.
+    pub(crate) fn leaves_value(&self) -> bool {
+        matches!(
+            self,
+            OpEvent::Term(TermEvent::Lost(
+                LeadershipLoss::Lock(_) | LeadershipLoss::RenewDeadline(_)
+            ))
+        )
+    }
 }
 
 /// Calls `$body` with `$machine` bound to the operation's machine.
@@ -273,6 +295,7 @@ macro_rules! each {
             Kind::Term($machine) => $body,
             Kind::Proclaim($machine) => $body,
             Kind::ReadLeader($machine) => $body,
+            Kind::Observe($machine) => $body,
             Kind::Inspect($machine) => $body,
         }
     };
@@ -290,13 +313,23 @@ impl<R: Rng> Operation<R> {
             .collect()
     }
 
-    /// Whether it leaves nothing on the nodes, so it runs on a closed
-    /// client: a release, a read.
+    /// Whether it leaves nothing on the nodes and ends by itself, so it
+    /// runs on a closed client: a release, a read (not an observer).
     pub(crate) fn leaves_nothing(&self) -> bool {
         matches!(
             self.0,
             Kind::Release(_) | Kind::ReadLeader(_) | Kind::Inspect(_)
         )
+    }
+
+    /// Starts resigning a term at `now`, its release `plan`ned
+    /// ([`Term::resign`]); `false` for another operation, or a term that
+    /// cannot resign now.
+    pub(crate) fn resign(&mut self, now: Instant, plan: impl FnOnce(Release) -> Release) -> bool {
+        match &mut self.0 {
+            Kind::Term(term) => term.resign(now, plan),
+            _ => false,
+        }
     }
 
     /// The lock a keep-alive or a term holds, as it stands now (its
@@ -322,6 +355,7 @@ impl<R: Rng> Operation<R> {
             Kind::Term(machine) => machine.poll_event().map(OpEvent::Term),
             Kind::Proclaim(machine) => machine.poll_event().map(OpEvent::Proclaim),
             Kind::ReadLeader(machine) => machine.poll_event().map(OpEvent::ReadLeader),
+            Kind::Observe(machine) => machine.poll_event().map(OpEvent::Observe),
             Kind::Inspect(machine) => machine.poll_event().map(OpEvent::Inspect),
         }
     }

@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 use crate::ops::machine::Machine;
 use crate::quorum::Round;
 use crate::{
-    Command, ConfigError, ExtendError, KeepAlive, KeptLock, KeptLockEvent, Lock, LockKind,
-    LossReason, NodeVote, ReleaseReport, Reply, Request, Settings, Ttl, Votes, wire,
+    Command, ConfigError, ExtendError, HandOver, KeepAlive, KeptLock, KeptLockEvent, Lock,
+    LockKind, LossReason, NodeVote, Release, ReleaseReport, Reply, Request, Settings, Ttl, Votes,
+    wire,
 };
 
 /// client-go's jitter factor: the renew deadline must exceed the retry
@@ -127,6 +128,11 @@ pub enum TermEvent {
     },
     /// A renewal failed; another is tried while the renew deadline allows.
     RenewFailed(ExtendError),
+    /// The resignation's release ended ([`Client::resign`](crate::Client::resign)):
+    /// when it freed the name ([`ReleaseReport::frees_lock`]),
+    /// [`Lost`](Self::Lost)`(`[`Resigned`](LeadershipLoss::Resigned)`)`
+    /// follows at once; otherwise the term stands and renewals go on.
+    Resigned(ReleaseReport),
     /// The term is over. Last event.
     Lost(LeadershipLoss),
 }
@@ -145,11 +151,12 @@ pub enum TermEvent {
 /// # Calling order
 ///
 /// Run it with [`Operation::term`](crate::Operation::term); its final
-/// event is [`TermEvent::Lost`]. To resign, take it back (cancel or
-/// [evict](crate::Client::evict) the operation), run the release
-/// [`resign`](Self::resign) gives and feed its report to
-/// [`handle_resigned`](Self::handle_resigned): a release that did not free
-/// the name leaves the term as it was, to run on (or resign again).
+/// event is [`TermEvent::Lost`]. To resign, call
+/// [`Client::resign`](crate::Client::resign) on its operation: renewals
+/// stop, the release of our value runs inside the term
+/// ([`TermEvent::Resigned`]), and a release that did not free the name
+/// leaves the term standing, renewed again (resign again). A term lost any
+/// other way has its value released by the client, where it may be left.
 /// [`Operation::proclaim`](crate::Operation::proclaim) writes the leader
 /// record under the term, beside it.
 #[cfg_attr(feature = "model-check", derive(Clone))]
@@ -160,6 +167,8 @@ pub struct Term {
     renew_deadline: Duration,
     lose_at: Instant,
     events: VecDeque<TermEvent>,
+    /// The release of a resignation under way: renewals wait meanwhile.
+    resigning: Option<Box<Release>>,
     done: bool,
 }
 
@@ -174,18 +183,17 @@ impl Term {
         } else {
             token
         };
-        let ttl = lock.ttl().as_duration();
-        // Renew once the retry period has passed since the last round.
-        let span = ttl.saturating_sub(lock.settings().drift(lock.ttl()));
-        let share = span.saturating_sub(timing.retry_period).as_secs_f64() / ttl.as_secs_f64();
         let lose_at =
             Self::loss_instant(&lock, lock.valid_until(), lock.ttl(), timing.renew_deadline);
         Some(Self {
-            kept: KeptLock::new(lock, KeepAlive::default().extend_when_left(share)),
+            // Renewed once the retry period has passed since the last round,
+            // however long the lease.
+            kept: KeptLock::new(lock, KeepAlive::default().every(timing.retry_period)),
             term,
             renew_deadline: timing.renew_deadline,
             lose_at,
             events: VecDeque::new(),
+            resigning: None,
             done: false,
         })
     }
@@ -231,27 +239,40 @@ impl Term {
         self.done
     }
 
-    /// The release that resigns this term, acting on our value only;
-    /// `None` once the term is over (resigning again changes nothing).
-    pub fn resign<R: rand_core::Rng>(&self, now: Instant) -> Option<crate::Operation<R>> {
-        self.resignation(now).map(crate::Operation::of_release)
-    }
-
     machinery_fn! {
-        /// [`resign`](Self::resign)'s release, as a machine.
-        fn resignation(&self, now: Instant) -> Option<crate::Release> {
-            if self.done {
-                return None;
+        /// Starts resigning at `now`: renewals stop, and the release of
+        /// our value (the lock with every renewal applied, `plan`ned by
+        /// the client's release notices) runs inside the term, its report
+        /// told as [`TermEvent::Resigned`]. `false`, doing nothing, once
+        /// the term is over or while a resignation runs.
+        fn resign(&mut self, now: Instant, plan: impl FnOnce(Release) -> Release) -> bool {
+            if self.done || self.resigning.is_some() {
+                return false;
             }
-            Some(self.kept.lock().clone().release(now))
+            // A round of the term's own lock: a late answer to it is never
+            // taken for a renewal's.
+            self.resigning = Some(Box::new(plan(self.kept.release(now))));
+            true
         }
     }
 
-    /// Feeds the report of [`resign`](Self::resign)'s release: the term
-    /// ends when it freed the name; otherwise nothing changes.
-    pub fn handle_resigned(&mut self, report: &ReleaseReport) {
-        if !self.done && report.frees_lock() {
+    /// The resignation's release, once it decided: the term ends when it
+    /// freed the name, and otherwise renews again (or is lost, its renew
+    /// deadline passed meanwhile).
+    fn finish_resigning(&mut self, now: Instant) {
+        let Some(release) = &mut self.resigning else {
+            return;
+        };
+        let Some(report) = release.poll_event() else {
+            return;
+        };
+        self.resigning = None;
+        let freed = report.frees_lock();
+        self.events.push_back(TermEvent::Resigned(report));
+        if freed {
             self.lose(LeadershipLoss::Resigned);
+        } else {
+            self.handle_timeout(now);
         }
     }
 
@@ -303,6 +324,9 @@ impl Machine for Term {
     type Event = TermEvent;
 
     fn poll_request(&mut self) -> Option<Request> {
+        if let Some(release) = &mut self.resigning {
+            return release.poll_request();
+        }
         if self.done {
             return None;
         }
@@ -313,7 +337,12 @@ impl Machine for Term {
         self.events.pop_front()
     }
 
+    /// While it resigns, the release's deadline alone: the renew deadline
+    /// is looked at once the release decided.
     fn poll_timeout(&self) -> Option<Instant> {
+        if let Some(release) = &self.resigning {
+            return release.poll_timeout();
+        }
         if self.done {
             return None;
         }
@@ -323,7 +352,17 @@ impl Machine for Term {
         })
     }
 
+    fn poll_hand_over(&mut self) -> Option<HandOver> {
+        self.resigning.as_mut()?.poll_hand_over()
+    }
+
     fn handle_reply(&mut self, reply: Reply, now: Instant) {
+        if let Some(release) = &mut self.resigning {
+            // A renewal's late answer is of another round: ignored there.
+            release.handle_reply(reply, now);
+            self.finish_resigning(now);
+            return;
+        }
         if self.done {
             return;
         }
@@ -333,6 +372,11 @@ impl Machine for Term {
     }
 
     fn handle_timeout(&mut self, now: Instant) {
+        if let Some(release) = &mut self.resigning {
+            release.handle_timeout(now);
+            self.finish_resigning(now);
+            return;
+        }
         if self.done {
             return;
         }
@@ -348,6 +392,13 @@ impl Machine for Term {
 
     fn is_done(&self) -> bool {
         self.done
+    }
+
+    /// A resignation under way still tells its hand-over.
+    fn abandon(&mut self, now: Instant) {
+        if let Some(release) = &mut self.resigning {
+            release.abandon(now);
+        }
     }
 }
 

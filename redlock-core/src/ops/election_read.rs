@@ -1,10 +1,15 @@
 //! Who leads an election, as one read of every node tells: advisory.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use crate::ops::machine::Machine;
 use crate::ops::read_all::{NodeRead, ReadAll};
-use crate::{Command, Key, NodeError, NodeErrorKind, Response, RoundId, Settings, Votes};
+use crate::{
+    Command, ElectionTiming, Key, NodeError, NodeErrorKind, Reply, Request, Response, RoundId,
+    Settings, Votes,
+};
 
 /// A leader, as the nodes tell it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -153,10 +158,12 @@ impl NodeRead for LeaderReply {
 /// with another id is told all the same, whatever its term, so an observer
 /// never stays on a leader that is gone.
 #[derive(Clone, Debug, Default)]
+#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub))]
 pub struct LeaderWatch {
     last: Option<Leader>,
 }
 
+#[cfg_attr(not(feature = "simulation"), allow(unreachable_pub))]
 impl LeaderWatch {
     /// A watch that has told nothing yet.
     pub fn new() -> Self {
@@ -184,7 +191,120 @@ impl LeaderWatch {
     }
 
     /// The last leader told.
+    #[cfg(feature = "simulation")]
     pub fn last(&self) -> Option<&Leader> {
         self.last.as_ref()
+    }
+}
+
+/// An observer of an election ([`Operation::observe`](crate::Operation::observe)):
+/// a [`LeaderRead`] of every node at once, then one each period after the
+/// last one ended, each new leader told once ([`LeaderWatch`]). It never
+/// ends by itself: cancel it (a closed client ends it).
+#[derive(Debug)]
+pub(crate) struct Observation {
+    settings: Arc<Settings>,
+    name: Box<[u8]>,
+    period: Duration,
+    watch: LeaderWatch,
+    /// The read under way.
+    read: Option<LeaderRead>,
+    /// When the next read starts, while none is under way.
+    next_read: Instant,
+    /// Reads started: each its own round, so a late answer to one is never
+    /// counted in the next.
+    reads: u64,
+    leaders: VecDeque<Leader>,
+}
+
+impl Observation {
+    /// Observes the election `name` from `now`, reading every `period`; a
+    /// zero period is the default timings' retry period
+    /// ([`ElectionTiming::default_for`]).
+    pub(crate) fn new(
+        settings: &Arc<Settings>,
+        name: &[u8],
+        period: Duration,
+        now: Instant,
+    ) -> Self {
+        let period = if period.is_zero() {
+            ElectionTiming::default_for(settings).retry_period()
+        } else {
+            period
+        };
+        let mut this = Self {
+            settings: Arc::clone(settings),
+            name: name.into(),
+            period,
+            watch: LeaderWatch::new(),
+            read: None,
+            next_read: now,
+            reads: 0,
+            leaders: VecDeque::new(),
+        };
+        this.handle_timeout(now);
+        this
+    }
+
+    /// The read under way, once it has its report: a leader that is news
+    /// is told, and the next read waits one period.
+    fn finish_read(&mut self, now: Instant) {
+        let Some(report) = self.read.as_mut().and_then(LeaderRead::poll_event) else {
+            return;
+        };
+        self.read = None;
+        self.next_read = now + self.period;
+        if let Some(leader) = self.watch.handle_report(&report) {
+            self.leaders.push_back(leader);
+        }
+    }
+}
+
+impl Machine for Observation {
+    type Event = Leader;
+
+    fn poll_request(&mut self) -> Option<Request> {
+        self.read.as_mut()?.poll_request()
+    }
+
+    fn poll_event(&mut self) -> Option<Leader> {
+        self.leaders.pop_front()
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        match &self.read {
+            Some(read) => read.poll_timeout(),
+            None => Some(self.next_read),
+        }
+    }
+
+    fn handle_reply(&mut self, reply: Reply, now: Instant) {
+        if let Some(read) = &mut self.read {
+            read.handle_reply(reply, now);
+            self.finish_read(now);
+        }
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        match &mut self.read {
+            Some(read) => {
+                read.handle_timeout(now);
+                self.finish_read(now);
+            }
+            None if now >= self.next_read => {
+                self.reads += 1;
+                self.read = Some(LeaderRead::new(
+                    &self.settings,
+                    &self.name,
+                    RoundId(self.reads),
+                    now,
+                ));
+            }
+            None => {}
+        }
+    }
+
+    fn is_done(&self) -> bool {
+        false
     }
 }

@@ -19,6 +19,9 @@ const MIN_RETRY_PAUSE: Duration = Duration::from_millis(10);
 pub struct KeepAlive {
     extend_when_left: f64,
     max_extensions: Option<u64>,
+    /// Set for a leader's term: extend this long after each (re)start,
+    /// whatever the share (a long lease with a short renew deadline).
+    every: Option<Duration>,
 }
 
 impl KeepAlive {
@@ -29,6 +32,14 @@ impl KeepAlive {
     #[must_use]
     pub fn extend_when_left(mut self, share: f64) -> Self {
         self.extend_when_left = share;
+        self
+    }
+
+    /// Extend `period` after the lock's last (re)start, still no later
+    /// than two per-node timeouts before its validity ends: a leader's
+    /// term renews every retry period, however long its lease.
+    pub(crate) fn every(mut self, period: Duration) -> Self {
+        self.every = Some(period);
         self
     }
 
@@ -47,6 +58,7 @@ impl Default for KeepAlive {
         Self {
             extend_when_left: 0.5,
             max_extensions: None,
+            every: None,
         }
     }
 }
@@ -173,6 +185,7 @@ enum State {
 pub struct KeepAliveSchedule {
     settings: Arc<Settings>,
     share: f64,
+    every: Option<Duration>,
     max_extensions: Option<u64>,
     ttl: Ttl,
     valid_until: Instant,
@@ -194,6 +207,7 @@ impl KeepAliveSchedule {
         let mut schedule = Self {
             settings: lock.settings().clone(),
             share,
+            every: options.every,
             max_extensions: options.max_extensions,
             ttl: lock.ttl(),
             valid_until: lock.valid_until(),
@@ -311,10 +325,14 @@ impl KeepAliveSchedule {
         // A freshly extended lock is valid for `span`; extending no later
         // than 90% into it keeps the schedule from spinning with large leads.
         let span = ttl.saturating_sub(self.settings.drift(self.ttl));
-        let lead = ttl
-            .mul_f64(self.share)
-            .max(self.node_timeout() * 2)
-            .min(span.mul_f64(0.9));
+        let lead = match self.every {
+            // A period is never zero (`ElectionTiming` checks it).
+            Some(every) => span.saturating_sub(every).max(self.node_timeout() * 2),
+            None => ttl
+                .mul_f64(self.share)
+                .max(self.node_timeout() * 2)
+                .min(span.mul_f64(0.9)),
+        };
         let due = self
             .valid_until
             .checked_sub(lead)
@@ -423,6 +441,12 @@ impl KeptLock {
     /// The lock, with every extension so far applied.
     pub fn lock(&self) -> &Lock {
         &self.lock
+    }
+
+    /// The release of the lock as it stands, in a round of its own (a
+    /// late answer to it is never taken for an extension's).
+    pub(crate) fn release(&mut self, now: Instant) -> crate::Release {
+        self.lock.release(now)
     }
 
     #[cfg(feature = "simulation")]

@@ -47,6 +47,7 @@ pub(crate) mod kind {
         Release: Release => ReleaseReport,
         Proclaim: Proclaim => Result<u64, ExtendError>,
         ReadLeader: ReadLeader => LeaderReport,
+        Observe: Observe => redlock_core::Leader,
         Inspect: Inspect => InspectReport,
     );
 }
@@ -158,4 +159,59 @@ impl Drop for Cancel<'_> {
             self.driver.cancel(key);
         }
     }
+}
+
+/// Runs `operation`, one that never ends by itself (an observer), on the
+/// client's driver: the stream of its events, which ends once the client
+/// is shut down. Dropped, it cancels the operation.
+pub(crate) fn stream<M: Op>(
+    operation: Operation<ClientRng>,
+    client: Redlock,
+) -> impl futures::Stream<Item = M::Event> + Send + 'static
+where
+    M::Event: Send + 'static,
+{
+    /// The operation, to start (again, on another driver after its
+    /// runtime went away), or running under `key` with its messages.
+    struct Streaming {
+        client: Redlock,
+        operation: Option<Operation<ClientRng>>,
+        key: Option<u64>,
+        messages: Option<super::mailbox::Receiver>,
+    }
+    impl Drop for Streaming {
+        fn drop(&mut self) {
+            if let Some(key) = self.key.take() {
+                self.client.driver().cancel(key);
+            }
+        }
+    }
+    let streaming = Streaming {
+        client,
+        operation: Some(operation),
+        key: None,
+        messages: None,
+    };
+    futures::stream::unfold(streaming, |mut streaming| async move {
+        loop {
+            if let Some(operation) = streaming.operation.take() {
+                let (sink, messages) = super::mailbox();
+                let driver = streaming.client.driver();
+                let Ok(key) = driver.start(operation, Some(Sink::Channel(sink))) else {
+                    panic!("a redlock operation runs on a Tokio runtime")
+                };
+                streaming.key = Some(key);
+                streaming.messages = Some(messages);
+            }
+            match streaming.messages.as_mut()?.recv().await {
+                Some(Message::Event(event)) => return Some((M::event(event), streaming)),
+                Some(Message::Returned(returned)) => {
+                    streaming.key = None;
+                    streaming.operation = Some(returned.take());
+                }
+                // Closed: the client was shut down.
+                Some(Message::Finished(_)) | None => return None,
+            }
+        }
+    })
 }

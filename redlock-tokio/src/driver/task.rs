@@ -44,6 +44,8 @@ pub(super) struct Task {
     sinks: HashMap<OpId, (Option<u64>, Sink)>,
     /// The handles' names of their operations.
     keys: HashMap<u64, OpId>,
+    /// Who waits for the report of each term's resignation.
+    resigns: HashMap<OpId, tokio::sync::oneshot::Sender<redlock_core::ReleaseReport>>,
     /// Calls of `Redlock::shutdown` waiting for the background to settle.
     settled: Vec<tokio::sync::oneshot::Sender<()>>,
     /// The connection attempts the core asked for, each with its node.
@@ -103,6 +105,7 @@ impl Task {
             outgoing: shared.nodes.iter().map(|_| Default::default()).collect(),
             sinks: HashMap::new(),
             keys: HashMap::new(),
+            resigns: HashMap::new(),
             settled: Vec::new(),
             connecting: FuturesUnordered::new(),
             breaks: shared.nodes.iter().map(|_| 0).collect(),
@@ -266,6 +269,7 @@ impl Task {
             Input::Cancel { key } => {
                 if let Some(op) = self.keys.remove(&key) {
                     self.sinks.remove(&op);
+                    self.resigns.remove(&op);
                     self.client.cancel(op, now);
                 }
             }
@@ -273,18 +277,20 @@ impl Task {
                 let kept = kept.and_then(|key| self.keys.remove(&key));
                 if let Some(op) = kept {
                     self.sinks.remove(&op);
+                    self.resigns.remove(&op);
                 }
                 let op = self.client.release(kept, *lock, now);
                 if let Some(sink) = sink {
                     self.sinks.insert(op, (None, sink));
                 }
             }
-            Input::Take { key, back } => {
-                if let Some(op) = self.keys.remove(&key) {
-                    self.sinks.remove(&op);
-                    if let Some(operation) = self.client.evict(op, now) {
-                        let _ = back.send(operation);
-                    }
+            Input::Resign { key, back } => {
+                if let Some(&op) = self.keys.get(&key)
+                    // Or resigning already, for a resign that was dropped:
+                    // its report comes to this one.
+                    && (self.client.resign(op, now) || self.resigns.contains_key(&op))
+                {
+                    self.resigns.insert(op, back);
                 }
             }
             Input::Settled(done) => self.settled.push(done),
@@ -351,8 +357,15 @@ impl Task {
                     event,
                     finished,
                 } => {
+                    let resigned = match &event {
+                        redlock_core::OpEvent::Term(redlock_core::TermEvent::Resigned(report)) => {
+                            self.resigns.remove(&op).map(|back| (back, report.clone()))
+                        }
+                        _ => None,
+                    };
                     let message = match finished {
                         Some(operation) => {
+                            self.resigns.remove(&op);
                             let Some((key, mut sink)) = self.sinks.remove(&op) else {
                                 continue;
                             };
@@ -367,6 +380,11 @@ impl Task {
                     };
                     if let Some((_, sink)) = self.sinks.get_mut(&op) {
                         sink.send(message);
+                    }
+                    // After its handle heard it: a resignation that freed
+                    // the name is told there first.
+                    if let Some((back, report)) = resigned {
+                        let _ = back.send(report);
                     }
                 }
                 Output::Health(change) => self.health(change),

@@ -203,6 +203,11 @@ impl Redlock {
         self.inner.driver.settled().await;
     }
 
+    /// The settings, shared.
+    pub(crate) fn settings_shared(&self) -> &Arc<Settings> {
+        &self.inner.settings
+    }
+
     pub(crate) fn driver(&self) -> &Driver {
         &self.inner.driver
     }

@@ -9,13 +9,13 @@ use std::time::{Duration, Instant};
 
 use futures::Stream;
 use redlock_core::{
-    ElectionTiming, Leader, LeaderReport, LeaderWatch, LeadershipLoss, Lock, LockSpec, Operation,
+    ElectionTiming, Leader, LeaderReport, LeadershipLoss, Lock, LockSpec, OpEvent, Operation,
     ReleaseReport, Term, TermEvent,
 };
 use tokio::sync::watch;
 use tracing::{debug, info};
 
-use crate::driver::{Message, Sink, drive, kind, run};
+use crate::driver::{Message, Sink, drive, kind, run, stream};
 use crate::{Error, Redlock, Wait};
 
 impl Redlock {
@@ -158,28 +158,20 @@ impl Election {
         run::<kind::ReadLeader>(read, &self.client).await.0
     }
 
-    /// The leaders one after another, each told once ([`LeaderWatch`]):
-    /// another id or a higher term is a new leader, so the stream follows
-    /// the leader there is even after the servers lost their data and
-    /// terms started again low. A read of every server each retry period.
+    /// The leaders one after another, each told once: another id or a
+    /// higher term is a new leader, so the stream follows the leader there
+    /// is even after the servers lost their data and terms started again
+    /// low. A read of every server at once, then one each retry period
+    /// ([`Operation::observe`]); the stream ends once the client is shut
+    /// down, and dropping it stops the reads.
     pub fn observe(&self) -> impl Stream<Item = Leader> + Send + 'static {
-        let election = self.clone();
-        futures::stream::unfold(
-            (election, LeaderWatch::new(), true),
-            |(election, mut watch, mut first)| async move {
-                loop {
-                    // One read per retry period, also right after a change.
-                    if !first {
-                        tokio::time::sleep(election.retry_period).await;
-                    }
-                    first = false;
-                    let report = election.leader().await;
-                    if let Some(leader) = watch.handle_report(&report) {
-                        return Some((leader, (election, watch, first)));
-                    }
-                }
-            },
-        )
+        let observe = Operation::observe(
+            self.client.settings_shared(),
+            &self.name,
+            self.retry_period,
+            crate::sim::now(),
+        );
+        stream::<kind::Observe>(observe, self.client.clone())
     }
 }
 
@@ -203,14 +195,24 @@ struct Inner {
     lock: Lock,
     term: u64,
     renew_deadline: Duration,
-    /// Shared with the renewing task, which tells through it.
+    /// Shared with the renewing term's driver, which tells through it.
     status: Arc<watch::Sender<Status>>,
-    /// The renewing term's key on the client's driver, while it runs.
-    renewing: Mutex<Option<u64>>,
-    /// The term, given back by the driver when it ended (lost).
-    ended: Arc<Mutex<Option<Term>>>,
+    /// The renewing term's operation on the client's driver.
+    renewing: Arc<Mutex<Renewing>>,
     /// One resign at a time.
     resigning: tokio::sync::Mutex<()>,
+}
+
+/// Where the term's operation stands on the driver.
+#[derive(Clone, Copy)]
+enum Renewing {
+    /// Not started yet, or no runtime could start it.
+    Starting,
+    /// It runs under this key.
+    Key(u64),
+    /// It ended: lost (the core released what it may have left), resigned
+    /// or closed.
+    Ended,
 }
 
 impl fmt::Debug for Leadership {
@@ -228,16 +230,14 @@ impl Leadership {
             lose_at: term.lose_at(),
             loss: None,
         });
-        let status = Arc::new(status);
         let this = Self {
             inner: Arc::new(Inner {
                 client,
                 term: term.term(),
                 renew_deadline,
                 lock,
-                status,
-                renewing: Mutex::new(None),
-                ended: Arc::new(Mutex::new(None)),
+                status: Arc::new(status),
+                renewing: Arc::new(Mutex::new(Renewing::Starting)),
                 resigning: tokio::sync::Mutex::new(()),
             }),
         };
@@ -245,75 +245,61 @@ impl Leadership {
         this
     }
 
-    /// Renews the term on the client's driver until it ends or is taken
-    /// back ([`resign`](Self::resign)); the driver tells the leadership's
-    /// watchers each renewal and the loss. Nothing of it holds the
-    /// leadership: dropping the last handle stops it ([`Inner`]'s drop).
+    /// Renews the term on the client's driver until it ends; the driver
+    /// tells the leadership's watchers each renewal, a resignation that
+    /// freed the name, and the loss. Nothing of it holds the leadership:
+    /// dropping the last handle stops it ([`Inner`]'s drop).
     fn renew(&self, term: Term) {
         let status = Arc::clone(&self.inner.status);
-        let ended = Arc::clone(&self.inner.ended);
+        let renewing = Arc::clone(&self.inner.renewing);
         let number = self.inner.term;
-        let tell = move |event: &TermEvent| match event {
-            TermEvent::Renewed { lose_at, .. } => {
+        let tell = move |event: &OpEvent| match event {
+            OpEvent::Term(TermEvent::Renewed { lose_at, .. }) => {
                 status.send_modify(|s| s.lose_at = *lose_at);
             }
-            TermEvent::RenewFailed(error) => debug!(error = %error, "renewal failed"),
-            TermEvent::Lost(reason) => {
-                info!(term = number, reason = %reason, "leadership lost");
+            OpEvent::Term(TermEvent::RenewFailed(error)) => {
+                debug!(error = %error, "renewal failed");
+            }
+            // Told before `resign` returns.
+            OpEvent::Term(TermEvent::Resigned(report)) if report.frees_lock() => {
+                info!(term = number, "resigned");
+                status.send_modify(|s| s.loss = Some(LeadershipLoss::Resigned));
+            }
+            OpEvent::Term(TermEvent::Lost(reason)) => {
+                if *reason != LeadershipLoss::Resigned {
+                    info!(term = number, reason = %reason, "leadership lost");
+                }
                 status.send_modify(|s| s.loss = Some(reason.clone()));
             }
+            // Shut down: the core released the term's lock.
+            OpEvent::Closed => status.send_modify(|s| {
+                s.loss = Some(LeadershipLoss::Lock(redlock_core::LossReason::Closed));
+            }),
             _ => {}
         };
+        let ended = Arc::clone(&self.inner.renewing);
         let sink = Sink::Callback(Box::new(move |message| match message {
-            Message::Event(redlock_core::OpEvent::Term(event)) => tell(&event),
+            Message::Event(event) => tell(&event),
             Message::Finished(finished) => {
-                let (event, operation) = finished.take();
-                match event {
-                    redlock_core::OpEvent::Term(event) => tell(&event),
-                    // Shut down: the core released the term's lock.
-                    redlock_core::OpEvent::Closed => tell(&TermEvent::Lost(LeadershipLoss::Lock(
-                        redlock_core::LossReason::Closed,
-                    ))),
-                    _ => {}
-                }
-                if let Some(term) = operation.into_term() {
-                    *ended.lock().unwrap_or_else(PoisonError::into_inner) = Some(term);
-                }
+                *ended.lock().unwrap_or_else(PoisonError::into_inner) = Renewing::Ended;
+                tell(&finished.take().0);
             }
-            // The runtime shuts down: the renewal ends with it.
-            _ => {}
+            // The runtime shuts down: the renewal ends with it, and the
+            // last handle's drop releases the lock.
+            Message::Returned(_) => {}
         }));
-        let driver = self.inner.client.driver();
-        if let Ok(key) = driver.start(Operation::term(term), Some(sink)) {
-            *self
-                .inner
-                .renewing
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner) = Some(key);
-        }
-    }
-
-    /// The term, stopped: taken back from the driver while it renews, or
-    /// as it ended; `None` once resigned.
-    async fn stop_renewing(&self) -> Option<Term> {
-        let renewing = self
+        if let Ok(key) = self
             .inner
-            .renewing
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(key) = renewing
-            && let Ok(operation) = self.inner.client.driver().take(key).await
-            && let Some(term) = operation.into_term()
+            .client
+            .driver()
+            .start(Operation::term(term), Some(sink))
         {
-            return Some(term);
+            let mut renewing = renewing.lock().unwrap_or_else(PoisonError::into_inner);
+            // Unless it ended already.
+            if matches!(*renewing, Renewing::Starting) {
+                *renewing = Renewing::Key(key);
+            }
         }
-        // It ended first: the driver handed it back then.
-        self.inner
-            .ended
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
     }
 
     /// The term: the election's fencing token, larger than every earlier
@@ -375,33 +361,22 @@ impl Leadership {
     }
 
     /// Steps down: releases the name, our value only. `None` once the term
-    /// is over (resigning twice changes nothing). When the release did not
-    /// free the name ([`ReleaseReport::frees_lock`] false: too few servers
+    /// is over (resigning twice changes nothing; a term lost had what it
+    /// may have left released then). When the release did not free the
+    /// name ([`ReleaseReport::frees_lock`] false: too few servers
     /// answered), the leadership stands and is renewed as before; resign
     /// again.
     pub async fn resign(&mut self) -> Option<ReleaseReport> {
         let _one = self.inner.resigning.lock().await;
-        let mut term = self.stop_renewing().await?;
-        let Some(release) = term.resign(crate::sim::now()) else {
-            // Lost already: our value may still be on some servers, where
-            // it would hold off the next leader until its TTL.
-            crate::handles::guard::spawn_release(
-                self.inner.client.clone(),
-                term.lock().clone(),
-                None,
-            );
+        let Renewing::Key(key) = *self
+            .inner
+            .renewing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+        else {
             return None;
         };
-        let (report, _) = run::<kind::Release>(release, &self.inner.client).await;
-        term.handle_resigned(&report);
-        if term.is_over() {
-            self.inner
-                .status
-                .send_modify(|s| s.loss = Some(LeadershipLoss::Resigned));
-        } else {
-            self.renew(term);
-        }
-        Some(report)
+        self.inner.client.driver().resign(key).await
     }
 
     /// Writes `value` (an address, say) in the election's leader record
@@ -429,32 +404,13 @@ impl Drop for Inner {
         // The last handle is gone: stop renewing and release our value, in
         // the background, as a dropped lock guard does: the core releases
         // the lock as the renewal holds it (every renewal applied: the
-        // servers a restore filled), behind what it sent. The client's
-        // shutdown released it already.
-        if matches!(
-            self.status.borrow().loss,
-            Some(LeadershipLoss::Lock(redlock_core::LossReason::Closed))
-        ) {
-            return;
-        }
-        let renewing = self
-            .renewing
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        let ended = self
-            .ended
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        let lock = match (&renewing, ended) {
-            (Some(_), _) => self.lock.clone(),
-            // Lost: our value may still be on some servers, where it would
-            // hold off the next leader until its TTL.
-            (None, Some(term)) => term.lock().clone(),
-            // Resigned.
-            (None, None) => return,
+        // servers a restore filled), behind what it sent. A term that
+        // ended left nothing to release.
+        let kept = match *self.renewing.lock().unwrap_or_else(PoisonError::into_inner) {
+            Renewing::Key(key) => Some(key),
+            Renewing::Starting => None,
+            Renewing::Ended => return,
         };
-        crate::handles::guard::spawn_release(self.client.clone(), lock, renewing);
+        crate::handles::guard::spawn_release(self.client.clone(), self.lock.clone(), kept);
     }
 }
