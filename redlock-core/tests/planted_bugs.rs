@@ -6,8 +6,10 @@
 //! Caught here: a release decided early (its report claims free a lock a
 //! quorum still holds, checked at the instant of every report),
 //! validity from decision time (handed-out validity not covered
-//! by a quorum of keys in true time; overlaps alone rarely show it) and
-//! quorum N/2 (overlapping holds). Not here: an extension counting a
+//! by a quorum of keys in true time; overlaps alone rarely show it),
+//! quorum N/2 (overlapping holds), and a leader's term lost at the key's
+//! expiry or counted by the client (each holder of a fenced lock runs the
+//! core's term). Not here: an extension counting a
 //! missing key as ours needs an operator release by value, a release that
 //! skips timed-out nodes leaves keys that only cost liveness, and a
 //! duplicate vote counted twice cannot happen through the `Client`, which
@@ -96,4 +98,47 @@ fn release_decided_early_is_caught_by_its_claim() {
     });
     assert!(seed.is_some(), "ReleaseDecidesEarly was not caught");
     println!("ReleaseDecidesEarly: caught at seed {seed:?}");
+}
+
+/// Leaders whose term runs to the key's expiry on an exact clock (no
+/// drift allowance, no margin) lead past their keys on a quorum once the
+/// masters' clocks run fast; the term's loss instant must come first.
+/// Checked at every renewal against the masters' expiries in true time.
+/// And terms counted by the client, not by the quorum, go back from one
+/// leader to the next. Seen through the whole client: each holder runs
+/// the core's term.
+#[test]
+fn a_term_lost_at_the_keys_expiry_or_counted_by_the_client_is_caught() {
+    let cfg = SimConfig {
+        fenced: true,
+        persistent: true,
+        elections: true,
+        ..config()
+    };
+    let caught = |bug, broken: fn(&sim::Outcome) -> bool| {
+        planted::set(bug);
+        let found = (0..300).find(|&seed| broken(&run(seed, &cfg)));
+        planted::set(None);
+        found
+    };
+    let unsafe_leaders = |o: &sim::Outcome| !o.overlaps().is_empty() || !o.uncovered.is_empty();
+    let terms_back = |o: &sim::Outcome| !o.token_regressions().is_empty();
+    assert_eq!(
+        caught(None, unsafe_leaders),
+        None,
+        "the correct core was flagged"
+    );
+    assert_eq!(caught(None, terms_back), None, "a correct term went back");
+    let seed = caught(Some(Bug::ElectionLosesAtExpiry), unsafe_leaders);
+    println!("ElectionLosesAtExpiry: first caught at seed {seed:?}");
+    assert!(
+        seed.is_some(),
+        "ElectionLosesAtExpiry not caught in 300 schedules"
+    );
+    let seed = caught(Some(Bug::ElectionTermFromClient), terms_back);
+    println!("ElectionTermFromClient: first caught at seed {seed:?}");
+    assert!(
+        seed.is_some(),
+        "ElectionTermFromClient not caught in 300 schedules"
+    );
 }

@@ -149,12 +149,13 @@ fn keys_on(cluster: &RedisCluster, which: std::ops::Range<usize>) -> Vec<(usize,
 }
 
 /// `shutdown` closes the client with everything in play: a plain guard, a
-/// kept-alive one, a leadership, an acquire waiting without end, release
-/// notices subscribed and a paused master. When it returns, no task of the
-/// client runs (Tokio's count of live tasks is back at zero), no key of
-/// ours is on a master that answers, the guards and the leadership are
-/// lost with `LossReason::Closed`, the waiter ended with `Error::Closed`,
-/// and every later call fails the same way.
+/// kept-alive one, a leadership, an observer of its election, an acquire
+/// waiting without end, release notices subscribed and a paused master.
+/// When it returns, no task of the client runs (Tokio's count of live
+/// tasks is back at zero), no key of ours is on a master that answers, the
+/// guards and the leadership are lost with `LossReason::Closed`, the
+/// waiter ended with `Error::Closed`, the observer's stream ended, and
+/// every later call fails the same way.
 #[test]
 fn shutdown_releases_everything_and_ends_every_task() {
     init_tracing();
@@ -191,6 +192,9 @@ fn shutdown_releases_everything_and_ends_every_task() {
                     .map(|_| ())
             })
         };
+        let observer = tokio::spawn(futures::StreamExt::count(
+            redlock.election("leader").observe(),
+        ));
         // The waiter subscribes to the release notices, then waits.
         support::eventually("the waiter listens", Duration::from_secs(10), || {
             redlock.release_notice_connections() == 3
@@ -198,8 +202,9 @@ fn shutdown_releases_everything_and_ends_every_task() {
         .await;
         cluster.node(2).pause();
         redlock.shutdown().await;
-        // The waiter's own task, told at the close.
+        // The waiter's and the observer's own tasks, told at the close.
         let waited = waiter.await.expect("the waiter's task ran");
+        let observed = observer.await.expect("the observer's task ran");
         let tasks = tokio::runtime::Handle::current()
             .metrics()
             .num_alive_tasks();
@@ -210,7 +215,9 @@ fn shutdown_releases_everything_and_ends_every_task() {
             .filter(|(_, key)| !key.ends_with("\0fencing"))
             .collect();
 
-        println!("after shutdown: {tasks} task(s) alive, keys {keys:?}");
+        println!(
+            "after shutdown: {tasks} task(s) alive, keys {keys:?}; the observer saw {observed} leader(s)"
+        );
         assert!(
             matches!(waited, Err(redlock_tokio::Error::Closed)),
             "the waiter: {waited:?}"

@@ -25,9 +25,9 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use redlock_core::native::{Call, NodeFacts, Server, Version};
 use redlock_core::{
-    AcquireEvent, Attempts, Client, Config, KeepAlive, KeptLockEvent, Key, Lock, LockSpec,
-    LossReason, NodeError, NodeErrorKind, NodeId, OpEvent, OpId, Operation, Output, Reply, Request,
-    RequestId, RetryConfig, Settings,
+    AcquireEvent, Attempts, Client, Config, ElectionTiming, KeepAlive, KeptLockEvent, Key,
+    LeadershipLoss, Lock, LockSpec, LossReason, NodeError, NodeErrorKind, NodeId, OpEvent, OpId,
+    Operation, Output, Reply, Request, RequestId, RetryConfig, Settings, Term, TermEvent,
 };
 
 /// What a simulated run looks like.
@@ -70,6 +70,11 @@ pub struct SimConfig {
     pub think: (Duration, Duration),
     /// Whether clients take fenced locks (with fencing tokens).
     pub fenced: bool,
+    /// Holders of a fenced exclusive lock lead: the core's term renews it
+    /// (the default election timings for the TTL), their hold ends at its
+    /// loss instant, and when done, half of them resign (the release inside
+    /// the term) and half release.
+    pub elections: bool,
     /// Whether a crashed node keeps its data (AOF with fsync always).
     pub persistent: bool,
     /// Which kinds of lock the clients take.
@@ -148,6 +153,7 @@ impl Default for SimConfig {
             hold_share: (0.05, 1.6),
             think: (Duration::ZERO, Duration::from_millis(20)),
             fenced: false,
+            elections: false,
             persistent: false,
             kinds: Kinds::Exclusive,
             notices: true,
@@ -193,6 +199,11 @@ pub struct Outcome {
     /// failed extension.
     pub lost_at_limit: usize,
     pub lost_by_failure: usize,
+    /// A leader's renewals; its resignations that freed the name, and
+    /// those that did not (released then).
+    pub renewals: usize,
+    pub resigned: usize,
+    pub resigns_failed: usize,
     /// Releases, withdraws and leaves the client sent again after their
     /// connection broke (a node down refuses it): what the core owes a
     /// node.
@@ -435,8 +446,12 @@ enum ClientState {
         /// after a failed one (a node the client knows slow fails it at
         /// once, and the holder would try again in the same instant).
         extend_after: Duration,
-        /// The core's keep-alive, when `SimConfig::keep_alive`.
+        /// The core's keep-alive, when `SimConfig::keep_alive`, or the
+        /// leader's term, when `SimConfig::elections`.
         keep_alive: Option<OpId>,
+        /// `keep_alive` is a term; it resigns once `resigning`.
+        term: bool,
+        resigning: bool,
     },
     Releasing {
         op: OpId,
@@ -1128,15 +1143,25 @@ impl World {
         let own_wake = match &self.clients[client].state {
             // No new acquisition once the run's duration is over.
             ClientState::Idle { until } => Some(*until).filter(|_| self.now < self.cfg.duration),
+            // A resigning leader waits for its term's report.
+            ClientState::Holding {
+                resigning: true, ..
+            } => None,
             ClientState::Holding {
                 lock,
                 release_at,
                 extension,
                 extend_after,
                 keep_alive,
+                term,
                 ..
             } => {
-                let mut wake = (*release_at).min(self.since_base(lock.valid_until()));
+                // A leader's copy of the lock is not renewed: its term
+                // tells the loss.
+                let mut wake = match term {
+                    true => *release_at,
+                    false => (*release_at).min(self.since_base(lock.valid_until())),
+                };
                 if extension.is_none() && keep_alive.is_none() && self.cfg.extend {
                     // Wake when half the TTL of validity is left, to extend.
                     let half = lock.ttl().as_duration() / 2;
@@ -1291,6 +1316,64 @@ impl World {
                 _ => {}
             },
             (
+                ClientState::Holding {
+                    lock,
+                    holds,
+                    keep_alive,
+                    ..
+                },
+                OpEvent::Term(event),
+            ) if *keep_alive == Some(op) => match event {
+                TermEvent::Renewed { lose_at, .. } => {
+                    self.outcome.renewals += 1;
+                    let end = self.base.elapsed_since_base(lose_at);
+                    for &hold in holds.iter() {
+                        self.outcome.holds[hold].end = end;
+                    }
+                    // The leader steps down before its keys expire on a
+                    // quorum, in true time.
+                    let lock = lock.clone();
+                    self.check_coverage(client, &lock, end);
+                }
+                TermEvent::RenewFailed(_) => self.outcome.failed_extensions += 1,
+                TermEvent::Resigned(report) if report.frees_lock() => {
+                    // The end, `Lost(Resigned)`, follows.
+                    self.outcome.resigned += 1;
+                    let (key, value) = (
+                        lock.key().as_bytes().to_vec(),
+                        lock.value().as_bytes().to_vec(),
+                    );
+                    self.check_freed(client, &key, &value);
+                }
+                TermEvent::Resigned(_) => {
+                    // The name is not known free: released, behind the
+                    // term's renewals, as a leader dropped.
+                    self.outcome.resigns_failed += 1;
+                    let (key, value) = (
+                        lock.key().as_bytes().to_vec(),
+                        lock.value().as_bytes().to_vec(),
+                    );
+                    let lock = lock.clone();
+                    let now = self.instant(now);
+                    self.outcome.releases += 1;
+                    let c = &mut self.clients[client];
+                    let op = c.core.release(Some(op), lock, now);
+                    c.state = ClientState::Releasing { op, key, value };
+                }
+                TermEvent::Lost(LeadershipLoss::Resigned) => self.idle(client),
+                TermEvent::Lost(_) => {
+                    // The leader stops the moment its term is lost; the
+                    // core releases what it may have left.
+                    self.outcome.lost_by_failure += 1;
+                    for &hold in holds.iter() {
+                        let hold_end = &mut self.outcome.holds[hold].end;
+                        *hold_end = (*hold_end).min(now);
+                    }
+                    self.idle(client);
+                }
+                _ => {}
+            },
+            (
                 ClientState::Releasing {
                     op: ours,
                     key,
@@ -1322,9 +1405,20 @@ impl World {
                 lock.votes()
             );
         }
-        let end = self.since_base(lock.valid_until());
+        let mut end = self.since_base(lock.valid_until());
         if key.group.is_none() && key.keys.len() == 1 {
             self.check_coverage(client, &lock, end);
+        }
+        // A leader leads until its term's loss instant (before the lock's
+        // validity ends, unless the core is wrong).
+        let term = (self.cfg.elections && key.group.is_none())
+            .then(|| Term::new(lock.clone(), &ElectionTiming::default_for(&self.settings)))
+            .flatten();
+        let mut token = lock.fencing_token();
+        if let Some(term) = &term {
+            end = self.since_base(term.lose_at());
+            // A leader's token is its term.
+            token = Some(term.term());
         }
         let mut holds = Vec::new();
         for &resource in &key.keys {
@@ -1333,7 +1427,7 @@ impl World {
                 key: resource,
                 start,
                 end,
-                token: lock.fencing_token(),
+                token,
                 slot: permit_slot(lock.key().as_bytes()),
                 group: key.group,
             });
@@ -1345,10 +1439,14 @@ impl World {
         let release_at = self.now + self.cfg.ttl.mul_f64(share);
         let now = self.instant(self.now);
         let c = &mut self.clients[client];
-        let keep_alive = self.cfg.keep_alive.map(|options| {
-            c.core
-                .start(Operation::keep_alive(lock.clone(), options), now)
-        });
+        let leads = term.is_some();
+        let keep_alive = match term {
+            Some(term) => Some(c.core.start(Operation::term(term), now)),
+            None => self.cfg.keep_alive.map(|options| {
+                c.core
+                    .start(Operation::keep_alive(lock.clone(), options), now)
+            }),
+        };
         c.state = ClientState::Holding {
             lock,
             holds,
@@ -1356,6 +1454,8 @@ impl World {
             extension: None,
             extend_after: Duration::ZERO,
             keep_alive,
+            term: leads,
+            resigning: false,
         };
     }
 
@@ -1375,6 +1475,7 @@ impl World {
         let now = self.instant(self.now);
         let sim_now = self.now;
         let extend = self.cfg.extend;
+        let resign = self.rng.random_bool(0.5);
         let c = &mut self.clients[client];
         let ClientState::Holding {
             lock,
@@ -1383,11 +1484,31 @@ impl World {
             extension,
             extend_after,
             keep_alive,
+            term,
+            resigning,
         } = &mut c.state
         else {
             return true;
         };
-        if sim_now >= *release_at || now >= lock.valid_until() {
+        if *resigning {
+            return true;
+        }
+        // A leader is told its loss by its term; its lock's validity moves
+        // with renewals this copy does not see.
+        if *term
+            && sim_now >= *release_at
+            && resign
+            && let Some(op) = *keep_alive
+        {
+            for &hold in holds.iter() {
+                let hold_end = &mut self.outcome.holds[hold].end;
+                *hold_end = (*hold_end).min(sim_now);
+            }
+            assert!(c.core.resign(op, now), "a running term resigns");
+            *resigning = true;
+            return false;
+        }
+        if sim_now >= *release_at || (!*term && now >= lock.valid_until()) {
             // Done with the work, or the lock ran out: stop and release,
             // behind what the keep-alive sent (the core releases the lock
             // as the keep-alive holds it).
