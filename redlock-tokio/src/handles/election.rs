@@ -251,7 +251,6 @@ impl Leadership {
     /// dropping the last handle stops it ([`Inner`]'s drop).
     fn renew(&self, term: Term) {
         let status = Arc::clone(&self.inner.status);
-        let renewing = Arc::clone(&self.inner.renewing);
         let number = self.inner.term;
         let tell = move |event: &OpEvent| match event {
             OpEvent::Term(TermEvent::Renewed { lose_at, .. }) => {
@@ -294,7 +293,11 @@ impl Leadership {
             .driver()
             .start(Operation::term(term), Some(sink))
         {
-            let mut renewing = renewing.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut renewing = self
+                .inner
+                .renewing
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
             // Unless it ended already.
             if matches!(*renewing, Renewing::Starting) {
                 *renewing = Renewing::Key(key);
