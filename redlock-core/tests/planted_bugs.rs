@@ -9,7 +9,8 @@
 //! by a quorum of keys in true time; overlaps alone rarely show it),
 //! quorum N/2 (overlapping holds), and a leader's term lost at the key's
 //! expiry or counted by the client (each holder of a fenced lock runs the
-//! core's term). Not here: an extension counting a
+//! core's term), a restarted master counted at once (overlaps) and
+//! reconnections without backoff (the attempts). Not here: an extension counting a
 //! missing key as ours needs an operator release by value, a release that
 //! skips timed-out nodes leaves keys that only cost liveness, and a
 //! duplicate vote counted twice cannot happen through the `Client`, which
@@ -141,4 +142,49 @@ fn a_term_lost_at_the_keys_expiry_or_counted_by_the_client_is_caught() {
         seed.is_some(),
         "ElectionTermFromClient not caught in 300 schedules"
     );
+}
+
+/// A master that restarts empty sooner than a TTL forgot the locks it
+/// granted; the client reads the server's new run id as it connects again
+/// and counts none of its votes for one TTL. A client that counts them at
+/// once (the planted bug) grants a lock still held elsewhere.
+#[test]
+fn a_restarted_server_that_votes_at_once_is_caught_by_overlaps() {
+    let cfg = SimConfig {
+        restart_delay: Duration::from_millis(20),
+        crashes: 2,
+        ..config()
+    };
+    let caught = |bug| {
+        planted::set(bug);
+        let found = (0..300).find(|&seed| !run(seed, &cfg).overlaps().is_empty());
+        planted::set(None);
+        found
+    };
+    assert_eq!(caught(None), None, "the correct core was flagged");
+    let seed = caught(Some(Bug::RestartedNodeVotes));
+    println!("RestartedNodeVotes: first caught at seed {seed:?}");
+    assert!(seed.is_some(), "not caught in 300 schedules");
+}
+
+/// While a crashed master is down, each client tries to connect again
+/// after a backoff that doubles from 50 ms: a few attempts per crash. A
+/// client that tries again at once (the planted bug) makes one attempt per
+/// round trip.
+#[test]
+fn reconnecting_without_backoff_is_caught_by_the_attempts() {
+    let cfg = config();
+    // 500 ms down: attempts at 0, 50, 150, 350 ms (and jitter less).
+    let per_crash = 8;
+    let storm = |o: &sim::Outcome| o.failed_connects > cfg.crashes * cfg.clients * per_crash;
+    planted::set(None);
+    assert!(
+        (0..100).all(|seed| !storm(&run(seed, &cfg))),
+        "the correct core stormed"
+    );
+    planted::set(Some(Bug::ReconnectWithoutBackoff));
+    let seed = (0..100).find(|&seed| storm(&run(seed, &cfg)));
+    planted::set(None);
+    println!("ReconnectWithoutBackoff: first caught at seed {seed:?}");
+    assert!(seed.is_some(), "not caught in 100 schedules");
 }

@@ -30,12 +30,16 @@ fn assert_safe(name: &str, cfg: &SimConfig, seeds: std::ops::Range<u64>) -> sim:
         extensions += outcome.extensions;
         total.resends += outcome.resends;
         total.notices += outcome.notices;
+        total.reconnects += outcome.reconnects;
+        total.failed_connects += outcome.failed_connects;
     }
     println!(
-        "{name}: {} schedules, {granted} locks granted, {extensions} extensions, {} resends, {} notices, 0 overlaps",
+        "{name}: {} schedules, {granted} locks granted, {extensions} extensions, {} resends, {} notices, {} reconnects ({} attempts refused), 0 overlaps",
         seeds.end - seeds.start,
         total.resends,
         total.notices,
+        total.reconnects,
+        total.failed_connects,
     );
     // Liveness sanity: a majority is up nearly all the time, so locks are granted.
     assert!(
@@ -49,8 +53,11 @@ fn assert_safe(name: &str, cfg: &SimConfig, seeds: std::ops::Range<u64>) -> sim:
 fn five_nodes_in_model_faults() {
     let cfg = SimConfig::default();
     let total = assert_safe("5 nodes", &cfg, 0..schedules());
-    // Each process runs the core's whole client: what a crashed node
-    // refused is sent again, and waiters hear release notices.
+    // Each process runs the core's whole client: it connects again to a
+    // crashed node (backing off while it is down), what the node refused
+    // is sent again, and waiters hear release notices.
+    assert!(total.reconnects > 0, "no connection was made again");
+    assert!(total.failed_connects > 0, "no reconnection met a node down");
     assert!(total.resends > 0, "no release was sent again");
     assert!(total.notices > 0, "no release notice was heard");
 }

@@ -77,6 +77,10 @@ pub struct SimConfig {
     pub elections: bool,
     /// Whether a crashed node keeps its data (AOF with fsync always).
     pub persistent: bool,
+    /// A proxy in front of each master hides its restarts (out of the
+    /// model): a crash breaks no client's connection, and the client never
+    /// reads a new run id.
+    pub behind_proxy: bool,
     /// Which kinds of lock the clients take.
     pub kinds: Kinds,
     /// Whether releases notify waiting clients (pub/sub), which then try
@@ -155,6 +159,7 @@ impl Default for SimConfig {
             fenced: false,
             elections: false,
             persistent: false,
+            behind_proxy: false,
             kinds: Kinds::Exclusive,
             notices: true,
             servers: Servers::Mixed,
@@ -210,6 +215,10 @@ pub struct Outcome {
     pub resends: usize,
     /// Release notices delivered to a client subscribed to their channel.
     pub notices: usize,
+    /// Connections made again after a crash broke them, and attempts that
+    /// found the node still down (each followed by the core's backoff).
+    pub reconnects: usize,
+    pub failed_connects: usize,
     /// Exclusive locks handed out whose validity outlasts their keys on a
     /// quorum of nodes in true time (a node down counts as covering: it
     /// grants nothing), as (client, when).
@@ -349,6 +358,12 @@ enum Event {
         client: usize,
         generation: u64,
     },
+    /// A client's connection attempt to a node is answered, one round
+    /// trip after it was asked for.
+    Link {
+        client: usize,
+        node: usize,
+    },
     Crash {
         node: usize,
     },
@@ -399,9 +414,16 @@ struct Node {
     waiting: VecDeque<(usize, RequestId, Request, bool)>,
     store: redis::Store,
     facts: NodeFacts,
+    /// Restarts so far: the server's run id changes with each.
+    runs: u64,
 }
 
 impl Node {
+    /// Its server's run id, as a client reads it when it connects.
+    fn run_id(&self, index: usize) -> String {
+        format!("node-{index}-run-{}", self.runs)
+    }
+
     fn clock(&self, now: Duration) -> f64 {
         now.as_micros() as f64 * (1.0 + self.rate) + self.jump
     }
@@ -476,6 +498,9 @@ struct SimClient {
     channels: Vec<HashSet<Vec<u8>>>,
     /// What must arrive that the client sent, to count what it sends again.
     sent: HashSet<(NodeId, redlock_core::RoundId, redlock_core::Command)>,
+    /// Per node: the server run its connection was opened to, while it has
+    /// one; a crash breaks it, and a restarted server is another run.
+    conn: Vec<Option<u64>>,
 }
 
 /// The simulated world.
@@ -537,6 +562,7 @@ impl World {
                 paused: false,
                 waiting: VecDeque::new(),
                 store: redis::Store::default(),
+                runs: 0,
             })
             .collect();
         // A per-node timeout well above the worst round trip, far below the TTL.
@@ -554,6 +580,7 @@ impl World {
                 notices_up: vec![false; cfg.nodes],
                 channels: vec![HashSet::new(); cfg.nodes],
                 sent: HashSet::new(),
+                conn: vec![Some(0); cfg.nodes],
             })
             .collect();
         let mut world = Self {
@@ -570,6 +597,14 @@ impl World {
             cfg,
         };
         world.schedule_faults();
+        // Every client connected at the start, knowing each server's run.
+        let start = world.instant(Duration::ZERO);
+        for c in &mut world.clients {
+            for (index, node) in world.nodes.iter().enumerate() {
+                c.core
+                    .handle_connected(NodeId(index), &[node.run_id(index)], start);
+            }
+        }
         for client in 0..world.clients.len() {
             let start = world.uniform(world.cfg.think);
             world.clients[client].state = ClientState::Idle { until: start };
@@ -737,6 +772,21 @@ impl World {
                     self.on_timer(client);
                 }
             }
+            Event::Link { client, node } => {
+                let now = self.instant(self.now);
+                let n = &self.nodes[node];
+                let c = &mut self.clients[client];
+                if n.up {
+                    self.outcome.reconnects += 1;
+                    c.conn[node] = Some(n.runs);
+                    c.core
+                        .handle_connected(NodeId(node), &[n.run_id(node)], now);
+                } else {
+                    self.outcome.failed_connects += 1;
+                    c.core.handle_connect_failed(NodeId(node), now);
+                }
+                self.pump(client);
+            }
             Event::Crash { node } if !self.nodes[node].up => {}
             Event::Crash { node } => {
                 let delay = self.cfg.restart_delay;
@@ -752,15 +802,19 @@ impl World {
                     // No persistence: a crash loses every key.
                     n.store.clear();
                 }
-                // Every pub/sub connection to it breaks.
+                // Every connection to it breaks, pub/sub ones too: each
+                // client connects again as its core asks.
                 let now = self.instant(self.now);
                 for client in 0..self.clients.len() {
                     let c = &mut self.clients[client];
                     c.channels[node].clear();
                     if std::mem::take(&mut c.notices_up[node]) {
                         c.core.handle_notices_lost(NodeId(node), now);
-                        self.pump(client);
                     }
+                    if !self.cfg.behind_proxy && c.conn[node].take().is_some() {
+                        c.core.handle_disconnected(NodeId(node), now);
+                    }
+                    self.pump(client);
                 }
             }
             Event::Restart { node } => {
@@ -769,6 +823,9 @@ impl World {
                 }
                 let n = &mut self.nodes[node];
                 n.up = true;
+                if !self.cfg.behind_proxy {
+                    n.runs += 1;
+                }
                 if !self.cfg.persistent {
                     n.store.clear();
                 }
@@ -795,8 +852,10 @@ impl World {
 
     fn deliver(&mut self, client: usize, id: RequestId, request: Request, drop_reply: bool) {
         let node = &mut self.nodes[request.node.0];
-        if !node.up {
-            // A down node refuses the connection: the client hears so quickly.
+        if !node.up || self.clients[client].conn[request.node.0] != Some(node.runs) {
+            // A down node refuses the connection, and one that crashed since
+            // the connection was opened broke it: the client hears so
+            // quickly.
             let reply = Reply::to(
                 &request,
                 Err(NodeError::new(
@@ -1211,13 +1270,14 @@ impl World {
                 self.subscription(client, node, channels, false);
             }
             Output::Connect(node) => {
-                let now = self.instant(self.now);
-                let core = &mut self.clients[client].core;
-                if self.nodes[node.0].up {
-                    core.handle_connected(node, &[], now);
-                } else {
-                    core.handle_connect_failed(node, now);
-                }
+                let at = self.now + self.uniform(self.cfg.latency) * 2;
+                self.push(
+                    at,
+                    Event::Link {
+                        client,
+                        node: node.0,
+                    },
+                );
             }
             Output::Event { op, event, .. } => self.event(client, op, event),
             _ => {}
