@@ -54,7 +54,9 @@ pub(crate) enum Input {
     },
     /// Release a held lock ([`Client::release`](redlock_core::Client::release)):
     /// `lock`, or the one the keep-alive or term `kept` holds, stopping it;
-    /// its events to `sink`, if any.
+    /// its events to `sink`, if any: a thread outside any runtime that
+    /// waits for it (its process may end next), so it reports once every
+    /// node answered or timed out.
     Release {
         kept: Option<u64>,
         lock: Box<redlock_core::Lock>,

@@ -347,8 +347,16 @@ impl<R: Rng> Client<R> {
     /// operation holds it now, once it is cancelled: the release goes
     /// behind every extension and restore it sent, on every node, and acts
     /// on the nodes those restores filled. The release runs as an
-    /// operation of its own, planned as [`start`](Self::start) plans one.
-    pub fn release(&mut self, kept: Option<OpId>, mut lock: crate::Lock, now: Instant) -> OpId {
+    /// operation of its own, planned as [`start`](Self::start) plans one;
+    /// `every_node`: it reports once every node answered or timed out
+    /// ([`Operation::every_node`]), for a caller about to end its process.
+    pub fn release(
+        &mut self,
+        kept: Option<OpId>,
+        mut lock: crate::Lock,
+        every_node: bool,
+        now: Instant,
+    ) -> OpId {
         if let Some(op) = kept
             && let Some(running) = self.ops.get(&op)
             && let Some(held) = running.machine.held_lock()
@@ -356,7 +364,13 @@ impl<R: Rng> Client<R> {
             lock = held.clone();
             self.cancel(op, now);
         }
-        self.start(Operation::release(&mut lock, now), now)
+        let release = Operation::release(&mut lock, now);
+        let release = if every_node {
+            release.every_node()
+        } else {
+            release
+        };
+        self.start(release, now)
     }
 
     /// Resigns the term `op` renews ([`Operation::term`]) at `now`: its

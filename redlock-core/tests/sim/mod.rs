@@ -1417,7 +1417,7 @@ impl World {
                     let now = self.instant(now);
                     self.outcome.releases += 1;
                     let c = &mut self.clients[client];
-                    let op = c.core.release(Some(op), lock, now);
+                    let op = c.core.release(Some(op), lock, false, now);
                     c.state = ClientState::Releasing { op, key, value };
                 }
                 TermEvent::Lost(LeadershipLoss::Resigned) => self.idle(client),
@@ -1584,7 +1584,7 @@ impl World {
                 lock.key().as_bytes().to_vec(),
                 lock.value().as_bytes().to_vec(),
             );
-            let op = c.core.release(keep_alive.take(), lock.clone(), now);
+            let op = c.core.release(keep_alive.take(), lock.clone(), false, now);
             c.state = ClientState::Releasing { op, key, value };
             return false;
         }

@@ -279,7 +279,7 @@ impl Task {
                     self.sinks.remove(&op);
                     self.resigns.remove(&op);
                 }
-                let op = self.client.release(kept, *lock, now);
+                let op = self.client.release(kept, *lock, sink.is_some(), now);
                 if let Some(sink) = sink {
                     self.sinks.insert(op, (None, sink));
                 }

@@ -384,8 +384,9 @@ impl Drop for LockGuard {
 /// term `kept` (its key on the driver) still runs, it is stopped first and
 /// the lock it holds is released. Outside any runtime, where the driver
 /// runs on a runtime that runs tasks by itself (multi-thread), the release
-/// goes there and this thread waits for it to be decided, within one
-/// per-node timeout (the caller may be about to end the process); where it
+/// goes there and this thread waits until every node answered it, within
+/// one per-node timeout (the caller may be about to end the process, and a
+/// quorum's answers alone leave the last delete in flight); where it
 /// cannot (no driver running, or a current-thread runtime nobody drives
 /// now), it goes out on blocking connections.
 pub(crate) fn spawn_release(client: Redlock, lock: Lock, kept: Option<u64>) {

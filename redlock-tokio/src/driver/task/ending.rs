@@ -64,7 +64,7 @@ impl Drop for Task {
                 }
                 Input::Release { kept, lock, .. } => {
                     let kept = kept.and_then(|key| self.keys.get(&key).copied());
-                    self.client.release(kept, *lock, now);
+                    self.client.release(kept, *lock, false, now);
                 }
                 Input::Abandon(operation) => self.client.abandon(operation, now),
                 _ => {}
