@@ -1671,3 +1671,122 @@ fn an_observer_reads_every_period_and_tells_each_leader_once() {
         "{out:?}"
     );
 }
+
+/// The attempts of a fenced acquire (a campaign) among `sent`.
+fn campaigns(sent: Vec<(RequestId, Request)>) -> Vec<(RequestId, Request)> {
+    sent.into_iter()
+        .filter(|(_, request)| matches!(request.command, Command::AcquireFenced { .. }))
+        .collect()
+}
+
+/// A resignation hands the name over to a campaign of the same client
+/// waiting for it, as a release does: once its nodes answered that they
+/// deleted our value and published nothing, the campaign attempts at
+/// once, not at its retry. Its hand-over goes out even when the term is
+/// cancelled mid-resignation.
+#[test]
+fn a_resignation_hands_the_name_to_the_clients_waiting_campaign() {
+    use redlock_core::{LockSpec, TermEvent};
+    let settings = notices_settings();
+    for cancelled in [false, true] {
+        let t0 = Instant::now();
+        let mut client = new_client(&settings);
+        let (term, t1) = leading(&mut client, &settings, t0);
+        let campaign = Operation::acquire(
+            Arc::clone(&settings),
+            LockSpec::Fenced(b"leader"),
+            settings.default_ttl(),
+            Attempts::Retry,
+            t1,
+            StdRng::seed_from_u64(9),
+        )
+        .unwrap();
+        client.start(campaign, t1);
+        let leader = Response::Data(b"the leader".to_vec());
+        let votes = campaigns(drain(&mut client).sent);
+        answer(&mut client, &votes, leader.clone(), t1);
+        assert_eq!(drain(&mut client).notice_connects.len(), 3, "it listens");
+        for node in 0..3 {
+            client.handle_notices_connected(NodeId(node), t1 + MS);
+        }
+        assert_eq!(drain(&mut client).subscribed.len(), 3);
+        for node in 0..3 {
+            client.handle_subscribed(NodeId(node), t1 + 2 * MS);
+        }
+        let again = campaigns(drain(&mut client).sent);
+        answer(&mut client, &again, leader.clone(), t1 + 3 * MS);
+        assert!(campaigns(drain(&mut client).sent).is_empty(), "it waits");
+        let t2 = t1 + 20 * MS;
+        assert!(client.resign(term, t2));
+        let release = drain(&mut client).sent;
+        assert_eq!(released(&release).len(), 3, "{release:?}");
+        let out = if cancelled {
+            // The leader goes away mid-resignation: its release still
+            // hands over, telling the worst case.
+            client.cancel(term, t2 + MS);
+            drain(&mut client)
+        } else {
+            answer(&mut client, &release, Response::Int(1), t2 + MS);
+            let out = drain(&mut client);
+            assert!(
+                out.events.iter().any(|(op, event, _)| *op == term
+                    && matches!(event, OpEvent::Term(TermEvent::Resigned(_)))),
+                "{out:?}"
+            );
+            out
+        };
+        assert_eq!(
+            campaigns(out.sent.clone()).len(),
+            3,
+            "handed over at once (cancelled: {cancelled}): {out:?}"
+        );
+    }
+}
+
+/// An observer's reads are rounds of their own: a node's answer to an
+/// earlier read that timed out, arriving during the next, is not counted
+/// there (it would name a leader that read never saw on a quorum).
+#[test]
+fn an_observer_ignores_a_late_answer_to_an_earlier_read() {
+    let settings = settings();
+    let t0 = Instant::now();
+    let period = Duration::from_secs(1);
+    let mut client = new_client(&settings);
+    let op = client.start(Operation::observe(&settings, b"leader", period, t0), t0);
+    let holding = |id: &str| {
+        Response::Array(vec![
+            Response::Data(id.as_bytes().to_vec()),
+            Response::Data(b"5".to_vec()),
+            Response::Nil,
+        ])
+    };
+    // The first read: node c does not answer in time.
+    let first = drain(&mut client).sent;
+    answer(&mut client, &first[..2], holding("a"), t0 + MS);
+    let deadline = client.poll_timeout().expect("the read's deadline");
+    client.handle_timeout(deadline);
+    drain(&mut client);
+    // The second read: b names another id, and c's late answer to the
+    // first read names it too.
+    let next = client.poll_timeout().expect("the next read");
+    client.handle_timeout(next);
+    let second = drain(&mut client).sent;
+    assert_eq!(second.len(), 3);
+    answer(&mut client, &second[1..2], holding("b"), next + MS);
+    answer(&mut client, &first[2..], holding("b"), next + MS);
+    let out = drain(&mut client);
+    assert!(
+        !out.events
+            .iter()
+            .any(|(_, event, _)| matches!(event, OpEvent::Observe(leader) if leader.id == b"b")),
+        "a late answer counted: {out:?}"
+    );
+    answer(&mut client, &second[..1], holding("a"), next + 2 * MS);
+    answer(&mut client, &second[2..], holding("a"), next + 2 * MS);
+    let told: Vec<_> = drain(&mut client)
+        .events
+        .into_iter()
+        .filter(|(whose, _, _)| *whose == op)
+        .collect();
+    assert!(told.is_empty(), "the same leader is no news: {told:?}");
+}

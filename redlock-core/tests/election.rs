@@ -511,3 +511,28 @@ fn a_leader_read_reports_a_silent_node_as_timed_out_at_its_deadline() {
     read.handle_timeout(deadline);
     assert_eq!(read.poll_event(), None, "one report");
 }
+
+/// A retry period close to the lease's validity: the renewal still comes
+/// two per-node timeouts before the validity ends, so that it has time to
+/// finish.
+#[test]
+fn a_renewal_leaves_two_node_timeouts_before_the_validity_ends() {
+    let node_timeout = Duration::from_millis(150);
+    let settings = Arc::new(
+        Config::new(["n0", "n1", "n2"])
+            .ttl(Duration::from_secs(1))
+            .node_timeout(node_timeout)
+            .validate()
+            .unwrap(),
+    );
+    let lease = Duration::from_secs(1);
+    let retry = Duration::from_millis(740);
+    let timing = ElectionTiming::new(&settings, lease, Duration::from_millis(900), retry).unwrap();
+    let t0 = Instant::now();
+    let lock = campaign_with(&settings, &timing, 0, t0);
+    let valid_until = lock.valid_until();
+    let term = Term::new(lock, &timing).unwrap();
+    let due = term.poll_timeout().unwrap();
+    assert!(due < t0 + retry, "not at the retry period");
+    assert_eq!(due, valid_until - node_timeout * 2);
+}

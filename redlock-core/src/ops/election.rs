@@ -169,6 +169,9 @@ pub struct Term {
     events: VecDeque<TermEvent>,
     /// The release of a resignation under way: renewals wait meanwhile.
     resigning: Option<Box<Release>>,
+    /// What the resignation's release told its client's waiters as it
+    /// ended, not polled yet.
+    hand_overs: VecDeque<HandOver>,
     done: bool,
 }
 
@@ -194,6 +197,7 @@ impl Term {
             lose_at,
             events: VecDeque::new(),
             resigning: None,
+            hand_overs: VecDeque::new(),
             done: false,
         })
     }
@@ -266,6 +270,10 @@ impl Term {
         let Some(report) = release.poll_event() else {
             return;
         };
+        // Its last word to the client's waiters (that its nodes answered)
+        // goes out after it.
+        self.hand_overs
+            .extend(std::iter::from_fn(|| release.poll_hand_over()));
         self.resigning = None;
         let freed = report.frees_lock();
         self.events.push_back(TermEvent::Resigned(report));
@@ -353,7 +361,9 @@ impl Machine for Term {
     }
 
     fn poll_hand_over(&mut self) -> Option<HandOver> {
-        self.resigning.as_mut()?.poll_hand_over()
+        self.hand_overs
+            .pop_front()
+            .or_else(|| self.resigning.as_mut()?.poll_hand_over())
     }
 
     fn handle_reply(&mut self, reply: Reply, now: Instant) {
