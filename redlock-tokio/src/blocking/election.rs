@@ -134,7 +134,7 @@ impl Election {
 
     /// The leaders one after another, terms only rising
     /// ([`crate::Election::observe`]): each `next` blocks until the next
-    /// leader is seen.
+    /// leader is seen, and gives `None` once the client is shut down.
     pub fn observe(&self) -> Observe {
         Observe {
             leaders: self.election.observe().boxed(),
