@@ -385,13 +385,10 @@ impl<R: Rng> Client<R> {
         let Some(running) = self.ops.get_mut(&op) else {
             return false;
         };
-        let started = running.machine.resign(now, |release| {
-            if hub.is_waiting() {
-                hub.plan_release(release)
-            } else {
-                release
-            }
-        });
+        // Unchanged where nobody of this client waits on its channel.
+        let started = running
+            .machine
+            .resign(now, |release| hub.plan_release(release));
         if started {
             self.pump(vec![op], now);
         }

@@ -1399,20 +1399,14 @@ impl World {
                 TermEvent::Resigned(report) if report.frees_lock() => {
                     // The end, `Lost(Resigned)`, follows.
                     self.outcome.resigned += 1;
-                    let (key, value) = (
-                        lock.key().as_bytes().to_vec(),
-                        lock.value().as_bytes().to_vec(),
-                    );
+                    let (key, value) = key_and_value(lock);
                     self.check_freed(client, &key, &value);
                 }
                 TermEvent::Resigned(_) => {
                     // The name is not known free: released, behind the
                     // term's renewals, as a leader dropped.
                     self.outcome.resigns_failed += 1;
-                    let (key, value) = (
-                        lock.key().as_bytes().to_vec(),
-                        lock.value().as_bytes().to_vec(),
-                    );
+                    let (key, value) = key_and_value(lock);
                     let lock = lock.clone();
                     let now = self.instant(now);
                     self.outcome.releases += 1;
@@ -1580,10 +1574,7 @@ impl World {
                 c.core.cancel(extension, now);
             }
             self.outcome.releases += 1;
-            let (key, value) = (
-                lock.key().as_bytes().to_vec(),
-                lock.value().as_bytes().to_vec(),
-            );
+            let (key, value) = key_and_value(lock);
             let op = c.core.release(keep_alive.take(), lock.clone(), false, now);
             c.state = ClientState::Releasing { op, key, value };
             return false;
@@ -1610,6 +1601,15 @@ impl World {
         }
         true
     }
+}
+
+/// A lock's key and our value, to check a release's claim against the
+/// nodes.
+fn key_and_value(lock: &Lock) -> (Vec<u8>, Vec<u8>) {
+    (
+        lock.key().as_bytes().to_vec(),
+        lock.value().as_bytes().to_vec(),
+    )
 }
 
 trait SinceBase {
