@@ -600,6 +600,7 @@ fn kind_label(kind: crate::NodeErrorKind) -> &'static str {
         Kind::Slow => "known slow, not asked",
         Kind::Restarted => "restarted, not counted yet",
         Kind::NotOnDisk => "not in its AOF in time",
+        Kind::NoScript => "script cache flushed",
     }
 }
 

@@ -120,11 +120,17 @@ pub enum Bug {
     /// model checker's model of the script (`verify/`), where the masters
     /// run it.
     LateGrantKeptAtAnySlot,
+    /// A request its node answered `NOSCRIPT` is sent again in full even
+    /// though a later request for its lock key went to that node
+    /// meanwhile: the repeat runs after it, so an extend refused that way
+    /// takes the key back after the release that followed it, held by
+    /// nobody for a whole TTL.
+    NoScriptResendOvertakes,
 }
 
 impl Bug {
     /// Every bug, in a fixed order.
-    pub const ALL: [Bug; 23] = [
+    pub const ALL: [Bug; 24] = [
         Bug::ValidityFromDecisionTime,
         Bug::QuorumHalf,
         Bug::DuplicateVoteCounted,
@@ -148,6 +154,7 @@ impl Bug {
         Bug::PermitsNotKeptAlive,
         Bug::PermitReleaseKeepsPermits,
         Bug::LateGrantKeptAtAnySlot,
+        Bug::NoScriptResendOvertakes,
     ];
 }
 

@@ -241,6 +241,7 @@ impl Round {
             client: None,
             native,
             aof,
+            in_full: false,
             deadline,
             give_up_at: deadline,
             payload: None,

@@ -86,6 +86,7 @@ impl fmt::Display for NodeError {
             NodeErrorKind::NotOnDisk => {
                 write!(f, "not counted, not in its AOF: {}", self.detail)
             }
+            NodeErrorKind::NoScript => write!(f, "script not loaded: {}", self.detail),
         }
     }
 }
@@ -96,7 +97,8 @@ impl NodeErrorKind {
     /// The class of an error reply from a node, by its error code (the
     /// reply's first word), exactly: `WRONGTYPE` is [`WrongType`](Self::WrongType),
     /// `NOAUTH` and `WRONGPASS` are [`Auth`](Self::Auth), `NOPERM` is
-    /// [`NoPermission`](Self::NoPermission), any other code is
+    /// [`NoPermission`](Self::NoPermission), `NOSCRIPT` is
+    /// [`NoScript`](Self::NoScript), any other code is
     /// [`Server`](Self::Server). Adapters call this for every error reply, so
     /// that the core, which knows what its scripts answer, decides what an
     /// error means; no other text of the message is looked at.
@@ -117,6 +119,7 @@ impl NodeErrorKind {
             "WRONGTYPE" => NodeErrorKind::WrongType,
             "NOAUTH" | "WRONGPASS" => NodeErrorKind::Auth,
             "NOPERM" => NodeErrorKind::NoPermission,
+            "NOSCRIPT" => NodeErrorKind::NoScript,
             _ => NodeErrorKind::Server,
         }
     }
@@ -192,6 +195,13 @@ pub enum NodeErrorKind {
     /// [`Config::wait_for_aof`](crate::Config::wait_for_aof) on. A crash
     /// now could lose what it granted.
     NotOnDisk,
+    /// The node did not know the script sent by its digest (`NOSCRIPT`:
+    /// its script cache was flushed, or it restarted behind a proxy that
+    /// kept the connection). The [`Client`](crate::Client) sends such a
+    /// request again in full, unless a later request for the same lock key
+    /// went to the node meanwhile: the repeat would run after it, out of
+    /// order. An operation sees this kind only then.
+    NoScript,
 }
 
 /// How one node voted in a round.

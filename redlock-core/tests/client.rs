@@ -1790,3 +1790,141 @@ fn an_observer_ignores_a_late_answer_to_an_earlier_read() {
         .collect();
     assert!(told.is_empty(), "the same leader is no news: {told:?}");
 }
+
+fn noscript(request: &Request) -> Reply {
+    Reply::to(
+        request,
+        Err(NodeError::new(
+            NodeErrorKind::NoScript,
+            "NOSCRIPT No matching script.",
+        )),
+    )
+}
+
+/// Extends `lock` at `now`: its three requests, and its operation.
+fn extending(
+    client: &mut Client<StdRng>,
+    settings: &Arc<Settings>,
+    lock: &mut redlock_core::Lock,
+    now: Instant,
+) -> (OpId, Vec<(RequestId, Request)>) {
+    let extension = Operation::extend(lock, settings.default_ttl(), now).expect("valid");
+    let op = client.start(extension, now);
+    let sent = drain(client).sent;
+    assert!(
+        sent.iter()
+            .all(|(_, request)| matches!(request.command, Command::Extend { .. })),
+        "{sent:?}"
+    );
+    assert_eq!(sent.len(), 3);
+    (op, sent)
+}
+
+/// A request its node answered `NOSCRIPT` (its script cache was flushed)
+/// is sent again in full, to the same node, for the same operation, while
+/// it is the last request for its lock key sent there: the node runs the
+/// repeat after everything sent before it, as it would have run the first.
+/// A release is sent again even once its operation decided: it must
+/// arrive.
+#[test]
+fn a_request_answered_noscript_is_sent_again_in_full_while_it_is_the_last_for_its_key() {
+    let settings = settings();
+    let t0 = Instant::now();
+    let mut client = new_client(&settings);
+    let mut lock = granted(&mut client, &settings, t0);
+    let t1 = t0 + 100 * MS;
+    let (op, sent) = extending(&mut client, &settings, &mut lock, t1);
+    client.handle_reply(sent[0].0, noscript(&sent[0].1), t1 + MS);
+    let again = drain(&mut client).sent;
+    assert_eq!(again.len(), 1, "sent again at once");
+    let (id, repeat) = &again[0];
+    assert!(repeat.in_full && !sent[0].1.in_full, "in full this time");
+    assert_eq!(
+        (repeat.node, repeat.command),
+        (NodeId(0), sent[0].1.command)
+    );
+    client.handle_reply(*id, Reply::to(repeat, Ok(Response::Int(1))), t1 + 2 * MS);
+    answer(&mut client, &sent[1..], Response::Int(1), t1 + 2 * MS);
+    let out = drain(&mut client);
+    match &out.events[..] {
+        [(whose, OpEvent::Extend(Ok(extended)), true)] if *whose == op => {
+            assert_eq!(
+                extended.votes.get(NodeId(0)),
+                Some(&redlock_core::NodeVote::Granted),
+                "node 0's repeat counted: {extended:?}"
+            )
+        }
+        other => panic!("not extended: {other:?}"),
+    }
+
+    // A release decided without node 0, which then answers NOSCRIPT.
+    let t2 = t1 + 100 * MS;
+    client.start(Operation::release(&mut lock, t2), t2);
+    let sent = drain(&mut client).sent;
+    answer(&mut client, &sent[1..], Response::Int(1), t2 + MS);
+    assert!(matches!(
+        &drain(&mut client).events[..],
+        [(_, OpEvent::Release(_), true)]
+    ));
+    client.handle_reply(sent[0].0, noscript(&sent[0].1), t2 + 2 * MS);
+    let again = drain(&mut client).sent;
+    assert!(
+        matches!(&again[..], [(_, repeat)] if repeat.in_full && repeat.command == Command::Release),
+        "{again:?}"
+    );
+    client.handle_reply(
+        again[0].0,
+        Reply::to(&again[0].1, Ok(Response::Int(1))),
+        t2 + 3 * MS,
+    );
+    assert!(client.is_idle());
+}
+
+/// Where a later request for the same lock key went to the node after the
+/// one it answered `NOSCRIPT`, the repeat would run after that one, out of
+/// order (an extend after the release that followed it would take the key
+/// back for a whole TTL): it is not sent, and its operation counts the node
+/// as failed with that error.
+#[test]
+fn a_request_answered_noscript_is_not_sent_again_behind_a_later_one_for_its_key() {
+    let settings = settings();
+    let t0 = Instant::now();
+    let mut client = new_client(&settings);
+    let mut lock = granted(&mut client, &settings, t0);
+    let t1 = t0 + 100 * MS;
+    let (op, extends) = extending(&mut client, &settings, &mut lock, t1);
+    let mut release = lock.clone();
+    client.start(Operation::release(&mut release, t1 + MS), t1 + MS);
+    let releases = drain(&mut client).sent;
+    assert_eq!(releases.len(), 3);
+    client.handle_reply(extends[0].0, noscript(&extends[0].1), t1 + 2 * MS);
+    let out = drain(&mut client);
+    assert!(
+        out.sent.is_empty(),
+        "sent again behind the release: {:?}",
+        out.sent
+    );
+    answer(&mut client, &extends[1..], Response::Int(1), t1 + 2 * MS);
+    let out = drain(&mut client);
+    match &out.events[..] {
+        [(whose, OpEvent::Extend(Ok(extended)), true)] if *whose == op => {
+            assert!(
+                matches!(extended.votes.get(NodeId(0)), Some(redlock_core::NodeVote::Failed(error)) if error.kind == NodeErrorKind::NoScript),
+                "{extended:?}"
+            );
+        }
+        other => panic!("not extended: {other:?}"),
+    }
+    answer(&mut client, &releases, Response::Int(1), t1 + 3 * MS);
+    let _ = drain(&mut client);
+    assert!(client.is_idle());
+}
+
+#[cfg(feature = "planted-bugs")]
+#[test]
+fn the_noscript_test_catches_a_repeat_that_overtakes_a_later_request() {
+    assert_catches(
+        redlock_core::planted::Bug::NoScriptResendOvertakes,
+        a_request_answered_noscript_is_not_sent_again_behind_a_later_one_for_its_key,
+    );
+}

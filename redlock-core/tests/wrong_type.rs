@@ -57,13 +57,18 @@ fn error_codes_are_classified_exactly() {
         NodeErrorKind::from_error_code("NOPERM"),
         NodeErrorKind::NoPermission
     );
+    // A script the node does not know: the client sends it again in full.
+    assert_eq!(
+        NodeErrorKind::from_error_code("NOSCRIPT"),
+        NodeErrorKind::NoScript
+    );
     // Only the code counts, not words further on in the message.
     for code in [
         "ERR",
         "OOM",
         "LOADING",
         "READONLY",
-        "NOSCRIPT",
+        "NOSCRIPTX",
         "WRONGTYPEX",
         "",
     ] {

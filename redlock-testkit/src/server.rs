@@ -602,9 +602,14 @@ impl Server {
                 )
                 .into_bytes(),
             )),
-            b"EVALSHA" if words.len() >= 3 => {
-                let sha = std::str::from_utf8(&words[1]).map_err(|e| e.to_string())?;
-                let Some(&script) = SHAS.get(sha) else {
+            // `EVAL` of a script the client sent in full, after a `NOSCRIPT`.
+            b"EVALSHA" | b"EVAL" if words.len() >= 3 => {
+                let word = std::str::from_utf8(&words[1]).map_err(|e| e.to_string())?;
+                let sha = match name.as_slice() {
+                    b"EVAL" => sha_of(word),
+                    _ => word.to_owned(),
+                };
+                let Some(&script) = SHAS.get(sha.as_str()) else {
                     return Err("NOSCRIPT No matching script.".to_owned());
                 };
                 let count = usize::try_from(number(&words[2])?).unwrap_or(usize::MAX);
@@ -918,6 +923,7 @@ impl Server {
             client: None,
             native: false,
             aof: false,
+            in_full: false,
             deadline: std::time::Instant::now(),
             give_up_at: std::time::Instant::now(),
             payload: None,

@@ -2386,7 +2386,8 @@ pub mod configurations {
             // tokens without the clock the real servers' (`tests/tests/fencing.rs`:
             // the model's masters have no clock to floor them), a restarted
             // node's vote the real servers' too (`tests/tests/node_failures.rs`),
-            // the close's releases and the reconnection backoff the client's tests.
+            // the close's releases, the reconnection backoff and the NOSCRIPT
+            // order the client's tests.
             .filter(|&&bug| {
                 !matches!(
                     bug,
@@ -2401,6 +2402,7 @@ pub mod configurations {
                         | Bug::HandOverBeforeFollowUp
                         | Bug::ElectionLosesAtExpiry
                         | Bug::ElectionTermFromClient
+                        | Bug::NoScriptResendOvertakes
                 )
             })
             .map(|&bug| {

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use rand_core::Rng;
 
-use crate::{HealthChange, Key, NodeErrorKind, NodeId, Reply};
+use crate::{HealthChange, Key, NodeError, NodeErrorKind, NodeId, Reply};
 
 use super::node::{Link, NodeState};
 use super::notices::NoticeLink;
@@ -15,10 +15,25 @@ use super::{Client, Output, RequestId};
 impl<R: Rng> Client<R> {
     /// The answer to request `id` arrived at `now`. An answer to a request
     /// forgotten ([`Output::Forget`]) or unknown is ignored.
+    ///
+    /// An answer `NOSCRIPT` ([`NodeErrorKind::NoScript`]) sends the request
+    /// again in full ([`Request::in_full`](crate::Request::in_full)) while it is the last request
+    /// for its lock key sent to its node: the node runs the repeat after
+    /// everything sent before it, as it would have run the first send, and
+    /// nothing sent after it for the key can be overtaken. Where a later
+    /// one was sent, the request fails with that error: its operation
+    /// counts the node as failed, which it allows for. A request whose
+    /// operation ended is sent again too, as the first send would have run:
+    /// an acquire granted without this node's answer covers it too.
     pub fn handle_reply(&mut self, id: RequestId, reply: Reply, now: Instant) {
-        let Some(flight) = self.links.flights.remove(&id) else {
+        let Some(flight) = self.links.flights.get(&id) else {
             return;
         };
+        let noscript = matches!(&reply.result, Err(error) if error.kind == NodeErrorKind::NoScript);
+        let last = noscript
+            && (self.links.nodes[flight.node.0].is_last(flight.request.key(), id)
+                || planted!(NoScriptResendOvertakes));
+        let flight = self.links.land(id).expect("in flight");
         self.links.timers.remove(&(flight.timer(), id));
         let node = &mut self.links.nodes[flight.node.0];
         let broken = matches!(&reply.result, Err(error) if error.kind == NodeErrorKind::Connection);
@@ -34,13 +49,26 @@ impl<R: Rng> Client<R> {
             if let Some(change) = node.answered(now) {
                 self.outputs.push_back(Output::Health(change));
             }
-        } else if let Some(request) = flight.must_arrive
-            && request.give_up_at > now
-            && node.owe(request)
+        } else if flight.request.command.must_arrive()
+            && flight.request.give_up_at > now
+            && node.owe(flight.request.clone())
         {
             // Maybe never sent, maybe run: sent again.
             node.retry_at
                 .get_or_insert(now + self.settings.node_timeout());
+        }
+        if noscript {
+            if last && !flight.request.in_full {
+                self.links.send_in_full(&mut self.outputs, flight, now);
+                return;
+            }
+            if !last {
+                reply.result = Err(NodeError::new(
+                    NodeErrorKind::NoScript,
+                    "the node's script cache was flushed; not sent again, since a later \
+                     request for the same key went to the node first",
+                ));
+            }
         }
         let mut pump = Vec::new();
         if let Some(op) = flight.op
@@ -197,7 +225,7 @@ impl<R: Rng> Client<R> {
                     continue;
                 }
             }
-            self.links.flights.remove(&id);
+            self.links.land(id);
             self.outputs.push_back(Output::Forget(id));
         }
         self.connect_due(now);

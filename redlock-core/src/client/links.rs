@@ -17,9 +17,9 @@ pub(super) struct Flight {
     pub(super) op: Option<OpId>,
     pub(super) deadline: Instant,
     pub(super) give_up_at: Instant,
-    /// Kept for a request that must arrive: owed again if its connection
-    /// breaks.
-    pub(super) must_arrive: Option<Request>,
+    /// The request: owed again if it must arrive and its connection
+    /// breaks, sent again in full if its node answers `NOSCRIPT`.
+    pub(super) request: Request,
     /// Its answer is a vote (not a release's, not a read's): one from a
     /// node that restarted since does not count.
     pub(super) votes: bool,
@@ -65,6 +65,36 @@ impl Links {
         op: Option<OpId>,
         request: Request,
     ) {
+        self.file(outputs, op, request, false);
+    }
+
+    /// Sends `flight`'s request again at `now`, in full (`EVAL`), for the
+    /// same operation: its node answered `NOSCRIPT`. Past its deadline it
+    /// is overdue at once, as the first send was: the node's late answer is
+    /// not held against it twice.
+    pub(super) fn send_in_full<R>(
+        &mut self,
+        outputs: &mut VecDeque<Output<R>>,
+        flight: Flight,
+        now: Instant,
+    ) {
+        let request = Request {
+            in_full: true,
+            // The script itself, not a plain command it may be followed by.
+            native: false,
+            ..flight.request
+        };
+        let overdue = flight.overdue || request.deadline <= now;
+        self.file(outputs, flight.op, request, overdue);
+    }
+
+    fn file<R>(
+        &mut self,
+        outputs: &mut VecDeque<Output<R>>,
+        op: Option<OpId>,
+        request: Request,
+        overdue: bool,
+    ) {
         let id = RequestId(self.next_request);
         self.next_request += 1;
         if let Some(ttl) = request.command.ttl() {
@@ -75,13 +105,21 @@ impl Links {
             op,
             deadline: request.deadline,
             give_up_at: request.give_up_at,
-            must_arrive: request.command.must_arrive().then(|| request.clone()),
+            request: request.clone(),
             votes: !(request.command.must_arrive() || request.command.only_reads()),
-            overdue: false,
+            overdue,
         };
+        self.nodes[request.node.0].sent(request.key(), id);
         self.timers.insert((flight.timer(), id));
         self.flights.insert(id, flight);
         outputs.push_back(Output::Transmit { id, request });
+    }
+
+    /// Takes request `id` out of flight: answered, or forgotten.
+    pub(super) fn land(&mut self, id: RequestId) -> Option<Flight> {
+        let flight = self.flights.remove(&id)?;
+        self.nodes[flight.node.0].landed(flight.request.key());
+        Some(flight)
     }
 
     /// Sends again what `node` is owed and was not given up at `now`.

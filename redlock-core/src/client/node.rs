@@ -1,10 +1,12 @@
 //! What a [`Client`](super::Client) keeps of one node: its link, its
 //! health, and the releases owed to it.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
-use crate::{Backoff, HealthChange, NodeError, NodeHealth, Request};
+use crate::{Backoff, HealthChange, Key, NodeError, NodeHealth, Request};
+
+use super::RequestId;
 
 /// Releases and withdraws owed to one node at most: past this many, a key
 /// left behind expires at its TTL. Reached only by a node away for long
@@ -46,6 +48,20 @@ pub(super) struct NodeState {
     run_ids: Vec<String>,
     /// Until when its votes do not count: it restarted under the client.
     restarted_until: Option<Instant>,
+    /// Each lock key with a request in flight on this node: the one sent
+    /// last, and how many are in flight. Requests reach the node in the
+    /// order they were sent, so a request may be sent again after its
+    /// answer (`NOSCRIPT`) only while it is the last for its key: it then
+    /// runs after everything sent before it, as it would have.
+    keys: HashMap<Key, Latest>,
+}
+
+/// The request for one lock key sent last to a node, and how many for
+/// that key are in flight there.
+#[derive(Debug)]
+struct Latest {
+    id: RequestId,
+    open: usize,
 }
 
 impl NodeState {
@@ -58,7 +74,34 @@ impl NodeState {
             retry_at: None,
             run_ids: Vec::new(),
             restarted_until: None,
+            keys: HashMap::new(),
         }
+    }
+
+    /// Request `id`, for lock key `key`, is sent: the last for its key.
+    pub(super) fn sent(&mut self, key: &Key, id: RequestId) {
+        let latest = self
+            .keys
+            .entry(key.clone())
+            .or_insert(Latest { id, open: 0 });
+        latest.id = id;
+        latest.open += 1;
+    }
+
+    /// A request for `key` left flight (answered or forgotten).
+    pub(super) fn landed(&mut self, key: &Key) {
+        if let Some(latest) = self.keys.get_mut(key) {
+            latest.open -= 1;
+            if latest.open == 0 {
+                self.keys.remove(key);
+            }
+        }
+    }
+
+    /// Whether request `id` for `key`, still in flight, is the last sent
+    /// for its key.
+    pub(super) fn is_last(&self, key: &Key, id: RequestId) -> bool {
+        self.keys.get(key).is_some_and(|latest| latest.id == id)
     }
 
     /// The node connected at `now` with a server of `run_ids`: a run id it

@@ -53,6 +53,13 @@ pub struct Request {
     /// (`Command::must_persist`) where
     /// [`Config::wait_for_aof`](crate::Config::wait_for_aof) is on.
     pub aof: bool,
+    /// Whether to send its script in full (`EVAL` of the source) rather
+    /// than by its digest (`EVALSHA`): set by the [`Client`](crate::Client)
+    /// on a request it sends again after the node answered `NOSCRIPT`
+    /// ([`NodeErrorKind::NoScript`](crate::NodeErrorKind::NoScript)), so
+    /// that the repeat cannot meet the same answer (and the node caches the
+    /// script for the requests to come).
+    pub in_full: bool,
     /// When the state machine stops waiting for this node.
     pub deadline: Instant,
     /// When the caller may forget this request unanswered: its
@@ -587,7 +594,7 @@ impl Reply {
     /// #     value: redlock_core::LockValue::from_string("v".repeat(16)),
     /// #     kind: redlock_core::LockKind::Exclusive,
     /// #     command: redlock_core::Command::StoreToken { token: 7 },
-    /// #     client: None, native: false, aof: true, deadline: Instant::now(),
+    /// #     client: None, native: false, aof: true, in_full: false, deadline: Instant::now(),
     /// #     give_up_at: Instant::now(), payload: None,
     /// # };
     /// let granted = Reply::to(&request, Ok(Response::Int(1)));

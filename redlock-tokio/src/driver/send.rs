@@ -38,11 +38,12 @@ use crate::node::Node;
 ///    makes no sender wait for room until it holds
 ///    [`CONNECTION_QUEUE`](crate::node::CONNECTION_QUEUE) messages, which
 ///    only a master that stopped reading under heavy load reaches;
-/// 2. a cluster node's request first waits for its key's turn
-///    ([`Order::turn`](crate::node::order::Order::turn)), taken at that same first
-///    poll: the cluster client routes and redirects each request on its own;
-/// 3. a command refused with `NOSCRIPT` is sent again only while no later
-///    command for its key was sent ([`Order`](crate::node::order::Order));
+/// 2. a cluster node's request first waits for its key's turn (`Turns`),
+///    taken at that same first poll: the cluster client routes and
+///    redirects each request on its own;
+/// 3. a command refused with `NOSCRIPT` is sent again by the core, only
+///    while no later command for its key was sent to the node
+///    ([`Client::handle_reply`](redlock_core::Client::handle_reply));
 /// 4. a release or withdraw ([`Command::must_arrive`](redlock_core::Command::must_arrive))
 ///    is never dropped unsent: past its deadline the core still waits for
 ///    it, at most until it gives it up ([`Request::give_up_at`]: what it

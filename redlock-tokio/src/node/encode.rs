@@ -3,7 +3,7 @@
 use redlock_core::{Argument, Request};
 
 /// The plain command of `words` (name first), sized up front as
-/// [`evalsha`] is.
+/// [`script_call`] is.
 pub(super) fn plain(words: &[Argument<'_>]) -> redis::Cmd {
     let bytes = words
         .iter()
@@ -20,10 +20,6 @@ pub(super) fn plain(words: &[Argument<'_>]) -> redis::Cmd {
         };
     }
     command
-}
-
-pub(super) fn evalsha(sha: &str, request: &Request) -> redis::Cmd {
-    script_call("EVALSHA", sha, request)
 }
 
 /// `EVALSHA sha` or `EVAL source` (`verb`, `script`) for `request`.

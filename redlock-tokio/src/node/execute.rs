@@ -10,19 +10,17 @@ use redlock_core::{NodeError, NodeErrorKind, Reply, Request, Response};
 use tracing::{debug, warn};
 
 use super::Node;
-use super::encode::{evalsha, plain};
+use super::encode::plain;
 use super::reply::{map_error, map_value};
-use super::scripts::sha_of;
+use super::scripts::script_command;
 
 impl Node {
     /// Runs one request as the core says for this connection's server
     /// ([`Request::call`]): a plain command, or `EVALSHA` of its script, and
-    /// returns the reply marked with what was sent. On `NOSCRIPT` (the node
-    /// lost its script cache: `SCRIPT FLUSH`, or a restart behind a proxy
-    /// that kept our connection) the script is loaded again, and the request
-    /// sent once more unless a later request for the same lock key was sent
-    /// to this node meanwhile ([`Order`](crate::node::order::Order)): commands for one key take effect
-    /// in the order they were issued.
+    /// returns the reply marked with what was sent. A `NOSCRIPT` answer (the
+    /// node lost its script cache: `SCRIPT FLUSH`, or a restart behind a
+    /// proxy that kept our connection) goes back to the core like any
+    /// other, which sends the request again in full where it may.
     ///
     /// Where the core says another request follows the answer on this
     /// node ([`Request::follow_up`]: the script after a `DELIFEQ` that
@@ -44,15 +42,14 @@ impl Node {
 
     /// Runs `requests`, all for this plain master, as one pipeline: one
     /// message to the connection, one write, one answer for all. Each is
-    /// what [`execute`](Self::execute) makes of it (its command, `NOSCRIPT`,
-    /// its follow-up); the replies come in the order of `requests`, which is
+    /// what [`execute`](Self::execute) makes of it (its command, its
+    /// follow-up); the replies come in the order of `requests`, which is
     /// also the order the node runs them in.
     ///
     /// Where some of them wait for the node's AOF ([`Request::aof`]), one
     /// `WAITAOF` ends the pipeline ([`redlock_core::waitaof`]) and judges
-    /// each of their replies ([`Reply::on_disk`]); a request sent again
-    /// after it (`NOSCRIPT`, a follow-up) is covered by one more `WAITAOF`
-    /// after the batch.
+    /// each of their replies ([`Reply::on_disk`]); a follow-up sent after
+    /// it is covered by one more `WAITAOF` after the batch.
     pub(crate) async fn execute_many(self: &Arc<Self>, requests: &[Request]) -> Vec<Reply> {
         debug_assert!(self.cluster.is_none(), "a cluster node routes each request");
         let (mut connection, facts, generation) = match self.connection() {
@@ -69,13 +66,11 @@ impl Node {
             .map(|request| request.call(&facts))
             .collect();
         let mut pipeline = redis::Pipeline::with_capacity(requests.len());
-        let mut keys = Vec::with_capacity(requests.len());
         for (request, call) in requests.iter().zip(&calls) {
             pipeline.add_command(match call {
-                Call::Script(script) => evalsha(&sha_of(script), request),
+                Call::Script(script) => script_command(request, script),
                 Call::Native(native) => plain(&native.words(request)),
             });
-            keys.push((request.key(), matches!(call, Call::Script(_))));
         }
         // The clock is read only for a batch that waits.
         let waitaof = requests
@@ -88,15 +83,7 @@ impl Node {
             pipeline.add_command(plain(words));
         }
         let count = requests.len() + usize::from(waits);
-        let mut tickets = Vec::with_capacity(requests.len());
-        let answers = self
-            .order
-            .send_many(
-                &keys,
-                &mut tickets,
-                connection.req_packed_commands(&pipeline, 0, count),
-            )
-            .await;
+        let answers = connection.req_packed_commands(&pipeline, 0, count).await;
         let mut answers = match answers {
             Ok(values) => values.into_iter().map(Value::extract_error).collect(),
             Err(error) => vec![Err(error); count],
@@ -117,19 +104,8 @@ impl Node {
         };
         let mut late = false;
         let mut replies = Vec::with_capacity(requests.len());
-        for (((request, call), answer), ticket) in
-            requests.iter().zip(calls).zip(answers).zip(tickets)
-        {
-            let result = match call {
-                Call::Script(script) => {
-                    // An error may be a NOSCRIPT, after which the request
-                    // is sent again, behind the WAITAOF.
-                    late |= answer.is_err();
-                    self.answer_script(&mut connection, generation, request, script, answer, ticket)
-                        .await
-                }
-                Call::Native(_) => self.finish(request, generation, answer),
-            };
+        for ((request, call), answer) in requests.iter().zip(calls).zip(answers) {
+            let result = self.finish(request, generation, answer);
             let reply = Reply::via(request, call, result);
             replies.push(match request.follow_up(&reply) {
                 Some(next) => {
@@ -162,27 +138,18 @@ impl Node {
         // A cluster connection keeps no order between requests (each is
         // routed on its own, and MOVED, ASK and TRYAGAIN send it again
         // later): a request for a key waits until the one before it on this
-        // node has been answered or given up ([`Order::turn`](crate::node::order::Order::turn)).
+        // node has been answered or given up ([`Turns::turn`](super::turns::Turns::turn)).
         let _turn = match self.cluster {
-            Some(_) => Some(self.order.turn(request.key()).await),
+            Some(_) => Some(self.turns.turn(request.key()).await),
             None => None,
         };
         let call = request.call(&facts);
-        let result = match call {
-            Call::Script(script) => {
-                self.evalsha(&mut connection, generation, request, script)
-                    .await
-            }
-            Call::Native(native) => {
-                let command = plain(&native.words(request));
-                let result = self
-                    .order
-                    .send_plain(request.key(), command.query_async::<Value>(&mut connection))
-                    .await;
-                self.finish(request, generation, result)
-            }
+        let command = match call {
+            Call::Script(script) => script_command(request, script),
+            Call::Native(native) => plain(&native.words(request)),
         };
-        Reply::via(request, call, result)
+        let result = command.query_async::<Value>(&mut connection).await;
+        Reply::via(request, call, self.finish(request, generation, result))
     }
 
     /// The node's answer as a `Response`; an error that leaves the

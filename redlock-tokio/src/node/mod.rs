@@ -15,8 +15,8 @@
 //! follows MOVED and ASK, and reconnects to shards by itself. Every script's
 //! keys share a hash slot ([`Key::derived`](redlock_core::Key::derived)), so
 //! one script runs on one shard. The scripts are loaded on every shard at
-//! connect (best effort: a shard down then loads them on its first
-//! `NOSCRIPT`), and the node's facts are the lowest of its masters'
+//! connect (best effort: a shard down then runs the first request the
+//! core sends again in full after its `NOSCRIPT`), and the node's facts are the lowest of its masters'
 //! ([`NodeFacts::lowest`]): a plain command goes to a cluster node only if
 //! every shard has it.
 
@@ -24,12 +24,12 @@ mod blocking;
 mod connect;
 mod encode;
 mod execute;
-pub(crate) mod order;
 mod reply;
 mod scripts;
 pub(crate) mod server;
 #[cfg(feature = "tls")]
 pub(crate) mod tls;
+mod turns;
 
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -41,7 +41,6 @@ use redlock_core::native::NodeFacts;
 use redlock_core::{NodeError, NodeErrorKind};
 use tracing::{debug, info, warn};
 
-use crate::node::order::Order;
 use crate::sim::Simulation;
 
 use blocking::Blocking;
@@ -49,6 +48,7 @@ pub(crate) use blocking::{as_runtime_drops, check_may_block, may_block};
 pub(crate) use connect::Connected;
 use connect::Connection;
 pub(crate) use reply::map_error;
+use turns::Turns;
 
 enum Link {
     Up {
@@ -96,8 +96,8 @@ pub(crate) struct Node {
     /// release (which the core then sends again without them).
     no_permission_logged: std::sync::atomic::AtomicBool,
     state: Mutex<State>,
-    /// The order of the requests sent, per lock key.
-    order: Order,
+    /// A cluster node's turns: its commands for one key, one at a time.
+    turns: Turns,
     /// The connection of [`send_blocking`](Self::send_blocking), made on
     /// first use: only when a Tokio runtime is gone (or was never there).
     blocking: Mutex<Blocking>,
@@ -159,7 +159,7 @@ impl Node {
                 run_ids: Vec::new(),
                 seen: None,
             }),
-            order: Order::default(),
+            turns: Turns::default(),
             simulation: None,
             closed: std::sync::atomic::AtomicBool::new(false),
         }

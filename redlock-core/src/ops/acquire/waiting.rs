@@ -205,6 +205,7 @@ impl<R: Rng> Acquisition<R> {
                 client: self.settings.client_tag().cloned(),
                 native: false,
                 aof: false,
+                in_full: false,
                 deadline,
                 give_up_at: deadline,
                 payload: None,
