@@ -309,7 +309,7 @@ impl Config {
             release_notices: self.release_notices,
             native_commands: self.native_commands,
             wait_for_aof: self.wait_for_aof,
-            cluster_node: None,
+            cluster_nodes: std::sync::Arc::from([]),
             client_tag: None,
         };
         settings.node_timeout = match self.node_timeout {
@@ -348,9 +348,9 @@ pub struct Settings {
     release_notices: bool,
     native_commands: bool,
     wait_for_aof: bool,
-    /// The first node that is a Redis Cluster, if any (see
+    /// The nodes that are each a Redis Cluster, in order (see
     /// [`with_cluster_nodes`](Self::with_cluster_nodes)).
-    cluster_node: Option<usize>,
+    cluster_nodes: std::sync::Arc<[usize]>,
     /// This client, to the masters (see [`with_client_tag`](Self::with_client_tag)).
     client_tag: Option<crate::LockValue>,
 }
@@ -364,18 +364,28 @@ impl Settings {
     /// such a lock could at best be held on part of that node.
     #[must_use]
     pub fn with_cluster_nodes(mut self, nodes: impl IntoIterator<Item = crate::NodeId>) -> Self {
-        self.cluster_node = nodes
+        let mut clusters: Vec<usize> = nodes
             .into_iter()
             .map(|node| node.0)
             .filter(|&node| node < self.nodes.len())
-            .min();
+            .collect();
+        clusters.sort_unstable();
+        clusters.dedup();
+        self.cluster_nodes = clusters.into();
         self
+    }
+
+    /// Whether `node` is a Redis Cluster ([`with_cluster_nodes`](Self::with_cluster_nodes)):
+    /// its connection keeps no order between requests, so the
+    /// [`Client`](crate::Client) sends it one request per lock key at a time.
+    pub(crate) fn is_cluster(&self, node: crate::NodeId) -> bool {
+        self.cluster_nodes.binary_search(&node.0).is_ok()
     }
 
     /// Refuses `keys` (one lock's keys) if they are in different hash slots
     /// and a node is a Redis Cluster ([`with_cluster_nodes`](Self::with_cluster_nodes)).
     pub(crate) fn check_slots(&self, keys: &[crate::Key]) -> Result<(), ConfigError> {
-        let (Some(node), Some(first)) = (self.cluster_node, keys.first()) else {
+        let (Some(&node), Some(first)) = (self.cluster_nodes.first(), keys.first()) else {
             return Ok(());
         };
         match keys.iter().find(|key| key.slot() != first.slot()) {

@@ -1928,3 +1928,85 @@ fn the_noscript_test_catches_a_repeat_that_overtakes_a_later_request() {
         a_request_answered_noscript_is_not_sent_again_behind_a_later_one_for_its_key,
     );
 }
+
+/// The requests of `sent` to `node`, by command.
+fn to_node(sent: &[(RequestId, Request)], node: usize) -> Vec<Command> {
+    sent.iter()
+        .filter(|(_, request)| request.node == NodeId(node))
+        .map(|(_, request)| request.command)
+        .collect()
+}
+
+/// A Redis Cluster's connection keeps no order between requests (it routes
+/// each on its own and sends it again on MOVED, ASK or TRYAGAIN), so the
+/// client sends a cluster node one request per lock key at a time: the next
+/// once the one before was answered, or forgotten. A request repeated in
+/// full after `NOSCRIPT` goes before those that wait. Plain masters get
+/// every request at once.
+#[test]
+fn a_cluster_node_is_sent_one_request_per_lock_key_at_a_time() {
+    let settings = Arc::new(
+        three_nodes(3, Duration::from_secs(10))
+            .validate()
+            .unwrap()
+            .with_cluster_nodes([NodeId(0)]),
+    );
+    let t0 = Instant::now();
+    let mut client = new_client(&settings);
+    let mut lock = granted(&mut client, &settings, t0);
+    let is_release = |command: &Command| *command == Command::Release;
+    for (round, answer_first) in ["answered", "noscript", "forgotten"]
+        .into_iter()
+        .enumerate()
+    {
+        let t1 = t0 + (round as u32 + 1) * 100 * MS;
+        let (_, extends) = extending(&mut client, &settings, &mut lock, t1);
+        let mut release = lock.clone();
+        client.start(Operation::release(&mut release, t1 + MS), t1 + MS);
+        let releases = drain(&mut client).sent;
+        assert_eq!(to_node(&releases, 0), [], "node 0's waits for the extend");
+        assert!(to_node(&releases, 1).iter().all(is_release), "{releases:?}");
+        assert_eq!(releases.len(), 2, "the plain masters' go at once");
+        let node_0 = &extends[0];
+        assert_eq!(node_0.1.node, NodeId(0));
+        let now = match answer_first {
+            "answered" => {
+                client.handle_reply(
+                    node_0.0,
+                    Reply::to(&node_0.1, Ok(Response::Int(1))),
+                    t1 + 2 * MS,
+                );
+                t1 + 2 * MS
+            }
+            "noscript" => {
+                client.handle_reply(node_0.0, noscript(&node_0.1), t1 + 2 * MS);
+                let again = drain(&mut client).sent;
+                assert!(
+                    matches!(&again[..], [(_, repeat)] if repeat.in_full && repeat.node == NodeId(0) && !is_release(&repeat.command)),
+                    "the repeat alone, before the release: {again:?}"
+                );
+                client.handle_reply(
+                    again[0].0,
+                    Reply::to(&again[0].1, Ok(Response::Int(1))),
+                    t1 + 3 * MS,
+                );
+                t1 + 3 * MS
+            }
+            _ => {
+                client.handle_timeout(node_0.1.deadline);
+                node_0.1.deadline
+            }
+        };
+        let out = drain(&mut client);
+        assert_eq!(
+            to_node(&out.sent, 0),
+            [Command::Release],
+            "{answer_first}: its turn came"
+        );
+        answer(&mut client, &extends[1..], Response::Int(1), now);
+        answer(&mut client, &releases, Response::Int(1), now);
+        answer(&mut client, &out.sent, Response::Int(1), now);
+        let _ = drain(&mut client);
+        assert!(client.is_idle(), "{answer_first}");
+    }
+}

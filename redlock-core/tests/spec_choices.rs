@@ -48,10 +48,20 @@ fn a_cluster_node_refuses_keys_in_two_slots_before_anything_is_sent() {
     acquire(clustered(), LockSpec::Multi(&tagged)).unwrap();
     acquire(clustered(), LockSpec::Fenced(b"r")).unwrap();
     acquire(clustered(), LockSpec::Read(b"r")).unwrap();
-    // A node id out of range marks nothing.
-    acquire(
-        settings().with_cluster_nodes([NodeId(9)]),
+    // A node id out of range marks nothing, the first past the end too.
+    for past in [3, 9] {
+        acquire(
+            settings().with_cluster_nodes([NodeId(past)]),
+            LockSpec::Multi(&names),
+        )
+        .unwrap();
+    }
+    // The first of several cluster nodes is named, whatever their order.
+    match acquire(
+        settings().with_cluster_nodes([NodeId(2), NodeId(1), NodeId(2)]),
         LockSpec::Multi(&names),
-    )
-    .unwrap();
+    ) {
+        Err(ConfigError::CrossSlot { node, .. }) => assert_eq!(node, "b"),
+        other => panic!("expected CrossSlot, got {other:?}"),
+    }
 }

@@ -35,6 +35,11 @@ impl<R: Rng> Client<R> {
                 || planted!(NoScriptResendOvertakes));
         let flight = self.links.land(id).expect("in flight");
         self.links.timers.remove(&(flight.timer(), id));
+        // A cluster node's next request for the key goes once this one is
+        // done with (below: after its repeat, if any, which goes first).
+        let turn = self.links.nodes[flight.node.0]
+            .is_cluster()
+            .then(|| (flight.node, flight.request.key().clone()));
         let node = &mut self.links.nodes[flight.node.0];
         let broken = matches!(&reply.result, Err(error) if error.kind == NodeErrorKind::Connection);
         let mut reply = reply;
@@ -69,6 +74,9 @@ impl<R: Rng> Client<R> {
                      request for the same key went to the node first",
                 ));
             }
+        }
+        if let Some((node, key)) = turn {
+            self.links.turn(&mut self.outputs, node, &key, now);
         }
         let mut pump = Vec::new();
         if let Some(op) = flight.op
@@ -225,8 +233,13 @@ impl<R: Rng> Client<R> {
                     continue;
                 }
             }
-            self.links.land(id);
-            self.outputs.push_back(Output::Forget(id));
+            if let Some(flight) = self.links.land(id) {
+                self.outputs.push_back(Output::Forget(id));
+                if self.links.nodes[flight.node.0].is_cluster() {
+                    self.links
+                        .turn(&mut self.outputs, flight.node, flight.request.key(), now);
+                }
+            }
         }
         self.connect_due(now);
         if self

@@ -4,7 +4,7 @@
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::time::Instant;
 
-use crate::{NodeError, NodeId, Request, Ttl};
+use crate::{Key, NodeError, NodeId, Request, Ttl};
 
 use super::node::NodeState;
 use super::{OpId, Output, RequestId};
@@ -85,10 +85,38 @@ impl Links {
             ..flight.request
         };
         let overdue = flight.overdue || request.deadline <= now;
-        self.file(outputs, flight.op, request, overdue);
+        // In the place of the first send: before any request for its key
+        // that waits for its turn on a cluster node.
+        self.emit(outputs, flight.op, request, overdue);
     }
 
     fn file<R>(
+        &mut self,
+        outputs: &mut VecDeque<Output<R>>,
+        op: Option<OpId>,
+        request: Request,
+        overdue: bool,
+    ) {
+        if let Some(request) = self.nodes[request.node.0].hold(op, request) {
+            self.emit(outputs, op, request, overdue);
+        }
+    }
+
+    /// Sends the next request for `key` that waits for its turn on cluster
+    /// node `node`, if its turn came at `now` ([`NodeState::next_turn`]).
+    pub(super) fn turn<R>(
+        &mut self,
+        outputs: &mut VecDeque<Output<R>>,
+        node: NodeId,
+        key: &Key,
+        now: Instant,
+    ) {
+        if let Some((op, request)) = self.nodes[node.0].next_turn(key, now) {
+            self.emit(outputs, op, request, false);
+        }
+    }
+
+    fn emit<R>(
         &mut self,
         outputs: &mut VecDeque<Output<R>>,
         op: Option<OpId>,

@@ -43,7 +43,8 @@ pub struct RequestId(pub u64);
 pub enum Output<R> {
     /// Send `request` to its node now. Requests to one node must reach it in
     /// the order given (a withdraw after the attempt it undoes, a release
-    /// after its lock's extension).
+    /// after its lock's extension); a cluster node, which routes each
+    /// request on its own, is given one per lock key at a time.
     Transmit {
         /// Names the answer ([`Client::handle_reply`]).
         id: RequestId,
@@ -127,6 +128,12 @@ struct Running<R> {
 ///   ([`handle_connect_failed`](Self::handle_connect_failed)), after a
 ///   backoff of 50 ms doubling up to 2 s, less up to a quarter of jitter
 ///   (`Backoff::reconnect`);
+/// - **each node's order per lock key**: a request answered `NOSCRIPT` is
+///   sent again in full only while it is the last sent to its node for its
+///   key ([`handle_reply`](Self::handle_reply)), and a Redis Cluster node
+///   ([`Settings::with_cluster_nodes`]), whose connection keeps no order, is
+///   sent one request per key at a time, the next once the one before was
+///   answered or forgotten;
 /// - **what each node is owed**: a release, withdraw or leave that met a
 ///   broken connection is sent again when the node connects
 ///   ([`handle_connected`](Self::handle_connected)) or one per-node timeout
@@ -212,7 +219,12 @@ impl<R: Rng> Client<R> {
     /// trusted, nothing running; `rng` draws the jitter of reconnections.
     pub fn new(settings: Arc<Settings>, rng: R) -> Self {
         let nodes = (0..settings.node_count())
-            .map(|node| NodeState::new(NodeHealth::for_node(&settings, NodeId(node))))
+            .map(|node| {
+                NodeState::new(
+                    NodeHealth::for_node(&settings, NodeId(node)),
+                    settings.is_cluster(NodeId(node)),
+                )
+            })
             .collect();
         Self {
             hub: Hub::new(settings.node_count()),
@@ -418,7 +430,8 @@ impl<R: Rng> Client<R> {
     pub fn take_owed(&mut self) -> Vec<Request> {
         let owed = self.links.nodes.iter_mut().flat_map(|node| {
             node.retry_at = None;
-            std::mem::take(&mut node.owed)
+            let held: Vec<Request> = node.take_held().collect();
+            std::mem::take(&mut node.owed).into_iter().chain(held)
         });
         owed.collect()
     }
@@ -470,19 +483,27 @@ impl<R: Rng> Client<R> {
     pub fn is_idle(&self) -> bool {
         self.ops.is_empty()
             && self.links.flights.is_empty()
-            && self.links.nodes.iter().all(|node| node.owed.is_empty())
+            && self
+                .links
+                .nodes
+                .iter()
+                .all(|node| node.owed.is_empty() && !node.holds())
     }
 
     /// Whether nothing is left but what running operations wait for: no
     /// request in flight that no running operation waits for, nothing
     /// owed.
     pub fn is_settled(&self) -> bool {
-        self.links.nodes.iter().all(|node| node.owed.is_empty())
+        let waited_for = |op: Option<OpId>| op.is_some_and(|op| self.ops.contains_key(&op));
+        self.links
+            .nodes
+            .iter()
+            .all(|node| node.owed.is_empty() && node.held().all(|(op, _)| waited_for(*op)))
             && self
                 .links
                 .flights
                 .values()
-                .all(|flight| flight.op.is_some_and(|op| self.ops.contains_key(&op)))
+                .all(|flight| waited_for(flight.op))
     }
 
     /// How many operations run.

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use crate::{Backoff, HealthChange, Key, NodeError, NodeHealth, Request};
 
-use super::RequestId;
+use super::{OpId, RequestId};
 
 /// Releases and withdraws owed to one node at most: past this many, a key
 /// left behind expires at its TTL. Reached only by a node away for long
@@ -54,6 +54,14 @@ pub(super) struct NodeState {
     /// answer (`NOSCRIPT`) only while it is the last for its key: it then
     /// runs after everything sent before it, as it would have.
     keys: HashMap<Key, Latest>,
+    /// Whether the node is a Redis Cluster, whose connection keeps no order
+    /// between requests (it routes each on its own, and sends it again on
+    /// MOVED, ASK or TRYAGAIN): it is sent one request per lock key at a
+    /// time, the next once the one before is answered or forgotten.
+    cluster: bool,
+    /// A cluster node's requests that wait for their key's turn, with the
+    /// operation each is for, in the order they were sent.
+    held: HashMap<Key, VecDeque<(Option<OpId>, Request)>>,
 }
 
 /// The request for one lock key sent last to a node, and how many for
@@ -65,7 +73,7 @@ struct Latest {
 }
 
 impl NodeState {
-    pub(super) fn new(health: NodeHealth) -> Self {
+    pub(super) fn new(health: NodeHealth, cluster: bool) -> Self {
         Self {
             link: Link::Up,
             backoff: Backoff::reconnect(),
@@ -75,7 +83,71 @@ impl NodeState {
             run_ids: Vec::new(),
             restarted_until: None,
             keys: HashMap::new(),
+            cluster,
+            held: HashMap::new(),
         }
+    }
+
+    /// Holds `request`, for `op`, if it must wait for its key's turn: the
+    /// node is a cluster node and a request for its key is in flight or
+    /// waits already. Gives it back otherwise.
+    pub(super) fn hold(&mut self, op: Option<OpId>, request: Request) -> Option<Request> {
+        let key = request.key();
+        if !self.cluster || !(self.keys.contains_key(key) || self.held.contains_key(key)) {
+            return Some(request);
+        }
+        self.held
+            .entry(key.clone())
+            .or_default()
+            .push_back((op, request));
+        None
+    }
+
+    /// The next request for `key` whose turn came, with its operation: the
+    /// one before it left flight. One that need not arrive and whose
+    /// deadline passed at `now` while it waited is dropped instead: its
+    /// operation timed the node out.
+    pub(super) fn next_turn(&mut self, key: &Key, now: Instant) -> Option<(Option<OpId>, Request)> {
+        if self.keys.contains_key(key) {
+            return None;
+        }
+        let queue = self.held.get_mut(key)?;
+        let next = loop {
+            match queue.pop_front() {
+                Some((_, request)) if !request.command.must_arrive() && request.deadline <= now => {
+                }
+                other => break other,
+            }
+        };
+        if queue.is_empty() {
+            self.held.remove(key);
+        }
+        next
+    }
+
+    /// Whether the node is a Redis Cluster.
+    pub(super) fn is_cluster(&self) -> bool {
+        self.cluster
+    }
+
+    /// Whether some request waits for its key's turn.
+    pub(super) fn holds(&self) -> bool {
+        !self.held.is_empty()
+    }
+
+    /// The requests that wait for their key's turn, with their operations.
+    pub(super) fn held(&self) -> impl Iterator<Item = &(Option<OpId>, Request)> {
+        self.held.values().flatten()
+    }
+
+    /// The requests that wait for their key's turn and must arrive, taken
+    /// out; the others are dropped.
+    pub(super) fn take_held(&mut self) -> impl Iterator<Item = Request> + use<> {
+        std::mem::take(&mut self.held)
+            .into_values()
+            .flatten()
+            .map(|(_, request)| request)
+            .filter(|request| request.command.must_arrive())
     }
 
     /// Request `id`, for lock key `key`, is sent: the last for its key.

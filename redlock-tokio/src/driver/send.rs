@@ -38,9 +38,9 @@ use crate::node::Node;
 ///    makes no sender wait for room until it holds
 ///    [`CONNECTION_QUEUE`](crate::node::CONNECTION_QUEUE) messages, which
 ///    only a master that stopped reading under heavy load reaches;
-/// 2. a cluster node's request first waits for its key's turn (`Turns`),
-///    taken at that same first poll: the cluster client routes and
-///    redirects each request on its own;
+/// 2. the core sends a cluster node one request per lock key at a time,
+///    the next once the one before was answered or forgotten: the cluster
+///    client routes and redirects each request on its own;
 /// 3. a command refused with `NOSCRIPT` is sent again by the core, only
 ///    while no later command for its key was sent to the node
 ///    ([`Client::handle_reply`](redlock_core::Client::handle_reply));

@@ -135,14 +135,6 @@ impl Node {
             Ok(link) => link,
             Err(error) => return Reply::to(request, Err(error)),
         };
-        // A cluster connection keeps no order between requests (each is
-        // routed on its own, and MOVED, ASK and TRYAGAIN send it again
-        // later): a request for a key waits until the one before it on this
-        // node has been answered or given up ([`Turns::turn`](super::turns::Turns::turn)).
-        let _turn = match self.cluster {
-            Some(_) => Some(self.turns.turn(request.key()).await),
-            None => None,
-        };
         let call = request.call(&facts);
         let command = match call {
             Call::Script(script) => script_command(request, script),

@@ -29,7 +29,6 @@ mod scripts;
 pub(crate) mod server;
 #[cfg(feature = "tls")]
 pub(crate) mod tls;
-mod turns;
 
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -48,7 +47,6 @@ pub(crate) use blocking::{as_runtime_drops, check_may_block, may_block};
 pub(crate) use connect::Connected;
 use connect::Connection;
 pub(crate) use reply::map_error;
-use turns::Turns;
 
 enum Link {
     Up {
@@ -96,8 +94,6 @@ pub(crate) struct Node {
     /// release (which the core then sends again without them).
     no_permission_logged: std::sync::atomic::AtomicBool,
     state: Mutex<State>,
-    /// A cluster node's turns: its commands for one key, one at a time.
-    turns: Turns,
     /// The connection of [`send_blocking`](Self::send_blocking), made on
     /// first use: only when a Tokio runtime is gone (or was never there).
     blocking: Mutex<Blocking>,
@@ -159,7 +155,6 @@ impl Node {
                 run_ids: Vec::new(),
                 seen: None,
             }),
-            turns: Turns::default(),
             simulation: None,
             closed: std::sync::atomic::AtomicBool::new(false),
         }
