@@ -1839,6 +1839,7 @@ fn a_request_answered_noscript_is_sent_again_in_full_while_it_is_the_last_for_it
     assert_eq!(again.len(), 1, "sent again at once");
     let (id, repeat) = &again[0];
     assert!(repeat.in_full && !sent[0].1.in_full, "in full this time");
+    assert!(!repeat.native, "the script itself, never a plain command");
     assert_eq!(
         (repeat.node, repeat.command),
         (NodeId(0), sent[0].1.command)
@@ -1872,12 +1873,28 @@ fn a_request_answered_noscript_is_sent_again_in_full_while_it_is_the_last_for_it
         matches!(&again[..], [(_, repeat)] if repeat.in_full && repeat.command == Command::Release),
         "{again:?}"
     );
+    // Within its deadline, the repeat makes its node overdue at that
+    // deadline, as the first send would have.
+    assert_eq!(client.poll_timeout(), Some(again[0].1.deadline));
     client.handle_reply(
         again[0].0,
         Reply::to(&again[0].1, Ok(Response::Int(1))),
         t2 + 3 * MS,
     );
     assert!(client.is_idle());
+    // Answered NOSCRIPT only at its deadline: the repeat is overdue at once
+    // (the node's lateness is not counted twice) and waited for until it
+    // is given up.
+    let t3 = t2 + 100 * MS;
+    client.start(Operation::release(&mut lock, t3), t3);
+    let sent = drain(&mut client).sent;
+    answer(&mut client, &sent[1..], Response::Int(1), t3 + MS);
+    let deadline = sent[0].1.deadline;
+    client.handle_reply(sent[0].0, noscript(&sent[0].1), deadline);
+    let again = drain(&mut client).sent;
+    assert_eq!(again.len(), 1);
+    assert_eq!(client.poll_timeout(), Some(again[0].1.give_up_at));
+    assert!(again[0].1.give_up_at > deadline);
 }
 
 /// Where a later request for the same lock key went to the node after the
@@ -1909,7 +1926,7 @@ fn a_request_answered_noscript_is_not_sent_again_behind_a_later_one_for_its_key(
     match &out.events[..] {
         [(whose, OpEvent::Extend(Ok(extended)), true)] if *whose == op => {
             assert!(
-                matches!(extended.votes.get(NodeId(0)), Some(redlock_core::NodeVote::Failed(error)) if error.kind == NodeErrorKind::NoScript),
+                matches!(extended.votes.get(NodeId(0)), Some(redlock_core::NodeVote::Failed(error)) if error.kind == NodeErrorKind::NoScript && error.detail.contains("not sent again")),
                 "{extended:?}"
             );
         }
