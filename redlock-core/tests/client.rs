@@ -2027,3 +2027,76 @@ fn a_cluster_node_is_sent_one_request_per_lock_key_at_a_time() {
         assert!(client.is_idle(), "{answer_first}");
     }
 }
+
+/// On a cluster node, a request that waits for its key's turn and need not
+/// arrive is dropped once its deadline passed (its operation timed the node
+/// out); one that must arrive goes however late, and is among what the
+/// nodes are owed when a driver takes that out.
+#[test]
+fn a_cluster_nodes_waiting_request_is_dropped_past_its_deadline_unless_it_must_arrive() {
+    let settings = Arc::new(
+        three_nodes(3, Duration::from_secs(10))
+            .validate()
+            .unwrap()
+            .with_cluster_nodes([NodeId(0)]),
+    );
+    let t0 = Instant::now();
+    let mut client = new_client(&settings);
+    let mut lock = granted(&mut client, &settings, t0);
+    let t1 = t0 + 100 * MS;
+    // Node 0 is sent the first release and holds the extend and the
+    // second release behind it.
+    client.start(Operation::release(&mut lock.clone(), t1), t1);
+    let first = drain(&mut client).sent;
+    let extension = Operation::extend(&mut lock.clone(), settings.default_ttl(), t1 + MS).unwrap();
+    client.start(extension, t1 + MS);
+    let extends = drain(&mut client).sent;
+    client.start(
+        Operation::release(&mut lock.clone(), t1 + 2 * MS),
+        t1 + 2 * MS,
+    );
+    let second = drain(&mut client).sent;
+    assert_eq!(to_node(&first, 0), [Command::Release]);
+    assert_eq!(to_node(&extends, 0), []);
+    assert_eq!(to_node(&second, 0), []);
+    for sent in [&first, &extends, &second] {
+        let others: Vec<_> = sent
+            .iter()
+            .filter(|(_, request)| request.node != NodeId(0))
+            .cloned()
+            .collect();
+        answer(&mut client, &others, Response::Int(1), t1 + 3 * MS);
+    }
+    let _ = drain(&mut client);
+    assert!(!client.is_idle(), "node 0 holds two requests");
+    // Node 0 never answers the first release: given up, its turn passes.
+    let give_up_at = first
+        .iter()
+        .find(|(_, request)| request.node == NodeId(0))
+        .unwrap()
+        .1
+        .give_up_at;
+    client.handle_timeout(give_up_at);
+    let out = drain(&mut client);
+    assert_eq!(
+        to_node(&out.sent, 0),
+        [Command::Release],
+        "the extend dropped, the release sent past its deadline"
+    );
+    answer(&mut client, &out.sent, Response::Int(1), give_up_at + MS);
+    let _ = drain(&mut client);
+    assert!(client.is_idle());
+
+    // What must arrive is owed too while it waits for its turn.
+    let t2 = give_up_at + 100 * MS;
+    let lock = granted(&mut client, &settings, t2);
+    let extension = Operation::extend(&mut lock.clone(), settings.default_ttl(), t2).unwrap();
+    client.start(extension, t2);
+    client.start(Operation::release(&mut lock.clone(), t2 + MS), t2 + MS);
+    let _ = drain(&mut client);
+    let owed = client.take_owed();
+    assert!(
+        matches!(&owed[..], [request] if request.node == NodeId(0) && request.command == Command::Release),
+        "{owed:?}"
+    );
+}

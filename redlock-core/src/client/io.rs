@@ -38,7 +38,7 @@ impl<R: Rng> Client<R> {
         // A cluster node's next request for the key goes once this one is
         // done with (below: after its repeat, if any, which goes first).
         let turn = self.links.nodes[flight.node.0]
-            .is_cluster()
+            .holds()
             .then(|| (flight.node, flight.request.key().clone()));
         let node = &mut self.links.nodes[flight.node.0];
         let broken = matches!(&reply.result, Err(error) if error.kind == NodeErrorKind::Connection);
@@ -235,7 +235,7 @@ impl<R: Rng> Client<R> {
             }
             if let Some(flight) = self.links.land(id) {
                 self.outputs.push_back(Output::Forget(id));
-                if self.links.nodes[flight.node.0].is_cluster() {
+                if self.links.nodes[flight.node.0].holds() {
                     self.links
                         .turn(&mut self.outputs, flight.node, flight.request.key(), now);
                 }

@@ -125,12 +125,8 @@ impl NodeState {
         next
     }
 
-    /// Whether the node is a Redis Cluster.
-    pub(super) fn is_cluster(&self) -> bool {
-        self.cluster
-    }
-
-    /// Whether some request waits for its key's turn.
+    /// Whether some request waits for its key's turn (on a cluster node
+    /// only).
     pub(super) fn holds(&self) -> bool {
         !self.held.is_empty()
     }
