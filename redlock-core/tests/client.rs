@@ -2042,7 +2042,7 @@ fn a_cluster_nodes_waiting_request_is_dropped_past_its_deadline_unless_it_must_a
     );
     let t0 = Instant::now();
     let mut client = new_client(&settings);
-    let mut lock = granted(&mut client, &settings, t0);
+    let lock = granted(&mut client, &settings, t0);
     let t1 = t0 + 100 * MS;
     // Node 0 is sent the first release and holds the extend and the
     // second release behind it.
