@@ -7,7 +7,10 @@
 //! busy machine may stretch; a step after a stop comes a whole stop late). With
 //! the planted bug `WorkPolledAfterLoss` (the work polled before the loss is
 //! asked about, as when the work was a task of its own) the same run shows
-//! violations, so the check sees the bug.
+//! violations, so the check sees the bug. A stop that lands between the
+//! check and the record shows one such poll too, without the bug: a run that
+//! shows one is tried again, up to three runs (the planted bug shows one in
+//! every run).
 //!
 //! Each test stops the whole test process; under `cargo test` the tests of
 //! this file stop each other too, which only adds pauses.
@@ -118,19 +121,54 @@ fn leader_stopped_past_its_lease(bug: Option<Bug>) -> ((usize, usize), Leadershi
     })
 }
 
+/// Runs `run` up to `ATTEMPTS` times, until one shows no poll after the
+/// loss; the polls after the loss of each run. The stop lands at any
+/// instant, so now and then between the check before a poll and the poll's
+/// record, a step begun before the stop that the crate cannot take back
+/// (the module's doc in `handles/held.rs`): a busy machine, which
+/// deschedules a thread there, makes it likelier. Such a run shows one poll
+/// after the loss, as the planted bug does in every run; the code is wrong
+/// only when every run shows one.
+fn no_poll_after_the_loss(mut run: impl FnMut() -> usize) -> Vec<usize> {
+    const ATTEMPTS: usize = 3;
+    let mut seen = Vec::new();
+    while seen.len() < ATTEMPTS {
+        let after_loss = run();
+        seen.push(after_loss);
+        if after_loss == 0 {
+            break;
+        }
+    }
+    seen
+}
+
 #[test]
 fn a_stopped_leaders_work_is_not_polled_after_its_lease() {
-    let ((polls, after_loss), loss) = leader_stopped_past_its_lease(None);
-    println!("{polls} polls, {after_loss} after the loss ({loss:?})");
-    assert!(polls > 0, "the work ran");
-    assert_eq!(after_loss, 0, "the work was polled after the loss");
+    let seen = no_poll_after_the_loss(|| {
+        let ((polls, after_loss), loss) = leader_stopped_past_its_lease(None);
+        println!("{polls} polls, {after_loss} after the loss ({loss:?})");
+        assert!(polls > 0, "the work ran");
+        after_loss
+    });
+    assert_eq!(
+        seen.last(),
+        Some(&0),
+        "the work was polled after the loss in every run: {seen:?}"
+    );
 }
 
 #[test]
 fn the_check_sees_a_leaders_work_polled_after_its_lease() {
-    let ((polls, after_loss), _) = leader_stopped_past_its_lease(Some(Bug::WorkPolledAfterLoss));
-    println!("{polls} polls, {after_loss} after the loss (planted)");
-    assert!(after_loss > 0, "the planted bug went unseen");
+    let seen = no_poll_after_the_loss(|| {
+        let ((polls, after_loss), _) =
+            leader_stopped_past_its_lease(Some(Bug::WorkPolledAfterLoss));
+        println!("{polls} polls, {after_loss} after the loss (planted)");
+        after_loss
+    });
+    assert!(
+        seen.len() == 3 && !seen.contains(&0),
+        "the planted bug went unseen in a run, or the runs were not tried again: {seen:?}"
+    );
 }
 
 /// A lock's `run` whose process was stopped past the TTL:
@@ -160,19 +198,32 @@ fn lock_stopped_past_its_ttl(bug: Option<Bug>) -> ((usize, usize), Result<(), Ru
 
 #[test]
 fn a_stopped_holders_work_is_not_polled_after_its_ttl() {
-    let ((polls, after_loss), result) = lock_stopped_past_its_ttl(None);
-    println!("{polls} polls, {after_loss} after the loss ({result:?})");
-    assert!(
-        matches!(result, Err(RunError::Lock(Error::LockLost { .. }))),
-        "{result:?}"
+    let seen = no_poll_after_the_loss(|| {
+        let ((polls, after_loss), result) = lock_stopped_past_its_ttl(None);
+        println!("{polls} polls, {after_loss} after the loss ({result:?})");
+        assert!(
+            matches!(result, Err(RunError::Lock(Error::LockLost { .. }))),
+            "{result:?}"
+        );
+        assert!(polls > 0, "the work ran");
+        after_loss
+    });
+    assert_eq!(
+        seen.last(),
+        Some(&0),
+        "the work was polled after the loss in every run: {seen:?}"
     );
-    assert!(polls > 0, "the work ran");
-    assert_eq!(after_loss, 0, "the work was polled after the loss");
 }
 
 #[test]
 fn the_check_sees_a_holders_work_polled_after_its_ttl() {
-    let ((polls, after_loss), _) = lock_stopped_past_its_ttl(Some(Bug::WorkPolledAfterLoss));
-    println!("{polls} polls, {after_loss} after the loss (planted)");
-    assert!(after_loss > 0, "the planted bug went unseen");
+    let seen = no_poll_after_the_loss(|| {
+        let ((polls, after_loss), _) = lock_stopped_past_its_ttl(Some(Bug::WorkPolledAfterLoss));
+        println!("{polls} polls, {after_loss} after the loss (planted)");
+        after_loss
+    });
+    assert!(
+        seen.len() == 3 && !seen.contains(&0),
+        "the planted bug went unseen in a run, or the runs were not tried again: {seen:?}"
+    );
 }
