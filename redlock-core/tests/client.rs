@@ -111,14 +111,13 @@ fn assert_catches(bug: redlock_core::planted::Bug, test: fn()) {
     assert!(caught.is_err(), "the planted bug {bug:?} went unnoticed");
 }
 
+/// The reply to `request`: the node failed it with `kind`.
+fn failed(request: &Request, kind: NodeErrorKind, detail: &str) -> Reply {
+    Reply::to(request, Err(NodeError::new(kind, detail)))
+}
+
 fn broken(request: &Request) -> Reply {
-    Reply::to(
-        request,
-        Err(NodeError::new(
-            NodeErrorKind::Connection,
-            "connection reset",
-        )),
-    )
+    failed(request, NodeErrorKind::Connection, "connection reset")
 }
 
 /// Grants `client` a lock: every node says yes.
@@ -1792,12 +1791,10 @@ fn an_observer_ignores_a_late_answer_to_an_earlier_read() {
 }
 
 fn noscript(request: &Request) -> Reply {
-    Reply::to(
+    failed(
         request,
-        Err(NodeError::new(
-            NodeErrorKind::NoScript,
-            "NOSCRIPT No matching script.",
-        )),
+        NodeErrorKind::NoScript,
+        "NOSCRIPT No matching script.",
     )
 }
 

@@ -26,14 +26,16 @@ impl<R: Rng> Client<R> {
     /// operation ended is sent again too, as the first send would have run:
     /// an acquire granted without this node's answer covers it too.
     pub fn handle_reply(&mut self, id: RequestId, reply: Reply, now: Instant) {
-        let Some(flight) = self.links.flights.get(&id) else {
+        let noscript = matches!(&reply.result, Err(error) if error.kind == NodeErrorKind::NoScript);
+        // Asked before the flight lands, which may end its key's record.
+        let last = noscript
+            && self.links.flights.get(&id).is_some_and(|flight| {
+                self.links.nodes[flight.node.0].is_last(flight.request.key(), id)
+                    || planted!(NoScriptResendOvertakes)
+            });
+        let Some(flight) = self.links.land(id) else {
             return;
         };
-        let noscript = matches!(&reply.result, Err(error) if error.kind == NodeErrorKind::NoScript);
-        let last = noscript
-            && (self.links.nodes[flight.node.0].is_last(flight.request.key(), id)
-                || planted!(NoScriptResendOvertakes));
-        let flight = self.links.land(id).expect("in flight");
         self.links.timers.remove(&(flight.timer(), id));
         // A cluster node's next request for the key goes once this one is
         // done with (below: after its repeat, if any, which goes first).
