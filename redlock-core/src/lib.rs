@@ -159,6 +159,17 @@ macro_rules! machinery_fn {
     };
 }
 
+/// A public item (a type) of the machinery under the [`Client`], as
+/// [`machinery_fn!`] makes a method.
+macro_rules! machinery_item {
+    ($(#[$meta:meta])* $kind:ident $name:ident $($rest:tt)*) => {
+        #[cfg(feature = "simulation")]
+        $(#[$meta])* pub $kind $name $($rest)*
+        #[cfg(not(feature = "simulation"))]
+        $(#[$meta])* pub(crate) $kind $name $($rest)*
+    };
+}
+
 mod client;
 mod config;
 mod error;
@@ -200,8 +211,8 @@ pub use ops::status::{Holder, Holding, InspectReply, InspectReport, LockState, L
 pub use quorum::{Votes, drift, quorum, remaining, valid_until};
 pub use types::{Key, LockSpec, LockValue, NodeId, RoundId, Ttl};
 pub use wire::{
-    Argument, Command, LockKind, NodeError, NodeErrorKind, NodeVote, Reply, Request, Response,
-    waitaof,
+    Argument, Command, Form, LockKind, NodeError, NodeErrorKind, NodeVote, Reply, Request,
+    Response, waitaof,
 };
 
 /// The machinery under the [`Client`]: the machines each [`Operation`]

@@ -241,7 +241,7 @@ impl Round {
             client: None,
             native,
             aof,
-            in_full: false,
+            form: Default::default(),
             deadline,
             give_up_at: deadline,
             payload: None,

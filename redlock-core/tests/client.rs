@@ -14,8 +14,9 @@ use std::time::{Duration, Instant};
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
+use redlock_core::native::{Native, NodeFacts, Server, Version};
 use redlock_core::{
-    AcquireEvent, Acquisition, Attempts, Client, Command, HealthChange, LockKind, NodeError,
+    AcquireEvent, Acquisition, Attempts, Client, Command, Form, HealthChange, LockKind, NodeError,
     NodeErrorKind, NodeId, OpEvent, OpId, Operation, Output, Reply, Request, RequestId, Response,
     Settings,
 };
@@ -303,7 +304,7 @@ fn a_release_that_meets_a_broken_connection_is_sent_again_until_it_is_given_up()
     assert!(out.sent.is_empty(), "not again at once");
     assert!(!client.is_idle(), "owed to node 0");
     // The node connects again: the release goes at once.
-    client.handle_connected(NodeId(0), &[], t1 + 5 * MS);
+    client.handle_connected(NodeId(0), &[], NodeFacts::default(), t1 + 5 * MS);
     let out = drain(&mut client);
     assert_eq!(out.sent.len(), 1);
     assert_eq!(
@@ -549,7 +550,12 @@ fn a_restarted_server_does_not_vote_until_the_longest_ttl_has_passed() {
     let t0 = Instant::now();
     let mut client = new_client(&settings);
     for node in 0..3 {
-        client.handle_connected(NodeId(node), &[format!("first{node}")], t0);
+        client.handle_connected(
+            NodeId(node),
+            &[format!("first{node}")],
+            NodeFacts::default(),
+            t0,
+        );
     }
     assert!(
         drain(&mut client).health.is_empty(),
@@ -559,7 +565,12 @@ fn a_restarted_server_does_not_vote_until_the_longest_ttl_has_passed() {
     let op = client.start(acquire(&settings, Attempts::Once, t0), t0);
     let attempt = drain(&mut client);
     assert_eq!(attempt.sent.len(), 3);
-    client.handle_connected(NodeId(0), &["second0".to_owned()], t0 + MS);
+    client.handle_connected(
+        NodeId(0),
+        &["second0".to_owned()],
+        NodeFacts::default(),
+        t0 + MS,
+    );
     let out = drain(&mut client);
     let ttl = settings.default_ttl();
     let wait = ttl.as_duration() + settings.drift(ttl);
@@ -588,7 +599,12 @@ fn a_restarted_server_does_not_vote_until_the_longest_ttl_has_passed() {
 
     // Node 1 restarts too: a new acquire is not sent to either, and one
     // node of three is no quorum.
-    client.handle_connected(NodeId(1), &["second1".to_owned()], t1 + 2 * MS);
+    client.handle_connected(
+        NodeId(1),
+        &["second1".to_owned()],
+        NodeFacts::default(),
+        t1 + 2 * MS,
+    );
     let t2 = t1 + 3 * MS;
     let op = client.start(acquire(&settings, Attempts::Once, t2), t2);
     let out = drain(&mut client);
@@ -650,10 +666,20 @@ fn only_a_run_id_gone_is_a_restart_and_reads_count_across_one() {
     let t0 = Instant::now();
     let mut client = new_client(&settings);
     for node in 0..3 {
-        client.handle_connected(NodeId(node), &[format!("first{node}")], t0);
+        client.handle_connected(
+            NodeId(node),
+            &[format!("first{node}")],
+            NodeFacts::default(),
+            t0,
+        );
     }
-    client.handle_connected(NodeId(0), &["first0".to_owned()], t0 + MS);
-    client.handle_connected(NodeId(1), &[], t0 + MS);
+    client.handle_connected(
+        NodeId(0),
+        &["first0".to_owned()],
+        NodeFacts::default(),
+        t0 + MS,
+    );
+    client.handle_connected(NodeId(1), &[], NodeFacts::default(), t0 + MS);
     assert!(drain(&mut client).health.is_empty(), "no restart");
     let op = client.start(acquire(&settings, Attempts::Once, t0 + MS), t0 + MS);
     let attempt = drain(&mut client);
@@ -670,7 +696,12 @@ fn only_a_run_id_gone_is_a_restart_and_reads_count_across_one() {
     let op = client.start(Operation::from(read), t1);
     let reads = drain(&mut client).sent;
     assert_eq!(reads.len(), 3);
-    client.handle_connected(NodeId(2), &["second2".to_owned()], t1 + MS);
+    client.handle_connected(
+        NodeId(2),
+        &["second2".to_owned()],
+        NodeFacts::default(),
+        t1 + MS,
+    );
     assert_eq!(drain(&mut client).health.len(), 1, "node 2 restarted");
     let held = Response::Array(vec![
         Response::Data(b"v".to_vec()),
@@ -741,7 +772,7 @@ fn a_broken_link_is_connected_again_at_once_then_with_a_growing_backoff() {
         );
     }
     // Connected: what it was owed goes, and the backoff starts over.
-    client.handle_connected(NodeId(1), &[], now);
+    client.handle_connected(NodeId(1), &[], NodeFacts::default(), now);
     assert_eq!(client.poll_timeout(), None);
     client.handle_disconnected(NodeId(1), now);
     assert_eq!(drain(&mut client).connects, [NodeId(1)]);
@@ -777,7 +808,7 @@ fn a_closed_client_still_connects_for_what_it_owes() {
     client.handle_reply(on_0[0].0, broken(&on_0[0].1), t1);
     client.handle_disconnected(NodeId(0), t1);
     assert_eq!(drain(&mut client).connects, [NodeId(0)]);
-    client.handle_connected(NodeId(0), &[], t1 + MS);
+    client.handle_connected(NodeId(0), &[], NodeFacts::default(), t1 + MS);
     let resent = drain(&mut client);
     assert_eq!(
         resent.sent.len(),
@@ -1790,6 +1821,51 @@ fn an_observer_ignores_a_late_answer_to_an_earlier_read() {
     assert!(told.is_empty(), "the same leader is no news: {told:?}");
 }
 
+/// Each request goes in the form its node's last connection can take,
+/// picked by the client as it sends it ([`Request::form`]): a plain
+/// command where the server has one, the script by its digest elsewhere;
+/// a node reconnected to another server is sent what that one takes.
+#[test]
+fn each_request_goes_in_the_form_its_nodes_last_connection_can_take() {
+    let settings = settings();
+    let t0 = Instant::now();
+    let mut client = new_client(&settings);
+    let valkey = NodeFacts::new(Server::Valkey, Version(9, 1, 2));
+    let redis = NodeFacts::new(Server::Redis, Version(7, 0, 15));
+    client.handle_connected(NodeId(0), &[], valkey, t0);
+    client.handle_connected(NodeId(2), &[], redis, t0);
+    let op = client.start(acquire(&settings, Attempts::Once, t0), t0);
+    let sent = drain(&mut client).sent;
+    let forms: Vec<Form> = sent.iter().map(|(_, request)| request.form).collect();
+    let set_nx_get = Form::Native(Native::SetNxGet);
+    assert_eq!(forms, [set_nx_get, Form::Digest, set_nx_get]);
+    for (id, request) in &sent {
+        // `SET NX GET` answers nil where it set the key; the script, 1.
+        let granted = match request.form {
+            Form::Native(_) => Response::Nil,
+            _ => Response::Int(1),
+        };
+        client.handle_reply(*id, Reply::to(request, Ok(granted)), t0 + MS);
+    }
+    let mut lock = match drain(&mut client).events.pop() {
+        Some((whose, OpEvent::Acquire(AcquireEvent::Acquired(lock)), true)) if whose == op => lock,
+        other => panic!("not granted: {other:?}"),
+    };
+    // Node 0 comes back as a server that does not say what it is; node 1
+    // as a Valkey with `DELIFEQ`.
+    let t1 = t0 + 10 * MS;
+    client.handle_disconnected(NodeId(0), t1);
+    client.handle_connected(NodeId(0), &[], NodeFacts::default(), t1);
+    client.handle_connected(NodeId(1), &[], valkey, t1);
+    client.start(Operation::release(&mut lock, t1), t1);
+    let sent = drain(&mut client).sent;
+    let forms: Vec<Form> = sent.iter().map(|(_, request)| request.form).collect();
+    assert_eq!(
+        forms,
+        [Form::Digest, Form::Native(Native::DelIfEq), Form::Digest]
+    );
+}
+
 fn noscript(request: &Request) -> Reply {
     failed(
         request,
@@ -1835,7 +1911,10 @@ fn a_request_answered_noscript_is_sent_again_in_full_while_it_is_the_last_for_it
     let again = drain(&mut client).sent;
     assert_eq!(again.len(), 1, "sent again at once");
     let (id, repeat) = &again[0];
-    assert!(repeat.in_full && !sent[0].1.in_full, "in full this time");
+    assert!(
+        repeat.form == Form::InFull && sent[0].1.form == Form::Digest,
+        "in full this time"
+    );
     assert!(!repeat.native, "the script itself, never a plain command");
     assert_eq!(
         (repeat.node, repeat.command),
@@ -1867,7 +1946,7 @@ fn a_request_answered_noscript_is_sent_again_in_full_while_it_is_the_last_for_it
     client.handle_reply(sent[0].0, noscript(&sent[0].1), t2 + 2 * MS);
     let again = drain(&mut client).sent;
     assert!(
-        matches!(&again[..], [(_, repeat)] if repeat.in_full && repeat.command == Command::Release),
+        matches!(&again[..], [(_, repeat)] if repeat.form == Form::InFull && repeat.command == Command::Release),
         "{again:?}"
     );
     // Within its deadline, the repeat makes its node overdue at that
@@ -1996,7 +2075,7 @@ fn a_cluster_node_is_sent_one_request_per_lock_key_at_a_time() {
                 client.handle_reply(node_0.0, noscript(&node_0.1), t1 + 2 * MS);
                 let again = drain(&mut client).sent;
                 assert!(
-                    matches!(&again[..], [(_, repeat)] if repeat.in_full && repeat.node == NodeId(0) && !is_release(&repeat.command)),
+                    matches!(&again[..], [(_, repeat)] if repeat.form == Form::InFull && repeat.node == NodeId(0) && !is_release(&repeat.command)),
                     "the repeat alone, before the release: {again:?}"
                 );
                 client.handle_reply(

@@ -923,7 +923,7 @@ impl Server {
             client: None,
             native: false,
             aof: false,
-            in_full: false,
+            form: Default::default(),
             deadline: std::time::Instant::now(),
             give_up_at: std::time::Instant::now(),
             payload: None,

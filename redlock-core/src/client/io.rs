@@ -6,7 +6,8 @@ use std::time::Instant;
 
 use rand_core::Rng;
 
-use crate::{HealthChange, Key, NodeError, NodeErrorKind, NodeId, Reply};
+use crate::native::NodeFacts;
+use crate::{Form, HealthChange, Key, NodeError, NodeErrorKind, NodeId, Reply};
 
 use super::node::{Link, NodeState};
 use super::notices::NoticeLink;
@@ -17,7 +18,7 @@ impl<R: Rng> Client<R> {
     /// forgotten ([`Output::Forget`]) or unknown is ignored.
     ///
     /// An answer `NOSCRIPT` ([`NodeErrorKind::NoScript`]) sends the request
-    /// again in full ([`Request::in_full`](crate::Request::in_full)) while it is the last request
+    /// again in full ([`Form::InFull`](crate::Form::InFull)) while it is the last request
     /// for its lock key sent to its node: the node runs the repeat after
     /// everything sent before it, as it would have run the first send, and
     /// nothing sent after it for the key can be overtaken. Where a later
@@ -65,7 +66,7 @@ impl<R: Rng> Client<R> {
                 .get_or_insert(now + self.settings.node_timeout());
         }
         if noscript {
-            if last && !flight.request.in_full {
+            if last && flight.request.form != Form::InFull {
                 self.links.send_in_full(&mut self.outputs, flight, now);
                 return;
             }
@@ -92,17 +93,28 @@ impl<R: Rng> Client<R> {
 
     /// Node `node` has a connection again at `now`, to a server that gave
     /// `run_ids` (`INFO server`'s `run_id`; a cluster node's, one per
-    /// master; empty where it did not say): what it is owed is sent at
-    /// once. A run id seen before and gone now means the server restarted
+    /// master; empty where it did not say) and is what `facts` say
+    /// ([`NodeFacts::from_info`]; a cluster node's, the lowest of its
+    /// masters'): each request sent to it from now on goes as a plain
+    /// command where its server has one, as a script otherwise
+    /// ([`Request::form`](crate::Request::form)). What it is owed is sent
+    /// at once. A run id seen before and gone now means the server restarted
     /// under the client, and may have lost locks it granted: its votes do
     /// not count ([`NodeErrorKind::Restarted`]) until the longest TTL this
     /// client knows of has passed (the default TTL, or a longer one it
     /// asked for), with the drift allowance ([`Output::Health`] tells).
-    pub fn handle_connected(&mut self, node: NodeId, run_ids: &[String], now: Instant) {
+    pub fn handle_connected(
+        &mut self,
+        node: NodeId,
+        run_ids: &[String],
+        facts: NodeFacts,
+        now: Instant,
+    ) {
         let ttl = self.links.longest_ttl.max(self.settings.default_ttl());
         let wait = ttl.as_duration() + self.settings.drift(ttl);
         let state = &mut self.links.nodes[node.0];
         state.link = Link::Up;
+        state.facts = facts;
         state.backoff.reset();
         if let Some(wait) = state.connected(run_ids, wait, now) {
             self.outputs

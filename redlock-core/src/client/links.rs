@@ -4,7 +4,8 @@
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::time::Instant;
 
-use crate::{Key, NodeError, NodeId, Request, Ttl};
+use crate::native::Call;
+use crate::{Form, Key, NodeError, NodeId, Request, Ttl};
 
 use super::node::NodeState;
 use super::{OpId, Output, RequestId};
@@ -79,7 +80,7 @@ impl Links {
         now: Instant,
     ) {
         let request = Request {
-            in_full: true,
+            form: Form::InFull,
             // The script itself, not a plain command it may be followed by.
             native: false,
             ..flight.request
@@ -116,13 +117,21 @@ impl Links {
         }
     }
 
+    /// Sends `request` now, in the form its node's last connection can
+    /// take: a repeat in full stays so (and its script is cached by it).
     fn emit<R>(
         &mut self,
         outputs: &mut VecDeque<Output<R>>,
         op: Option<OpId>,
-        request: Request,
+        mut request: Request,
         overdue: bool,
     ) {
+        if request.form != Form::InFull {
+            request.form = match request.call(&self.nodes[request.node.0].facts) {
+                Call::Native(native) => Form::Native(native),
+                Call::Script(_) => Form::Digest,
+            };
+        }
         let id = RequestId(self.next_request);
         self.next_request += 1;
         if let Some(ttl) = request.command.ttl() {

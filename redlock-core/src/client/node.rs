@@ -4,6 +4,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
+use crate::native::NodeFacts;
 use crate::{Backoff, HealthChange, Key, NodeError, NodeHealth, Request};
 
 use super::{OpId, RequestId};
@@ -62,6 +63,10 @@ pub(super) struct NodeState {
     /// A cluster node's requests that wait for their key's turn, with the
     /// operation each is for, in the order they were sent.
     held: HashMap<Key, VecDeque<(Option<OpId>, Request)>>,
+    /// What its server can do, as its last connection found
+    /// (`Client::handle_connected`): each request's form is picked by it
+    /// as the request is sent. Scripts only before the first.
+    pub(super) facts: NodeFacts,
 }
 
 /// The request for one lock key sent last to a node, and how many for
@@ -85,6 +90,7 @@ impl NodeState {
             keys: HashMap::new(),
             cluster,
             held: HashMap::new(),
+            facts: NodeFacts::default(),
         }
     }
 

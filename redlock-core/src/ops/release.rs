@@ -598,6 +598,7 @@ impl Request {
         let undoes = matches!(self.command, Command::Release | Command::Withdraw);
         (deleted_nothing && undoes && reply.node == self.node).then(|| Request {
             native: false,
+            form: crate::Form::Digest,
             ..self.clone()
         })
     }

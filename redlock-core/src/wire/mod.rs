@@ -44,7 +44,7 @@ pub struct Request {
     /// ([`waited`](crate::waited)).
     pub client: Option<LockValue>,
     /// Whether the core may send it as a plain command where the node's
-    /// server has one ([`Request::call`],
+    /// server has one ([`Request::form`],
     /// [`Config::native_commands`](crate::Config::native_commands)).
     pub native: bool,
     /// Whether the node's vote counts only once its append-only file has
@@ -53,13 +53,11 @@ pub struct Request {
     /// (`Command::must_persist`) where
     /// [`Config::wait_for_aof`](crate::Config::wait_for_aof) is on.
     pub aof: bool,
-    /// Whether to send its script in full (`EVAL` of the source) rather
-    /// than by its digest (`EVALSHA`): set by the [`Client`](crate::Client)
-    /// on a request it sends again after the node answered `NOSCRIPT`
-    /// ([`NodeErrorKind::NoScript`](crate::NodeErrorKind::NoScript)), so
-    /// that the repeat cannot meet the same answer (and the node caches the
-    /// script for the requests to come).
-    pub in_full: bool,
+    /// How it goes on the wire ([`words`](Self::words)): chosen by the
+    /// [`Client`](crate::Client) as it sends it, by what the node's server
+    /// has ([`NodeFacts`](crate::native::NodeFacts)); [`Form::Digest`]
+    /// where a request is made.
+    pub form: Form,
     /// When the state machine stops waiting for this node.
     pub deadline: Instant,
     /// When the caller may forget this request unanswered: its
@@ -99,6 +97,51 @@ impl Request {
             give_up_at: self.deadline + ttl.as_duration() + drift,
             ..self
         }
+    }
+
+    /// The command to send, name first, as its [`form`](Self::form)
+    /// says: `EVALSHA digest numkeys keys.. arguments..`, `EVAL` of the
+    /// source in its place, or the plain command's words.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use std::time::Instant;
+    /// use redlock_core::{Argument, Form, scripts};
+    /// # let mut request = redlock_core::Request {
+    /// #     round: redlock_core::RoundId(0), node: redlock_core::NodeId(0),
+    /// #     keys: Arc::from(vec![redlock_core::Key::from("k")]),
+    /// #     value: redlock_core::LockValue::from_string("v".repeat(16)),
+    /// #     kind: redlock_core::LockKind::Exclusive,
+    /// #     command: redlock_core::Command::Release,
+    /// #     client: None, native: false, aof: false, form: Form::Digest, deadline: Instant::now(),
+    /// #     give_up_at: Instant::now(), payload: None,
+    /// # };
+    /// let words = request.words();
+    /// assert_eq!(words[0], Argument::Bytes(b"EVALSHA"));
+    /// let digest = scripts::digest(request.script()).unwrap();
+    /// assert_eq!(words[1], Argument::Bytes(digest.as_bytes()));
+    /// assert_eq!(words[2], Argument::Int(1)); // one key
+    /// request.form = Form::InFull;
+    /// assert_eq!(request.words()[1], Argument::Bytes(request.script().as_bytes()));
+    /// ```
+    pub fn words(&self) -> Vec<Argument<'_>> {
+        let (verb, script): (&[u8], &str) = match self.form {
+            Form::Native(native) => return native.words(self).to_vec(),
+            Form::Digest => (
+                b"EVALSHA",
+                scripts::digest(self.script()).expect("every script of a request is in ALL"),
+            ),
+            Form::InFull => (b"EVAL", self.script()),
+        };
+        let mut words = Vec::with_capacity(3 + self.keys.len() + 6);
+        words.extend([
+            Argument::Bytes(verb),
+            Argument::Bytes(script.as_bytes()),
+            Argument::Int(self.keys.len() as u64),
+        ]);
+        words.extend(self.keys.iter().map(|key| Argument::Bytes(key.as_bytes())));
+        words.extend(self.arguments());
+        words
     }
 
     /// The lock key (the first of [`keys`](Self::keys)).
@@ -317,7 +360,26 @@ pub fn waitaof(requests: &[Request], now: Instant) -> Option<[Argument<'static>;
     ])
 }
 
-/// One script argument.
+/// How a [`Request`] goes on the wire: its script by digest or in full,
+/// or a plain command the node's server has instead.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Form {
+    /// `EVALSHA` of its script's digest: the node loaded the scripts at
+    /// connect.
+    #[default]
+    Digest,
+    /// `EVAL` of its script's source: the node answered `NOSCRIPT`
+    /// ([`NodeErrorKind::NoScript`]), and the [`Client`](crate::Client)
+    /// sends it again where it may, so that the repeat cannot meet the
+    /// same answer (and the node caches the script for the requests to
+    /// come).
+    InFull,
+    /// This plain command ([`native`](crate::native)): its answers mean
+    /// other things ([`Reply::native`]).
+    Native(Native),
+}
+
+/// One word of a command.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Argument<'a> {
     /// Bytes, sent as they are.
@@ -561,18 +623,22 @@ pub struct Reply {
     /// What the node said, or why it could not be asked.
     pub result: Result<Response, NodeError>,
     /// The plain command that was sent instead of the request's script, if
-    /// one was ([`Request::call`]): its answers mean other things.
+    /// one was ([`Request::form`]): its answers mean other things.
     pub native: Option<Native>,
 }
 
 impl Reply {
-    /// The reply to `request` carrying `result`.
+    /// The reply to `request`, sent as its [`form`](Request::form) says,
+    /// carrying `result`.
     pub fn to(request: &Request, result: Result<Response, NodeError>) -> Self {
         Self {
             round: request.round,
             node: request.node,
             result,
-            native: None,
+            native: match request.form {
+                Form::Native(native) => Some(native),
+                Form::Digest | Form::InFull => None,
+            },
         }
     }
 
@@ -594,7 +660,7 @@ impl Reply {
     /// #     value: redlock_core::LockValue::from_string("v".repeat(16)),
     /// #     kind: redlock_core::LockKind::Exclusive,
     /// #     command: redlock_core::Command::StoreToken { token: 7 },
-    /// #     client: None, native: false, aof: true, in_full: false, deadline: Instant::now(),
+    /// #     client: None, native: false, aof: true, form: Default::default(), deadline: Instant::now(),
     /// #     give_up_at: Instant::now(), payload: None,
     /// # };
     /// let granted = Reply::to(&request, Ok(Response::Int(1)));

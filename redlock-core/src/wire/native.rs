@@ -7,9 +7,11 @@
 //! of [`scripts::RELEASE`](crate::scripts::RELEASE)), and needs no script
 //! cache. The adapter reads a node's facts once per connection
 //! ([`NodeFacts::from_info`] on its `INFO server`, again after every
-//! reconnect, since the server may have been upgraded or replaced) and asks
-//! [`Request::call`] what to send; the core decides, and reads the reply
-//! knowing what was sent ([`Reply::via`]).
+//! reconnect, since the server may have been upgraded or replaced) and
+//! gives them to [`Client::handle_connected`](crate::Client::handle_connected);
+//! the client picks each request's [`Form`](crate::Form) as it sends it,
+//! by the facts of the node's last connection, and reads the reply knowing
+//! what was sent ([`Reply::native`]).
 //!
 //! | request | native form | where |
 //! |---|---|---|
@@ -85,7 +87,8 @@ impl fmt::Display for Version {
 }
 
 /// What one node is, as found when its connection was made: the facts the
-/// core picks each request's command by ([`Request::call`]).
+/// client picks each request's form by ([`Request::form`], given with
+/// [`Client::handle_connected`](crate::Client::handle_connected)).
 ///
 /// The default is [`Server::Unknown`]: scripts only, which every supported
 /// server runs.
@@ -360,9 +363,10 @@ impl Native {
         }
     }
 
+    machinery_fn! {
     /// The command's words for `request`, name first, held in place
-    /// (no allocation: every lock and every release sends one of these).
-    pub fn words<'a>(&self, request: &'a Request) -> Words<'a> {
+    /// ([`Request::words`] sends them).
+    fn words<'a>(&self, request: &'a Request) -> Words<'a> {
         let key = Argument::Bytes(request.key().as_bytes());
         let value = Argument::Bytes(request.value.as_bytes());
         match self {
@@ -401,14 +405,17 @@ impl Native {
             }
         }
     }
+    }
 }
 
-/// A plain command's words, name first ([`Native::words`]): a slice
+machinery_item! {
+/// A plain command's words, name first (`Native::words`): a slice
 /// (through `Deref`) held in place, as no command has more than eight.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Words<'a> {
+struct Words<'a> {
     words: [Argument<'a>; Words::MAX],
     len: usize,
+}
 }
 
 impl<'a> Words<'a> {
@@ -432,23 +439,27 @@ impl<'a> std::ops::Deref for Words<'a> {
     }
 }
 
+machinery_item! {
 /// What to send for one request on one node: its script, or a plain
-/// command ([`Request::call`]).
+/// command (`Request::call`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Call {
+enum Call {
     /// `EVALSHA` of this script with the request's keys and
     /// [`arguments`](Request::arguments).
     Script(&'static str),
-    /// This command, with its [`words`](Native::words).
+    /// This command, with its words.
     Native(Native),
+}
 }
 
 impl Request {
+    machinery_fn! {
     /// What to send to this request's node, whose server is `facts`: the
     /// core's one choice between a script and a plain command (see the
-    /// table in [`native`](crate::native)). Feed the answer back with
-    /// [`Reply::via`].
-    pub fn call(&self, facts: &NodeFacts) -> Call {
+    /// table in [`native`](crate::native)), which the
+    /// [`Client`](crate::Client) makes as it sends the request
+    /// ([`Request::form`]).
+    fn call(&self, facts: &NodeFacts) -> Call {
         if !self.native {
             return Call::Script(self.script());
         }
@@ -478,6 +489,7 @@ impl Request {
             _ => Call::Script(self.script()),
         }
     }
+    }
 
     /// Whether this is an exclusive lock's release that names the waiters'
     /// marks next to its key (`[key, waiters, others]`, or a permit's
@@ -494,8 +506,9 @@ impl Request {
 }
 
 impl Reply {
+    machinery_fn! {
     /// The reply to `request`, which was sent as `call`.
-    pub fn via(request: &Request, call: Call, result: Result<Response, crate::NodeError>) -> Self {
+    fn via(request: &Request, call: Call, result: Result<Response, crate::NodeError>) -> Self {
         Self {
             native: match call {
                 Call::Script(_) => None,
@@ -503,6 +516,7 @@ impl Reply {
             },
             ..Reply::to(request, result)
         }
+    }
     }
 }
 

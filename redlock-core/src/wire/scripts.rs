@@ -693,6 +693,26 @@ pub const ALL: [&str; 26] = [
     READ_LEADER,
 ];
 
+/// The SHA1 digest of `script`, in hex, as `EVALSHA` and `SCRIPT LOAD`
+/// name it: computed once for every script of [`ALL`]; `None` for any
+/// other text.
+///
+/// ```
+/// use redlock_core::scripts;
+/// assert_eq!(scripts::digest(scripts::RELEASE).map(str::len), Some(40));
+/// assert_eq!(scripts::digest("return 1"), None);
+/// ```
+pub fn digest(script: &str) -> Option<&'static str> {
+    static DIGESTS: std::sync::LazyLock<[String; ALL.len()]> = std::sync::LazyLock::new(|| {
+        ALL.map(|script| sha1_smol::Sha1::from(script).digest().to_string())
+    });
+    ALL.iter()
+        // The core hands out its own constants: the pointer check finds
+        // them without comparing the texts of a dozen scripts.
+        .position(|known| std::ptr::eq(*known, script) || *known == script)
+        .map(|index| DIGESTS[index].as_str())
+}
+
 pub use crate::wire::election_scripts::{PROCLAIM, READ_LEADER};
 pub use crate::wire::fair_scripts::{FAIR_ACQUIRE, FAIR_RELEASE};
 pub use crate::wire::semaphore_scripts::{

@@ -23,9 +23,9 @@ mod redis;
 
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use redlock_core::native::{Call, NodeFacts, Server, Version};
+use redlock_core::native::{NodeFacts, Server, Version};
 use redlock_core::{
-    AcquireEvent, Attempts, Client, Config, ElectionTiming, KeepAlive, KeptLockEvent, Key,
+    AcquireEvent, Attempts, Client, Config, ElectionTiming, Form, KeepAlive, KeptLockEvent, Key,
     LeadershipLoss, Lock, LockSpec, LossReason, NodeError, NodeErrorKind, NodeId, OpEvent, OpId,
     Operation, Output, Reply, Request, RequestId, RetryConfig, Settings, Term, TermEvent,
 };
@@ -429,16 +429,16 @@ impl Node {
     }
 
     /// Runs one request the way this node's server would: the plain
-    /// command the core picks for it, or the script (from the contracts in
+    /// command the client picked for it by the facts it was given
+    /// (`handle_connected`), or the script (from the contracts in
     /// `scripts`). Returns the reply marked with what was run.
     fn run(&mut self, now: Duration, request: &Request) -> Reply {
         let clock = self.clock(now);
-        let call = request.call(&self.facts);
-        let response = match call {
-            Call::Script(_) => self.store.run(clock, request),
-            Call::Native(native) => self.store.run_native(clock, request, native),
+        let response = match request.form {
+            Form::Native(native) => self.store.run_native(clock, request, native),
+            Form::Digest | Form::InFull => self.store.run(clock, request),
         };
-        Reply::via(request, call, Ok(response))
+        Reply::to(request, Ok(response))
     }
 }
 
@@ -602,7 +602,7 @@ impl World {
         for c in &mut world.clients {
             for (index, node) in world.nodes.iter().enumerate() {
                 c.core
-                    .handle_connected(NodeId(index), &[node.run_id(index)], start);
+                    .handle_connected(NodeId(index), &[node.run_id(index)], node.facts, start);
             }
         }
         for client in 0..world.clients.len() {
@@ -780,7 +780,7 @@ impl World {
                     self.outcome.reconnects += 1;
                     c.conn[node] = Some(n.runs);
                     c.core
-                        .handle_connected(NodeId(node), &[n.run_id(node)], now);
+                        .handle_connected(NodeId(node), &[n.run_id(node)], n.facts, now);
                 } else {
                     self.outcome.failed_connects += 1;
                     c.core.handle_connect_failed(NodeId(node), now);

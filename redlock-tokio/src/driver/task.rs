@@ -7,6 +7,7 @@ use std::sync::Arc;
 use futures::StreamExt;
 use futures::future::{AbortHandle, Abortable, BoxFuture};
 use futures::stream::FuturesUnordered;
+use redlock_core::native::NodeFacts;
 use redlock_core::{
     Client, NodeError, NodeErrorKind, NodeId, OpId, Output, Reply, Request, RequestId,
 };
@@ -59,9 +60,9 @@ pub(super) struct Task {
     driver: std::sync::Weak<super::Driver>,
 }
 
-/// A connection attempt to a node, by its index: the server's run ids, or
-/// why it failed.
-type Attempt = BoxFuture<'static, (usize, Result<Vec<String>, NodeError>)>;
+/// A connection attempt to a node, by its index: the server's run ids and
+/// facts, or why it failed.
+type Attempt = BoxFuture<'static, (usize, Result<(Vec<String>, NodeFacts), NodeError>)>;
 
 /// Requests sent to one node in one turn, with their names.
 struct Flight {
@@ -157,7 +158,7 @@ impl Task {
                 Some((node, result)) = self.connecting.next(), if !self.connecting.is_empty() => {
                     let now = crate::sim::now();
                     match result {
-                        Ok(run_ids) => self.client.handle_connected(NodeId(node), &run_ids, now),
+                        Ok((run_ids, facts)) => self.client.handle_connected(NodeId(node), &run_ids, facts, now),
                         Err(_) => self.client.handle_connect_failed(NodeId(node), now),
                     }
                 }
@@ -309,14 +310,15 @@ impl Task {
     }
 
     /// Tells the core, as the task starts, which nodes are connected (with
-    /// their servers' run ids) and which are not: the core asks for a
+    /// their servers' run ids and facts) and which are not: the core asks for a
     /// connection to those.
     fn links_at_start(&mut self, now: std::time::Instant) {
         for (index, node) in self.shared.nodes.iter().enumerate() {
             self.breaks[index] = node.breaks();
             if node.is_connected() {
+                let (run_ids, facts) = node.server();
                 self.client
-                    .handle_connected(NodeId(index), &node.run_ids(), now);
+                    .handle_connected(NodeId(index), &run_ids, facts, now);
             } else {
                 self.client.handle_disconnected(NodeId(index), now);
             }

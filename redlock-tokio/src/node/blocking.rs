@@ -29,11 +29,11 @@ use std::sync::PoisonError;
 use std::sync::atomic::Ordering;
 
 use redis::Value;
-use redlock_core::Request;
+use redlock_core::{Form, Request};
 use tracing::{debug, info, warn};
 
 use super::Node;
-use super::encode::script_call;
+use super::encode;
 use super::reply::map_error;
 
 /// A plain blocking connection, for releases sent when no runtime can send
@@ -107,7 +107,13 @@ impl Node {
         if self.blocking_gave_up.load(Ordering::Relaxed) || !check_may_block("a blocking release") {
             return;
         }
-        let command = script_call("EVAL", request.script(), request);
+        // In full: a blocking connection meets no `NOSCRIPT`, which
+        // nobody would be there to answer.
+        let in_full = Request {
+            form: Form::InFull,
+            ..request.clone()
+        };
+        let command = encode::command(&in_full.words());
         let mut blocking = self.blocking.lock().unwrap_or_else(PoisonError::into_inner);
         let sent = (|| -> redis::RedisResult<()> {
             let connection = match &mut blocking.connection {

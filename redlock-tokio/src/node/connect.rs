@@ -10,11 +10,10 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
 use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, Value};
 use redlock_core::native::NodeFacts;
-use redlock_core::{NodeError, NodeErrorKind};
+use redlock_core::{NodeError, NodeErrorKind, scripts};
 use tracing::{debug, info, warn};
 
 use super::reply::map_error;
-use super::scripts::SCRIPTS;
 use super::{Node, connection_config};
 use crate::sim::Simulation;
 
@@ -56,9 +55,9 @@ impl ConnectionLike for Connection {
 /// A connection made, and what its server turned out to be.
 pub(crate) struct Connected {
     pub(super) connection: Connection,
-    /// Read from `INFO server` on this connection: after a reconnect the
-    /// server may be another version (upgraded, replaced), so the facts go
-    /// with the connection, never with the node.
+    /// Read from `INFO server` on this connection, for the core, which
+    /// picks each request's form by them: after a reconnect the server may
+    /// be another version (upgraded, replaced).
     pub(super) facts: NodeFacts,
     /// The server's eviction policy, when it may evict lock keys
     /// ([`redlock_core::native::evicting_policy`], from `INFO memory`); a cluster
@@ -88,7 +87,7 @@ pub(crate) struct Connected {
 impl Node {
     /// Connects and loads the scripts, within the connect timeout, and reads
     /// what the server is ([`NodeFacts`], from `INFO server`: the core picks
-    /// each request's command by them), with the server's `run_id` (from
+    /// each request's form by them), with the server's `run_id` (from
     /// the same reply), which tells two addresses of one server apart from
     /// two servers, and a restart from a reconnect; none when the server
     /// does not say (INFO refused by an ACL, a Redis-compatible server),
@@ -118,12 +117,12 @@ impl Node {
             // loads them all, and steady state is one EVALSHA per request.
             // (Separate commands rather than a pipeline, whose errors lose
             // their code, such as NOAUTH.)
-            let loads = SCRIPTS.iter().map(|script| {
+            let loads = scripts::ALL.iter().map(|script| {
                 let mut connection = connection.clone();
                 async move {
                     redis::cmd("SCRIPT")
                         .arg("LOAD")
-                        .arg(script.source)
+                        .arg(*script)
                         .query_async::<String>(&mut connection)
                         .await
                 }
@@ -179,8 +178,8 @@ impl Node {
                 .unwrap_or_default();
             let no_waitaof =
                 redlock_core::native::waitaof_refusal(&facts, &persistence, appendfsync.as_deref());
-            let expected: Vec<&str> = SCRIPTS.iter().map(|s| s.sha.as_str()).collect();
-            if shas != expected {
+            let expected = scripts::ALL.iter().map(|script| scripts::digest(script));
+            if !shas.iter().map(|sha| Some(sha.as_str())).eq(expected) {
                 return Err(NodeError::new(
                     NodeErrorKind::Protocol,
                     "SCRIPT LOAD returned other SHA1 digests than the scripts have \
@@ -243,11 +242,11 @@ impl Node {
                 .get_async_connection()
                 .await
                 .map_err(|err| map_error(&err))?;
-            let loads = SCRIPTS.iter().map(|script| {
+            let loads = scripts::ALL.iter().map(|script| {
                 let mut connection = connection.clone();
                 async move {
                     let mut load = redis::cmd("SCRIPT");
-                    load.arg("LOAD").arg(script.source);
+                    load.arg("LOAD").arg(*script);
                     // Every node, replicas too: a failover then finds the
                     // scripts in place.
                     connection
@@ -376,10 +375,12 @@ impl Node {
 impl Node {
     /// One connection attempt, as the core asked
     /// ([`Output::Connect`](redlock_core::Output::Connect)): on success the
-    /// node is up again and the server's run ids are returned, for the
-    /// core; on failure the error stays with the node, for the requests
-    /// that meet it down, and is returned.
-    pub(crate) async fn reconnect(self: std::sync::Arc<Self>) -> Result<Vec<String>, NodeError> {
+    /// node is up again and the server's run ids and facts are returned,
+    /// for the core; on failure the error stays with the node, for the
+    /// requests that meet it down, and is returned.
+    pub(crate) async fn reconnect(
+        self: std::sync::Arc<Self>,
+    ) -> Result<(Vec<String>, NodeFacts), NodeError> {
         if self.closed.load(std::sync::atomic::Ordering::Relaxed) {
             return Err(NodeError::new(
                 NodeErrorKind::Connection,
@@ -404,9 +405,9 @@ impl Node {
                     );
                 }
                 self.note_persistence(&connected);
-                let run_ids = connected.run_ids.clone();
+                let found = (connected.run_ids.clone(), connected.facts);
                 self.set_link(Ok(connected));
-                Ok(run_ids)
+                Ok(found)
             }
             Err(error) => {
                 debug!(node = %self.name, error = %error, "reconnection failed");
@@ -450,5 +451,15 @@ mod tests {
         let info = "# Server\r\nuptime_in_seconds:3725\r\nuptime_in_days:0\r\n";
         assert_eq!(uptime(info), Some(Duration::from_secs(3725)));
         assert_eq!(uptime("# Server\r\n"), None);
+    }
+
+    #[test]
+    fn the_cores_digests_are_the_ones_redis_names_the_scripts_by() {
+        for script in scripts::ALL {
+            assert_eq!(
+                scripts::digest(script),
+                Some(redis::Script::new(script).get_hash())
+            );
+        }
     }
 }

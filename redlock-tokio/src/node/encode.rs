@@ -1,10 +1,13 @@
-//! Encoding the core's requests as Redis commands, each sized up front.
+//! Encoding the core's commands for the `redis` crate, each sized up front.
 
-use redlock_core::{Argument, Request};
+use redlock_core::Argument;
+#[cfg(doc)]
+use redlock_core::Request;
 
-/// The plain command of `words` (name first), sized up front as
-/// [`script_call`] is.
-pub(super) fn plain(words: &[Argument<'_>]) -> redis::Cmd {
+/// The command of `words` (name first, [`Request::words`]), sized up
+/// front: growing its buffers argument by argument (reallocating at 8, 16,
+/// 32, ... bytes) cost more than all the rest of building it.
+pub(super) fn command(words: &[Argument<'_>]) -> redis::Cmd {
     let bytes = words
         .iter()
         .map(|word| match word {
@@ -20,35 +23,4 @@ pub(super) fn plain(words: &[Argument<'_>]) -> redis::Cmd {
         };
     }
     command
-}
-
-/// `EVALSHA sha` or `EVAL source` (`verb`, `script`) for `request`.
-pub(super) fn script_call(verb: &str, script: &str, request: &Request) -> redis::Cmd {
-    // Sized up front: growing the command's buffers argument by argument
-    // (reallocating at 8, 16, 32, ... bytes) cost more than all the rest of
-    // building it.
-    let arguments = request.arguments().count();
-    let bytes = verb.len()
-        + script.len()
-        + 3 // the key count
-        + request.keys.iter().map(|key| key.as_bytes().len()).sum::<usize>()
-        + request
-            .arguments()
-            .map(|argument| match argument {
-                Argument::Bytes(bytes) => bytes.len(),
-                Argument::Int(_) => 20,
-            })
-            .sum::<usize>();
-    let mut call = redis::Cmd::with_capacity(3 + request.keys.len() + arguments, bytes);
-    call.arg(verb).arg(script).arg(request.keys.len());
-    for key in request.keys.iter() {
-        call.arg(key.as_bytes());
-    }
-    for argument in request.arguments() {
-        match argument {
-            Argument::Bytes(bytes) => call.arg(bytes),
-            Argument::Int(number) => call.arg(number),
-        };
-    }
-    call
 }

@@ -1,23 +1,20 @@
-//! Running one request on a node: the command the core picks for the
-//! server, its answer as a `Response`, and which node errors are logged how.
+//! Running one request on a node: its command in the form the core
+//! picked, its answer as a `Response`, and which node errors are logged how.
 
 use std::sync::Arc;
 
 use redis::aio::ConnectionLike;
 use redis::{RedisError, Value};
-use redlock_core::native::Call;
 use redlock_core::{NodeError, NodeErrorKind, Reply, Request, Response};
 use tracing::{debug, warn};
 
 use super::Node;
-use super::encode::plain;
+use super::encode::command;
 use super::reply::{map_error, map_value};
-use super::scripts::script_command;
 
 impl Node {
-    /// Runs one request as the core says for this connection's server
-    /// ([`Request::call`]): a plain command, or `EVALSHA` of its script, and
-    /// returns the reply marked with what was sent. A `NOSCRIPT` answer (the
+    /// Runs one request in the form the core picked for it
+    /// ([`Request::words`]), and returns the reply. A `NOSCRIPT` answer (the
     /// node lost its script cache: `SCRIPT FLUSH`, or a restart behind a
     /// proxy that kept our connection) goes back to the core like any
     /// other, which sends the request again in full where it may.
@@ -52,7 +49,7 @@ impl Node {
     /// it is covered by one more `WAITAOF` after the batch.
     pub(crate) async fn execute_many(self: &Arc<Self>, requests: &[Request]) -> Vec<Reply> {
         debug_assert!(self.cluster.is_none(), "a cluster node routes each request");
-        let (mut connection, facts, generation) = match self.connection() {
+        let (mut connection, generation) = match self.connection() {
             Ok(link) => link,
             Err(error) => {
                 return requests
@@ -61,16 +58,9 @@ impl Node {
                     .collect();
             }
         };
-        let calls: Vec<Call> = requests
-            .iter()
-            .map(|request| request.call(&facts))
-            .collect();
         let mut pipeline = redis::Pipeline::with_capacity(requests.len());
-        for (request, call) in requests.iter().zip(&calls) {
-            pipeline.add_command(match call {
-                Call::Script(script) => script_command(request, script),
-                Call::Native(native) => plain(&native.words(request)),
-            });
+        for request in requests {
+            pipeline.add_command(command(&request.words()));
         }
         // The clock is read only for a batch that waits.
         let waitaof = requests
@@ -80,7 +70,7 @@ impl Node {
             .flatten();
         let waits = waitaof.is_some();
         if let Some(words) = &waitaof {
-            pipeline.add_command(plain(words));
+            pipeline.add_command(command(words));
         }
         let count = requests.len() + usize::from(waits);
         let answers = connection.req_packed_commands(&pipeline, 0, count).await;
@@ -104,9 +94,8 @@ impl Node {
         };
         let mut late = false;
         let mut replies = Vec::with_capacity(requests.len());
-        for ((request, call), answer) in requests.iter().zip(calls).zip(answers) {
-            let result = self.finish(request, generation, answer);
-            let reply = Reply::via(request, call, result);
+        for (request, answer) in requests.iter().zip(answers) {
+            let reply = Reply::to(request, self.finish(request, generation, answer));
             replies.push(match request.follow_up(&reply) {
                 Some(next) => {
                     late = true;
@@ -116,7 +105,7 @@ impl Node {
             });
         }
         if late && let Some(words) = redlock_core::waitaof(requests, crate::sim::now()) {
-            let again = plain(&words).query_async::<Value>(&mut connection).await;
+            let again = command(&words).query_async::<Value>(&mut connection).await;
             on_disk = Some(aof_answer(again));
         }
         match on_disk {
@@ -131,17 +120,14 @@ impl Node {
 
     /// [`execute`](Self::execute) without the follow-up.
     async fn execute_once(self: &Arc<Self>, request: &Request) -> Reply {
-        let (mut connection, facts, generation) = match self.connection() {
+        let (mut connection, generation) = match self.connection() {
             Ok(link) => link,
             Err(error) => return Reply::to(request, Err(error)),
         };
-        let call = request.call(&facts);
-        let command = match call {
-            Call::Script(script) => script_command(request, script),
-            Call::Native(native) => plain(&native.words(request)),
-        };
-        let result = command.query_async::<Value>(&mut connection).await;
-        Reply::via(request, call, self.finish(request, generation, result))
+        let result = command(&request.words())
+            .query_async::<Value>(&mut connection)
+            .await;
+        Reply::to(request, self.finish(request, generation, result))
     }
 
     /// The node's answer as a `Response`; an error that leaves the

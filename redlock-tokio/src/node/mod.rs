@@ -25,7 +25,6 @@ mod connect;
 mod encode;
 mod execute;
 mod reply;
-mod scripts;
 pub(crate) mod server;
 #[cfg(feature = "tls")]
 pub(crate) mod tls;
@@ -51,7 +50,6 @@ pub(crate) use reply::map_error;
 enum Link {
     Up {
         connection: Connection,
-        facts: NodeFacts,
         generation: u64,
     },
     /// No connection: the driver makes one when the core asks.
@@ -299,7 +297,6 @@ impl Node {
         state.generation += 1;
         state.link = Link::Up {
             connection: connected.connection,
-            facts: connected.facts,
             generation: state.generation,
         };
         state.run_ids = connected.run_ids;
@@ -317,9 +314,12 @@ impl Node {
         drop(state);
     }
 
-    /// The run ids of the server the last connection reached.
-    pub(crate) fn run_ids(&self) -> Vec<String> {
-        self.lock_state().run_ids.clone()
+    /// The run ids and facts of the server the last connection reached,
+    /// for the core ([`Client::handle_connected`](redlock_core::Client::handle_connected)).
+    pub(crate) fn server(&self) -> (Vec<String>, NodeFacts) {
+        let state = self.lock_state();
+        let facts = state.seen.as_ref().map(|seen| seen.facts);
+        (state.run_ids.clone(), facts.unwrap_or_default())
     }
 
     /// What the last connection found the server to be.
@@ -340,15 +340,14 @@ impl Node {
         }
     }
 
-    /// The connection to use, its server's facts and its generation, or
-    /// the reason there is none.
-    fn connection(&self) -> Result<(Connection, NodeFacts, u64), NodeError> {
+    /// The connection to use and its generation, or the reason there is
+    /// none.
+    fn connection(&self) -> Result<(Connection, u64), NodeError> {
         match &self.lock_state().link {
             Link::Up {
                 connection,
-                facts,
                 generation,
-            } => Ok((connection.clone(), *facts, *generation)),
+            } => Ok((connection.clone(), *generation)),
             Link::Down { error } => Err(NodeError::new(
                 error.kind,
                 format!("not connected; last error: {}", error.detail),

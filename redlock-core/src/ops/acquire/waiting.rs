@@ -205,7 +205,7 @@ impl<R: Rng> Acquisition<R> {
                 client: self.settings.client_tag().cloned(),
                 native: false,
                 aof: false,
-                in_full: false,
+                form: Default::default(),
                 deadline,
                 give_up_at: deadline,
                 payload: None,
