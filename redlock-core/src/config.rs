@@ -11,7 +11,9 @@ use std::time::Duration;
 use crate::error::ConfigError;
 
 mod keys;
+mod servers;
 pub(crate) use keys::{held_keys, release_channel, release_channels};
+pub use servers::Connected;
 
 use crate::Ttl;
 use crate::limits::{MAX_TTL_MS, MAX_VALUE_LEN, MIN_VALIDITY, MIN_VALUE_LEN};
@@ -97,6 +99,33 @@ pub struct Config {
     /// setting is changed while connected, at the cost of the sync no
     /// longer being shared between batches (see `docs/durability.md`).
     pub wait_for_aof: bool,
+    /// Whether the client takes servers that may evict lock keys under
+    /// memory pressure (a `maxmemory-policy` other than `noeviction`):
+    /// refused at start ([`ConfigError::EvictingServer`]) and said at each
+    /// connection otherwise ([`HealthChange::MayEvict`](crate::HealthChange::MayEvict)).
+    /// Default false.
+    pub allow_eviction: bool,
+    /// What the client does with a server that may lose the locks it
+    /// granted when it restarts ([`WeakPersistence`]). Default
+    /// [`WeakPersistence::Warn`].
+    pub weak_persistence: WeakPersistence,
+}
+
+/// What a client does with a server that may lose the locks it granted
+/// when it restarts (no AOF, or `appendfsync` other than `always`:
+/// [`weak_persistence`](crate::native::weak_persistence)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WeakPersistence {
+    /// Said once per server ([`HealthChange::MayLoseLocks`](crate::HealthChange::MayLoseLocks)),
+    /// naming what it lacks.
+    #[default]
+    Warn,
+    /// Refused at start ([`ConfigError::WeakPersistence`]); a server
+    /// reached only later is said once, as with `Warn`.
+    Refuse,
+    /// Nothing is said.
+    Accept,
 }
 
 impl Default for Config {
@@ -114,6 +143,8 @@ impl Default for Config {
             release_notices: true,
             native_commands: true,
             wait_for_aof: false,
+            allow_eviction: false,
+            weak_persistence: WeakPersistence::Warn,
         }
     }
 }
@@ -263,6 +294,20 @@ impl Config {
         self
     }
 
+    /// Sets [`allow_eviction`](Self::allow_eviction).
+    #[must_use]
+    pub fn allow_eviction(mut self, allowed: bool) -> Self {
+        self.allow_eviction = allowed;
+        self
+    }
+
+    /// Sets [`weak_persistence`](Self::weak_persistence).
+    #[must_use]
+    pub fn weak_persistence(mut self, policy: WeakPersistence) -> Self {
+        self.weak_persistence = policy;
+        self
+    }
+
     /// Checks every option once and returns the settings the state machines use.
     pub fn validate(self) -> Result<Settings, ConfigError> {
         if self.nodes.is_empty() {
@@ -309,6 +354,8 @@ impl Config {
             release_notices: self.release_notices,
             native_commands: self.native_commands,
             wait_for_aof: self.wait_for_aof,
+            allow_eviction: self.allow_eviction,
+            weak_persistence: self.weak_persistence,
             cluster_nodes: std::sync::Arc::from([]),
             client_tag: None,
         };
@@ -348,6 +395,8 @@ pub struct Settings {
     release_notices: bool,
     native_commands: bool,
     wait_for_aof: bool,
+    allow_eviction: bool,
+    weak_persistence: WeakPersistence,
     /// The nodes that are each a Redis Cluster, in order (see
     /// [`with_cluster_nodes`](Self::with_cluster_nodes)).
     cluster_nodes: std::sync::Arc<[usize]>,
@@ -446,6 +495,18 @@ impl Settings {
     /// ([`Config::wait_for_aof`]).
     pub fn wait_for_aof(&self) -> bool {
         self.wait_for_aof
+    }
+
+    /// Whether servers that may evict lock keys are taken
+    /// ([`Config::allow_eviction`]).
+    pub fn allow_eviction(&self) -> bool {
+        self.allow_eviction
+    }
+
+    /// What is done with servers that may lose locks when they restart
+    /// ([`Config::weak_persistence`]).
+    pub fn weak_persistence(&self) -> WeakPersistence {
+        self.weak_persistence
     }
 
     /// Votes needed to hold a lock: N/2 + 1.

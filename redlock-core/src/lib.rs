@@ -194,7 +194,7 @@ mod wire;
 
 pub use client::health::{HealthChange, SLOW_AFTER};
 pub use client::{Client, OpEvent, OpId, Operation, Output, RequestId};
-pub use config::{Config, RetryConfig, Settings};
+pub use config::{Config, Connected, RetryConfig, Settings, WeakPersistence};
 pub use error::{AcquireError, ConfigError, ExtendError};
 pub use limits::{FIXED_DRIFT, MAX_TTL_MS, MAX_VALUE_LEN, MIN_VALIDITY, MIN_VALUE_LEN};
 pub use ops::acquire::AcquireEvent;

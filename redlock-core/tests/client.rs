@@ -16,9 +16,9 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use redlock_core::native::{Native, NodeFacts, Server, Version};
 use redlock_core::{
-    AcquireEvent, Acquisition, Attempts, Client, Command, Form, HealthChange, LockKind, NodeError,
-    NodeErrorKind, NodeId, OpEvent, OpId, Operation, Output, Reply, Request, RequestId, Response,
-    Settings,
+    AcquireEvent, Acquisition, Attempts, Client, Command, Connected, Form, HealthChange, LockKind,
+    NodeError, NodeErrorKind, NodeId, OpEvent, OpId, Operation, Output, Reply, Request, RequestId,
+    Response, Settings,
 };
 use support::{MS, three_nodes};
 
@@ -110,6 +110,15 @@ fn assert_catches(bug: redlock_core::planted::Bug, test: fn()) {
     let caught = std::panic::catch_unwind(test);
     redlock_core::planted::set(None);
     assert!(caught.is_err(), "the planted bug {bug:?} went unnoticed");
+}
+
+/// What a connection found: a server of these run ids and facts.
+fn found(run_ids: &[String], facts: NodeFacts) -> Connected {
+    Connected {
+        run_ids: run_ids.to_vec(),
+        facts,
+        ..Connected::default()
+    }
 }
 
 /// The reply to `request`: the node failed it with `kind`.
@@ -304,7 +313,7 @@ fn a_release_that_meets_a_broken_connection_is_sent_again_until_it_is_given_up()
     assert!(out.sent.is_empty(), "not again at once");
     assert!(!client.is_idle(), "owed to node 0");
     // The node connects again: the release goes at once.
-    client.handle_connected(NodeId(0), &[], NodeFacts::default(), t1 + 5 * MS);
+    client.handle_connected(NodeId(0), &found(&[], NodeFacts::default()), t1 + 5 * MS);
     let out = drain(&mut client);
     assert_eq!(out.sent.len(), 1);
     assert_eq!(
@@ -552,8 +561,7 @@ fn a_restarted_server_does_not_vote_until_the_longest_ttl_has_passed() {
     for node in 0..3 {
         client.handle_connected(
             NodeId(node),
-            &[format!("first{node}")],
-            NodeFacts::default(),
+            &found(&[format!("first{node}")], NodeFacts::default()),
             t0,
         );
     }
@@ -567,8 +575,7 @@ fn a_restarted_server_does_not_vote_until_the_longest_ttl_has_passed() {
     assert_eq!(attempt.sent.len(), 3);
     client.handle_connected(
         NodeId(0),
-        &["second0".to_owned()],
-        NodeFacts::default(),
+        &found(&["second0".to_owned()], NodeFacts::default()),
         t0 + MS,
     );
     let out = drain(&mut client);
@@ -601,8 +608,7 @@ fn a_restarted_server_does_not_vote_until_the_longest_ttl_has_passed() {
     // node of three is no quorum.
     client.handle_connected(
         NodeId(1),
-        &["second1".to_owned()],
-        NodeFacts::default(),
+        &found(&["second1".to_owned()], NodeFacts::default()),
         t1 + 2 * MS,
     );
     let t2 = t1 + 3 * MS;
@@ -668,18 +674,16 @@ fn only_a_run_id_gone_is_a_restart_and_reads_count_across_one() {
     for node in 0..3 {
         client.handle_connected(
             NodeId(node),
-            &[format!("first{node}")],
-            NodeFacts::default(),
+            &found(&[format!("first{node}")], NodeFacts::default()),
             t0,
         );
     }
     client.handle_connected(
         NodeId(0),
-        &["first0".to_owned()],
-        NodeFacts::default(),
+        &found(&["first0".to_owned()], NodeFacts::default()),
         t0 + MS,
     );
-    client.handle_connected(NodeId(1), &[], NodeFacts::default(), t0 + MS);
+    client.handle_connected(NodeId(1), &found(&[], NodeFacts::default()), t0 + MS);
     assert!(drain(&mut client).health.is_empty(), "no restart");
     let op = client.start(acquire(&settings, Attempts::Once, t0 + MS), t0 + MS);
     let attempt = drain(&mut client);
@@ -698,8 +702,7 @@ fn only_a_run_id_gone_is_a_restart_and_reads_count_across_one() {
     assert_eq!(reads.len(), 3);
     client.handle_connected(
         NodeId(2),
-        &["second2".to_owned()],
-        NodeFacts::default(),
+        &found(&["second2".to_owned()], NodeFacts::default()),
         t1 + MS,
     );
     assert_eq!(drain(&mut client).health.len(), 1, "node 2 restarted");
@@ -772,7 +775,7 @@ fn a_broken_link_is_connected_again_at_once_then_with_a_growing_backoff() {
         );
     }
     // Connected: what it was owed goes, and the backoff starts over.
-    client.handle_connected(NodeId(1), &[], NodeFacts::default(), now);
+    client.handle_connected(NodeId(1), &found(&[], NodeFacts::default()), now);
     assert_eq!(client.poll_timeout(), None);
     client.handle_disconnected(NodeId(1), now);
     assert_eq!(drain(&mut client).connects, [NodeId(1)]);
@@ -808,7 +811,7 @@ fn a_closed_client_still_connects_for_what_it_owes() {
     client.handle_reply(on_0[0].0, broken(&on_0[0].1), t1);
     client.handle_disconnected(NodeId(0), t1);
     assert_eq!(drain(&mut client).connects, [NodeId(0)]);
-    client.handle_connected(NodeId(0), &[], NodeFacts::default(), t1 + MS);
+    client.handle_connected(NodeId(0), &found(&[], NodeFacts::default()), t1 + MS);
     let resent = drain(&mut client);
     assert_eq!(
         resent.sent.len(),
@@ -1832,8 +1835,8 @@ fn each_request_goes_in_the_form_its_nodes_last_connection_can_take() {
     let mut client = new_client(&settings);
     let valkey = NodeFacts::new(Server::Valkey, Version(9, 1, 2));
     let redis = NodeFacts::new(Server::Redis, Version(7, 0, 15));
-    client.handle_connected(NodeId(0), &[], valkey, t0);
-    client.handle_connected(NodeId(2), &[], redis, t0);
+    client.handle_connected(NodeId(0), &found(&[], valkey), t0);
+    client.handle_connected(NodeId(2), &found(&[], redis), t0);
     let op = client.start(acquire(&settings, Attempts::Once, t0), t0);
     let sent = drain(&mut client).sent;
     let forms: Vec<Form> = sent.iter().map(|(_, request)| request.form).collect();
@@ -1855,8 +1858,8 @@ fn each_request_goes_in_the_form_its_nodes_last_connection_can_take() {
     // as a Valkey with `DELIFEQ`.
     let t1 = t0 + 10 * MS;
     client.handle_disconnected(NodeId(0), t1);
-    client.handle_connected(NodeId(0), &[], NodeFacts::default(), t1);
-    client.handle_connected(NodeId(1), &[], valkey, t1);
+    client.handle_connected(NodeId(0), &found(&[], NodeFacts::default()), t1);
+    client.handle_connected(NodeId(1), &found(&[], valkey), t1);
     client.start(Operation::release(&mut lock, t1), t1);
     let sent = drain(&mut client).sent;
     let forms: Vec<Form> = sent.iter().map(|(_, request)| request.form).collect();
@@ -1864,6 +1867,46 @@ fn each_request_goes_in_the_form_its_nodes_last_connection_can_take() {
         forms,
         [Form::Digest, Form::Native(Native::DelIfEq), Form::Digest]
     );
+}
+
+/// A server that may evict lock keys is said at each connection, unless
+/// the settings allow eviction; one that may lose locks at a restart, once
+/// per node, unless they accept it.
+#[test]
+fn servers_that_may_lose_locks_are_said_as_the_settings_ask() {
+    use redlock_core::{Config, WeakPersistence};
+    let t0 = Instant::now();
+    let risky = Connected {
+        evicting: Some("allkeys-lru".to_owned()),
+        weak_persistence: Some("appendonly no".to_owned()),
+        ..Connected::default()
+    };
+    let said = |config: Config| {
+        let settings = Arc::new(config.validate().unwrap());
+        let mut client = new_client(&settings);
+        let mut health = Vec::new();
+        for at in 0..2 {
+            client.handle_connected(NodeId(1), &risky, t0 + at * MS);
+            client.handle_disconnected(NodeId(1), t0 + at * MS);
+            health.extend(drain(&mut client).health);
+        }
+        health
+    };
+    let evict = HealthChange::MayEvict {
+        node: NodeId(1),
+        policy: "allkeys-lru".to_owned(),
+    };
+    let lose = HealthChange::MayLoseLocks {
+        node: NodeId(1),
+        reason: "appendonly no".to_owned(),
+    };
+    let three = || three_nodes(3, Duration::from_secs(10));
+    assert_eq!(said(three()), [evict.clone(), lose.clone(), evict.clone()]);
+    let refusing = three().weak_persistence(WeakPersistence::Refuse);
+    assert_eq!(said(refusing), [evict.clone(), lose.clone(), evict.clone()]);
+    let accepting = three().weak_persistence(WeakPersistence::Accept);
+    assert_eq!(said(accepting), [evict.clone(), evict]);
+    assert_eq!(said(three().allow_eviction(true)), [lose]);
 }
 
 fn noscript(request: &Request) -> Reply {

@@ -283,3 +283,88 @@ fn waiters_marks_and_queue_entries_live_as_documented() {
     // (200 + 100 + 50) x 2.
     assert_eq!(entry.as_millis(), 700);
 }
+
+/// The servers reached at start that the client refuses, by its settings:
+/// one server under two names, eviction, weak persistence, an AOF that
+/// cannot be waited for; the first refusal in node order, and nothing of a
+/// node not reached.
+#[test]
+fn servers_are_refused_at_start_as_the_settings_say() {
+    use redlock_core::{Connected, WeakPersistence};
+    let server = |id: &str| Connected {
+        run_ids: vec![id.to_owned()],
+        ..Connected::default()
+    };
+    let check = |config: Config, servers: &[(&str, Option<&Connected>)]| {
+        config.validate().unwrap().check_servers(servers)
+    };
+    let three = || Config::new(["a", "b", "c"]);
+    let (one, two) = (server("1"), server("2"));
+    // A cluster node's masters are one node: its own run ids twice are no
+    // second server.
+    let shards = Connected {
+        run_ids: vec!["3".to_owned(), "4".to_owned(), "3".to_owned()],
+        ..Connected::default()
+    };
+    let all = [("a", Some(&one)), ("b", Some(&two)), ("c", Some(&shards))];
+    assert_eq!(check(three(), &all), Ok(()));
+    // A shard of a cluster node listed again as a plain node.
+    let shard = server("4");
+    let twice = [("a", Some(&shards)), ("b", None), ("c", Some(&shard))];
+    assert_eq!(
+        check(three(), &twice),
+        Err(ConfigError::SameServer {
+            first: "a".to_owned(),
+            second: "c".to_owned()
+        })
+    );
+
+    let evicting = Connected {
+        evicting: Some("allkeys-lru".to_owned()),
+        ..server("5")
+    };
+    let servers = [("a", Some(&one)), ("b", Some(&evicting)), ("c", None)];
+    assert_eq!(
+        check(three(), &servers),
+        Err(ConfigError::EvictingServer {
+            node: "b".to_owned(),
+            policy: "allkeys-lru".to_owned()
+        })
+    );
+    assert_eq!(check(three().allow_eviction(true), &servers), Ok(()));
+
+    let weak = Connected {
+        weak_persistence: Some("appendonly no".to_owned()),
+        ..server("6")
+    };
+    let servers = [("a", None), ("b", Some(&one)), ("c", Some(&weak))];
+    assert_eq!(check(three(), &servers), Ok(()), "said, not refused");
+    let refusing = three().weak_persistence(WeakPersistence::Refuse);
+    assert_eq!(
+        check(refusing, &servers),
+        Err(ConfigError::WeakPersistence {
+            node: "c".to_owned(),
+            reason: "appendonly no".to_owned()
+        })
+    );
+
+    let old = Connected {
+        no_waitaof: Some("Redis 7.0.15 has no WAITAOF".to_owned()),
+        ..server("7")
+    };
+    let servers = [("a", Some(&old)), ("b", Some(&evicting)), ("c", None)];
+    assert!(
+        matches!(
+            check(three(), &servers),
+            Err(ConfigError::EvictingServer { .. })
+        ),
+        "WAITAOF matters only where it is waited for"
+    );
+    assert!(matches!(
+        check(three().wait_for_aof(true), &servers),
+        Err(ConfigError::NoWaitAof { node, .. }) if node == "a"
+    ));
+    // Not reached: not checked.
+    let servers = [("a", None), ("b", None), ("c", None)];
+    assert_eq!(check(three().wait_for_aof(true), &servers), Ok(()));
+}

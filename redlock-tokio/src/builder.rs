@@ -4,15 +4,13 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redlock_core::{Config, ConfigError, NodeErrorKind};
+use redlock_core::{Config, ConfigError, NodeErrorKind, WeakPersistence};
 use tracing::{debug, warn};
 
 use crate::node::Node;
 use crate::node::server::{Server, redact};
 use crate::sim::Simulation;
 use crate::{Error, Redlock, Wait};
-
-mod servers;
 
 /// The default for [`Builder::connect_timeout`].
 pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -29,8 +27,6 @@ pub struct Builder {
     connect_timeout: Duration,
     release_notices: bool,
     require_connected: usize,
-    allow_eviction: bool,
-    weak_persistence: WeakPersistence,
     simulation: Option<Simulation>,
     #[cfg(feature = "tls")]
     tls: crate::node::tls::TlsFiles,
@@ -46,8 +42,6 @@ impl fmt::Debug for Builder {
             .field("connect_timeout", &self.connect_timeout)
             .field("release_notices", &self.release_notices)
             .field("require_connected", &self.require_connected)
-            .field("allow_eviction", &self.allow_eviction)
-            .field("weak_persistence", &self.weak_persistence)
             .finish_non_exhaustive()
     }
 }
@@ -60,21 +54,6 @@ macro_rules! setters {
             self
         })*
     };
-}
-
-/// What a client does with a server that may lose the locks it granted
-/// when it restarts ([`Builder::weak_persistence`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum WeakPersistence {
-    /// One WARN per server, naming what it lacks and the fix.
-    #[default]
-    Warn,
-    /// The build fails with [`ConfigError::WeakPersistence`]; a server
-    /// reached only later is logged at WARN.
-    Refuse,
-    /// Nothing is said.
-    Accept,
 }
 
 impl Builder {
@@ -94,8 +73,6 @@ impl Builder {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             release_notices: true,
             require_connected: 0,
-            allow_eviction: false,
-            weak_persistence: WeakPersistence::Warn,
             simulation: None,
             #[cfg(feature = "tls")]
             tls: crate::node::tls::TlsFiles::default(),
@@ -198,9 +175,10 @@ impl Builder {
         /// build fails with [`ConfigError::EvictingServer`] naming the server
         /// and its policy, since a lock key evicted is granted to another
         /// client while its holder still counts that server. A server
-        /// reached only later (down at build) is checked when it connects,
-        /// and logged at WARN if it may evict.
-        allow_eviction(allow: bool) => allow_eviction = allow;
+        /// reached only later (down at build) is logged at WARN at each
+        /// connection if it may evict (the core's
+        /// [`HealthChange::MayEvict`](redlock_core::HealthChange::MayEvict)).
+        allow_eviction(allow: bool) => config.allow_eviction = allow;
         /// What a server that may lose locks when it restarts means
         /// ([`redlock_core::native::weak_persistence`]: no AOF, or `appendfsync`
         /// other than `always`; read at every connection). Default
@@ -208,7 +186,7 @@ impl Builder {
         /// lacks and the fix. [`WeakPersistence::Refuse`] fails the build with
         /// [`ConfigError::WeakPersistence`]; [`WeakPersistence::Accept`] says
         /// nothing (tests, servers whose loss the TTL covers).
-        weak_persistence(policy: WeakPersistence) => weak_persistence = policy;
+        weak_persistence(policy: WeakPersistence) => config.weak_persistence = policy;
         /// Accept an even number of servers (2, 4, ...). Default false: the
         /// build fails with [`ConfigError::EvenNodes`], since an even count is
         /// more often a master left out or listed twice than a choice, and N = 4
@@ -351,9 +329,6 @@ impl Builder {
                 self.connect_timeout,
                 settings.node_timeout(),
             );
-            node = node
-                .allowing_eviction(self.allow_eviction)
-                .with_persistence_policy(self.weak_persistence);
             if let Some(simulation) = &self.simulation {
                 node = node.simulated(index, simulation.clone());
             }
@@ -361,13 +336,13 @@ impl Builder {
         }
         let nodes: Arc<[Arc<Node>]> = nodes.into();
         let results = futures::future::join_all(nodes.iter().map(|node| node.connect())).await;
-        servers::check(
-            &results,
-            &shown,
-            self.allow_eviction,
-            self.weak_persistence,
-            settings.wait_for_aof(),
-        )?;
+        // Which of them the client takes is the core's to say.
+        let found: Vec<(&str, Option<&redlock_core::Connected>)> = shown
+            .iter()
+            .zip(&results)
+            .map(|(name, result)| (name.as_str(), result.as_ref().ok().map(|c| &c.found)))
+            .collect();
+        settings.check_servers(&found)?;
         let mut auth_failure = None;
         let mut unreachable = Vec::new();
         for (node, result) in nodes.iter().zip(results) {
@@ -393,9 +368,6 @@ impl Builder {
                 }
             }
             if auth_failure.is_none() {
-                if let Ok(connected) = &result {
-                    node.note_persistence(connected);
-                }
                 node.set_link(result);
             }
         }
@@ -429,10 +401,10 @@ impl Builder {
             notices,
             self.simulation.clone(),
         );
-        if !unreachable.is_empty() {
-            // The core connects to them as soon as its task runs.
-            driver.start_now();
-        }
+        // The core hears now what each connection found (and says what a
+        // server that may lose locks means), and connects to the nodes
+        // down at once.
+        driver.start_now();
         let client = Redlock::new(crate::handles::client::Inner {
             driver,
             settings,

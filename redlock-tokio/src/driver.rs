@@ -171,9 +171,9 @@ impl Driver {
         }
     }
 
-    /// Starts the task now, on the current runtime, if it does not run: a
-    /// node down at build is connected to as the core asks, before the
-    /// first operation.
+    /// Starts the task now, on the current runtime, if it does not run (at
+    /// build): the core hears what each connection found, and a node down
+    /// is connected to as the core asks, before the first operation.
     pub(crate) fn start_now(&self) {
         let _ = self.inputs();
     }

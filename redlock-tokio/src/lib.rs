@@ -161,7 +161,7 @@ pub mod sim;
 #[allow(unreachable_pub, dead_code)]
 mod sim;
 
-pub use builder::{Builder, WeakPersistence};
+pub use builder::Builder;
 pub use error::{BoxError, Error, RunError};
 pub use handles::client::Redlock;
 pub use handles::election::{Election, Leadership};
@@ -175,7 +175,7 @@ pub use handles::request::{Acquiring, LockRequest, Wait, kind};
 pub use redlock_core::{
     AcquireError, ConfigError, ExtendError, Holding, KeepAlive, Key, Leader, LeaderReport,
     LeadershipLoss, LockValue, LossReason, NodeError, NodeErrorKind, NodeVote, ReleaseReport,
-    Votes,
+    Votes, WeakPersistence,
 };
 
 /// The core crate: the algorithm, its settings, votes, keys and values.

@@ -105,6 +105,27 @@ pub enum HealthChange {
         /// How long its votes do not count, from now.
         wait: Duration,
     },
+    /// The node connected to a server that may evict lock keys under
+    /// memory pressure, which the client does not allow
+    /// ([`Config::allow_eviction`](crate::Config::allow_eviction)): a lock
+    /// evicted there is granted again while its holder still counts it.
+    /// Said at each such connection (at start, such a server is refused:
+    /// [`Settings::check_servers`](crate::Settings::check_servers)).
+    MayEvict {
+        /// The node.
+        node: crate::NodeId,
+        /// Its `maxmemory-policy`.
+        policy: String,
+    },
+    /// The node's server may lose the locks it granted when it restarts,
+    /// and grant them again while their holders still count it. Said once
+    /// per node, unless [`WeakPersistence::Accept`](crate::WeakPersistence::Accept).
+    MayLoseLocks {
+        /// The node.
+        node: crate::NodeId,
+        /// What it lacks, in words.
+        reason: String,
+    },
 }
 
 impl NodeHealth {

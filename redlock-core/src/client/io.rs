@@ -6,8 +6,9 @@ use std::time::Instant;
 
 use rand_core::Rng;
 
-use crate::native::NodeFacts;
-use crate::{Form, HealthChange, Key, NodeError, NodeErrorKind, NodeId, Reply};
+use crate::{
+    Connected, Form, HealthChange, Key, NodeError, NodeErrorKind, NodeId, Reply, WeakPersistence,
+};
 
 use super::node::{Link, NodeState};
 use super::notices::NoticeLink;
@@ -91,34 +92,41 @@ impl<R: Rng> Client<R> {
         self.pump(pump, now);
     }
 
-    /// Node `node` has a connection again at `now`, to a server that gave
-    /// `run_ids` (`INFO server`'s `run_id`; a cluster node's, one per
-    /// master; empty where it did not say) and is what `facts` say
-    /// ([`NodeFacts::from_info`]; a cluster node's, the lowest of its
-    /// masters'): each request sent to it from now on goes as a plain
-    /// command where its server has one, as a script otherwise
-    /// ([`Request::form`](crate::Request::form)). What it is owed is sent
-    /// at once. A run id seen before and gone now means the server restarted
-    /// under the client, and may have lost locks it granted: its votes do
-    /// not count ([`NodeErrorKind::Restarted`]) until the longest TTL this
-    /// client knows of has passed (the default TTL, or a longer one it
-    /// asked for), with the drift allowance ([`Output::Health`] tells).
-    pub fn handle_connected(
-        &mut self,
-        node: NodeId,
-        run_ids: &[String],
-        facts: NodeFacts,
-        now: Instant,
-    ) {
+    /// Node `node` has a connection again at `now`, to a server that is
+    /// what `found` says: each request sent to it from now on goes as a
+    /// plain command where its server has one, as a script otherwise
+    /// ([`Request::form`](crate::Request::form)), and what it is owed is
+    /// sent at once. A run id seen before and gone now means the server
+    /// restarted under the client, and may have lost locks it granted: its
+    /// votes do not count ([`NodeErrorKind::Restarted`]) until the longest
+    /// TTL this client knows of has passed (the default TTL, or a longer
+    /// one it asked for), with the drift allowance ([`Output::Health`]
+    /// tells). A server that may evict lock keys, or lose them at a
+    /// restart, is said there too ([`HealthChange::MayEvict`],
+    /// [`HealthChange::MayLoseLocks`]), as the settings ask.
+    pub fn handle_connected(&mut self, node: NodeId, found: &Connected, now: Instant) {
         let ttl = self.links.longest_ttl.max(self.settings.default_ttl());
         let wait = ttl.as_duration() + self.settings.drift(ttl);
         let state = &mut self.links.nodes[node.0];
         state.link = Link::Up;
-        state.facts = facts;
+        state.facts = found.facts;
         state.backoff.reset();
-        if let Some(wait) = state.connected(run_ids, wait, now) {
+        if let Some(wait) = state.connected(&found.run_ids, wait, now) {
             self.outputs
                 .push_back(Output::Health(HealthChange::Restarted { node, wait }));
+        }
+        if let Some(policy) = found.evicting.clone()
+            && !self.settings.allow_eviction()
+        {
+            self.outputs
+                .push_back(Output::Health(HealthChange::MayEvict { node, policy }));
+        }
+        if let Some(reason) = found.weak_persistence.clone()
+            && self.settings.weak_persistence() != WeakPersistence::Accept
+            && !std::mem::replace(&mut state.weak_told, true)
+        {
+            self.outputs
+                .push_back(Output::Health(HealthChange::MayLoseLocks { node, reason }));
         }
         self.links.resend(&mut self.outputs, node, now);
     }

@@ -67,6 +67,9 @@ pub(super) struct NodeState {
     /// (`Client::handle_connected`): each request's form is picked by it
     /// as the request is sent. Scripts only before the first.
     pub(super) facts: NodeFacts,
+    /// Whether its server was said to be one that may lose locks at a
+    /// restart ([`HealthChange::MayLoseLocks`]): once per node.
+    pub(super) weak_told: bool,
 }
 
 /// The request for one lock key sent last to a node, and how many for
@@ -91,6 +94,7 @@ impl NodeState {
             cluster,
             held: HashMap::new(),
             facts: NodeFacts::default(),
+            weak_told: false,
         }
     }
 

@@ -11,7 +11,7 @@
 //! gives them to [`Client::handle_connected`](crate::Client::handle_connected);
 //! the client picks each request's [`Form`](crate::Form) as it sends it,
 //! by the facts of the node's last connection, and reads the reply knowing
-//! what was sent ([`Reply::native`]).
+//! what was sent ([`Reply::native`](crate::Reply::native)).
 //!
 //! | request | native form | where |
 //! |---|---|---|
@@ -50,7 +50,9 @@
 use std::fmt;
 
 use crate::wire::Argument;
-use crate::{Command, LockKind, Reply, Request, Response};
+use crate::{Command, LockKind, Request};
+#[cfg(feature = "simulation")]
+use crate::{Reply, Response};
 
 /// Which server a node runs, as its `INFO server` says.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -505,10 +507,12 @@ impl Request {
     }
 }
 
+#[cfg(feature = "simulation")]
 impl Reply {
-    machinery_fn! {
-    /// The reply to `request`, which was sent as `call`.
-    fn via(request: &Request, call: Call, result: Result<Response, crate::NodeError>) -> Self {
+    /// The reply to `request`, which was sent as `call` (for the
+    /// simulations, which drive machines without a
+    /// [`Client`](crate::Client): it gives [`Reply::to`] the form).
+    pub fn via(request: &Request, call: Call, result: Result<Response, crate::NodeError>) -> Self {
         Self {
             native: match call {
                 Call::Script(_) => None,
@@ -516,7 +520,6 @@ impl Reply {
             },
             ..Reply::to(request, result)
         }
-    }
     }
 }
 

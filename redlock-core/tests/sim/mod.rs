@@ -25,9 +25,10 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use redlock_core::native::{NodeFacts, Server, Version};
 use redlock_core::{
-    AcquireEvent, Attempts, Client, Config, ElectionTiming, Form, KeepAlive, KeptLockEvent, Key,
-    LeadershipLoss, Lock, LockSpec, LossReason, NodeError, NodeErrorKind, NodeId, OpEvent, OpId,
-    Operation, Output, Reply, Request, RequestId, RetryConfig, Settings, Term, TermEvent,
+    AcquireEvent, Attempts, Client, Config, Connected, ElectionTiming, Form, KeepAlive,
+    KeptLockEvent, Key, LeadershipLoss, Lock, LockSpec, LossReason, NodeError, NodeErrorKind,
+    NodeId, OpEvent, OpId, Operation, Output, Reply, Request, RequestId, RetryConfig, Settings,
+    Term, TermEvent,
 };
 
 /// What a simulated run looks like.
@@ -419,9 +420,14 @@ struct Node {
 }
 
 impl Node {
-    /// Its server's run id, as a client reads it when it connects.
-    fn run_id(&self, index: usize) -> String {
-        format!("node-{index}-run-{}", self.runs)
+    /// What a client's connection finds its server to be: its run id,
+    /// which changes with each restart, and its facts.
+    fn found(&self, index: usize) -> Connected {
+        Connected {
+            run_ids: vec![format!("node-{index}-run-{}", self.runs)],
+            facts: self.facts,
+            ..Connected::default()
+        }
     }
 
     fn clock(&self, now: Duration) -> f64 {
@@ -602,7 +608,7 @@ impl World {
         for c in &mut world.clients {
             for (index, node) in world.nodes.iter().enumerate() {
                 c.core
-                    .handle_connected(NodeId(index), &[node.run_id(index)], node.facts, start);
+                    .handle_connected(NodeId(index), &node.found(index), start);
             }
         }
         for client in 0..world.clients.len() {
@@ -779,8 +785,7 @@ impl World {
                 if n.up {
                     self.outcome.reconnects += 1;
                     c.conn[node] = Some(n.runs);
-                    c.core
-                        .handle_connected(NodeId(node), &[n.run_id(node)], n.facts, now);
+                    c.core.handle_connected(NodeId(node), &n.found(node), now);
                 } else {
                     self.outcome.failed_connects += 1;
                     c.core.handle_connect_failed(NodeId(node), now);

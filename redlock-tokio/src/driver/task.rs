@@ -7,7 +7,6 @@ use std::sync::Arc;
 use futures::StreamExt;
 use futures::future::{AbortHandle, Abortable, BoxFuture};
 use futures::stream::FuturesUnordered;
-use redlock_core::native::NodeFacts;
 use redlock_core::{
     Client, NodeError, NodeErrorKind, NodeId, OpId, Output, Reply, Request, RequestId,
 };
@@ -60,9 +59,9 @@ pub(super) struct Task {
     driver: std::sync::Weak<super::Driver>,
 }
 
-/// A connection attempt to a node, by its index: the server's run ids and
-/// facts, or why it failed.
-type Attempt = BoxFuture<'static, (usize, Result<(Vec<String>, NodeFacts), NodeError>)>;
+/// A connection attempt to a node, by its index: what its server is, or
+/// why it failed.
+type Attempt = BoxFuture<'static, (usize, Result<redlock_core::Connected, NodeError>)>;
 
 /// Requests sent to one node in one turn, with their names.
 struct Flight {
@@ -158,7 +157,7 @@ impl Task {
                 Some((node, result)) = self.connecting.next(), if !self.connecting.is_empty() => {
                     let now = crate::sim::now();
                     match result {
-                        Ok((run_ids, facts)) => self.client.handle_connected(NodeId(node), &run_ids, facts, now),
+                        Ok(found) => self.client.handle_connected(NodeId(node), &found, now),
                         Err(_) => self.client.handle_connect_failed(NodeId(node), now),
                     }
                 }
@@ -310,15 +309,14 @@ impl Task {
     }
 
     /// Tells the core, as the task starts, which nodes are connected (with
-    /// their servers' run ids and facts) and which are not: the core asks for a
+    /// what their servers are) and which are not: the core asks for a
     /// connection to those.
     fn links_at_start(&mut self, now: std::time::Instant) {
         for (index, node) in self.shared.nodes.iter().enumerate() {
             self.breaks[index] = node.breaks();
             if node.is_connected() {
-                let (run_ids, facts) = node.server();
                 self.client
-                    .handle_connected(NodeId(index), &run_ids, facts, now);
+                    .handle_connected(NodeId(index), &node.server(), now);
             } else {
                 self.client.handle_disconnected(NodeId(index), now);
             }

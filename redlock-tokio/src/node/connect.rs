@@ -11,7 +11,7 @@ use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInf
 use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, Value};
 use redlock_core::native::NodeFacts;
 use redlock_core::{NodeError, NodeErrorKind, scripts};
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
 use super::reply::map_error;
 use super::{Node, connection_config};
@@ -55,33 +55,19 @@ impl ConnectionLike for Connection {
 /// A connection made, and what its server turned out to be.
 pub(crate) struct Connected {
     pub(super) connection: Connection,
-    /// Read from `INFO server` on this connection, for the core, which
-    /// picks each request's form by them: after a reconnect the server may
-    /// be another version (upgraded, replaced).
-    pub(super) facts: NodeFacts,
-    /// The server's eviction policy, when it may evict lock keys
-    /// ([`redlock_core::native::evicting_policy`], from `INFO memory`); a cluster
-    /// node's first master that may.
-    pub(crate) evicting: Option<String>,
-    /// Why the server may lose locks when it restarts
-    /// ([`redlock_core::native::weak_persistence`], from `INFO persistence` and
-    /// `CONFIG GET appendfsync`); a cluster node's first master that may.
-    pub(crate) weak_persistence: Option<String>,
-    /// Why the server cannot confirm that its AOF has a write
-    /// ([`redlock_core::native::waitaof_refusal`]); a cluster node always (the
-    /// client waits for the AOF of plain masters only).
-    pub(crate) no_waitaof: Option<String>,
+    /// What the server is, for the core ([`redlock_core::Connected`]):
+    /// read on this connection, since after a reconnect the server may be
+    /// another version (upgraded, replaced) or kept otherwise. A cluster
+    /// node's covers every master that answered: a `run_id` per master, so
+    /// that a server listed twice (in two cluster nodes, or as a plain node
+    /// and a shard) is found.
+    pub(crate) found: redlock_core::Connected,
     /// Whether `INFO persistence` was read (an ACL user may be refused it):
-    /// `weak_persistence` of `None` then means the server keeps its data.
+    /// no weak persistence then means the server keeps its data.
     pub(crate) persistence_read: bool,
     /// How long the server had been up (`INFO server`'s
     /// `uptime_in_seconds`; a cluster node's youngest master).
     pub(crate) uptime: Option<Duration>,
-    /// The server's `run_id` (`INFO server`): which server this is, to tell
-    /// two addresses of one server apart and a restart from a reconnect. A
-    /// cluster node's, one per master that answered; empty where the server
-    /// does not say.
-    pub(crate) run_ids: Vec<String>,
 }
 
 impl Node {
@@ -188,13 +174,15 @@ impl Node {
             }
             Ok(Connected {
                 connection: Connection::Single(connection),
-                facts,
-                evicting,
-                weak_persistence,
-                no_waitaof,
+                found: redlock_core::Connected {
+                    facts,
+                    run_ids: run_id.into_iter().collect(),
+                    evicting,
+                    weak_persistence,
+                    no_waitaof,
+                },
                 persistence_read,
                 uptime,
-                run_ids: run_id.into_iter().collect(),
             })
         };
         match tokio::time::timeout(self.connect_timeout, attempt).await {
@@ -347,16 +335,18 @@ impl Node {
             let uptime = infos.iter().filter_map(|info| uptime(info)).min();
             Ok(Connected {
                 connection: Connection::Cluster(connection),
-                facts,
-                evicting,
-                weak_persistence,
-                no_waitaof: Some(
-                    "a Redis Cluster: the client waits for the AOF of plain masters only"
-                        .to_owned(),
-                ),
+                found: redlock_core::Connected {
+                    facts,
+                    run_ids,
+                    evicting,
+                    weak_persistence,
+                    no_waitaof: Some(
+                        "a Redis Cluster: the client waits for the AOF of plain masters only"
+                            .to_owned(),
+                    ),
+                },
                 persistence_read,
                 uptime,
-                run_ids,
             })
         };
         match tokio::time::timeout(self.connect_timeout, attempt).await {
@@ -375,12 +365,12 @@ impl Node {
 impl Node {
     /// One connection attempt, as the core asked
     /// ([`Output::Connect`](redlock_core::Output::Connect)): on success the
-    /// node is up again and the server's run ids and facts are returned,
-    /// for the core; on failure the error stays with the node, for the
-    /// requests that meet it down, and is returned.
+    /// node is up again and what its server is is returned, for the core;
+    /// on failure the error stays with the node, for the requests that
+    /// meet it down, and is returned.
     pub(crate) async fn reconnect(
         self: std::sync::Arc<Self>,
-    ) -> Result<(Vec<String>, NodeFacts), NodeError> {
+    ) -> Result<redlock_core::Connected, NodeError> {
         if self.closed.load(std::sync::atomic::Ordering::Relaxed) {
             return Err(NodeError::new(
                 NodeErrorKind::Connection,
@@ -390,22 +380,7 @@ impl Node {
         match self.connect().await {
             Ok(connected) => {
                 info!(node = %self.name, "connected");
-                if let Some(policy) = connected
-                    .evicting
-                    .as_deref()
-                    .filter(|_| !self.eviction_allowed)
-                {
-                    // Not refused: the client runs; an operator acts on it.
-                    warn!(
-                        node = %self.name,
-                        policy,
-                        "the server may evict lock keys (maxmemory-policy): a lock evicted there \
-                         is granted to another client while its holder still counts it; set \
-                         maxmemory-policy noeviction"
-                    );
-                }
-                self.note_persistence(&connected);
-                let found = (connected.run_ids.clone(), connected.facts);
+                let found = connected.found.clone();
                 self.set_link(Ok(connected));
                 Ok(found)
             }

@@ -16,9 +16,10 @@
 //! keys share a hash slot ([`Key::derived`](redlock_core::Key::derived)), so
 //! one script runs on one shard. The scripts are loaded on every shard at
 //! connect (best effort: a shard down then runs the first request the
-//! core sends again in full after its `NOSCRIPT`), and the node's facts are the lowest of its masters'
-//! ([`NodeFacts::lowest`]): a plain command goes to a cluster node only if
-//! every shard has it.
+//! core sends again in full after its `NOSCRIPT`), and the node's facts
+//! are the lowest of its masters'
+//! ([`NodeFacts::lowest`](redlock_core::native::NodeFacts::lowest)): a
+//! plain command goes to a cluster node only if every shard has it.
 
 mod blocking;
 mod connect;
@@ -35,9 +36,8 @@ use std::time::Duration;
 
 use redis::AsyncConnectionConfig;
 use redis::cluster::ClusterClient;
-use redlock_core::native::NodeFacts;
 use redlock_core::{NodeError, NodeErrorKind};
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
 use crate::sim::Simulation;
 
@@ -59,20 +59,17 @@ enum Link {
 struct State {
     link: Link,
     generation: u64,
-    /// The run ids of the server the last connection reached
-    /// ([`Connected::run_ids`]).
-    run_ids: Vec<String>,
     /// What the last connection found the server to be, and when.
     seen: Option<Seen>,
 }
 
-/// What a connection found its server to be, for its [`ServerReport`].
+/// What a connection found its server to be, for the core and for its
+/// [`ServerReport`](crate::ServerReport).
 struct Seen {
-    facts: NodeFacts,
+    found: redlock_core::Connected,
     at: std::time::Instant,
     uptime: Option<Duration>,
-    persistence: crate::Persistence,
-    eviction: Option<String>,
+    persistence_read: bool,
 }
 
 /// One Redis master.
@@ -99,14 +96,6 @@ pub(crate) struct Node {
     /// paused), so that later ones do not wait for it again; cleared when
     /// the node answers again.
     blocking_gave_up: std::sync::atomic::AtomicBool,
-    /// The client accepts a server that may evict keys
-    /// (`Builder::allow_eviction`); otherwise a reconnection to one says so
-    /// at WARN.
-    eviction_allowed: bool,
-    /// What a server that may lose locks at a restart means.
-    persistence_policy: crate::WeakPersistence,
-    /// Whether its weak persistence was logged: once per node.
-    persistence_warned: std::sync::atomic::AtomicBool,
     /// Set in a simulation only: this node's index and the simulation's
     /// connector and RNG ([`Simulation`]).
     simulation: Option<(usize, Simulation)>,
@@ -142,15 +131,11 @@ impl Node {
             no_permission_logged: std::sync::atomic::AtomicBool::new(false),
             blocking: Mutex::default(),
             blocking_gave_up: std::sync::atomic::AtomicBool::new(false),
-            eviction_allowed: false,
-            persistence_policy: crate::WeakPersistence::Warn,
-            persistence_warned: std::sync::atomic::AtomicBool::new(false),
             state: Mutex::new(State {
                 link: Link::Down {
                     error: NodeError::new(NodeErrorKind::Connection, "not connected yet"),
                 },
                 generation: 0,
-                run_ids: Vec::new(),
                 seen: None,
             }),
             simulation: None,
@@ -196,38 +181,6 @@ impl Node {
 
     /// This node, node `index` of a simulation: connected through its
     /// connector (a plain master only).
-    /// A node of a client that accepts servers that may evict keys.
-    pub(crate) fn allowing_eviction(mut self, allowed: bool) -> Self {
-        self.eviction_allowed = allowed;
-        self
-    }
-
-    /// A node of a client with this policy for servers that may lose locks.
-    pub(crate) fn with_persistence_policy(mut self, policy: crate::WeakPersistence) -> Self {
-        self.persistence_policy = policy;
-        self
-    }
-
-    /// Says once, at WARN, that the server `connected` reached may lose
-    /// locks at a restart, unless the client accepts that.
-    pub(crate) fn note_persistence(&self, connected: &Connected) {
-        use std::sync::atomic::Ordering;
-        let Some(reason) = &connected.weak_persistence else {
-            return;
-        };
-        if self.persistence_policy == crate::WeakPersistence::Accept
-            || self.persistence_warned.swap(true, Ordering::Relaxed)
-        {
-            return;
-        }
-        warn!(
-            node = %self.name,
-            reason = %reason,
-            "the server may lose locks when it restarts, and grant them again while their \
-             holders still count it; run it with appendonly yes and appendfsync always"
-        );
-    }
-
     pub(crate) fn simulated(mut self, index: usize, simulation: Simulation) -> Self {
         self.simulation = Some((index, simulation));
         self
@@ -246,13 +199,9 @@ impl Node {
         ));
         node.set_up(Connected {
             connection: Connection::Single(connection),
-            facts: NodeFacts::default(),
-            evicting: None,
-            weak_persistence: None,
-            no_waitaof: None,
+            found: redlock_core::Connected::default(),
             persistence_read: false,
             uptime: None,
-            run_ids: Vec::new(),
         });
         node
     }
@@ -288,7 +237,7 @@ impl Node {
     }
 
     fn set_up(&self, connected: Connected) {
-        debug!(node = %self.name, server = %connected.facts, "server facts read");
+        debug!(node = %self.name, server = %connected.found.facts, "server facts read");
         let mut state = self.lock_state();
         if self.closed.load(std::sync::atomic::Ordering::Relaxed) {
             // Made as the client shut down: dropped.
@@ -299,44 +248,49 @@ impl Node {
             connection: connected.connection,
             generation: state.generation,
         };
-        state.run_ids = connected.run_ids;
         state.seen = Some(Seen {
-            facts: connected.facts,
+            found: connected.found,
             at: crate::sim::now(),
             uptime: connected.uptime,
-            persistence: match (connected.weak_persistence, connected.persistence_read) {
-                (Some(reason), _) => crate::Persistence::Weak(reason),
-                (None, true) => crate::Persistence::Kept,
-                (None, false) => crate::Persistence::Unknown,
-            },
-            eviction: connected.evicting,
+            persistence_read: connected.persistence_read,
         });
         drop(state);
     }
 
-    /// The run ids and facts of the server the last connection reached,
-    /// for the core ([`Client::handle_connected`](redlock_core::Client::handle_connected)).
-    pub(crate) fn server(&self) -> (Vec<String>, NodeFacts) {
+    /// What the last connection found the server to be, for the core
+    /// ([`Client::handle_connected`](redlock_core::Client::handle_connected)).
+    pub(crate) fn server(&self) -> redlock_core::Connected {
         let state = self.lock_state();
-        let facts = state.seen.as_ref().map(|seen| seen.facts);
-        (state.run_ids.clone(), facts.unwrap_or_default())
+        state
+            .seen
+            .as_ref()
+            .map(|seen| seen.found.clone())
+            .unwrap_or_default()
     }
 
     /// What the last connection found the server to be.
     pub(crate) fn report(&self) -> crate::ServerReport {
         let state = self.lock_state();
         let seen = state.seen.as_ref();
+        let found = seen.map(|seen| &seen.found);
         crate::ServerReport {
             node: self.name.to_string(),
             connected: matches!(state.link, Link::Up { .. }),
-            server: seen
-                .map(|seen| seen.facts)
+            server: found
+                .map(|found| found.facts)
                 .filter(|facts| facts.version().is_some())
                 .map(|facts| facts.to_string()),
-            run_ids: state.run_ids.clone(),
+            run_ids: found.map(|found| found.run_ids.clone()).unwrap_or_default(),
             uptime: seen.and_then(|seen| Some(seen.uptime? + (crate::sim::now() - seen.at))),
-            persistence: seen.map_or(crate::Persistence::Unknown, |seen| seen.persistence.clone()),
-            eviction: seen.and_then(|seen| seen.eviction.clone()),
+            persistence: match seen {
+                Some(seen) => match (&seen.found.weak_persistence, seen.persistence_read) {
+                    (Some(reason), _) => crate::Persistence::Weak(reason.clone()),
+                    (None, true) => crate::Persistence::Kept,
+                    (None, false) => crate::Persistence::Unknown,
+                },
+                None => crate::Persistence::Unknown,
+            },
+            eviction: found.and_then(|found| found.evicting.clone()),
         }
     }
 

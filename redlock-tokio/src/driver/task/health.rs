@@ -39,6 +39,26 @@ impl Task {
                      run it with appendonly yes and appendfsync always to keep them"
                 );
             }
+            HealthChange::MayEvict { node, policy } => {
+                let name = &self.shared.settings.nodes()[node.0];
+                // Not refused: the client runs; an operator acts on it.
+                warn!(
+                    node = %name,
+                    policy,
+                    "the server may evict lock keys (maxmemory-policy): a lock evicted there \
+                     is granted to another client while its holder still counts it; set \
+                     maxmemory-policy noeviction"
+                );
+            }
+            HealthChange::MayLoseLocks { node, reason } => {
+                let name = &self.shared.settings.nodes()[node.0];
+                warn!(
+                    node = %name,
+                    reason = %reason,
+                    "the server may lose locks when it restarts, and grant them again while their \
+                     holders still count it; run it with appendonly yes and appendfsync always"
+                );
+            }
             _ => {}
         }
     }
