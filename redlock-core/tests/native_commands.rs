@@ -11,7 +11,7 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use redlock_core::native::{Call, Native, NodeFacts, Server, Version};
 use redlock_core::{
-    AcquireEvent, Acquisition, Argument, Attempts, Command, Config, HandOver, Key, LockSpec,
+    AcquireEvent, Acquisition, Argument, Attempts, Command, Config, Form, HandOver, Key, LockSpec,
     LockValue, Machine, NodeError, NodeErrorKind, NodeVote, Release, Reply, Request, Response,
     RoundId, Settings, scripts,
 };
@@ -124,6 +124,43 @@ fn exclusive_acquires_go_native_where_set_nx_get_exists() {
             Argument::Bytes(b"GET")
         ]
     );
+}
+
+/// What goes on the wire is the request's form: `EVALSHA` of its script's
+/// digest with its keys and arguments, `EVAL` of the source in the
+/// digest's place, or the plain command's words.
+#[test]
+fn each_form_writes_its_own_command() {
+    let t0 = Instant::now();
+    let request = drain(&mut acquisition(LockSpec::Exclusive(b"k"), t0)).remove(0);
+    let in_form = |form| Request {
+        form,
+        ..request.clone()
+    };
+    let arguments: Vec<Argument<'_>> = request.arguments().collect();
+    let digest = scripts::digest(scripts::ACQUIRE).expect("a script of ALL");
+    assert!(digest.len() == 40 && digest.bytes().all(|b| b.is_ascii_hexdigit()));
+    assert_ne!(scripts::digest(scripts::RELEASE), Some(digest));
+    for (form, verb, script) in [
+        (Form::Digest, &b"EVALSHA"[..], digest.as_bytes()),
+        (Form::InFull, &b"EVAL"[..], scripts::ACQUIRE.as_bytes()),
+    ] {
+        let sent = in_form(form);
+        let words = sent.words();
+        assert_eq!(
+            words[..4],
+            [
+                Argument::Bytes(verb),
+                Argument::Bytes(script),
+                Argument::Int(1),
+                Argument::Bytes(b"k")
+            ],
+            "{form:?}"
+        );
+        assert_eq!(words[4..], arguments[..], "{form:?}");
+    }
+    let plain = in_form(Form::Native(Native::SetNxGet));
+    assert_eq!(plain.words(), Native::SetNxGet.words(&plain).to_vec());
 }
 
 #[test]
