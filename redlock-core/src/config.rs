@@ -94,7 +94,7 @@ pub struct Config {
     /// a node whose AOF did not have it in time fails the vote
     /// ([`NodeErrorKind::NotOnDisk`](crate::NodeErrorKind::NotOnDisk)).
     /// Default false. Servers must have `WAITAOF`, AOF on and `appendfsync
-    /// always` ([`waitaof_refusal`](crate::native::waitaof_refusal)), under which
+    /// always` ([`Connected::no_waitaof`](crate::Connected::no_waitaof)), under which
     /// each answer already follows the sync: the check holds if a server's
     /// setting is changed while connected, at the cost of the sync no
     /// longer being shared between batches (see `docs/durability.md`).
@@ -113,7 +113,7 @@ pub struct Config {
 
 /// What a client does with a server that may lose the locks it granted
 /// when it restarts (no AOF, or `appendfsync` other than `always`:
-/// [`weak_persistence`](crate::native::weak_persistence)).
+/// [`Connected::weak_persistence`](crate::Connected::weak_persistence)).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum WeakPersistence {

@@ -51,7 +51,7 @@ pub enum ConfigError {
     },
     /// A server may evict lock keys under memory pressure (its
     /// `maxmemory-policy` is not `noeviction`,
-    /// [`evicting_policy`](crate::native::evicting_policy)): a lock evicted there is
+    /// [`Connected::evicting`](crate::Connected::evicting)): a lock evicted there is
     /// granted again while its holder still counts that server. Allowed by
     /// the adapter's `allow_eviction(true)`.
     #[error(
@@ -66,7 +66,7 @@ pub enum ConfigError {
         policy: String,
     },
     /// A server may lose the locks it granted when it restarts
-    /// ([`weak_persistence`](crate::native::weak_persistence)), and the client
+    /// ([`Connected::weak_persistence`](crate::Connected::weak_persistence)), and the client
     /// was told to refuse such servers.
     #[error(
         "{node} may lose locks when it restarts ({reason}); run it with appendonly yes and \
@@ -80,7 +80,7 @@ pub enum ConfigError {
     },
     /// [`Config::wait_for_aof`](crate::Config::wait_for_aof) is on and a
     /// server cannot confirm that its AOF has a write
-    /// ([`waitaof_refusal`](crate::native::waitaof_refusal)).
+    /// ([`Connected::no_waitaof`](crate::Connected::no_waitaof)).
     #[error(
         "{node} cannot confirm that its AOF has a write ({reason}); waiting for the AOF needs \
          Redis 7.2 or later, or Valkey, with appendonly yes and appendfsync always \

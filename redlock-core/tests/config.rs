@@ -368,3 +368,54 @@ fn servers_are_refused_at_start_as_the_settings_say() {
     let servers = [("a", None), ("b", None), ("c", None)];
     assert_eq!(check(three().wait_for_aof(true), &servers), Ok(()));
 }
+
+/// A cluster node is what its masters are together: what every one can do,
+/// every run id, the youngest, the first that may evict or lose locks
+/// (named), its persistence known only where every master's is, and never
+/// waited for on its AOF.
+#[test]
+fn a_cluster_node_is_what_its_masters_are_together() {
+    use redlock_core::Connected;
+    let master = |version: &str, run: &str, aof: u8, policy: &str, up: u64| {
+        Connected::from_info(
+            Some(&format!(
+                "# Server\r\nredis_version:{version}\r\nrun_id:{run}\r\nuptime_in_seconds:{up}\r\n"
+            )),
+            Some(&format!("# Memory\r\nmaxmemory_policy:{policy}\r\n")),
+            Some(&format!("# Persistence\r\naof_enabled:{aof}\r\n")),
+            Some("always"),
+        )
+    };
+    let new = master("7.2.4", "a", 1, "noeviction", 50);
+    assert_eq!(
+        (new.weak_persistence.clone(), new.no_waitaof.clone()),
+        (None, None)
+    );
+    let found = Connected::of_cluster([
+        ("10.0.0.1:7000".to_owned(), new.clone()),
+        (
+            "10.0.0.2:7000".to_owned(),
+            master("7.0.15", "b", 0, "allkeys-lru", 20),
+        ),
+    ]);
+    assert_eq!(found.facts.to_string(), "Redis 7.0.15");
+    assert_eq!(found.run_ids, ["a", "b"]);
+    assert_eq!(found.uptime, Some(Duration::from_secs(20)));
+    assert_eq!(found.evicting.as_deref(), Some("allkeys-lru"));
+    assert_eq!(
+        found.weak_persistence.as_deref(),
+        Some("10.0.0.2:7000: appendonly no: a restart comes back without the locks it granted")
+    );
+    assert!(found.no_waitaof.unwrap().contains("Redis Cluster"));
+    assert!(found.persistence_read);
+
+    let unread = Connected::from_info(Some("redis_version:7.2.4\r\n"), None, None, None);
+    let found = Connected::of_cluster([("a".to_owned(), new), ("b".to_owned(), unread)]);
+    assert!(!found.persistence_read, "one master's persistence unknown");
+    assert_eq!(found.weak_persistence, None);
+    let none = Connected::of_cluster([]);
+    assert_eq!(
+        (none.facts.to_string(), none.run_ids, none.persistence_read),
+        ("unknown server".to_owned(), vec![], false)
+    );
+}

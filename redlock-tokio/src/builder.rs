@@ -179,9 +179,10 @@ impl Builder {
         /// connection if it may evict (the core's
         /// [`HealthChange::MayEvict`](redlock_core::HealthChange::MayEvict)).
         allow_eviction(allow: bool) => config.allow_eviction = allow;
-        /// What a server that may lose locks when it restarts means
-        /// ([`redlock_core::native::weak_persistence`]: no AOF, or `appendfsync`
-        /// other than `always`; read at every connection). Default
+        /// What a server that may lose locks when it restarts means (no
+        /// AOF, or `appendfsync` other than `always`, read at every
+        /// connection:
+        /// [`Connected::weak_persistence`](redlock_core::Connected::weak_persistence)). Default
         /// [`WeakPersistence::Warn`]: one WARN per server, naming what it
         /// lacks and the fix. [`WeakPersistence::Refuse`] fails the build with
         /// [`ConfigError::WeakPersistence`]; [`WeakPersistence::Accept`] says

@@ -6,7 +6,7 @@
 //! `INFO commandstats`: 0.29 us per `DELIFEQ` against 2.96 us per `EVALSHA`
 //! of [`scripts::RELEASE`](crate::scripts::RELEASE)), and needs no script
 //! cache. The adapter reads a node's facts once per connection
-//! ([`NodeFacts::from_info`] on its `INFO server`, again after every
+//! ([`Connected::from_info`](crate::Connected::from_info) on its `INFO` replies, again after every
 //! reconnect, since the server may have been upgraded or replaced) and
 //! gives them to [`Client::handle_connected`](crate::Client::handle_connected);
 //! the client picks each request's [`Form`](crate::Form) as it sends it,
@@ -122,10 +122,11 @@ impl NodeFacts {
         }
     }
 
+    machinery_fn! {
     /// The facts in an `INFO server` reply. Valkey also reports a
     /// `redis_version` (the Redis version it is compatible with), so
     /// `server_name:valkey` is looked for first.
-    pub fn from_info(info: &str) -> Self {
+    fn from_info(info: &str) -> Self {
         let field = |name: &str| {
             info.lines()
                 .find_map(|line| line.trim().strip_prefix(name)?.strip_prefix(':'))
@@ -142,6 +143,7 @@ impl NodeFacts {
             None => Self::default(),
         }
     }
+    }
 
     /// The server.
     pub fn server(&self) -> Server {
@@ -153,6 +155,7 @@ impl NodeFacts {
         self.version
     }
 
+    machinery_fn! {
     /// What every one of several servers can do, for a node made of many
     /// (the masters of a Redis Cluster): the lowest version when they all
     /// run the same server, else unknown (scripts only). A command is then
@@ -167,7 +170,7 @@ impl NodeFacts {
     /// assert_eq!(NodeFacts::lowest([new, redis]), NodeFacts::default());
     /// assert_eq!(NodeFacts::lowest([]), NodeFacts::default());
     /// ```
-    pub fn lowest(facts: impl IntoIterator<Item = NodeFacts>) -> Self {
+    fn lowest(facts: impl IntoIterator<Item = NodeFacts>) -> Self {
         let mut facts = facts.into_iter();
         let Some(first) = facts.next() else {
             return Self::default();
@@ -181,6 +184,7 @@ impl NodeFacts {
                 _ => Self::default(),
             }
         })
+    }
     }
 
     fn at_least(&self, server: Server, version: Version) -> bool {
@@ -212,6 +216,7 @@ impl NodeFacts {
     }
 }
 
+machinery_fn! {
 /// The eviction policy an `INFO memory` reply names, when it may evict a
 /// lock's keys: every policy but `noeviction`. The `allkeys-*` policies
 /// evict any key, the `volatile-*` ones any key with a TTL, which every
@@ -227,13 +232,15 @@ impl NodeFacts {
 /// assert_eq!(evicting_policy("maxmemory_policy:noeviction"), None);
 /// assert_eq!(evicting_policy("# Server\r\nredis_version:7.0.15"), None);
 /// ```
-pub fn evicting_policy(info: &str) -> Option<&str> {
+fn evicting_policy(info: &str) -> Option<&str> {
     info.lines()
         .find_map(|line| line.trim().strip_prefix("maxmemory_policy:"))
         .map(str::trim)
         .filter(|policy| !policy.is_empty() && *policy != "noeviction")
 }
+}
 
+machinery_fn! {
 /// Why a server may lose locks it granted when it restarts, from its
 /// `INFO persistence` reply and its `appendfsync` setting (`CONFIG GET`;
 /// `None` where the server did not say, an ACL user without `CONFIG`):
@@ -256,7 +263,7 @@ pub fn evicting_policy(info: &str) -> Option<&str> {
 /// assert_eq!(weak_persistence(&aof(1), None), None);
 /// assert_eq!(weak_persistence("# Server\r\n", None), None);
 /// ```
-pub fn weak_persistence(info: &str, appendfsync: Option<&str>) -> Option<String> {
+fn weak_persistence(info: &str, appendfsync: Option<&str>) -> Option<String> {
     if !aof_enabled(info)? {
         return Some("appendonly no: a restart comes back without the locks it granted".to_owned());
     }
@@ -267,7 +274,9 @@ pub fn weak_persistence(info: &str, appendfsync: Option<&str>) -> Option<String>
         _ => None,
     }
 }
+}
 
+machinery_fn! {
 /// Why a server cannot confirm that its append-only file has a write
 /// (`WAITAOF 1 0 timeout`, what [`Config::wait_for_aof`](crate::Config::wait_for_aof)
 /// sends behind every vote), from what it is (`facts`), its `INFO
@@ -293,7 +302,7 @@ pub fn weak_persistence(info: &str, appendfsync: Option<&str>) -> Option<String>
 /// assert!(waitaof_refusal(&redis, &aof(1), Some("always")).unwrap().contains("Redis 7.0.15 has no WAITAOF"));
 /// assert!(waitaof_refusal(&valkey, &aof(1), None).unwrap().contains("CONFIG GET appendfsync"));
 /// ```
-pub fn waitaof_refusal(facts: &NodeFacts, info: &str, appendfsync: Option<&str>) -> Option<String> {
+fn waitaof_refusal(facts: &NodeFacts, info: &str, appendfsync: Option<&str>) -> Option<String> {
     if !facts.has_waitaof() {
         return Some(format!("{facts} has no WAITAOF"));
     }
@@ -314,6 +323,7 @@ pub fn waitaof_refusal(facts: &NodeFacts, info: &str, appendfsync: Option<&str>)
                 .to_owned(),
         ),
     }
+}
 }
 
 /// Whether an `INFO persistence` reply says AOF is on; `None` where it

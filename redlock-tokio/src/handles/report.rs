@@ -45,7 +45,7 @@ pub struct ServerReport {
 }
 
 /// What a server keeps across a restart, as its last connection read it
-/// ([`redlock_core::native::weak_persistence`]).
+/// ([`Connected::weak_persistence`](redlock_core::Connected::weak_persistence)).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Persistence {

@@ -2,14 +2,13 @@
 //! through a simulation's connector; what the server is (`INFO server`);
 //! and a reconnection the core asked for.
 
-use std::time::Duration;
+use std::collections::HashMap;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
 use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, Value};
-use redlock_core::native::NodeFacts;
 use redlock_core::{NodeError, NodeErrorKind, scripts};
 use tracing::{debug, info};
 
@@ -62,12 +61,6 @@ pub(crate) struct Connected {
     /// that a server listed twice (in two cluster nodes, or as a plain node
     /// and a shard) is found.
     pub(crate) found: redlock_core::Connected,
-    /// Whether `INFO persistence` was read (an ACL user may be refused it):
-    /// no weak persistence then means the server keeps its data.
-    pub(crate) persistence_read: bool,
-    /// How long the server had been up (`INFO server`'s
-    /// `uptime_in_seconds`; a cluster node's youngest master).
-    pub(crate) uptime: Option<Duration>,
 }
 
 impl Node {
@@ -143,27 +136,15 @@ impl Node {
                 ),
             )
             .await;
-            let evicting = memory
-                .ok()
-                .as_deref()
-                .and_then(redlock_core::native::evicting_policy)
-                .map(str::to_owned);
+            let shas: Vec<String> = shas.map_err(|err| map_error(&err))?;
             // An ACL user without CONFIG reads no appendfsync: AOF alone says.
             let appendfsync = appendfsync.ok().and_then(|pair| pair.into_iter().nth(1));
-            let persistence = persistence.ok().unwrap_or_default();
-            let persistence_read = !persistence.is_empty();
-            let weak_persistence =
-                redlock_core::native::weak_persistence(&persistence, appendfsync.as_deref());
-            let shas: Vec<String> = shas.map_err(|err| map_error(&err))?;
-            let info = info.ok();
-            let run_id = info.as_deref().and_then(run_id);
-            let uptime = info.as_deref().and_then(uptime);
-            let facts = info
-                .as_deref()
-                .map(NodeFacts::from_info)
-                .unwrap_or_default();
-            let no_waitaof =
-                redlock_core::native::waitaof_refusal(&facts, &persistence, appendfsync.as_deref());
+            let found = redlock_core::Connected::from_info(
+                info.ok().as_deref(),
+                memory.ok().as_deref(),
+                persistence.ok().as_deref(),
+                appendfsync.as_deref(),
+            );
             let expected = scripts::ALL.iter().map(|script| scripts::digest(script));
             if !shas.iter().map(|sha| Some(sha.as_str())).eq(expected) {
                 return Err(NodeError::new(
@@ -174,15 +155,7 @@ impl Node {
             }
             Ok(Connected {
                 connection: Connection::Single(connection),
-                found: redlock_core::Connected {
-                    facts,
-                    run_ids: run_id.into_iter().collect(),
-                    evicting,
-                    weak_persistence,
-                    no_waitaof,
-                },
-                persistence_read,
-                uptime,
+                found,
             })
         };
         match tokio::time::timeout(self.connect_timeout, attempt).await {
@@ -284,69 +257,38 @@ impl Node {
                 ),
             )
             .await;
-            // Each master's appendfsync, by its address, beside its INFO.
-            let fsync_of: std::collections::HashMap<String, String> = match appendfsync {
-                Ok(Value::Map(answers)) => answers
-                    .into_iter()
-                    .filter_map(|(master, answer)| {
-                        let master = redis::from_redis_value::<String>(master).ok()?;
-                        let pair = redis::from_redis_value::<Vec<String>>(answer).ok()?;
-                        Some((master, pair.into_iter().nth(1)?))
-                    })
-                    .collect(),
-                _ => std::collections::HashMap::new(),
-            };
-            let persistence_read = matches!(persistence, Ok(Value::Map(_)));
-            let weak_persistence = match persistence {
-                Ok(Value::Map(answers)) => answers.into_iter().find_map(|(master, answer)| {
-                    let master = redis::from_redis_value::<String>(master).ok()?;
-                    let info = redis::from_redis_value::<String>(answer).ok()?;
-                    let fsync = fsync_of.get(&master).map(String::as_str);
-                    redlock_core::native::weak_persistence(&info, fsync)
-                        .map(|why| format!("{master}: {why}"))
-                }),
-                _ => None,
-            };
-            let evicting = match memory {
-                Ok(Value::Map(answers)) => answers.into_iter().find_map(|(_, answer)| {
-                    let info = redis::from_redis_value::<String>(answer).ok()?;
-                    redlock_core::native::evicting_policy(&info).map(str::to_owned)
-                }),
-                _ => None,
-            };
             if let Some(Err(err)) = loads.into_iter().find(Result::is_err) {
                 // A shard down: it loads them on its first NOSCRIPT.
                 debug!(node = %self.name, error = %map_error(&err), "scripts not loaded on every shard");
             }
-            let infos: Vec<String> = match info {
-                Ok(Value::Map(answers)) => answers
+            let (server, memory) = (by_master(info, text), by_master(memory, text));
+            let persistence = by_master(persistence, text);
+            // CONFIG GET answers [name, value].
+            let fsync = by_master(appendfsync, |answer| {
+                redis::from_redis_value::<Vec<String>>(answer)
+                    .ok()?
                     .into_iter()
-                    .filter_map(|(_, answer)| redis::from_redis_value::<String>(answer).ok())
-                    .collect(),
-                _ => Vec::new(),
-            };
-            // Scripts only unless every master said what it is.
-            let facts = if infos.is_empty() {
-                NodeFacts::default()
-            } else {
-                NodeFacts::lowest(infos.iter().map(|info| NodeFacts::from_info(info)))
-            };
-            let run_ids = infos.iter().filter_map(|info| run_id(info)).collect();
-            let uptime = infos.iter().filter_map(|info| uptime(info)).min();
+                    .nth(1)
+            });
+            let mut masters: Vec<&String> = server
+                .keys()
+                .chain(memory.keys())
+                .chain(persistence.keys())
+                .collect();
+            masters.sort();
+            masters.dedup();
+            let found = redlock_core::Connected::of_cluster(masters.into_iter().map(|master| {
+                let found = redlock_core::Connected::from_info(
+                    read(&server, master),
+                    read(&memory, master),
+                    read(&persistence, master),
+                    read(&fsync, master),
+                );
+                (master.clone(), found)
+            }));
             Ok(Connected {
                 connection: Connection::Cluster(connection),
-                found: redlock_core::Connected {
-                    facts,
-                    run_ids,
-                    evicting,
-                    weak_persistence,
-                    no_waitaof: Some(
-                        "a Redis Cluster: the client waits for the AOF of plain masters only"
-                            .to_owned(),
-                    ),
-                },
-                persistence_read,
-                uptime,
+                found,
             })
         };
         match tokio::time::timeout(self.connect_timeout, attempt).await {
@@ -393,40 +335,39 @@ impl Node {
     }
 }
 
-/// The `run_id` line of an `INFO server` reply: 40 hex characters, random
-/// per server process.
-fn run_id(info: &str) -> Option<String> {
-    info.lines()
-        .find_map(|line| line.trim().strip_prefix("run_id:"))
-        .map(str::to_owned)
-        .filter(|id| !id.is_empty())
+/// Each master's answer to a command routed to every master, by its
+/// address, read by `read`; none where the command failed.
+fn by_master(
+    answers: redis::RedisResult<Value>,
+    read: impl Fn(Value) -> Option<String>,
+) -> HashMap<String, String> {
+    let Ok(Value::Map(answers)) = answers else {
+        return HashMap::new();
+    };
+    answers
+        .into_iter()
+        .filter_map(|(master, answer)| {
+            Some((
+                redis::from_redis_value::<String>(master).ok()?,
+                read(answer)?,
+            ))
+        })
+        .collect()
 }
 
-/// `uptime_in_seconds` from an `INFO server` reply.
-fn uptime(info: &str) -> Option<Duration> {
-    info.lines()
-        .find_map(|line| line.trim().strip_prefix("uptime_in_seconds:"))
-        .and_then(|seconds| seconds.trim().parse().ok())
-        .map(Duration::from_secs)
+/// What `master` answered, in `answers` ([`by_master`]).
+fn read<'a>(answers: &'a HashMap<String, String>, master: &str) -> Option<&'a str> {
+    answers.get(master).map(String::as_str)
+}
+
+/// An `INFO` answer's text.
+fn text(answer: Value) -> Option<String> {
+    redis::from_redis_value::<String>(answer).ok()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn run_id_is_read_from_info_server() {
-        let info = "# Server\r\nredis_version:7.0.15\r\n\
-                    run_id:79163465ae2b4b3b9ab2214e418355116108fae7\r\ntcp_port:6379\r\n";
-        assert_eq!(
-            run_id(info).as_deref(),
-            Some("79163465ae2b4b3b9ab2214e418355116108fae7")
-        );
-        assert_eq!(run_id("# Server\r\nredis_version:7.0.15\r\n"), None);
-        let info = "# Server\r\nuptime_in_seconds:3725\r\nuptime_in_days:0\r\n";
-        assert_eq!(uptime(info), Some(Duration::from_secs(3725)));
-        assert_eq!(uptime("# Server\r\n"), None);
-    }
 
     #[test]
     fn the_cores_digests_are_the_ones_redis_names_the_scripts_by() {

@@ -18,7 +18,7 @@
 //! connect (best effort: a shard down then runs the first request the
 //! core sends again in full after its `NOSCRIPT`), and the node's facts
 //! are the lowest of its masters'
-//! ([`NodeFacts::lowest`](redlock_core::native::NodeFacts::lowest)): a
+//! ([`Connected::of_cluster`](redlock_core::Connected::of_cluster)): a
 //! plain command goes to a cluster node only if every shard has it.
 
 mod blocking;
@@ -68,8 +68,6 @@ struct State {
 struct Seen {
     found: redlock_core::Connected,
     at: std::time::Instant,
-    uptime: Option<Duration>,
-    persistence_read: bool,
 }
 
 /// One Redis master.
@@ -200,8 +198,6 @@ impl Node {
         node.set_up(Connected {
             connection: Connection::Single(connection),
             found: redlock_core::Connected::default(),
-            persistence_read: false,
-            uptime: None,
         });
         node
     }
@@ -251,8 +247,6 @@ impl Node {
         state.seen = Some(Seen {
             found: connected.found,
             at: crate::sim::now(),
-            uptime: connected.uptime,
-            persistence_read: connected.persistence_read,
         });
         drop(state);
     }
@@ -281,9 +275,9 @@ impl Node {
                 .filter(|facts| facts.version().is_some())
                 .map(|facts| facts.to_string()),
             run_ids: found.map(|found| found.run_ids.clone()).unwrap_or_default(),
-            uptime: seen.and_then(|seen| Some(seen.uptime? + (crate::sim::now() - seen.at))),
+            uptime: seen.and_then(|seen| Some(seen.found.uptime? + (crate::sim::now() - seen.at))),
             persistence: match seen {
-                Some(seen) => match (&seen.found.weak_persistence, seen.persistence_read) {
+                Some(seen) => match (&seen.found.weak_persistence, seen.found.persistence_read) {
                     (Some(reason), _) => crate::Persistence::Weak(reason.clone()),
                     (None, true) => crate::Persistence::Kept,
                     (None, false) => crate::Persistence::Unknown,
