@@ -140,7 +140,14 @@ fn each_form_writes_its_own_command() {
     let arguments: Vec<Argument<'_>> = request.arguments().collect();
     let digest = scripts::digest(scripts::ACQUIRE).expect("a script of ALL");
     assert!(digest.len() == 40 && digest.bytes().all(|b| b.is_ascii_hexdigit()));
-    assert_ne!(scripts::digest(scripts::RELEASE), Some(digest));
+    // One digest per script, none for any other text.
+    let digests: std::collections::HashSet<Option<&str>> = scripts::ALL
+        .iter()
+        .map(|script| scripts::digest(script))
+        .collect();
+    assert_eq!(digests.len(), scripts::ALL.len());
+    assert!(!digests.contains(&None));
+    assert_eq!(scripts::digest("return 1"), None);
     for (form, verb, script) in [
         (Form::Digest, &b"EVALSHA"[..], digest.as_bytes()),
         (Form::InFull, &b"EVAL"[..], scripts::ACQUIRE.as_bytes()),

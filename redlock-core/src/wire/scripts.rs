@@ -707,8 +707,9 @@ pub fn digest(script: &str) -> Option<&'static str> {
         ALL.map(|script| sha1_smol::Sha1::from(script).digest().to_string())
     });
     ALL.iter()
-        // The core hands out its own constants: the pointer check finds
-        // them without comparing the texts of a dozen scripts.
+        // The core's own requests name these very constants, which the
+        // pointer check mostly finds before any text is compared (a copy
+        // elsewhere, another crate's, is found by its text).
         .position(|known| std::ptr::eq(*known, script) || *known == script)
         .map(|index| DIGESTS[index].as_str())
 }
