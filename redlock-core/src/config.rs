@@ -595,19 +595,21 @@ impl Settings {
         Ok(checked)
     }
 
-    /// The per-node timeout of every release: [`Operation::release`](crate::Operation::release),
-    /// [`Operation::release_value`](crate::Operation::release_value) for a value known from elsewhere,
-    /// and the clean-up after a failed or abandoned acquire attempt. It is the
-    /// client's [`node_timeout`](Self::node_timeout), whatever the lock's TTL.
-    ///
-    /// Why one rule, and not `node_timeout_for` the
-    /// lock's TTL: a release protects no validity, so there is nothing to
-    /// gain from cutting it short, while a node cut short keeps the key until
-    /// its TTL; and a value released by hand comes without its TTL, so a
-    /// TTL-derived timeout could not be applied to it. Releasing the same lock
-    /// through its guard or by its value then waits for a slow node alike.
-    pub fn release_timeout(&self) -> Duration {
-        self.node_timeout
+    machinery_fn! {
+        /// The per-node timeout of every release: [`Operation::release`](crate::Operation::release),
+        /// [`Operation::release_value`](crate::Operation::release_value) for a value known from elsewhere,
+        /// and the clean-up after a failed or abandoned acquire attempt. It is the
+        /// client's [`node_timeout`](Self::node_timeout), whatever the lock's TTL.
+        ///
+        /// Why one rule, and not `node_timeout_for` the
+        /// lock's TTL: a release protects no validity, so there is nothing to
+        /// gain from cutting it short, while a node cut short keeps the key until
+        /// its TTL; and a value released by hand comes without its TTL, so a
+        /// TTL-derived timeout could not be applied to it. Releasing the same lock
+        /// through its guard or by its value then waits for a slow node alike.
+        fn release_timeout(&self) -> Duration {
+            self.node_timeout
+        }
     }
 
     machinery_fn! {

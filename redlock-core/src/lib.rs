@@ -207,6 +207,7 @@ pub use ops::machine::Notice;
 pub use ops::release::ReleaseReport;
 pub use ops::retry::{Attempts, retry_delay};
 pub use ops::semaphore::MAX_PERMITS;
+pub use ops::standing::Standing;
 pub use ops::status::{Holder, Holding, InspectReply, InspectReport, LockState, LockStatus};
 pub use quorum::{Votes, drift, quorum, remaining, valid_until};
 pub use types::{Key, LockSpec, LockValue, NodeId, RoundId, Ttl};

@@ -238,7 +238,13 @@ impl Term {
         self.kept.lock()
     }
 
+    /// Its renew deadline ([`ElectionTiming::renew_deadline`]).
+    pub(crate) fn renew_deadline(&self) -> Duration {
+        self.renew_deadline
+    }
+
     /// Whether the term has ended.
+    #[cfg(feature = "simulation")]
     pub fn is_over(&self) -> bool {
         self.done
     }

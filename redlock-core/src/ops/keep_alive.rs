@@ -191,6 +191,8 @@ pub struct KeepAliveSchedule {
     valid_until: Instant,
     extensions: u64,
     state: State,
+    /// The last failed extension since the last one that counted.
+    failed: Option<ExtendError>,
     events: VecDeque<KeepAliveEvent>,
 }
 
@@ -213,6 +215,7 @@ impl KeepAliveSchedule {
             valid_until: lock.valid_until(),
             extensions: lock.extensions(),
             state: State::Done,
+            failed: None,
             events: VecDeque::new(),
         };
         schedule.plan();
@@ -280,6 +283,7 @@ impl KeepAliveSchedule {
         self.ttl = extended.ttl;
         self.valid_until = extended.valid_until;
         self.extensions += 1;
+        self.failed = None;
         self.plan();
         self.handle_timeout(now);
     }
@@ -296,6 +300,7 @@ impl KeepAliveSchedule {
         }
         let pause = self.node_timeout().max(MIN_RETRY_PAUSE);
         let retry_at = now + pause;
+        self.failed = Some(error.clone());
         self.state = if retry_at < self.valid_until {
             State::Due(retry_at)
         } else {
@@ -308,6 +313,18 @@ impl KeepAliveSchedule {
 
     fn node_timeout(&self) -> Duration {
         self.settings.node_timeout_for(self.ttl)
+    }
+
+    /// Why the lock is lost if its validity ends now: no more extensions
+    /// (the limit, or a failure with no time left to retry), else the
+    /// last failed extension since one counted, else plain expiry. What
+    /// [`Standing`](crate::Standing) reads from the events.
+    pub(crate) fn ending(&self) -> LossReason {
+        match (&self.state, &self.failed) {
+            (State::Ending(reason), _) => reason.clone(),
+            (_, Some(error)) => LossReason::ExtendFailed(error.clone()),
+            (_, None) => LossReason::Expired,
+        }
     }
 
     /// Plans the next extension after the lock's last (re)start.
@@ -487,6 +504,24 @@ impl KeptLock {
         }
     }
 
+    /// Whether the lock's validity has ended by `now`: then it is lost,
+    /// whatever runs, for the reason the schedule knew at its end
+    /// ([`KeepAliveSchedule::ending`]), so that a driver that comes late
+    /// (a stalled runtime, a paused process) tells the loss a holder
+    /// already read from its own clock ([`Standing`](crate::Standing)). An
+    /// extension still running then could only fail (it counts only
+    /// within the validity) and is dropped; requests queued before stay.
+    fn ends(&mut self, now: Instant) -> bool {
+        if self.done || now < self.lock.valid_until() {
+            return self.done;
+        }
+        self.extension = None;
+        self.done = true;
+        self.events
+            .push_back(KeptLockEvent::Lost(self.schedule.ending()));
+        true
+    }
+
     /// Moves the running extension's requests to this machine's queue, and
     /// its result, once decided, to the schedule.
     fn take_requests(&mut self) {
@@ -548,6 +583,9 @@ impl Machine for KeptLock {
     }
 
     fn handle_reply(&mut self, reply: Reply, now: Instant) {
+        if self.ends(now) {
+            return;
+        }
         // A reply of an extension that has ended belongs to no round
         // running now: ignored, like every late reply.
         if let Some(extension) = &mut self.extension {
@@ -557,7 +595,7 @@ impl Machine for KeptLock {
     }
 
     fn handle_timeout(&mut self, now: Instant) {
-        if self.done {
+        if self.done || self.ends(now) {
             return;
         }
         match &mut self.extension {

@@ -67,13 +67,15 @@ impl Lock {
         &self.kind
     }
 
-    /// Whether holding it excludes every other holder: any kind but a read
-    /// lock. A waiter served such a lock ends its client's turn for it
-    /// (`WaitQueue::handle_leave` with
-    /// `served`): the next release, its own, is the next waiter's. A
-    /// reader served leaves that turn open, since the next may share.
-    pub fn excludes_next(&self) -> bool {
-        !matches!(self.kind, LockKind::Read)
+    machinery_fn! {
+        /// Whether holding it excludes every other holder: any kind but a read
+        /// lock. A waiter served such a lock ends its client's turn for it
+        /// (`WaitQueue::handle_leave` with
+        /// `served`): the next release, its own, is the next waiter's. A
+        /// reader served leaves that turn open, since the next may share.
+        fn excludes_next(&self) -> bool {
+            !matches!(self.kind, LockKind::Read)
+        }
     }
 
     /// Our value on the nodes.
@@ -133,6 +135,7 @@ impl Lock {
     /// Nodes our value was never sent to: the acquire skipped them (known
     /// slow, see `NodeHealth`) and no extension
     /// reached them since. A release does not ask them.
+    #[cfg(feature = "simulation")]
     pub fn untouched(&self) -> &[crate::NodeId] {
         &self.untouched
     }

@@ -13,4 +13,5 @@ pub(crate) mod read_all;
 pub(crate) mod release;
 pub(crate) mod retry;
 pub(crate) mod semaphore;
+pub(crate) mod standing;
 pub(crate) mod status;

@@ -203,10 +203,12 @@ impl NodeFacts {
         self.at_least(Server::Valkey, Version(9, 0, 0))
     }
 
-    /// `SET key value IFEQ value PX ttl GET` works: Valkey >= 9.0 (checked
-    /// on 9.1.2; `IFEQ` came in 8.1).
-    pub fn has_set_ifeq_get(&self) -> bool {
-        self.at_least(Server::Valkey, Version(9, 0, 0))
+    machinery_fn! {
+        /// `SET key value IFEQ value PX ttl GET` works: Valkey >= 9.0 (checked
+        /// on 9.1.2; `IFEQ` came in 8.1).
+        fn has_set_ifeq_get(&self) -> bool {
+            self.at_least(Server::Valkey, Version(9, 0, 0))
+        }
     }
 
     /// `WAITAOF` exists: Redis >= 7.2, and every Valkey.

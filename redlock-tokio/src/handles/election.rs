@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use futures::Stream;
 use redlock_core::{
     ElectionTiming, Leader, LeaderReport, LeadershipLoss, Lock, LockSpec, OpEvent, Operation,
-    ReleaseReport, Term, TermEvent,
+    ReleaseReport, Standing, Term, TermEvent,
 };
 use tokio::sync::watch;
 use tracing::{debug, info};
@@ -102,12 +102,7 @@ impl Election {
         let term = Term::new(lock.clone(), &timing)
             .expect("a campaign takes a fenced lock, which has a token");
         info!(term = term.term(), "elected");
-        Ok(Leadership::start(
-            self.client.clone(),
-            lock,
-            term,
-            timing.renew_deadline(),
-        ))
+        Ok(Leadership::start(self.client.clone(), lock, term))
     }
 
     /// Leads whenever elected: campaigns, runs `work` with the leadership,
@@ -175,13 +170,6 @@ impl Election {
     }
 }
 
-/// What a leadership's watchers see.
-#[derive(Clone, Debug)]
-struct Status {
-    lose_at: Instant,
-    loss: Option<LeadershipLoss>,
-}
-
 /// A term this process leads, made by [`Election::campaign`]. Cheap to
 /// clone; clones share the term. The term is renewed in the background
 /// until [`lost`](Self::lost) or [`resign`](Self::resign).
@@ -194,9 +182,9 @@ struct Inner {
     client: Redlock,
     lock: Lock,
     term: u64,
-    renew_deadline: Duration,
-    /// Shared with the renewing term's driver, which tells through it.
-    status: Arc<watch::Sender<Status>>,
+    /// Whether the term stands, as the core reads it: shared with the
+    /// renewing term's driver, which tells through it.
+    status: Arc<watch::Sender<Standing<LeadershipLoss>>>,
     /// The renewing term's operation on the client's driver.
     renewing: Arc<Mutex<Renewing>>,
     /// One resign at a time.
@@ -225,16 +213,12 @@ impl fmt::Debug for Leadership {
 }
 
 impl Leadership {
-    fn start(client: Redlock, lock: Lock, term: Term, renew_deadline: Duration) -> Self {
-        let (status, _) = watch::channel(Status {
-            lose_at: term.lose_at(),
-            loss: None,
-        });
+    fn start(client: Redlock, lock: Lock, term: Term) -> Self {
+        let (status, _) = watch::channel(Standing::for_term(&term));
         let this = Self {
             inner: Arc::new(Inner {
                 client,
                 term: term.term(),
-                renew_deadline,
                 lock,
                 status: Arc::new(status),
                 renewing: Arc::new(Mutex::new(Renewing::Starting)),
@@ -252,29 +236,23 @@ impl Leadership {
     fn renew(&self, term: Term) {
         let status = Arc::clone(&self.inner.status);
         let number = self.inner.term;
-        let tell = move |event: &OpEvent| match event {
-            OpEvent::Term(TermEvent::Renewed { lose_at, .. }) => {
-                status.send_modify(|s| s.lose_at = *lose_at);
-            }
-            OpEvent::Term(TermEvent::RenewFailed(error)) => {
-                debug!(error = %error, "renewal failed");
-            }
-            // Told before `resign` returns.
-            OpEvent::Term(TermEvent::Resigned(report)) if report.frees_lock() => {
-                info!(term = number, "resigned");
-                status.send_modify(|s| s.loss = Some(LeadershipLoss::Resigned));
-            }
-            OpEvent::Term(TermEvent::Lost(reason)) => {
-                if *reason != LeadershipLoss::Resigned {
+        let tell = move |event: &OpEvent| {
+            match event {
+                OpEvent::Term(TermEvent::RenewFailed(error)) => {
+                    debug!(error = %error, "renewal failed");
+                }
+                OpEvent::Term(TermEvent::Resigned(report)) if report.frees_lock() => {
+                    info!(term = number, "resigned");
+                }
+                OpEvent::Term(TermEvent::Lost(reason)) if *reason != LeadershipLoss::Resigned => {
                     info!(term = number, reason = %reason, "leadership lost");
                 }
-                status.send_modify(|s| s.loss = Some(reason.clone()));
+                _ => {}
             }
-            // Shut down: the core released the term's lock.
-            OpEvent::Closed => status.send_modify(|s| {
-                s.loss = Some(LeadershipLoss::Lock(redlock_core::LossReason::Closed));
-            }),
-            _ => {}
+            status.send_if_modified(|standing| {
+                let until = standing.until();
+                standing.handle_event(event) || standing.until() != until
+            });
         };
         let ended = Arc::clone(&self.inner.renewing);
         let sink = Sink::Callback(Box::new(move |message| match message {
@@ -321,44 +299,39 @@ impl Leadership {
     /// before any other process can be elected, while the timing
     /// assumptions hold.
     pub fn valid_until(&self) -> Instant {
-        self.inner.status.borrow().lose_at
+        self.inner.status.borrow().until()
     }
 
     /// Why the term ended, once it has.
     pub fn loss(&self) -> Option<LeadershipLoss> {
-        let status = self.inner.status.borrow();
-        match &status.loss {
-            Some(reason) => Some(reason.clone()),
-            // The clock knows before a paused renewal does.
-            None if crate::sim::now() >= status.lose_at => {
-                Some(LeadershipLoss::RenewDeadline(self.inner.renew_deadline))
-            }
-            None => None,
-        }
+        // The core reads the clock too: it knows before a paused renewal.
+        self.inner.status.borrow().loss(crate::sim::now())
     }
 
     /// Waits for the end of the term: a loss, or a resign.
     pub async fn lost(&self) -> LeadershipLoss {
         let mut status = self.inner.status.subscribe();
         loop {
-            let (lose_at, loss) = {
-                let s = status.borrow_and_update();
-                (s.lose_at, s.loss.clone())
+            let (loss, until) = {
+                let standing = status.borrow_and_update();
+                (standing.loss(crate::sim::now()), standing.poll_timeout())
             };
             if let Some(reason) = loss {
                 return reason;
             }
+            let end = async {
+                match until {
+                    Some(until) => tokio::time::sleep_until(until.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 changed = status.changed() => {
                     if changed.is_err() {
                         return LeadershipLoss::Resigned;
                     }
                 }
-                () = tokio::time::sleep_until(lose_at.into()) => {
-                    if let Some(reason) = self.loss() {
-                        return reason;
-                    }
-                }
+                () = end => {}
             }
         }
     }

@@ -6,7 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redlock_core::{KeepAlive, Key, Lock, LockValue, Operation, ReleaseReport, Votes};
+use redlock_core::{KeepAlive, Key, Lock, LockValue, OpEvent, Operation, ReleaseReport, Votes};
 use tracing::{Instrument, debug, info_span};
 
 use crate::driver::{Sink, drive, kind, run};
@@ -258,18 +258,19 @@ impl LockGuard {
             .await?;
         metrics::extended(outcome.as_ref().map(|_| ()));
         let _entered = span.enter();
+        if let Ok(extended) = &outcome {
+            self.shared.with(|kept| kept.lock.apply(extended));
+        }
+        // Whether it lost the lock is the core's to say.
+        self.shared.tell(&OpEvent::Extend(outcome.clone()));
         match outcome {
             Ok(extended) => {
-                self.shared.with(|kept| kept.lock.apply(&extended));
                 let validity = self.validity();
                 debug!(validity_ms = validity.as_millis() as u64, votes = %extended.votes, "lock extended");
                 Ok(validity)
             }
             Err(error) => {
                 debug!(error = %error, "lock not extended");
-                if error.loses_lock() {
-                    self.shared.lose(LossReason::ExtendFailed(error.clone()));
-                }
                 Err(error.into())
             }
         }
@@ -330,9 +331,12 @@ impl LockGuard {
         self.stop_keep_alive();
         self.shared.end();
         // Boxed, as the machine in `release_lock`: see `Releasing`.
-        let (mut lock, lost) = self
-            .shared
-            .with(|kept| (Box::new(kept.lock.clone()), kept.loss.is_some()));
+        let (mut lock, lost) = self.shared.with(|kept| {
+            (
+                Box::new(kept.lock.clone()),
+                kept.standing.loss(crate::sim::now()).is_some(),
+            )
+        });
         let report = release_lock(&self.client, &mut lock, every_node).await;
         if !lost {
             // A lost lock's hold ended with the loss.
@@ -367,9 +371,12 @@ impl Drop for LockGuard {
             return;
         }
         self.shared.end();
-        let (lock, lost) = self
-            .shared
-            .with(|kept| (kept.lock.clone(), kept.loss.is_some()));
+        let (lock, lost) = self.shared.with(|kept| {
+            (
+                kept.lock.clone(),
+                kept.standing.loss(crate::sim::now()).is_some(),
+            )
+        });
         if !lost {
             metrics::held(&lock, End::Released);
         }

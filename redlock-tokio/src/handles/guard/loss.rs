@@ -5,11 +5,10 @@ use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use redlock_core::{KeptLockEvent, Lock, OpEvent};
+use redlock_core::{KeptLockEvent, Lock, LossReason, OpEvent, Standing};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
-use crate::LossReason;
 use crate::driver::Message;
 use crate::metrics::{self, End};
 
@@ -57,20 +56,14 @@ impl LossSignal {
 
 pub(crate) struct Shared {
     state: Mutex<Kept>,
-    /// Cancelled once `loss` is set.
+    /// Cancelled once the lock is lost.
     lost: CancellationToken,
 }
 
 pub(super) struct Kept {
     pub(super) lock: Lock,
-    pub(super) loss: Option<LossReason>,
-    /// What the keep-alive will declare when the validity ends, as far as
-    /// its events tell: its last failed extension, or its limit reached.
-    /// The clock tells the loss at that instant too, and must not tell
-    /// another reason than the keep-alive is about to.
-    ending: Option<LossReason>,
-    /// Released, forgotten or dropped: a lock let go is never lost.
-    ended: bool,
+    /// Whether the lock stands, as the core reads it.
+    pub(super) standing: Standing<LossReason>,
     /// Released by the client's shutdown: the guard has nothing left to
     /// release.
     pub(super) closed: bool,
@@ -82,10 +75,8 @@ impl Shared {
     pub(super) fn new(lock: Lock) -> Self {
         Self {
             state: Mutex::new(Kept {
+                standing: Standing::for_lock(&lock),
                 lock,
-                loss: None,
-                ending: None,
-                ended: false,
                 closed: false,
                 keep_alive_key: None,
             }),
@@ -101,53 +92,41 @@ impl Shared {
 
     /// The lock is let go: from now on it is never reported lost.
     pub(super) fn end(&self) {
-        self.with(|kept| kept.ended = true);
+        self.with(|kept| kept.standing.let_go());
     }
 
     /// Validity left now; zero once the lock is lost.
     pub(super) fn validity(&self) -> Duration {
-        self.with(|kept| match kept.loss {
+        let now = crate::sim::now();
+        self.with(|kept| match kept.standing.loss(now) {
             Some(_) => Duration::ZERO,
-            None => kept.lock.validity(crate::sim::now()),
+            None => kept.lock.validity(now),
         })
     }
 
-    /// The loss, once there is one: recorded, or the validity ran out (the
-    /// clock knows it at once, also what a keep-alive paused with the
-    /// process has not said yet).
+    /// The loss, once there is one: told, or the validity ran out (the
+    /// core reads it at the caller's instant, also what a keep-alive paused
+    /// with the process has not said yet). Once let go, only a loss told
+    /// before.
     pub(super) fn loss(&self) -> Option<LossReason> {
-        self.with(|kept| match &kept.loss {
-            Some(reason) => Some(reason.clone()),
-            None if !kept.ended && !kept.lock.is_valid(crate::sim::now()) => {
-                Some(kept.ending.clone().unwrap_or(LossReason::Expired))
-            }
-            None => None,
-        })
+        let now = crate::sim::now();
+        self.with(|kept| kept.standing.loss(now))
     }
 
     pub(super) async fn lost(&self) -> LossReason {
         loop {
-            let recorded = self.with(|kept| {
-                kept.loss
-                    .clone()
-                    .ok_or((kept.lock.valid_until(), kept.ended))
-            });
-            let (until, ended) = match recorded {
-                Ok(reason) => return reason,
-                Err(pending) => pending,
-            };
-            if ended {
-                self.lost.cancelled().await;
-                continue;
+            let now = crate::sim::now();
+            let (loss, until) =
+                self.with(|kept| (kept.standing.loss(now), kept.standing.poll_timeout()));
+            if let Some(reason) = loss {
+                return reason;
             }
-            tokio::select! {
-                () = self.lost.cancelled() => {}
-                () = tokio::time::sleep_until(until.into()) => {
-                    // Unless an extension moved the end meanwhile.
-                    if let Some(reason) = self.loss() {
-                        return reason;
-                    }
-                }
+            match until {
+                Some(until) => tokio::select! {
+                    () = self.lost.cancelled() => {}
+                    () = tokio::time::sleep_until(until.into()) => {}
+                },
+                None => self.lost.cancelled().await,
             }
         }
     }
@@ -157,7 +136,7 @@ impl Shared {
     /// ([`LossReason::Closed`]), and releases nothing more.
     pub(crate) fn close(&self) -> Option<(Option<u64>, Lock)> {
         let taken = self.with(|kept| {
-            if kept.ended || kept.closed {
+            if kept.standing.is_let_go() || kept.closed {
                 return None;
             }
             Some((kept.keep_alive_key.take(), kept.lock.clone()))
@@ -168,70 +147,70 @@ impl Shared {
 
     /// The lock was released by the client's shutdown.
     fn closed(&self) {
-        let first = self.with(|kept| {
-            let first = !kept.closed && !kept.ended;
-            kept.closed = true;
-            if first && kept.loss.is_none() {
+        let now = crate::sim::now();
+        self.with(|kept| {
+            if !kept.closed && kept.standing.loss(now).is_none() && !kept.standing.is_let_go() {
                 metrics::held(&kept.lock, End::Released);
             }
-            first
+            kept.closed = true;
         });
-        if first {
-            self.lose(LossReason::Closed);
-        }
+        self.tell(&OpEvent::Closed);
     }
 
-    pub(super) fn lose(&self, reason: LossReason) {
-        // What an operator acts on, and what the loss signal reports to
-        // the code that held the lock.
-        info!(reason = %reason, "lock lost");
-        self.with(|kept| kept.loss.get_or_insert(reason).clone());
-        self.lost.cancel();
+    /// What the lock's operations told (its keep-alive, an extension by
+    /// hand, the client's close), as the core reads it.
+    pub(super) fn tell(&self, event: &OpEvent) {
+        if let Some(reason) = self.with(|kept| {
+            kept.standing
+                .handle_event(event)
+                .then(|| kept.standing.loss(crate::sim::now()))
+                .flatten()
+        }) {
+            // What an operator acts on, and what the loss signal reports
+            // to the code that held the lock.
+            info!(reason = %reason, "lock lost");
+            self.lost.cancel();
+        }
     }
 }
 
 /// What the keep-alive's driver tells a guard: each extension applied to
 /// the guard's copy of the lock as it is reported, and the loss at the end.
 pub(super) fn kept_alive(shared: &Shared, message: Message) {
-    match message {
-        Message::Event(OpEvent::KeepAlive(event)) => match event {
-            KeptLockEvent::Extended(extended) => {
-                metrics::extended(Ok(()));
-                debug!(validity_ms = extended.validity.as_millis() as u64, votes = %extended.votes, "lock extended");
-                shared.with(|kept| {
-                    kept.lock.apply(&extended);
-                    kept.ending = None;
-                });
-            }
-            KeptLockEvent::ExtendFailed(error) => {
-                metrics::extended(Err(&error));
-                // Nodes down are reported by their connections; the loss,
-                // if it comes, at INFO.
-                debug!(error = %error, "extension failed");
-                shared.with(|kept| kept.ending = Some(LossReason::ExtendFailed(error)));
-            }
-            KeptLockEvent::LimitReached { extensions } => {
-                shared.with(|kept| kept.ending = Some(LossReason::ExtensionLimit { extensions }));
-                debug!(
-                    extensions,
-                    "extension limit reached; the lock ends with its validity"
-                );
-            }
-            other => debug!(event = ?other, "keep-alive"),
-        },
-        Message::Finished(finished) => match finished.take() {
-            (OpEvent::KeepAlive(KeptLockEvent::Lost(reason)), _) => {
-                metrics::lost(&reason);
-                shared.with(|kept| metrics::held(&kept.lock, End::Lost));
-                shared.lose(reason);
-            }
-            // Shut down: the core released the lock.
-            (OpEvent::Closed, _) => {
-                shared.closed();
-            }
-            _ => {}
-        },
+    let event = match message {
+        Message::Event(event) => event,
+        Message::Finished(finished) => finished.take().0,
         // The runtime shuts down: the keep-alive ends with it.
-        _ => {}
+        Message::Returned(_) => return,
+    };
+    match &event {
+        OpEvent::KeepAlive(KeptLockEvent::Extended(extended)) => {
+            metrics::extended(Ok(()));
+            debug!(validity_ms = extended.validity.as_millis() as u64, votes = %extended.votes, "lock extended");
+            shared.with(|kept| kept.lock.apply(extended));
+        }
+        OpEvent::KeepAlive(KeptLockEvent::ExtendFailed(error)) => {
+            metrics::extended(Err(error));
+            // Nodes down are reported by their connections; the loss, if
+            // it comes, at INFO.
+            debug!(error = %error, "extension failed");
+        }
+        OpEvent::KeepAlive(KeptLockEvent::LimitReached { extensions }) => {
+            debug!(
+                extensions,
+                "extension limit reached; the lock ends with its validity"
+            );
+        }
+        OpEvent::KeepAlive(KeptLockEvent::Lost(reason)) => {
+            metrics::lost(reason);
+            shared.with(|kept| metrics::held(&kept.lock, End::Lost));
+        }
+        // Shut down: the core released the lock.
+        OpEvent::Closed => {
+            shared.closed();
+            return;
+        }
+        other => debug!(event = ?other, "keep-alive"),
     }
+    shared.tell(&event);
 }
