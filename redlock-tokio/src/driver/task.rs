@@ -50,6 +50,9 @@ pub(super) struct Task {
     settled: Vec<tokio::sync::oneshot::Sender<()>>,
     /// The connection attempts the core asked for, each with its node.
     connecting: FuturesUnordered<Attempt>,
+    /// The wires of the plain masters' connections: each writes what is
+    /// queued on its connection and reads the answers, polled here.
+    wires: FuturesUnordered<crate::node::Wire>,
     /// Each node's count of broken connections last seen: a new break is
     /// told to the core.
     breaks: Box<[u64]>,
@@ -108,6 +111,7 @@ impl Task {
             resigns: HashMap::new(),
             settled: Vec::new(),
             connecting: FuturesUnordered::new(),
+            wires: FuturesUnordered::new(),
             breaks: shared.nodes.iter().map(|_| 0).collect(),
             orphaned: false,
             driver,
@@ -139,6 +143,11 @@ impl Task {
             // it, and a run is the same on every replay.
             tokio::select! {
                 biased;
+                // First: what the wires read completes requests polled
+                // next, in the same turn; a wire that ends closed its
+                // connection.
+                Some(()) = std::future::poll_fn(|cx| next_quietly(&mut self.wires, cx)),
+                    if !self.wires.is_empty() => {}
                 Some(done) = std::future::poll_fn(|cx| next_quietly(&mut self.in_flight, cx)),
                     if !self.in_flight.is_empty() => {
                     let now = crate::sim::now();
@@ -157,7 +166,10 @@ impl Task {
                 Some((node, result)) = self.connecting.next(), if !self.connecting.is_empty() => {
                     let now = crate::sim::now();
                     match result {
-                        Ok(found) => self.client.handle_connected(NodeId(node), &found, now),
+                        Ok(found) => {
+                            self.wires.extend(self.shared.nodes[node].take_wire());
+                            self.client.handle_connected(NodeId(node), &found, now);
+                        }
                         Err(_) => self.client.handle_connect_failed(NodeId(node), now),
                     }
                 }
@@ -314,6 +326,7 @@ impl Task {
     fn links_at_start(&mut self, now: std::time::Instant) {
         for (index, node) in self.shared.nodes.iter().enumerate() {
             self.breaks[index] = node.breaks();
+            self.wires.extend(node.take_wire());
             if node.is_connected() {
                 self.client
                     .handle_connected(NodeId(index), &node.server(), now);

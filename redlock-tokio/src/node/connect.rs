@@ -51,9 +51,38 @@ impl ConnectionLike for Connection {
     }
 }
 
+/// A connection's own work, the `redis` crate's driver of it: it writes
+/// what is queued on the connection and reads the answers. The client's
+/// driver task polls it, beside the requests it waits for, so that a turn
+/// that queues requests writes them and a reply read completes them, all
+/// in one task.
+pub(crate) type Wire = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// Runs `work` on a connection whose `wire` nobody polls yet: polled
+/// beside it. A wire that ends first closed the connection.
+async fn on_wire<T>(
+    wire: &mut Option<Wire>,
+    work: impl std::future::Future<Output = Result<T, NodeError>>,
+) -> Result<T, NodeError> {
+    let Some(wire) = wire else {
+        return work.await;
+    };
+    let work = std::pin::pin!(work);
+    match futures::future::select(work, wire.as_mut()).await {
+        futures::future::Either::Left((result, _)) => result,
+        futures::future::Either::Right(((), _)) => Err(NodeError::new(
+            NodeErrorKind::Connection,
+            "the connection closed as it was made",
+        )),
+    }
+}
+
 /// A connection made, and what its server turned out to be.
 pub(crate) struct Connected {
     pub(super) connection: Connection,
+    /// Its wire, for the client's driver task to poll; `None` where the
+    /// `redis` crate runs it.
+    pub(super) wire: Option<Wire>,
     /// What the server is, for the core ([`redlock_core::Connected`]):
     /// read on this connection, since after a reconnect the server may be
     /// another version (upgraded, replaced) or kept otherwise. A cluster
@@ -81,81 +110,18 @@ impl Node {
         }
         let config = connection_config().set_connection_timeout(Some(self.connect_timeout));
         let attempt = async {
-            let connection = match &self.simulation {
-                None => self
-                    .client
-                    .get_multiplexed_async_connection_with_config(&config)
-                    .await
-                    .map_err(|err| map_error(&err))?,
+            let (connection, mut wire) = match &self.simulation {
+                None => self.open(config).await.map_err(|err| map_error(&err))?,
                 Some((index, simulation)) => self
                     .connect_simulated(*index, simulation, config.clone())
                     .await
                     .map_err(|err| map_error(&err))?,
             };
-            // Sent together on the multiplexed connection, so one round trip
-            // loads them all, and steady state is one EVALSHA per request.
-            // (Separate commands rather than a pipeline, whose errors lose
-            // their code, such as NOAUTH.)
-            let loads = scripts::ALL.iter().map(|script| {
-                let mut connection = connection.clone();
-                async move {
-                    redis::cmd("SCRIPT")
-                        .arg("LOAD")
-                        .arg(*script)
-                        .query_async::<String>(&mut connection)
-                        .await
-                }
-            });
-            // Two sections apart: Redis before 7.0 takes one per INFO.
-            let info = |section: &'static str| {
-                let mut connection = connection.clone();
-                async move {
-                    redis::cmd("INFO")
-                        .arg(section)
-                        .query_async::<String>(&mut connection)
-                        .await
-                }
-            };
-            let appendfsync = {
-                let mut connection = connection.clone();
-                async move {
-                    redis::cmd("CONFIG")
-                        .arg("GET")
-                        .arg("appendfsync")
-                        .query_async::<Vec<String>>(&mut connection)
-                        .await
-                }
-            };
-            let (shas, (info, memory, persistence, appendfsync)) = futures::future::join(
-                futures::future::try_join_all(loads),
-                futures::future::join4(
-                    info("server"),
-                    info("memory"),
-                    info("persistence"),
-                    appendfsync,
-                ),
-            )
-            .await;
-            let shas: Vec<String> = shas.map_err(|err| map_error(&err))?;
-            // An ACL user without CONFIG reads no appendfsync: AOF alone says.
-            let appendfsync = appendfsync.ok().and_then(|pair| pair.into_iter().nth(1));
-            let found = redlock_core::Connected::from_info(
-                info.ok().as_deref(),
-                memory.ok().as_deref(),
-                persistence.ok().as_deref(),
-                appendfsync.as_deref(),
-            );
-            let expected = scripts::ALL.iter().map(|script| scripts::digest(script));
-            if !shas.iter().map(|sha| Some(sha.as_str())).eq(expected) {
-                return Err(NodeError::new(
-                    NodeErrorKind::Protocol,
-                    "SCRIPT LOAD returned other SHA1 digests than the scripts have \
-                     (is this a Redis server?)",
-                ));
-            }
+            let found = on_wire(&mut wire, self.read_server(&connection)).await?;
             Ok(Connected {
                 connection: Connection::Single(connection),
                 found,
+                wire,
             })
         };
         match tokio::time::timeout(self.connect_timeout, attempt).await {
@@ -170,6 +136,114 @@ impl Node {
         }
     }
 
+    /// A plain master's connection, with its wire for the client's driver
+    /// task to poll: over TCP (`TCP_NODELAY`: a lock's requests are small
+    /// and wait for their answers) or a Unix socket, opened here. Over
+    /// TLS, the `redis` crate's connection, which runs its wire as a task
+    /// of its own (`None`).
+    async fn open(
+        &self,
+        config: AsyncConnectionConfig,
+    ) -> redis::RedisResult<(MultiplexedConnection, Option<Wire>)> {
+        let info = self.client.get_connection_info();
+        let (connection, wire) = match info.addr() {
+            redis::ConnectionAddr::Tcp(host, port) => {
+                let stream = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
+                stream.set_nodelay(true)?;
+                let (connection, wire) =
+                    MultiplexedConnection::new_with_config(info.redis_settings(), stream, config)
+                        .await?;
+                (connection, Box::pin(wire) as Wire)
+            }
+            #[cfg(unix)]
+            redis::ConnectionAddr::Unix(path) => {
+                let stream = tokio::net::UnixStream::connect(path).await?;
+                let (connection, wire) =
+                    MultiplexedConnection::new_with_config(info.redis_settings(), stream, config)
+                        .await?;
+                (connection, Box::pin(wire) as Wire)
+            }
+            _ => {
+                let connection = self
+                    .client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await?;
+                return Ok((connection, None));
+            }
+        };
+        Ok((connection, Some(wire)))
+    }
+
+    /// What a plain master is, read on `connection` as it is made: the
+    /// scripts loaded, `INFO` and `appendfsync`.
+    async fn read_server(
+        &self,
+        connection: &MultiplexedConnection,
+    ) -> Result<redlock_core::Connected, NodeError> {
+        // Sent together on the multiplexed connection, so one round trip
+        // loads them all, and steady state is one EVALSHA per request.
+        // (Separate commands rather than a pipeline, whose errors lose
+        // their code, such as NOAUTH.)
+        let loads = scripts::ALL.iter().map(|script| {
+            let mut connection = connection.clone();
+            async move {
+                redis::cmd("SCRIPT")
+                    .arg("LOAD")
+                    .arg(*script)
+                    .query_async::<String>(&mut connection)
+                    .await
+            }
+        });
+        // Two sections apart: Redis before 7.0 takes one per INFO.
+        let info = |section: &'static str| {
+            let mut connection = connection.clone();
+            async move {
+                redis::cmd("INFO")
+                    .arg(section)
+                    .query_async::<String>(&mut connection)
+                    .await
+            }
+        };
+        let appendfsync = {
+            let mut connection = connection.clone();
+            async move {
+                redis::cmd("CONFIG")
+                    .arg("GET")
+                    .arg("appendfsync")
+                    .query_async::<Vec<String>>(&mut connection)
+                    .await
+            }
+        };
+        let (shas, (info, memory, persistence, appendfsync)) = futures::future::join(
+            futures::future::try_join_all(loads),
+            futures::future::join4(
+                info("server"),
+                info("memory"),
+                info("persistence"),
+                appendfsync,
+            ),
+        )
+        .await;
+        let shas: Vec<String> = shas.map_err(|err| map_error(&err))?;
+        // An ACL user without CONFIG reads no appendfsync: AOF alone says.
+        let appendfsync = appendfsync.ok().and_then(|pair| pair.into_iter().nth(1));
+        let found = redlock_core::Connected::from_info(
+            info.ok().as_deref(),
+            memory.ok().as_deref(),
+            persistence.ok().as_deref(),
+            appendfsync.as_deref(),
+        );
+        let expected = scripts::ALL.iter().map(|script| scripts::digest(script));
+        if !shas.iter().map(|sha| Some(sha.as_str())).eq(expected) {
+            return Err(NodeError::new(
+                NodeErrorKind::Protocol,
+                "SCRIPT LOAD returned other SHA1 digests than the scripts have \
+                 (is this a Redis server?)",
+            ));
+        }
+        Ok(found)
+    }
+
     /// The connection of [`connect`](Self::connect) in a simulation: over
     /// the stream its connector gives, with its connection queue if it sets
     /// one.
@@ -178,7 +252,7 @@ impl Node {
         index: usize,
         simulation: &Simulation,
         config: AsyncConnectionConfig,
-    ) -> redis::RedisResult<MultiplexedConnection> {
+    ) -> redis::RedisResult<(MultiplexedConnection, Option<Wire>)> {
         let stream = simulation.connect(index).await?;
         let config = match simulation.queue() {
             Some(requests) => config.set_pipeline_buffer_size(requests),
@@ -190,8 +264,7 @@ impl Node {
             config,
         )
         .await?;
-        tokio::spawn(driver);
-        Ok(connection)
+        Ok((connection, Some(Box::pin(driver))))
     }
 
     /// [`connect`](Self::connect) for a cluster node: the cluster client
@@ -289,6 +362,7 @@ impl Node {
             Ok(Connected {
                 connection: Connection::Cluster(connection),
                 found,
+                wire: None,
             })
         };
         match tokio::time::timeout(self.connect_timeout, attempt).await {

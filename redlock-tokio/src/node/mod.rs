@@ -3,7 +3,9 @@
 //!
 //! Each node keeps one multiplexed connection that every request shares, so
 //! requests to one node are written in the order they are sent: a release
-//! sent after an acquire is executed after it. The connection is made (and
+//! sent after an acquire is executed after it. The connection's wire (what
+//! writes and reads its socket, [`Wire`]) is polled by the client's driver
+//! task, beside the requests it waits for. The connection is made (and
 //! every script loaded) eagerly at build, and again by the driver whenever
 //! the core asks ([`Output::Connect`](redlock_core::Output::Connect): at
 //! once after a break, then with backoff). While a node has no connection, requests
@@ -43,8 +45,8 @@ use crate::sim::Simulation;
 
 use blocking::Blocking;
 pub(crate) use blocking::{as_runtime_drops, check_may_block, may_block};
-pub(crate) use connect::Connected;
 use connect::Connection;
+pub(crate) use connect::{Connected, Wire};
 pub(crate) use reply::map_error;
 
 enum Link {
@@ -100,6 +102,9 @@ pub(crate) struct Node {
     /// Set by [`close`](Self::close): the client was shut down, and this
     /// node connects no more.
     closed: std::sync::atomic::AtomicBool,
+    /// The wire of the connection made last, until the client's driver
+    /// task takes it to poll it ([`take_wire`](Self::take_wire)).
+    wire: Mutex<Option<Wire>>,
 }
 
 impl fmt::Debug for Node {
@@ -138,12 +143,13 @@ impl Node {
             }),
             simulation: None,
             closed: std::sync::atomic::AtomicBool::new(false),
+            wire: Mutex::new(None),
         }
     }
 
     /// Closes the node for the client's shutdown, once its driver ended:
-    /// its connection is dropped (which ends the `redis` crate's task for
-    /// it), and it connects no more. A request sent from now on fails at
+    /// its connection is dropped (which ends its wire), and it connects no
+    /// more. A request sent from now on fails at
     /// once ([`NodeErrorKind::Connection`]).
     pub(crate) fn close(&self) {
         self.closed
@@ -155,6 +161,7 @@ impl Node {
             },
         );
         drop(link);
+        drop(self.take_wire());
     }
 
     /// The node answered: a blocking release that gave up on it may try
@@ -198,6 +205,7 @@ impl Node {
         node.set_up(Connected {
             connection: Connection::Single(connection),
             found: redlock_core::Connected::default(),
+            wire: None,
         });
         node
     }
@@ -244,11 +252,23 @@ impl Node {
             connection: connected.connection,
             generation: state.generation,
         };
+        // The wire of a connection replaced before the driver task took it
+        // is dropped with it.
+        *self.wire.lock().unwrap_or_else(PoisonError::into_inner) = connected.wire;
         state.seen = Some(Seen {
             found: connected.found,
             at: crate::sim::now(),
         });
         drop(state);
+    }
+
+    /// The wire of the connection made last, for the client's driver task
+    /// to poll; `None` once taken, or where the `redis` crate polls it.
+    pub(crate) fn take_wire(&self) -> Option<Wire> {
+        self.wire
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
     }
 
     /// What the last connection found the server to be, for the core
