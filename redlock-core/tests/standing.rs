@@ -48,6 +48,7 @@ fn drive<M: Machine, L: Clone + PartialEq + Debug>(
             .expect("a timer until the machine ends");
         assert_eq!(standing.loss(at - NS), None, "read lost before it was");
         let read = standing.loss(at);
+        let end = standing.until();
         machine.handle_timeout(at);
         for request in drain(&mut machine) {
             let yes = if refusals { 4 } else { 6 };
@@ -81,6 +82,11 @@ fn drive<M: Machine, L: Clone + PartialEq + Debug>(
             );
         }
         if let Some(reason) = told {
+            if at >= end {
+                // Lost at the end: the clock read it before the machine
+                // told it.
+                assert_eq!(read.as_ref(), Some(&reason), "the clock missed the end");
+            }
             assert!(machine.is_done());
             assert_eq!(standing.loss(at), Some(reason.clone()), "told, then read");
             assert_eq!(standing.poll_timeout(), None);
@@ -143,36 +149,46 @@ fn a_locks_standing_reads_the_keep_alives_loss_never_sooner() {
     );
 }
 
-#[test]
-fn a_terms_standing_reads_the_terms_loss_never_sooner() {
-    let settings = settings();
-    let timing = ElectionTiming::new(
-        &settings,
+/// A 10 s lease, a 6 s renew deadline, renewed every second.
+fn timing(settings: &Settings) -> ElectionTiming {
+    ElectionTiming::new(
+        settings,
         Duration::from_secs(10),
         Duration::from_secs(6),
         Duration::from_secs(1),
     )
+    .unwrap()
+}
+
+/// The term of a campaign every node granted.
+fn elected(settings: &Arc<Settings>, timing: &ElectionTiming, seed: u64) -> Term {
+    let t0 = Instant::now();
+    let mut acquire = Acquisition::with_spec(
+        settings.clone(),
+        LockSpec::Fenced(b"leader"),
+        timing.lease(),
+        Attempts::Once,
+        t0,
+        StdRng::seed_from_u64(seed),
+    )
     .unwrap();
+    for request in drain(&mut acquire) {
+        let answer = Response::Array(vec![Response::Int(1), Response::Int(4)]);
+        acquire.handle_reply(Reply::to(&request, Ok(answer)), t0);
+    }
+    for request in drain(&mut acquire) {
+        acquire.handle_reply(Reply::to(&request, Ok(Response::Int(1))), t0);
+    }
+    Term::new(expect_lock(&mut acquire), timing).unwrap()
+}
+
+#[test]
+fn a_terms_standing_reads_the_terms_loss_never_sooner() {
+    let settings = settings();
+    let timing = timing(&settings);
     let mut kinds = Vec::new();
     for seed in 0..300 {
-        let t0 = Instant::now();
-        let mut acquire = Acquisition::with_spec(
-            settings.clone(),
-            LockSpec::Fenced(b"leader"),
-            timing.lease(),
-            Attempts::Once,
-            t0,
-            StdRng::seed_from_u64(seed),
-        )
-        .unwrap();
-        for request in drain(&mut acquire) {
-            let answer = Response::Array(vec![Response::Int(1), Response::Int(4)]);
-            acquire.handle_reply(Reply::to(&request, Ok(answer)), t0);
-        }
-        for request in drain(&mut acquire) {
-            acquire.handle_reply(Reply::to(&request, Ok(Response::Int(1))), t0);
-        }
-        let term = Term::new(expect_lock(&mut acquire), &timing).unwrap();
+        let term = elected(&settings, &timing, seed);
         let mut standing = Standing::for_term(&term);
         assert_eq!(standing.until(), term.lose_at());
         let reason = drive(
@@ -215,8 +231,17 @@ fn a_lock_let_go_is_never_lost_and_closed_is_a_loss_once() {
     let lock = expect_lock(&mut acquire);
     let end = lock.valid_until();
 
-    let mut released = Standing::for_lock(&lock);
+    let held = Standing::for_lock(&lock);
+    assert!(!held.is_let_go());
+    assert_eq!(held.loss(end - NS), None);
+    assert_eq!(
+        held.loss(end),
+        Some(LossReason::Expired),
+        "expired at its end"
+    );
+    let mut released = held.clone();
     released.let_go();
+    assert!(released.is_let_go());
     assert_eq!(released.loss(end + Duration::from_secs(60)), None);
     assert_eq!(released.poll_timeout(), None);
     assert!(!released.handle_event(&OpEvent::Closed), "let go before");
@@ -259,4 +284,41 @@ fn extension_fails(lock: &Lock, answer: Result<Response, NodeError>) -> ExtendEr
             _ => None,
         })
         .expect("the extension failed")
+}
+
+#[test]
+fn a_term_ends_at_a_resignation_that_frees_the_name_or_at_a_close() {
+    let settings = settings();
+    let timing = timing(&settings);
+    let mut term = elected(&settings, &timing, 1);
+    let mut standing = Standing::for_term(&term);
+    let now = term.lose_at() - Duration::from_secs(5);
+    // Nobody answers the first resignation: the term stands.
+    assert!(term.resign(now, |release| release));
+    drain(&mut term);
+    term.handle_timeout(term.poll_timeout().unwrap());
+    let Some(TermEvent::Resigned(report)) = term.poll_event() else {
+        panic!("a resignation's report")
+    };
+    assert!(!report.frees_lock());
+    assert!(!standing.handle_event(&OpEvent::Term(TermEvent::Resigned(report))));
+    assert_eq!(standing.loss(now), None, "a resignation that freed nothing");
+    // The second frees the name: ended at its report, before `Lost` is told.
+    assert!(term.resign(now, |release| release));
+    for request in drain(&mut term) {
+        term.handle_reply(Reply::to(&request, Ok(Response::Int(1))), now);
+    }
+    let Some(TermEvent::Resigned(report)) = term.poll_event() else {
+        panic!("a resignation's report")
+    };
+    assert!(report.frees_lock());
+    assert!(standing.handle_event(&OpEvent::Term(TermEvent::Resigned(report))));
+    assert_eq!(standing.loss(now), Some(LeadershipLoss::Resigned));
+
+    let mut closed = Standing::for_term(&elected(&settings, &timing, 2));
+    assert!(closed.handle_event(&OpEvent::Closed));
+    assert_eq!(
+        closed.loss(now),
+        Some(LeadershipLoss::Lock(LossReason::Closed))
+    );
 }
