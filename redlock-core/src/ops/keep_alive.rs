@@ -595,7 +595,7 @@ impl Machine for KeptLock {
     }
 
     fn handle_timeout(&mut self, now: Instant) {
-        if self.done || self.ends(now) {
+        if self.ends(now) {
             return;
         }
         match &mut self.extension {

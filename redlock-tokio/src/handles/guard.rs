@@ -258,10 +258,8 @@ impl LockGuard {
             .await?;
         metrics::extended(outcome.as_ref().map(|_| ()));
         let _entered = span.enter();
-        if let Ok(extended) = &outcome {
-            self.shared.with(|kept| kept.lock.apply(extended));
-        }
-        // Whether it lost the lock is the core's to say.
+        // Applied to the guard's lock; whether it lost the lock is the
+        // core's to say.
         self.shared.tell(&OpEvent::Extend(outcome.clone()));
         match outcome {
             Ok(extended) => {
@@ -329,14 +327,9 @@ impl LockGuard {
     /// does nothing (and a release cancelled before is redone by `Drop`).
     async fn release_with(&mut self, every_node: bool) -> ReleaseReport {
         self.stop_keep_alive();
-        self.shared.end();
+        let lost = self.shared.end();
         // Boxed, as the machine in `release_lock`: see `Releasing`.
-        let (mut lock, lost) = self.shared.with(|kept| {
-            (
-                Box::new(kept.lock.clone()),
-                kept.standing.loss(crate::sim::now()).is_some(),
-            )
-        });
+        let mut lock = self.shared.with(|kept| Box::new(kept.lock.clone()));
         let report = release_lock(&self.client, &mut lock, every_node).await;
         if !lost {
             // A lost lock's hold ended with the loss.
@@ -370,13 +363,8 @@ impl Drop for LockGuard {
         if self.done || self.shared.with(|kept| kept.closed) {
             return;
         }
-        self.shared.end();
-        let (lock, lost) = self.shared.with(|kept| {
-            (
-                kept.lock.clone(),
-                kept.standing.loss(crate::sim::now()).is_some(),
-            )
-        });
+        let lost = self.shared.end();
+        let lock = self.shared.with(|kept| kept.lock.clone());
         if !lost {
             metrics::held(&lock, End::Released);
         }

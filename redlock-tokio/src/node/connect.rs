@@ -117,7 +117,7 @@ impl Node {
                     .await
                     .map_err(|err| map_error(&err))?,
             };
-            let found = on_wire(&mut wire, self.read_server(&connection)).await?;
+            let found = on_wire(&mut wire, Self::read_server(&connection)).await?;
             Ok(Connected {
                 connection: Connection::Single(connection),
                 found,
@@ -146,38 +146,46 @@ impl Node {
         config: AsyncConnectionConfig,
     ) -> redis::RedisResult<(MultiplexedConnection, Option<Wire>)> {
         let info = self.client.get_connection_info();
-        let (connection, wire) = match info.addr() {
+        match info.addr() {
             redis::ConnectionAddr::Tcp(host, port) => {
                 let stream = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
                 stream.set_nodelay(true)?;
-                let (connection, wire) =
-                    MultiplexedConnection::new_with_config(info.redis_settings(), stream, config)
-                        .await?;
-                (connection, Box::pin(wire) as Wire)
+                self.over_stream(stream, config).await
             }
             #[cfg(unix)]
             redis::ConnectionAddr::Unix(path) => {
-                let stream = tokio::net::UnixStream::connect(path).await?;
-                let (connection, wire) =
-                    MultiplexedConnection::new_with_config(info.redis_settings(), stream, config)
-                        .await?;
-                (connection, Box::pin(wire) as Wire)
+                self.over_stream(tokio::net::UnixStream::connect(path).await?, config)
+                    .await
             }
             _ => {
                 let connection = self
                     .client
                     .get_multiplexed_async_connection_with_config(&config)
                     .await?;
-                return Ok((connection, None));
+                Ok((connection, None))
             }
-        };
-        Ok((connection, Some(wire)))
+        }
+    }
+
+    /// The connection over `stream` (`AUTH`, `HELLO`, `SELECT` sent on it
+    /// as it is made), and its wire.
+    async fn over_stream(
+        &self,
+        stream: impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+        config: AsyncConnectionConfig,
+    ) -> redis::RedisResult<(MultiplexedConnection, Option<Wire>)> {
+        let (connection, wire) = MultiplexedConnection::new_with_config(
+            self.client.get_connection_info().redis_settings(),
+            stream,
+            config,
+        )
+        .await?;
+        Ok((connection, Some(Box::pin(wire))))
     }
 
     /// What a plain master is, read on `connection` as it is made: the
     /// scripts loaded, `INFO` and `appendfsync`.
     async fn read_server(
-        &self,
         connection: &MultiplexedConnection,
     ) -> Result<redlock_core::Connected, NodeError> {
         // Sent together on the multiplexed connection, so one round trip
@@ -258,13 +266,7 @@ impl Node {
             Some(requests) => config.set_pipeline_buffer_size(requests),
             None => config,
         };
-        let (connection, driver) = MultiplexedConnection::new_with_config(
-            self.client.get_connection_info().redis_settings(),
-            stream,
-            config,
-        )
-        .await?;
-        Ok((connection, Some(Box::pin(driver))))
+        self.over_stream(stream, config).await
     }
 
     /// [`connect`](Self::connect) for a cluster node: the cluster client

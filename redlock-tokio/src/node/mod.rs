@@ -63,6 +63,10 @@ struct State {
     generation: u64,
     /// What the last connection found the server to be, and when.
     seen: Option<Seen>,
+    /// The wire of the connection made last, until the client's driver
+    /// task takes it to poll it ([`take_wire`](Node::take_wire)); dropped
+    /// with a connection replaced first.
+    wire: Option<Wire>,
 }
 
 /// What a connection found its server to be, for the core and for its
@@ -102,9 +106,6 @@ pub(crate) struct Node {
     /// Set by [`close`](Self::close): the client was shut down, and this
     /// node connects no more.
     closed: std::sync::atomic::AtomicBool,
-    /// The wire of the connection made last, until the client's driver
-    /// task takes it to poll it ([`take_wire`](Self::take_wire)).
-    wire: Mutex<Option<Wire>>,
 }
 
 impl fmt::Debug for Node {
@@ -140,10 +141,10 @@ impl Node {
                 },
                 generation: 0,
                 seen: None,
+                wire: None,
             }),
             simulation: None,
             closed: std::sync::atomic::AtomicBool::new(false),
-            wire: Mutex::new(None),
         }
     }
 
@@ -154,14 +155,11 @@ impl Node {
     pub(crate) fn close(&self) {
         self.closed
             .store(true, std::sync::atomic::Ordering::Relaxed);
-        let link = std::mem::replace(
-            &mut self.lock_state().link,
-            Link::Down {
-                error: NodeError::new(NodeErrorKind::Connection, "the client was shut down"),
-            },
-        );
-        drop(link);
-        drop(self.take_wire());
+        let mut state = self.lock_state();
+        state.link = Link::Down {
+            error: NodeError::new(NodeErrorKind::Connection, "the client was shut down"),
+        };
+        state.wire = None;
     }
 
     /// The node answered: a blocking release that gave up on it may try
@@ -252,9 +250,7 @@ impl Node {
             connection: connected.connection,
             generation: state.generation,
         };
-        // The wire of a connection replaced before the driver task took it
-        // is dropped with it.
-        *self.wire.lock().unwrap_or_else(PoisonError::into_inner) = connected.wire;
+        state.wire = connected.wire;
         state.seen = Some(Seen {
             found: connected.found,
             at: crate::sim::now(),
@@ -265,10 +261,7 @@ impl Node {
     /// The wire of the connection made last, for the client's driver task
     /// to poll; `None` once taken, or where the `redis` crate polls it.
     pub(crate) fn take_wire(&self) -> Option<Wire> {
-        self.wire
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
+        self.lock_state().wire.take()
     }
 
     /// What the last connection found the server to be, for the core

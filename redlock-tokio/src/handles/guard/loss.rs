@@ -90,9 +90,14 @@ impl Shared {
         f(&mut self.state.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
-    /// The lock is let go: from now on it is never reported lost.
-    pub(super) fn end(&self) {
-        self.with(|kept| kept.standing.let_go());
+    /// The lock is let go: from now on it is never reported lost. Whether
+    /// it was lost before.
+    pub(super) fn end(&self) -> bool {
+        self.with(|kept| {
+            kept.standing.let_go();
+            // Let go, it reads only a loss told before.
+            kept.standing.loss(crate::sim::now()).is_some()
+        })
     }
 
     /// Validity left now; zero once the lock is lost.
@@ -158,9 +163,15 @@ impl Shared {
     }
 
     /// What the lock's operations told (its keep-alive, an extension by
-    /// hand, the client's close), as the core reads it.
+    /// hand, the client's close), as the core reads it; an extension is
+    /// applied to the guard's copy of the lock with it.
     pub(super) fn tell(&self, event: &OpEvent) {
         if let Some(reason) = self.with(|kept| {
+            if let OpEvent::KeepAlive(KeptLockEvent::Extended(extended))
+            | OpEvent::Extend(Ok(extended)) = event
+            {
+                kept.lock.apply(extended);
+            }
             kept.standing
                 .handle_event(event)
                 .then(|| kept.standing.loss(crate::sim::now()))
@@ -187,7 +198,6 @@ pub(super) fn kept_alive(shared: &Shared, message: Message) {
         OpEvent::KeepAlive(KeptLockEvent::Extended(extended)) => {
             metrics::extended(Ok(()));
             debug!(validity_ms = extended.validity.as_millis() as u64, votes = %extended.votes, "lock extended");
-            shared.with(|kept| kept.lock.apply(extended));
         }
         OpEvent::KeepAlive(KeptLockEvent::ExtendFailed(error)) => {
             metrics::extended(Err(error));
