@@ -6,12 +6,11 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rand::{SeedableRng, rngs::StdRng};
 use redlock_core::{
-    Acquisition, Attempts, Command, Config, ExtendError, KeepAlive, KeptLock, KeptLockEvent, Lock,
-    LossReason, Machine, NodeError, NodeErrorKind, Reply, Response,
+    Command, Config, ExtendError, KeepAlive, KeptLock, KeptLockEvent, Lock, LossReason, Machine,
+    NodeError, NodeErrorKind, Reply, Response,
 };
-use support::{drain, expect_lock};
+use support::{drain, granted};
 
 fn lock(nodes: usize, t0: Instant) -> Lock {
     let settings = Arc::new(
@@ -19,18 +18,7 @@ fn lock(nodes: usize, t0: Instant) -> Lock {
             .validate()
             .unwrap(),
     );
-    let mut acquire = Acquisition::new(
-        settings.clone(),
-        b"job",
-        settings.default_ttl(),
-        Attempts::Once,
-        t0,
-        StdRng::seed_from_u64(1),
-    );
-    for request in drain(&mut acquire) {
-        acquire.handle_reply(Reply::to(&request, Ok(Response::Int(1))), t0);
-    }
-    expect_lock(&mut acquire)
+    granted(&settings, 1, t0)
 }
 
 fn events(kept: &mut KeptLock) -> Vec<KeptLockEvent> {

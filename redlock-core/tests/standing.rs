@@ -16,7 +16,7 @@ use redlock_core::{
     LeadershipLoss, Lock, LockSpec, LossReason, Machine, NodeError, NodeErrorKind, OpEvent, Reply,
     Response, Settings, Standing, Term, TermEvent,
 };
-use support::{drain, expect_lock};
+use support::{drain, expect_lock, granted};
 
 const NS: Duration = Duration::from_nanos(1);
 
@@ -106,19 +106,7 @@ fn a_locks_standing_reads_the_keep_alives_loss_never_sooner() {
     let settings = settings();
     let mut seen = Vec::new();
     for seed in 0..300 {
-        let t0 = Instant::now();
-        let mut acquire = Acquisition::new(
-            settings.clone(),
-            b"job",
-            settings.default_ttl(),
-            Attempts::Once,
-            t0,
-            StdRng::seed_from_u64(seed),
-        );
-        for request in drain(&mut acquire) {
-            acquire.handle_reply(Reply::to(&request, Ok(Response::Int(1))), t0);
-        }
-        let lock = expect_lock(&mut acquire);
+        let lock = granted(&settings, seed, Instant::now());
         let mut standing = Standing::for_lock(&lock);
         let options = match seed % 3 {
             0 => KeepAlive::default(),
@@ -217,18 +205,7 @@ fn a_terms_standing_reads_the_terms_loss_never_sooner() {
 fn a_lock_let_go_is_never_lost_and_closed_is_a_loss_once() {
     let settings = settings();
     let t0 = Instant::now();
-    let mut acquire = Acquisition::new(
-        settings.clone(),
-        b"job",
-        settings.default_ttl(),
-        Attempts::Once,
-        t0,
-        StdRng::seed_from_u64(1),
-    );
-    for request in drain(&mut acquire) {
-        acquire.handle_reply(Reply::to(&request, Ok(Response::Int(1))), t0);
-    }
-    let lock = expect_lock(&mut acquire);
+    let lock = granted(&settings, 1, t0);
     let end = lock.valid_until();
 
     let held = Standing::for_lock(&lock);

@@ -60,8 +60,9 @@ fn no_key_is_left_when_main_returns_on_either_runtime() {
 /// Releases that met a master down are sent again once it is back, and
 /// `shutdown` waits for them: a master killed while guards are dropped comes
 /// back with its keys (persistence on), and once `shutdown` returns no task
-/// of the client is left but its connections and its drain, no key of ours
-/// is on any master, and once the client is dropped no task of it at all.
+/// of the client is left and no key of ours is on any master. While it
+/// runs (release notices off), the client is one task: its driver, which
+/// polls every master's connection itself.
 ///
 /// On a current-thread runtime of its own, so that the count of tasks is
 /// exact when `shutdown` returns (a task's end and its count are one step on
@@ -91,6 +92,7 @@ fn shutdown_awaits_the_resends_to_a_master_that_was_down() {
         redlock
     });
     let idle = runtime.metrics().num_alive_tasks();
+    assert_eq!(idle, 1, "the driver alone, no task per connection");
 
     let keys: Vec<String> = (0..8).map(|i| format!("resend-{i}")).collect();
     let guards = runtime.block_on(async {

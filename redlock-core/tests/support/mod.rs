@@ -9,9 +9,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rand::{SeedableRng, rngs::StdRng};
 use redlock_core::{
-    AcquireEvent, Acquisition, Command, Config, Lock, Machine, NodeId, Notice, Reply, Request,
-    Response, RetryConfig, Settings,
+    AcquireEvent, Acquisition, Attempts, Command, Config, Lock, Machine, NodeId, Notice, Reply,
+    Request, Response, RetryConfig, Settings,
 };
 
 /// One millisecond of virtual time.
@@ -88,4 +89,21 @@ pub(crate) fn released<R: rand_core::Rng>(acquire: &mut Acquisition<R>, now: Ins
     for node in 0..2 {
         acquire.handle_notice(Notice::Released(NodeId(node)), now);
     }
+}
+
+/// A lock on `job` with `settings`' default TTL that every node granted at
+/// `t0`, its value drawn from `seed`.
+pub(crate) fn granted(settings: &Arc<Settings>, seed: u64, t0: Instant) -> Lock {
+    let mut acquire = Acquisition::new(
+        settings.clone(),
+        b"job",
+        settings.default_ttl(),
+        Attempts::Once,
+        t0,
+        StdRng::seed_from_u64(seed),
+    );
+    for request in drain(&mut acquire) {
+        acquire.handle_reply(Reply::to(&request, Ok(Response::Int(1))), t0);
+    }
+    expect_lock(&mut acquire)
 }
