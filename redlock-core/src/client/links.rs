@@ -44,7 +44,7 @@ impl Flight {
 #[derive(Debug)]
 pub(super) struct Links {
     pub(super) nodes: Box<[NodeState]>,
-    pub(super) flights: HashMap<RequestId, Flight>,
+    pub(super) flights: HashMap<RequestId, Flight, foldhash::fast::FixedState>,
     pub(super) timers: BTreeSet<(Instant, RequestId)>,
     pub(super) next_request: u64,
     /// The longest TTL any request sent so far asked for.

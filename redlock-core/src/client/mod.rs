@@ -234,7 +234,7 @@ impl<R: Rng> Client<R> {
             settings,
             links: Links {
                 nodes,
-                flights: HashMap::new(),
+                flights: HashMap::default(),
                 timers: BTreeSet::new(),
                 next_request: 0,
                 longest_ttl: Ttl(0),

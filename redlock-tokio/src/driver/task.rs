@@ -2,6 +2,10 @@
 //! bytes and time for it, nothing else.
 
 use std::collections::HashMap;
+
+/// A map keyed by the client's own ids: a fast hash, no seed (no user
+/// input reaches the keys).
+type IdMap<K, V> = HashMap<K, V, foldhash::fast::FixedState>;
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -30,10 +34,10 @@ pub(super) struct Task {
     pubsub: PubSub,
     in_flight: FuturesUnordered<Abortable<Flight>>,
     /// The flight each request in flight went in.
-    flight_of: HashMap<RequestId, u64>,
+    flight_of: IdMap<RequestId, u64>,
     /// Each flight's abort, and how many of its requests the core still
     /// waits for: it is dropped when none.
-    flights: HashMap<u64, (AbortHandle, usize)>,
+    flights: IdMap<u64, (AbortHandle, usize)>,
     next_flight: u64,
     /// The requests the core emitted in this turn, per node, in order: sent
     /// at the end of the turn, each node's as one flight.
@@ -41,11 +45,11 @@ pub(super) struct Task {
     /// Who hears each operation's events, and the handle's name of it (for
     /// a cancel); an operation without one runs in the background (a
     /// dropped guard's release).
-    sinks: HashMap<OpId, (Option<u64>, Sink)>,
+    sinks: IdMap<OpId, (Option<u64>, Sink)>,
     /// The handles' names of their operations.
-    keys: HashMap<u64, OpId>,
+    keys: IdMap<u64, OpId>,
     /// Who waits for the report of each term's resignation.
-    resigns: HashMap<OpId, tokio::sync::oneshot::Sender<redlock_core::ReleaseReport>>,
+    resigns: IdMap<OpId, tokio::sync::oneshot::Sender<redlock_core::ReleaseReport>>,
     /// Calls of `Redlock::shutdown` waiting for the background to settle.
     settled: Vec<tokio::sync::oneshot::Sender<()>>,
     /// The connection attempts the core asked for, each with its node.
@@ -102,13 +106,13 @@ impl Task {
             inputs,
             pubsub: PubSub::new(Arc::clone(&shared.notices)),
             in_flight: FuturesUnordered::new(),
-            flight_of: HashMap::new(),
-            flights: HashMap::new(),
+            flight_of: IdMap::default(),
+            flights: IdMap::default(),
             next_flight: 0,
             outgoing: shared.nodes.iter().map(|_| Default::default()).collect(),
-            sinks: HashMap::new(),
-            keys: HashMap::new(),
-            resigns: HashMap::new(),
+            sinks: IdMap::default(),
+            keys: IdMap::default(),
+            resigns: IdMap::default(),
             settled: Vec::new(),
             connecting: FuturesUnordered::new(),
             wires: FuturesUnordered::new(),
