@@ -224,7 +224,7 @@ impl Driver {
         );
         // Not a child of the operation that happens to start it.
         let span = debug_span!(parent: None, "redlock.driver");
-        let task = runtime.spawn(task.run().instrument(span));
+        let task = runtime.spawn(crate::metrics::timed(task.run()).instrument(span));
         Some(Running {
             inputs,
             task,

@@ -6,7 +6,8 @@
 //! Only outcomes the core already decided are reported: an acquisition's
 //! final event, the votes of each round (a timeout is the core's verdict on
 //! a silent node), an extension's result, a release's report, the
-//! keep-alive schedule's loss. Nothing here decides anything.
+//! keep-alive schedule's loss; and one measure of the client's own load,
+//! the driver task's busy time. Nothing here decides anything.
 //!
 //! Cost with the feature on: label values are static strings or, for the
 //! node label, prepared once per client; the keys of the fixed label sets

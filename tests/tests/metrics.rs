@@ -90,6 +90,7 @@ fn a_scripted_sequence_is_counted() {
     let cluster = RedisCluster::start(3);
     let mut names: Vec<String> = Vec::new();
     let mut value_text = String::new();
+    let started = std::time::Instant::now();
     let snapshotter = recorded(async |_| {
         let holder = builder(&cluster).build().await.unwrap();
         // Only a notice wakes this waiter within the test.
@@ -165,6 +166,7 @@ fn a_scripted_sequence_is_counted() {
         waiter.shutdown().await;
     });
 
+    let elapsed = started.elapsed();
     let (values, help) = values(snapshotter.snapshot().into_vec());
     let mut shown: Vec<String> = values
         .iter()
@@ -217,6 +219,13 @@ fn a_scripted_sequence_is_counted() {
     // Its failed vote in the last release at least (a busy machine may
     // time a node out in another round too).
     assert!(errors >= 1, "{killed_node}: {values:#?}");
+    // The two drivers' work, all counted once each ended at its shutdown:
+    // some, and no more than the test's time on its one thread.
+    let busy = counter(&values, "redlock_driver_busy_microseconds_total", &[]);
+    assert!(
+        busy > 0 && u128::from(busy) <= elapsed.as_micros(),
+        "{busy} µs busy in {elapsed:?}"
+    );
     // No lock key or value in any label.
     for (_, _, labels) in values.keys() {
         for (_, value) in labels {

@@ -22,6 +22,7 @@ pub(crate) const NODE_ERRORS: &str = "redlock_node_errors_total";
 pub(crate) const NOTICES: &str = "redlock_release_notices_total";
 pub(crate) const NODE_MISSES: &str = "redlock_release_node_misses_total";
 pub(crate) const NODE_SLOW: &str = "redlock_node_slow";
+pub(crate) const DRIVER_BUSY: &str = "redlock_driver_busy_microseconds_total";
 
 static METADATA: Metadata<'static> =
     Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
@@ -113,6 +114,32 @@ static LOSS_KEYS: LazyLock<Vec<Key>> = LazyLock::new(|| one_label(LOSSES, "reaso
 static RELEASE_KEYS: LazyLock<Vec<Key>> =
     LazyLock::new(|| one_label(RELEASES, "outcome", &RELEASE_OUTCOMES));
 
+static DRIVER_BUSY_KEY: LazyLock<Key> = LazyLock::new(|| Key::from_static_name(DRIVER_BUSY));
+
+/// `driver`, the client's driver task, with the time it spends in its
+/// polls counted (real time, not the simulation's), in whole microseconds
+/// added once a millisecond of them is due and when it ends.
+pub(crate) async fn timed<F: std::future::Future>(driver: F) -> F::Output {
+    let mut driver = std::pin::pin!(driver);
+    let mut busy = std::time::Duration::ZERO;
+    std::future::poll_fn(|cx| {
+        let started = Instant::now();
+        let poll = driver.as_mut().poll(cx);
+        busy += started.elapsed();
+        if busy >= std::time::Duration::from_millis(1) || poll.is_ready() {
+            let micros = busy.as_micros();
+            busy -= std::time::Duration::from_micros(micros as u64);
+            ::metrics::with_recorder(|recorder| {
+                recorder
+                    .register_counter(&DRIVER_BUSY_KEY, &METADATA)
+                    .increment(micros as u64);
+            });
+        }
+        poll
+    })
+    .await
+}
+
 fn count(key: &Key) {
     ::metrics::with_recorder(|recorder| recorder.register_counter(key, &METADATA).increment(1));
 }
@@ -188,6 +215,13 @@ pub(crate) fn describe() {
         "1 while the node (host:port/db) is known slow: it left several requests in a row \
          unanswered past their timeout, and new acquires skip it (one probe at intervals) \
          until it answers; 0 once it answers again"
+    );
+    describe_counter!(
+        DRIVER_BUSY,
+        Unit::Microseconds,
+        "Time the client's driver task spent working (in its polls, real time): one task \
+         runs every operation of a client and its masters' connections, so a rate near \
+         1 s per second means the client is at its limit (each client has a driver of its own)"
     );
     describe_counter!(
         NOTICES,
