@@ -221,7 +221,7 @@ pub(crate) fn describe() {
         Unit::Microseconds,
         "Time the client's driver task spent working (in its polls, real time): one task \
          runs every operation of a client and its masters' connections, so a rate near \
-         1 s per second means the client is at its limit (each client has a driver of its own)"
+         1 s per second means the client is at its limit"
     );
     describe_counter!(
         NOTICES,
