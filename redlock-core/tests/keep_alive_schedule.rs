@@ -8,13 +8,11 @@ use redlock_core::Machine;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rand::SeedableRng;
-use rand::rngs::StdRng;
 use redlock_core::{
-    Acquisition, Attempts, Config, ExtendError, Extended, KeepAlive, KeepAliveEvent,
-    KeepAliveSchedule, Lock, LossReason, Reply, Response, Ttl,
+    Config, ExtendError, Extended, KeepAlive, KeepAliveEvent, KeepAliveSchedule, Lock, LossReason,
+    Reply, Response, Ttl,
 };
-use support::{MS, expect_lock};
+use support::MS;
 
 /// A lock with this TTL on three nodes, acquired at `t0`.
 fn lock(ttl: Duration, node_timeout: Duration, t0: Instant) -> Lock {
@@ -25,18 +23,7 @@ fn lock(ttl: Duration, node_timeout: Duration, t0: Instant) -> Lock {
             .validate()
             .unwrap(),
     );
-    let mut acquire = Acquisition::new(
-        settings.clone(),
-        b"job",
-        settings.default_ttl(),
-        Attempts::Once,
-        t0,
-        StdRng::seed_from_u64(1),
-    );
-    while let Some(request) = acquire.poll_request() {
-        acquire.handle_reply(Reply::to(&request, Ok(Response::Int(1))), t0);
-    }
-    expect_lock(&mut acquire)
+    support::granted(&settings, 1, t0)
 }
 
 /// Runs one extension at `now` whose nodes answer `answer`.

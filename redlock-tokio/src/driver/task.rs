@@ -2,10 +2,6 @@
 //! bytes and time for it, nothing else.
 
 use std::collections::HashMap;
-
-/// A map keyed by the client's own ids: a fast hash, no seed (no user
-/// input reaches the keys).
-type IdMap<K, V> = HashMap<K, V, foldhash::fast::FixedState>;
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -24,6 +20,10 @@ use crate::sim::ClientRng;
 
 mod ending;
 mod health;
+
+/// A map keyed by the client's own ids: a fast hash, no seed (no user
+/// input reaches the keys).
+type IdMap<K, V> = HashMap<K, V, foldhash::fast::FixedState>;
 
 /// What the driver task owns.
 pub(super) struct Task {

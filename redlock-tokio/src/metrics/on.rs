@@ -129,11 +129,7 @@ pub(crate) async fn timed<F: std::future::Future>(driver: F) -> F::Output {
         if busy >= std::time::Duration::from_millis(1) || poll.is_ready() {
             let micros = busy.as_micros();
             busy -= std::time::Duration::from_micros(micros as u64);
-            ::metrics::with_recorder(|recorder| {
-                recorder
-                    .register_counter(&DRIVER_BUSY_KEY, &METADATA)
-                    .increment(micros as u64);
-            });
+            count_by(&DRIVER_BUSY_KEY, micros as u64);
         }
         poll
     })
@@ -141,7 +137,11 @@ pub(crate) async fn timed<F: std::future::Future>(driver: F) -> F::Output {
 }
 
 fn count(key: &Key) {
-    ::metrics::with_recorder(|recorder| recorder.register_counter(key, &METADATA).increment(1));
+    count_by(key, 1);
+}
+
+fn count_by(key: &Key, by: u64) {
+    ::metrics::with_recorder(|recorder| recorder.register_counter(key, &METADATA).increment(by));
 }
 
 fn record(key: &Key, value: f64) {
