@@ -126,11 +126,19 @@ pub enum Bug {
     /// takes the key back after the release that followed it, held by
     /// nobody for a whole TTL.
     NoScriptResendOvertakes,
+    /// A driver task started while the client's closing one still runs (a
+    /// release that came after the shutdown began) runs beside it, with a
+    /// core of its own: the two keep no common order on a node, and on a
+    /// cluster node the release can overtake the acquire the closing task
+    /// still waits on, leaving the key held by nobody for a whole TTL. The
+    /// hook is the adapter's (redlock-tokio's `driver.rs`), where tasks
+    /// start.
+    DriverTasksOverlap,
 }
 
 impl Bug {
     /// Every bug, in a fixed order.
-    pub const ALL: [Bug; 24] = [
+    pub const ALL: [Bug; 25] = [
         Bug::ValidityFromDecisionTime,
         Bug::QuorumHalf,
         Bug::DuplicateVoteCounted,
@@ -155,6 +163,7 @@ impl Bug {
         Bug::PermitReleaseKeepsPermits,
         Bug::LateGrantKeptAtAnySlot,
         Bug::NoScriptResendOvertakes,
+        Bug::DriverTasksOverlap,
     ];
 }
 

@@ -113,6 +113,13 @@ pub(crate) struct Shared {
     pub(crate) slow: Box<[AtomicBool]>,
     /// Set in a simulation: the core's randomness comes from its seed.
     pub(crate) simulation: Option<crate::sim::Simulation>,
+    /// Held by the task that runs, for as long as it runs: a task started
+    /// while another still runs (a release that came after the shutdown
+    /// began, to a task of its own) waits for it to end. Two cores at once
+    /// would each keep their own per-key order on a node, not one order: a
+    /// cluster node's release could overtake the acquire the closing task
+    /// still waits on, and leave the key held by nobody.
+    one_at_a_time: tokio::sync::Mutex<()>,
 }
 
 /// The client's driver: its task, started on first use (and again on the
@@ -152,6 +159,7 @@ impl Driver {
                 notices,
                 slow,
                 simulation,
+                one_at_a_time: tokio::sync::Mutex::new(()),
             }),
             running: Mutex::new(None),
             closed: AtomicBool::new(false),
@@ -222,9 +230,19 @@ impl Driver {
             self.this.clone(),
             self.closed.load(Ordering::Relaxed),
         );
+        let shared = Arc::clone(&self.shared);
+        let overlap = planted_overlap();
+        let run = async move {
+            let _turn = if overlap {
+                None
+            } else {
+                Some(shared.one_at_a_time.lock().await)
+            };
+            crate::metrics::timed(task.run()).await;
+        };
         // Not a child of the operation that happens to start it.
         let span = debug_span!(parent: None, "redlock.driver");
-        let task = runtime.spawn(crate::metrics::timed(task.run()).instrument(span));
+        let task = runtime.spawn(run.instrument(span));
         Some(Running {
             inputs,
             task,
@@ -379,6 +397,19 @@ impl Driver {
         if inputs.send(Input::Settled(done)).is_ok() {
             let _ = settled.await;
         }
+    }
+}
+
+/// Whether the planted bug `DriverTasksOverlap` is on for this thread: a
+/// task starts at once, beside one that still runs.
+fn planted_overlap() -> bool {
+    #[cfg(feature = "planted-bugs")]
+    {
+        redlock_core::planted::active() == Some(redlock_core::planted::Bug::DriverTasksOverlap)
+    }
+    #[cfg(not(feature = "planted-bugs"))]
+    {
+        false
     }
 }
 

@@ -10,6 +10,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use redlock_tests::{NodeOptions, RedisCluster};
+use redlock_tokio::Redlock;
 use support::{assert_absent, builder, init_tracing};
 
 /// A current-thread runtime of the test's own: every task runs on its one
@@ -279,4 +280,65 @@ fn a_lock_granted_as_the_shutdown_begins_is_released_by_it() {
         assert_eq!(guard.loss(), Some(redlock_tokio::LossReason::Closed));
         assert_absent(&cluster, "late");
     });
+}
+
+/// One driver task at a time: a release that comes after the shutdown
+/// began (its task taken) starts a task of its own, which waits for the
+/// closing one to end, so the nodes see one client's order. Node 2 is
+/// paused with an acquire of the closing task unanswered; the release of
+/// that lock's value (its guard forgotten) must not reach node 0 while the
+/// closing task still waits. With the planted bug `DriverTasksOverlap` it
+/// does: the second task runs beside the first (on a cluster node its
+/// release could then overtake the acquire and leave the key).
+fn a_release_during_the_shutdown(bug: Option<redlock_tokio::core::planted::Bug>) -> bool {
+    let cluster = RedisCluster::start(3);
+    let runtime = current_thread();
+    redlock_tokio::core::planted::set(bug);
+    let overlapped = runtime.block_on(async {
+        let redlock = Redlock::builder(cluster.urls())
+            .node_timeout(Duration::from_secs(3))
+            .build()
+            .await
+            .expect("client builds");
+        cluster.node(2).pause();
+        let value = redlock
+            .lock("closing")
+            .await
+            .expect("granted by nodes 0 and 1")
+            .forget();
+        let shutdown = redlock.shutdown();
+        let mut shutdown = std::pin::pin!(shutdown);
+        assert!(
+            futures::poll!(&mut shutdown).is_pending(),
+            "node 2 holds it up"
+        );
+        let release = redlock.release_value("closing", &value);
+        let mut release = std::pin::pin!(release);
+        assert!(futures::poll!(&mut release).is_pending());
+        // Long enough for a task running beside the closing one to delete
+        // the key on node 0; the closing one waits up to 3 s for node 2.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let overlapped = cluster.node(0).get("closing").is_none();
+        cluster.node(2).resume();
+        let ((), report) = tokio::join!(shutdown, release);
+        assert!(report.is_complete(), "{report}");
+        overlapped
+    });
+    redlock_tokio::core::planted::set(None);
+    assert_absent(&cluster, "closing");
+    overlapped
+}
+
+#[test]
+fn a_release_during_the_shutdown_waits_for_the_closing_task() {
+    init_tracing();
+    assert!(!a_release_during_the_shutdown(None));
+}
+
+#[test]
+fn a_release_during_the_shutdown_overlaps_with_the_planted_bug() {
+    init_tracing();
+    assert!(a_release_during_the_shutdown(Some(
+        redlock_tokio::core::planted::Bug::DriverTasksOverlap
+    )));
 }

@@ -2387,7 +2387,8 @@ pub mod configurations {
             // the model's masters have no clock to floor them), a restarted
             // node's vote the real servers' too (`tests/tests/node_failures.rs`),
             // the close's releases, the reconnection backoff and the NOSCRIPT
-            // order the client's tests.
+            // order the client's tests, overlapping driver tasks the adapter's
+            // (`tests/tests/shutdown.rs`).
             .filter(|&&bug| {
                 !matches!(
                     bug,
@@ -2403,6 +2404,7 @@ pub mod configurations {
                         | Bug::ElectionLosesAtExpiry
                         | Bug::ElectionTermFromClient
                         | Bug::NoScriptResendOvertakes
+                        | Bug::DriverTasksOverlap
                 )
             })
             .map(|&bug| {

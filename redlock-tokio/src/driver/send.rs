@@ -55,9 +55,15 @@ use crate::node::Node;
 ///    deadline; the connection then skips it if it was not written yet,
 ///    which keeps the order too.
 ///
+/// One task means one at a time: a task started while another still runs
+/// (a release that came after the shutdown began) waits for it to end, and
+/// takes over its connections' wires.
+///
 /// `tests/tests/left_behind.rs` shows it under backpressure and storms of
 /// cancellations; `order_under_backpressure` in `driver/tests.rs` breaks
-/// rule 1 on purpose and sees the order break.
+/// rule 1 on purpose and sees the order break, and
+/// `a_release_during_the_shutdown_*` in `tests/tests/shutdown.rs` sees two
+/// tasks overlap with the planted bug `DriverTasksOverlap`.
 pub(crate) fn send(nodes: &[Arc<Node>], requests: Vec<Request>) -> Sent {
     // The core only emits node ids below the node count it was built with,
     // which is the length of `nodes`; the driver batches per node.

@@ -56,7 +56,7 @@ pub(super) struct Task {
     connecting: FuturesUnordered<Attempt>,
     /// The wires of the plain masters' connections: each writes what is
     /// queued on its connection and reads the answers, polled here.
-    wires: FuturesUnordered<crate::node::Wire>,
+    wires: FuturesUnordered<crate::node::TakenWire>,
     /// Each node's count of broken connections last seen: a new break is
     /// told to the core.
     breaks: Box<[u64]>,

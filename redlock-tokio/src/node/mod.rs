@@ -69,6 +69,45 @@ struct State {
     wire: Option<Wire>,
 }
 
+/// A connection's wire, polled by a driver task ([`Node::take_wire`]).
+pub(crate) struct TakenWire {
+    node: Arc<Node>,
+    /// The connection's, to give it back only to it.
+    generation: u64,
+    /// `None` once it ended: its connection closed.
+    wire: Option<Wire>,
+}
+
+impl std::future::Future for TakenWire {
+    type Output = ();
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        let Some(wire) = self.wire.as_mut() else {
+            return std::task::Poll::Ready(());
+        };
+        std::task::ready!(wire.as_mut().poll(cx));
+        self.wire = None;
+        std::task::Poll::Ready(())
+    }
+}
+
+impl Drop for TakenWire {
+    fn drop(&mut self) {
+        let Some(wire) = self.wire.take() else {
+            return;
+        };
+        let mut state = self.node.lock_state();
+        let current =
+            matches!(state.link, Link::Up { generation, .. } if generation == self.generation);
+        if current && state.wire.is_none() {
+            state.wire = Some(wire);
+        }
+    }
+}
+
 /// What a connection found its server to be, for the core and for its
 /// [`ServerReport`](crate::ServerReport).
 struct Seen {
@@ -260,8 +299,16 @@ impl Node {
 
     /// The wire of the connection made last, for the client's driver task
     /// to poll; `None` once taken, or where the `redis` crate polls it.
-    pub(crate) fn take_wire(&self) -> Option<Wire> {
-        self.lock_state().wire.take()
+    /// Dropped unfinished (its task ended), it comes back here, for the
+    /// next task, while its connection is still the node's.
+    pub(crate) fn take_wire(self: &Arc<Self>) -> Option<TakenWire> {
+        let state = &mut *self.lock_state();
+        let wire = state.wire.take()?;
+        Some(TakenWire {
+            node: Arc::clone(self),
+            generation: state.generation,
+            wire: Some(wire),
+        })
     }
 
     /// What the last connection found the server to be, for the core
