@@ -296,7 +296,7 @@ fn a_release_during_the_shutdown(bug: Option<redlock_tokio::core::planted::Bug>)
     redlock_tokio::core::planted::set(bug);
     let overlapped = runtime.block_on(async {
         let redlock = Redlock::builder(cluster.urls())
-            .node_timeout(Duration::from_secs(3))
+            .node_timeout(Duration::from_secs(5))
             .build()
             .await
             .expect("client builds");
@@ -315,10 +315,15 @@ fn a_release_during_the_shutdown(bug: Option<redlock_tokio::core::planted::Bug>)
         let release = redlock.release_value("closing", &value);
         let mut release = std::pin::pin!(release);
         assert!(futures::poll!(&mut release).is_pending());
-        // Long enough for a task running beside the closing one to delete
-        // the key on node 0; the closing one waits up to 3 s for node 2.
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let overlapped = cluster.node(0).get("closing").is_none();
+        // A task running beside the closing one deletes the key on node 0
+        // at once; 1.5 s of watching leaves a busy machine time to show
+        // it, well before the closing one gives node 2 up (5 s).
+        let watch_until = std::time::Instant::now() + Duration::from_millis(1_500);
+        let mut overlapped = false;
+        while !overlapped && std::time::Instant::now() < watch_until {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            overlapped = cluster.node(0).get("closing").is_none();
+        }
         cluster.node(2).resume();
         let ((), report) = tokio::join!(shutdown, release);
         assert!(report.is_complete(), "{report}");
