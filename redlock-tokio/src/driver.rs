@@ -231,7 +231,7 @@ impl Driver {
             self.closed.load(Ordering::Relaxed),
         );
         let shared = Arc::clone(&self.shared);
-        let overlap = planted_overlap();
+        let overlap = planted!(DriverTasksOverlap);
         let run = async move {
             let _turn = if overlap {
                 None
@@ -397,19 +397,6 @@ impl Driver {
         if inputs.send(Input::Settled(done)).is_ok() {
             let _ = settled.await;
         }
-    }
-}
-
-/// Whether the planted bug `DriverTasksOverlap` is on for this thread: a
-/// task starts at once, beside one that still runs.
-fn planted_overlap() -> bool {
-    #[cfg(feature = "planted-bugs")]
-    {
-        redlock_core::planted::active() == Some(redlock_core::planted::Bug::DriverTasksOverlap)
-    }
-    #[cfg(not(feature = "planted-bugs"))]
-    {
-        false
     }
 }
 

@@ -147,6 +147,21 @@
 //! `docs/guarantees.md` gives each case and what to do about it.
 #![forbid(unsafe_code)]
 
+/// Whether the core's planted bug `$bug` is on for this thread (feature
+/// `planted-bugs`; a constant `false` without it): the adapter's hooks.
+macro_rules! planted {
+    ($bug:ident) => {{
+        #[cfg(feature = "planted-bugs")]
+        {
+            redlock_core::planted::active() == Some(redlock_core::planted::Bug::$bug)
+        }
+        #[cfg(not(feature = "planted-bugs"))]
+        {
+            false
+        }
+    }};
+}
+
 #[cfg(feature = "blocking")]
 pub mod blocking;
 mod builder;

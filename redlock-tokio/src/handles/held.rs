@@ -25,7 +25,7 @@ pub(crate) async fn while_held<W: Future, R>(
     let mut work = pin!(work);
     let mut lost = pin!(lost);
     poll_fn(|cx| {
-        if planted() {
+        if planted!(WorkPolledAfterLoss) {
             // The planted bug: the work first, the loss after.
             if let Poll::Ready(value) = work.as_mut().poll(cx) {
                 return Poll::Ready(Ok(value));
@@ -40,16 +40,4 @@ pub(crate) async fn while_held<W: Future, R>(
         work.as_mut().poll(cx).map(Ok)
     })
     .await
-}
-
-/// Whether the planted bug `WorkPolledAfterLoss` is on for this thread.
-fn planted() -> bool {
-    #[cfg(feature = "planted-bugs")]
-    {
-        redlock_core::planted::active() == Some(redlock_core::planted::Bug::WorkPolledAfterLoss)
-    }
-    #[cfg(not(feature = "planted-bugs"))]
-    {
-        false
-    }
 }
