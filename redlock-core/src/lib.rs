@@ -182,6 +182,8 @@ mod ops;
 #[cfg(feature = "planted-bugs")]
 pub mod planted;
 mod quorum;
+#[path = "wire/resp.rs"]
+pub mod resp;
 #[path = "wire/scripts.rs"]
 pub mod scripts;
 mod types;

@@ -25,6 +25,25 @@ impl NodeError {
         }
     }
 
+    /// An error of `kind` whose detail is a node's (or a client library's)
+    /// words, made fit for a one-line report: without the noise Redis
+    /// appends to an error raised inside a script (` script: <sha1>, on
+    /// @user_script:1.`, the `user_script:1: ` prefix), on one line, and cut
+    /// at 160 characters.
+    ///
+    /// ```
+    /// use redlock_core::{NodeError, NodeErrorKind};
+    /// let error = NodeError::tidied(
+    ///     NodeErrorKind::WrongType,
+    ///     "WRONGTYPE Operation against a key holding the wrong kind of value script: \
+    ///      30066d0618efaa6f4d54a3824876d45cb637d4f7, on @user_script:1.",
+    /// );
+    /// assert_eq!(error.detail, "WRONGTYPE Operation against a key holding the wrong kind of value");
+    /// ```
+    pub fn tidied(kind: NodeErrorKind, detail: &str) -> Self {
+        Self::new(kind, tidy(detail))
+    }
+
     /// Not sent: the node is known slow (`NodeHealth`).
     pub fn slow() -> Self {
         Self::new(
@@ -410,6 +429,48 @@ fn interpret_native(command: Command, native: Native, response: Response) -> Nod
         ))
     })
 }
+
+/// A node's words fit for a one-line report: without the script noise Redis
+/// appends to errors raised inside a script (` script: <sha1>, on
+/// @user_script:1.`, the `user_script:1: ` prefix), on one line, and cut at
+/// [`DETAIL_MAX`] characters ([`NodeError::tidied`]).
+fn tidy(detail: &str) -> String {
+    let mut text = detail.to_owned();
+    if let Some(at) = text.find(" script: ") {
+        let sha = &text[at + " script: ".len()..];
+        if sha.len() >= 40 && sha.as_bytes()[..40].iter().all(u8::is_ascii_hexdigit) {
+            text.truncate(at);
+        }
+    }
+    // "ERR user_script:1: Script attempted ...", and any other script
+    // position ("@user_script:12: ").
+    while let Some(at) = text.find("user_script:") {
+        let start = if text[..at].ends_with('@') {
+            at - 1
+        } else {
+            at
+        };
+        let rest = &text[at + "user_script:".len()..];
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        let mut end = at + "user_script:".len() + digits;
+        for tail in [": ", ":", "."] {
+            if text[end..].starts_with(tail) {
+                end += tail.len();
+                break;
+            }
+        }
+        text.replace_range(start..end, "");
+    }
+    let mut text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if text.chars().count() > DETAIL_MAX {
+        text = text.chars().take(DETAIL_MAX - 1).collect();
+        text.push('…');
+    }
+    text
+}
+
+/// The longest node error detail kept, in characters.
+const DETAIL_MAX: usize = 160;
 
 #[cfg(test)]
 mod tests {

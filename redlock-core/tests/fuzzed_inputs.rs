@@ -8,6 +8,8 @@
 mod info;
 #[path = "fuzzed/replies.rs"]
 mod replies;
+#[path = "fuzzed/resp.rs"]
+mod resp;
 
 use std::path::Path;
 use std::time::Instant;
@@ -57,4 +59,9 @@ fn any_reply_is_a_vote_its_contract_allows_or_a_protocol_error() {
 #[test]
 fn any_info_text_gives_facts_that_read_back_and_pick_only_documented_commands() {
     run("info", info::check);
+}
+
+#[test]
+fn any_bytes_read_as_resp_are_an_answer_incomplete_or_garbage_and_answers_read_back() {
+    run("resp", resp::check);
 }

@@ -2,6 +2,7 @@
 //! strings), replies out.
 
 use redlock_core::Response;
+use redlock_core::resp::{self, Parsed};
 
 pub(crate) fn number(word: &[u8]) -> Result<u64, String> {
     std::str::from_utf8(word)
@@ -31,30 +32,20 @@ pub(crate) fn encode(response: &Result<Response, String>, out: &mut Vec<u8>) {
 }
 
 /// One command (a RESP array of bulk strings) from the front of `bytes`, and
-/// how many bytes it took; `None` until it is complete (or when it is not
-/// one: a client of this kit is the real client, which sends only these).
+/// how many bytes it took, read by the core's RESP reader; `None` until it
+/// is complete (or when it is not one: a client of this kit is the real
+/// client, which sends only these).
 pub(crate) fn parse(bytes: &[u8]) -> Option<(Vec<Vec<u8>>, usize)> {
-    fn line(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
-        let end = at + bytes.get(at..)?.windows(2).position(|w| w == b"\r\n")?;
-        let number = std::str::from_utf8(bytes.get(at + 1..end)?)
-            .ok()?
-            .parse()
-            .ok()?;
-        Some((number, end + 2))
-    }
-    let (count, mut at) = line(bytes, 0)?;
-    // An empty command runs nothing: every command has a name.
-    if count == 0 {
+    let Ok(Parsed::Answer(Ok(Response::Array(words)), used)) = resp::parse(bytes) else {
         return None;
-    }
-    let mut words = Vec::with_capacity(count.min(1024));
-    for _ in 0..count {
-        let (len, start) = line(bytes, at)?;
-        words.push(bytes.get(start..start + len)?.to_vec());
-        at = start + len + 2;
-        if bytes.len() < at {
-            return None;
-        }
-    }
-    Some((words, at))
+    };
+    let words = words
+        .into_iter()
+        .map(|word| match word {
+            Response::Data(bytes) => Some(bytes),
+            _ => None,
+        })
+        .collect::<Option<Vec<_>>>()?;
+    // An empty command runs nothing: every command has a name.
+    (!words.is_empty()).then_some((words, used))
 }

@@ -18,6 +18,10 @@ pub(crate) fn map_value(value: Value) -> Response {
     }
 }
 
+/// What a refused `AUTH` says.
+pub(super) const WRONG_CREDENTIALS: &str =
+    "wrong password or unknown user (the server refused AUTH)";
+
 /// A redis error as the core's `NodeError`, classified by what the caller can do.
 pub(crate) fn map_error(err: &RedisError) -> NodeError {
     if let Some(detail) = tls_rejection(err) {
@@ -46,55 +50,11 @@ pub(crate) fn map_error(err: &RedisError) -> NodeError {
         }
         // redis' own text ("Password authentication failed -
         // AuthenticationFailed") says the kind twice; one cause, once.
-        _ if kind == NodeErrorKind::Auth => {
-            "wrong password or unknown user (the server refused AUTH)".to_owned()
-        }
+        _ if kind == NodeErrorKind::Auth => WRONG_CREDENTIALS.to_owned(),
         _ => err.to_string(),
     };
-    NodeError::new(kind, tidy(&detail))
+    NodeError::tidied(kind, &detail)
 }
-
-/// A node's words fit for a one-line report: without the script noise Redis
-/// appends to errors raised inside a script (` script: <sha1>, on
-/// @user_script:1.`, the `user_script:1: ` prefix), on one line, and cut at
-/// [`DETAIL_MAX`] characters.
-fn tidy(detail: &str) -> String {
-    let mut text = detail.to_owned();
-    if let Some(at) = text.find(" script: ") {
-        let sha = &text[at + " script: ".len()..];
-        if sha.len() >= 40 && sha.as_bytes()[..40].iter().all(u8::is_ascii_hexdigit) {
-            text.truncate(at);
-        }
-    }
-    // "ERR user_script:1: Script attempted ...", and any other script
-    // position ("@user_script:12: ").
-    while let Some(at) = text.find("user_script:") {
-        let start = if text[..at].ends_with('@') {
-            at - 1
-        } else {
-            at
-        };
-        let rest = &text[at + "user_script:".len()..];
-        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-        let mut end = at + "user_script:".len() + digits;
-        for tail in [": ", ":", "."] {
-            if text[end..].starts_with(tail) {
-                end += tail.len();
-                break;
-            }
-        }
-        text.replace_range(start..end, "");
-    }
-    let mut text = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if text.chars().count() > DETAIL_MAX {
-        text = text.chars().take(DETAIL_MAX - 1).collect();
-        text.push('…');
-    }
-    text
-}
-
-/// The longest node error detail kept, in characters.
-const DETAIL_MAX: usize = 160;
 
 /// What rustls said, when `err` is a TLS handshake that either side refused
 /// (an untrusted or unsuitable certificate, a missing client certificate):
@@ -211,7 +171,7 @@ mod tests {
         );
         let long = redis::make_extension_error("ERR".into(), Some("x\ny ".repeat(200)));
         let detail = map_error(&long).detail;
-        assert!(detail.chars().count() <= DETAIL_MAX, "{detail}");
+        assert!(detail.chars().count() <= 160, "{detail}");
         assert!(!detail.contains('\n'), "{detail}");
     }
 
