@@ -2,8 +2,8 @@
 //! virtual time (the `tests` crate's client sim: `tests/src/sim/`): plain
 //! masters reached through an injected connector instead of TCP, lock values
 //! and jitter drawn from a seeded RNG instead of the OS's, and optionally a
-//! bounded connection queue (a planted bug: the client's own is unbounded,
-//! see `CONNECTION_QUEUE` in `node/mod.rs`).
+//! bounded connection queue (a planted bug: the client's own connection
+//! makes no sender wait, see `node/plain.rs`).
 //!
 //! Hidden from the docs and outside the API's stability promise. A client
 //! built without it never looks at it beyond one `Option` per connection
@@ -71,9 +71,9 @@ impl Simulation {
         self
     }
 
-    /// How many requests a connection queues before a sender waits for
-    /// room (the `redis` crate's pipeline buffer). The client's own is
-    /// unbounded; a small one is a planted bug.
+    /// How many batches of requests wait for their answers on a connection
+    /// before a sender waits for room. The client's own connection makes
+    /// no sender wait; a bound is a planted bug.
     #[must_use]
     pub fn connection_queue(mut self, requests: usize) -> Self {
         self.connection_queue = Some(requests);

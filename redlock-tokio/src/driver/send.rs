@@ -33,11 +33,12 @@ use crate::node::Node;
 ///    of the turn, and queues each batch here at the end of the turn that
 ///    emitted it, before it takes anything more from the core, and at once,
 ///    not at a later poll: the first poll below happens now, unconstrained
-///    by Tokio's budget, a batch is one message in the queue (a pipeline
-///    keeps its commands' order), and a plain master's connection queue
-///    makes no sender wait for room until it holds
-///    [`CONNECTION_QUEUE`](crate::node::CONNECTION_QUEUE) messages, which
-///    only a master that stopped reading under heavy load reaches;
+///    by Tokio's budget, a batch is appended whole to the connection's
+///    write buffer (our own connection to a plain master, `node::plain`,
+///    which makes no sender wait), or is one message in the `redis` crate's
+///    queue over TLS, which makes no sender wait for room until it holds
+///    [`CONNECTION_QUEUE`](crate::node::CONNECTION_QUEUE) messages (only a
+///    master that stopped reading under heavy load reaches that);
 /// 2. the core sends a cluster node one request per lock key at a time,
 ///    the next once the one before was answered or forgotten: the cluster
 ///    client routes and redirects each request on its own;

@@ -1,6 +1,6 @@
-//! The per-node order (rule 1 of [`send`]) without a real server: a real
-//! `redis` connection over an in-memory stream to a node of the test kit
-//! that is paused (it stops reading), so its connection queue fills.
+//! The per-node order (rule 1 of [`send`]) without a real server: our own
+//! connection over an in-memory stream to a node of the test kit that is
+//! paused (it stops reading), so what is queued on it piles up.
 //! Requests are emitted as a client does (each acquire, then the release
 //! that undoes it) and then polled by their owners in the worst order; the
 //! node must still read every acquire before its release. Deterministic:
@@ -10,12 +10,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use futures::future::join_all;
-use redis::aio::MultiplexedConnection;
 use redlock_core::{Command, Config, Key, LockValue, Machine, Release, Request, RoundId};
 use redlock_testkit::{Quorum, Tap};
 
 use super::send;
-use crate::node::{CONNECTION_QUEUE, Node, connection_config};
+use crate::node::{Node, Plain};
 
 /// Every command the node ran, by its words, in order.
 #[derive(Default)]
@@ -32,10 +31,11 @@ impl Tap for Commands {
 }
 
 /// How many keys the server saw released before they were acquired, when
-/// the connection queues `queue` requests at most and the driver sends
+/// the connection lets `room` batches wait at most (none: no bound, as a
+/// client's own connection) and the driver sends
 /// `batch` resources' requests in one flight (a pipeline when more than
 /// one).
-async fn reordered(queue: usize, batch: usize) -> usize {
+async fn reordered(room: Option<usize>, batch: usize) -> usize {
     let commands = Arc::new(Commands::default());
     let quorum = Quorum::builder()
         .nodes(1)
@@ -44,16 +44,8 @@ async fn reordered(queue: usize, batch: usize) -> usize {
         .build();
     let node = quorum.node(0);
     let client_end = node.connect().expect("the node accepts");
-    let info =
-        redis::IntoConnectionInfo::into_connection_info("redis://127.0.0.1/").expect("a valid URL");
-    let (connection, driver) = MultiplexedConnection::new_with_config(
-        info.redis_settings(),
-        client_end,
-        connection_config().set_pipeline_buffer_size(queue),
-    )
-    .await
-    .expect("connects to the in-memory server");
-    tokio::spawn(driver);
+    let (connection, wire) = Plain::new(client_end, room);
+    tokio::spawn(wire);
     let nodes = [Node::over(connection)];
 
     let settings = Config::new(["test"]).validate().expect("valid settings");
@@ -113,21 +105,22 @@ async fn reordered(queue: usize, batch: usize) -> usize {
 
 #[tokio::test(flavor = "current_thread")]
 async fn order_under_backpressure() {
-    assert_eq!(reordered(CONNECTION_QUEUE, 1).await, 0);
+    assert_eq!(reordered(None, 1).await, 0);
 }
 
 #[tokio::test(flavor = "current_thread")]
 async fn order_under_backpressure_in_pipelines() {
-    assert_eq!(reordered(CONNECTION_QUEUE, 4).await, 0);
+    assert_eq!(reordered(None, 4).await, 0);
 }
 
-/// The tests above can see the bug they guard against: with a queue that
-/// makes senders wait for room (the `redis` crate's default is 50), a
-/// release is queued when its owner is polled, ahead of its acquire.
+/// The tests above can see the bug they guard against: with a connection
+/// that makes senders wait for room (as the `redis` crate's does, past 50
+/// by default), a release is queued when its owner is polled, ahead of its
+/// acquire.
 #[tokio::test(flavor = "current_thread")]
 async fn order_under_backpressure_breaks_with_a_bounded_queue() {
-    assert!(reordered(4, 1).await > 0);
-    assert!(reordered(4, 4).await > 0);
+    assert!(reordered(Some(4), 1).await > 0);
+    assert!(reordered(Some(4), 4).await > 0);
 }
 
 /// A waker that counts its wakes.

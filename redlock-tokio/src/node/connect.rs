@@ -4,55 +4,29 @@
 
 use std::collections::HashMap;
 
-use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::Value;
+use redis::aio::MultiplexedConnection;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
-use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, Value};
-use redlock_core::{NodeError, NodeErrorKind, scripts};
+use redlock_core::{NodeError, NodeErrorKind, Response, scripts};
 use tracing::{debug, info};
 
-use super::reply::map_error;
+use super::plain::{Plain, io_error};
+use super::reply::{WRONG_CREDENTIALS, map_error};
 use super::{Node, connection_config};
-use crate::sim::Simulation;
 
-/// The connection of a node: to one master, or to a whole cluster.
+/// The connection of a node: our own to a plain master, the `redis`
+/// crate's over TLS, or the crate's to a whole cluster.
 #[derive(Clone)]
 pub(super) enum Connection {
+    Plain(Plain),
     Single(MultiplexedConnection),
     Cluster(ClusterConnection),
 }
 
-impl ConnectionLike for Connection {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match self {
-            Connection::Single(connection) => connection.req_packed_command(cmd),
-            Connection::Cluster(connection) => connection.req_packed_command(cmd),
-        }
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        cmd: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        match self {
-            Connection::Single(connection) => connection.req_packed_commands(cmd, offset, count),
-            Connection::Cluster(connection) => connection.req_packed_commands(cmd, offset, count),
-        }
-    }
-
-    fn get_db(&self) -> i64 {
-        match self {
-            Connection::Single(connection) => connection.get_db(),
-            Connection::Cluster(connection) => connection.get_db(),
-        }
-    }
-}
-
-/// A connection's own work, the `redis` crate's driver of it: it writes
-/// what is queued on the connection and reads the answers. The client's
+/// A connection's own work: it writes what is queued on the connection and
+/// reads the answers ([`Plain`]). The client's
 /// driver task polls it, beside the requests it waits for, so that a turn
 /// that queues requests writes them and a reply read completes them, all
 /// in one task.
@@ -108,18 +82,21 @@ impl Node {
         if let Some(cluster) = &self.cluster {
             return self.connect_cluster(cluster).await;
         }
-        let config = connection_config().set_connection_timeout(Some(self.connect_timeout));
         let attempt = async {
             let (connection, mut wire) = match &self.simulation {
-                None => self.open(config).await.map_err(|err| map_error(&err))?,
-                Some((index, simulation)) => self
-                    .connect_simulated(*index, simulation, config.clone())
-                    .await
-                    .map_err(|err| map_error(&err))?,
+                None => self.open().await?,
+                Some((index, simulation)) => {
+                    let stream = simulation
+                        .connect(*index)
+                        .await
+                        .map_err(|err| io_error(&err))?;
+                    let (plain, wire) = Plain::new(stream, simulation.queue());
+                    (Connection::Plain(plain), Some(wire))
+                }
             };
-            let found = on_wire(&mut wire, Self::read_server(&connection)).await?;
+            let found = on_wire(&mut wire, self.read_server(&connection)).await?;
             Ok(Connected {
-                connection: Connection::Single(connection),
+                connection,
                 found,
                 wire,
             })
@@ -137,136 +114,140 @@ impl Node {
     }
 
     /// A plain master's connection, with its wire for the client's driver
-    /// task to poll: over TCP (`TCP_NODELAY`: a lock's requests are small
-    /// and wait for their answers) or a Unix socket, opened here. Over
-    /// TLS, the `redis` crate's connection, which runs its wire as a task
-    /// of its own (`None`).
-    async fn open(
-        &self,
-        config: AsyncConnectionConfig,
-    ) -> redis::RedisResult<(MultiplexedConnection, Option<Wire>)> {
+    /// task to poll: our own ([`Plain`]), over TCP (`TCP_NODELAY`: a lock's
+    /// requests are small and wait for their answers) or a Unix socket.
+    /// Over TLS, the `redis` crate's connection, which runs its wire as a
+    /// task of its own (`None`).
+    async fn open(&self) -> Result<(Connection, Option<Wire>), NodeError> {
         let info = self.client.get_connection_info();
-        match info.addr() {
+        let (plain, wire) = match info.addr() {
             redis::ConnectionAddr::Tcp(host, port) => {
-                let stream = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
-                stream.set_nodelay(true)?;
-                self.over_stream(stream, config).await
+                let stream = tokio::net::TcpStream::connect((host.as_str(), *port))
+                    .await
+                    .map_err(|err| io_error(&err))?;
+                stream.set_nodelay(true).map_err(|err| io_error(&err))?;
+                Plain::new(stream, None)
             }
             #[cfg(unix)]
             redis::ConnectionAddr::Unix(path) => {
-                self.over_stream(tokio::net::UnixStream::connect(path).await?, config)
+                let stream = tokio::net::UnixStream::connect(path)
                     .await
+                    .map_err(|err| io_error(&err))?;
+                Plain::new(stream, None)
             }
             _ => {
+                let config = connection_config().set_connection_timeout(Some(self.connect_timeout));
                 let connection = self
                     .client
                     .get_multiplexed_async_connection_with_config(&config)
-                    .await?;
-                Ok((connection, None))
+                    .await
+                    .map_err(|err| map_error(&err))?;
+                return Ok((Connection::Single(connection), None));
             }
-        }
+        };
+        Ok((Connection::Plain(plain), Some(wire)))
     }
 
-    /// The connection over `stream` (`AUTH`, `HELLO`, `SELECT` sent on it
-    /// as it is made), and its wire.
-    async fn over_stream(
-        &self,
-        stream: impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-        config: AsyncConnectionConfig,
-    ) -> redis::RedisResult<(MultiplexedConnection, Option<Wire>)> {
-        let (connection, wire) = MultiplexedConnection::new_with_config(
-            self.client.get_connection_info().redis_settings(),
-            stream,
-            config,
-        )
-        .await?;
-        Ok((connection, Some(Box::pin(wire))))
-    }
-
-    /// What a plain master is, read on `connection` as it is made: the
-    /// scripts loaded, `INFO` and `appendfsync`.
+    /// What a plain master is, read on `connection` as it is made, in one
+    /// round trip: the credentials and database given (on our own
+    /// connection: the `redis` crate's sends them itself), the scripts
+    /// loaded, `INFO` and `appendfsync`.
     async fn read_server(
-        connection: &MultiplexedConnection,
-    ) -> Result<redlock_core::Connected, NodeError> {
-        // Sent together on the multiplexed connection, so one round trip
-        // loads them all, and steady state is one EVALSHA per request.
-        // (Separate commands rather than a pipeline, whose errors lose
-        // their code, such as NOAUTH.)
-        let loads = scripts::ALL.iter().map(|script| {
-            let mut connection = connection.clone();
-            async move {
-                redis::cmd("SCRIPT")
-                    .arg("LOAD")
-                    .arg(*script)
-                    .query_async::<String>(&mut connection)
-                    .await
-            }
-        });
-        // Two sections apart: Redis before 7.0 takes one per INFO.
-        let info = |section: &'static str| {
-            let mut connection = connection.clone();
-            async move {
-                redis::cmd("INFO")
-                    .arg(section)
-                    .query_async::<String>(&mut connection)
-                    .await
-            }
-        };
-        let appendfsync = {
-            let mut connection = connection.clone();
-            async move {
-                redis::cmd("CONFIG")
-                    .arg("GET")
-                    .arg("appendfsync")
-                    .query_async::<Vec<String>>(&mut connection)
-                    .await
-            }
-        };
-        let (shas, (info, memory, persistence, appendfsync)) = futures::future::join(
-            futures::future::try_join_all(loads),
-            futures::future::join4(
-                info("server"),
-                info("memory"),
-                info("persistence"),
-                appendfsync,
-            ),
-        )
-        .await;
-        let shas: Vec<String> = shas.map_err(|err| map_error(&err))?;
-        // An ACL user without CONFIG reads no appendfsync: AOF alone says.
-        let appendfsync = appendfsync.ok().and_then(|pair| pair.into_iter().nth(1));
-        let found = redlock_core::Connected::from_info(
-            info.ok().as_deref(),
-            memory.ok().as_deref(),
-            persistence.ok().as_deref(),
-            appendfsync.as_deref(),
-        );
-        let expected = scripts::ALL.iter().map(|script| scripts::digest(script));
-        if !shas.iter().map(|sha| Some(sha.as_str())).eq(expected) {
-            return Err(NodeError::new(
-                NodeErrorKind::Protocol,
-                "SCRIPT LOAD returned other SHA1 digests than the scripts have \
-                 (is this a Redis server?)",
-            ));
-        }
-        Ok(found)
-    }
-
-    /// The connection of [`connect`](Self::connect) in a simulation: over
-    /// the stream its connector gives, with its connection queue if it sets
-    /// one.
-    async fn connect_simulated(
         &self,
-        index: usize,
-        simulation: &Simulation,
-        config: AsyncConnectionConfig,
-    ) -> redis::RedisResult<(MultiplexedConnection, Option<Wire>)> {
-        let stream = simulation.connect(index).await?;
-        let config = match simulation.queue() {
-            Some(requests) => config.set_pipeline_buffer_size(requests),
-            None => config,
+        connection: &Connection,
+    ) -> Result<redlock_core::Connected, NodeError> {
+        use redlock_core::Argument::Bytes;
+        let settings = self.client.get_connection_info().redis_settings();
+        let own = matches!(connection, Connection::Plain(_));
+        let db = settings.db().to_string();
+        let mut words = Vec::new();
+        let auth = own && settings.password().is_some();
+        if auth {
+            let mut command = vec![Bytes(b"AUTH")];
+            command.extend(settings.username().map(|user| Bytes(user.as_bytes())));
+            command.extend(
+                settings
+                    .password()
+                    .map(|password| Bytes(password.as_bytes())),
+            );
+            words.push(command);
+        }
+        let select = own && settings.db() != 0;
+        if select {
+            words.push(vec![Bytes(b"SELECT"), Bytes(db.as_bytes())]);
+        }
+        // Steady state is then one EVALSHA per request.
+        for script in scripts::ALL {
+            words.push(vec![
+                Bytes(b"SCRIPT"),
+                Bytes(b"LOAD"),
+                Bytes(script.as_bytes()),
+            ]);
+        }
+        // Sections apart: Redis before 7.0 takes one per INFO.
+        for section in ["server", "memory", "persistence"] {
+            words.push(vec![Bytes(b"INFO"), Bytes(section.as_bytes())]);
+        }
+        words.push(vec![Bytes(b"CONFIG"), Bytes(b"GET"), Bytes(b"appendfsync")]);
+        let mut answers = connection.run(&words).await.into_iter();
+        let mut next = || {
+            answers
+                .next()
+                .unwrap_or_else(|| Err(super::execute::Failure::fewer()))
         };
-        self.over_stream(stream, config).await
+        if auth && let Err(failure) = next() {
+            let error = failure.error;
+            return Err(match failure.broke {
+                true => error,
+                // However the server words it (`WRONGPASS`, no password
+                // set, an old server that takes no user name): the
+                // credentials are refused.
+                false if error.detail.starts_with("WRONGPASS") => {
+                    NodeError::new(NodeErrorKind::Auth, WRONG_CREDENTIALS)
+                }
+                false => NodeError::tidied(
+                    NodeErrorKind::Auth,
+                    &format!("the server refused AUTH: {}", error.detail),
+                ),
+            });
+        }
+        if select && let Err(failure) = next() {
+            return Err(failure.error);
+        }
+        for script in scripts::ALL {
+            match next() {
+                Ok(Response::Data(sha))
+                    if Some(sha.as_slice()) == scripts::digest(script).map(str::as_bytes) => {}
+                Err(failure) => return Err(failure.error),
+                Ok(_) => {
+                    return Err(NodeError::new(
+                        NodeErrorKind::Protocol,
+                        "SCRIPT LOAD returned other SHA1 digests than the scripts have \
+                         (is this a Redis server?)",
+                    ));
+                }
+            }
+        }
+        let mut text = || match next() {
+            Ok(Response::Data(bytes)) => String::from_utf8(bytes).ok(),
+            _ => None,
+        };
+        let (info, memory, persistence) = (text(), text(), text());
+        // An ACL user without CONFIG reads no appendfsync: AOF alone says.
+        // CONFIG GET answers [name, value].
+        let appendfsync = match next() {
+            Ok(Response::Array(pair)) => match pair.into_iter().nth(1) {
+                Some(Response::Data(bytes)) => String::from_utf8(bytes).ok(),
+                _ => None,
+            },
+            _ => None,
+        };
+        Ok(redlock_core::Connected::from_info(
+            info.as_deref(),
+            memory.as_deref(),
+            persistence.as_deref(),
+            appendfsync.as_deref(),
+        ))
     }
 
     /// [`connect`](Self::connect) for a cluster node: the cluster client

@@ -5,10 +5,11 @@ use std::sync::Arc;
 
 use redis::aio::ConnectionLike;
 use redis::{RedisError, Value};
-use redlock_core::{NodeError, NodeErrorKind, Reply, Request, Response};
+use redlock_core::{Argument, NodeError, NodeErrorKind, Reply, Request, Response};
 use tracing::{debug, warn};
 
 use super::Node;
+use super::connect::Connection;
 use super::encode::command;
 use super::reply::{map_error, map_value};
 
@@ -38,10 +39,9 @@ impl Node {
     }
 
     /// Runs `requests`, all for this plain master, as one pipeline: one
-    /// message to the connection, one write, one answer for all. Each is
-    /// what [`execute`](Self::execute) makes of it (its command, its
-    /// follow-up); the replies come in the order of `requests`, which is
-    /// also the order the node runs them in.
+    /// write, one answer for all. Each is what [`execute`](Self::execute)
+    /// makes of it (its command, its follow-up); the replies come in the
+    /// order of `requests`, which is also the order the node runs them in.
     ///
     /// Where some of them wait for the node's AOF ([`Request::aof`]), one
     /// `WAITAOF` ends the pipeline ([`redlock_core::waitaof`]) and judges
@@ -49,7 +49,7 @@ impl Node {
     /// it is covered by one more `WAITAOF` after the batch.
     pub(crate) async fn execute_many(self: &Arc<Self>, requests: &[Request]) -> Vec<Reply> {
         debug_assert!(self.cluster.is_none(), "a cluster node routes each request");
-        let (mut connection, generation) = match self.connection() {
+        let (connection, generation) = match self.connection() {
             Ok(link) => link,
             Err(error) => {
                 return requests
@@ -58,40 +58,20 @@ impl Node {
                     .collect();
             }
         };
-        let mut pipeline = redis::Pipeline::with_capacity(requests.len());
-        for request in requests {
-            pipeline.add_command(command(&request.words()));
-        }
         // The clock is read only for a batch that waits.
         let waitaof = requests
             .iter()
             .any(|request| request.aof)
             .then(|| redlock_core::waitaof(requests, crate::sim::now()))
             .flatten();
-        let waits = waitaof.is_some();
-        if let Some(words) = &waitaof {
-            pipeline.add_command(command(words));
-        }
-        let count = requests.len() + usize::from(waits);
-        let answers = connection.req_packed_commands(&pipeline, 0, count).await;
-        let mut answers = match answers {
-            Ok(values) => values.into_iter().map(Value::extract_error).collect(),
-            Err(error) => vec![Err(error); count],
-        };
-        // A server that answers fewer (it cannot, but) leaves the rest
-        // unanswered, as garbage does.
-        answers.resize_with(count, || {
-            Err(RedisError::from((
-                redis::ErrorKind::UnexpectedReturnType,
-                "fewer answers than commands in the pipeline",
-            )))
-        });
+        let words: Vec<Vec<Argument<'_>>> = requests
+            .iter()
+            .map(Request::words)
+            .chain(waitaof.iter().map(|words| words.to_vec()))
+            .collect();
+        let mut answers = connection.run(&words).await;
         // The WAITAOF's answer, last in the pipeline.
-        let mut on_disk = if waits {
-            answers.pop().map(aof_answer)
-        } else {
-            None
-        };
+        let mut on_disk = waitaof.is_some().then(|| answers.pop()).flatten();
         let mut late = false;
         let mut replies = Vec::with_capacity(requests.len());
         for (request, answer) in requests.iter().zip(answers) {
@@ -105,9 +85,9 @@ impl Node {
             });
         }
         if late && let Some(words) = redlock_core::waitaof(requests, crate::sim::now()) {
-            let again = command(&words).query_async::<Value>(&mut connection).await;
-            on_disk = Some(aof_answer(again));
+            on_disk = connection.run(&[words.to_vec()]).await.pop();
         }
+        let on_disk = on_disk.map(|answer| answer.map_err(|failure| failure.error));
         match on_disk {
             Some(answer) => replies
                 .into_iter()
@@ -120,14 +100,13 @@ impl Node {
 
     /// [`execute`](Self::execute) without the follow-up.
     async fn execute_once(self: &Arc<Self>, request: &Request) -> Reply {
-        let (mut connection, generation) = match self.connection() {
+        let (connection, generation) = match self.connection() {
             Ok(link) => link,
             Err(error) => return Reply::to(request, Err(error)),
         };
-        let result = command(&request.words())
-            .query_async::<Value>(&mut connection)
-            .await;
-        Reply::to(request, self.finish(request, generation, result))
+        let answer = connection.run(&[request.words()]).await.pop();
+        let answer = answer.unwrap_or_else(|| Err(Failure::fewer()));
+        Reply::to(request, self.finish(request, generation, answer))
     }
 
     /// The node's answer as a `Response`; an error that leaves the
@@ -136,12 +115,11 @@ impl Node {
         self: &Arc<Self>,
         request: &Request,
         generation: u64,
-        result: Result<Value, RedisError>,
+        answer: Result<Response, Failure>,
     ) -> Result<Response, NodeError> {
         let command = request.command;
-        match result {
-            Ok(value) => {
-                let response = map_value(value);
+        match answer {
+            Ok(response) => {
                 if let Response::Other(text) = &response {
                     // No script returns a status or a map: not a Redis
                     // server, or not the script we loaded.
@@ -149,11 +127,10 @@ impl Node {
                 }
                 Ok(response)
             }
-            Err(err) => {
-                let error = map_error(&err);
+            Err(Failure { error, broke }) => {
                 // A cluster connection reconnects to its shards by itself:
                 // one shard down must not cut the node off from the others.
-                if err.is_unrecoverable_error() && self.cluster.is_none() {
+                if broke && self.cluster.is_none() {
                     self.connection_failed(generation, &error);
                 } else if error.kind == NodeErrorKind::NoPermission {
                     self.not_permitted(request, &error);
@@ -198,8 +175,107 @@ fn is_anomaly(kind: NodeErrorKind) -> bool {
     )
 }
 
-/// The node's answer to a `WAITAOF`, for [`Reply::on_disk`]: the core
-/// judges it.
-fn aof_answer(answer: Result<Value, RedisError>) -> Result<Response, NodeError> {
-    answer.map(map_value).map_err(|err| map_error(&err))
+/// Why a command has no answer, and whether its connection broke with it.
+pub(super) struct Failure {
+    pub(super) error: NodeError,
+    pub(super) broke: bool,
+}
+
+impl Failure {
+    pub(super) fn fewer() -> Self {
+        Failure {
+            error: NodeError::new(
+                NodeErrorKind::Protocol,
+                "fewer answers than commands in the pipeline",
+            ),
+            broke: false,
+        }
+    }
+}
+
+impl Connection {
+    /// Runs the commands of `words`, in order, as one pipeline (one
+    /// message, one write) where there are several, and returns one answer
+    /// for each.
+    pub(super) async fn run(&self, words: &[Vec<Argument<'_>>]) -> Vec<Result<Response, Failure>> {
+        let mut answers = match self {
+            Connection::Plain(plain) => {
+                let call = plain.call(words.len(), |out| {
+                    for command in words {
+                        redlock_core::resp::encode(command, out);
+                    }
+                });
+                match call.await {
+                    Ok(answers) => answers
+                        .into_iter()
+                        .map(|answer| {
+                            answer.map_err(|error| Failure {
+                                error,
+                                broke: false,
+                            })
+                        })
+                        .collect(),
+                    Err(error) => vec_of(words.len(), &error),
+                }
+            }
+            Connection::Single(connection) => run_redis(connection.clone(), words).await,
+            Connection::Cluster(connection) => run_redis(connection.clone(), words).await,
+        };
+        // A server that answers fewer (it cannot, but) leaves the rest
+        // unanswered, as garbage does.
+        answers.resize_with(words.len(), || Err(Failure::fewer()));
+        answers
+    }
+}
+
+/// [`Connection::run`] on a connection of the `redis` crate.
+async fn run_redis(
+    mut connection: impl ConnectionLike,
+    words: &[Vec<Argument<'_>>],
+) -> Vec<Result<Response, Failure>> {
+    let answers = match words {
+        [one] => command(one)
+            .query_async::<Value>(&mut connection)
+            .await
+            .map(|value| vec![value]),
+        _ => {
+            let mut pipeline = redis::Pipeline::with_capacity(words.len());
+            for one in words {
+                pipeline.add_command(command(one));
+            }
+            connection
+                .req_packed_commands(&pipeline, 0, words.len())
+                .await
+        }
+    };
+    match answers {
+        Ok(values) => values
+            .into_iter()
+            .map(|value| value.extract_error().map(map_value).map_err(failure))
+            .collect(),
+        Err(error) => (0..words.len())
+            .map(|_| Err(failure(error.clone())))
+            .collect(),
+    }
+}
+
+/// `count` failures of a connection that broke with `error`.
+fn vec_of(count: usize, error: &NodeError) -> Vec<Result<Response, Failure>> {
+    (0..count)
+        .map(|_| {
+            Err(Failure {
+                error: error.clone(),
+                broke: true,
+            })
+        })
+        .collect()
+}
+
+/// A redis error as a [`Failure`]: it broke the connection if the crate
+/// says it cannot be used again.
+fn failure(error: RedisError) -> Failure {
+    Failure {
+        broke: error.is_unrecoverable_error(),
+        error: map_error(&error),
+    }
 }

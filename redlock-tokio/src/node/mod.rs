@@ -1,11 +1,13 @@
 //! One Redis master: its long-lived connection, its scripts, and the mapping
 //! of redis replies and errors onto the core's `Response` and `NodeError`.
 //!
-//! Each node keeps one multiplexed connection that every request shares, so
-//! requests to one node are written in the order they are sent: a release
-//! sent after an acquire is executed after it. The connection's wire (what
-//! writes and reads its socket, [`Wire`]) is polled by the client's driver
-//! task, beside the requests it waits for. The connection is made (and
+//! Each node keeps one connection that every request shares, so requests to
+//! one node are written in the order they are sent: a release sent after an
+//! acquire is executed after it. To a plain master it is our own
+//! ([`plain`]: requests encoded and answers read by the core's RESP codec);
+//! over TLS, the `redis` crate's multiplexed connection. The connection's
+//! wire (what writes and reads its socket, [`Wire`]) is polled by the
+//! client's driver task, beside the requests it waits for. The connection is made (and
 //! every script loaded) eagerly at build, and again by the driver whenever
 //! the core asks ([`Output::Connect`](redlock_core::Output::Connect): at
 //! once after a break, then with backoff). While a node has no connection, requests
@@ -27,6 +29,7 @@ mod blocking;
 mod connect;
 mod encode;
 mod execute;
+mod plain;
 mod reply;
 pub(crate) mod server;
 #[cfg(feature = "tls")]
@@ -47,6 +50,8 @@ use blocking::Blocking;
 pub(crate) use blocking::{as_runtime_drops, check_may_block, may_block};
 use connect::Connection;
 pub(crate) use connect::{Connected, Wire};
+#[cfg(test)]
+pub(crate) use plain::Plain;
 pub(crate) use reply::map_error;
 
 enum Link {
@@ -230,7 +235,7 @@ impl Node {
 
     /// A node over `connection`, made elsewhere (a test's in-memory server).
     #[cfg(test)]
-    pub(crate) fn over(connection: redis::aio::MultiplexedConnection) -> Arc<Self> {
+    pub(crate) fn over(connection: Plain) -> Arc<Self> {
         let client = redis::Client::open("redis://127.0.0.1:1").expect("a valid URL");
         let node = Arc::new(Self::new(
             "test".to_owned(),
@@ -240,7 +245,7 @@ impl Node {
             Duration::from_secs(1),
         ));
         node.set_up(Connected {
-            connection: Connection::Single(connection),
+            connection: Connection::Plain(connection),
             found: redlock_core::Connected::default(),
             wire: None,
         });
@@ -380,8 +385,9 @@ impl Node {
     }
 }
 
-/// How many requests a node's connection queues before a sender has to wait
-/// for room. Every request must be in its node's queue the moment the core
+/// How many requests a TLS connection (the `redis` crate's) queues before a
+/// sender has to wait for room; our own connections ([`Plain`]) make no
+/// sender wait. Every request must be in its node's queue the moment the core
 /// emits it (the per-node order, see [`driver::send`](crate::driver::send)):
 /// a sender that waited for room would queue its request whenever its task
 /// is next polled, possibly after a request emitted later (a release
@@ -393,7 +399,7 @@ impl Node {
 /// then left behind expires at its TTL.
 pub(crate) const CONNECTION_QUEUE: usize = 1 << 16;
 
-/// How every connection to a plain master is set up.
+/// How every TLS connection to a plain master is set up.
 pub(crate) fn connection_config() -> AsyncConnectionConfig {
     AsyncConnectionConfig::new()
         // The core applies its own per-node timeout to every request.
