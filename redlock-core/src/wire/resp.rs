@@ -33,40 +33,49 @@ pub fn encode(words: &[Argument<'_>], out: &mut Vec<u8>) {
         .sum();
     out.reserve(size + 16);
     out.push(b'*');
-    decimal(words.len() as u64, out);
+    out.extend_from_slice(Digits::of(words.len() as u64).as_bytes());
     out.extend_from_slice(b"\r\n");
     for word in words {
         match *word {
             Argument::Bytes(bytes) => bulk(bytes, out),
-            Argument::Int(number) => {
-                let mut digits = Vec::with_capacity(20);
-                decimal(number, &mut digits);
-                bulk(&digits, out);
-            }
+            Argument::Int(number) => bulk(Digits::of(number).as_bytes(), out),
         }
     }
 }
 
 fn bulk(bytes: &[u8], out: &mut Vec<u8>) {
     out.push(b'$');
-    decimal(bytes.len() as u64, out);
+    out.extend_from_slice(Digits::of(bytes.len() as u64).as_bytes());
     out.extend_from_slice(b"\r\n");
     out.extend_from_slice(bytes);
     out.extend_from_slice(b"\r\n");
 }
 
-fn decimal(mut number: u64, out: &mut Vec<u8>) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (number % 10) as u8;
-        number /= 10;
-        if number == 0 {
-            break;
+/// A number's decimal digits, on the stack.
+struct Digits {
+    bytes: [u8; 20],
+    start: usize,
+}
+
+impl Digits {
+    fn of(mut number: u64) -> Self {
+        let mut digits = Digits {
+            bytes: [0; 20],
+            start: 20,
+        };
+        loop {
+            digits.start -= 1;
+            digits.bytes[digits.start] = b'0' + (number % 10) as u8;
+            number /= 10;
+            if number == 0 {
+                return digits;
+            }
         }
     }
-    out.extend_from_slice(&digits[at..]);
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.bytes[self.start..]
+    }
 }
 
 /// What [`parse`] found at the front of the bytes read so far.

@@ -190,11 +190,7 @@ impl Node {
         }
         words.push(vec![Bytes(b"CONFIG"), Bytes(b"GET"), Bytes(b"appendfsync")]);
         let mut answers = connection.run(&words).await.into_iter();
-        let mut next = || {
-            answers
-                .next()
-                .unwrap_or_else(|| Err(super::execute::Failure::fewer()))
-        };
+        let mut next = || answers.next().expect("one answer per command");
         if auth && let Err(failure) = next() {
             let error = failure.error;
             return Err(match failure.broke {

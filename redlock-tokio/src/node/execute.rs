@@ -105,7 +105,7 @@ impl Node {
             Err(error) => return Reply::to(request, Err(error)),
         };
         let answer = connection.run(&[request.words()]).await.pop();
-        let answer = answer.unwrap_or_else(|| Err(Failure::fewer()));
+        let answer = answer.expect("one answer per command");
         Reply::to(request, self.finish(request, generation, answer))
     }
 
@@ -182,7 +182,7 @@ pub(super) struct Failure {
 }
 
 impl Failure {
-    pub(super) fn fewer() -> Self {
+    fn fewer() -> Self {
         Failure {
             error: NodeError::new(
                 NodeErrorKind::Protocol,
@@ -195,8 +195,8 @@ impl Failure {
 
 impl Connection {
     /// Runs the commands of `words`, in order, as one pipeline (one
-    /// message, one write) where there are several, and returns one answer
-    /// for each.
+    /// message, one write) where there are several, and returns exactly one
+    /// answer for each.
     pub(super) async fn run(&self, words: &[Vec<Argument<'_>>]) -> Vec<Result<Response, Failure>> {
         let mut answers = match self {
             Connection::Plain(plain) => {
@@ -215,7 +215,7 @@ impl Connection {
                             })
                         })
                         .collect(),
-                    Err(error) => vec_of(words.len(), &error),
+                    Err(error) => broken(words.len(), &error),
                 }
             }
             Connection::Single(connection) => run_redis(connection.clone(), words).await,
@@ -260,7 +260,7 @@ async fn run_redis(
 }
 
 /// `count` failures of a connection that broke with `error`.
-fn vec_of(count: usize, error: &NodeError) -> Vec<Result<Response, Failure>> {
+fn broken(count: usize, error: &NodeError) -> Vec<Result<Response, Failure>> {
     (0..count)
         .map(|_| {
             Err(Failure {

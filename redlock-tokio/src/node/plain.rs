@@ -402,6 +402,14 @@ mod tests {
 
     use super::*;
 
+    /// A connection over an in-memory stream of `buffer` bytes, its wire
+    /// spawned (it runs once the test awaits), and the server's end.
+    fn connected(buffer: usize) -> (Plain, tokio::task::JoinHandle<()>, tokio::io::DuplexStream) {
+        let (ours, server) = tokio::io::duplex(buffer);
+        let (plain, wire) = Plain::new(ours, None);
+        (plain, tokio::spawn(wire), server)
+    }
+
     fn ints(answers: Answers) -> Vec<i64> {
         answers
             .expect("the connection stands")
@@ -415,11 +423,10 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn batches_are_written_at_once_and_answered_in_order_whatever_the_reads() {
-        let (ours, mut server) = tokio::io::duplex(64);
-        let (plain, wire) = Plain::new(ours, None);
-        tokio::spawn(wire);
+        let (plain, _wire, mut server) = connected(64);
         let first = plain.call(2, |out| out.extend_from_slice(b"A\r\nB\r\n"));
         let second = plain.call(1, |out| out.extend_from_slice(b"C\r\n"));
+        // Neither call was polled: their bytes were queued as they were made.
         let mut read = vec![0; 9];
         server.read_exact(&mut read).await.unwrap();
         assert_eq!(read, b"A\r\nB\r\nC\r\n");
@@ -439,9 +446,7 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn an_answer_to_no_request_ends_the_connection() {
-        let (ours, mut server) = tokio::io::duplex(64);
-        let (plain, wire) = Plain::new(ours, None);
-        let wire = tokio::spawn(wire);
+        let (plain, wire, mut server) = connected(64);
         server.write_all(b"+hello\r\n").await.unwrap();
         wire.await.unwrap();
         let error = plain.call(1, |_| {}).await.unwrap_err();
@@ -450,16 +455,12 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn garbage_and_a_closed_stream_fail_what_waits() {
-        let (ours, mut server) = tokio::io::duplex(64);
-        let (plain, wire) = Plain::new(ours, None);
-        tokio::spawn(wire);
+        let (plain, _wire, mut server) = connected(64);
         let call = plain.call(2, |out| out.extend_from_slice(b"x"));
         server.write_all(b":1\r\nHTTP/1.1").await.unwrap();
         assert_eq!(call.await.unwrap_err().kind, NodeErrorKind::Protocol);
 
-        let (ours, server) = tokio::io::duplex(64);
-        let (plain, wire) = Plain::new(ours, None);
-        tokio::spawn(wire);
+        let (plain, _wire, server) = connected(64);
         let call = plain.call(1, |out| out.extend_from_slice(b"x"));
         drop(server);
         assert_eq!(call.await.unwrap_err().kind, NodeErrorKind::Connection);
@@ -467,9 +468,7 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn the_last_handle_gone_what_was_queued_is_written_then_the_wire_ends() {
-        let (ours, mut server) = tokio::io::duplex(4);
-        let (plain, wire) = Plain::new(ours, None);
-        let wire = tokio::spawn(wire);
+        let (plain, wire, mut server) = connected(4);
         drop(plain.call(1, |out| out.extend_from_slice(b"DEL k\r\n")));
         drop(plain);
         let mut read = Vec::new();
