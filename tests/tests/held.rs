@@ -17,8 +17,11 @@
 
 mod support;
 
+use std::future::{Future, poll_fn};
+use std::pin::pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::Poll;
 use std::time::Duration;
 
 use redlock_tests::RedisCluster;
@@ -64,6 +67,23 @@ impl Polls {
     }
 }
 
+/// One step of the work: ready at any poll from `STEP` on by the wall
+/// clock, whatever woke the task. A Tokio sleep alone is ready only once the
+/// runtime's timer has fired, which after a stop may come after another
+/// wake-up of the same task: then a poll of the work right after the stop
+/// would find it pending, and the planted bug would go unseen in that run.
+async fn step() {
+    let until = std::time::Instant::now() + STEP;
+    let mut sleep = pin!(tokio::time::sleep(STEP));
+    poll_fn(|cx| {
+        if std::time::Instant::now() >= until {
+            return Poll::Ready(());
+        }
+        sleep.as_mut().poll(cx)
+    })
+    .await
+}
+
 /// Stops this process for `STOP`, `RUNNING` from now: a shell waits, sends
 /// SIGSTOP, sleeps and sends SIGCONT (a stopped process cannot continue
 /// itself).
@@ -107,7 +127,7 @@ fn leader_stopped_past_its_lease(bug: Option<Bug>) -> ((usize, usize), Leadershi
                         if first {
                             loop {
                                 polls.record(leadership.valid_until());
-                                tokio::time::sleep(STEP).await;
+                                step().await;
                             }
                         }
                     }
@@ -199,7 +219,7 @@ fn lock_stopped_past_its_ttl(bug: Option<Bug>) -> ((usize, usize), Result<(), Ru
                 stop = Some(stop_this_process());
                 loop {
                     polls.record(guard.valid_until());
-                    tokio::time::sleep(STEP).await;
+                    step().await;
                 }
             })
             .await;
