@@ -426,14 +426,29 @@ impl<R: Rng> Client<R> {
     }
 
     /// Everything owed to the nodes, taken out: for a driver that goes
-    /// away and sends it by other means.
+    /// away and sends it by other means. With what is owed and what waits
+    /// for its key's turn come the requests in flight that must arrive
+    /// ([`Command::must_arrive`](crate::Command::must_arrive)), taken out of
+    /// flight: the driver that goes away may not have written them.
     pub fn take_owed(&mut self) -> Vec<Request> {
         let owed = self.links.nodes.iter_mut().flat_map(|node| {
             node.retry_at = None;
             let held: Vec<Request> = node.take_held().collect();
             std::mem::take(&mut node.owed).into_iter().chain(held)
         });
-        owed.collect()
+        let mut owed: Vec<Request> = owed.collect();
+        let mut in_flight: Vec<RequestId> = (self.links.flights.iter())
+            .filter(|(_, flight)| flight.request.command.must_arrive())
+            .map(|(id, _)| *id)
+            .collect();
+        in_flight.sort_unstable();
+        for id in in_flight {
+            if let Some(flight) = self.links.land(id) {
+                self.links.timers.remove(&(flight.timer(), id));
+                owed.push(flight.request);
+            }
+        }
+        owed
     }
 
     /// Closes the client at `now`: every operation that takes or holds a

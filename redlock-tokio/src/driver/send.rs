@@ -30,12 +30,13 @@ use crate::node::Node;
 ///
 /// 1. one task, the client's driver, takes every request from the core in
 ///    the order the core emitted it, keeps that order in each node's batch
-///    of the turn, and queues each batch here at the end of the turn that
+///    of the turn, and queues each batch at the end of the turn that
 ///    emitted it, before it takes anything more from the core, and at once,
-///    not at a later poll: the first poll below happens now, unconstrained
-///    by Tokio's budget, a batch is appended whole to the connection's
+///    not at a later poll: a batch is appended whole to the connection's
 ///    write buffer (our own connection to a plain master, `node::plain`,
-///    which makes no sender wait), or is one message in the `redis` crate's
+///    which makes no sender wait: straight from the driver,
+///    `Node::send_tagged`, or here, where the first poll below happens now,
+///    unconstrained by Tokio's budget), or is one message in the `redis` crate's
 ///    queue over TLS, which makes no sender wait for room until it holds
 ///    [`CONNECTION_QUEUE`](crate::node::CONNECTION_QUEUE) messages (only a
 ///    master that stopped reading under heavy load reaches that);
@@ -49,10 +50,11 @@ use crate::node::Node;
 ///    is never dropped unsent: past its deadline the core still waits for
 ///    it, at most until it gives it up ([`Request::give_up_at`]: what it
 ///    undoes has expired by then); one that meets a broken connection the
-///    core sends again on the next one; and if its runtime drops it first
-///    (the process is exiting), it is sent on a blocking connection
-///    ([`Node::send_blocking`], one of the few places a thread may block:
-///    see `node::blocking`). Any other request may be dropped past its
+///    core sends again on the next one; and if its runtime drops the
+///    driver first (the process is exiting), the core gives it up to the
+///    driver's end ([`Client::take_owed`](redlock_core::Client::take_owed)),
+///    which sends it on a blocking connection ([`Node::send_blocking`], one
+///    of the few places a thread may block: see `node::blocking`). Any other request may be dropped past its
 ///    deadline; the connection then skips it if it was not written yet,
 ///    which keeps the order too.
 ///
@@ -74,12 +76,6 @@ pub(crate) fn send(nodes: &[Arc<Node>], requests: Vec<Request>) -> Sent {
             .iter()
             .all(|request| request.node == requests[0].node)
     );
-    let must_arrive = requests
-        .iter()
-        .filter(|request| request.command.must_arrive())
-        .cloned()
-        .collect();
-    let sent_to = Arc::clone(&node);
     let mut future: Pin<Box<dyn Future<Output = Vec<Reply>> + Send>> = Box::pin(async move {
         // The clock is read for the log line only, when someone listens.
         let started = tracing::enabled!(Level::DEBUG).then(crate::sim::now);
@@ -123,22 +119,13 @@ pub(crate) fn send(nodes: &[Arc<Node>], requests: Vec<Request>) -> Sent {
         Poll::Ready(replies) => SentState::Done(Some(replies)),
         Poll::Pending => SentState::Pending(future),
     };
-    Sent {
-        state,
-        node: sent_to,
-        must_arrive,
-    }
+    Sent { state }
 }
 
 /// Requests already sent to one node: their replies, or the future that
 /// waits for them.
 pub(crate) struct Sent {
     state: SentState,
-    /// The node they were sent to.
-    node: Arc<Node>,
-    /// Those that must reach their node
-    /// ([`Command::must_arrive`](redlock_core::Command::must_arrive)).
-    must_arrive: Vec<Request>,
 }
 
 enum SentState {
@@ -164,25 +151,8 @@ impl Future for Sent {
     }
 }
 
-impl Drop for Sent {
-    fn drop(&mut self) {
-        // Dropped unanswered where a thread may block: its runtime is
-        // shutting down, or there was none. The connection would skip
-        // them unwritten, after the acquires they undo. Anywhere else the
-        // core gave them up (`give_up_at`): what they undo has expired, and
-        // they stay queued on their node's connection if they were written.
-        if matches!(self.state, SentState::Pending(_))
-            && !self.must_arrive.is_empty()
-            && crate::node::may_block()
-        {
-            for request in &self.must_arrive {
-                self.node.send_blocking(request);
-            }
-        }
-    }
-}
-
-struct Outcome<'a>(&'a Result<Response, redlock_core::NodeError>);
+/// A node's answer, for the log.
+pub(super) struct Outcome<'a>(pub(super) &'a Result<Response, redlock_core::NodeError>);
 
 impl std::fmt::Display for Outcome<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -2,7 +2,9 @@
 //! bytes and time for it, nothing else.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
 
 use futures::StreamExt;
 use futures::future::{AbortHandle, Abortable, BoxFuture};
@@ -14,8 +16,9 @@ use tokio::sync::mpsc;
 use tracing::debug;
 
 use super::pubsub::{Event, PubSub};
-use super::send::{Sent, Timer, next_quietly, send};
+use super::send::{Outcome, Sent, Timer, next_quietly, send};
 use super::{Input, Message, Shared, Sink};
+use crate::node::{Landed, TakenWire};
 use crate::sim::ClientRng;
 
 mod ending;
@@ -25,8 +28,14 @@ mod health;
 /// input reaches the keys).
 type IdMap<K, V> = HashMap<K, V, foldhash::fast::FixedState>;
 
+/// The driver tasks started so far in this process: each one's number
+/// tells its answers from an earlier task's on a wire it took over.
+static TASKS: AtomicU64 = AtomicU64::new(0);
+
 /// What the driver task owns.
 pub(super) struct Task {
+    /// This task's number ([`TASKS`]).
+    number: u64,
     client: Client<ClientRng>,
     shared: Arc<Shared>,
     inputs: mpsc::UnboundedReceiver<Input>,
@@ -55,8 +64,22 @@ pub(super) struct Task {
     /// The connection attempts the core asked for, each with its node.
     connecting: FuturesUnordered<Attempt>,
     /// The wires of the plain masters' connections: each writes what is
-    /// queued on its connection and reads the answers, polled here.
-    wires: FuturesUnordered<crate::node::TakenWire>,
+    /// queued on its connection and reads the answers, polled here; the
+    /// answers to what this task sent straight onto them
+    /// ([`Node::send_tagged`](crate::node::Node::send_tagged)) come out
+    /// into `landed`.
+    /// (In a mutex only so that two branches of the loop's `select!` may
+    /// each poll them, one after the other: never contended.)
+    wires: Mutex<Vec<(usize, TakenWire)>>,
+    landed: Vec<Landed>,
+    /// Per node, the generation of the connection whose wire this task
+    /// polls: a request goes straight onto a connection
+    /// ([`Node::send_tagged`](crate::node::Node::send_tagged)) only then,
+    /// so that its answer comes out here.
+    polled: Box<[Option<u64>]>,
+    /// Whether the task let the others run once since it last wrote
+    /// ([`write_wires`]).
+    yielded: bool,
     /// Each node's count of broken connections last seen: a new break is
     /// told to the core.
     breaks: Box<[u64]>,
@@ -102,6 +125,7 @@ impl Task {
             client.close(crate::sim::now());
         }
         Self {
+            number: TASKS.fetch_add(1, Ordering::Relaxed),
             client,
             inputs,
             pubsub: PubSub::new(Arc::clone(&shared.notices)),
@@ -115,7 +139,10 @@ impl Task {
             resigns: IdMap::default(),
             settled: Vec::new(),
             connecting: FuturesUnordered::new(),
-            wires: FuturesUnordered::new(),
+            wires: Mutex::new(Vec::new()),
+            landed: Vec::new(),
+            polled: shared.nodes.iter().map(|_| None).collect(),
+            yielded: false,
             breaks: shared.nodes.iter().map(|_| 0).collect(),
             orphaned: false,
             driver,
@@ -137,6 +164,11 @@ impl Task {
                 return;
             }
             let sleep = self.client.poll_timeout().map(|at| timer.until(at));
+            let wired = !self
+                .wires
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner)
+                .is_empty();
             let sleep = async {
                 match sleep {
                     Some(sleep) => sleep.await,
@@ -147,11 +179,13 @@ impl Task {
             // it, and a run is the same on every replay.
             tokio::select! {
                 biased;
-                // First: what the wires read completes requests polled
-                // next, in the same turn; a wire that ends closed its
-                // connection.
-                Some(()) = std::future::poll_fn(|cx| next_quietly(&mut self.wires, cx)),
-                    if !self.wires.is_empty() => {}
+                // First: what the wires read, the answers to this task's
+                // own requests, and what completes requests polled next,
+                // in the same turn; a wire that ends closed its connection.
+                () = std::future::poll_fn(|cx| poll_wires(&self.wires, &mut self.polled, &mut self.landed, cx)),
+                    if wired => {
+                    self.take_landed(crate::sim::now());
+                }
                 Some(done) = std::future::poll_fn(|cx| next_quietly(&mut self.in_flight, cx)),
                     if !self.in_flight.is_empty() => {
                     let now = crate::sim::now();
@@ -171,7 +205,7 @@ impl Task {
                     let now = crate::sim::now();
                     match result {
                         Ok(found) => {
-                            self.wires.extend(self.shared.nodes[node].take_wire());
+                            self.take_wire(node);
                             self.client.handle_connected(NodeId(node), &found, now);
                         }
                         Err(_) => self.client.handle_connect_failed(NodeId(node), now),
@@ -205,6 +239,13 @@ impl Task {
                     self.links_broken(now);
                     self.client.handle_timeout(now);
                 }
+                // Last, when nothing else is ready: the wires write what
+                // this task queued since it last got here, so that what
+                // its operations asked of a node meanwhile leaves in one
+                // write (one task alone waits for nothing: it gets here
+                // at once). Ready only when a connection ended meanwhile.
+                () = std::future::poll_fn(|cx| write_wires(&self.wires, &mut self.yielded, cx)),
+                    if wired => {}
             }
         }
     }
@@ -225,6 +266,36 @@ impl Task {
         self.links_broken(now);
     }
 
+    /// The answers the wires handed out: each one the core still waits
+    /// for goes in.
+    fn take_landed(&mut self, now: std::time::Instant) {
+        let mut landed = std::mem::take(&mut self.landed);
+        for (tag, answer) in landed.drain(..) {
+            if tag.task != self.number {
+                // Sent by an earlier task, on a wire this one took over.
+                continue;
+            }
+            let node = &self.shared.nodes[tag.node().0];
+            if !matches!(&answer, Err((error, _)) if error.kind == NodeErrorKind::Connection) {
+                node.heard_from();
+            }
+            let command = tag.command();
+            if let Some((id, reply)) = node.landed(tag, answer) {
+                debug!(
+                    node = node.name(),
+                    attempt = reply.round.0,
+                    command = command.name(),
+                    via = reply.native.map_or("script", |native| native.name()),
+                    outcome = %Outcome(&reply.result),
+                    "node answered"
+                );
+                self.client.handle_reply(id, reply, now);
+            }
+        }
+        self.landed = landed;
+        self.links_broken(now);
+    }
+
     /// One request of `flight` is no longer waited for: the flight goes
     /// when none of its requests is.
     fn landed(&mut self, flight: u64) -> Option<AbortHandle> {
@@ -236,12 +307,21 @@ impl Task {
         self.flights.remove(&flight).map(|(abort, _)| abort)
     }
 
-    /// Sends what this turn emitted: each node's requests in one flight,
-    /// in the order the core emitted them (a cluster node's one by one:
-    /// it routes each request on its own).
+    /// Sends what this turn emitted: each node's requests in one write,
+    /// in the order the core emitted them: straight onto a plain master's
+    /// connection, or else as one flight (a cluster node's one by one: it
+    /// routes each request on its own).
     fn send_outgoing(&mut self) {
         for node in 0..self.outgoing.len() {
-            if self.outgoing[node].0.is_empty() {
+            let (ids, requests) = &mut self.outgoing[node];
+            if ids.is_empty() {
+                continue;
+            }
+            if let Some(wire) = self.polled[node]
+                && self.shared.nodes[node].send_tagged(self.number, wire, ids, requests)
+            {
+                ids.clear();
+                requests.clear();
                 continue;
             }
             let (ids, requests) = std::mem::take(&mut self.outgoing[node]);
@@ -324,13 +404,25 @@ impl Task {
         }
     }
 
+    /// Takes node `index`'s wire, if nobody polls it yet, to poll it here.
+    fn take_wire(&mut self, index: usize) {
+        if let Some(wire) = self.shared.nodes[index].take_wire() {
+            self.polled[index] = Some(wire.generation());
+            self.wires
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push((index, wire));
+        }
+    }
+
     /// Tells the core, as the task starts, which nodes are connected (with
     /// what their servers are) and which are not: the core asks for a
     /// connection to those.
     fn links_at_start(&mut self, now: std::time::Instant) {
-        for (index, node) in self.shared.nodes.iter().enumerate() {
+        let shared = Arc::clone(&self.shared);
+        for (index, node) in shared.nodes.iter().enumerate() {
             self.breaks[index] = node.breaks();
-            self.wires.extend(node.take_wire());
+            self.take_wire(index);
             if node.is_connected() {
                 self.client
                     .handle_connected(NodeId(index), &node.server(), now);
@@ -442,5 +534,70 @@ impl Task {
     /// handle waiting for it, and nothing else is in flight or owed.
     fn is_settled(&self) -> bool {
         self.client.running() == self.sinks.len() && self.client.is_settled()
+    }
+}
+
+/// Polls every wire for what it read, handing out the answers to tagged
+/// requests into `landed`. Ready once some came out or a wire ended
+/// (dropped here).
+fn poll_wires(
+    wires: &Mutex<Vec<(usize, TakenWire)>>,
+    polled: &mut [Option<u64>],
+    landed: &mut Vec<Landed>,
+    cx: &mut Context<'_>,
+) -> Poll<()> {
+    let mut ended = false;
+    let mut wires = wires.lock().unwrap_or_else(PoisonError::into_inner);
+    wires.retain_mut(|(index, wire)| {
+        loop {
+            match wire.poll_answer(cx) {
+                Poll::Ready(Some(answer)) => landed.push(answer),
+                Poll::Ready(None) => {
+                    ended = true;
+                    if polled[*index] == Some(wire.generation()) {
+                        polled[*index] = None;
+                    }
+                    return false;
+                }
+                Poll::Pending => return true,
+            }
+        }
+    });
+    if ended || !landed.is_empty() {
+        Poll::Ready(())
+    } else {
+        Poll::Pending
+    }
+}
+
+/// Has every wire write what is queued on its connection. Ready when a
+/// connection ended meanwhile (its answers wait to be handed out).
+///
+/// Before it writes, it lets the runtime's other tasks run once (it wakes
+/// itself and yields): the handles its turns woke (a grant told, a release
+/// reported) then start their next operations, which join this write
+/// rather than each making one of its own; the servers pay per write
+/// they read. One yield between writes at most, whatever comes meanwhile,
+/// and no timer: a task alone waits for one trip through the scheduler.
+fn write_wires(
+    wires: &Mutex<Vec<(usize, TakenWire)>>,
+    yielded: &mut bool,
+    cx: &mut Context<'_>,
+) -> Poll<()> {
+    let mut wires = wires.lock().unwrap_or_else(PoisonError::into_inner);
+    if !*yielded && wires.iter().any(|(_, wire)| wire.is_queued()) {
+        *yielded = true;
+        cx.waker().wake_by_ref();
+        return Poll::Pending;
+    }
+    *yielded = false;
+    let mut ended = false;
+    for (_, wire) in wires.iter_mut() {
+        ended |= wire.poll_write(cx);
+    }
+    if ended {
+        Poll::Ready(())
+    } else {
+        Poll::Pending
     }
 }

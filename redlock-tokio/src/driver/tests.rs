@@ -34,8 +34,9 @@ impl Tap for Commands {
 /// the connection lets `room` batches wait at most (none: no bound, as a
 /// client's own connection) and the driver sends
 /// `batch` resources' requests in one flight (a pipeline when more than
-/// one).
-async fn reordered(room: Option<usize>, batch: usize) -> usize {
+/// one), or, `tagged`, straight onto the connection
+/// ([`Node::send_tagged`]), whose wire then hands out every answer.
+async fn reordered(room: Option<usize>, batch: usize, tagged: bool) -> usize {
     let commands = Arc::new(Commands::default());
     let quorum = Quorum::builder()
         .nodes(1)
@@ -44,9 +45,19 @@ async fn reordered(room: Option<usize>, batch: usize) -> usize {
         .build();
     let node = quorum.node(0);
     let client_end = node.connect().expect("the node accepts");
-    let (connection, wire) = Plain::new(client_end, room);
-    tokio::spawn(wire);
+    let (connection, mut wire) = Plain::new(client_end, room);
+    // The answers to tagged requests, counted as the wire hands them out.
+    let landed = tokio::spawn(async move {
+        let mut landed = 0;
+        while futures::StreamExt::next(&mut wire).await.is_some() {
+            landed += 1;
+            if landed == 128 {
+                break;
+            }
+        }
+    });
     let nodes = [Node::over(connection)];
+    let mut ids = (0..).map(redlock_core::RequestId);
 
     let settings = Config::new(["test"]).validate().expect("valid settings");
     let request = |resource: usize, command: Command| -> Request {
@@ -76,6 +87,13 @@ async fn reordered(room: Option<usize>, batch: usize) -> usize {
                 .map(|resource| request(resource, command))
                 .collect()
         };
+        if tagged {
+            for requests in [each(Command::Acquire { ttl }), each(Command::Release)] {
+                let names: Vec<_> = ids.by_ref().take(requests.len()).collect();
+                assert!(nodes[0].send_tagged(0, 1, &names, &requests));
+            }
+            continue;
+        }
         acquires.push(send(&nodes, each(Command::Acquire { ttl })));
         releases.push(send(&nodes, each(Command::Release)));
     }
@@ -87,6 +105,9 @@ async fn reordered(room: Option<usize>, batch: usize) -> usize {
     node.resume();
     releases.await.expect("releases answered");
     acquires.await.expect("acquires answered");
+    if tagged {
+        landed.await.expect("every tagged request answered");
+    }
 
     let acquire = redis::Script::new(redlock_core::scripts::ACQUIRE);
     let commands = commands.0.lock().unwrap();
@@ -105,12 +126,18 @@ async fn reordered(room: Option<usize>, batch: usize) -> usize {
 
 #[tokio::test(flavor = "current_thread")]
 async fn order_under_backpressure() {
-    assert_eq!(reordered(None, 1).await, 0);
+    assert_eq!(reordered(None, 1, false).await, 0);
 }
 
 #[tokio::test(flavor = "current_thread")]
 async fn order_under_backpressure_in_pipelines() {
-    assert_eq!(reordered(None, 4).await, 0);
+    assert_eq!(reordered(None, 4, false).await, 0);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn order_under_backpressure_sent_straight_onto_the_connection() {
+    assert_eq!(reordered(None, 1, true).await, 0);
+    assert_eq!(reordered(None, 4, true).await, 0);
 }
 
 /// The tests above can see the bug they guard against: with a connection
@@ -119,8 +146,8 @@ async fn order_under_backpressure_in_pipelines() {
 /// acquire.
 #[tokio::test(flavor = "current_thread")]
 async fn order_under_backpressure_breaks_with_a_bounded_queue() {
-    assert!(reordered(Some(4), 1).await > 0);
-    assert!(reordered(Some(4), 4).await > 0);
+    assert!(reordered(Some(4), 1, false).await > 0);
+    assert!(reordered(Some(4), 4, false).await > 0);
 }
 
 /// A waker that counts its wakes.

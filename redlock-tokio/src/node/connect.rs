@@ -30,7 +30,9 @@ pub(super) enum Connection {
 /// driver task polls it, beside the requests it waits for, so that a turn
 /// that queues requests writes them and a reply read completes them, all
 /// in one task.
-pub(crate) type Wire = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+/// It hands out the answers to the requests sent on it one by one
+/// ([`Plain::send`]), and ends once the connection did.
+pub(crate) type Wire = Box<dyn super::plain::Io>;
 
 /// Runs `work` on a connection whose `wire` nobody polls yet: polled
 /// beside it. A wire that ends first closed the connection.
@@ -42,7 +44,8 @@ async fn on_wire<T>(
         return work.await;
     };
     let work = std::pin::pin!(work);
-    match futures::future::select(work, wire.as_mut()).await {
+    let ended = std::pin::pin!(super::plain::until_end(wire));
+    match futures::future::select(work, ended).await {
         futures::future::Either::Left((result, _)) => result,
         futures::future::Either::Right(((), _)) => Err(NodeError::new(
             NodeErrorKind::Connection,

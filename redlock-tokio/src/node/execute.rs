@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use redis::aio::ConnectionLike;
 use redis::{RedisError, Value};
-use redlock_core::{Argument, NodeError, NodeErrorKind, Reply, Request, Response};
+use redlock_core::{Argument, Command, NodeError, NodeErrorKind, Reply, Request, Response};
 use tracing::{debug, warn};
 
 use super::Node;
@@ -75,7 +75,7 @@ impl Node {
         let mut late = false;
         let mut replies = Vec::with_capacity(requests.len());
         for (request, answer) in requests.iter().zip(answers) {
-            let reply = Reply::to(request, self.finish(request, generation, answer));
+            let reply = Reply::to(request, self.finish(request.command, generation, answer));
             replies.push(match request.follow_up(&reply) {
                 Some(next) => {
                     late = true;
@@ -106,18 +106,17 @@ impl Node {
         };
         let answer = connection.run(&[request.words()]).await.pop();
         let answer = answer.expect("one answer per command");
-        Reply::to(request, self.finish(request, generation, answer))
+        Reply::to(request, self.finish(request.command, generation, answer))
     }
 
     /// The node's answer as a `Response`; an error that leaves the
     /// connection unusable starts the reconnection.
     pub(super) fn finish(
-        self: &Arc<Self>,
-        request: &Request,
+        &self,
+        command: Command,
         generation: u64,
         answer: Result<Response, Failure>,
     ) -> Result<Response, NodeError> {
-        let command = request.command;
         match answer {
             Ok(response) => {
                 if let Response::Other(text) = &response {
@@ -133,7 +132,7 @@ impl Node {
                 if broke && self.cluster.is_none() {
                     self.connection_failed(generation, &error);
                 } else if error.kind == NodeErrorKind::NoPermission {
-                    self.not_permitted(request, &error);
+                    self.not_permitted(command, &error);
                 } else if is_anomaly(error.kind) {
                     warn!(node = %self.name, command = command.name(), error = %error, "node refused the request");
                 }
@@ -145,8 +144,8 @@ impl Node {
     /// Logs a `NOPERM` at WARN once per node, then at DEBUG: an ACL user
     /// without rights on the waiters' marks meets one on every release
     /// (refused whole and sent again without them).
-    pub(super) fn not_permitted(&self, request: &Request, error: &NodeError) {
-        let command = request.command.name();
+    pub(super) fn not_permitted(&self, command: Command, error: &NodeError) {
+        let command = command.name();
         if self
             .no_permission_logged
             .swap(true, std::sync::atomic::Ordering::Relaxed)

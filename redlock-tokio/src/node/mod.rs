@@ -27,6 +27,7 @@
 
 mod blocking;
 mod connect;
+mod direct;
 mod encode;
 mod execute;
 mod plain;
@@ -47,9 +48,10 @@ use tracing::{debug, info};
 use crate::sim::Simulation;
 
 use blocking::Blocking;
-pub(crate) use blocking::{as_runtime_drops, check_may_block, may_block};
+pub(crate) use blocking::{as_runtime_drops, check_may_block};
 use connect::Connection;
 pub(crate) use connect::{Connected, Wire};
+pub(crate) use plain::Landed;
 #[cfg(test)]
 pub(crate) use plain::Plain;
 pub(crate) use reply::map_error;
@@ -83,19 +85,38 @@ pub(crate) struct TakenWire {
     wire: Option<Wire>,
 }
 
-impl std::future::Future for TakenWire {
-    type Output = ();
+impl TakenWire {
+    /// The generation of its connection.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
+    }
 
-    fn poll(
-        mut self: std::pin::Pin<&mut Self>,
+    /// Reads, and hands out the next answer to a tagged request
+    /// ([`plain::Io::poll_answer`]); `None` once its connection ended and
+    /// every answer is out.
+    pub(crate) fn poll_answer(
+        &mut self,
         cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<()> {
+    ) -> std::task::Poll<Option<Landed>> {
         let Some(wire) = self.wire.as_mut() else {
-            return std::task::Poll::Ready(());
+            return std::task::Poll::Ready(None);
         };
-        std::task::ready!(wire.as_mut().poll(cx));
-        self.wire = None;
-        std::task::Poll::Ready(())
+        let landed = std::task::ready!(wire.poll_answer(cx));
+        if landed.is_none() {
+            self.wire = None;
+        }
+        std::task::Poll::Ready(landed)
+    }
+
+    /// Writes what is queued ([`plain::Io::poll_write`]): true when its
+    /// connection ended meanwhile.
+    pub(crate) fn poll_write(&mut self, cx: &mut std::task::Context<'_>) -> bool {
+        self.wire.as_mut().is_some_and(|wire| wire.poll_write(cx))
+    }
+
+    /// Whether something is queued on its connection and not yet written.
+    pub(crate) fn is_queued(&self) -> bool {
+        self.wire.as_ref().is_some_and(|wire| wire.is_queued())
     }
 }
 
@@ -361,11 +382,26 @@ impl Node {
                 connection,
                 generation,
             } => Ok((connection.clone(), *generation)),
-            Link::Down { error } => Err(NodeError::new(
-                error.kind,
-                format!("not connected; last error: {}", error.detail),
-            )),
+            Link::Down { error } => Err(Self::down(error)),
         }
+    }
+
+    /// The error of a request to this node while it has no connection.
+    fn not_connected(&self) -> NodeError {
+        match &self.lock_state().link {
+            Link::Down { error } => Self::down(error),
+            Link::Up { .. } => NodeError::new(
+                NodeErrorKind::Connection,
+                "the connection ended under the request",
+            ),
+        }
+    }
+
+    fn down(error: &NodeError) -> NodeError {
+        NodeError::new(
+            error.kind,
+            format!("not connected; last error: {}", error.detail),
+        )
     }
 
     /// Drops the connection of `generation` after an error that leaves it

@@ -3,13 +3,16 @@
 //! they are sent, and answers read back with the core's RESP reader
 //! ([`redlock_core::resp`]), in order, a batch at a time.
 //!
-//! A request is in the buffer when [`Plain::call`] returns: no queue that a
-//! sender waits on, so the per-node order ([`driver::send`](crate::driver::send))
-//! holds by construction. The connection's wire ([`Plain::new`]) writes the
-//! buffer and reads the answers; the client's driver task polls it beside
-//! everything else. It ends when the stream breaks, when the server sends
-//! garbage (every request waiting then fails with the reason), or once
-//! every handle is gone and what they queued is written.
+//! A request is in the buffer when [`Plain::call`] or [`Plain::send`]
+//! returns: no queue that a sender waits on, so the per-node order
+//! ([`driver::send`](crate::driver::send)) holds by construction. The
+//! connection's wire ([`Plain::new`]) writes the buffer and reads the
+//! answers; the client's driver task polls it beside everything else, and
+//! takes from it the answers to what it sent with [`Plain::send`] (each with
+//! its [`Tag`]): no future, channel or allocation per request. It ends when
+//! the stream breaks, when the server sends garbage (every request waiting
+//! then fails with the reason), or once every handle is gone and what they
+//! queued is written.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -17,12 +20,14 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker, ready};
 
+use futures::Stream;
 use redlock_core::resp::{self, Parsed};
 use redlock_core::{NodeError, NodeErrorKind, Response};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::oneshot;
 
 use super::Wire;
+use super::direct::Tag;
 
 /// What the node said to each command of a batch, in order; `Err` when the
 /// connection ended first (it cannot be used again).
@@ -49,8 +54,8 @@ impl Drop for Handle {
 struct Shared {
     /// Commands queued and not yet taken by the wire to write.
     out: Vec<u8>,
-    /// The batches sent and not yet answered in full, in order.
-    waiting: VecDeque<Batch>,
+    /// What was sent and not yet answered in full, in order.
+    waiting: VecDeque<Waiting>,
     /// Why the connection ended, once it has.
     ended: Option<NodeError>,
     /// Every handle is gone.
@@ -68,11 +73,22 @@ struct Shared {
     room_waiters: Vec<Waker>,
 }
 
+/// What waits for answers: a batch of [`Plain::call`], or one request of
+/// [`Plain::send`], whose answer the wire hands out with its tag.
+enum Waiting {
+    Batch(Batch),
+    Tagged(Tag),
+}
+
 struct Batch {
     count: usize,
     answers: Vec<Result<Response, NodeError>>,
     done: oneshot::Sender<Answers>,
 }
+
+/// An answer to a request of [`Plain::send`], as the wire hands it out:
+/// `Err` with `true` when the connection ended first.
+pub(crate) type Landed = (Tag, Result<Response, (NodeError, bool)>);
 
 fn lock(shared: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
     // Plain values changed in place without a call that could panic.
@@ -104,11 +120,13 @@ impl Plain {
             shared: Arc::clone(&shared),
             writing: Vec::new(),
             written: 0,
+            landed: VecDeque::new(),
+            ended: false,
             read: Vec::new(),
             start: 0,
             end: 0,
         };
-        (Self(Arc::new(Handle(shared))), Box::pin(wire))
+        (Self(Arc::new(Handle(shared))), Box::new(wire))
     }
 
     /// Sends `count` commands, which `write` appends to the buffer it is
@@ -134,6 +152,28 @@ impl Plain {
         }
         Call::Sent(shared.queue(count, write))
     }
+
+    /// Sends requests, whose commands `write` appends to the buffer, in
+    /// the order of `tags`: the wire hands out each answer with its tag.
+    /// For the task that polls the wire only, which polls it next: the
+    /// wire is not woken.
+    /// False, with nothing written, when the connection ended or bounds
+    /// its batches (a simulation's planted bug, which only
+    /// [`call`](Self::call) plants).
+    pub(crate) fn send(
+        &self,
+        write: impl FnOnce(&mut Vec<u8>),
+        tags: impl Iterator<Item = Tag>,
+    ) -> bool {
+        let mut shared = lock(&self.0.0);
+        if shared.ended.is_some() || shared.room.is_some() {
+            return false;
+        }
+        write(&mut shared.out);
+        shared.waiting.extend(tags.map(Waiting::Tagged));
+        // No wake: the caller polls the wire next, in the same turn.
+        true
+    }
 }
 
 impl Shared {
@@ -149,11 +189,11 @@ impl Shared {
     ) -> oneshot::Receiver<Answers> {
         let (done, answers) = oneshot::channel();
         write(&mut self.out);
-        self.waiting.push_back(Batch {
+        self.waiting.push_back(Waiting::Batch(Batch {
             count,
             answers: Vec::with_capacity(count),
             done,
-        });
+        }));
         if let Some(wire) = self.wire.take() {
             wire.wake();
         }
@@ -233,6 +273,10 @@ struct Pump<S> {
     read: Vec<u8>,
     start: usize,
     end: usize,
+    /// Answers to tagged requests, not yet handed out.
+    landed: VecDeque<Landed>,
+    /// The connection ended: once `landed` is handed out, so is the wire.
+    ended: bool,
 }
 
 /// How much is read at a time, at least.
@@ -317,22 +361,34 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Pump<S> {
 
     fn deliver(&mut self, answer: Result<Response, NodeError>) -> Result<(), NodeError> {
         let mut shared = lock(&self.shared);
-        let Some(batch) = shared.waiting.front_mut() else {
-            return Err(NodeError::new(
+        match shared.waiting.front_mut() {
+            None => Err(NodeError::new(
                 NodeErrorKind::Protocol,
                 "an answer to no request (is this a Redis server?)",
-            ));
-        };
-        batch.answers.push(answer);
-        if batch.answers.len() == batch.count {
-            let batch = shared.waiting.pop_front().expect("the front batch");
-            // Nobody may wait any more: the answers are dropped.
-            let _ = batch.done.send(Ok(batch.answers));
-            for waiter in shared.room_waiters.drain(..) {
-                waiter.wake();
+            )),
+            Some(Waiting::Tagged(_)) => {
+                let Some(Waiting::Tagged(tag)) = shared.waiting.pop_front() else {
+                    unreachable!("the front is tagged");
+                };
+                self.landed
+                    .push_back((tag, answer.map_err(|error| (error, false))));
+                Ok(())
+            }
+            Some(Waiting::Batch(batch)) => {
+                batch.answers.push(answer);
+                if batch.answers.len() == batch.count {
+                    let Some(Waiting::Batch(batch)) = shared.waiting.pop_front() else {
+                        unreachable!("the front batch");
+                    };
+                    // Nobody may wait any more: the answers are dropped.
+                    let _ = batch.done.send(Ok(batch.answers));
+                    for waiter in shared.room_waiters.drain(..) {
+                        waiter.wake();
+                    }
+                }
+                Ok(())
             }
         }
-        Ok(())
     }
 }
 
@@ -340,9 +396,15 @@ impl<S> Pump<S> {
     /// The connection ended: every batch waiting fails with `error`, and
     /// so does every call from now on.
     fn end(&mut self, error: NodeError) {
+        self.ended = true;
         let mut shared = lock(&self.shared);
-        for batch in shared.waiting.drain(..) {
-            let _ = batch.done.send(Err(error.clone()));
+        for waiting in shared.waiting.drain(..) {
+            match waiting {
+                Waiting::Batch(batch) => {
+                    let _ = batch.done.send(Err(error.clone()));
+                }
+                Waiting::Tagged(tag) => self.landed.push_back((tag, Err((error.clone(), true)))),
+            }
         }
         shared.out.clear();
         shared.ended = Some(error);
@@ -362,29 +424,80 @@ impl<S> Drop for Pump<S> {
     }
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin> Future for Pump<S> {
-    type Output = ();
+/// A connection's wire as the client's driver task polls it: it takes the
+/// answers out whenever they come ([`poll_answer`](Io::poll_answer)), and
+/// writes only once it has nothing else to do
+/// ([`poll_write`](Io::poll_write)), so that what all its operations asked
+/// of a node since its last write leaves in one write. As a [`Stream`] (a
+/// connection being made, a test's), it writes and reads at each poll.
+pub(crate) trait Io: Stream<Item = Landed> + Send + Unpin {
+    /// Reads what came, and hands out the next answer to a tagged request,
+    /// without writing: `None` once the connection ended and every answer
+    /// is out.
+    fn poll_answer(&mut self, cx: &mut Context<'_>) -> Poll<Option<Landed>>;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let this = &mut *self;
-        let outcome = this.write(cx).and_then(|done| {
-            if done {
-                return Ok(true);
-            }
-            this.read(cx).map(|()| false)
-        });
-        match outcome {
-            Ok(false) => Poll::Pending,
-            Ok(true) => {
-                this.end(closed("the connection was closed"));
-                Poll::Ready(())
-            }
-            Err(error) => {
-                this.end(error);
-                Poll::Ready(())
-            }
+    /// Writes what is queued, until all of it is written or the stream is
+    /// full (`cx` is then woken when it can go on). True when the
+    /// connection ended meanwhile: answers wait to be handed out.
+    fn poll_write(&mut self, cx: &mut Context<'_>) -> bool;
+
+    /// Whether something is queued and not yet written.
+    fn is_queued(&self) -> bool;
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Io for Pump<S> {
+    fn poll_answer(&mut self, cx: &mut Context<'_>) -> Poll<Option<Landed>> {
+        if let Some(landed) = self.landed.pop_front() {
+            return Poll::Ready(Some(landed));
+        }
+        if self.ended {
+            return Poll::Ready(None);
+        }
+        if let Err(error) = self.read(cx) {
+            self.end(error);
+        }
+        match self.landed.pop_front() {
+            Some(landed) => Poll::Ready(Some(landed)),
+            None if self.ended => Poll::Ready(None),
+            None => Poll::Pending,
         }
     }
+
+    fn is_queued(&self) -> bool {
+        !self.ended && (self.written < self.writing.len() || !lock(&self.shared).out.is_empty())
+    }
+
+    fn poll_write(&mut self, cx: &mut Context<'_>) -> bool {
+        if self.ended {
+            return !self.landed.is_empty();
+        }
+        match self.write(cx) {
+            Ok(false) => return false,
+            Ok(true) => self.end(closed("the connection was closed")),
+            Err(error) => self.end(error),
+        }
+        true
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Stream for Pump<S> {
+    type Item = Landed;
+
+    /// Writes and reads, and hands out the answers to tagged requests, one
+    /// at a time; ends once the connection did and every answer is out.
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Landed>> {
+        let this = &mut *self;
+        if this.landed.is_empty() && !this.ended {
+            this.poll_write(cx);
+        }
+        this.poll_answer(cx)
+    }
+}
+
+/// Polls `wire` until it ends, dropping what it hands out: for a wire
+/// that carries no tagged request (a connection being made, a test's).
+pub(crate) async fn until_end(wire: &mut Wire) {
+    while futures::StreamExt::next(wire).await.is_some() {}
 }
 
 fn closed(what: &str) -> NodeError {
@@ -406,8 +519,12 @@ mod tests {
     /// spawned (it runs once the test awaits), and the server's end.
     fn connected(buffer: usize) -> (Plain, tokio::task::JoinHandle<()>, tokio::io::DuplexStream) {
         let (ours, server) = tokio::io::duplex(buffer);
-        let (plain, wire) = Plain::new(ours, None);
-        (plain, tokio::spawn(wire), server)
+        let (plain, mut wire) = Plain::new(ours, None);
+        (
+            plain,
+            tokio::spawn(async move { until_end(&mut wire).await }),
+            server,
+        )
     }
 
     fn ints(answers: Answers) -> Vec<i64> {
