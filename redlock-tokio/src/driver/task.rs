@@ -4,7 +4,6 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{Context, Poll};
 
 use futures::StreamExt;
 use futures::future::{AbortHandle, Abortable, BoxFuture};
@@ -16,13 +15,16 @@ use tokio::sync::mpsc;
 use tracing::debug;
 
 use super::pubsub::{Event, PubSub};
-use super::send::{Outcome, Sent, Timer, next_quietly, send};
+use super::send::{Sent, Timer, next_quietly, send};
 use super::{Input, Message, Shared, Sink};
 use crate::node::{Landed, TakenWire};
 use crate::sim::ClientRng;
 
 mod ending;
 mod health;
+mod wires;
+
+use wires::{poll_wires, write_wires};
 
 /// A map keyed by the client's own ids: a fast hash, no seed (no user
 /// input reaches the keys).
@@ -266,36 +268,6 @@ impl Task {
         self.links_broken(now);
     }
 
-    /// The answers the wires handed out: each one the core still waits
-    /// for goes in.
-    fn take_landed(&mut self, now: std::time::Instant) {
-        let mut landed = std::mem::take(&mut self.landed);
-        for (tag, answer) in landed.drain(..) {
-            if tag.task != self.number {
-                // Sent by an earlier task, on a wire this one took over.
-                continue;
-            }
-            let node = &self.shared.nodes[tag.node().0];
-            if !matches!(&answer, Err((error, _)) if error.kind == NodeErrorKind::Connection) {
-                node.heard_from();
-            }
-            let command = tag.command();
-            if let Some((id, reply)) = node.landed(tag, answer) {
-                debug!(
-                    node = node.name(),
-                    attempt = reply.round.0,
-                    command = command.name(),
-                    via = reply.native.map_or("script", |native| native.name()),
-                    outcome = %Outcome(&reply.result),
-                    "node answered"
-                );
-                self.client.handle_reply(id, reply, now);
-            }
-        }
-        self.landed = landed;
-        self.links_broken(now);
-    }
-
     /// One request of `flight` is no longer waited for: the flight goes
     /// when none of its requests is.
     fn landed(&mut self, flight: u64) -> Option<AbortHandle> {
@@ -401,17 +373,6 @@ impl Task {
                 self.client.close(now);
             }
             Input::Abandon(operation) => self.client.abandon(operation, now),
-        }
-    }
-
-    /// Takes node `index`'s wire, if nobody polls it yet, to poll it here.
-    fn take_wire(&mut self, index: usize) {
-        if let Some(wire) = self.shared.nodes[index].take_wire() {
-            self.polled[index] = Some(wire.generation());
-            self.wires
-                .get_mut()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push((index, wire));
         }
     }
 
@@ -534,70 +495,5 @@ impl Task {
     /// handle waiting for it, and nothing else is in flight or owed.
     fn is_settled(&self) -> bool {
         self.client.running() == self.sinks.len() && self.client.is_settled()
-    }
-}
-
-/// Polls every wire for what it read, handing out the answers to tagged
-/// requests into `landed`. Ready once some came out or a wire ended
-/// (dropped here).
-fn poll_wires(
-    wires: &Mutex<Vec<(usize, TakenWire)>>,
-    polled: &mut [Option<u64>],
-    landed: &mut Vec<Landed>,
-    cx: &mut Context<'_>,
-) -> Poll<()> {
-    let mut ended = false;
-    let mut wires = wires.lock().unwrap_or_else(PoisonError::into_inner);
-    wires.retain_mut(|(index, wire)| {
-        loop {
-            match wire.poll_answer(cx) {
-                Poll::Ready(Some(answer)) => landed.push(answer),
-                Poll::Ready(None) => {
-                    ended = true;
-                    if polled[*index] == Some(wire.generation()) {
-                        polled[*index] = None;
-                    }
-                    return false;
-                }
-                Poll::Pending => return true,
-            }
-        }
-    });
-    if ended || !landed.is_empty() {
-        Poll::Ready(())
-    } else {
-        Poll::Pending
-    }
-}
-
-/// Has every wire write what is queued on its connection. Ready when a
-/// connection ended meanwhile (its answers wait to be handed out).
-///
-/// Before it writes, it lets the runtime's other tasks run once (it wakes
-/// itself and yields): the handles its turns woke (a grant told, a release
-/// reported) then start their next operations, which join this write
-/// rather than each making one of its own; the servers pay per write
-/// they read. One yield between writes at most, whatever comes meanwhile,
-/// and no timer: a task alone waits for one trip through the scheduler.
-fn write_wires(
-    wires: &Mutex<Vec<(usize, TakenWire)>>,
-    yielded: &mut bool,
-    cx: &mut Context<'_>,
-) -> Poll<()> {
-    let mut wires = wires.lock().unwrap_or_else(PoisonError::into_inner);
-    if !*yielded && wires.iter().any(|(_, wire)| wire.is_queued()) {
-        *yielded = true;
-        cx.waker().wake_by_ref();
-        return Poll::Pending;
-    }
-    *yielded = false;
-    let mut ended = false;
-    for (_, wire) in wires.iter_mut() {
-        ended |= wire.poll_write(cx);
-    }
-    if ended {
-        Poll::Ready(())
-    } else {
-        Poll::Pending
     }
 }
