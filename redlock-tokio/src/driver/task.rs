@@ -74,11 +74,6 @@ pub(super) struct Task {
     /// each poll them, one after the other: never contended.)
     wires: Mutex<Vec<(usize, TakenWire)>>,
     landed: Vec<Landed>,
-    /// Per node, the generation of the connection whose wire this task
-    /// polls: a request goes straight onto a connection
-    /// ([`Node::send_tagged`](crate::node::Node::send_tagged)) only then,
-    /// so that its answer comes out here.
-    polled: Box<[Option<u64>]>,
     /// Whether the task let the others run once since it last wrote
     /// ([`write_wires`]).
     yielded: bool,
@@ -143,7 +138,6 @@ impl Task {
             connecting: FuturesUnordered::new(),
             wires: Mutex::new(Vec::new()),
             landed: Vec::new(),
-            polled: shared.nodes.iter().map(|_| None).collect(),
             yielded: false,
             breaks: shared.nodes.iter().map(|_| 0).collect(),
             orphaned: false,
@@ -184,7 +178,7 @@ impl Task {
                 // First: what the wires read, the answers to this task's
                 // own requests, and what completes requests polled next,
                 // in the same turn; a wire that ends closed its connection.
-                () = std::future::poll_fn(|cx| poll_wires(&self.wires, &mut self.polled, &mut self.landed, cx)),
+                () = std::future::poll_fn(|cx| poll_wires(&self.wires, &mut self.landed, cx)),
                     if wired => {
                     self.take_landed(crate::sim::now());
                 }
@@ -260,12 +254,18 @@ impl Task {
                 continue;
             };
             self.landed(flight);
-            if !matches!(&reply.result, Err(error) if error.kind == NodeErrorKind::Connection) {
-                self.shared.nodes[reply.node.0].heard_from();
-            }
-            self.client.handle_reply(id, reply, now);
+            self.answered(id, reply, now);
         }
         self.links_broken(now);
+    }
+
+    /// The reply to request `id`, for the core; a node that answered may
+    /// take blocking releases again ([`Node::heard_from`](crate::node::Node::heard_from)).
+    fn answered(&mut self, id: RequestId, reply: Reply, now: std::time::Instant) {
+        if !matches!(&reply.result, Err(error) if error.kind == NodeErrorKind::Connection) {
+            self.shared.nodes[reply.node.0].heard_from();
+        }
+        self.client.handle_reply(id, reply, now);
     }
 
     /// One request of `flight` is no longer waited for: the flight goes
@@ -285,11 +285,12 @@ impl Task {
     /// routes each request on its own).
     fn send_outgoing(&mut self) {
         for node in 0..self.outgoing.len() {
-            let (ids, requests) = &mut self.outgoing[node];
-            if ids.is_empty() {
+            if self.outgoing[node].0.is_empty() {
                 continue;
             }
-            if let Some(wire) = self.polled[node]
+            let wire = self.polled(node);
+            let (ids, requests) = &mut self.outgoing[node];
+            if let Some(wire) = wire
                 && self.shared.nodes[node].send_tagged(self.number, wire, ids, requests)
             {
                 ids.clear();

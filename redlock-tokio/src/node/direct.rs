@@ -5,9 +5,7 @@
 //! plants a bounded queue go the other way ([`driver::send`](crate::driver::send)).
 
 use redlock_core::native::Native;
-use redlock_core::{
-    Command, Form, NodeError, NodeId, Reply, Request, RequestId, Response, RoundId,
-};
+use redlock_core::{Command, NodeError, NodeId, Reply, Request, RequestId, Response};
 
 use super::connect::Connection;
 use super::execute::Failure;
@@ -21,9 +19,8 @@ pub(crate) struct Tag {
     /// requests, which that task's core never sent.
     pub(crate) task: u64,
     pub(crate) id: RequestId,
-    round: RoundId,
-    node: NodeId,
-    native: Option<Native>,
+    /// Its reply, but for the result ([`Reply::to`]).
+    reply: Reply,
     command: Command,
     /// The generation of the connection it was sent on.
     generation: u64,
@@ -35,7 +32,7 @@ pub(crate) struct Tag {
 impl Tag {
     /// The node it was sent to.
     pub(crate) fn node(&self) -> NodeId {
-        self.node
+        self.reply.node
     }
 
     /// What it asked for.
@@ -44,19 +41,14 @@ impl Tag {
     }
 
     fn of(task: u64, id: RequestId, request: &Request, generation: u64) -> Self {
-        let native = match request.form {
-            Form::Native(native) => Some(native),
-            Form::Digest | Form::InFull => None,
-        };
+        let reply = Reply::to(request, Ok(Response::Nil));
         Self {
             task,
             id,
-            round: request.round,
-            node: request.node,
-            native,
+            follow: (reply.native == Some(Native::DelIfEq)).then(|| Box::new(request.clone())),
+            reply,
             command: request.command,
             generation,
-            follow: (native == Some(Native::DelIfEq)).then(|| Box::new(request.clone())),
         }
     }
 }
@@ -116,10 +108,8 @@ impl Node {
     ) -> Option<(RequestId, Reply)> {
         let answer = answer.map_err(|(error, broke)| Failure { error, broke });
         let reply = Reply {
-            round: tag.round,
-            node: tag.node,
             result: self.finish(tag.command, tag.generation, answer),
-            native: tag.native,
+            ..tag.reply
         };
         if let Some(request) = &tag.follow
             && let Some(next) = request.follow_up(&reply)

@@ -4,7 +4,6 @@
 use std::sync::{Mutex, PoisonError};
 use std::task::{Context, Poll};
 
-use redlock_core::NodeErrorKind;
 use tracing::debug;
 
 use super::Task;
@@ -22,9 +21,6 @@ impl Task {
                 continue;
             }
             let node = &self.shared.nodes[tag.node().0];
-            if !matches!(&answer, Err((error, _)) if error.kind == NodeErrorKind::Connection) {
-                node.heard_from();
-            }
             let command = tag.command();
             if let Some((id, reply)) = node.landed(tag, answer) {
                 debug!(
@@ -35,7 +31,7 @@ impl Task {
                     outcome = %Outcome(&reply.result),
                     "node answered"
                 );
-                self.client.handle_reply(id, reply, now);
+                self.answered(id, reply, now);
             }
         }
         self.landed = landed;
@@ -45,12 +41,23 @@ impl Task {
     /// Takes node `index`'s wire, if nobody polls it yet, to poll it here.
     pub(super) fn take_wire(&mut self, index: usize) {
         if let Some(wire) = self.shared.nodes[index].take_wire() {
-            self.polled[index] = Some(wire.generation());
             self.wires
                 .get_mut()
                 .unwrap_or_else(PoisonError::into_inner)
                 .push((index, wire));
         }
+    }
+
+    /// The generation of node `index`'s newest connection whose wire this
+    /// task polls: a request goes straight onto a connection
+    /// ([`Node::send_tagged`](crate::node::Node::send_tagged)) only then,
+    /// so that its answer comes out here.
+    pub(super) fn polled(&mut self, index: usize) -> Option<u64> {
+        (self.wires.get_mut().unwrap_or_else(PoisonError::into_inner))
+            .iter()
+            .filter(|(node, _)| *node == index)
+            .map(|(_, wire)| wire.generation())
+            .max()
     }
 }
 
@@ -59,21 +66,17 @@ impl Task {
 /// (dropped here).
 pub(super) fn poll_wires(
     wires: &Mutex<Vec<(usize, TakenWire)>>,
-    polled: &mut [Option<u64>],
     landed: &mut Vec<Landed>,
     cx: &mut Context<'_>,
 ) -> Poll<()> {
     let mut ended = false;
     let mut wires = wires.lock().unwrap_or_else(PoisonError::into_inner);
-    wires.retain_mut(|(index, wire)| {
+    wires.retain_mut(|(_, wire)| {
         loop {
             match wire.poll_answer(cx) {
                 Poll::Ready(Some(answer)) => landed.push(answer),
                 Poll::Ready(None) => {
                     ended = true;
-                    if polled[*index] == Some(wire.generation()) {
-                        polled[*index] = None;
-                    }
                     return false;
                 }
                 Poll::Pending => return true,
